@@ -1,0 +1,44 @@
+"""The oracle: a pure-Python, float64 reference for every optimizer of the MXNet optimizer guide.
+
+Each module encodes one optimizer's documented equations line by line, in the guide's notation,
+in both conventions (``"mxnet"``: what MXNet 1.9.1 computes; ``"guide"``: the guide's equations
+read precisely). See ``docs/conventions.md`` for the contract and every reading taken.
+
+Every optimizer module ``reference.<name>`` has the same interface:
+
+``NAME``
+    the MXNet registry name.
+``STATE``
+    the names of the state arrays, in MXNet's ``create_state`` order (an empty tuple when the
+    optimizer keeps no state for the given hyperparameters is decided by ``state_slots(**hyper)``).
+``HYPER``
+    the optimizer's own hyperparameters with MXNet 1.9.1's defaults (``learning_rate`` included
+    where the optimizer has its own default).
+``state_slots(**hyper) -> tuple``
+    the slots actually kept for these hyperparameters (e.g. SGD keeps ``mom`` only with momentum).
+``init_state(weight, **hyper) -> dict``
+    a fresh state: float64 arrays named as in ``STATE``, plus any scalar bookkeeping.
+``step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=None,
+convention="mxnet", hyper_f32=True, **hyper) -> (weight, state)``
+    one update. Pure: the inputs are not modified; new float64 arrays are returned. ``t`` is the
+    per-index update count after incrementing (1 on the first step), ``lr`` and ``wd`` the
+    effective values for this index and step. ``hyper_f32`` (mxnet convention only) rounds the
+    hyperparameters MXNet rounds to float32.
+
+Steps are written with operators and the numpy functions sqrt, abs, sign, maximum, minimum, clip,
+where, square and sum only, so that they also run on :class:`reference.error_bound.Tracked` inputs
+and yield a rigorous first-order bound on the rounding error of any implementation.
+
+``import reference`` needs numpy only; ``reference.argmin`` (the FTRL/FTML argmin proofs) needs scipy.
+"""
+from . import error_bound, noise  # noqa: F401
+from . import (adadelta, adagrad, adam, adamax, dcasgd, ftml, ftrl, lbsgd, nadam, nag,  # noqa: F401
+               rmsprop, sgd, sgld, signum)
+
+_MODULES = (sgd, nag, adagrad, rmsprop, adadelta, adam, adamax, nadam, signum, lbsgd, dcasgd,
+            ftrl, ftml, sgld)
+
+#: registry name -> reference module
+OPTIMIZERS = {m.NAME: m for m in _MODULES}
+
+__all__ = ["OPTIMIZERS", "error_bound", "noise"] + [m.NAME for m in _MODULES]

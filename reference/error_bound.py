@@ -1,0 +1,350 @@
+"""Running error analysis: how far may a lower-precision implementation stray from the oracle?
+
+An optimizer step evaluated in float32 differs from the float64 oracle by rounding. How much it may
+differ depends on the data: ``beta1*m + (1-beta1)*g`` loses all its relative accuracy when the two
+terms cancel, and a plain ULP bound then fails (one float32 FTRL step: p99 error 483 ULP, max
+about 9e5 ULP). So instead of a fixed tolerance the oracle computes, alongside every value, a
+first-order bound on the absolute error that a correctly rounded evaluation of the same formula
+in a precision with unit roundoff ``u`` can accumulate (Higham, *Accuracy and Stability of
+Numerical Algorithms*, 2nd ed., section 3.3, "running error analysis"):
+
+=====================  ==================================================================
+operation              error bound of the result (``v`` its value, ``e`` input errors)
+=====================  ==================================================================
+``a +- b``             ``e_a + e_b + u|v|``
+``a * b``              ``|a| e_b + |b| e_a + e_a e_b + u|v|``
+``a / b``              ``(e_a + |v| e_b) / (|b| - e_b) + u|v|`` (infinite if ``e_b >= |b|``)
+``sqrt(a)``            ``min(e_a / (2 v), sqrt(e_a)) + u|v|``
+``max, min, clip``     ``max(e_a, e_b)`` (1-Lipschitz, so no new rounding)
+``abs, -a``            ``e_a``
+``sign(a)``            exact, but a *near tie* where ``|a| <= e_a``
+``a > b`` and friends  exact, but a *near tie* where ``|a - b| <= e_a + e_b``
+=====================  ==================================================================
+
+Every rounding also adds the smallest subnormal of the target type (gradual underflow), and every
+operand that is not :class:`Tracked` (a Python float, a float array: hyperparameters and host
+precomputed scalars, which an implementation rounds to its own precision once) carries a relative
+error ``u``. Integers and booleans are exact.
+
+A result whose value depends on a comparison that is a near tie is flagged (``tie``); its value is
+either branch, so a check exempts it. A step function written with the operators above and the
+numpy functions ``sqrt, abs, sign, maximum, minimum, clip, where, square, sum`` runs unchanged on
+:class:`Tracked` inputs: that is how the reference modules are written.
+
+Example::
+
+    >>> import numpy as np
+    >>> from reference.error_bound import Tracked
+    >>> a = Tracked(np.array([1.0, 1.0]), u=2.0**-24)
+    >>> d = a - np.array([1.0, 0.5])          # exact cancellation in the first element
+    >>> bool(d.err[0] >= 2.0**-24)            # the constant 1.0 carried rounding u
+    True
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["Tracked", "Cond", "unit_roundoff", "tiny", "track", "value", "error", "ties"]
+
+
+def unit_roundoff(dtype) -> float:
+    """Unit roundoff ``u = eps/2`` of a floating dtype (2**-24 for float32)."""
+    return float(np.finfo(np.dtype(dtype)).eps) / 2.0
+
+
+def tiny(dtype) -> float:
+    """Smallest positive subnormal of ``dtype``: the absolute error bound of gradual underflow."""
+    return float(np.finfo(np.dtype(dtype)).smallest_subnormal)
+
+
+def _is_exact(x) -> bool:
+    if isinstance(x, (bool, int, np.bool_, np.integer)):
+        return True
+    if isinstance(x, np.ndarray) and x.dtype.kind in "biu":
+        return True
+    return False
+
+
+class Cond:
+    """A boolean mask from a comparison, with the mask of near ties (either answer possible)."""
+
+    __array_priority__ = 1000
+
+    def __init__(self, mask, tie):
+        self.mask = np.asarray(mask, dtype=bool)
+        self.tie = np.asarray(tie, dtype=bool)
+
+    def _other(self, o):
+        if isinstance(o, Cond):
+            return o.mask, o.tie
+        return np.asarray(o, dtype=bool), np.zeros(np.shape(o), dtype=bool)
+
+    def __and__(self, o):
+        m, t = self._other(o)
+        return Cond(self.mask & m, self.tie | t)
+
+    __rand__ = __and__
+
+    def __or__(self, o):
+        m, t = self._other(o)
+        return Cond(self.mask | m, self.tie | t)
+
+    __ror__ = __or__
+
+    def __invert__(self):
+        return Cond(~self.mask, self.tie)
+
+    def __mul__(self, o):
+        # ``cond * x`` selects x where the condition holds, else exact zero.
+        if isinstance(o, Tracked):
+            return _where(self, o, 0)
+        return self.mask * np.asarray(o)
+
+    __rmul__ = __mul__
+
+    def __array__(self, dtype=None, copy=None):
+        return self.mask if dtype is None else self.mask.astype(dtype)
+
+
+class Tracked:
+    """A float64 value with a bound ``err`` on the absolute rounding error of evaluating it with
+    unit roundoff ``u``, and a ``tie`` mask of elements that sit on a branch point."""
+
+    __array_priority__ = 1000
+
+    def __init__(self, value, err=None, tie=None, *, u: float, tiny: float = 0.0):
+        self.value = np.asarray(value, dtype=np.float64)
+        shape = self.value.shape
+        self.err = np.zeros(shape) if err is None else np.broadcast_to(
+            np.asarray(err, dtype=np.float64), shape).copy()
+        self.tie = np.zeros(shape, dtype=bool) if tie is None else np.broadcast_to(
+            np.asarray(tie, dtype=bool), shape).copy()
+        self.u = float(u)
+        self.tiny = float(tiny)
+
+    # --- construction helpers -------------------------------------------------------------
+    def _new(self, value, err, tie):
+        return Tracked(value, err, tie, u=self.u, tiny=self.tiny)
+
+    def _lift(self, x):
+        """An operand as (value, err, tie): constants carry relative error u, ints none."""
+        if isinstance(x, Tracked):
+            return x.value, x.err, x.tie
+        if isinstance(x, Cond):
+            return x.mask.astype(np.float64), 0.0, x.tie
+        v = np.asarray(x, dtype=np.float64)
+        e = 0.0 if _is_exact(x) else self.u * np.abs(v)
+        return v, e, False
+
+    def _round(self, v):
+        return self.u * np.abs(v) + self.tiny
+
+    # --- shape-like conveniences ----------------------------------------------------------
+    @property
+    def shape(self):
+        return self.value.shape
+
+    @property
+    def size(self):
+        return self.value.size
+
+    @property
+    def ndim(self):
+        return self.value.ndim
+
+    def copy(self):
+        return self._new(self.value.copy(), self.err, self.tie)
+
+    def __len__(self):
+        return len(self.value)
+
+    def __repr__(self):
+        return f"Tracked(value={self.value!r}, err={self.err!r})"
+
+    # --- arithmetic -----------------------------------------------------------------------
+    def _add(self, a, b, sign):
+        va, ea, ta = self._lift(a)
+        vb, eb, tb = self._lift(b)
+        v = va + sign * vb
+        return self._new(v, ea + eb + self._round(v), ta | tb)
+
+    def _mul(self, a, b):
+        va, ea, ta = self._lift(a)
+        vb, eb, tb = self._lift(b)
+        v = va * vb
+        return self._new(v, np.abs(va) * eb + np.abs(vb) * ea + ea * eb + self._round(v), ta | tb)
+
+    def _div(self, a, b):
+        va, ea, ta = self._lift(a)
+        vb, eb, tb = self._lift(b)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            v = va / vb
+            margin = np.abs(vb) - eb
+            e = np.where(margin > 0, (ea + np.abs(v) * eb) / np.where(margin > 0, margin, 1.0),
+                         np.inf)
+        return self._new(v, e + self._round(v), ta | tb)
+
+    def __add__(self, o):
+        return self._add(self, o, 1.0)
+
+    def __radd__(self, o):
+        return self._add(o, self, 1.0)
+
+    def __sub__(self, o):
+        return self._add(self, o, -1.0)
+
+    def __rsub__(self, o):
+        return self._add(o, self, -1.0)
+
+    def __mul__(self, o):
+        if isinstance(o, Cond):
+            return _where(o, self, 0)
+        return self._mul(self, o)
+
+    def __rmul__(self, o):
+        if isinstance(o, Cond):
+            return _where(o, self, 0)
+        return self._mul(o, self)
+
+    def __truediv__(self, o):
+        return self._div(self, o)
+
+    def __rtruediv__(self, o):
+        return self._div(o, self)
+
+    def __neg__(self):
+        return self._new(-self.value, self.err, self.tie)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return self._new(np.abs(self.value), self.err, self.tie)
+
+    def __pow__(self, p):
+        if p == 2:
+            return self._mul(self, self)
+        raise TypeError("Tracked supports only x**2; write other powers out explicitly")
+
+    # --- comparisons ----------------------------------------------------------------------
+    def _cmp(self, a, b, op):
+        va, ea, ta = self._lift(a)
+        vb, eb, tb = self._lift(b)
+        mask = op(va, vb)
+        tie = (np.abs(va - vb) <= ea + eb) & ((ea + eb) > 0) | ta | tb
+        return Cond(mask, tie)
+
+    def __gt__(self, o):
+        return self._cmp(self, o, np.greater)
+
+    def __ge__(self, o):
+        return self._cmp(self, o, np.greater_equal)
+
+    def __lt__(self, o):
+        return self._cmp(self, o, np.less)
+
+    def __le__(self, o):
+        return self._cmp(self, o, np.less_equal)
+
+    # --- numpy protocols ------------------------------------------------------------------
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if method != "__call__" or kwargs.get("out") is not None:
+            return NotImplemented
+        name = ufunc.__name__
+        if name == "add":
+            return self._add(inputs[0], inputs[1], 1.0)
+        if name == "subtract":
+            return self._add(inputs[0], inputs[1], -1.0)
+        if name == "multiply":
+            a, b = inputs
+            if isinstance(a, Cond) or isinstance(b, Cond):
+                c, x = (a, b) if isinstance(a, Cond) else (b, a)
+                return _where(c, x, 0)
+            return self._mul(a, b)
+        if name in ("divide", "true_divide"):
+            return self._div(inputs[0], inputs[1])
+        if name == "negative":
+            return -_as_tracked(inputs[0], self)
+        if name in ("absolute", "fabs"):
+            return abs(_as_tracked(inputs[0], self))
+        if name == "square":
+            x = _as_tracked(inputs[0], self)
+            return x._mul(x, x)
+        if name == "sqrt":
+            x = _as_tracked(inputs[0], self)
+            v = np.sqrt(x.value)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                lin = np.where(v > 0, x.err / (2.0 * np.where(v > 0, v, 1.0)), np.inf)
+            return self._new(v, np.minimum(lin, np.sqrt(x.err)) + self._round(v), x.tie)
+        if name == "sign":
+            x = _as_tracked(inputs[0], self)
+            return self._new(np.sign(x.value), 0.0, x.tie | ((np.abs(x.value) <= x.err) & (x.err > 0)))
+        if name in ("maximum", "minimum"):
+            va, ea, ta = self._lift(inputs[0])
+            vb, eb, tb = self._lift(inputs[1])
+            f = np.maximum if name == "maximum" else np.minimum
+            v = f(va, vb)
+            # The error of the branch taken; both errors where the two are within reach.
+            near = np.abs(va - vb) <= ea + eb
+            e = np.where(near, np.maximum(ea, eb), np.where(v == va, ea, eb))
+            return self._new(v, e, ta | tb)
+        if name in ("greater", "greater_equal", "less", "less_equal"):
+            return self._cmp(inputs[0], inputs[1], ufunc)
+        return NotImplemented
+
+    def __array_function__(self, func, types, args, kwargs):
+        if func is np.where:
+            return _where(*args)
+        if func is np.clip:
+            x, lo, hi = args[0], args[1], args[2]
+            return np.minimum(np.maximum(_as_tracked(x, self), lo), hi)
+        if func is np.sum:
+            x = args[0]
+            n = x.value.size
+            v = np.sum(x.value)
+            e = np.sum(x.err) + self.u * max(n - 1, 1) * np.sum(np.abs(x.value)) + n * self.tiny
+            return self._new(v, e, np.any(x.tie))
+        if func in (np.shape, np.ndim, np.size):
+            return func(self.value)
+        return NotImplemented
+
+
+def _as_tracked(x, like: Tracked) -> Tracked:
+    if isinstance(x, Tracked):
+        return x
+    v, e, t = like._lift(x)
+    return like._new(v, e, t)
+
+
+def _where(cond, a, b):
+    like = next(x for x in (a, b) if isinstance(x, Tracked))
+    if isinstance(cond, Cond):
+        mask, ctie = cond.mask, cond.tie
+    else:
+        mask, ctie = np.asarray(cond, dtype=bool), False
+    va, ea, ta = like._lift(a)
+    vb, eb, tb = like._lift(b)
+    v = np.where(mask, va, vb)
+    e = np.where(mask, ea, eb)
+    t = np.where(mask, ta, tb) | ctie
+    return like._new(v, e, t)
+
+
+def track(x, dtype) -> Tracked:
+    """Wrap an exact input array for a check of an implementation computing in ``dtype``."""
+    return Tracked(np.asarray(x, dtype=np.float64), u=unit_roundoff(dtype), tiny=tiny(dtype))
+
+
+def value(x):
+    """The float64 value of a Tracked (or of a plain array)."""
+    return x.value if isinstance(x, Tracked) else np.asarray(x, dtype=np.float64)
+
+
+def error(x):
+    """The error bound of a Tracked (zeros for a plain array)."""
+    return x.err if isinstance(x, Tracked) else np.zeros(np.shape(x))
+
+
+def ties(x):
+    """The near-tie mask of a Tracked (all False for a plain array)."""
+    return x.tie if isinstance(x, Tracked) else np.zeros(np.shape(x), dtype=bool)

@@ -1,0 +1,91 @@
+"""AdaDelta (MXNet ``adadelta``; guide lines 137-139). The learning rate is not used.
+
+mxnet (Python ops, spec section 2.5; weight decay decoupled and not scaled by lr)::
+
+    g = clip(rescale_grad*grad, c);  acc_g = rho*acc_g + (1-rho)*g*g
+    delta = sqrt(acc_delta + eps)/sqrt(acc_g + eps)*g;  acc_delta = rho*acc_delta + (1-rho)*delta*delta
+    w = w - (delta + wd*w)
+
+guide (``E[dw^2]`` accumulates the actual weight change)::
+
+    G = clip(rescale_grad*grad, c) + wd*w;  acc_g = rho*acc_g + (1-rho)*G*G
+    w_new = w - sqrt(acc_delta + eps)/sqrt(acc_g + eps)*G;  acc_delta = rho*acc_delta + (1-rho)*(w_new - w)^2
+"""
+from __future__ import annotations
+
+import math
+
+from .base import Optimizer, check_nonneg, check_unit, register
+
+__all__ = ["AdaDelta"]
+
+
+def mxnet_rule(f):
+    zero = f(0)
+
+    def rule(w, grad, acc_g, acc_delta, hp):
+        wd, rs, c, rho, omrho, eps = hp
+        g = rs * grad
+        if c >= zero:
+            g = min(max(g, -c), c)
+        acc_g = rho * acc_g + omrho * g * g
+        delta = math.sqrt(acc_delta + eps) / math.sqrt(acc_g + eps) * g
+        acc_delta = rho * acc_delta + omrho * delta * delta
+        return w - (delta + wd * w), acc_g, acc_delta
+    return rule
+
+
+def guide_rule(f):
+    zero = f(0)
+
+    def rule(w, grad, acc_g, acc_delta, hp):
+        wd, rs, c, rho, omrho, eps = hp
+        g = rs * grad
+        if c >= zero:
+            g = min(max(g, -c), c)
+        g = g + wd * w
+        acc_g = rho * acc_g + omrho * g * g
+        w_new = w - math.sqrt(acc_delta + eps) / math.sqrt(acc_g + eps) * g
+        dw = w_new - w
+        return w_new, acc_g, rho * acc_delta + omrho * (dw * dw)
+    return rule
+
+
+@register
+class AdaDelta(Optimizer):
+    """AdaDelta (MXNet ``adadelta``; Zeiler 2012). ``learning_rate`` is accepted and ignored.
+
+    * mxnet: ``acc_g = rho*acc_g + (1-rho)*g^2; delta = sqrt(acc_delta+eps)/sqrt(acc_g+eps)*g;
+      acc_delta = rho*acc_delta + (1-rho)*delta^2; w = w - (delta + wd*w)``
+    * guide: the same with ``G = g + wd*w`` and ``acc_delta`` accumulating ``(w_new - w)^2``
+
+    ``rho`` is the guide's beta. State: ``(acc_g, acc_delta)``.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from toolkit import optimizer
+        >>> opt = optimizer.AdaDelta(rho=0.9, epsilon=1e-6)
+        >>> w = np.zeros(1); s = opt.create_state(0, w); opt.update(0, w, np.ones(1), s)
+        >>> bool(w[0] < 0)
+        True
+    """
+
+    reference_name = "adadelta"
+    mxnet_kernel = False
+
+    def __init__(self, rho=0.90, epsilon=1e-5, **kwargs):
+        self.rho = check_unit("rho", rho, closed=True)
+        self.epsilon = check_nonneg("epsilon", epsilon)
+        super().__init__(**kwargs)
+
+    def state_slots(self):
+        return ("acc_g", "acc_delta")
+
+    def reference_hyper(self):
+        return {"rho": self.rho, "epsilon": self.epsilon}
+
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+        rule = mxnet_rule if self.convention == "mxnet" else guide_rule
+        self._run_rule(rule, weight, grad, state, (wd, self.rescale_grad, self._clip_bound(),
+                                                   self.rho, 1.0 - self.rho, self.epsilon))

@@ -1,0 +1,88 @@
+"""AdaGrad (MXNet ``adagrad``; guide lines 94-95).
+
+mxnet (Python ops, spec section 2.3; ``clip_gradient=0.0`` clips to zero)::
+
+    g = clip(rescale_grad*grad, c);  h = h + g*g;  w = w + (g/sqrt(h + eps) + w*wd)*(-lr)
+
+guide (the denominator's unindexed ``g^2`` read as ``g^2_{i+1}``)::
+
+    G = clip(rescale_grad*grad, c) + wd*w;  h = h + G*G;  w = w - lr/sqrt(h + eps)*G
+"""
+from __future__ import annotations
+
+import math
+
+from .base import Optimizer, check_nonneg, register
+
+__all__ = ["AdaGrad"]
+
+
+def mxnet_rule(f):
+    zero = f(0)
+
+    def rule(w, grad, h, hp):
+        neg_lr, wd, rs, c, eps = hp
+        g = rs * grad
+        if c >= zero:
+            g = min(max(g, -c), c)
+        h = h + g * g
+        return w + (g / math.sqrt(h + eps) + w * wd) * neg_lr, h
+    return rule
+
+
+def guide_rule(f):
+    zero = f(0)
+
+    def rule(w, grad, h, hp):
+        lr, wd, rs, c, eps = hp
+        g = rs * grad
+        if c >= zero:
+            g = min(max(g, -c), c)
+        g = g + wd * w
+        h = h + g * g
+        return w - lr / math.sqrt(h + eps) * g, h
+    return rule
+
+
+@register
+class AdaGrad(Optimizer):
+    """AdaGrad (MXNet ``adagrad``, Duchi et al. 2011).
+
+    * mxnet: ``h = h + g*g;  w = w - lr*(g/sqrt(h + eps) + wd*w)``, ``g = clip(rs*grad, c)``
+    * guide: ``h = h + G*G;  w = w - lr/sqrt(h + eps)*G``, ``G = g + wd*w``
+
+    ``eps`` is added inside the square root on every step (MXNet's docstring calls it the
+    initial accumulator value; it is not). State: ``history`` (zeros, the weight's dtype; MXNet
+    1.9.1 keeps it in float32 only, a limitation not reproduced).
+
+    Example::
+
+        >>> import numpy as np
+        >>> from toolkit import optimizer
+        >>> opt = optimizer.AdaGrad(learning_rate=0.1)
+        >>> w = np.zeros(2); h = opt.create_state(0, w); opt.update(0, w, np.ones(2), h)
+        >>> np.round(w, 6)
+        array([-0.1, -0.1])
+    """
+
+    reference_name = "adagrad"
+    mxnet_kernel = False
+
+    def __init__(self, eps=1e-7, **kwargs):
+        self.float_stable_eps = check_nonneg("eps", eps)
+        super().__init__(**kwargs)
+
+    def state_slots(self):
+        return ("history",)
+
+    def reference_hyper(self):
+        return {"eps": self.float_stable_eps}
+
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+        c = self._clip_bound()
+        if self.convention == "mxnet":
+            self._run_rule(mxnet_rule, weight, grad, (state,),
+                           (-lr, wd, self.rescale_grad, c, self.float_stable_eps))
+        else:
+            self._run_rule(guide_rule, weight, grad, (state,),
+                           (lr, wd, self.rescale_grad, c, self.float_stable_eps))

@@ -1,0 +1,106 @@
+"""Adam (MXNet ``adam``; guide lines 152-156; Kingma and Ba 2015).
+
+mxnet (spec section 2.6; the bias correction folded into the learning rate in double precision
+and rounded, epsilon added to the uncorrected root, weight decay before clipping)::
+
+    lr_t = lr*sqrt(1 - beta2^t)/(1 - beta1^t)
+    g = clip(rescale_grad*grad + wd*w, c);  m = beta1*m + (1-beta1)*g;  v = beta2*v + (1-beta2)*g*g
+    w = w - lr_t*m/(sqrt(v) + eps)
+
+guide::
+
+    G = clip(rescale_grad*grad, c) + wd*w;  m, v as above with G
+    w = w - lr/(sqrt(v/(1 - beta2^t)) + eps) * m/(1 - beta1^t)
+
+The two are the same update with epsilon replaced by ``epsilon*sqrt(1 - beta2^t)``.
+"""
+from __future__ import annotations
+
+import math
+
+from .base import Optimizer, check_nonneg, check_unit, register
+
+__all__ = ["Adam"]
+
+
+def mxnet_rule(f):
+    zero = f(0)
+
+    def rule(w, grad, m, v, hp):
+        lr_t, wd, rs, c, b1, omb1, b2, omb2, eps = hp
+        g = rs * grad + wd * w
+        if c >= zero:
+            g = min(max(g, -c), c)
+        m = b1 * m + omb1 * g
+        v = b2 * v + omb2 * (g * g)
+        return w - lr_t * m / (math.sqrt(v) + eps), m, v
+    return rule
+
+
+def guide_rule(f):
+    zero = f(0)
+
+    def rule(w, grad, m, v, hp):
+        lr, wd, rs, c, b1, omb1, b2, omb2, eps, bc1, bc2 = hp
+        g = rs * grad
+        if c >= zero:
+            g = min(max(g, -c), c)
+        g = g + wd * w
+        m = b1 * m + omb1 * g
+        v = b2 * v + omb2 * (g * g)
+        return w - lr / (math.sqrt(v / bc2) + eps) * (m / bc1), m, v
+    return rule
+
+
+@register
+class Adam(Optimizer):
+    """Adam (MXNet ``adam``).
+
+    * mxnet: ``lr_t = lr*sqrt(1-beta2^t)/(1-beta1^t);  w = w - lr_t*m/(sqrt(v) + epsilon)``
+      with ``g = clip(rs*grad + wd*w, c)``
+    * guide: ``w = w - lr/(sqrt(v/(1-beta2^t)) + epsilon) * m/(1-beta1^t)`` with
+      ``G = clip(rs*grad, c) + wd*w``
+
+    where ``m = beta1*m + (1-beta1)*g`` and ``v = beta2*v + (1-beta2)*g^2``; ``t`` is the
+    per-index update count. MXNet's epsilon is the guide's ``epsilon/sqrt(1-beta2^t)`` (31.6x
+    larger at t=1 with beta2=0.999). State: ``(mean, var)``.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from toolkit import optimizer
+        >>> opt = optimizer.create("adam", learning_rate=0.1)
+        >>> w = np.zeros(3, np.float32); s = opt.create_state(0, w)
+        >>> opt.update(0, w, np.ones(3, np.float32), s); np.round(w, 4)
+        array([-0.1, -0.1, -0.1], dtype=float32)
+    """
+
+    reference_name = "adam"
+
+    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8,
+                 lazy_update=True, **kwargs):
+        self.beta1 = check_unit("beta1", beta1)
+        self.beta2 = check_unit("beta2", beta2)
+        self.epsilon = check_nonneg("epsilon", epsilon)
+        self.lazy_update = bool(lazy_update)
+        super().__init__(learning_rate=learning_rate, **kwargs)
+
+    def state_slots(self):
+        return ("mean", "var")
+
+    def reference_hyper(self):
+        return {"beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon}
+
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+        r = self._r
+        b1, b2 = r(self.beta1), r(self.beta2)
+        common = (r(wd), r(self.rescale_grad), self._clip_bound(), b1, 1.0 - b1, b2, 1.0 - b2,
+                  r(self.epsilon))
+        if self.convention == "mxnet":
+            # MXNet computes lr_t in Python doubles from the unrounded betas, then the kernel
+            # parameter rounds it to float32 (spec section 1.6).
+            lr_t = lr * math.sqrt(1.0 - self.beta2 ** t) / (1.0 - self.beta1 ** t)
+            self._run_rule(mxnet_rule, weight, grad, state, (r(lr_t),) + common)
+        else:
+            self._run_rule(guide_rule, weight, grad, state,
+                           (lr,) + common + (1.0 - b1 ** t, 1.0 - b2 ** t))

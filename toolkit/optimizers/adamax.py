@@ -1,0 +1,102 @@
+"""Adamax (MXNet ``adamax``; guide lines 165-168; Kingma and Ba 2015, section 7).
+
+mxnet (Python ops, spec section 2.7; no epsilon)::
+
+    lr_t = lr/(1 - beta1^t);  g = clip(rescale_grad*grad + wd*w, c)
+    m = beta1*m + (1-beta1)*g;  u = max(beta2*u, |g|);  w = w - lr_t*m/u
+
+MXNet yields NaN where ``u == 0`` (a zero gradient history: 0/0); here such elements are left
+unchanged (docs/known-differences.md).
+
+guide::
+
+    G = clip(rescale_grad*grad, c) + wd*w;  m as above;  u = max(beta2*u, |G|)
+    w = w - lr/(u + eps) * m/(1 - beta1^t)
+"""
+from __future__ import annotations
+
+from .base import Optimizer, check_nonneg, check_unit, register
+
+__all__ = ["Adamax"]
+
+
+def mxnet_rule(f):
+    zero = f(0)
+
+    def rule(w, grad, m, u, hp):
+        lr_t, wd, rs, c, b1, omb1, b2 = hp
+        g = rs * grad + wd * w
+        if c >= zero:
+            g = min(max(g, -c), c)
+        m = b1 * m + omb1 * g
+        u = max(b2 * u, abs(g))
+        if u > zero:
+            w = w - lr_t * m / u
+        return w, m, u
+    return rule
+
+
+def guide_rule(f):
+    zero = f(0)
+
+    def rule(w, grad, m, u, hp):
+        lr, wd, rs, c, b1, omb1, b2, eps, bc1 = hp
+        g = rs * grad
+        if c >= zero:
+            g = min(max(g, -c), c)
+        g = g + wd * w
+        m = b1 * m + omb1 * g
+        u = max(b2 * u, abs(g))
+        return w - lr / (u + eps) * (m / bc1), m, u
+    return rule
+
+
+@register
+class Adamax(Optimizer):
+    """Adamax (MXNet ``adamax``): Adam with the infinity norm.
+
+    * mxnet: ``u = max(beta2*u, |g|);  w = w - lr/(1-beta1^t) * m/u`` — no epsilon (elements
+      with ``u == 0`` are left unchanged where MXNet produces NaN)
+    * guide: ``w = w - lr/(u + epsilon) * m/(1-beta1^t)``; ``epsilon`` defaults to 1e-8
+
+    ``epsilon`` exists only in the guide convention (MXNet's Adamax has none; giving one with
+    convention "mxnet" is an error). State: ``(mean, u)``.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from toolkit import optimizer
+        >>> opt = optimizer.Adamax(learning_rate=0.002)
+        >>> w = np.zeros(2); s = opt.create_state(0, w); opt.update(0, w, np.array([1.0, 0.0]), s)
+        >>> w
+        array([-0.002,  0.   ])
+    """
+
+    reference_name = "adamax"
+    mxnet_kernel = False
+
+    def __init__(self, learning_rate=0.002, beta1=0.9, beta2=0.999, epsilon=None, **kwargs):
+        self.beta1 = check_unit("beta1", beta1)
+        self.beta2 = check_unit("beta2", beta2)
+        super().__init__(learning_rate=learning_rate, **kwargs)
+        if epsilon is not None and self.convention == "mxnet":
+            raise ValueError("epsilon: MXNet's Adamax has no epsilon; use convention='guide' "
+                             "to add one")
+        self.epsilon = None if epsilon is None else check_nonneg("epsilon", epsilon)
+
+    def state_slots(self):
+        return ("mean", "u")
+
+    def reference_hyper(self):
+        return {"beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon}
+
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+        b1, b2 = self.beta1, self.beta2
+        c = self._clip_bound()
+        if self.convention == "mxnet":
+            self._run_rule(mxnet_rule, weight, grad, state,
+                           (lr / (1.0 - b1 ** t), wd, self.rescale_grad, c, b1, 1.0 - b1, b2))
+        else:
+            eps = 1e-8 if self.epsilon is None else self.epsilon
+            self._run_rule(guide_rule, weight, grad, state,
+                           (lr, wd, self.rescale_grad, c, b1, 1.0 - b1, b2, eps, 1.0 - b1 ** t))

@@ -1,0 +1,585 @@
+"""The ``Optimizer`` base class: MXNet 1.9.1's optimizer interface, validation, and dispatch.
+
+Subclasses declare their hyperparameters and a per-element rule; this class does everything
+shared: learning-rate and weight-decay multipliers (``set_lr_mult``, ``set_wd_mult``, gluon's
+``param_dict``), the per-index update count ``t``, learning-rate schedules, multi-precision
+(float16 weights with a float32 master copy), validation of every argument *before* anything is
+modified, and the choice of backend ("reference", "cpu", "auto"; "cuda" raises until the CUDA
+backend exists).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+
+import numpy as np
+
+from ..backends import cpu
+
+__all__ = ["Optimizer", "register", "create", "registry", "BACKENDS", "CONVENTIONS"]
+
+BACKENDS = ("auto", "reference", "cpu", "cuda")
+CONVENTIONS = ("mxnet", "guide")
+_FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+_REGISTRY: dict[str, type] = {}
+
+
+def register(klass):
+    """Register an optimizer class under its lower-case class name (MXNet's rule); a decorator.
+
+    Registering a second class under a taken name replaces it with a warning, as MXNet does.
+    """
+    if not (isinstance(klass, type) and issubclass(klass, Optimizer)):
+        raise TypeError(f"register expects an Optimizer subclass, got {klass!r}")
+    name = klass.__name__.lower()
+    if name in _REGISTRY and _REGISTRY[name] is not klass:
+        warnings.warn(f"optimizer {name!r} was already registered by "
+                      f"{_REGISTRY[name].__module__}.{_REGISTRY[name].__name__}; replacing it",
+                      UserWarning, stacklevel=2)
+    _REGISTRY[name] = klass
+    return klass
+
+
+def registry() -> dict:
+    """A copy of the registry: lower-case name -> class."""
+    return dict(_REGISTRY)
+
+
+def create(name, **kwargs):
+    """Create an optimizer by registry name (case-insensitive), e.g. ``create("adam", learning_rate=0.01)``."""
+    if isinstance(name, Optimizer):
+        return name
+    if not isinstance(name, str):
+        raise TypeError(f"optimizer name must be a string, got {type(name).__name__}")
+    klass = _REGISTRY.get(name.lower())
+    if klass is None:
+        raise ValueError(f"unknown optimizer {name!r}; known optimizers: "
+                         f"{', '.join(sorted(_REGISTRY))}")
+    return klass(**kwargs)
+
+
+# --------------------------------------------------------------------------------------------
+# hyperparameter checks: each raises a ValueError/TypeError that names the argument
+# --------------------------------------------------------------------------------------------
+def _real(name, x):
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(x).__name__} {x!r}")
+    x = float(x)
+    if not math.isfinite(x):
+        raise ValueError(f"{name} must be finite, got {x!r}")
+    return x
+
+
+def check_nonneg(name, x):
+    x = _real(name, x)
+    if x < 0:
+        raise ValueError(f"{name} must be >= 0, got {x!r}")
+    return x
+
+
+def check_positive(name, x):
+    x = _real(name, x)
+    if x <= 0:
+        raise ValueError(f"{name} must be > 0, got {x!r}")
+    return x
+
+
+def check_unit(name, x, *, closed=False):
+    """A decay/momentum factor: in [0, 1) (or [0, 1] when ``closed``)."""
+    x = _real(name, x)
+    if x < 0 or x > 1 or (x == 1 and not closed):
+        raise ValueError(f"{name} must be in [0, 1{']' if closed else ')'}, got {x!r}")
+    return x
+
+
+def check_int(name, x, minimum):
+    if isinstance(x, bool) or not isinstance(x, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(x).__name__} {x!r}")
+    if x < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {x!r}")
+    return int(x)
+
+
+def check_choice(name, x, choices):
+    if x not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {x!r}")
+    return x
+
+
+class Slot:
+    """Shape and dtype of one state array, by name."""
+
+    __slots__ = ("name", "shape", "dtype")
+
+    def __init__(self, name, shape, dtype):
+        self.name, self.shape, self.dtype = name, tuple(shape), np.dtype(dtype)
+
+
+class Optimizer:
+    """Base class of all optimizers (MXNet 1.9.1's ``mxnet.optimizer.Optimizer``).
+
+    Parameters
+    ----------
+    rescale_grad : float, default 1.0
+        Multiplies the gradient before anything else (MXNet spec section 1.4).
+    param_idx2name : dict of int to str, optional
+        Index to parameter name; with it, ``set_wd_mult`` gives weight decay multiplier 0 to names
+        that end neither in ``_weight`` nor in ``_gamma`` (MXNet's Module convention).
+    wd : float, default 0.0
+        Weight decay; where it enters differs per optimizer (``docs/conventions.md``).
+    clip_gradient : float or None, default None
+        Clip the rescaled gradient to ``[-c, c]``. ``0.0`` is "off" for MXNet's kernel
+        optimizers and "clip to zero" for its Python-op optimizers (convention "mxnet").
+    learning_rate : float, optional
+        Defaults to the optimizer's own default, else 0.01 (MXNet).
+    lr_scheduler : toolkit.lr_scheduler.LRScheduler, optional
+        Called with ``num_update``; a given ``learning_rate`` overwrites its ``base_lr``.
+    begin_num_update : int, default 0
+        The count every index starts from: the first step has ``t = begin_num_update + 1``.
+    multi_precision : bool, default False
+        For float16 weights keep a float32 master copy and float32 state.
+    param_dict : dict of int to Parameter-like, optional
+        Gluon's per-index parameters; their ``lr_mult``/``wd_mult`` take precedence.
+    backend : {"auto", "reference", "cpu", "cuda"}, default "auto"
+        "reference" runs the float64 oracle (slow, for checks); "cpu" the Numba kernels;
+        "auto" picks by the array type. "cuda" is refused until the CUDA backend exists.
+    convention : {"mxnet", "guide"}, default "mxnet"
+        MXNet 1.9.1's numerics or the guide's equations (``docs/conventions.md``).
+    """
+
+    #: the name of this optimizer's reference module (``reference.<name>``); None for custom ones
+    reference_name = None
+    #: whether the update divides by the learning rate (FTRL, FTML): then lr must be > 0
+    requires_positive_lr = False
+
+    def __init__(self, rescale_grad=1.0, param_idx2name=None, wd=0.0, clip_gradient=None,
+                 learning_rate=None, lr_scheduler=None, sym=None, begin_num_update=0,
+                 multi_precision=False, param_dict=None, backend="auto", convention="mxnet"):
+        self.rescale_grad = check_nonneg("rescale_grad", rescale_grad)
+        self.wd = check_nonneg("wd", wd)
+        self.clip_gradient = None if clip_gradient is None else check_nonneg(
+            "clip_gradient (use None to disable clipping)", clip_gradient)
+        if learning_rate is not None:
+            learning_rate = check_nonneg("learning_rate", learning_rate)
+        if lr_scheduler is not None and not callable(lr_scheduler):
+            raise TypeError(f"lr_scheduler must be callable (an LRScheduler), got {lr_scheduler!r}")
+        if sym is not None:
+            raise ValueError("sym (symbolic graphs) is not supported; pass param_idx2name instead")
+        self.begin_num_update = check_int("begin_num_update", begin_num_update, 0)
+        if not isinstance(multi_precision, (bool, np.bool_)):
+            raise TypeError(f"multi_precision must be a bool, got {multi_precision!r}")
+        self.multi_precision = bool(multi_precision)
+        self.backend = check_choice("backend", backend, BACKENDS)
+        self.convention = check_choice("convention", convention, CONVENTIONS)
+        if param_idx2name is None:
+            param_idx2name = {}
+        if not isinstance(param_idx2name, dict):
+            raise TypeError("param_idx2name must be a dict of index to name")
+        self.idx2name = dict(param_idx2name)
+        self.param_dict = param_dict if param_dict is not None else {}
+
+        # MXNet optimizer.py:109-116: lr 0.01 when neither is given; a given learning_rate
+        # overwrites the scheduler's base_lr.
+        self.lr_scheduler = lr_scheduler
+        if learning_rate is None and lr_scheduler is None:
+            learning_rate = 0.01
+        if lr_scheduler is not None and learning_rate is not None:
+            if getattr(lr_scheduler, "base_lr", learning_rate) != learning_rate:
+                warnings.warn(f"learning_rate {learning_rate} overwrites the lr_scheduler's "
+                              f"base_lr {lr_scheduler.base_lr} (as in MXNet)", UserWarning,
+                              stacklevel=3)
+            lr_scheduler.base_lr = learning_rate
+        self.lr = learning_rate if learning_rate is not None else getattr(lr_scheduler, "base_lr", 0.01)
+
+        self.num_update = self.begin_num_update
+        self._index_update_count: dict = {}
+        self.lr_mult: dict = {}
+        self.wd_mult: dict = {}
+        self.set_lr_mult({})
+        self.set_wd_mult({})
+
+    # ---------------------------------------------------------------------------------------
+    # learning rate, multipliers, counts
+    # ---------------------------------------------------------------------------------------
+    @property
+    def learning_rate(self):
+        """The current base learning rate (the scheduler's value at ``num_update`` if set)."""
+        if self.lr_scheduler is not None:
+            return self.lr_scheduler(self.num_update)
+        return self.lr
+
+    def set_learning_rate(self, lr):
+        """Set the base learning rate. With an lr_scheduler this raises UserWarning, as MXNet."""
+        if self.lr_scheduler is not None:
+            raise UserWarning("LRScheduler of the optimizer has already been defined. "
+                              "Note that set_learning_rate can mutate the value of the learning "
+                              "rate of the optimizer only when the LRScheduler of the optimizer "
+                              "is undefined.")
+        self.lr = check_nonneg("learning_rate", lr)
+
+    def set_lr_mult(self, args_lr_mult):
+        """Per-index (or per-name) learning-rate multipliers; replaces earlier ones."""
+        if not isinstance(args_lr_mult, dict):
+            raise TypeError("set_lr_mult expects a dict of index or name to multiplier")
+        mult = {k: check_nonneg(f"lr_mult[{k!r}]", v) for k, v in args_lr_mult.items()}
+        self.lr_mult = mult
+
+    def set_wd_mult(self, args_wd_mult):
+        """Per-index (or per-name) weight-decay multipliers; replaces earlier ones.
+
+        As in MXNet, every name of ``param_idx2name`` that ends neither in ``_weight`` nor in
+        ``_gamma`` first gets multiplier 0 (biases and batch-norm betas are not decayed).
+        """
+        if not isinstance(args_wd_mult, dict):
+            raise TypeError("set_wd_mult expects a dict of index or name to multiplier")
+        mult = {}
+        for name in self.idx2name.values():
+            if not (name.endswith("_weight") or name.endswith("_gamma")):
+                mult[name] = 0.0
+        mult.update({k: check_nonneg(f"wd_mult[{k!r}]", v) for k, v in args_wd_mult.items()})
+        self.wd_mult = mult
+
+    def _mult(self, index, table, attr):
+        p = self.param_dict.get(index) if isinstance(self.param_dict, dict) else None
+        if p is not None and hasattr(p, attr):
+            return float(getattr(p, attr))
+        if index in table:
+            return table[index]
+        name = self.idx2name.get(index)
+        if name is not None and name in table:
+            return table[name]
+        return 1.0
+
+    def _get_lr(self, index, num_update=None):
+        """The learning rate of ``index``: schedule (at ``num_update``) times its multiplier."""
+        if self.lr_scheduler is not None:
+            n = self.num_update if num_update is None else num_update
+            lr = self.lr_scheduler(n)
+        else:
+            lr = self.lr
+        lr = lr * self._mult(index, self.lr_mult, "lr_mult")
+        if not (isinstance(lr, numbers.Real) and math.isfinite(lr) and lr >= 0):
+            raise ValueError(f"the learning rate for index {index!r} is {lr!r}; it must be "
+                             "finite and >= 0 (check the lr_scheduler and lr_mult)")
+        return float(lr)
+
+    def _get_wd(self, index):
+        return self.wd * self._mult(index, self.wd_mult, "wd_mult")
+
+    def _next_count(self, index):
+        """``(t, num_update)`` after this index's next update, without committing them."""
+        t = self._index_update_count.get(index, self.begin_num_update) + 1
+        return t, max(self.num_update, t)
+
+    def _lr_count(self, num_update_after):
+        """The ``num_update`` the schedule is read at: MXNet increments the count first."""
+        return num_update_after
+
+    def _commit_count(self, index, t):
+        self._index_update_count[index] = t
+        self.num_update = max(self.num_update, t)
+
+    # ---------------------------------------------------------------------------------------
+    # state
+    # ---------------------------------------------------------------------------------------
+    def state_slots(self):
+        """Names of the state arrays ``create_state`` returns, in order (subclasses override)."""
+        return ()
+
+    def create_state(self, index, weight):
+        """Fresh state for ``weight``: None, an array, or a tuple (MXNet's shapes and order),
+        of the weight's dtype."""
+        self._check_weight(weight)
+        slots = self.state_slots()
+        if not slots:
+            return None
+        arrays = tuple(self._init_slot(name, weight) for name in slots)
+        return arrays[0] if len(arrays) == 1 and not self._tuple_state() else arrays
+
+    def _tuple_state(self):
+        """Whether a single-slot state is returned as a 1-tuple (RMSProp's ``(n,)``)."""
+        return False
+
+    def _init_slot(self, name, weight):
+        return np.zeros_like(weight)
+
+    def create_state_multi_precision(self, index, weight):
+        """State including a float32 master copy for float16 weights with multi_precision.
+
+        The layout is MXNet's base wrapper ``(weight32, state)``; SGD and NAG override it with
+        their ``(state, weight32)``.
+        """
+        if self._uses_master(weight):
+            w32 = weight.astype(np.float32)
+            return (w32, self.create_state(index, w32))
+        return self.create_state(index, weight)
+
+    def _uses_master(self, weight):
+        return self.multi_precision and isinstance(weight, np.ndarray) and weight.dtype == np.float16
+
+    def _split_mp_state(self, state):
+        """``(master, inner_state)`` of a multi-precision state (base wrapper layout)."""
+        return state[0], state[1]
+
+    # ---------------------------------------------------------------------------------------
+    # update
+    # ---------------------------------------------------------------------------------------
+    def update(self, index, weight, grad, state):
+        """Update ``weight`` and ``state`` in place from ``grad`` (the weight's dtype)."""
+        self._check_index(index)
+        self._check_weight(weight)
+        self._check_grad(weight, grad)
+        self._check_state(state, weight, self.create_state_template(weight))
+        self._apply(index, weight, grad, state)
+
+    def update_multi_precision(self, index, weight, grad, state):
+        """``update`` through the float32 master copy when the weight is float16 and
+        multi_precision is on; plain ``update`` otherwise."""
+        if not self._uses_master(weight):
+            return self.update(index, weight, grad, state)
+        self._check_index(index)
+        self._check_weight(weight)
+        self._check_grad(weight, grad)
+        if not isinstance(state, tuple) or len(state) != 2:
+            raise TypeError("a multi-precision state must be the 2-tuple that "
+                            "create_state_multi_precision returned")
+        master, inner = self._split_mp_state(state)
+        self._check_array("state (float32 master copy)", master, weight.shape, np.float32, weight)
+        self._check_state(inner, master, self.create_state_template(master))
+        g32 = grad.astype(np.float32)
+        self._apply(index, master, g32, inner)
+        np.copyto(weight, master, casting="same_kind")
+
+    def _apply(self, index, weight, grad, state):
+        """Validated arrays in; one step applied; counts committed last."""
+        t, num_update = self._next_count(index)
+        lr = self._get_lr(index, self._lr_count(num_update))
+        if self.requires_positive_lr and not lr > 0:
+            raise ValueError(f"{type(self).__name__} divides by the learning rate; it must be "
+                             f"> 0, got {lr} for index {index!r}")
+        wd = self._get_wd(index)
+        backend = self._resolve_backend(weight)
+        if weight.dtype == np.float16:
+            # float16 storage without a master copy: float32 arithmetic, rounded back after the step
+            w32 = weight.astype(np.float32)
+            states32 = self._map_state(state, lambda a: a.astype(np.float32))
+            self._step(backend, index, w32, grad.astype(np.float32), states32, t, lr, wd)
+            np.copyto(weight, w32, casting="same_kind")
+            self._zip_state(state, states32, lambda dst, src: np.copyto(dst, src, casting="same_kind"))
+        else:
+            self._step(backend, index, weight, grad, state, t, lr, wd)
+        self._commit_count(index, t)
+
+    @staticmethod
+    def _map_state(state, f):
+        if state is None:
+            return None
+        if isinstance(state, tuple):
+            return tuple(None if s is None else f(s) for s in state)
+        return f(state)
+
+    @staticmethod
+    def _zip_state(dst, src, f):
+        if dst is None:
+            return
+        if isinstance(dst, tuple):
+            for d, s in zip(dst, src):
+                if d is not None:
+                    f(d, s)
+        else:
+            f(dst, src)
+
+    def _state_arrays(self, state):
+        """The state as the tuple of arrays in ``state_slots()`` order."""
+        if state is None:
+            return ()
+        if isinstance(state, tuple):
+            return tuple(s for s in state if s is not None)
+        return (state,)
+
+    def _step(self, backend, index, weight, grad, state, t, lr, wd):
+        """One step on validated arrays. Subclasses implement ``_kernel_step`` and
+        ``_reference_step`` (the latter is generic for optimizers with a reference module)."""
+        if backend == "reference":
+            self._reference_step(index, weight, grad, state, t, lr, wd)
+        else:
+            self._kernel_step(index, weight, grad, state, t, lr, wd)
+
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+        raise NotImplementedError(f"{type(self).__name__} has no CPU kernel; override "
+                                  "_kernel_step, or give it a `rule` (see docs/custom-optimizer.md)")
+
+    # --- the reference backend -------------------------------------------------------------
+    def reference_hyper(self):
+        """This optimizer's own hyperparameters as the reference module names them."""
+        return {}
+
+    def _reference_extra(self, index):
+        """Scalar bookkeeping the reference keeps in its state dict (e.g. Nadam's m_schedule)."""
+        return {}
+
+    def _reference_store_extra(self, index, new_state):
+        pass
+
+    def _reference_call_kwargs(self, index, t):
+        return {}
+
+    def reference_module(self):
+        """The oracle module of this optimizer (imported on first use), or None."""
+        if self.reference_name is None:
+            return None
+        import importlib
+        return importlib.import_module(f"reference.{self.reference_name}")
+
+    def _reference_step(self, index, weight, grad, state, t, lr, wd):
+        ref = self.reference_module()
+        if ref is None:
+            raise ValueError(f"{type(self).__name__} has no reference implementation; "
+                             "use backend='cpu'")
+        slots = self.state_slots()
+        arrays = self._state_arrays(state)
+        st = {name: np.asarray(a, dtype=np.float64) for name, a in zip(slots, arrays)}
+        st.update(self._reference_extra(index))
+        w_new, st_new = ref.step(weight.astype(np.float64), grad.astype(np.float64), st, t=t,
+                                 lr=lr, wd=wd, rescale_grad=self.rescale_grad,
+                                 clip_gradient=self.clip_gradient, convention=self.convention,
+                                 **self.reference_hyper(), **self._reference_call_kwargs(index, t))
+        weight[...] = w_new
+        for name, a in zip(slots, arrays):
+            a[...] = st_new[name]
+        self._reference_store_extra(index, st_new)
+
+    # --- backend choice ----------------------------------------------------------------------
+    def _resolve_backend(self, weight):
+        if self.backend == "cuda":
+            from ..backends import cuda_available
+            ok, why = cuda_available()
+            raise RuntimeError("backend='cuda' was requested but " + (
+                why if not ok else "the CUDA kernels are not part of this version yet") +
+                "; use backend='cpu' for numpy arrays")
+        if self.backend == "auto":
+            return "cpu"
+        return self.backend
+
+    # ---------------------------------------------------------------------------------------
+    # validation: everything is checked before anything is written
+    # ---------------------------------------------------------------------------------------
+    @staticmethod
+    def _check_index(index):
+        if isinstance(index, bool) or not isinstance(index, (numbers.Integral, str)):
+            raise TypeError(f"index must be an int (or a str name), got {type(index).__name__}")
+
+    def _check_weight(self, weight):
+        if not isinstance(weight, np.ndarray):
+            if hasattr(weight, "__cuda_array_interface__"):
+                from ..backends import cuda_available
+                ok, why = cuda_available()
+                raise TypeError("weight is a GPU array; the CUDA backend is not part of this "
+                                f"version yet ({why if not ok else 'GPU present'}); use numpy arrays")
+            raise TypeError(f"weight must be a numpy.ndarray, got {type(weight).__name__}")
+        if weight.dtype not in _FLOAT_DTYPES:
+            raise TypeError(f"weight dtype must be float16, float32 or float64, got {weight.dtype}")
+        if not weight.flags.writeable:
+            raise ValueError("weight is read-only; the update is in place and needs a writeable array")
+        if not (weight.flags.c_contiguous or weight.flags.f_contiguous):
+            raise ValueError("weight is not contiguous (a strided view); updating it in place "
+                             "would need a copy: pass a contiguous array (np.ascontiguousarray) "
+                             "and copy the result back yourself")
+
+    @staticmethod
+    def _check_grad(weight, grad):
+        if not isinstance(grad, np.ndarray):
+            raise TypeError(f"grad must be a numpy.ndarray, got {type(grad).__name__}")
+        if grad.shape != weight.shape:
+            raise ValueError(f"grad shape {grad.shape} does not match weight shape {weight.shape}")
+        if grad.dtype != weight.dtype:
+            raise TypeError(f"grad dtype {grad.dtype} does not match weight dtype {weight.dtype}")
+
+    def create_state_template(self, weight):
+        """The structure of ``create_state``: None, a ``Slot``, or a tuple of ``Slot``/None."""
+        slots = self.state_slots()
+        if not slots:
+            return None
+        items = tuple(Slot(name, *self._slot_template(name, weight)) for name in slots)
+        return items[0] if len(items) == 1 and not self._tuple_state() else items
+
+    def _slot_template(self, name, weight):
+        return weight.shape, weight.dtype
+
+    def _check_array(self, what, a, shape, dtype, weight):
+        if not isinstance(a, np.ndarray):
+            raise TypeError(f"{what} must be a numpy.ndarray, got {type(a).__name__}")
+        if a.shape != tuple(shape):
+            raise ValueError(f"{what} has shape {a.shape}, expected {tuple(shape)}")
+        if a.dtype != np.dtype(dtype):
+            raise TypeError(f"{what} has dtype {a.dtype}, expected {np.dtype(dtype)}")
+        if not a.flags.writeable:
+            raise ValueError(f"{what} is read-only")
+        if a.size > 1 and not (a.flags.c_contiguous and weight.flags.c_contiguous or
+                               a.flags.f_contiguous and weight.flags.f_contiguous):
+            raise ValueError(f"{what} is not contiguous in the weight's memory order")
+        if a is weight or (a.size and np.may_share_memory(a, weight)):
+            raise ValueError(f"{what} shares memory with the weight")
+
+    def _check_state(self, state, weight, template):
+        if template is None:
+            if state is not None:
+                raise TypeError(f"{type(self).__name__} with these hyperparameters keeps no "
+                                f"state; expected None, got {type(state).__name__}")
+            return
+        if isinstance(template, Slot):
+            self._check_array(f"state[{template.name!r}]", state, template.shape,
+                              template.dtype, weight)
+            return
+        names = tuple(s.name if s is not None else "None" for s in template)
+        if not isinstance(state, tuple) or len(state) != len(template):
+            raise TypeError(f"state must be a tuple {names}, as create_state returns; "
+                            f"got {type(state).__name__}")
+        seen = []
+        for a, slot in zip(state, template):
+            if slot is None:
+                if a is not None:
+                    raise TypeError(f"state must be a tuple {names}: expected None, got an array")
+                continue
+            self._check_array(f"state[{slot.name!r}]", a, slot.shape, slot.dtype, weight)
+            for b in seen:
+                if a.size and np.may_share_memory(a, b):
+                    raise ValueError(f"state[{slot.name!r}] shares memory with another state array")
+            seen.append(a)
+
+    # ---------------------------------------------------------------------------------------
+    # helpers for subclasses
+    # ---------------------------------------------------------------------------------------
+    def _run_rule(self, factory, weight, grad, states, hyper):
+        """Run a per-element rule over ``weight``, ``grad`` and ``states`` in place."""
+        order = "F" if (weight.flags.f_contiguous and not weight.flags.c_contiguous) else "C"
+        g = grad if grad.flags[f"{'F' if order == 'F' else 'C'}_CONTIGUOUS"] else \
+            np.asarray(grad, order=order)
+        flat = lambda a: a.reshape(-1, order=order)  # noqa: E731 - contiguous: a view
+        cpu.run_elementwise(factory, flat(weight), flat(g), tuple(flat(s) for s in states), hyper)
+
+    #: True for MXNet's kernel optimizers, whose hyperparameters MXNet rounds to float32
+    #: (spec section 1.6); Python-op optimizers round only the clip bound.
+    mxnet_kernel = True
+
+    def _r(self, x):
+        """A kernel hyperparameter as the convention uses it: rounded to float32 under
+        convention "mxnet" for MXNet's kernel optimizers (float64 weights included)."""
+        if self.convention == "mxnet" and self.mxnet_kernel and x is not None:
+            return float(np.float32(x))
+        return x
+
+    def _clip_bound(self):
+        """The clip bound for a rule, -1 meaning off, with each convention's gating."""
+        c = self.clip_gradient
+        if self.convention == "mxnet":
+            if self.mxnet_kernel:
+                return float(np.float32(c)) if c else -1.0
+            return -1.0 if c is None else float(np.float32(c))
+        return -1.0 if c is None else c
+
+    def __repr__(self):
+        return (f"{type(self).__name__}(learning_rate={self.lr!r}, wd={self.wd!r}, "
+                f"convention={self.convention!r}, backend={self.backend!r})")

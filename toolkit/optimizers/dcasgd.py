@@ -1,0 +1,108 @@
+"""DCASGD: delay-compensated asynchronous SGD (MXNet ``dcasgd``; guide line 216; Zheng et al. 2017).
+
+mxnet (Python ops, spec section 2.11; MXNet assumes the gradient is one update old)::
+
+    g = clip(rescale_grad*grad, c);  step = -lr*(g + wd*w + lamda*g*g*(w - w_prev));  w_prev = w
+    momentum 0: w = w + step;  momentum > 0: mom = momentum*mom + step;  w = w + mom
+
+(MXNet 1.9.1 crashes on momentum > 0; the intended variant above is computed instead.)
+
+guide: ``w = w - lr*(G + lamda*G*G*(w - w_i))`` with ``w_i`` the weight at which the gradient was
+evaluated. An optimizer step cannot know it; it takes the gradient as computed at the current
+weight (no delay), so the compensation term vanishes: ``w = w - lr*G`` (with momentum as above).
+``reference.dcasgd.step(..., w_grad=...)`` computes the guide's form for a known delay.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Optimizer, check_nonneg, check_unit, register
+
+__all__ = ["DCASGD"]
+
+
+def plain_rule(f):
+    zero = f(0)
+
+    def rule(w, grad, w_prev, hp):
+        neg_lr, wd, rs, c, lamda, comp = hp
+        g = rs * grad
+        if c >= zero:
+            g = min(max(g, -c), c)
+        if comp > zero:      # mxnet: compensate against the previous weight
+            step = neg_lr * (g + wd * w + lamda * g * g * (w - w_prev))
+        else:                # guide without delay: G = g + wd*w, no compensation
+            step = neg_lr * (g + wd * w)
+        return w + step, w
+    return rule
+
+
+def momentum_rule(f):
+    zero = f(0)
+
+    def rule(w, grad, mom, w_prev, hp):
+        neg_lr, wd, rs, c, lamda, comp, mu = hp
+        g = rs * grad
+        if c >= zero:
+            g = min(max(g, -c), c)
+        if comp > zero:
+            step = neg_lr * (g + wd * w + lamda * g * g * (w - w_prev))
+        else:
+            step = neg_lr * (g + wd * w)
+        mom = mu * mom + step
+        return w + mom, mom, w
+    return rule
+
+
+@register
+class DCASGD(Optimizer):
+    """Delay-compensated asynchronous SGD (MXNet ``dcasgd``).
+
+    * mxnet: ``step = -lr*(g + wd*w + lamda*g^2*(w - w_prev)); w_prev = w; w = w + step``
+      (with momentum: ``mom = momentum*mom + step; w = w + mom``)
+    * guide: ``w = w - lr*(g + wd*w)`` — the guide's compensation ``lamda*g^2*(w - w_i)`` needs
+      the weight ``w_i`` at which the gradient was taken; without a known delay it is zero.
+
+    ``g = clip(rs*grad, c)``. State: ``(mom or None, w_prev)``, ``w_prev`` a copy of the weight.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from toolkit import optimizer
+        >>> opt = optimizer.DCASGD(learning_rate=0.1, lamda=0.04)
+        >>> w = np.ones(2); s = opt.create_state(0, w); opt.update(0, w, np.ones(2), s)
+        >>> w
+        array([0.9, 0.9])
+    """
+
+    reference_name = "dcasgd"
+    mxnet_kernel = False
+
+    def __init__(self, momentum=0.0, lamda=0.04, **kwargs):
+        self.momentum = check_unit("momentum", momentum)
+        self.lamda = check_nonneg("lamda", lamda)
+        super().__init__(**kwargs)
+
+    def state_slots(self):
+        return ("mom", "w_prev") if self.momentum != 0.0 else ("w_prev",)
+
+    def create_state(self, index, weight):
+        self._check_weight(weight)
+        mom = np.zeros_like(weight) if self.momentum != 0.0 else None
+        return (mom, weight.copy())
+
+    def create_state_template(self, weight):
+        from .base import Slot
+        mom = Slot("mom", weight.shape, weight.dtype) if self.momentum != 0.0 else None
+        return (mom, Slot("w_prev", weight.shape, weight.dtype))
+
+    def reference_hyper(self):
+        return {"momentum": self.momentum, "lamda": self.lamda}
+
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+        comp = 1.0 if self.convention == "mxnet" else 0.0
+        hyper = (-lr, wd, self.rescale_grad, self._clip_bound(), self.lamda, comp)
+        if self.momentum != 0.0:
+            self._run_rule(momentum_rule, weight, grad, state, hyper + (self.momentum,))
+        else:
+            self._run_rule(plain_rule, weight, grad, (state[1],), hyper)

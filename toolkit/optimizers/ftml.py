@@ -1,0 +1,81 @@
+"""FTML: Follow the Moving Leader (MXNet ``ftml``; guide lines 250-259; Zheng and Kwok 2017).
+
+mxnet (``ftml_update``, spec section 2.13; weight decay before clipping)::
+
+    g = clip(rescale_grad*grad + wd*w, c);  v = beta2*v + (1-beta2)*g*g
+    d_t = (1 - beta1^t)/lr * (sqrt(v/(1 - beta2^t)) + eps)
+    z = beta1*z + (1-beta1)*g - (d_t - beta1*d)*w;  d = d_t;  w = -z/d_t
+
+guide: the same with ``G = clip(rescale_grad*grad, c) + wd*w``.
+"""
+from __future__ import annotations
+
+import math
+
+from .base import Optimizer, check_nonneg, check_unit, register
+
+__all__ = ["FTML"]
+
+
+def ftml_rule(f):
+    zero = f(0)
+
+    def rule(w, grad, d, v, z, hp):
+        wd, rs, c, b1, omb1, b2, omb2, bc2, d_scale, eps, guide = hp
+        if guide > zero:
+            g = rs * grad
+            if c >= zero:
+                g = min(max(g, -c), c)
+            g = g + wd * w
+        else:
+            g = rs * grad + wd * w
+            if c >= zero:
+                g = min(max(g, -c), c)
+        v = b2 * v + omb2 * (g * g)
+        d_t = d_scale * (math.sqrt(v / bc2) + eps)
+        z = b1 * z + omb1 * g - (d_t - b1 * d) * w
+        return -z / d_t, d_t, v, z
+    return rule
+
+
+@register
+class FTML(Optimizer):
+    """Follow the Moving Leader (MXNet ``ftml``).
+
+    ``v = beta2*v + (1-beta2)*g^2;  d_t = (1-beta1^t)/lr*(sqrt(v/(1-beta2^t)) + epsilon);
+    z = beta1*z + (1-beta1)*g - (d_t - beta1*d_{t-1})*w;  w = -z/d_t``, with
+    ``g = clip(rs*grad + wd*w, c)`` (mxnet) or ``clip(rs*grad, c) + wd*w`` (guide). The learning
+    rate divides, so it must be > 0. State: ``(d, v, z)``.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from toolkit import optimizer
+        >>> opt = optimizer.FTML(learning_rate=0.01, beta1=0.6, beta2=0.999)
+        >>> w = np.zeros(2); s = opt.create_state(0, w); opt.update(0, w, np.ones(2), s)
+        >>> np.round(w, 6)
+        array([-0.01, -0.01])
+    """
+
+    reference_name = "ftml"
+    requires_positive_lr = True
+
+    def __init__(self, beta1=0.6, beta2=0.999, epsilon=1e-8, **kwargs):
+        self.beta1 = check_unit("beta1", beta1)
+        self.beta2 = check_unit("beta2", beta2)
+        self.epsilon = check_nonneg("epsilon", epsilon)
+        super().__init__(**kwargs)
+
+    def state_slots(self):
+        return ("d", "v", "z")
+
+    def reference_hyper(self):
+        return {"beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon}
+
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+        r = self._r
+        lr, b1, b2 = r(lr), r(self.beta1), r(self.beta2)
+        self._run_rule(ftml_rule, weight, grad, state,
+                       (r(wd), r(self.rescale_grad), self._clip_bound(), b1, 1.0 - b1, b2, 1.0 - b2,
+                        1.0 - b2 ** t, (1.0 - b1 ** t) / lr, self.epsilon,
+                        0.0 if self.convention == "mxnet" else 1.0))

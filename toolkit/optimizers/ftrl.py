@@ -1,0 +1,100 @@
+"""FTRL-Proximal (MXNet ``ftrl``; guide lines 233-241; McMahan et al. 2013, Algorithm 1).
+
+mxnet (``ftrl_update``, spec section 2.12; weight decay in the denominator)::
+
+    g = clip(rescale_grad*grad, c);  z = z + g - sigma*w;  n = n + g*g
+    w = (sign(z)*lamda1 - z)/((beta + sqrt(n))/lr + wd) * (|z| > lamda1)
+
+guide, with its z-update corrected (the guide drops the gradient term and flips the sign)::
+
+    G = clip(rescale_grad*grad, c) + wd*w;  z = z + G - sigma*w;  n = n + G*G
+    w = (|z| > lamda1) * (-lr/(beta + sqrt(n)) * (z - lamda1*sign(z)))
+
+``sigma = (sqrt(n + g^2) - sqrt(n))/lr`` is evaluated as ``g^2/(sqrt(n + g^2) + sqrt(n))/lr``:
+the same number without the cancellation of two nearly equal roots (DESIGN section 5; one float32
+step with the difference of roots has errors up to ~1e6 ulp).
+"""
+from __future__ import annotations
+
+import math
+
+from .base import Optimizer, check_nonneg, register
+
+__all__ = ["Ftrl"]
+
+
+def ftrl_rule(f):
+    zero, one = f(0), f(1)
+
+    def rule(w, grad, z, n, hp):
+        lr, wd, rs, c, lamda1, beta, guide = hp
+        g = rs * grad
+        if c >= zero:
+            g = min(max(g, -c), c)
+        if guide > zero:
+            g = g + wd * w
+        gg = g * g
+        root_n = math.sqrt(n)
+        root_new = math.sqrt(n + gg)
+        den = root_new + root_n
+        sigma_lr = gg / den if den > zero else zero        # (sqrt(n+g^2) - sqrt(n)), stably
+        z = z + g - sigma_lr * w / lr
+        n = n + gg
+        if abs(z) > lamda1:
+            s = one if z > zero else -one
+            if guide > zero:
+                w = -lr / (beta + math.sqrt(n)) * (z - lamda1 * s)
+            else:
+                w = (s * lamda1 - z) / ((beta + math.sqrt(n)) / lr + wd)
+        else:
+            w = zero
+        return w, z, n
+    return rule
+
+
+@register
+class Ftrl(Optimizer):
+    """FTRL-Proximal (MXNet ``ftrl``; McMahan et al. 2013).
+
+    ``z = z + g - sigma*w``, ``sigma = (sqrt(n + g^2) - sqrt(n))/lr``, ``n = n + g^2``, then
+
+    * mxnet: ``w = (sign(z)*lamda1 - z)/((beta + sqrt(n))/lr + wd)`` where ``|z| > lamda1``, else 0;
+      ``g = clip(rs*grad, c)``
+    * guide: ``w = -lr/(beta + sqrt(n))*(z - lamda1*sign(z))`` where ``|z| > lamda1``, else 0;
+      ``g = clip(rs*grad, c) + wd*w``
+
+    ``lamda1`` is the L1 strength (the guide's lambda), ``beta`` the guide's beta; the default
+    learning rate is 0.1. The learning rate divides, so it must be > 0. State: ``(z, n)``.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from toolkit import optimizer
+        >>> opt = optimizer.Ftrl(lamda1=0.01, learning_rate=0.1, beta=1)
+        >>> w = np.zeros(2); s = opt.create_state(0, w); opt.update(0, w, np.array([1.0, 0.001]), s)
+        >>> w
+        array([-0.0495,  0.    ])
+    """
+
+    reference_name = "ftrl"
+    requires_positive_lr = True
+
+    def __init__(self, lamda1=0.01, learning_rate=0.1, beta=1, **kwargs):
+        self.lamda1 = check_nonneg("lamda1", lamda1)
+        self.beta = check_nonneg("beta", beta)
+        super().__init__(**kwargs)
+        # MXNet does not forward learning_rate to the base class (spec section 2.12): a
+        # scheduler's base_lr is not overwritten.
+        self.lr = check_nonneg("learning_rate", learning_rate)
+
+    def state_slots(self):
+        return ("z", "n")
+
+    def reference_hyper(self):
+        return {"lamda1": self.lamda1, "beta": self.beta}
+
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+        r = self._r
+        self._run_rule(ftrl_rule, weight, grad, state,
+                       (r(lr), r(wd), r(self.rescale_grad), self._clip_bound(), r(self.lamda1),
+                        r(self.beta), 0.0 if self.convention == "mxnet" else 1.0))

@@ -1,0 +1,103 @@
+"""Nadam (MXNet ``nadam``; Dozat 2016). Convention "mxnet" only: see below.
+
+mxnet (Python ops, spec section 2.8)::
+
+    mu_t = beta1*(1 - 0.5*0.96^(t*schedule_decay));  mu_t1 = beta1*(1 - 0.5*0.96^((t+1)*schedule_decay))
+    m_schedule = m_schedule*mu_t;  ms_next = m_schedule*mu_t1      # one scalar for ALL indices
+    g = clip(rescale_grad*grad + wd*w, c);  m = beta1*m + (1-beta1)*g;  v = beta2*v + (1-beta2)*g*g
+    m_bar = (1-mu_t)*g/(1-m_schedule) + mu_t1*m/(1-ms_next)
+    w = w - lr*m_bar/(sqrt(v/(1-beta2^t)) + eps)
+
+The guide's Nadam (guide lines 179-183) evaluates the gradient at two different points in one
+step (``w_i + beta1*v_i`` and ``w_i``), so it is not an optimizer step from one gradient:
+``reference.nadam.step_lookahead`` computes it with a gradient function, and
+``convention="guide"`` is refused here.
+"""
+from __future__ import annotations
+
+import math
+
+from .base import Optimizer, check_nonneg, check_unit, register
+
+__all__ = ["Nadam"]
+
+
+def mxnet_rule(f):
+    zero = f(0)
+
+    def rule(w, grad, m, v, hp):
+        lr, wd, rs, c, b1, omb1, b2, omb2, eps, den_g, den_m, den_v, one_m_mu, mu_next = hp
+        g = rs * grad + wd * w
+        if c >= zero:
+            g = min(max(g, -c), c)
+        m = b1 * m + omb1 * g
+        v = b2 * v + omb2 * (g * g)
+        m_bar = one_m_mu * (g / den_g) + mu_next * (m / den_m)
+        return w - lr * m_bar / (math.sqrt(v / den_v) + eps), m, v
+    return rule
+
+
+@register
+class Nadam(Optimizer):
+    """Nadam (MXNet ``nadam``): Adam with Nesterov momentum and Dozat's warming schedule.
+
+    ``mu_t = beta1*(1 - 0.5*0.96^(t*schedule_decay))``; ``m_schedule`` is the running product of
+    the ``mu_t`` and, as in MXNet, is **one scalar per optimizer, shared by all indices**, so it
+    depends on how many parameters are updated and in what order. Then
+    ``w = w - lr*((1-mu_t)*g/(1-m_schedule) + mu_{t+1}*m/(1-m_schedule*mu_{t+1})) /
+    (sqrt(v/(1-beta2^t)) + epsilon)`` with ``g = clip(rs*grad + wd*w, c)``. State: ``(m, v)``.
+
+    Only convention "mxnet": the guide's Nadam needs gradients at two points per step
+    (``reference.nadam.step_lookahead`` evaluates it with a gradient function).
+
+    Example::
+
+        >>> import numpy as np
+        >>> from toolkit import optimizer
+        >>> opt = optimizer.Nadam(learning_rate=0.001)
+        >>> w = np.zeros(2); s = opt.create_state(0, w); opt.update(0, w, np.ones(2), s)
+        >>> bool(opt.m_schedule < 1.0)
+        True
+    """
+
+    reference_name = "nadam"
+    mxnet_kernel = False
+
+    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8,
+                 schedule_decay=0.004, **kwargs):
+        self.beta1 = check_unit("beta1", beta1)
+        self.beta2 = check_unit("beta2", beta2)
+        self.epsilon = check_nonneg("epsilon", epsilon)
+        self.schedule_decay = check_nonneg("schedule_decay", schedule_decay)
+        super().__init__(learning_rate=learning_rate, **kwargs)
+        if self.convention == "guide":
+            raise ValueError("convention='guide' is not available for Nadam: the guide's "
+                             "equations need the gradient at two points per step; use "
+                             "reference.nadam.step_lookahead with a gradient function, or "
+                             "convention='mxnet'")
+        self.m_schedule = 1.0
+
+    def state_slots(self):
+        return ("m", "v")
+
+    def reference_hyper(self):
+        return {"beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon,
+                "schedule_decay": self.schedule_decay}
+
+    def _reference_extra(self, index):
+        return {"m_schedule": self.m_schedule}
+
+    def _reference_store_extra(self, index, new_state):
+        self.m_schedule = float(new_state["m_schedule"])
+
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+        b1, b2, sd = self.beta1, self.beta2, self.schedule_decay
+        mu_t = b1 * (1.0 - 0.5 * 0.96 ** (t * sd))
+        mu_t1 = b1 * (1.0 - 0.5 * 0.96 ** ((t + 1) * sd))
+        m_schedule = self.m_schedule * mu_t
+        ms_next = m_schedule * mu_t1
+        self._run_rule(mxnet_rule, weight, grad, state,
+                       (lr, wd, self.rescale_grad, self._clip_bound(), b1, 1.0 - b1, b2, 1.0 - b2,
+                        self.epsilon, 1.0 - m_schedule, 1.0 - ms_next, 1.0 - b2 ** t,
+                        1.0 - mu_t, mu_t1))
+        self.m_schedule = m_schedule

@@ -1,0 +1,107 @@
+"""Nesterov accelerated gradient (MXNet ``nag``; guide lines 76-77).
+
+MXNet stores the look-ahead point ``w~ = w + momentum*v`` and takes the gradient there (spec
+section 2.2). mxnet (``nag_mom_update``; its weight decay in the momentum line reads the updated
+weight, MXNet's in-place aliasing)::
+
+    g = clip(rescale_grad*grad, c);  m1 = momentum*mom
+    w_new = w - m1 + (momentum + 1)*(m1 - lr*(g + wd*w));  mom = m1 - lr*(g + wd*w_new)
+
+guide, in the same stored-point form (proved equal to the look-ahead form of the guide in
+``tests/test_proof_nag.py``)::
+
+    G = clip(rescale_grad*grad, c) + wd*w;  v = momentum*v - lr*G;  w = w + momentum*v - lr*G
+"""
+from __future__ import annotations
+
+from .base import Optimizer, check_unit, register
+from .sgd import guide_plain_rule, sgd_update_rule
+
+__all__ = ["NAG"]
+
+
+def mxnet_rule(f):
+    zero = f(0)
+
+    def rule(w, grad, mom, hp):
+        lr, wd, rs, c, mu, mu1 = hp
+        g = rs * grad
+        if c >= zero:
+            g = min(max(g, -c), c)
+        m1 = mu * mom
+        w_new = (w - m1) + mu1 * (m1 - lr * (g + wd * w))
+        return w_new, m1 - lr * (g + wd * w_new)
+    return rule
+
+
+def guide_rule(f):
+    zero = f(0)
+
+    def rule(w, grad, v, hp):
+        lr, wd, rs, c, mu, mu1 = hp
+        g = rs * grad
+        if c >= zero:
+            g = min(max(g, -c), c)
+        step = lr * (g + wd * w)
+        v = mu * v - step
+        return w + mu * v - step, v
+    return rule
+
+
+@register
+class NAG(Optimizer):
+    """Nesterov accelerated SGD (MXNet ``nag``), in the stored look-ahead form.
+
+    The weight held is the look-ahead point ``w~ = w + momentum*v`` of the guide's equations
+    (``docs/conventions.md``, "NAG"):
+
+    * mxnet: ``m1 = momentum*mom; w = w - m1 + (momentum+1)*(m1 - lr*(g + wd*w));
+      mom = m1 - lr*(g + wd*w_new)``
+    * guide: ``v = momentum*v - lr*G; w = w + momentum*v - lr*G`` with ``G = g + wd*w``
+
+    ``g = clip(rescale_grad*grad, clip_gradient)``. State: ``mom`` when momentum > 0, else None;
+    with multi_precision on float16: ``(mom32 or None, weight32)``. With momentum 0 this is SGD.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from toolkit import optimizer
+        >>> opt = optimizer.NAG(learning_rate=0.1, momentum=0.9)
+        >>> w = np.zeros(2); s = opt.create_state(0, w)
+        >>> opt.update(0, w, np.ones(2), s); w
+        array([-0.19, -0.19])
+    """
+
+    reference_name = "nag"
+
+    def __init__(self, momentum=0.0, **kwargs):
+        self.momentum = check_unit("momentum", momentum)
+        super().__init__(**kwargs)
+
+    def state_slots(self):
+        return ("mom",) if self.momentum != 0.0 else ()
+
+    def reference_hyper(self):
+        return {"momentum": self.momentum}
+
+    def create_state_multi_precision(self, index, weight):
+        if self._uses_master(weight):
+            w32 = weight.astype("float32")
+            return (self.create_state(index, w32), w32)
+        return self.create_state(index, weight)
+
+    def _split_mp_state(self, state):
+        return state[1], state[0]
+
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+        r = self._r
+        lr, wd, rs, c, mu = r(lr), r(wd), r(self.rescale_grad), self._clip_bound(), r(self.momentum)
+        states = self._state_arrays(state)
+        if not states:
+            if self.convention == "mxnet":
+                self._run_rule(sgd_update_rule, weight, grad, (), (lr, 1.0 - lr * wd, rs, c))
+            else:
+                self._run_rule(guide_plain_rule, weight, grad, (), (lr, wd, rs, c))
+            return
+        rule = mxnet_rule if self.convention == "mxnet" else guide_rule
+        self._run_rule(rule, weight, grad, states, (lr, wd, rs, c, mu, mu + 1.0))

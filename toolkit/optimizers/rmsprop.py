@@ -1,0 +1,135 @@
+"""RMSProp, plain and centered (MXNet ``rmsprop``; guide lines 110-111 and 121-124).
+
+mxnet (``rmsprop_update`` / ``rmspropalex_update``, spec section 2.4; weight decay before clipping)::
+
+    g = clip(rescale_grad*grad + wd*w, c);  n = (1-gamma1)*(g*g) + gamma1*n
+    plain:    w = w - lr*(g/sqrt(n + eps))
+    centered: gbar = (1-gamma1)*g + gamma1*gbar;  delta = gamma2*delta - lr*(g/sqrt(n - gbar*gbar + eps));
+              w = w + delta
+    then, if clip_weights: w = clip(w, clip_weights)
+
+guide: the same with ``G = clip(rescale_grad*grad, c) + wd*w`` and clipping gated on None only.
+"""
+from __future__ import annotations
+
+import math
+
+from .base import Optimizer, check_nonneg, check_positive, check_unit, register
+
+__all__ = ["RMSProp"]
+
+
+def plain_rule(f):
+    zero = f(0)
+
+    def rule(w, grad, n, hp):
+        lr, wd, rs, c, g1, omg1, eps, cw, wd_first = hp
+        if wd_first > zero:            # mxnet: wd enters before the clip
+            g = rs * grad + wd * w
+            if c >= zero:
+                g = min(max(g, -c), c)
+        else:                          # guide: G = clip(rs*grad) + wd*w
+            g = rs * grad
+            if c >= zero:
+                g = min(max(g, -c), c)
+            g = g + wd * w
+        n = omg1 * (g * g) + g1 * n
+        w = w - lr * (g / math.sqrt(n + eps))
+        if cw >= zero:
+            w = min(max(w, -cw), cw)
+        return w, n
+    return rule
+
+
+def centered_rule(f):
+    zero = f(0)
+
+    def rule(w, grad, n, gbar, delta, hp):
+        lr, wd, rs, c, g1, omg1, eps, cw, wd_first, g2 = hp
+        if wd_first > zero:
+            g = rs * grad + wd * w
+            if c >= zero:
+                g = min(max(g, -c), c)
+        else:
+            g = rs * grad
+            if c >= zero:
+                g = min(max(g, -c), c)
+            g = g + wd * w
+        n = omg1 * (g * g) + g1 * n
+        gbar = omg1 * g + g1 * gbar
+        delta = g2 * delta - lr * (g / math.sqrt(n - gbar * gbar + eps))
+        w = w + delta
+        if cw >= zero:
+            w = min(max(w, -cw), cw)
+        return w, n, gbar, delta
+    return rule
+
+
+_UNSET = object()
+
+
+@register
+class RMSProp(Optimizer):
+    """RMSProp (MXNet ``rmsprop``; Tieleman and Hinton 2012), centered variant of Graves (2013).
+
+    ``gamma1`` is the guide's beta (decay of the squared-gradient average, alias ``rho``);
+    ``gamma2`` its gamma (momentum of the centered variant, alias ``momentum``).
+
+    * plain: ``n = (1-gamma1)*g*g + gamma1*n;  w = w - lr*g/sqrt(n + eps)``
+    * centered: also ``gbar = (1-gamma1)*g + gamma1*gbar;
+      delta = gamma2*delta - lr*g/sqrt(n - gbar^2 + eps);  w = w + delta``
+
+    mxnet: ``g = clip(rs*grad + wd*w, c)``; guide: ``g = clip(rs*grad, c) + wd*w``. If
+    ``clip_weights`` is set, the weight is clipped to ``[-clip_weights, clip_weights]``.
+    State: ``(n,)``, or ``(n, g, delta)`` when centered.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from toolkit import optimizer
+        >>> opt = optimizer.RMSProp(learning_rate=0.01, rho=0.9, momentum=0.9, centered=True)
+        >>> w = np.zeros(2); s = opt.create_state(0, w); opt.update(0, w, np.ones(2), s)
+        >>> len(s)
+        3
+    """
+
+    reference_name = "rmsprop"
+
+    def __init__(self, learning_rate=0.001, gamma1=_UNSET, gamma2=_UNSET, epsilon=1e-8,
+                 centered=False, clip_weights=None, rho=_UNSET, momentum=_UNSET, **kwargs):
+        if gamma1 is not _UNSET and rho is not _UNSET:
+            raise TypeError("give gamma1 or its guide spelling rho, not both")
+        if gamma2 is not _UNSET and momentum is not _UNSET:
+            raise TypeError("give gamma2 or its guide spelling momentum, not both")
+        gamma1 = rho if rho is not _UNSET else (0.9 if gamma1 is _UNSET else gamma1)
+        gamma2 = momentum if momentum is not _UNSET else (0.9 if gamma2 is _UNSET else gamma2)
+        self.gamma1 = check_unit("gamma1", gamma1)
+        self.gamma2 = check_unit("gamma2", gamma2)
+        self.epsilon = check_nonneg("epsilon", epsilon)
+        if not isinstance(centered, bool):
+            raise TypeError(f"centered must be a bool, got {centered!r}")
+        self.centered = centered
+        self.clip_weights = None if clip_weights is None else check_positive("clip_weights",
+                                                                             clip_weights)
+        super().__init__(learning_rate=learning_rate, **kwargs)
+
+    def state_slots(self):
+        return ("n", "g", "delta") if self.centered else ("n",)
+
+    def _tuple_state(self):
+        return True
+
+    def reference_hyper(self):
+        return {"gamma1": self.gamma1, "gamma2": self.gamma2, "epsilon": self.epsilon,
+                "centered": self.centered, "clip_weights": self.clip_weights}
+
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+        r = self._r
+        g1 = r(self.gamma1)
+        cw = r(self.clip_weights) if self.clip_weights else -1.0
+        hyper = (r(lr), r(wd), r(self.rescale_grad), self._clip_bound(), g1, 1.0 - g1,
+                 r(self.epsilon), cw, 1.0 if self.convention == "mxnet" else 0.0)
+        if self.centered:
+            self._run_rule(centered_rule, weight, grad, state, hyper + (r(self.gamma2),))
+        else:
+            self._run_rule(plain_rule, weight, grad, state, hyper)

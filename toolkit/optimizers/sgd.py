@@ -1,0 +1,141 @@
+"""SGD with momentum and weight decay (MXNet ``sgd``; guide lines 35-58).
+
+mxnet (the aggregated kernel MXNet 1.9.1 always uses, spec section 2.1)::
+
+    g   = clip(rescale_grad * grad, clip_gradient)          # off for None and 0.0
+    mom = ((momentum * mom) - (lr * wd) * w) - lr * g       # mom = 0 when momentum == 0
+    w   = w + mom
+
+guide::
+
+    v = momentum * v - lr * (clip(rescale_grad * grad, clip_gradient) + wd * w);   w = w + v
+"""
+from __future__ import annotations
+
+from .base import Optimizer, check_unit, register
+
+__all__ = ["SGD"]
+
+
+def mxnet_momentum_rule(f):
+    zero = f(0)
+
+    def rule(w, grad, mom, hp):
+        lr, lrwd, rs, c, mu = hp
+        g = rs * grad
+        if c >= zero:
+            g = min(max(g, -c), c)
+        mom = ((mu * mom) - lrwd * w) - lr * g
+        return w + mom, mom
+    return rule
+
+
+def mxnet_plain_rule(f):
+    zero = f(0)
+
+    def rule(w, grad, hp):
+        lr, lrwd, rs, c = hp
+        g = rs * grad
+        if c >= zero:
+            g = min(max(g, -c), c)
+        return w + ((zero - lrwd * w) - lr * g)
+    return rule
+
+
+def guide_momentum_rule(f):
+    zero = f(0)
+
+    def rule(w, grad, v, hp):
+        lr, wd, rs, c, mu = hp
+        g = rs * grad
+        if c >= zero:
+            g = min(max(g, -c), c)
+        v = mu * v - lr * (g + wd * w)
+        return w + v, v
+    return rule
+
+
+def guide_plain_rule(f):
+    zero = f(0)
+
+    def rule(w, grad, hp):
+        lr, wd, rs, c = hp
+        g = rs * grad
+        if c >= zero:
+            g = min(max(g, -c), c)
+        return w - lr * (g + wd * w)
+    return rule
+
+
+@register
+class SGD(Optimizer):
+    """Stochastic gradient descent with optional momentum (MXNet ``sgd``).
+
+    Update (``docs/conventions.md``, "SGD"), with ``g = clip(rescale_grad*grad, clip_gradient)``:
+
+    * mxnet: ``mom = ((momentum*mom) - (lr*wd)*w) - lr*g;  w = w + mom``
+    * guide: ``v = momentum*v - lr*(g + wd*w);  w = w + v``
+
+    Glossary: ``lr`` learning_rate (times lr_mult, or the schedule), ``momentum`` is the guide's
+    gamma, ``wd`` its delta. State: ``mom`` (zeros, the weight's dtype) when momentum > 0, else None.
+    With multi_precision on float16 weights the state is ``(mom32 or None, weight32)`` (MXNet's
+    order for SGD).
+
+    Example::
+
+        >>> import numpy as np
+        >>> from toolkit import optimizer
+        >>> opt = optimizer.SGD(learning_rate=0.1, momentum=0.9)
+        >>> w = np.ones(3, np.float32); g = np.full(3, 0.5, np.float32)
+        >>> state = opt.create_state(0, w); opt.update(0, w, g, state); w
+        array([0.95, 0.95, 0.95], dtype=float32)
+    """
+
+    reference_name = "sgd"
+
+    def __init__(self, momentum=0.0, lazy_update=True, **kwargs):
+        self.momentum = check_unit("momentum", momentum)
+        self.lazy_update = bool(lazy_update)
+        super().__init__(**kwargs)
+
+    def state_slots(self):
+        return ("mom",) if self.momentum != 0.0 else ()
+
+    def reference_hyper(self):
+        return {"momentum": self.momentum}
+
+    def create_state_multi_precision(self, index, weight):
+        if self._uses_master(weight):
+            w32 = weight.astype("float32")
+            return (self.create_state(index, w32), w32)
+        return self.create_state(index, weight)
+
+    def _split_mp_state(self, state):
+        return state[1], state[0]
+
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+        r = self._r
+        lr, wd, rs, c = r(lr), r(wd), r(self.rescale_grad), self._clip_bound()
+        mu = r(self.momentum)
+        states = self._state_arrays(state)
+        if self.convention == "mxnet":
+            hyper = (lr, lr * wd, rs, c)
+            rule = mxnet_momentum_rule if states else mxnet_plain_rule
+        else:
+            hyper = (lr, wd, rs, c)
+            rule = guide_momentum_rule if states else guide_plain_rule
+        self._run_rule(rule, weight, grad, states, hyper + ((mu,) if states else ()))
+
+
+def sgd_update_rule(f):
+    """MXNet's non-aggregated ``sgd_update``: ``w = (1 - lr*wd)*w - lr*clip(rs*grad, c)``
+    (used by NAG and LBSGD without momentum; ``hp = (lr, 1 - lr*wd, rs, c)``)."""
+    zero = f(0)
+
+    def rule(w, grad, hp):
+        lr, decay, rs, c = hp
+        g = rs * grad
+        if c >= zero:
+            g = min(max(g, -c), c)
+        return decay * w - lr * g
+    return rule

@@ -1,0 +1,118 @@
+"""Signum and SignSGD (MXNet ``signum``; guide lines 200-205; Bernstein et al. 2018).
+
+mxnet, momentum > 0 (``signum_update``, spec section 2.9; ``mom`` is minus the EMA)::
+
+    mom = momentum*mom - (1-momentum)*wd*w - (1-momentum)*clip(rescale_grad*grad, c)
+    w = (1 - lr*wd_lh)*w + lr*sign(mom)
+
+mxnet, momentum == 0 (SignSGD, ``signsgd_update``; rescale_grad and clip_gradient do nothing)::
+
+    w = (1 - lr*wd)*w - lr*sign(grad)
+
+guide (the state holds the guide's ``v``)::
+
+    G = clip(rescale_grad*grad, c) + wd*w;  v = momentum*v + (1-momentum)*G
+    w = (1 - lr*wd_lh)*w - lr*sign(v)          (momentum 0: w = w - lr*sign(G))
+"""
+from __future__ import annotations
+
+from .base import Optimizer, check_nonneg, check_unit, register
+
+__all__ = ["Signum"]
+
+
+def signum_rule(f):
+    zero, one = f(0), f(1)
+
+    def rule(w, grad, mom, hp):
+        lr, wd, rs, c, mu, omu, decay, direction = hp
+        g = rs * grad
+        if c >= zero:
+            g = min(max(g, -c), c)
+        # mxnet (direction = -1): mom = mu*mom - (1-mu)*wd*w - (1-mu)*g, w += lr*sign(mom)
+        # guide (direction = +1): v = mu*v + (1-mu)*(g + wd*w),        w -= lr*sign(v)
+        if direction < zero:
+            mom = mu * mom - omu * wd * w - omu * g
+            s = one if mom > zero else (-one if mom < zero else zero)
+            return decay * w + lr * s, mom
+        mom = mu * mom + omu * (g + wd * w)
+        s = one if mom > zero else (-one if mom < zero else zero)
+        return decay * w - lr * s, mom
+    return rule
+
+
+def signsgd_mxnet_rule(f):
+    zero, one = f(0), f(1)
+
+    def rule(w, grad, hp):
+        lr, decay = hp
+        s = one if grad > zero else (-one if grad < zero else zero)
+        return decay * w - lr * s
+    return rule
+
+
+def signsgd_guide_rule(f):
+    zero, one = f(0), f(1)
+
+    def rule(w, grad, hp):
+        lr, wd, rs, c = hp
+        g = rs * grad
+        if c >= zero:
+            g = min(max(g, -c), c)
+        g = g + wd * w
+        s = one if g > zero else (-one if g < zero else zero)
+        return w - lr * s
+    return rule
+
+
+@register
+class Signum(Optimizer):
+    """Signum, and SignSGD when ``momentum=0`` (MXNet ``signum``).
+
+    * Signum, mxnet: ``mom = momentum*mom - (1-momentum)*(g + wd*w); w = (1-lr*wd_lh)*w + lr*sign(mom)``
+    * Signum, guide: ``v = momentum*v + (1-momentum)*G; w = (1-lr*wd_lh)*w - lr*sign(v)``
+    * SignSGD, mxnet: ``w = (1-lr*wd)*w - lr*sign(grad)`` (rescale_grad, clip_gradient unused)
+    * SignSGD, guide: ``w = w - lr*sign(G)``
+
+    ``g = clip(rs*grad, c)``, ``G = g + wd*w``. ``wd_lh`` is an extra decoupled decay, which MXNet
+    allows only with momentum > 0 (so does this class). State: ``mom`` (guide: ``v = -mom``) when
+    momentum > 0, else None.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from toolkit import optimizer
+        >>> opt = optimizer.Signum(learning_rate=0.01, momentum=0.9)
+        >>> w = np.zeros(3); s = opt.create_state(0, w); opt.update(0, w, np.array([2.0, -1e-9, 0.0]), s)
+        >>> w
+        array([-0.01,  0.01,  0.  ])
+    """
+
+    reference_name = "signum"
+
+    def __init__(self, learning_rate=0.01, momentum=0.9, wd_lh=0.0, **kwargs):
+        self.momentum = check_unit("momentum", momentum)
+        self.wd_lh = check_nonneg("wd_lh", wd_lh)
+        if self.momentum == 0.0 and self.wd_lh != 0.0:
+            raise ValueError("wd_lh needs momentum > 0 (SignSGD has no wd_lh; MXNet fails too)")
+        super().__init__(learning_rate=learning_rate, **kwargs)
+
+    def state_slots(self):
+        return ("mom",) if self.momentum != 0.0 else ()
+
+    def reference_hyper(self):
+        return {"momentum": self.momentum, "wd_lh": self.wd_lh}
+
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+        r = self._r
+        lr, wd, rs, c = r(lr), r(wd), r(self.rescale_grad), self._clip_bound()
+        if self.momentum == 0.0:
+            if self.convention == "mxnet":
+                self._run_rule(signsgd_mxnet_rule, weight, grad, (), (lr, 1.0 - lr * wd))
+            else:
+                self._run_rule(signsgd_guide_rule, weight, grad, (), (lr, wd, rs, c))
+            return
+        mu = r(self.momentum)
+        direction = -1.0 if self.convention == "mxnet" else 1.0
+        self._run_rule(signum_rule, weight, grad, (state,),
+                       (lr, wd, rs, c, mu, 1.0 - mu, 1.0 - lr * r(self.wd_lh), direction))
