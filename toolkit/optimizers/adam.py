@@ -12,7 +12,8 @@ guide::
     G = clip(rescale_grad*grad, c) + wd*w;  m, v as above with G
     w = w - lr/(sqrt(v/(1 - beta2^t)) + eps) * m/(1 - beta1^t)
 
-The two are the same update with epsilon replaced by ``epsilon*sqrt(1 - beta2^t)``.
+The two are the same update: mxnet with ``epsilon`` equals guide with ``epsilon/sqrt(1 - beta2^t)``
+(equivalently, mxnet with ``epsilon*sqrt(1 - beta2^t)`` equals guide with ``epsilon``).
 """
 from __future__ import annotations
 
@@ -32,8 +33,8 @@ def mxnet_rule(f):
         if c >= zero:
             g = min(max(g, -c), c)
         m = b1 * m + omb1 * g
-        v = b2 * v + omb2 * (g * g)
-        return w - lr_t * m / (math.sqrt(v) + eps), m, v
+        v = b2 * v + (omb2 * g) * g
+        return w - (lr_t * m) / (math.sqrt(v) + eps), m, v
     return rule
 
 

@@ -89,7 +89,7 @@ class DCASGD(Optimizer):
     def create_state(self, index, weight):
         self._check_weight(weight)
         mom = np.zeros_like(weight) if self.momentum != 0.0 else None
-        return (mom, weight.copy())
+        return (mom, weight.copy(order="K"))  # keep the weight's memory order (F too)
 
     def create_state_template(self, weight):
         from .base import Slot

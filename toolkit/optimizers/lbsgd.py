@@ -145,7 +145,7 @@ class LBSGD(Optimizer):
             lr, wd, rs, c = r(lr), r(wd), r(self.rescale_grad), self._clip_bound()
             if states:
                 self._run_rule(mxnet_momentum_rule, weight, g, states,
-                               (lr, lr * wd, rs, c, r(self.momentum)))
+                               (lr, lr * wd, rs, c, r(self.momentum), lr * rs))
             else:
                 self._run_rule(sgd_update_rule, weight, g, (), (lr, 1.0 - lr * wd, rs, c))
             self._cum[index], self._ncum[index] = np.zeros_like(weight), ncum

@@ -55,9 +55,14 @@ def centered_rule(f):
             if c >= zero:
                 g = min(max(g, -c), c)
             g = g + wd * w
-        n = omg1 * (g * g) + g1 * n
+        n = (omg1 * g) * g + g1 * n
         gbar = omg1 * g + g1 * gbar
-        delta = g2 * delta - lr * (g / math.sqrt(n - gbar * gbar + eps))
+        # n - gbar^2 is a variance, >= 0 in exact arithmetic; rounding can make it negative
+        # (then MXNet takes the root of a negative number: NaN), so it is clamped at 0.
+        var = n - gbar * gbar
+        if var < zero:
+            var = zero
+        delta = g2 * delta - (lr * g) / math.sqrt(var + eps)
         w = w + delta
         if cw >= zero:
             w = min(max(w, -cw), cw)

@@ -4,7 +4,7 @@ mxnet (the aggregated kernel MXNet 1.9.1 always uses, spec section 2.1)::
 
     g   = clip(rescale_grad * grad, clip_gradient)          # off for None and 0.0
     mom = ((momentum * mom) - (lr * wd) * w) - lr * g       # mom = 0 when momentum == 0
-    w   = w + mom
+    w   = w + mom                   # (unclipped, MXNet's kernel forms lr*g as (lr*rs)*grad)
 
 guide::
 
@@ -21,11 +21,12 @@ def mxnet_momentum_rule(f):
     zero = f(0)
 
     def rule(w, grad, mom, hp):
-        lr, lrwd, rs, c, mu = hp
-        g = rs * grad
+        lr, lrwd, rs, c, mu, lrrs = hp
         if c >= zero:
-            g = min(max(g, -c), c)
-        mom = ((mu * mom) - lrwd * w) - lr * g
+            step = lr * min(max(rs * grad, -c), c)
+        else:
+            step = lrrs * grad           # MXNet's kernel: (lr*rs)*g when not clipping
+        mom = ((mu * mom) - lrwd * w) - step
         return w + mom, mom
     return rule
 
@@ -34,11 +35,12 @@ def mxnet_plain_rule(f):
     zero = f(0)
 
     def rule(w, grad, hp):
-        lr, lrwd, rs, c = hp
-        g = rs * grad
+        lr, lrwd, rs, c, lrrs = hp
         if c >= zero:
-            g = min(max(g, -c), c)
-        return w + ((zero - lrwd * w) - lr * g)
+            step = lr * min(max(rs * grad, -c), c)
+        else:
+            step = lrrs * grad
+        return w + ((zero - lrwd * w) - step)
     return rule
 
 
@@ -119,12 +121,12 @@ class SGD(Optimizer):
         mu = r(self.momentum)
         states = self._state_arrays(state)
         if self.convention == "mxnet":
-            hyper = (lr, lr * wd, rs, c)
             rule = mxnet_momentum_rule if states else mxnet_plain_rule
+            hyper = (lr, lr * wd, rs, c) + ((mu,) if states else ()) + (lr * rs,)
         else:
-            hyper = (lr, wd, rs, c)
             rule = guide_momentum_rule if states else guide_plain_rule
-        self._run_rule(rule, weight, grad, states, hyper + ((mu,) if states else ()))
+            hyper = (lr, wd, rs, c) + ((mu,) if states else ())
+        self._run_rule(rule, weight, grad, states, hyper)
 
 
 def sgd_update_rule(f):

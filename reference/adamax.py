@@ -1,0 +1,100 @@
+"""Reference (float64 oracle) for Adamax (Kingma and Ba, section 7.1).
+
+Encodes guide:165-168 (convention "guide") and MXNet 1.9.1's Python-op update (convention
+"mxnet", spec section 2.7) in the interface of ``reference/__init__.py``. See docs/conventions.md,
+section "Adamax".
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._util import as_f64, check_convention, f32, guide_gradient, python_clip
+
+NAME = "adamax"
+STATE = ("mean", "u")
+#: ``epsilon`` is not an MXNet 1.9.1 keyword (MXNet has no epsilon); ``None`` means "absent" in
+#: the mxnet convention and "the guide's epsilon, 1e-8" in the guide convention.
+HYPER = {"learning_rate": 0.002, "beta1": 0.9, "beta2": 0.999, "epsilon": None}
+
+#: the epsilon the guide convention uses when none is given
+GUIDE_EPSILON = 1e-8
+
+
+def _hyper(hyper):
+    unknown = sorted(set(hyper) - set(HYPER))
+    if unknown:
+        raise TypeError(f"{NAME}: unknown hyperparameter(s) {', '.join(unknown)}; "
+                        f"expected some of {sorted(HYPER)}")
+    return {**HYPER, **hyper}
+
+
+def state_slots(**hyper) -> tuple:
+    """Always ``("mean", "u")``."""
+    _hyper(hyper)
+    return STATE
+
+
+def init_state(weight, **hyper) -> dict:
+    """Both slots start at zero."""
+    return {name: np.zeros(np.shape(weight), dtype=np.float64) for name in state_slots(**hyper)}
+
+
+def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=None,
+         convention="mxnet", hyper_f32=True, **hyper):
+    """One Adamax step; ``t`` (1 on the first step) is the per-index count of the bias
+    correction. ``learning_rate`` (in HYPER as MXNet's default) is accepted and ignored.
+
+    convention="guide" (guide:165-168), ``G = clip(rs*grad, c) + wd*w``, ``i+1 = t``, ``eps`` is
+    ``epsilon`` or 1e-8 when ``epsilon is None``::
+
+        v_{i+1}     = beta1*v_i + (1-beta1)*G                     (guide:165)
+        g^inf_{i+1} = max(beta2*g^inf_i, |G|)                     (guide:166)
+        v~_{i+1}    = v_{i+1}/(1 - beta1^t)                       (guide:167)
+        w_{i+1}     = w_i + lr/(g^inf_{i+1} + eps) * (-v~_{i+1})   (guide:168)
+
+    The slots hold ``mean = v`` and ``u = g^inf``.
+
+    convention="mxnet" (spec section 2.7; Python ops: scalars are doubles, only the clip bound is
+    rounded to float32 when ``hyper_f32``; clipping whenever ``clip_gradient is not None``;
+    weight decay **before** clipping; **no epsilon**: passing one raises ValueError)::
+
+        lr_t = lr/(1 - beta1^t)
+        g    = clip(grad*rs + wd*w, c)
+        m    = beta1*m + (1-beta1)*g
+        u    = max(beta2*u, |g|)
+        w    = w - lr_t*m/u            where u > 0;   w unchanged where u == 0
+
+    Where ``u == 0`` (e.g. a zero gradient on the first step) MXNet computes ``0/0 = NaN``; here
+    the element is left unchanged instead (a documented difference: the NaN is a bug). The two
+    conventions differ by the epsilon (and by the placement of wd relative to clipping).
+    """
+    check_convention(convention)
+    h = _hyper(hyper)
+    beta1, beta2, epsilon = h["beta1"], h["beta2"], h["epsilon"]
+    w = as_f64(weight)
+    gr = as_f64(grad)
+    m = as_f64(state["mean"])
+    u = as_f64(state["u"])
+
+    if convention == "guide":
+        eps = GUIDE_EPSILON if epsilon is None else epsilon
+        G = guide_gradient(gr, w, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient)
+        v_new = beta1 * m + (1.0 - beta1) * G                # guide:165
+        g_inf = np.maximum(beta2 * u, np.abs(G))             # guide:166
+        v_hat = v_new / (1.0 - beta1 ** t)                   # guide:167
+        w_new = w + lr / (g_inf + eps) * (-v_hat)            # guide:168
+        return w_new, {"mean": v_new, "u": g_inf}
+
+    if epsilon is not None:
+        raise ValueError("adamax: MXNet 1.9.1's Adamax has no epsilon; pass epsilon=None in the "
+                         "mxnet convention (the guide convention takes one)")
+    if hyper_f32:
+        clip_gradient = f32(clip_gradient)
+    lr_t = lr / (1.0 - beta1 ** t)
+    g = python_clip(gr * rescale_grad + wd * w, clip_gradient)
+    m_new = beta1 * m + (1.0 - beta1) * g
+    u_new = np.maximum(beta2 * u, np.abs(g))
+    pos = u_new > 0.0
+    u_safe = np.where(pos, u_new, 1.0)
+    w_new = np.where(pos, w - lr_t * m_new / u_safe, w)   # u == 0: unchanged (MXNet: NaN)
+    return w_new, {"mean": m_new, "u": u_new}

@@ -1,0 +1,165 @@
+"""Reference Nadam (MXNet registry name ``nadam``): the float64 oracle of MXNet 1.9.1's Nadam
+(spec section 2.8) and, as a separate function, of the guide's look-ahead Nadam (guide:179-183).
+
+The two are different algorithms, not two parameterisations of one:
+
+* MXNet implements Dozat's (2016) Nadam as Keras does: the gradient is taken at the current
+  weight, the Nesterov effect comes from mixing the current gradient into the step
+  (``m_bar``), and a warming momentum schedule ``mu_t = beta1*(1 - 0.5*0.96**(t*schedule_decay))``
+  (absent from the guide) enters the bias correction through the running product ``m_schedule``.
+* The guide (guide:179-183) takes the gradient at a look-ahead point ``w_i + beta1*v_i`` for the
+  first moment but at ``w_i`` for the second, with plain Adam bias corrections. It needs gradients
+  at two points per step, so it is not an optimizer step from one gradient:
+  :func:`step_lookahead` evaluates it with a gradient function, and ``step(convention="guide")``
+  raises NotImplementedError. ``tests/test_proof_nadam.py`` shows the trajectories differ.
+
+State: ``m`` and ``v`` (MXNet's ``(mean, variance)``), plus ``m_schedule``, a Python float that
+starts at 1.0. **MXNet keeps ``m_schedule`` on the optimizer object and shares it across all
+parameter indices**: every update of any index multiplies it by that index's ``mu_t``. A pure
+step cannot share it, so it travels in the state dict: to reproduce MXNet with several
+parameters, the caller must pass to each step the ``m_schedule`` returned by the previous step
+of *any* index (the optimizer-wide value), not the one last stored with this index.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._util import as_f64, check_convention, f32, guide_gradient, python_clip
+
+NAME = "nadam"
+STATE = ("m", "v")
+HYPER = {"learning_rate": 0.001, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8,
+         "schedule_decay": 0.004}
+
+
+def _hyper(hyper):
+    unknown = sorted(set(hyper) - set(HYPER))
+    if unknown:
+        raise TypeError(f"{NAME}: unknown hyperparameter(s) {unknown}; expected some of "
+                        f"{sorted(HYPER)}")
+    h = dict(HYPER)
+    h.update(hyper)
+    return h
+
+
+def state_slots(**hyper) -> tuple:
+    _hyper(hyper)
+    return STATE
+
+
+def init_state(weight, **hyper) -> dict:
+    """Zeros for ``m`` and ``v``, and ``m_schedule = 1.0`` (see the module docstring: in MXNet
+    it is one value per optimizer, shared by all indices)."""
+    _hyper(hyper)
+    shape = np.shape(weight)
+    return {"m": np.zeros(shape), "v": np.zeros(shape), "m_schedule": 1.0}
+
+
+def momentum_schedule(t, beta1, schedule_decay):
+    """Dozat's warming momentum ``mu_t = beta1*(1 - 0.5*0.96**(t*schedule_decay))`` (a float)."""
+    return beta1 * (1.0 - 0.5 * pow(0.96, t * schedule_decay))
+
+
+def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=None,
+         convention="mxnet", hyper_f32=True, **hyper):
+    """One Nadam update as MXNet 1.9.1 computes it (``convention="mxnet"``).
+
+    **"mxnet"** (spec section 2.8; Python-op optimizer: only the clip bound is rounded to float32
+    when ``hyper_f32``; Python-op clip gating, so ``clip_gradient=0.0`` clips every gradient to 0;
+    weight decay before clipping). In MXNet's expression order::
+
+        g          = clip(grad*rs + wd*w, c)
+        mu_t       = beta1*(1 - 0.5*0.96**(t*schedule_decay))        (Python floats)
+        mu_t1      = beta1*(1 - 0.5*0.96**((t+1)*schedule_decay))
+        m_schedule = m_schedule*mu_t          # optimizer-wide, shared by every index
+        ms_next    = m_schedule*mu_t1
+        m          = beta1*m + (1-beta1)*g
+        v          = beta2*v + ((1-beta2)*g)*g
+        g_hat      = g/(1 - m_schedule)
+        m_hat      = m/(1 - ms_next)
+        v_hat      = v/(1 - beta2**t)
+        m_bar      = (1-mu_t)*g_hat + mu_t1*m_hat
+        w          = w - (lr*m_bar)/(sqrt(v_hat) + eps)
+
+    The returned state carries the new ``m_schedule``. ``learning_rate`` (a HYPER key) is
+    accepted and ignored: the step uses ``lr``.
+
+    **"guide"**: raises NotImplementedError. guide:179 evaluates the gradient at the look-ahead
+    point ``w_i + beta1*v_i`` and guide:180 at ``w_i``: two gradient evaluations per step, which an
+    optimizer given one gradient cannot do. Use :func:`step_lookahead`.
+
+    Differences from the guide: no look-ahead gradient, the momentum schedule ``mu_t`` and its
+    product in the bias correction (the guide has neither ``schedule_decay`` nor ``mu_t``), the
+    ``m_bar`` mixing of the current gradient; the epsilon placement (outside the root of the
+    bias-corrected ``v``) is the same.
+    """
+    check_convention(convention)
+    h = _hyper(hyper)
+    if convention == "guide":
+        raise NotImplementedError(
+            "nadam: the guide's Nadam (guide:179-183) needs the gradient at two points per step "
+            "(the look-ahead point w + beta1*v for the first moment, w for the second), so it is "
+            "not an optimizer step from one gradient; use reference.nadam.step_lookahead with a "
+            "gradient function")
+    beta1, beta2, eps, sd = h["beta1"], h["beta2"], h["epsilon"], h["schedule_decay"]
+    if hyper_f32:
+        clip_gradient = f32(clip_gradient)
+    w = as_f64(weight)
+    g = as_f64(grad)
+    m = as_f64(state["m"])
+    v = as_f64(state["v"])
+    m_schedule = float(state["m_schedule"])
+
+    g = python_clip(g * rescale_grad + wd * w, clip_gradient)
+    mu_t = momentum_schedule(t, beta1, sd)
+    mu_t1 = momentum_schedule(t + 1, beta1, sd)
+    m_schedule = m_schedule * mu_t
+    ms_next = m_schedule * mu_t1
+    m = beta1 * m + (1.0 - beta1) * g
+    v = beta2 * v + ((1.0 - beta2) * g) * g
+    g_hat = g / (1.0 - m_schedule)
+    m_hat = m / (1.0 - ms_next)
+    v_hat = v / (1.0 - pow(beta2, t))
+    m_bar = (1.0 - mu_t) * g_hat + mu_t1 * m_hat
+    w = w - (lr * m_bar) / (np.sqrt(v_hat) + eps)
+    return w, {"m": m, "v": v, "m_schedule": m_schedule}
+
+
+def step_lookahead(weight, state, grad_fn, *, t, lr, beta1, beta2, epsilon, wd=0.0,
+                   rescale_grad=1.0, clip_gradient=None):
+    """The guide's Nadam (guide:179-183) exactly as written, with a gradient function.
+
+    ``grad_fn(x)`` returns the raw gradient at the point ``x`` (an array of the weight's shape);
+    ``grad(x)`` below is the guide convention's gradient ``clip(rs*grad_fn(x), c) + wd*x``
+    (clipping whenever ``clip_gradient is not None``). With ``i + 1 = t``::
+
+        v_{i+1}      = beta1*v_i + (1-beta1)*grad(w_i + beta1*v_i)          guide:179
+        E[g^2]_{i+1} = beta2*E[g^2]_i + (1-beta2)*grad(w_i)^2                guide:180
+        v~_{i+1}     = v_{i+1}/(1 - beta1^(i+1))                            guide:181
+        E~_{i+1}     = E[g^2]_{i+1}/(1 - beta2^(i+1))                       guide:182
+        w_{i+1}      = w_i + lr/(sqrt(E~_{i+1}) + eps) * -v~_{i+1}           guide:183
+
+    The state slots: ``m`` holds the guide's ``v``, ``v`` holds ``E[g^2]``; ``m_schedule`` (if
+    present) is passed through unchanged (the guide has no momentum schedule). The look-ahead point
+    adds ``beta1*v_i`` (a gradient-sized quantity) to the weight, as guide:179 writes it. Nothing is
+    rounded to float32 here: this is the guide, not MXNet. Pure: the inputs are not modified.
+    """
+    w = as_f64(weight)
+    v = as_f64(state["m"])
+    E = as_f64(state["v"])
+
+    def G(x):
+        return guide_gradient(as_f64(grad_fn(x)), x, wd=wd, rescale_grad=rescale_grad,
+                              clip_gradient=clip_gradient)
+
+    g_look = G(w + beta1 * v)
+    g_here = G(w)
+    v_new = beta1 * v + (1.0 - beta1) * g_look                          # guide:179
+    E_new = beta2 * E + (1.0 - beta2) * (g_here * g_here)               # guide:180
+    v_tilde = v_new / (1.0 - pow(beta1, t))                             # guide:181
+    E_tilde = E_new / (1.0 - pow(beta2, t))                             # guide:182
+    w_new = w + lr / (np.sqrt(E_tilde) + epsilon) * -v_tilde            # guide:183
+    new_state = {"m": v_new, "v": E_new}
+    if "m_schedule" in state:
+        new_state["m_schedule"] = float(state["m_schedule"])
+    return w_new, new_state

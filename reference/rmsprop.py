@@ -1,0 +1,124 @@
+"""Reference (float64 oracle) for RMSProp, plain (Tieleman and Hinton) and centered (Graves).
+
+Encodes guide:110-111 and guide:121-124 (convention "guide") and MXNet 1.9.1's ``rmsprop_update``
+and ``rmspropalex_update`` kernels (convention "mxnet", spec section 2.4) in the interface of
+``reference/__init__.py``. See docs/conventions.md, section "RMSProp".
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._util import as_f64, check_convention, clip, f32, guide_gradient, kernel_clip
+
+NAME = "rmsprop"
+STATE = ("n", "g", "delta")
+#: MXNet 1.9.1's keyword names and defaults. ``gamma1`` is the guide's beta (the decay of the
+#: averages), ``gamma2`` its gamma (the momentum, centered only). The guide's own spellings
+#: ``rho``/``momentum`` (guide:128) are a toolkit-level alias; the reference takes MXNet's names.
+HYPER = {"learning_rate": 0.001, "gamma1": 0.9, "gamma2": 0.9, "epsilon": 1e-8,
+         "centered": False, "clip_weights": None}
+
+
+def _hyper(hyper):
+    unknown = sorted(set(hyper) - set(HYPER))
+    if unknown:
+        raise TypeError(f"{NAME}: unknown hyperparameter(s) {', '.join(unknown)}; "
+                        f"expected some of {sorted(HYPER)}")
+    return {**HYPER, **hyper}
+
+
+def state_slots(**hyper) -> tuple:
+    """``("n",)``, or ``("n", "g", "delta")`` when centered (MXNet's order, spec section 2.4)."""
+    h = _hyper(hyper)
+    return STATE if h["centered"] else STATE[:1]
+
+
+def init_state(weight, **hyper) -> dict:
+    """All slots start at zero."""
+    return {name: np.zeros(np.shape(weight), dtype=np.float64) for name in state_slots(**hyper)}
+
+
+def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=None,
+         convention="mxnet", hyper_f32=True, **hyper):
+    """One RMSProp step. ``t`` is unused; ``learning_rate`` (in HYPER as MXNet's default) is
+    accepted and ignored: ``lr`` is the effective rate.
+
+    convention="guide", ``G = clip(rs*grad, c) + wd*w``, ``beta = gamma1``, ``gamma = gamma2``;
+    plain (guide:110-111)::
+
+        E[g^2]_{i+1} = beta*E[g^2]_i + (1-beta)*G*G                          (guide:110)
+        w_{i+1}      = w_i + lr/sqrt(E[g^2]_{i+1} + eps) * (-G)              (guide:111)
+
+    centered (guide:121-124)::
+
+        E[g]_{i+1}   = beta*E[g]_i + (1-beta)*G                              (guide:121)
+        E[g^2]_{i+1} = beta*E[g^2]_i + (1-beta)*G*G                          (guide:122)
+        v_{i+1}      = gamma*v_i + lr/sqrt(E[g^2]_{i+1} - E[g]_{i+1}^2 + eps) * (-G)   (guide:123)
+        w_{i+1}      = w_i + v_{i+1}                                         (guide:124)
+
+    The slots hold ``n = E[g^2]``, ``g = E[g]``, ``delta = v``. ``clip_weights`` is not in the
+    guide; it is applied the same way as in MXNet (``w = clip(w, clip_weights)`` at the end of
+    the step when ``clip_weights`` is truthy), so that the option means the same in both.
+
+    convention="mxnet" (spec section 2.4), every hyperparameter (lr, wd, rescale_grad,
+    clip_gradient, gamma1, gamma2, epsilon, clip_weights) rounded to float32 when ``hyper_f32``;
+    clipping only when ``clip_gradient`` is truthy; weight decay enters **before** clipping::
+
+        g = clip(rs*grad + wd*w, c)
+        plain:     n = (1-gamma1)*(g*g) + gamma1*n
+                   w = w - lr*(g/sqrt(n + eps))
+        centered:  n     = (1-gamma1)*g*g + gamma1*n
+                   gbar  = (1-gamma1)*g + gamma1*gbar
+                   delta = gamma2*delta - lr*(g/sqrt(n - gbar*gbar + eps))
+                   w     = w + delta
+        if clip_weights: w = clip(w, clip_weights)
+
+    The equations are the guide's; they agree with it when ``clip_gradient`` is None (then
+    ``clip(rs*grad + wd*w)`` and ``clip(rs*grad) + wd*w`` coincide), and when ``wd == 0`` and
+    ``clip_gradient != 0`` (``0.0`` means "off" for MXNet, "clip to 0" for the guide).
+    """
+    check_convention(convention)
+    h = _hyper(hyper)
+    gamma1, gamma2, eps = h["gamma1"], h["gamma2"], h["epsilon"]
+    centered, clip_weights = h["centered"], h["clip_weights"]
+    w = as_f64(weight)
+    gr = as_f64(grad)
+    n = as_f64(state["n"])
+    if centered:
+        gbar = as_f64(state["g"])
+        delta = as_f64(state["delta"])
+
+    if convention == "guide":
+        beta, gamma = gamma1, gamma2
+        G = guide_gradient(gr, w, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient)
+        if not centered:
+            n_new = beta * n + (1.0 - beta) * G * G                        # guide:110
+            w_new = w + lr / np.sqrt(n_new + eps) * (-G)                   # guide:111
+            new_state = {"n": n_new}
+        else:
+            Eg = beta * gbar + (1.0 - beta) * G                            # guide:121
+            n_new = beta * n + (1.0 - beta) * G * G                        # guide:122
+            v = gamma * delta + lr / np.sqrt(n_new - Eg * Eg + eps) * (-G)  # guide:123
+            w_new = w + v                                                  # guide:124
+            new_state = {"n": n_new, "g": Eg, "delta": v}
+        if clip_weights:
+            w_new = clip(w_new, clip_weights)
+        return w_new, new_state
+
+    if hyper_f32:
+        lr, wd, rescale_grad, clip_gradient = f32(lr), f32(wd), f32(rescale_grad), f32(clip_gradient)
+        gamma1, gamma2, eps, clip_weights = f32(gamma1), f32(gamma2), f32(eps), f32(clip_weights)
+    g = kernel_clip(rescale_grad * gr + wd * w, clip_gradient)
+    if not centered:
+        n_new = (1.0 - gamma1) * (g * g) + gamma1 * n
+        w_new = w - lr * (g / np.sqrt(n_new + eps))
+        new_state = {"n": n_new}
+    else:
+        n_new = (1.0 - gamma1) * g * g + gamma1 * n
+        gbar_new = (1.0 - gamma1) * g + gamma1 * gbar
+        delta_new = gamma2 * delta - lr * (g / np.sqrt(n_new - gbar_new * gbar_new + eps))
+        w_new = w + delta_new
+        new_state = {"n": n_new, "g": gbar_new, "delta": delta_new}
+    if clip_weights:
+        w_new = clip(w_new, clip_weights)
+    return w_new, new_state

@@ -1,0 +1,76 @@
+"""Every optimizer x backend x dtype x convention against the float64 oracle, with rigorous bounds.
+
+Per step from identical inputs (the oracle is resynchronised to the kernel's weight and state before
+every step) and free-running trajectories (the oracle's error bound accumulates), parameters and
+state. The bound is the running error analysis of ``reference.error_bound``; an element passes when
+``|out - ref| <= 4*E`` or it sits on a branch point (``toolkit.verify``).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, note, settings, target
+from hypothesis import strategies as st
+
+from optim_db import DB, DTYPES, EXAMPLES, arrays_over_decades, common_hyper, np_dtype
+from toolkit import optimizer
+from toolkit.verify import step_errors, trajectory_errors
+
+CASES = [(info, conv, dtype) for info in DB for conv in info.conventions for dtype in DTYPES]
+# the reference backend is float64 arithmetic: it is checked on float64 weights
+STEP_CASES = [(c, b) for c in CASES for b in ("cpu", "reference")
+              if b == "cpu" or c[2] == "float64"]
+
+
+def _ids(case):
+    info, conv, dtype = case
+    return f"{info.name}-{conv}-{dtype}"
+
+
+def _build(info, conv, dtype, data, backend):
+    hyper = data.draw(info.hyper, label="hyper")
+    common = data.draw(common_hyper, label="common")
+    opt = optimizer.create(info.name, convention=conv, backend=backend,
+                           multi_precision=dtype == "float16-mp", **hyper, **common)
+    n = data.draw(st.integers(1, 24), label="n")
+    dt = np_dtype(dtype)
+    lo_w = -2 if dt == np.float16 else -4
+    w = data.draw(arrays_over_decades(n, lo_w, 2, zeros=True), label="w").astype(dt)
+    lo_g = -4 if dt == np.float16 else -7
+    grads = [data.draw(arrays_over_decades(n, lo_g, 3), label=f"g{k}").astype(dt)
+             for k in range(data.draw(st.integers(1, 6), label="steps"))]
+    return opt, w, grads
+
+
+@pytest.mark.parametrize("case,backend", STEP_CASES,
+                         ids=[f"{_ids(c)}-{b}" for c, b in STEP_CASES])
+@settings(max_examples=EXAMPLES)
+@given(data=st.data())
+def test_each_step_matches_reference(case, backend, data):
+    info, conv, dtype = case
+    opt, w, grads = _build(info, conv, dtype, data, backend)
+    state = opt.create_state_multi_precision(0, w)
+    worst = 0.0
+    for k, g in enumerate(grads):
+        res = step_errors(opt, 0, w, g, state)
+        note(f"step {k + 1}: {res}")
+        for name, (err, checked, ties) in res.items():
+            worst = max(worst, err)
+            assert err <= 1.0, f"{name}: normalised error {err:.3g} at step {k + 1}"
+    target(worst, label="worst normalised error")
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[2] != "float16-mp"], ids=_ids)
+@settings(max_examples=max(EXAMPLES // 2, 4))
+@given(data=st.data())
+def test_trajectory_matches_reference(case, data):
+    info, conv, dtype = case
+    opt, w, grads = _build(info, conv, dtype, data, "cpu")
+    grads = grads * 3  # longer free-running trajectories
+    state = opt.create_state(0, w)
+    res = trajectory_errors(opt, 0, w, grads, state)
+    note(str(res))
+    worst = max(v[0] for v in res.values())
+    target(worst, label="worst normalised error")
+    for name, (err, checked, ties) in res.items():
+        assert err <= 1.0, f"{name}: normalised error {err:.3g}"

@@ -1,0 +1,719 @@
+"""Every validation error path of the optimizers, each with a "nothing changed" check.
+
+A failed call must leave the weight, the gradient, every state array and the optimizer's update
+counts (per index and ``num_update``) exactly as they were; arguments are checked before anything
+is written. Also the positive paths of the layout checks: F-contiguous, 0-d and n-d weights, and
+float16 weights without multi_precision.
+"""
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from toolkit import lr_scheduler, optimizer
+from toolkit.backends import cuda_available
+
+# name -> constructor kwargs: one configuration per state layout of every optimizer
+CONFIGS = {
+    "sgd": ("sgd", {"learning_rate": 0.1}),
+    "sgd_mom": ("sgd", {"learning_rate": 0.1, "momentum": 0.9}),
+    "nag": ("nag", {"learning_rate": 0.1}),
+    "nag_mom": ("nag", {"learning_rate": 0.1, "momentum": 0.9}),
+    "adagrad": ("adagrad", {"learning_rate": 0.1}),
+    "rmsprop": ("rmsprop", {"learning_rate": 0.01}),
+    "rmsprop_centered": ("rmsprop", {"learning_rate": 0.01, "centered": True}),
+    "adadelta": ("adadelta", {}),
+    "adam": ("adam", {"learning_rate": 0.01}),
+    "adamax": ("adamax", {}),
+    "nadam": ("nadam", {}),
+    "signum": ("signum", {}),
+    "signsgd": ("signum", {"momentum": 0.0}),
+    "lbsgd": ("lbsgd", {"learning_rate": 0.1}),
+    "lbsgd_mom": ("lbsgd", {"learning_rate": 0.1, "momentum": 0.9}),
+    "dcasgd": ("dcasgd", {"learning_rate": 0.1}),
+    "dcasgd_mom": ("dcasgd", {"learning_rate": 0.1, "momentum": 0.9}),
+    "ftrl": ("ftrl", {}),
+    "ftml": ("ftml", {}),
+    "sgld": ("sgld", {"learning_rate": 0.01}),
+}
+OPT_NAMES = sorted({name for name, _ in CONFIGS.values()})
+DETERMINISTIC = [k for k in CONFIGS]  # SGLD's noise is seeded: deterministic too
+
+
+def make(config, **extra):
+    name, kw = CONFIGS[config]
+    return optimizer.create(name, **{**kw, **extra})
+
+
+def state_arrays(state):
+    if state is None:
+        return []
+    if isinstance(state, np.ndarray):
+        return [state]
+    if not isinstance(state, (tuple, list)):
+        return []
+    out = []
+    for s in state:
+        out.extend(state_arrays(s))
+    return out
+
+
+def snapshot(opt, weight, grad, state):
+    return (weight.tobytes(), weight.dtype, weight.shape, grad.tobytes(),
+            [(a.tobytes(), a.dtype, a.shape) for a in state_arrays(state)],
+            dict(opt._index_update_count), opt.num_update)
+
+
+def rng_arrays(shape=(3, 4), dtype=np.float32, seed=0):
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal(shape).astype(dtype)
+    g = rng.standard_normal(shape).astype(dtype)
+    return w, g
+
+
+def primed(config, shape=(3, 4), dtype=np.float32, **extra):
+    """An optimizer, weight, grad and state after one successful update (counts non-zero)."""
+    opt = make(config, **extra)
+    w, g = rng_arrays(shape, dtype)
+    state = opt.create_state(0, w)
+    opt.update(0, w, g, state)
+    return opt, w, g, state
+
+
+def assert_fails_unchanged(opt, weight, grad, state, call, exc, match=None):
+    """``call()`` raises ``exc`` and leaves weight, grad, state and counts as they were."""
+    before = snapshot(opt, weight, grad, state)
+    with pytest.raises(exc, match=match):
+        call()
+    assert snapshot(opt, weight, grad, state) == before
+
+
+# ------------------------------------------------------------------------------------------
+# create / registry / constructor keywords
+# ------------------------------------------------------------------------------------------
+def test_unknown_optimizer_name_lists_known_names():
+    with pytest.raises(ValueError) as info:
+        optimizer.create("adamw")
+    msg = str(info.value)
+    assert "adamw" in msg
+    for name in OPT_NAMES:
+        assert name in msg
+
+
+@pytest.mark.parametrize("spelling", ["SGD", "Adam", "ADAGRAD", "RmsProp", "ftrl", "FTML", "NaDaM"])
+def test_create_is_case_insensitive(spelling):
+    opt = optimizer.create(spelling)
+    assert type(opt).__name__.lower() == spelling.lower()
+
+
+def test_create_non_string_name():
+    with pytest.raises(TypeError):
+        optimizer.create(3)
+
+
+@pytest.mark.parametrize("name", OPT_NAMES)
+def test_unknown_constructor_keyword(name):
+    with pytest.raises(TypeError):
+        optimizer.create(name, bogus_keyword=1.0)
+
+
+def test_guide_spelling_only_where_defined():
+    # rho is RMSProp's guide spelling of gamma1; Adam has no rho (MXNet: TypeError too)
+    with pytest.raises(TypeError):
+        optimizer.Adam(rho=0.9)
+    with pytest.raises(TypeError):
+        optimizer.SGD(rho=0.9)
+
+
+def test_rmsprop_gamma1_and_rho_both_given():
+    with pytest.raises(TypeError, match="rho"):
+        optimizer.RMSProp(gamma1=0.9, rho=0.9)
+    with pytest.raises(TypeError, match="momentum"):
+        optimizer.RMSProp(gamma2=0.9, momentum=0.9)
+
+
+def test_sym_not_supported():
+    with pytest.raises(ValueError):
+        optimizer.SGD(sym=object())
+
+
+# ------------------------------------------------------------------------------------------
+# hyperparameter domains
+# ------------------------------------------------------------------------------------------
+BAD_FLOATS = [-1.0, -1e-12, float("nan"), float("inf"), float("-inf")]
+NONFINITE = [float("nan"), float("inf")]
+
+
+@pytest.mark.parametrize("name", OPT_NAMES)
+@pytest.mark.parametrize("key", ["learning_rate", "wd", "rescale_grad"])
+@pytest.mark.parametrize("value", BAD_FLOATS)
+def test_base_hyperparameters_domain(name, key, value):
+    with pytest.raises(ValueError, match=key):
+        optimizer.create(name, **{key: value})
+
+
+@pytest.mark.parametrize("name", OPT_NAMES)
+@pytest.mark.parametrize("value", [-0.5, -1e-30, float("nan"), float("inf")])
+def test_clip_gradient_domain(name, value):
+    with pytest.raises(ValueError, match="clip_gradient"):
+        optimizer.create(name, clip_gradient=value)
+
+
+@pytest.mark.parametrize("name", OPT_NAMES)
+@pytest.mark.parametrize("key,value", [("learning_rate", "0.1"), ("wd", True), ("rescale_grad", None),
+                                       ("clip_gradient", "1")])
+def test_base_hyperparameters_type(name, key, value):
+    with pytest.raises(TypeError):
+        optimizer.create(name, **{key: value})
+
+
+@pytest.mark.parametrize("name", OPT_NAMES)
+def test_begin_num_update_domain(name):
+    with pytest.raises(ValueError):
+        optimizer.create(name, begin_num_update=-1)
+    with pytest.raises(TypeError):
+        optimizer.create(name, begin_num_update=1.5)
+
+
+UNIT = [-0.1, 1.0, 1.5, float("nan"), float("inf")]  # outside [0, 1)
+
+SPECIFIC_BAD = (
+    [("sgd", "momentum", v) for v in UNIT]
+    + [("nag", "momentum", v) for v in UNIT]
+    + [("lbsgd", "momentum", v) for v in UNIT]
+    + [("dcasgd", "momentum", v) for v in UNIT]
+    + [("signum", "momentum", v) for v in UNIT]
+    + [("adam", "beta1", v) for v in UNIT] + [("adam", "beta2", v) for v in UNIT]
+    + [("adamax", "beta1", v) for v in UNIT] + [("adamax", "beta2", v) for v in UNIT]
+    + [("nadam", "beta1", v) for v in UNIT] + [("nadam", "beta2", v) for v in UNIT]
+    + [("ftml", "beta1", v) for v in UNIT] + [("ftml", "beta2", v) for v in UNIT]
+    + [("rmsprop", "gamma1", v) for v in UNIT] + [("rmsprop", "gamma2", v) for v in UNIT]
+    + [("rmsprop", "rho", v) for v in UNIT] + [("rmsprop", "momentum", v) for v in UNIT]
+    # AdaDelta's rho may be 1 (closed interval), but nothing outside [0, 1]
+    + [("adadelta", "rho", v) for v in (-0.1, 1.5, float("nan"))]
+    + [(n, "epsilon", v) for n in ("adam", "nadam", "ftml", "rmsprop", "adadelta")
+       for v in (-1e-8, float("nan"), float("inf"))]
+    + [("adagrad", "eps", v) for v in (-1e-7, float("nan"))]
+    + [("ftrl", "lamda1", v) for v in (-0.01, float("nan"))]
+    + [("ftrl", "beta", v) for v in (-1.0, float("inf"))]
+    + [("dcasgd", "lamda", v) for v in (-0.04, float("nan"))]
+    + [("signum", "wd_lh", v) for v in (-0.1, float("nan"))]
+    + [("nadam", "schedule_decay", v) for v in (-0.004, float("nan"))]
+    + [("rmsprop", "clip_weights", v) for v in (-1.0, 0.0, float("nan"))]
+    + [("lbsgd", "warmup_strategy", v) for v in ("bogus", "LINEAR", None)]
+    + [("lbsgd", "batch_scale", v) for v in (0, -1)]
+    + [("lbsgd", "updates_per_epoch", 0), ("lbsgd", "warmup_epochs", -1),
+       ("lbsgd", "begin_epoch", -1)]
+    + [("sgld", "seed", -1)]
+)
+
+
+@pytest.mark.parametrize("name,key,value", SPECIFIC_BAD)
+def test_optimizer_specific_domain(name, key, value):
+    with pytest.raises(ValueError):
+        optimizer.create(name, **{key: value})
+
+
+@pytest.mark.parametrize("name,key,value", [("lbsgd", "batch_scale", 2.0),
+                                            ("lbsgd", "batch_scale", True),
+                                            ("rmsprop", "centered", 1),
+                                            ("sgd", "multi_precision", "yes"),
+                                            ("adam", "beta1", "0.9")])
+def test_optimizer_specific_types(name, key, value):
+    with pytest.raises(TypeError):
+        optimizer.create(name, **{key: value})
+
+
+def test_unit_bounds_accepted():
+    optimizer.SGD(momentum=0.0)
+    optimizer.Adam(beta1=0.0, beta2=0.0)
+    optimizer.AdaDelta(rho=1.0)
+    optimizer.AdaDelta(rho=0.0)
+    optimizer.LBSGD(batch_scale=1)
+
+
+def test_signum_wd_lh_needs_momentum():
+    with pytest.raises(ValueError, match="wd_lh"):
+        optimizer.Signum(momentum=0.0, wd_lh=0.1)
+    optimizer.Signum(momentum=0.0, wd_lh=0.0)
+    optimizer.Signum(momentum=0.9, wd_lh=0.1)
+
+
+def test_adamax_epsilon_only_in_guide_convention():
+    with pytest.raises(ValueError, match="epsilon"):
+        optimizer.Adamax(epsilon=1e-8)
+    with pytest.raises(ValueError, match="epsilon"):
+        optimizer.Adamax(epsilon=1e-8, convention="mxnet")
+    opt = optimizer.Adamax(epsilon=1e-8, convention="guide")
+    assert opt.epsilon == 1e-8
+    with pytest.raises(ValueError):
+        optimizer.Adamax(epsilon=-1e-8, convention="guide")
+
+
+def test_nadam_guide_convention_refused():
+    with pytest.raises(ValueError, match="guide"):
+        optimizer.Nadam(convention="guide")
+
+
+@pytest.mark.parametrize("name", OPT_NAMES)
+@pytest.mark.parametrize("backend", ["gpu", "CPU", "numba", "", None])
+def test_unknown_backend(name, backend):
+    if name == "adamax" or name == "nadam":
+        pass
+    with pytest.raises(ValueError, match="backend"):
+        optimizer.create(name, backend=backend)
+
+
+@pytest.mark.parametrize("name", OPT_NAMES)
+@pytest.mark.parametrize("convention", ["MXNet", "paper", "", None])
+def test_unknown_convention(name, convention):
+    with pytest.raises(ValueError, match="convention"):
+        optimizer.create(name, convention=convention)
+
+
+def test_lr_scheduler_not_callable():
+    with pytest.raises(TypeError, match="lr_scheduler"):
+        optimizer.SGD(lr_scheduler=0.1)
+
+
+def test_param_idx2name_not_dict():
+    with pytest.raises(TypeError):
+        optimizer.SGD(param_idx2name=["fc_weight"])
+
+
+@pytest.mark.parametrize("bad", [{0: -1.0}, {"fc_weight": float("nan")}, {1: float("inf")}])
+def test_bad_multipliers(bad):
+    opt = optimizer.SGD(learning_rate=0.1, wd=0.1)
+    with pytest.raises(ValueError):
+        opt.set_lr_mult(bad)
+    with pytest.raises(ValueError):
+        opt.set_wd_mult(bad)
+    with pytest.raises(TypeError):
+        opt.set_lr_mult([1.0])
+    with pytest.raises(TypeError):
+        opt.set_wd_mult([1.0])
+
+
+# ------------------------------------------------------------------------------------------
+# backend="cuda" on a machine without a GPU: the error comes at update time and says why
+# ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_cuda_backend_raises_clearly_at_update(config):
+    opt = make(config, backend="cuda")  # constructing is allowed
+    w, g = rng_arrays()
+    state = opt.create_state(0, w)
+    ok, why = cuda_available()
+    before = snapshot(opt, w, g, state)
+    with pytest.raises(RuntimeError) as info:
+        opt.update(0, w, g, state)
+    msg = str(info.value)
+    assert "cuda" in msg.lower()
+    if not ok:
+        assert why in msg
+        assert "no CUDA GPU" in msg
+    assert snapshot(opt, w, g, state) == before
+
+
+# ------------------------------------------------------------------------------------------
+# weight checks (update and create_state)
+# ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_weight_not_ndarray(config):
+    opt, w, g, state = primed(config)
+    before = snapshot(opt, w, g, state)
+    with pytest.raises(TypeError, match="weight"):
+        opt.update(0, w.tolist(), g, state)
+    with pytest.raises(TypeError, match="weight"):
+        opt.create_state(1, w.tolist())
+    with pytest.raises(TypeError, match="weight"):
+        opt.update_multi_precision(0, w.tolist(), g, state)
+    assert snapshot(opt, w, g, state) == before
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.complex64, np.bool_])
+def test_weight_non_float_dtype(config, dtype):
+    opt, w, g, state = primed(config)
+    wi = np.ones(w.shape, dtype)
+    gi = np.ones(w.shape, dtype)
+    before = snapshot(opt, w, g, state)
+    with pytest.raises(TypeError, match="dtype"):
+        opt.create_state(0, wi)
+    with pytest.raises(TypeError, match="dtype"):
+        opt.update(0, wi, gi, state)
+    assert snapshot(opt, w, g, state) == before
+    assert np.array_equal(wi, np.ones(w.shape, dtype))
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_read_only_weight(config):
+    opt, w, g, state = primed(config)
+    w.flags.writeable = False
+    assert_fails_unchanged(opt, w, g, state, lambda: opt.update(0, w, g, state), ValueError,
+                           "read-only")
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("view", ["step", "transpose_slice", "column"])
+def test_non_contiguous_weight_refused(config, view):
+    opt = make(config)
+    base, gbase = rng_arrays((6, 8))
+    if view == "step":
+        w, g = base[:, ::2], gbase[:, ::2]
+    elif view == "transpose_slice":
+        w, g = base.T[1:5], gbase.T[1:5]
+    else:
+        w, g = base[:, 3], gbase[:, 3]
+    assert not (w.flags.c_contiguous or w.flags.f_contiguous)
+    base_before = base.copy()
+    with pytest.raises(ValueError, match="contiguous"):
+        opt.create_state(0, w)
+    wc = np.ascontiguousarray(w)
+    state = opt.create_state(0, wc)
+    before = snapshot(opt, w, g, state)
+    with pytest.raises(ValueError, match="contiguous"):
+        opt.update(0, w, g.copy(), state)
+    assert snapshot(opt, w, g, state) == before
+    assert np.array_equal(base, base_before)  # never silently updated a copy nor the base
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_bad_index(config):
+    opt, w, g, state = primed(config)
+    for index in (True, 1.5, None, (0,)):
+        assert_fails_unchanged(opt, w, g, state, lambda: opt.update(index, w, g, state),
+                               TypeError, "index")
+
+
+# ------------------------------------------------------------------------------------------
+# grad checks
+# ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_grad_mismatch(config):
+    opt, w, g, state = primed(config)
+    bad = [
+        (g.reshape(4, 3).copy(), ValueError, "shape"),
+        (g.ravel().copy(), ValueError, "shape"),
+        (np.zeros((3, 5), g.dtype), ValueError, "shape"),
+        (g.astype(np.float64), TypeError, "dtype"),
+        (g.astype(np.float16), TypeError, "dtype"),
+        (g.tolist(), TypeError, "grad"),
+        (None, TypeError, "grad"),
+    ]
+    for bad_grad, exc, match in bad:
+        before = snapshot(opt, w, g, state)
+        if isinstance(bad_grad, np.ndarray):
+            grad_before = bad_grad.tobytes()
+        with pytest.raises(exc, match=match):
+            opt.update(0, w, bad_grad, state)
+        assert snapshot(opt, w, g, state) == before
+        if isinstance(bad_grad, np.ndarray):
+            assert bad_grad.tobytes() == grad_before
+
+
+def test_non_contiguous_grad_is_accepted_and_not_modified():
+    opt = optimizer.Adam(learning_rate=0.01)
+    w, _ = rng_arrays((3, 4))
+    gbase = np.random.default_rng(5).standard_normal((3, 8)).astype(np.float32)
+    g = gbase[:, ::2]
+    gb = gbase.copy()
+    w2 = w.copy()
+    s1, s2 = opt.create_state(0, w), None
+    opt.update(0, w, g, s1)
+    opt2 = optimizer.Adam(learning_rate=0.01)
+    s2 = opt2.create_state(0, w2)
+    opt2.update(0, w2, np.ascontiguousarray(g), s2)
+    assert np.array_equal(w, w2)
+    assert np.array_equal(gbase, gb)
+
+
+# ------------------------------------------------------------------------------------------
+# state checks
+# ------------------------------------------------------------------------------------------
+def bad_states(opt, w, state):
+    """(label, bad_state, exception) for the structure of this optimizer's state."""
+    arrays = state_arrays(state)
+    out = []
+    if state is None:
+        out.append(("array instead of None", np.zeros_like(w), TypeError))
+        out.append(("tuple instead of None", (np.zeros_like(w),), TypeError))
+        return out
+    out.append(("None instead of state", None, TypeError))
+    out.append(("list instead of tuple", list(state) if isinstance(state, tuple) else [state],
+                TypeError))
+    if isinstance(state, tuple):
+        out.append(("too short", state[:-1], TypeError))
+        out.append(("too long", state + (np.zeros_like(w),), TypeError))
+        out.append(("bare array", arrays[0], TypeError))
+        if any(s is None for s in state):
+            out.append(("array where None", tuple(np.zeros_like(w) if s is None else s
+                                                  for s in state), TypeError))
+        if len(arrays) >= 2:
+            a0 = arrays[0]
+            shared = tuple(a0 if s is arrays[1] else s for s in state)
+            out.append(("two slots share memory", shared, ValueError))
+    else:
+        out.append(("1-tuple instead of array", (state,), TypeError))
+
+    def replace(i, new):
+        k = -1
+
+        def walk(s):
+            nonlocal k
+            if s is None:
+                return None
+            if isinstance(s, np.ndarray):
+                k += 1
+                return new if k == i else s
+            return tuple(walk(x) for x in s)
+        return walk(state)
+
+    for i, a in enumerate(arrays):
+        out.append((f"slot {i} wrong shape", replace(i, np.zeros(a.size + 1, a.dtype)), ValueError))
+        out.append((f"slot {i} transposed shape", replace(i, np.zeros(a.shape[::-1], a.dtype)),
+                    ValueError))
+        out.append((f"slot {i} float64", replace(i, a.astype(np.float64)), TypeError))
+        out.append((f"slot {i} float16", replace(i, a.astype(np.float16)), TypeError))
+        ro = a.copy()
+        ro.flags.writeable = False
+        out.append((f"slot {i} read-only", replace(i, ro), ValueError))
+        out.append((f"slot {i} is the weight", replace(i, w), ValueError))
+        out.append((f"slot {i} views the weight", replace(i, w.reshape(w.shape)), ValueError))
+        fo = np.asfortranarray(a)
+        out.append((f"slot {i} F-ordered", replace(i, fo), ValueError))
+        out.append((f"slot {i} list", replace(i, a.tolist()), TypeError))
+    return out
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_bad_state(config):
+    opt, w, g, state = primed(config)
+    for label, bad, exc in bad_states(opt, w, state):
+        arrays_before = [(a.tobytes(), a.dtype) for a in state_arrays(bad)
+                         if isinstance(a, np.ndarray)]
+        before = snapshot(opt, w, g, state)
+        with pytest.raises(exc):
+            opt.update(0, w, g, bad)
+        assert snapshot(opt, w, g, state) == before, label
+        assert [(a.tobytes(), a.dtype) for a in state_arrays(bad)
+                if isinstance(a, np.ndarray)] == arrays_before, label
+
+
+@pytest.mark.parametrize("config", [c for c in CONFIGS if c != "sgld"])
+def test_bad_multi_precision_state(config):
+    opt = make(config, multi_precision=True)
+    w, g = rng_arrays(dtype=np.float16)
+    state = opt.create_state_multi_precision(0, w)
+    opt.update_multi_precision(0, w, g, state)
+    before = snapshot(opt, w, g, state)
+    with pytest.raises(TypeError):
+        opt.update_multi_precision(0, w, g, state[0])
+    with pytest.raises(TypeError):
+        opt.update_multi_precision(0, w, g, state + (None,))
+    with pytest.raises(TypeError):
+        opt.update_multi_precision(0, w, g, None)
+    # the float32 master copy replaced by a float16 one, or by the weight itself
+    name = CONFIGS[config][0]
+    mi = 1 if name in ("sgd", "nag") else 0
+    for bad_master, exc in ((state[mi].astype(np.float16), TypeError), (w, TypeError),
+                            (state[mi].astype(np.float64), TypeError),
+                            (np.zeros(5, np.float32), ValueError)):
+        bad = tuple(bad_master if i == mi else s for i, s in enumerate(state))
+        with pytest.raises(exc):
+            opt.update_multi_precision(0, w, g, bad)
+    assert snapshot(opt, w, g, state) == before
+
+
+# ------------------------------------------------------------------------------------------
+# learning rate must be > 0 for FTRL and FTML
+# ------------------------------------------------------------------------------------------
+class ZeroAfter:
+    """A scheduler-like callable: base_lr until ``n`` reaches ``stop``, then 0."""
+
+    def __init__(self, base_lr, stop):
+        self.base_lr, self.stop = base_lr, stop
+
+    def __call__(self, n):
+        return self.base_lr if n < self.stop else 0.0
+
+
+@pytest.mark.parametrize("name", ["ftrl", "ftml"])
+@pytest.mark.parametrize("how", ["poly", "custom", "lr_mult", "learning_rate"])
+def test_zero_lr_refused_by_ftrl_ftml(name, how):
+    kw = {}
+    if how == "poly":
+        kw["lr_scheduler"] = lr_scheduler.PolyScheduler(max_update=2, base_lr=0.1, final_lr=0.0)
+        if name == "ftml":
+            kw["learning_rate"] = 0.1
+    elif how == "custom":
+        kw["lr_scheduler"] = ZeroAfter(0.1, 2)
+        kw["learning_rate"] = 0.1
+    elif how == "learning_rate":
+        kw["learning_rate"] = 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        opt = optimizer.create(name, **kw)
+    w, g = rng_arrays()
+    state = opt.create_state(0, w)
+    if how == "lr_mult":
+        opt.update(0, w, g, state)
+        opt.set_lr_mult({0: 0.0})
+    elif how == "learning_rate":
+        pass
+    else:
+        opt.update(0, w, g, state)  # n = 1: lr > 0
+    # poly at n=2 is final_lr = 0; custom at n=2 is 0
+    assert_fails_unchanged(opt, w, g, state, lambda: opt.update(0, w, g, state), ValueError,
+                           "learning rate")
+    # other optimizers accept lr == 0 and then leave the weight alone (SGD)
+    sgd = optimizer.SGD(learning_rate=0.0)
+    w2 = w.copy()
+    sgd.update(0, w2, g, None)
+    assert np.array_equal(w2, w)
+
+
+def test_scheduler_producing_invalid_lr():
+    opt = optimizer.SGD(lr_scheduler=lambda n: float("nan"))
+    w, g = rng_arrays()
+    assert_fails_unchanged(opt, w, g, None, lambda: opt.update(0, w, g, None), ValueError,
+                           "learning rate")
+    opt = optimizer.SGD(lr_scheduler=lambda n: -0.1)
+    assert_fails_unchanged(opt, w, g, None, lambda: opt.update(0, w, g, None), ValueError,
+                           "learning rate")
+
+
+# ------------------------------------------------------------------------------------------
+# set_learning_rate
+# ------------------------------------------------------------------------------------------
+def test_set_learning_rate_with_scheduler_raises_user_warning():
+    sched = lr_scheduler.FactorScheduler(step=1, factor=0.5, base_lr=0.1)
+    opt = optimizer.SGD(learning_rate=0.1, lr_scheduler=sched)
+    with pytest.raises(UserWarning, match="LRScheduler"):
+        opt.set_learning_rate(0.5)
+    assert opt.lr == 0.1
+    assert opt.learning_rate == 0.1
+    assert sched.base_lr == 0.1
+
+
+def test_set_learning_rate_without_scheduler():
+    opt = optimizer.SGD(learning_rate=0.1)
+    opt.set_learning_rate(0.5)
+    assert opt.lr == 0.5 and opt.learning_rate == 0.5
+    for bad in (-0.1, float("nan"), float("inf")):
+        with pytest.raises(ValueError):
+            opt.set_learning_rate(bad)
+        assert opt.lr == 0.5
+    with pytest.raises(TypeError):
+        opt.set_learning_rate("0.1")
+
+
+def test_register_rejects_non_optimizer():
+    with pytest.raises(TypeError):
+        optimizer.register(object)
+    with pytest.raises(TypeError):
+        optimizer.register(lambda: None)
+
+
+# ------------------------------------------------------------------------------------------
+# positive paths: memory order, 0-d and n-d weights, float16 without multi_precision
+# ------------------------------------------------------------------------------------------
+def run_steps(config, w, grads, dtype_state=None, **extra):
+    opt = make(config, **extra)
+    state = opt.create_state(0, w)
+    for g in grads:
+        opt.update(0, w, g, state)
+    return w, state
+
+
+@pytest.mark.parametrize("config", [c for c in CONFIGS if c != "sgld"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_f_contiguous_weight_matches_c_contiguous(config, dtype):
+    rng = np.random.default_rng(1)
+    w0 = rng.standard_normal((5, 7)).astype(dtype)
+    grads = [rng.standard_normal((5, 7)).astype(dtype) for _ in range(3)]
+    wf = np.asfortranarray(w0)
+    assert wf.flags.f_contiguous and not wf.flags.c_contiguous
+    kw = {"wd": 0.01, "clip_gradient": 1.5, "rescale_grad": 0.7}
+    # grads: F-ordered for the F weight (and one C-ordered, which must work too)
+    gf = [np.asfortranarray(g) for g in grads[:2]] + [grads[2]]
+    wf_out, sf = run_steps(config, wf, gf, **kw)
+    wc_out, sc = run_steps(config, np.ascontiguousarray(w0), grads, **kw)
+    assert wf_out.flags.f_contiguous
+    assert np.array_equal(wf_out, wc_out)
+    for a, b in zip(state_arrays(sf), state_arrays(sc)):
+        assert a.flags.f_contiguous
+        assert np.array_equal(a, b)
+
+
+def test_sgld_refuses_f_ordered_weight():
+    opt = optimizer.SGLD()
+    w = np.asfortranarray(np.ones((3, 4)))
+    g = np.ones((3, 4))
+    before = w.copy()
+    with pytest.raises(ValueError, match="C-contiguous"):
+        opt.update(0, w, g, None)
+    assert np.array_equal(w, before) and opt.num_update == 0
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("shape", [(), (1,), (2, 3, 4), (2, 1, 3, 1, 2)])
+def test_0d_and_nd_weights(config, shape):
+    rng = np.random.default_rng(2)
+    w0 = np.asarray(rng.standard_normal(shape), dtype=np.float64)
+    grads = [np.asarray(rng.standard_normal(shape), dtype=np.float64) for _ in range(3)]
+    w, state = run_steps(config, w0.copy(), grads)
+    assert w.shape == shape
+    # same numbers as the flattened weight: element-wise optimizers do not care about the shape
+    if config not in ("sgld",) and not (config.startswith("lbsgd")):
+        wflat, _ = run_steps(config, w0.reshape(-1).copy(), [g.reshape(-1) for g in grads])
+        assert np.array_equal(w.reshape(-1), wflat)
+    assert np.all(np.isfinite(w))
+    for a in state_arrays(state):
+        assert a.shape == shape
+
+
+def copy_state(state, dtype):
+    if state is None:
+        return None
+    if isinstance(state, np.ndarray):
+        return state.astype(dtype)
+    return tuple(copy_state(s, dtype) for s in state)
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_float16_without_multi_precision(config):
+    """float16 storage: each step is float32 arithmetic on the float16 values, rounded back."""
+    rng = np.random.default_rng(3)
+    w16 = rng.standard_normal((4, 6)).astype(np.float16)
+    kw = {"wd": 0.01}
+    opt16, opt32 = make(config, **kw), make(config, **kw)
+    s16 = opt16.create_state(0, w16)
+    assert all(a.dtype == np.float16 for a in state_arrays(s16))
+    for _ in range(4):
+        g16 = rng.standard_normal((4, 6)).astype(np.float16)
+        w32 = w16.astype(np.float32)
+        s32 = copy_state(s16, np.float32)
+        opt32.update(0, w32, g16.astype(np.float32), s32)
+        opt16.update(0, w16, g16, s16)
+        assert w16.dtype == np.float16
+        assert np.array_equal(w16, w32.astype(np.float16))
+        for a, b in zip(state_arrays(s16), state_arrays(s32)):
+            assert a.dtype == np.float16
+            assert np.array_equal(a, b.astype(np.float16))
+    assert opt16.num_update == opt32.num_update == 4
+
+
+def test_multi_precision_on_float32_is_plain_update():
+    opt = optimizer.Adam(multi_precision=True)
+    w, g = rng_arrays()
+    state = opt.create_state_multi_precision(0, w)
+    assert isinstance(state, tuple) and len(state) == 2 and state[0].dtype == np.float32
+    assert not np.any(state[0])  # (mean, var), no master copy
+    w2 = w.copy()
+    opt.update_multi_precision(0, w, g, state)
+    opt2 = optimizer.Adam()
+    s2 = opt2.create_state(0, w2)
+    opt2.update(0, w2, g, s2)
+    assert np.array_equal(w, w2)
+    assert math.isfinite(float(w.sum()))

@@ -1,0 +1,226 @@
+"""``python -m toolkit check``: the oracle's proofs and every backend against the oracle.
+
+Two parts, on fresh random cases each run (``--seed`` to repeat one):
+
+1. the oracle's own proofs: FTRL and FTML equal the guide's argmin formulations solved by scipy
+   from the raw gradient history; NAG's stored-point form equals the guide's look-ahead form; Adam
+   "mxnet" equals Adam "guide" with epsilon*sqrt(1-beta2^t); SGLD's noise is the same on the
+   kernel as in the specification;
+2. every optimizer x convention x backend x dtype against the oracle, per step from identical
+   inputs, reporting the worst normalised error (``toolkit.verify``: 1.0 is the bound).
+
+Prints a table and exits non-zero on any failure.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+from . import optimizer
+from .verify import step_errors
+
+DTYPES = ("float16-mp", "float32", "float64")
+
+
+def _progress(i, n, label, stream=sys.stderr):
+    if not stream.isatty() and i not in (n,) and i % 10:
+        return
+    width = 30
+    fill = int(width * i / max(n, 1))
+    stream.write(f"\r[{'#' * fill}{'.' * (width - fill)}] {i}/{n} {label:<40.40s}")
+    if i == n:
+        stream.write("\n")
+    stream.flush()
+
+
+def _decades(rng, n, lo, hi, zeros=True):
+    x = rng.choice([-1.0, 1.0], n) * 10.0 ** rng.uniform(lo, hi, n)
+    if zeros:
+        x[rng.random(n) < 0.15] = 0.0
+    return x
+
+
+# --- part 1: proofs ---------------------------------------------------------------------------
+def proof_ftrl_argmin(rng):
+    from reference import argmin, ftrl
+    worst = 0.0
+    for _ in range(5):
+        n, T = 6, int(rng.integers(2, 8))
+        lr, lamda1, beta = 10 ** rng.uniform(-2, 0), 10 ** rng.uniform(-3, -0.5), rng.uniform(0, 2)
+        w0 = np.zeros(n)
+        grads = np.array([_decades(rng, n, -3, 1) for _ in range(T)])
+        w, st = w0, ftrl.init_state(w0)
+        closed = []
+        for k in range(T):
+            w, st = ftrl.step(w, grads[k], st, t=k + 1, lr=lr, convention="guide", lamda1=lamda1,
+                              beta=beta)
+            closed.append(w)
+        args, _, _ = argmin.ftrl_argmin_trajectory(w0, grads, lr=lr, lamda1=lamda1, beta=beta,
+                                                   convention="guide", weights=[w0] + closed[:-1])
+        scale = np.maximum(np.abs(args), 1e-300)
+        err = np.max(np.where(np.array(closed) == args, 0.0, np.abs(np.array(closed) - args) / scale))
+        worst = max(worst, err / 1e-9)
+    return worst
+
+
+def proof_ftml_argmin(rng):
+    from reference import argmin, ftml
+    worst = 0.0
+    for _ in range(5):
+        n, T = 5, int(rng.integers(2, 6))
+        lr = 10 ** rng.uniform(-3, -1)
+        b1, b2, eps = rng.uniform(0.1, 0.9), rng.uniform(0.0, 0.999), 10 ** rng.uniform(-8, -3)
+        w0 = _decades(rng, n, -2, 0, zeros=False)
+        grads = np.array([_decades(rng, n, -3, 1, zeros=False) for _ in range(T)])
+        w, st = w0, ftml.init_state(w0)
+        closed = []
+        for k in range(T):
+            w, st = ftml.step(w, grads[k], st, t=k + 1, lr=lr, convention="guide", beta1=b1,
+                              beta2=b2, epsilon=eps)
+            closed.append(w)
+        args, _, _ = argmin.ftml_argmin_trajectory(w0, grads, lrs=lr, beta1=b1, beta2=b2,
+                                                   epsilon=eps, convention="guide",
+                                                   weights=[w0] + closed[:-1])
+        err = np.max(np.abs(np.array(closed) - args) / np.maximum(np.abs(args), 1e-12))
+        worst = max(worst, err / 1e-8)
+    return worst
+
+
+def proof_nag_lookahead(rng):
+    from reference import nag
+    worst = 0.0
+    for _ in range(5):
+        n = 4
+        a, b = 10 ** rng.uniform(-1, 1, n), rng.standard_normal(n)
+        lr, mu = 10 ** rng.uniform(-3, -1), rng.uniform(0, 0.95)
+        grad_fn = lambda x: a * (x - b)  # noqa: E731
+        w, v = rng.standard_normal(n), np.zeros(n)
+        wt, st = w.copy(), nag.init_state(w, momentum=mu)
+        for k in range(30):
+            w, v = nag.step_lookahead(w, v, grad_fn, lr=lr, momentum=mu)
+            wt, st = nag.step(wt, grad_fn(wt), st, t=k + 1, lr=lr, convention="guide", momentum=mu)
+            err = np.max(np.abs((w + mu * v) - wt) / (np.abs(wt) + np.abs(w) + 1e-300))
+            worst = max(worst, err / 1e-12)
+    return worst
+
+
+def proof_adam_relation(rng):
+    from reference import adam
+    worst = 0.0
+    for _ in range(5):
+        n = 8
+        b1, b2, eps, lr = rng.uniform(0, 0.99), rng.uniform(0, 0.9999), 10 ** rng.uniform(-8, -2), 0.01
+        w = rng.standard_normal(n)
+        wm, sm, wg, sg = w, adam.init_state(w), w, adam.init_state(w)
+        for t in range(1, 8):
+            g = _decades(rng, n, -3, 1)
+            wm, sm = adam.step(wm, g, sm, t=t, lr=lr, beta1=b1, beta2=b2, epsilon=eps,
+                               convention="mxnet", hyper_f32=False)
+            wg, sg = adam.step(wg, g, sg, t=t, lr=lr, beta1=b1, beta2=b2,
+                               epsilon=eps / np.sqrt(1 - b2 ** t), convention="guide")
+            worst = max(worst, np.max(np.abs(wm - wg) / (np.abs(wm) + 1e-300)) / 1e-13)
+            wg, sg = wm, sm
+    return worst
+
+
+def proof_sgld_noise(rng):
+    from reference import noise
+    seed = int(rng.integers(0, 2 ** 32))
+    opt = optimizer.SGLD(learning_rate=1.0, seed=seed)
+    w = np.zeros(1000)
+    opt.update(3, w, np.zeros(1000), None)
+    z = noise.normal(seed, 3, 1, 1000)
+    return float(np.max(np.abs(w - z) / (np.abs(z) * 4e-16 + 1e-300)))
+
+
+PROOFS = [
+    ("ftrl", "guide", "closed form == scipy argmin (brentq), rel/1e-9", proof_ftrl_argmin),
+    ("ftml", "guide", "closed form == scipy argmin (trust-exact), rel/1e-8", proof_ftml_argmin),
+    ("nag", "guide", "stored-point == look-ahead form, rel/1e-12", proof_nag_lookahead),
+    ("adam", "both", "mxnet(eps) == guide(eps/sqrt(1-b2^t)), rel/1e-13", proof_adam_relation),
+    ("sgld", "both", "kernel noise == reference.noise, rel/4e-16", proof_sgld_noise),
+]
+
+
+# --- part 2: backends -------------------------------------------------------------------------
+def backend_rows():
+    rows = []
+    for name, klass in sorted(optimizer.registry().items()):
+        if klass.__module__.split(".")[-1] != name and name not in ("ftrl",):
+            continue
+        for conv in ("mxnet", "guide"):
+            if name == "nadam" and conv == "guide":
+                continue
+            for backend in ("cpu", "reference"):
+                for dtype in DTYPES:
+                    if backend == "reference" and dtype != "float64":
+                        continue
+                    rows.append((name, conv, backend, dtype))
+    return rows
+
+
+def run_backend_row(rng, name, conv, backend, dtype, cases=4, steps=4):
+    worst = 0.0
+    for _ in range(cases):
+        kw = dict(convention=conv, backend=backend, multi_precision=dtype == "float16-mp",
+                  learning_rate=float(10 ** rng.uniform(-3, -1)),
+                  wd=float(rng.choice([0.0, 10 ** rng.uniform(-4, -1)])),
+                  rescale_grad=float(rng.choice([1.0, 10 ** rng.uniform(-1, 1)])),
+                  clip_gradient=[None, float(10 ** rng.uniform(-1, 1))][int(rng.integers(2))])
+        opt = optimizer.create(name, **kw)
+        dt = np.float16 if dtype == "float16-mp" else np.dtype(dtype).type
+        n = int(rng.integers(1, 64))
+        w = _decades(rng, n, -2, 1).astype(dt)
+        state = opt.create_state_multi_precision(0, w)
+        for _ in range(steps):
+            g = _decades(rng, n, -4 if dt == np.float16 else -6, 2).astype(dt)
+            res = step_errors(opt, 0, w, g, state)
+            worst = max([worst] + [v[0] for v in res.values()])
+    return worst
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m toolkit check", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seed", type=int, default=None, help="seed of the random cases")
+    p.add_argument("--cases", type=int, default=4, help="random cases per backend row")
+    args = p.parse_args(argv)
+    seed = args.seed if args.seed is not None else int(time.time_ns() % 2 ** 32)
+    rng = np.random.default_rng(seed)
+    print(f"toolkit check (seed {seed}); normalised error: 1.0 is the bound, lower is better\n")
+    table = []
+    rows = backend_rows()
+    total = len(PROOFS) + len(rows)
+    i = 0
+    for name, conv, what, fn in PROOFS:
+        _progress(i, total, f"proof {name}")
+        try:
+            err = float(fn(rng))
+        except Exception as exc:  # a proof that crashes is a failure, reported as such
+            err, what = float("inf"), f"{what} [{type(exc).__name__}: {exc}]"
+        table.append((name, conv, "oracle", "float64", what, err))
+        i += 1
+    for name, conv, backend, dtype in rows:
+        _progress(i, total, f"{name} {conv} {backend} {dtype}")
+        try:
+            err = run_backend_row(rng, name, conv, backend, dtype, cases=args.cases)
+        except Exception as exc:
+            err = float("inf")
+            print(f"\n{name} {conv} {backend} {dtype}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        table.append((name, conv, backend, dtype, "per step vs oracle (resync)", err))
+        i += 1
+    _progress(total, total, "done")
+    head = f"{'optimizer':10s} {'convention':10s} {'backend':9s} {'dtype':10s} {'proof':52s} {'worst':>9s}  result"
+    print(head)
+    print("-" * len(head))
+    failed = 0
+    for name, conv, backend, dtype, what, err in table:
+        ok = err <= 1.0
+        failed += not ok
+        print(f"{name:10s} {conv:10s} {backend:9s} {dtype:10s} {what:52.52s} {err:9.3g}  "
+              f"{'pass' if ok else 'FAIL'}")
+    print(f"\n{len(table) - failed} passed, {failed} failed")
+    return 1 if failed else 0

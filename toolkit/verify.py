@@ -1,0 +1,194 @@
+"""Check an optimizer implementation against the float64 oracle, with a rigorous error bound.
+
+For each step, the oracle (``reference.<name>.step``) runs on :class:`reference.error_bound.Tracked`
+copies of exactly the inputs the implementation saw (the weight and state it holds, resynchronised
+every step), and yields the float64 result together with a first-order bound ``E`` on the rounding
+error of evaluating the same formula in the implementation's precision. The *normalised error* of
+an element is ``|out - ref| / (C*E)``; the check passes when it is at most 1 for every element that
+is not at a branch point (a near tie, where either branch is correct). ``C = 4``: a factor 2 for
+the oracle's own rounding of the same size in float64 arithmetic, and 2 for the first-order model.
+
+``step_errors`` checks one step of a toolkit optimizer; ``trajectory_errors`` a free-running
+trajectory, where the bound accumulates from step to step. ``python -m toolkit check`` and the test
+suite both use these, and so can a user with their own update function (see ``check_function``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from reference import OPTIMIZERS
+from reference.error_bound import Tracked, track, unit_roundoff
+
+__all__ = ["SAFETY", "normalised_error", "compare", "reference_call", "step_errors",
+           "trajectory_errors", "check_function"]
+
+#: The factor C of the bound |out - ref| <= C*E (see the module docstring).
+SAFETY = 4.0
+
+
+def normalised_error(out, ref) -> tuple[float, int, int]:
+    """``(worst |out-ref|/(C*E), elements checked, near ties exempted)`` for a Tracked ``ref``."""
+    out = np.asarray(out, dtype=np.float64)
+    v, e, tie = ref.value, ref.err, ref.tie
+    both_nan = np.isnan(out) & np.isnan(v)
+    diff = np.where(both_nan, 0.0, np.abs(out - v))
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(diff == 0, 0.0, diff / (SAFETY * e))
+    ratio = np.where(tie, 0.0, ratio)
+    worst = float(np.max(ratio)) if ratio.size else 0.0
+    return worst, int(ratio.size - np.count_nonzero(tie)), int(np.count_nonzero(tie))
+
+
+def compare(outputs: dict, refs: dict) -> dict:
+    """Normalised errors per named output: ``{name: (worst, checked, ties)}``."""
+    return {k: normalised_error(outputs[k], refs[k]) for k in refs}
+
+
+def reference_call(opt, index, weight, grad, state, t, lr, wd, dtype):
+    """Run the oracle for one step of toolkit optimizer ``opt`` on Tracked copies of its inputs.
+
+    ``state`` is the toolkit state before the step. Returns ``(w_ref, state_ref_dict)``.
+    """
+    ref = OPTIMIZERS[opt.reference_name]
+    slots = opt.state_slots()
+    st = {name: track(np.asarray(a, dtype=np.float64), dtype)
+          for name, a in zip(slots, opt._state_arrays(state))}
+    st.update(opt._reference_extra(index))
+    extra = dict(opt._reference_call_kwargs(index, t))
+    if opt.reference_name == "lbsgd":
+        cum, ncum = opt._accumulator(index, weight)
+        st["cum"] = track(cum.astype(np.float64), dtype)
+        st["ncum"] = ncum
+    w_ref, st_ref = ref.step(track(weight.astype(np.float64), dtype),
+                             track(grad.astype(np.float64), dtype), st, t=t, lr=lr, wd=wd,
+                             rescale_grad=opt.rescale_grad, clip_gradient=opt.clip_gradient,
+                             convention=opt.convention, **opt.reference_hyper(), **extra)
+    return w_ref, st_ref
+
+
+def _snapshot(opt, index, weight, state):
+    """Everything a step reads, so the reference can be given exactly the same inputs."""
+    t, num_update = opt._next_count(index)
+    lr = opt._get_lr(index, opt._lr_count(num_update))
+    wd = opt._get_wd(index)
+    return t, lr, wd
+
+
+def step_errors(opt, index, weight, grad, state):
+    """Apply one ``update`` of ``opt`` in place and return the normalised errors of the weight
+    and every state slot against the oracle: ``{name: (worst, checked, ties)}``.
+
+    Float16 weights with multi_precision are checked through their float32 master copy (and the
+    float16 weight must equal the rounded master exactly: reported as ``weight16``).
+    """
+    mp = opt._uses_master(weight)
+    if mp:
+        master, inner = opt._split_mp_state(state)
+        w_in, s_in, dtype = master.copy(), opt._map_state(inner, np.copy), np.float32
+        g_in = grad.astype(np.float32)
+    else:
+        w_in, s_in, g_in = weight.copy(), opt._map_state(state, np.copy), grad
+        dtype = weight.dtype if weight.dtype != np.float16 else np.float32
+    t, lr, wd = _snapshot(opt, index, w_in, s_in)
+    # the reference must see the optimizer's bookkeeping *before* the step
+    w_ref, st_ref = reference_call(opt, index, w_in, g_in, s_in, t, lr, wd, dtype)
+    if mp:
+        opt.update_multi_precision(index, weight, grad, state)
+        out_w, out_state = master, inner
+    else:
+        opt.update(index, weight, grad, state)
+        out_w, out_state = weight, state
+    outputs = {"weight": out_w}
+    refs = {"weight": w_ref}
+    for name, a in zip(opt.state_slots(), opt._state_arrays(out_state)):
+        outputs[name] = a
+        refs[name] = st_ref[name]
+    result = compare(outputs, refs)
+    if mp:
+        same = np.array_equal(weight, master.astype(np.float16), equal_nan=True)
+        result["weight16"] = (0.0 if same else np.inf, weight.size, 0)
+    return result
+
+
+def trajectory_errors(opt, index, weight, grads, state):
+    """Free-running: ``len(grads)`` updates of ``opt`` from ``(weight, state)`` against one
+    oracle trajectory whose error bound accumulates. Returns the worst normalised error per
+    output over all steps."""
+    dtype = weight.dtype if weight.dtype != np.float16 else np.float32
+    w_ref = track(weight.astype(np.float64), dtype)
+    slots = opt.state_slots()
+    st_ref = {n: track(np.asarray(a, dtype=np.float64), dtype)
+              for n, a in zip(slots, opt._state_arrays(state))}
+    worst: dict = {}
+    ref = OPTIMIZERS[opt.reference_name]
+    for grad in grads:
+        t, lr, wd = _snapshot(opt, index, weight, state)
+        st_in = dict(st_ref)
+        st_in.update(opt._reference_extra(index))
+        extra = dict(opt._reference_call_kwargs(index, t))
+        if opt.reference_name == "lbsgd":
+            st_in.setdefault("cum", track(np.zeros(weight.shape), dtype))
+            st_in.setdefault("ncum", opt._accumulator(index, weight)[1])
+        w_ref, st_new = ref.step(w_ref, track(grad.astype(np.float64), dtype), st_in, t=t, lr=lr,
+                                 wd=wd, rescale_grad=opt.rescale_grad,
+                                 clip_gradient=opt.clip_gradient, convention=opt.convention,
+                                 **opt.reference_hyper(), **extra)
+        st_ref = {k: v for k, v in st_new.items()}
+        opt.update(index, weight, grad, state)
+        outputs = {"weight": weight}
+        refs = {"weight": w_ref}
+        for name, a in zip(slots, opt._state_arrays(state)):
+            outputs[name] = a
+            refs[name] = st_ref[name]
+        for k, v in compare(outputs, refs).items():
+            if k not in worst or v[0] > worst[k][0]:
+                worst[k] = v
+    return worst
+
+
+def check_function(update, name, weight, grads, *, dtype=None, convention="mxnet", t0=0,
+                   lr=0.01, wd=0.0, rescale_grad=1.0, clip_gradient=None, **hyper):
+    """Check a user's own update function against the oracle, step by step (resynchronised).
+
+    ``update(weight, grad, state, t)`` must update the numpy arrays ``weight`` and ``state``
+    (a dict of arrays named as ``reference.<name>.STATE``) in place, in precision ``dtype``.
+    Returns a list, per step, of ``{output: (worst normalised error, checked, ties)}``; a worst
+    value above 1 means the function does not compute the equations of ``convention``.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from toolkit.verify import check_function
+        >>> def my_sgd(w, g, state, t):
+        ...     w -= np.float32(0.1) * g
+        >>> w = np.ones(4, np.float32)
+        >>> res = check_function(my_sgd, "sgd", w, [np.ones(4, np.float32)] * 3, lr=0.1)
+        >>> all(r["weight"][0] <= 1 for r in res)
+        True
+    """
+    ref = OPTIMIZERS[name]
+    dtype = np.dtype(dtype or weight.dtype)
+    state = {k: np.asarray(v, dtype=dtype) for k, v in ref.init_state(weight, **hyper).items()
+             if isinstance(v, np.ndarray)}
+    extra = {k: v for k, v in ref.init_state(weight, **hyper).items() if not isinstance(v, np.ndarray)}
+    results = []
+    for k, grad in enumerate(grads):
+        t = t0 + k + 1
+        st_in = {n: track(a.astype(np.float64), dtype) for n, a in state.items()}
+        st_in.update(extra)
+        w_ref, st_ref = ref.step(track(weight.astype(np.float64), dtype),
+                                 track(np.asarray(grad, np.float64), dtype), st_in, t=t, lr=lr,
+                                 wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient,
+                                 convention=convention, **hyper)
+        update(weight, grad, state, t)
+        outputs = {"weight": weight, **state}
+        refs = {"weight": w_ref, **{n: st_ref[n] for n in state}}
+        results.append(compare(outputs, refs))
+        extra = {k2: v for k2, v in st_ref.items() if k2 not in state and not isinstance(v, Tracked)}
+    return results
+
+
+def unit(dtype):
+    """Unit roundoff of ``dtype`` (re-exported for reports)."""
+    return unit_roundoff(dtype)
