@@ -67,10 +67,10 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
         w = w - lr_t*m/(sqrt(v) + eps)
 
     Relation: eps is added to the uncorrected ``sqrt(v)``, so, with the same ``g``,
-    ``lr_t*m/(sqrt(v) + eps) = lr*v~/(sqrt(E~) + eps/sqrt(1 - beta2^t))``: MXNet is the guide with
-    epsilon replaced by ``eps/sqrt(1 - beta2^t)`` (spec section 2.6). docs/conventions.md writes
-    ``eps*sqrt(1 - beta2^t)``; that is the inverse factor (tests/test_reference_conventions_1.py
-    shows the contract's form does not hold). The gradients coincide when clipping is off.
+    ``lr_t*m/(sqrt(v) + eps) = lr*v~/(sqrt(E~) + eps/sqrt(1 - beta2^t))``: MXNet with ``eps`` is
+    the guide with ``eps/sqrt(1 - beta2^t)``, and MXNet with ``eps*sqrt(1 - beta2^t)`` is the
+    guide with ``eps`` (spec section 2.6; both proved in tests/test_reference_conventions_1.py).
+    The gradients coincide when clipping is off.
     """
     check_convention(convention)
     h = _hyper(hyper)

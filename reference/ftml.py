@@ -73,7 +73,7 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
 
     Relations (tested): the conventions agree when clipping is off (``clip_gradient`` None), and
     when ``wd = 0`` with ``clip_gradient`` not 0. They differ when clipping is active with
-    ``wd != 0`` (MXNet clips ``rs*grad + wd*w``, the guide clips ``rs*grad`` and then adds ``wd*w``),
+    ``wd != 0`` (MXNet clips ``rs*grad + wd*w``, the guide clips ``rs*grad``, then adds ``wd*w``),
     and for ``clip_gradient = 0`` (off in MXNet's kernel gating, clip-to-zero in the guide).
     """
     check_convention(convention)
@@ -98,7 +98,8 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
 
     G = guide_gradient(g, w, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient)
     v_new = beta2 * v + (1.0 - beta2) * (G * G)                                     # guide:256
-    d_new = (1.0 - _power(beta1, t)) / lr * (np.sqrt(v_new / (1.0 - _power(beta2, t))) + eps)  # :257
+    d_new = (1.0 - _power(beta1, t)) / lr * (np.sqrt(v_new / (1.0 - _power(beta2, t))) + eps)
+    # (guide:257)
     z_new = beta1 * z + (1.0 - beta1) * G - (d_new - beta1 * d) * w                 # guide:258
     w_new = -z_new / d_new                                                          # guide:259
     return w_new, {"d": d_new, "v": v_new, "z": z_new}

@@ -53,12 +53,19 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
         n = n + g*g
         w = ((sign(z)*lamda1 - z)/((beta + sqrt(n))/lr + wd)) * (|z| > lamda1)
 
+    The mask is applied as a selection (0 where ``|z| <= lamda1``). MXNet multiplies by it, which
+    is the same wherever the quotient is finite (``x*1 = x``, ``x*0 = 0`` up to the sign of zero),
+    but gives NaN (``0/0*0``) where the denominator is 0 -- ``beta = 0``, ``wd = 0`` and no nonzero
+    gradient yet -- although the minimiser is then 0. That NaN is not reproduced (a documented
+    difference, like Adamax's ``0/0``).
+
     **"guide"** (guide:239-241), with ``G = clip(rs*grad, c) + wd*w`` and the z-update corrected::
 
         sigma   = (sqrt(eta_i + G^2) - sqrt(eta_i))/lr
         z_{i+1} = z_i + G - sigma*w_i                                  (guide:239, corrected)
         eta_{i+1} = eta_i + G^2                                        (guide:240)
-        w_{i+1} = (|z_{i+1}| > lamda1) * (-lr/(beta + sqrt(eta_{i+1})) * (z_{i+1} - lamda1*sign(z_{i+1})))
+        w_{i+1} = (|z_{i+1}| > lamda1)
+                  * (-lr/(beta + sqrt(eta_{i+1})) * (z_{i+1} - lamda1*sign(z_{i+1})))
                                                                        (guide:241)
 
     guide:239 as printed, ``z_{i+1} = z_i + (sqrt(eta_i + g^2) - sqrt(eta_i))*w_i/lr``, drops the
@@ -88,7 +95,9 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
         gg = g * g
         z = z + (g - ((np.sqrt(n + gg) - np.sqrt(n)) * w) / lr)
         n = n + gg
-        w = ((np.sign(z) * lamda1 - z) / ((beta + np.sqrt(n)) / lr + wd)) * (np.abs(z) > lamda1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            w = np.where(np.abs(z) > lamda1,
+                         (np.sign(z) * lamda1 - z) / ((beta + np.sqrt(n)) / lr + wd), 0.0)
         return w, {"z": z, "n": n}
 
     G = guide_gradient(g, w, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient)
@@ -97,6 +106,7 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     sigma = (np.sqrt(eta + GG) - np.sqrt(eta)) / lr
     z_new = z + G - sigma * w                                           # guide:239 (corrected)
     eta_new = eta + GG                                                  # guide:240
-    w_new = (np.abs(z_new) > lamda1) * (                                # guide:241
-        -lr / (beta + np.sqrt(eta_new)) * (z_new - lamda1 * np.sign(z_new)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w_new = np.where(np.abs(z_new) > lamda1,                        # guide:241
+                         -lr / (beta + np.sqrt(eta_new)) * (z_new - lamda1 * np.sign(z_new)), 0.0)
     return w_new, {"z": z_new, "n": eta_new}

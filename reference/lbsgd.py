@@ -1,6 +1,7 @@
 """Reference LBSGD (MXNet registry name ``lbsgd``): the float64 oracle of large-batch SGD with
 warmup or LARS learning-rate multipliers, as MXNet 1.9.1 computes it (spec section 2.10) and as
-the guide describes it (guide.md:225, "the same parameter update steps as the SGD optimizer").
+the guide describes it (optimizer-guide.md:225, "the same parameter update steps as the SGD
+optimizer").
 
 State: ``mom`` (zeros, only when ``momentum != 0``; MXNet's ``create_state``), plus the per-index
 large-batch bookkeeping MXNet keeps on the optimizer object: ``cum`` (float64 zeros, the
@@ -124,7 +125,7 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     not reproduced: ``cum`` is a copy). On a non-update call with a non-finite gradient MXNet's
     ``w - 0*grad`` would give NaN; here the weight is returned unchanged.
 
-    **"guide"** (guide.md:225: LBSGD "performs the same parameter update steps as the SGD
+    **"guide"** (optimizer-guide.md:225: LBSGD "performs the same parameter update steps as the SGD
     optimizer"), with ``G = clip(rs*grad, c) + wd*w``: every call is a guide SGD step (guide:35,
     52-58) with the learning rate ``lr*mult``, ``mult`` from the same strategies evaluated at the
     call count (``ncum = ncum + 1`` first; 'lars' on this call's raw gradient); no accumulation

@@ -56,7 +56,9 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
         v_{i+1}      = gamma*v_i + lr/sqrt(E[g^2]_{i+1} - E[g]_{i+1}^2 + eps) * (-G)   (guide:123)
         w_{i+1}      = w_i + v_{i+1}                                         (guide:124)
 
-    The slots hold ``n = E[g^2]``, ``g = E[g]``, ``delta = v``. ``clip_weights`` is not in the
+    Reading: guide:123's ``E[g]^2_{i+1}`` is the square of the updated average,
+    ``(E[g]_{i+1})^2`` (Graves 2013, eq. 40; what MXNet computes). The slots hold
+    ``n = E[g^2]``, ``g = E[g]``, ``delta = v``. ``clip_weights`` is not in the
     guide; it is applied the same way as in MXNet (``w = clip(w, clip_weights)`` at the end of
     the step when ``clip_weights`` is truthy), so that the option means the same in both.
 
@@ -69,9 +71,15 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
                    w = w - lr*(g/sqrt(n + eps))
         centered:  n     = (1-gamma1)*g*g + gamma1*n
                    gbar  = (1-gamma1)*g + gamma1*gbar
-                   delta = gamma2*delta - lr*(g/sqrt(n - gbar*gbar + eps))
+                   delta = gamma2*delta - (lr*g)/sqrt(n - gbar*gbar + eps)
                    w     = w + delta
         if clip_weights: w = clip(w, clip_weights)
+
+    (Products and sums are evaluated left to right as written; note the two kernels differ:
+    ``(1-gamma1)*(g*g)`` and ``lr*(g/sqrt(..))`` plain, ``((1-gamma1)*g)*g`` and
+    ``(lr*g)/sqrt(..)`` centered. docs/conventions.md writes the centered delta as
+    ``lr*(g/sqrt(..))``; the order above is the kernel's, which reproduces MXNet's float32
+    results bit for bit where the other does not, tests/data/mxnet/README.md item 5.)
 
     The equations are the guide's; they agree with it when ``clip_gradient`` is None (then
     ``clip(rs*grad + wd*w)`` and ``clip(rs*grad) + wd*w`` coincide), and when ``wd == 0`` and
@@ -98,7 +106,9 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
         else:
             Eg = beta * gbar + (1.0 - beta) * G                            # guide:121
             n_new = beta * n + (1.0 - beta) * G * G                        # guide:122
-            v = gamma * delta + lr / np.sqrt(n_new - Eg * Eg + eps) * (-G)  # guide:123
+            # E[g^2] - E[g]^2 is a variance, >= 0 exactly; rounding can make it negative, so it is
+            # clamped at 0 (MXNet takes sqrt of the negative number: NaN; known-differences.md)
+            v = gamma * delta + lr / np.sqrt(np.maximum(n_new - Eg * Eg, 0.0) + eps) * (-G)  # guide:123
             w_new = w + v                                                  # guide:124
             new_state = {"n": n_new, "g": Eg, "delta": v}
         if clip_weights:
@@ -116,7 +126,8 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     else:
         n_new = (1.0 - gamma1) * g * g + gamma1 * n
         gbar_new = (1.0 - gamma1) * g + gamma1 * gbar
-        delta_new = gamma2 * delta - lr * (g / np.sqrt(n_new - gbar_new * gbar_new + eps))
+        var = np.maximum(n_new - gbar_new * gbar_new, 0.0)   # clamped: see the guide branch
+        delta_new = gamma2 * delta - (lr * g) / np.sqrt(var + eps)
         w_new = w + delta_new
         new_state = {"n": n_new, "g": gbar_new, "delta": delta_new}
     if clip_weights:

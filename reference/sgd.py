@@ -76,10 +76,10 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     if convention == "guide":
         G = guide_gradient(gr, w, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient)
         if has_mom:
-            v = momentum * as_f64(state["mom"]) + lr * (-G)          # guide:57
-            w_new = w + v                           # guide:58
+            v = momentum * as_f64(state["mom"]) + lr * (-G)     # guide:57
+            w_new = w + v                                       # guide:58
             return w_new, {"mom": v}
-        w_new = w + lr * (-G)                       # guide:35/43
+        w_new = w + lr * (-G)                                   # guide:35, 43
         return w_new, {}
 
     if hyper_f32:
@@ -89,8 +89,8 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     if clip_gradient:
         lr_g = lr * kernel_clip(rescale_grad * gr, clip_gradient)
     else:
-        lr_g = (lr * rescale_grad) * gr          # the kernel's order without clipping
+        lr_g = (lr * rescale_grad) * gr         # the kernel's order without clipping
     mom = momentum * as_f64(state["mom"]) if has_mom else 0.0
-    mom_new = (mom - lr_wd * w) - lr_g             # momentum 0: the kernel's mom starts at 0
+    mom_new = (mom - lr_wd * w) - lr_g          # momentum 0: the kernel's mom is 0
     w_new = w + mom_new
     return w_new, ({"mom": mom_new} if has_mom else {})

@@ -82,9 +82,11 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     (the guide's SignSGD has no such term, and MXNet refuses it).
 
     Relations (tested): Signum agrees with ``mom = -v`` when ``clip_gradient`` is not 0 (up to
-    rounding; a sign of a near-zero average may flip). SignSGD differs whenever wd, rescale_grad
-    (only a negative one changes a sign) or clipping to 0 is active: the guide couples wd into the
-    sign, MXNet decouples it.
+    rounding; a sign of a near-zero average may flip). SignSGD agrees when ``wd = 0``,
+    ``rescale_grad > 0`` and ``clip_gradient`` is None or positive (a positive scale or clip
+    cannot change a sign); it differs when ``wd != 0`` (the guide couples wd into the sign, MXNet
+    decouples it), when ``rescale_grad <= 0`` and when ``clip_gradient = 0`` (the guide's
+    gradient is then 0 and the weight does not move).
     """
     check_convention(convention)
     h = _hyper(hyper)

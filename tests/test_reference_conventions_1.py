@@ -326,7 +326,7 @@ def test_sgd_by_hand():
     w1, s1 = sgd.step(w0, g1, sgd.init_state(w0, momentum=0.5), t=1, momentum=0.5, **kw)
     np.testing.assert_array_equal(s1["mom"], [-0.375, -0.5, 0.6875])
     np.testing.assert_array_equal(w1, [0.625, -2.5, 1.1875])
-    # no momentum, two steps; clip 0.0 is "off" for MXNet and "clip to 0" for the guide
+    # no momentum; clip 0.0 is "off" for MXNet and "clip to 0" for the guide
     w = sgd.step(w0, g1, {}, t=1, lr=0.5, wd=0.25, rescale_grad=2.0, clip_gradient=0.0)[0]
     np.testing.assert_array_equal(w, w0 - 0.5 * (2.0 * g1 + 0.25 * w0))
     w = sgd.step(w0, g1, {}, t=1, lr=0.5, wd=0.25, rescale_grad=2.0, clip_gradient=0.0,
@@ -694,46 +694,61 @@ def test_adam_by_hand():
     np.testing.assert_array_equal(w, w0 - lr_t * m / (np.sqrt(v) + f32(1e-8)))
 
 
-def _adam_guide_eps(h, form):
-    """per-step epsilon for the guide convention that should reproduce MXNet."""
-    b2 = h["beta2"]
-    if form == "spec":       # spec section 2.6: eps / sqrt(1 - beta2^t)
-        return lambda t: {"epsilon": h["epsilon"] / math.sqrt(1.0 - b2 ** t)}
-    return lambda t: {"epsilon": h["epsilon"] * math.sqrt(1.0 - b2 ** t)}   # docs/conventions.md
+def _adam_eps(h, form):
+    """per-step epsilon: ``eps/sqrt(1 - beta2^t)`` ("divided") or ``eps*sqrt(1 - beta2^t)``."""
+    b2, eps = h["beta2"], h["epsilon"]
+    if form == "divided":
+        return lambda t: {"epsilon": eps / math.sqrt(1.0 - b2 ** t)}
+    return lambda t: {"epsilon": eps * math.sqrt(1.0 - b2 ** t)}
 
 
 ADAM_H = st.fixed_dictionaries({"beta1": st.floats(0.0, 0.99), "beta2": st.floats(0.01, 0.9999),
                                 "epsilon": decades(-10, -1)})
+ADAM_EXAMPLE = ({"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-3},
+                {"lr": 0.01, "wd": 0.0, "rescale_grad": 1.0, "clip_gradient": None},
+                np.array([1.0, 0.0]), [np.array([1e-3, 0.0]), np.array([2e-3, 1e-4]),
+                                       np.array([0.0, 1e-2])])
 
 
 @given(problems("adam", clip=("none",), hyper=ADAM_H))
-@example(({"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-3},
-          {"lr": 0.01, "wd": 0.0, "rescale_grad": 1.0, "clip_gradient": None},
-          np.array([1.0, 0.0]), [np.array([1e-3, 0.0]), np.array([2e-3, 1e-4]), np.array([0.0, 1e-2])]))
+@example(ADAM_EXAMPLE)
 def test_adam_mxnet_is_guide_with_rescaled_epsilon(p):
-    """mxnet (hyper_f32=False, no clipping; wd on or off) == guide with epsilon replaced by
+    """mxnet (hyper_f32=False, no clipping; wd on or off) with eps == guide with
     eps/sqrt(1 - beta2^t), over multi-step trajectories."""
     h, c, w0, grads = p
     a = run(adam, w0, grads, h, c, hyper_f32=False, tracked=True)
     b = run(adam, w0, grads, h, c, convention="guide", tracked=True,
-            per_step_hyper=_adam_guide_eps(h, "spec"))
-    assert_agree(a, b, "adam eps/sqrt(1-b2^t)")
+            per_step_hyper=_adam_eps(h, "divided"))
+    assert_agree(a, b, "adam: guide with eps/sqrt(1-b2^t)")
 
 
-@example(({"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-3},
-          {"lr": 0.01, "wd": 0.0, "rescale_grad": 1.0, "clip_gradient": None},
-          np.array([1.0, 0.0]), [np.array([1e-3, 0.0]), np.array([2e-3, 1e-4]), np.array([0.0, 1e-2])]))
 @given(problems("adam", clip=("none",), hyper=ADAM_H))
-def test_adam_contract_epsilon_form_does_not_hold(p):
-    """docs/conventions.md writes "eps replaced by eps*sqrt(1-beta2^t)": that is the inverse
-    factor. Where epsilon matters (comparable to sqrt(v)), it is not MXNet's step."""
+@example(ADAM_EXAMPLE)
+def test_adam_guide_is_mxnet_with_rescaled_epsilon(p):
+    """The same relation read the other way: mxnet with eps*sqrt(1 - beta2^t) == guide with eps."""
     h, c, w0, grads = p
-    g = c["rescale_grad"] * grads[0] + c["wd"] * w0
-    root_v = np.sqrt(1.0 - h["beta2"]) * np.abs(g)        # sqrt(v) after the first step
-    assume(np.any((root_v < 10 * h["epsilon"]) & (root_v > 0.1 * h["epsilon"])) and h["beta2"] < 0.99)
+    a = run(adam, w0, grads, h, c, hyper_f32=False, tracked=True,
+            per_step_hyper=_adam_eps(h, "multiplied"))
+    b = run(adam, w0, grads, h, c, convention="guide", tracked=True)
+    assert_agree(a, b, "adam: mxnet with eps*sqrt(1-b2^t)")
+
+
+def _epsilon_matters(h, c, w0, g):
+    """sqrt(v) after the first step is within a factor 10 of epsilon somewhere."""
+    root_v = np.sqrt(1.0 - h["beta2"]) * np.abs(c["rescale_grad"] * g + c["wd"] * w0)
+    return bool(np.any((root_v < 10 * h["epsilon"]) & (root_v > 0.1 * h["epsilon"]))
+                and h["beta2"] < 0.99)
+
+
+@given(problems("adam", clip=("none",), hyper=ADAM_H))
+@example(ADAM_EXAMPLE)
+def test_adam_inverse_epsilon_factor_does_not_hold(p):
+    """The direction matters: the guide with eps*sqrt(1 - beta2^t) is not MXNet with eps."""
+    h, c, w0, grads = p
+    assume(_epsilon_matters(h, c, w0, grads[0]))
     a = run(adam, w0, grads[:1], h, c, hyper_f32=False, tracked=True)
     b = run(adam, w0, grads[:1], h, c, convention="guide", tracked=True,
-            per_step_hyper=_adam_guide_eps(h, "contract"))
+            per_step_hyper=_adam_eps(h, "multiplied"))
     assert differs(a, b, names={"w"})
 
 
@@ -741,9 +756,7 @@ def test_adam_contract_epsilon_form_does_not_hold(p):
 def test_adam_epsilon_placement_differs(p):
     """With the same epsilon, MXNet and the guide differ where epsilon matters."""
     h, c, w0, grads = p
-    g = c["rescale_grad"] * grads[0] + c["wd"] * w0
-    root_v = np.sqrt(1.0 - h["beta2"]) * np.abs(g)
-    assume(np.any((root_v < 10 * h["epsilon"]) & (root_v > 0.1 * h["epsilon"])) and h["beta2"] < 0.99)
+    assume(_epsilon_matters(h, c, w0, grads[0]))
     a = run(adam, w0, grads[:1], h, c, hyper_f32=False, tracked=True)
     b = run(adam, w0, grads[:1], h, c, convention="guide", tracked=True)
     assert differs(a, b, names={"w"})
@@ -755,7 +768,7 @@ def test_adam_wd_before_clip_differs(p):
     assume(clip_wd_visible(c, grads[0], w0))
     a = run(adam, w0, grads[:1], h, c, hyper_f32=False, tracked=True)
     b = run(adam, w0, grads[:1], h, c, convention="guide", tracked=True,
-            per_step_hyper=_adam_guide_eps(h, "spec"))
+            per_step_hyper=_adam_eps(h, "divided"))
     assert differs(a, b, names={"mean"})
 
 
@@ -883,9 +896,65 @@ def test_adamax_wd_before_clip_differs(p):
 #: MXNet's default learning rates (optimizer.py constructors; the base default is 0.01)
 MX_LR = {"sgd": 0.01, "nag": 0.01, "adagrad": 0.01, "rmsprop": 0.001, "adadelta": 0.01,
          "adam": 0.001, "adamax": 0.002}
-#: float64 cases that must match bit for bit (kernel optimizers: every scalar reaches the kernel
-#: rounded to float32; the golden data uses hyperparameters that MXNet parses exactly)
-BIT_EXACT = {"sgd", "nag", "adam"}
+
+
+def dmlc_parse(s, T):
+    """MXNet parses every hyperparameter from ``str(value)`` with dmlc-core's ParseFloat<T>,
+    which is not correctly rounded (tests/data/mxnet/README.md, facts item 1): integer part,
+    plus ``double(<= 19 fraction digits)/double(10**n)`` added in T, then scaled by a power of
+    ten built from 1e8 and 10 in T. Returns the parsed value as a Python float."""
+    i, neg = 0, False
+    if s[0] in "+-":
+        neg, i = s[0] == "-", 1
+    if s[i:].lower() in ("inf", "nan", "infinity"):
+        return float(s)
+    j = i
+    while j < len(s) and s[j].isdigit():
+        j += 1
+    value = T(float(int(s[i:j] or "0")))
+    if j < len(s) and s[j] == ".":
+        k = j + 1
+        while k < len(s) and s[k].isdigit():
+            k += 1
+        digits = s[j + 1:k][:19]
+        if digits:
+            value = T(value + T(float(int(digits)) / float(10 ** len(digits))))
+        j = k
+    if j < len(s) and s[j] in "eE":
+        expon = int(s[j + 1:])
+        frac, expon = expon < 0, abs(expon)
+        scale = T(1.0)
+        while expon >= 8:
+            scale, expon = T(scale * T(1e8)), expon - 8
+        while expon > 0:
+            scale, expon = T(scale * T(10.0)), expon - 1
+        value = T(value / scale) if frac else T(value * scale)
+    return float(-value if neg else value)
+
+
+def P32(x):
+    """A kernel ``float`` field (or an nd.clip bound) as MXNet receives it."""
+    return None if x is None else dmlc_parse(repr(float(x)), np.float32)
+
+
+def P64(x):
+    """The double scalar of an NDArray scalar op as MXNet receives it."""
+    return dmlc_parse(repr(float(x)), np.float64)
+
+
+@pytest.mark.skipif("hyperparameter_parsing" not in (mxnet_data.load_facts()
+                                                     if mxnet_data.available() else {}),
+                    reason="no golden MXNet facts")
+def test_dmlc_parse_emulation_matches_measured_samples():
+    """The emulation reproduces every measured sample of facts.json (both parsers)."""
+    samples = mxnet_data.load_facts()["hyperparameter_parsing"]["value"]
+    assert len(samples) > 50
+    for smp in samples:
+        v = float(smp["str"])
+        assert P32(v) == float.fromhex(smp["float_field_hex"]), smp
+        assert P64(v) == float.fromhex(smp["scalar_op_double_hex"]), smp
+    # and it is not the identity: some samples are misparsed
+    assert any(P32(float(x["str"])) != f32(float(x["str"])) for x in samples)
 
 
 def _golden_cases():
@@ -913,7 +982,42 @@ def _mx_state_order(case):
     layout = case["state_layout"]
     if layout == "None":
         return []
-    return [s.strip() for s in layout.strip("()").split(",")]
+    return [x.strip() for x in layout.strip("()").split(",")]
+
+
+def _as_mxnet_parses(name, com, hyper, t):
+    """The hyperparameters as MXNet receives them, injected where the reference rounds exactly
+    that value (its f32() is then the identity), and whether the rest parses exactly, so that a
+    bit-exact result is expected. Returns (com, hyper, exact, slack)."""
+    com, hyper = dict(com), dict(hyper)
+    c = com["clip_gradient"]
+    if c:
+        com["clip_gradient"] = P32(c)      # kernel float field, or nd.clip's float32 bound
+    elif c == 0.0 and name in ("adagrad", "adadelta", "adamax"):
+        com["clip_gradient"] = 0.0
+    exact, slack = True, 0.0
+    if name == "sgd":          # multi_sgd(_mom)_update: lrs/wds are Tuple<float> (exact)
+        com["rescale_grad"] = P32(com["rescale_grad"])
+        if "momentum" in hyper:
+            hyper["momentum"] = P32(hyper["momentum"])
+    elif name == "nag":
+        for k in ("lr", "wd", "rescale_grad"):
+            com[k] = P32(com[k])
+        if "momentum" in hyper:
+            hyper["momentum"] = P32(hyper["momentum"])
+    elif name == "adam":
+        com["wd"], com["rescale_grad"] = P32(com["wd"]), P32(com["rescale_grad"])
+        b1, b2 = hyper.get("beta1", 0.9), hyper.get("beta2", 0.999)
+        hyper["epsilon"] = P32(hyper.get("epsilon", 1e-8))
+        lr_t = com["lr"] * (math.sqrt(1.0 - b2 ** t) / (1.0 - b1 ** t))
+        if P32(lr_t) != f32(lr_t) or P32(b1) != f32(b1) or P32(b2) != f32(b2):
+            exact, slack = False, 2.0 ** -22       # one float32 ulp of a kernel scalar
+    elif name == "adamax":     # Python ops: every scalar is a ParseFloat<double> double
+        b1, b2 = hyper.get("beta1", 0.9), hyper.get("beta2", 0.999)
+        scalars = [com["rescale_grad"], com["wd"], com["lr"] / (1.0 - b1 ** t), b1, 1.0 - b1, b2]
+        if any(P64(x) != x for x in scalars):
+            exact, slack = False, 8 * U64          # an ulp of a double scalar
+    return com, hyper, exact, slack
 
 
 GOLDEN = _golden_cases()
@@ -922,54 +1026,56 @@ GOLDEN = _golden_cases()
 @pytest.mark.skipif(not GOLDEN, reason="no golden MXNet data in tests/data/mxnet")
 @pytest.mark.parametrize("case", GOLDEN or [None])
 def test_mxnet_convention_reproduces_golden_data(case):
+    """float64: bit for bit, free-running, with the hyperparameters as MXNet parses them; where
+    a scalar the reference computes itself (Adam's and Adamax's lr_t, Adamax's Python scalars)
+    is parsed inexactly by MXNet, that call is checked to the size of that ulp and the
+    reference resynchronised. float32: each call from MXNet's previous values, within the
+    rigorous float32 rounding bound of the reference (Tracked, u = 2**-24)."""
     name = case["optimizer"]
     mod = BY_NAME[name]
-    com, hyper = _split_kwargs(case)
-    slots = mod.state_slots(**hyper)
+    com0, hyper0 = _split_kwargs(case)
+    slots = mod.state_slots(**hyper0)
     mx_names = _mx_state_order(case)
     assert len(mx_names) == len(slots), (mx_names, slots)
     rename = dict(zip(slots, mx_names))
-    weights = mxnet_data.initial_weights(case)
-    states = {i: mod.init_state(w, **hyper) for i, w in weights.items()}
-    dtype = case["dtype"]
+    weights = {i: np.asarray(w, dtype=np.float64) for i, w in mxnet_data.initial_weights(case).items()}
+    states = {i: mod.init_state(w, **hyper0) for i, w in weights.items()}
     nan_case = name == "adamax" and "nan" in case["id"]
     frozen = {}
+    n_exact = 0
     for call in case["calls"]:
         i, t = call["index"], call["extras"]["t"]
-        w_prev = np.asarray(weights[i], dtype=np.float64)
+        com, hyper, exact, slack = _as_mxnet_parses(name, com0, hyper0, t)
+        w_prev = weights[i]
         grad = np.asarray(call["grad"], dtype=np.float64)
         mx_w = np.asarray(call["weight"], dtype=np.float64)
         mx_s = {k: np.asarray(call["states"][rename[k]], dtype=np.float64) for k in slots}
-        if dtype == "float64":
+        if case["dtype"] == "float64":
             w, s = mod.step(w_prev, grad, states[i], t=t, **com, **hyper)
             check = np.ones(mx_w.shape, dtype=bool)
             if nan_case:
-                # MXNet: 0/0 = NaN where u == 0, then NaN spreads into the state; the reference
-                # leaves the element unchanged (documented difference)
+                # MXNet: 0/0 = NaN where u == 0, and the NaN then spreads into its state; the
+                # reference leaves the element unchanged (documented difference)
                 if i not in frozen:
                     frozen[i] = s["u"] == 0
                     assert np.any(frozen[i]) and np.all(np.isnan(mx_w[frozen[i]]))
                     assert np.array_equal(w[frozen[i]], w_prev[frozen[i]])
+                    assert np.all(np.isfinite(w))
                 check = ~frozen[i]
-            if name in BIT_EXACT:
-                assert np.array_equal(w[check], mx_w[check]), f"{case['id']} t={t} weight"
-                for k in slots:
-                    assert np.array_equal(s[k][check], mx_s[k][check]), f"{case['id']} t={t} {k}"
-            else:
-                # Python-op optimizers: MXNet parses each Python scalar (e.g. lr/(1-beta1^t))
-                # from its decimal string with dmlc's ParseFloat, which can be one ulp off in
-                # double: allow 2 ulps of the magnitudes involved
-                for x, y, scale in [(w, mx_w, np.abs(w_prev) + np.abs(w - w_prev))] + \
-                        [(s[k], mx_s[k], np.abs(s[k]) + np.abs(states[i][k])) for k in slots]:
+            pairs = [("weight", w, mx_w, w_prev)] + [(k, s[k], mx_s[k], states[i][k]) for k in slots]
+            for label, x, y, x_prev in pairs:
+                if exact:
+                    assert np.array_equal(x[check], y[check]), f"{case['id']} t={t} {label}"
+                else:
                     d = np.abs(x - y)[check]
-                    assert np.all(d <= 4 * U64 * scale[check]), f"{case['id']} t={t}: {d}"
-            if nan_case:     # continue from MXNet's values where they are defined
+                    tol = (slack * (np.abs(x - x_prev) + np.abs(x)))[check]
+                    assert np.all(d <= tol), f"{case['id']} t={t} {label}: {d} > {tol}"
+            n_exact += exact
+            if not exact or nan_case:     # continue from MXNet's values where they are defined
                 w = np.where(check, mx_w, w)
                 s = {k: np.where(check, mx_s[k], s[k]) for k in slots}
             weights[i], states[i] = w, s
         else:
-            # float32: one step from MXNet's own previous values (resynchronised), tracked with
-            # the float32 unit roundoff: MXNet's float32 result lies within the rigorous bound
             tw = track(w_prev, np.float32)
             ts = {k: track(v, np.float32) for k, v in states[i].items()}
             w, s = mod.step(tw, track(grad, np.float32), ts, t=t, **com, **hyper)
@@ -979,3 +1085,5 @@ def test_mxnet_convention_reproduces_golden_data(case):
                 assert np.all(ok), (f"{case['id']} t={t} {label}: |diff| {d[~ok]} > "
                                     f"bound {x.err[~ok]}")
             weights[i], states[i] = mx_w, mx_s
+    if case["dtype"] == "float64":
+        assert n_exact >= 1, "no call of this case could be compared bit for bit"

@@ -281,6 +281,13 @@ class Optimizer:
         self._index_update_count[index] = t
         self.num_update = max(self.num_update, t)
 
+    def _update_count(self, index):
+        """MXNet's ``_update_count``: add 1 to the count of ``index`` (or of each index of a
+        list) and update ``num_update``. For custom optimizers that override ``update`` (the
+        guide's recipe, after MXNet's NAG source); built-in updates count by themselves."""
+        for i in (index if isinstance(index, (list, tuple)) else [index]):
+            self._commit_count(i, self._next_count(i)[0])
+
     # ---------------------------------------------------------------------------------------
     # state
     # ---------------------------------------------------------------------------------------
