@@ -101,5 +101,5 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
 
     G = guide_gradient(g, w, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient)
     eta = sd * z                                                        # eta ~ N(0, lr), guide:278
-    w_new = w + lr * -G + eta                                       # guide:276
+    w_new = w + lr / 2 * -G + eta                                       # guide:276
     return w_new, {}
