@@ -9,7 +9,8 @@ import os
 from hypothesis import HealthCheck, settings
 
 _common = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("ci", max_examples=40, derandomize=True, print_blob=True, **_common)
+settings.register_profile("ci", max_examples=40, derandomize=True, database=None, print_blob=True,
+                          **_common)
 settings.register_profile("thorough", max_examples=1000, **_common)
 settings.register_profile("dev", max_examples=10, **_common)
 settings.load_profile(os.environ.get("TOOLKIT_HYPOTHESIS_PROFILE", "ci"))

@@ -205,13 +205,20 @@ def test_mxnet_nag_is_the_guide_trajectory_without_wd(p):
     target(worst, label="|diff| / bound")
 
 
-@given(problems())
+def _with_momentum_and_wd(p):
+    # the aliasing difference exists only with momentum and wd: at momentum 0 MXNet's NAG is
+    # sgd_update, which is exactly the guide's SGD step
+    return {**p, "momentum": p["momentum"] if p["momentum"] >= 0.05 else 0.5,
+            "wd": p["wd"] if p["wd"] >= 1e-3 else 0.01}
+
+
+@given(problems().map(_with_momentum_and_wd))
 @example(dict(a=np.array([1.0, 4.0]), b=np.array([0.0, 1.0]), w0=np.array([2.0, -1.0]),
               v0=np.array([0.0, 0.0]), lr=0.1, momentum=0.9, wd=0.01, steps=20))
 def test_mxnet_with_wd_leaves_the_guide_trajectory(p):
     """Free-running, wd != 0: MXNet's trajectory leaves the stored-point guide's by more than
     rounding could explain if the two were the same map."""
-    assume(p["wd"] >= 1e-3 and np.any(np.abs(p["w0"] - p["b"]) > 1e-2))
+    assume(np.any(np.abs(p["w0"] - p["b"]) > 1e-2))
     left = False
     for s in _trajectories(p, mxnet=True):
         d = np.stack([np.abs(s["wm"] - s["ws"]), np.abs(s["vm"] - s["vs"])], axis=1)
