@@ -172,7 +172,9 @@ class Tracked:
         va, ea, ta = self._lift(a)
         vb, eb, tb = self._lift(b)
         v = va * vb
-        return self._new(v, np.abs(va) * eb + np.abs(vb) * ea + ea * eb + self._round(v), ta | tb)
+        # an exact zero factor contributes nothing, even against an infinite error (0*inf is NaN)
+        e = _scaled(np.abs(va), eb) + _scaled(np.abs(vb), ea) + _scaled(ea, eb)
+        return self._new(v, e + self._round(v), ta | tb)
 
     def _div(self, a, b):
         va, ea, ta = self._lift(a)
@@ -307,6 +309,12 @@ class Tracked:
         if func in (np.shape, np.ndim, np.size):
             return func(self.value)
         return NotImplemented
+
+
+def _scaled(a, b):
+    """``a*b`` for non-negative magnitudes, with ``0*inf = 0`` (an exact zero stays exact)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.where((np.asarray(a) == 0) | (np.asarray(b) == 0), 0.0, np.multiply(a, b))
 
 
 def _as_tracked(x, like: Tracked) -> Tracked:
