@@ -31,6 +31,16 @@ def f32(x):
     return None if x is None else float(np.float32(x))
 
 
+def merge_hyper(name: str, defaults: dict, given: dict) -> dict:
+    """The optimizer's hyperparameters: ``defaults`` updated by ``given``; an unknown keyword is a
+    TypeError naming it."""
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:
+        raise TypeError(f"{name}: unknown hyperparameter(s) {', '.join(unknown)}; "
+                        f"expected some of {sorted(defaults)}")
+    return {**defaults, **given}
+
+
 def check_convention(convention: str) -> None:
     if convention not in CONVENTIONS:
         raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._util import as_f64, check_convention, f32, guide_gradient, python_clip
+from ._util import as_f64, check_convention, f32, guide_gradient, python_clip, merge_hyper
 
 NAME = "adadelta"
 STATE = ("acc_g", "acc_delta")
@@ -17,11 +17,7 @@ HYPER = {"rho": 0.9, "epsilon": 1e-5}
 
 
 def _hyper(hyper):
-    unknown = sorted(set(hyper) - set(HYPER))
-    if unknown:
-        raise TypeError(f"{NAME}: unknown hyperparameter(s) {', '.join(unknown)}; "
-                        f"expected some of {sorted(HYPER)}")
-    return {**HYPER, **hyper}
+    return merge_hyper(NAME, HYPER, hyper)
 
 
 def state_slots(**hyper) -> tuple:

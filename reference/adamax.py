@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._util import as_f64, check_convention, f32, guide_gradient, python_clip
+from ._util import as_f64, check_convention, f32, guide_gradient, python_clip, merge_hyper
 
 NAME = "adamax"
 STATE = ("mean", "u")
@@ -21,11 +21,7 @@ GUIDE_EPSILON = 1e-8
 
 
 def _hyper(hyper):
-    unknown = sorted(set(hyper) - set(HYPER))
-    if unknown:
-        raise TypeError(f"{NAME}: unknown hyperparameter(s) {', '.join(unknown)}; "
-                        f"expected some of {sorted(HYPER)}")
-    return {**HYPER, **hyper}
+    return merge_hyper(NAME, HYPER, hyper)
 
 
 def state_slots(**hyper) -> tuple:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._util import as_f64, check_convention, f32, guide_gradient, python_clip
+from ._util import as_f64, check_convention, f32, guide_gradient, python_clip, merge_hyper
 from .error_bound import Tracked
 
 NAME = "dcasgd"
@@ -19,13 +19,7 @@ HYPER = {"momentum": 0.0, "lamda": 0.04}
 
 
 def _hyper(hyper):
-    unknown = sorted(set(hyper) - set(HYPER))
-    if unknown:
-        raise TypeError(f"{NAME}: unknown hyperparameter(s) {unknown}; expected some of "
-                        f"{sorted(HYPER)}")
-    h = dict(HYPER)
-    h.update(hyper)
-    return h
+    return merge_hyper(NAME, HYPER, hyper)
 
 
 def state_slots(**hyper) -> tuple:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._util import as_f64, check_convention, f32, guide_gradient, kernel_clip
+from ._util import as_f64, check_convention, f32, guide_gradient, kernel_clip, merge_hyper
 
 NAME = "ftml"
 STATE = ("d", "v", "z")
@@ -19,13 +19,7 @@ HYPER = {"beta1": 0.6, "beta2": 0.999, "epsilon": 1e-8}
 
 
 def _hyper(hyper):
-    unknown = sorted(set(hyper) - set(HYPER))
-    if unknown:
-        raise TypeError(f"{NAME}: unknown hyperparameter(s) {unknown}; expected some of "
-                        f"{sorted(HYPER)}")
-    h = dict(HYPER)
-    h.update(hyper)
-    return h
+    return merge_hyper(NAME, HYPER, hyper)
 
 
 def state_slots(**hyper) -> tuple:

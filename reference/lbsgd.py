@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from ._util import as_f64, check_convention, f32, guide_gradient, kernel_clip
+from ._util import as_f64, check_convention, f32, guide_gradient, kernel_clip, merge_hyper
 from .error_bound import Tracked, error, ties, value
 
 NAME = "lbsgd"
@@ -28,13 +28,7 @@ HYPER = {"momentum": 0.0, "warmup_strategy": "linear", "warmup_epochs": 5, "batc
 
 
 def _hyper(hyper):
-    unknown = sorted(set(hyper) - set(HYPER))
-    if unknown:
-        raise TypeError(f"{NAME}: unknown hyperparameter(s) {unknown}; expected some of "
-                        f"{sorted(HYPER)}")
-    h = dict(HYPER)
-    h.update(hyper)
-    return h
+    return merge_hyper(NAME, HYPER, hyper)
 
 
 def state_slots(**hyper) -> tuple:

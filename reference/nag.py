@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._util import as_f64, check_convention, f32, guide_gradient, kernel_clip
+from ._util import as_f64, check_convention, f32, guide_gradient, kernel_clip, merge_hyper
 
 NAME = "nag"
 STATE = ("mom",)
@@ -18,11 +18,7 @@ HYPER = {"momentum": 0.0}
 
 
 def _hyper(hyper):
-    unknown = sorted(set(hyper) - set(HYPER))
-    if unknown:
-        raise TypeError(f"{NAME}: unknown hyperparameter(s) {', '.join(unknown)}; "
-                        f"expected some of {sorted(HYPER)}")
-    return {**HYPER, **hyper}
+    return merge_hyper(NAME, HYPER, hyper)
 
 
 def state_slots(**hyper) -> tuple:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._util import as_f64, check_convention, clip, f32, guide_gradient, kernel_clip
+from ._util import as_f64, check_convention, clip, f32, guide_gradient, kernel_clip, merge_hyper
 
 NAME = "rmsprop"
 STATE = ("n", "g", "delta")
@@ -20,11 +20,7 @@ HYPER = {"learning_rate": 0.001, "gamma1": 0.9, "gamma2": 0.9, "epsilon": 1e-8,
 
 
 def _hyper(hyper):
-    unknown = sorted(set(hyper) - set(HYPER))
-    if unknown:
-        raise TypeError(f"{NAME}: unknown hyperparameter(s) {', '.join(unknown)}; "
-                        f"expected some of {sorted(HYPER)}")
-    return {**HYPER, **hyper}
+    return merge_hyper(NAME, HYPER, hyper)
 
 
 def state_slots(**hyper) -> tuple:

@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from . import noise as _noise
-from ._util import as_f64, check_convention, f32, guide_gradient, python_clip
+from ._util import as_f64, check_convention, f32, guide_gradient, python_clip, merge_hyper
 
 NAME = "sgld"
 STATE = ()
@@ -21,11 +21,7 @@ HYPER = {}
 
 
 def _hyper(hyper):
-    unknown = sorted(set(hyper) - set(HYPER))
-    if unknown:
-        raise TypeError(f"{NAME}: unknown hyperparameter(s) {unknown}; SGLD has no "
-                        f"hyperparameters of its own")
-    return dict(HYPER)
+    return merge_hyper(NAME, HYPER, hyper)
 
 
 def state_slots(**hyper) -> tuple:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._util import as_f64, check_convention, f32, guide_gradient, kernel_clip
+from ._util import as_f64, check_convention, f32, guide_gradient, kernel_clip, merge_hyper
 
 NAME = "signum"
 STATE = ("mom",)
@@ -20,13 +20,7 @@ HYPER = {"learning_rate": 0.01, "momentum": 0.9, "wd_lh": 0.0}
 
 
 def _hyper(hyper):
-    unknown = sorted(set(hyper) - set(HYPER))
-    if unknown:
-        raise TypeError(f"{NAME}: unknown hyperparameter(s) {unknown}; expected some of "
-                        f"{sorted(HYPER)}")
-    h = dict(HYPER)
-    h.update(hyper)
-    return h
+    return merge_hyper(NAME, HYPER, hyper)
 
 
 def state_slots(**hyper) -> tuple:
