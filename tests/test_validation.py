@@ -294,23 +294,39 @@ def test_bad_multipliers(bad):
 
 
 # ------------------------------------------------------------------------------------------
-# backend="cuda" on a machine without a GPU: the error comes at update time and says why
+# backend="cuda" with numpy arrays: the error comes at update time and says why
 # ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("config", list(CONFIGS))
-def test_cuda_backend_raises_clearly_at_update(config):
+def test_cuda_backend_with_numpy_arrays_raises_clearly_at_update(config):
     opt = make(config, backend="cuda")  # constructing is allowed
     w, g = rng_arrays()
     state = opt.create_state(0, w)
     ok, why = cuda_available()
     before = snapshot(opt, w, g, state)
-    with pytest.raises(RuntimeError) as info:
+    with pytest.raises(RuntimeError if not ok else TypeError) as info:
         opt.update(0, w, g, state)
     msg = str(info.value)
-    assert "cuda" in msg.lower()
+    assert "backend='cuda'" in msg
     if not ok:
-        assert why in msg
-        assert "no CUDA GPU" in msg
+        assert why in msg  # no GPU/driver, or numba-cuda missing: the reason, verbatim
+    else:
+        assert "numpy.ndarray" in msg and "backend='cpu'" in msg
     assert snapshot(opt, w, g, state) == before
+
+
+def test_cpu_path_never_imports_numba_cuda():
+    """``import toolkit`` and CPU updates of every optimizer leave numba-cuda unimported."""
+    import subprocess
+    import sys
+    code = ("import sys, numpy as np\n"
+            "from toolkit import optimizer\n"
+            "for name in optimizer.registry():\n"
+            "    opt = optimizer.create(name)\n"
+            "    w = np.ones(4, np.float32); s = opt.create_state(0, w)\n"
+            "    opt.update(0, w, np.ones(4, np.float32), s)\n"
+            "print(sorted(m for m in sys.modules if m.startswith('numba_cuda') or m == 'numba.cuda'))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
 
 
 # ------------------------------------------------------------------------------------------

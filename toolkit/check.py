@@ -146,7 +146,9 @@ PROOFS = [
 
 
 # --- part 2: backends -------------------------------------------------------------------------
-def backend_rows():
+def backend_rows(with_cuda=False):
+    """(optimizer, convention, backend, dtype) rows; the CUDA rows add float16 without
+    multi_precision (the CPU covers it through the same float32 kernels)."""
     rows = []
     for name, klass in sorted(optimizer.registry().items()):
         if klass.__module__.split(".")[-1] != name and name not in ("ftrl",):
@@ -154,8 +156,8 @@ def backend_rows():
         for conv in ("mxnet", "guide"):
             if name == "nadam" and conv == "guide":
                 continue
-            for backend in ("cpu", "reference"):
-                for dtype in DTYPES:
+            for backend in ("cpu", "reference") + (("cuda",) if with_cuda else ()):
+                for dtype in DTYPES + (("float16",) if backend == "cuda" else ()):
                     if backend == "reference" and dtype != "float64":
                         continue
                     rows.append((name, conv, backend, dtype))
@@ -170,16 +172,25 @@ def run_backend_row(rng, name, conv, backend, dtype, cases=4, steps=4):
                   wd=float(rng.choice([0.0, 10 ** rng.uniform(-4, -1)])),
                   rescale_grad=float(rng.choice([1.0, 10 ** rng.uniform(-1, 1)])),
                   clip_gradient=[None, float(10 ** rng.uniform(-1, 1))][int(rng.integers(2))])
+        if dtype == "float16" and name in ("ftrl", "ftml"):
+            kw["learning_rate"] = float(10 ** rng.uniform(-1, 0))  # float16 state holds ~w/lr
         opt = optimizer.create(name, **kw)
-        dt = np.float16 if dtype == "float16-mp" else np.dtype(dtype).type
+        dt = np.float16 if dtype.startswith("float16") else np.dtype(dtype).type
+        to = _device if backend == "cuda" else (lambda a: a)
         n = int(rng.integers(1, 64))
-        w = _decades(rng, n, -2, 1).astype(dt)
+        w = to(_decades(rng, n, -2, 1).astype(dt))
         state = opt.create_state_multi_precision(0, w)
+        hi_g = 1 if dtype == "float16" else 2  # float16 state holds squared gradients
         for _ in range(steps):
-            g = _decades(rng, n, -4 if dt == np.float16 else -6, 2).astype(dt)
+            g = to(_decades(rng, n, -4 if dt == np.float16 else -6, hi_g).astype(dt))
             res = step_errors(opt, 0, w, g, state)
             worst = max([worst] + [v[0] for v in res.values()])
     return worst
+
+
+def _device(a):
+    from numba import cuda
+    return cuda.to_device(a)
 
 
 def main(argv=None):
@@ -191,8 +202,11 @@ def main(argv=None):
     seed = args.seed if args.seed is not None else int(time.time_ns() % 2 ** 32)
     rng = np.random.default_rng(seed)
     print(f"toolkit check (seed {seed}); normalised error: 1.0 is the bound, lower is better\n")
+    from .backends import cuda_available
+    cuda_ok, cuda_why = cuda_available()
+    print(f"CUDA rows: {'included' if cuda_ok else 'absent'} ({cuda_why})\n")
     table = []
-    rows = backend_rows()
+    rows = backend_rows(with_cuda=cuda_ok)
     total = len(PROOFS) + len(rows)
     i = 0
     for name, conv, what, fn in PROOFS:

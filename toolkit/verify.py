@@ -19,6 +19,8 @@ import numpy as np
 from reference import OPTIMIZERS
 from reference.error_bound import Tracked, track, unit_roundoff
 
+from .backends.arrays import to_host
+
 __all__ = ["SAFETY", "normalised_error", "compare", "reference_call", "step_errors",
            "trajectory_errors", "check_function"]
 
@@ -26,23 +28,37 @@ __all__ = ["SAFETY", "normalised_error", "compare", "reference_call", "step_erro
 SAFETY = 4.0
 
 
-def normalised_error(out, ref) -> tuple[float, int, int]:
-    """``(worst |out-ref|/(C*E), elements checked, near ties exempted)`` for a Tracked ``ref``."""
+def normalised_error(out, ref, storage=None) -> tuple[float, int, int]:
+    """``(worst |out-ref|/(C*E), elements checked, near ties exempted)`` for a Tracked ``ref``.
+
+    ``storage``: a dtype narrower than the arithmetic that ``out`` was rounded to when stored
+    (float16 weights without multi_precision: float32 arithmetic, float16 storage). That last
+    rounding adds at most half an ulp of ``storage`` at the result, which the allowance adds to
+    ``C*E`` exactly (nothing else is widened).
+    """
     out = np.asarray(out, dtype=np.float64)
     v, e, tie = ref.value, ref.err, ref.tie
-    both_nan = np.isnan(out) & np.isnan(v)
-    diff = np.where(both_nan, 0.0, np.abs(out - v))
+    allowed = SAFETY * e
+    same = np.isnan(out) & np.isnan(v)
+    if storage is not None:
+        with np.errstate(over="ignore", invalid="ignore"):
+            rounded = v.astype(storage)
+            # beyond the storage range round-to-nearest gives the infinity of the same sign
+            same |= np.isinf(rounded) & (out == rounded)
+            ulp = np.spacing(np.abs(np.where(np.isfinite(rounded), rounded, 0)))
+        allowed = allowed + 0.5 * ulp.astype(np.float64)  # halved in float64: no underflow
+    diff = np.where(same, 0.0, np.abs(out - v))
     diff = np.where(np.isnan(diff), np.inf, diff)
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(diff == 0, 0.0, diff / (SAFETY * e))
+        ratio = np.where(diff == 0, 0.0, diff / allowed)
     ratio = np.where(tie, 0.0, ratio)
     worst = float(np.max(ratio)) if ratio.size else 0.0
     return worst, int(ratio.size - np.count_nonzero(tie)), int(np.count_nonzero(tie))
 
 
-def compare(outputs: dict, refs: dict) -> dict:
+def compare(outputs: dict, refs: dict, storage=None) -> dict:
     """Normalised errors per named output: ``{name: (worst, checked, ties)}``."""
-    return {k: normalised_error(outputs[k], refs[k]) for k in refs}
+    return {k: normalised_error(outputs[k], refs[k], storage) for k in refs}
 
 
 def reference_call(opt, index, weight, grad, state, t, lr, wd, dtype):
@@ -57,9 +73,10 @@ def reference_call(opt, index, weight, grad, state, t, lr, wd, dtype):
     st.update(opt._reference_extra(index))
     extra = dict(opt._reference_call_kwargs(index, t))
     if opt.reference_name == "lbsgd":
-        cum, ncum = opt._accumulator(index, weight)
+        cum = opt._cum.get(index)
+        cum = np.zeros(np.shape(weight)) if cum is None else to_host(cum)
         st["cum"] = track(cum.astype(np.float64), dtype)
-        st["ncum"] = ncum
+        st["ncum"] = opt._ncum.get(index, opt.init_updates)
     w_ref, st_ref = ref.step(track(weight.astype(np.float64), dtype),
                              track(grad.astype(np.float64), dtype), st, t=t, lr=lr, wd=wd,
                              rescale_grad=opt.rescale_grad, clip_gradient=opt.clip_gradient,
@@ -75,39 +92,44 @@ def _snapshot(opt, index, weight, state):
     return t, lr, wd
 
 
-def step_errors(opt, index, weight, grad, state):
+def step_errors(opt, index, weight, grad, state, **update_kwargs):
     """Apply one ``update`` of ``opt`` in place and return the normalised errors of the weight
     and every state slot against the oracle: ``{name: (worst, checked, ties)}``.
 
-    Float16 weights with multi_precision are checked through their float32 master copy (and the
-    float16 weight must equal the rounded master exactly: reported as ``weight16``).
+    Works on every backend: CUDA arrays are copied to the host for the oracle and the comparison
+    (the update itself runs on them in place). Float16 weights with multi_precision are checked
+    through their float32 master copy (and the float16 weight must equal the rounded master
+    exactly: reported as ``weight16``).
     """
     mp = opt._uses_master(weight)
+    copy = lambda a: to_host(a).copy()  # noqa: E731 - a host snapshot, never a view
     if mp:
         master, inner = opt._split_mp_state(state)
-        w_in, s_in, dtype = master.copy(), opt._map_state(inner, np.copy), np.float32
-        g_in = grad.astype(np.float32)
+        w_in, s_in, dtype = copy(master), opt._map_state(inner, copy), np.float32
+        g_in = to_host(grad).astype(np.float32)
     else:
-        w_in, s_in, g_in = weight.copy(), opt._map_state(state, np.copy), grad
-        dtype = weight.dtype if weight.dtype != np.float16 else np.float32
+        w_in, s_in, g_in = copy(weight), opt._map_state(state, copy), copy(grad)
+        dtype = w_in.dtype if w_in.dtype != np.float16 else np.float32
     t, lr, wd = _snapshot(opt, index, w_in, s_in)
     # the reference must see the optimizer's bookkeeping *before* the step
     w_ref, st_ref = reference_call(opt, index, w_in, g_in, s_in, t, lr, wd, dtype)
     if mp:
-        opt.update_multi_precision(index, weight, grad, state)
+        opt.update_multi_precision(index, weight, grad, state, **update_kwargs)
         out_w, out_state = master, inner
     else:
-        opt.update(index, weight, grad, state)
+        opt.update(index, weight, grad, state, **update_kwargs)
         out_w, out_state = weight, state
-    outputs = {"weight": out_w}
+    outputs = {"weight": to_host(out_w)}
     refs = {"weight": w_ref}
     for name, a in zip(opt.state_slots(), opt._state_arrays(out_state)):
-        outputs[name] = a
+        outputs[name] = to_host(a)
         refs[name] = st_ref[name]
-    result = compare(outputs, refs)
+    # float16 storage without a master copy: the result is rounded to float16 when stored
+    storage = np.float16 if (not mp and w_in.dtype == np.float16) else None
+    result = compare(outputs, refs, storage)
     if mp:
-        same = np.array_equal(weight, master.astype(np.float16), equal_nan=True)
-        result["weight16"] = (0.0 if same else np.inf, weight.size, 0)
+        same = np.array_equal(to_host(weight), outputs["weight"].astype(np.float16), equal_nan=True)
+        result["weight16"] = (0.0 if same else np.inf, int(np.size(outputs["weight"])), 0)
     return result
 
 
@@ -115,10 +137,11 @@ def trajectory_errors(opt, index, weight, grads, state):
     """Free-running: ``len(grads)`` updates of ``opt`` from ``(weight, state)`` against one
     oracle trajectory whose error bound accumulates. Returns the worst normalised error per
     output over all steps."""
-    dtype = weight.dtype if weight.dtype != np.float16 else np.float32
-    w_ref = track(weight.astype(np.float64), dtype)
+    w_host = to_host(weight)
+    dtype = w_host.dtype if w_host.dtype != np.float16 else np.float32
+    w_ref = track(w_host.astype(np.float64), dtype)
     slots = opt.state_slots()
-    st_ref = {n: track(np.asarray(a, dtype=np.float64), dtype)
+    st_ref = {n: track(to_host(a).astype(np.float64), dtype)
               for n, a in zip(slots, opt._state_arrays(state))}
     worst: dict = {}
     ref = OPTIMIZERS[opt.reference_name]
@@ -128,18 +151,18 @@ def trajectory_errors(opt, index, weight, grads, state):
         st_in.update(opt._reference_extra(index))
         extra = dict(opt._reference_call_kwargs(index, t))
         if opt.reference_name == "lbsgd":
-            st_in.setdefault("cum", track(np.zeros(weight.shape), dtype))
-            st_in.setdefault("ncum", opt._accumulator(index, weight)[1])
-        w_ref, st_new = ref.step(w_ref, track(grad.astype(np.float64), dtype), st_in, t=t, lr=lr,
+            st_in.setdefault("cum", track(np.zeros(w_host.shape), dtype))
+            st_in.setdefault("ncum", opt._ncum.get(index, opt.init_updates))
+        w_ref, st_new = ref.step(w_ref, track(to_host(grad).astype(np.float64), dtype), st_in, t=t, lr=lr,
                                  wd=wd, rescale_grad=opt.rescale_grad,
                                  clip_gradient=opt.clip_gradient, convention=opt.convention,
                                  **opt.reference_hyper(), **extra)
         st_ref = {k: v for k, v in st_new.items()}
         opt.update(index, weight, grad, state)
-        outputs = {"weight": weight}
+        outputs = {"weight": to_host(weight)}
         refs = {"weight": w_ref}
         for name, a in zip(slots, opt._state_arrays(state)):
-            outputs[name] = a
+            outputs[name] = to_host(a)
             refs[name] = st_ref[name]
         for k, v in compare(outputs, refs).items():
             if k not in worst or v[0] > worst[k][0]:

@@ -25,7 +25,7 @@ import numpy as np
 from numba import prange, types
 
 __all__ = ["COMPILE_OPTIONS", "PARALLEL_THRESHOLD", "elementwise_kernel", "run_elementwise",
-           "sum_of_squares", "DTYPES"]
+           "sum_of_squares", "DTYPES", "Launcher", "LAUNCHER"]
 
 #: The compile options of every CPU kernel.
 COMPILE_OPTIONS = dict(error_model="numpy", fastmath=False, cache=True, nogil=True,
@@ -108,3 +108,32 @@ def sum_of_squares(x):
         v = np.float64(x[i])
         acc += v * v
     return acc
+
+
+class Launcher:
+    """Runs one optimizer step's rules on the CPU backend (numpy arrays, any memory order)."""
+
+    backend = "cpu"
+
+    def compute_dtype(self, a):
+        return a.dtype
+
+    def run_rule(self, factory, weight, grad, states, hyper):
+        """Run a per-element rule over ``weight``, ``grad`` and ``states`` in place."""
+        order = "F" if (weight.flags.f_contiguous and not weight.flags.c_contiguous) else "C"
+        g = grad if grad.flags[f"{order}_CONTIGUOUS"] else np.asarray(grad, order=order)
+        flat = lambda a: a.reshape(-1, order=order)  # noqa: E731 - contiguous: a view
+        run_elementwise(factory, flat(weight), flat(g), tuple(flat(s) for s in states), hyper)
+
+    @staticmethod
+    def zeros_like(a, dtype=None):
+        return np.zeros_like(a, dtype=dtype)
+
+    @staticmethod
+    def sum_of_squares(x, y):
+        return (sum_of_squares(x.reshape(-1, order="A")),
+                sum_of_squares(np.ascontiguousarray(y).reshape(-1)))
+
+
+#: The launcher of every CPU step (it holds nothing per step).
+LAUNCHER = Launcher()

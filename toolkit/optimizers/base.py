@@ -4,8 +4,8 @@ Subclasses declare their hyperparameters and a per-element rule; this class does
 shared: learning-rate and weight-decay multipliers (``set_lr_mult``, ``set_wd_mult``, gluon's
 ``param_dict``), the per-index update count ``t``, learning-rate schedules, multi-precision
 (float16 weights with a float32 master copy), validation of every argument *before* anything is
-modified, and the choice of backend ("reference", "cpu", "auto"; "cuda" raises until the CUDA
-backend exists).
+modified (the array contract of ``toolkit.backends.arrays``), and the choice of backend
+("reference", "cpu", "cuda", "auto").
 """
 from __future__ import annotations
 
@@ -15,13 +15,12 @@ import warnings
 
 import numpy as np
 
-from ..backends import cpu
+from ..backends import arrays, cpu
 
 __all__ = ["Optimizer", "register", "create", "registry", "BACKENDS", "CONVENTIONS"]
 
 BACKENDS = ("auto", "reference", "cpu", "cuda")
 CONVENTIONS = ("mxnet", "guide")
-_FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 _REGISTRY: dict[str, type] = {}
 
@@ -144,7 +143,8 @@ class Optimizer:
         Gluon's per-index parameters; their ``lr_mult``/``wd_mult`` take precedence.
     backend : {"auto", "reference", "cpu", "cuda"}, default "auto"
         "reference" runs the float64 oracle (slow, for checks); "cpu" the Numba kernels;
-        "auto" picks by the array type. "cuda" is refused until the CUDA backend exists.
+        "cuda" the numba-cuda kernels on CUDA arrays (numba, CuPy, PyTorch; the ``cuda``
+        extra); "auto" picks by the array type (device arrays to CUDA, numpy arrays to CPU).
     convention : {"mxnet", "guide"}, default "mxnet"
         MXNet 1.9.1's numerics or the guide's equations (``docs/conventions.md``).
     """
@@ -297,20 +297,20 @@ class Optimizer:
 
     def create_state(self, index, weight):
         """Fresh state for ``weight``: None, an array, or a tuple (MXNet's shapes and order),
-        of the weight's dtype."""
+        of the weight's dtype, kind (numpy, CuPy, torch, numba device array) and device."""
         self._check_weight(weight)
         slots = self.state_slots()
         if not slots:
             return None
-        arrays = tuple(self._init_slot(name, weight) for name in slots)
-        return arrays[0] if len(arrays) == 1 and not self._tuple_state() else arrays
+        new = tuple(self._init_slot(name, weight) for name in slots)
+        return new[0] if len(new) == 1 and not self._tuple_state() else new
 
     def _tuple_state(self):
         """Whether a single-slot state is returned as a 1-tuple (RMSProp's ``(n,)``)."""
         return False
 
     def _init_slot(self, name, weight):
-        return np.zeros_like(weight)
+        return arrays.zeros_like(weight)
 
     def create_state_multi_precision(self, index, weight):
         """State including a float32 master copy for float16 weights with multi_precision.
@@ -319,12 +319,18 @@ class Optimizer:
         their ``(state, weight32)``.
         """
         if self._uses_master(weight):
-            w32 = weight.astype(np.float32)
+            self._check_weight(weight)
+            w32 = arrays.astype(weight, np.float32)
             return (w32, self.create_state(index, w32))
         return self.create_state(index, weight)
 
     def _uses_master(self, weight):
-        return self.multi_precision and isinstance(weight, np.ndarray) and weight.dtype == np.float16
+        if not self.multi_precision:
+            return False
+        try:
+            return arrays.describe(weight).dtype == np.float16
+        except TypeError:
+            return False
 
     def _split_mp_state(self, state):
         """``(master, inner_state)`` of a multi-precision state (base wrapper layout)."""
@@ -333,33 +339,47 @@ class Optimizer:
     # ---------------------------------------------------------------------------------------
     # update
     # ---------------------------------------------------------------------------------------
-    def update(self, index, weight, grad, state):
-        """Update ``weight`` and ``state`` in place from ``grad`` (the weight's dtype)."""
-        self._check_index(index)
-        self._check_weight(weight)
-        self._check_grad(weight, grad)
-        self._check_state(state, weight, self.create_state_template(weight))
-        self._apply(index, weight, grad, state)
+    def update(self, index, weight, grad, state, *, stream=None):
+        """Update ``weight`` and ``state`` in place from ``grad`` (the weight's dtype and kind).
 
-    def update_multi_precision(self, index, weight, grad, state):
+        On the CUDA backend the step is enqueued on ``stream`` (a numba, CuPy or PyTorch stream,
+        or a handle), else on the stream the weight exports, and this returns without waiting.
+        """
+        self._check_index(index)
+        w = self._check_weight(weight)
+        backend = self._resolve_backend(w)
+        self._check_grad(w, grad)
+        self._check_state(state, w, self.create_state_template(w), others=(("grad", grad),))
+        self._apply(index, weight, grad, state, backend, w, stream=stream)
+
+    def update_multi_precision(self, index, weight, grad, state, *, stream=None):
         """``update`` through the float32 master copy when the weight is float16 and
         multi_precision is on; plain ``update`` otherwise."""
         if not self._uses_master(weight):
-            return self.update(index, weight, grad, state)
+            return self.update(index, weight, grad, state, stream=stream)
         self._check_index(index)
-        self._check_weight(weight)
-        self._check_grad(weight, grad)
+        w = self._check_weight(weight)
+        backend = self._resolve_backend(w)
+        g = self._check_grad(w, grad)
         if not isinstance(state, tuple) or len(state) != 2:
             raise TypeError("a multi-precision state must be the 2-tuple that "
                             "create_state_multi_precision returned")
         master, inner = self._split_mp_state(state)
-        self._check_array("state (float32 master copy)", master, weight.shape, np.float32, weight)
-        self._check_state(inner, master, self.create_state_template(master))
+        m = self._check_array("state (float32 master copy)", master, w.shape, np.float32, w)
+        if arrays.overlaps(g, m):
+            raise ValueError("state (float32 master copy) shares memory with the grad")
+        self._check_state(inner, m, self.create_state_template(m),
+                          others=(("grad", grad), ("weight", weight)))
+        if backend == "cuda":
+            # one kernel: the float16 gradient is widened on load, the float16 weight written
+            # from the updated master in the same pass
+            self._apply(index, master, grad, inner, backend, m, stream=stream, mirror=w)
+            return
         g32 = grad.astype(np.float32)
-        self._apply(index, master, g32, inner)
+        self._apply(index, master, g32, inner, backend, m)
         np.copyto(weight, master, casting="same_kind")
 
-    def _apply(self, index, weight, grad, state):
+    def _apply(self, index, weight, grad, state, backend, w, stream=None, mirror=None):
         """Validated arrays in; one step applied; counts committed last."""
         t, num_update = self._next_count(index)
         lr = self._get_lr(index, self._lr_count(num_update))
@@ -367,8 +387,14 @@ class Optimizer:
             raise ValueError(f"{type(self).__name__} divides by the learning rate; it must be "
                              f"> 0, got {lr} for index {index!r}")
         wd = self._get_wd(index)
-        backend = self._resolve_backend(weight)
-        if weight.dtype == np.float16:
+        if backend == "cuda":
+            from ..backends import cuda
+            self._launcher = cuda.Launcher(w, stream=stream, mirror=mirror)
+            try:
+                self._step(backend, index, weight, grad, state, t, lr, wd)
+            finally:
+                self._launcher = None
+        elif w.dtype == np.float16:
             # float16 storage without a master copy: float32 arithmetic, rounded back after the step
             w32 = weight.astype(np.float32)
             states32 = self._map_state(state, lambda a: a.astype(np.float32))
@@ -378,6 +404,9 @@ class Optimizer:
         else:
             self._step(backend, index, weight, grad, state, t, lr, wd)
         self._commit_count(index, t)
+
+    #: the launcher of the step in progress (the CPU one outside a CUDA step)
+    _launcher = None
 
     @staticmethod
     def _map_state(state, f):
@@ -415,7 +444,7 @@ class Optimizer:
             self._kernel_step(index, weight, grad, state, t, lr, wd)
 
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
-        raise NotImplementedError(f"{type(self).__name__} has no CPU kernel; override "
+        raise NotImplementedError(f"{type(self).__name__} has no kernel; override "
                                   "_kernel_step, or give it a `rule` (see docs/custom-optimizer.md)")
 
     # --- the reference backend -------------------------------------------------------------
@@ -446,32 +475,45 @@ class Optimizer:
             raise ValueError(f"{type(self).__name__} has no reference implementation; "
                              "use backend='cpu'")
         slots = self.state_slots()
-        arrays = self._state_arrays(state)
-        st = {name: np.asarray(a, dtype=np.float64) for name, a in zip(slots, arrays)}
+        state_arrays = self._state_arrays(state)
+        st = {name: np.asarray(a, dtype=np.float64) for name, a in zip(slots, state_arrays)}
         st.update(self._reference_extra(index))
         w_new, st_new = ref.step(weight.astype(np.float64), grad.astype(np.float64), st, t=t,
                                  lr=lr, wd=wd, rescale_grad=self.rescale_grad,
                                  clip_gradient=self.clip_gradient, convention=self.convention,
                                  **self.reference_hyper(), **self._reference_call_kwargs(index, t))
         weight[...] = w_new
-        for name, a in zip(slots, arrays):
+        for name, a in zip(slots, state_arrays):
             a[...] = st_new[name]
         self._reference_store_extra(index, st_new)
 
     # --- backend choice ----------------------------------------------------------------------
-    def _resolve_backend(self, weight):
-        if self.backend == "cuda":
+    def _resolve_backend(self, w):
+        """The backend for a step on the described weight ``w``; an error, before anything is
+        written, when the arrays and the requested backend do not fit together."""
+        device = w.kind == arrays.DEVICE
+        if self.backend == "auto":
+            backend = "cuda" if device else "cpu"
+        else:
+            backend = self.backend
+        if backend == "cuda":
             from ..backends import cuda_available
             ok, why = cuda_available()
-            raise RuntimeError("backend='cuda' was requested but " + (
-                why if not ok else "the CUDA kernels are not part of this version yet") +
-                "; use backend='cpu' for numpy arrays")
-        if self.backend == "auto":
-            return "cpu"
-        return self.backend
+            if not ok:
+                raise RuntimeError(f"backend='cuda' cannot run: {why}" + (
+                    "" if device else "; use backend='cpu' for numpy arrays"))
+            if not device:
+                raise TypeError("backend='cuda' updates CUDA arrays in place, but the weight is a "
+                                "numpy.ndarray (host memory); pass device arrays (numba, CuPy "
+                                "or PyTorch CUDA) or use backend='cpu'")
+        elif device:
+            raise TypeError(f"backend={self.backend!r} runs on numpy arrays, but the weight is "
+                            f"{arrays.kind_name(w)}; use backend='cuda' or 'auto' for device "
+                            "arrays")
+        return backend
 
     # ---------------------------------------------------------------------------------------
-    # validation: everything is checked before anything is written
+    # validation: everything is checked before anything is written (toolkit.backends.arrays)
     # ---------------------------------------------------------------------------------------
     @staticmethod
     def _check_index(index):
@@ -479,33 +521,22 @@ class Optimizer:
             raise TypeError(f"index must be an int (or a str name), got {type(index).__name__}")
 
     def _check_weight(self, weight):
-        if not isinstance(weight, np.ndarray):
-            if hasattr(weight, "__cuda_array_interface__"):
-                from ..backends import cuda_available
-                ok, why = cuda_available()
-                raise TypeError("weight is a GPU array; the CUDA backend is not part of this "
-                                f"version yet ({why if not ok else 'GPU present'}); use numpy arrays")
-            raise TypeError(f"weight must be a numpy.ndarray, got {type(weight).__name__}")
-        if weight.dtype not in _FLOAT_DTYPES:
-            raise TypeError(f"weight dtype must be float16, float32 or float64, got {weight.dtype}")
-        if not weight.flags.writeable:
-            raise ValueError("weight is read-only; the update is in place and needs a writeable array")
-        if not (weight.flags.c_contiguous or weight.flags.f_contiguous):
-            raise ValueError("weight is not contiguous (a strided view); updating it in place "
-                             "would need a copy: pass a contiguous array (np.ascontiguousarray) "
-                             "and copy the result back yourself")
+        """The described weight, after the weight checks of the array contract."""
+        w = arrays.describe(weight, "weight")
+        arrays.check_weight(w)
+        return w
 
     @staticmethod
-    def _check_grad(weight, grad):
-        if not isinstance(grad, np.ndarray):
-            raise TypeError(f"grad must be a numpy.ndarray, got {type(grad).__name__}")
-        if grad.shape != weight.shape:
-            raise ValueError(f"grad shape {grad.shape} does not match weight shape {weight.shape}")
-        if grad.dtype != weight.dtype:
-            raise TypeError(f"grad dtype {grad.dtype} does not match weight dtype {weight.dtype}")
+    def _check_grad(w, grad):
+        if grad is None:
+            raise TypeError("grad must be an array like the weight, got None")
+        g = arrays.describe(grad, "grad")
+        arrays.check_grad(w, g)
+        return g
 
     def create_state_template(self, weight):
-        """The structure of ``create_state``: None, a ``Slot``, or a tuple of ``Slot``/None."""
+        """The structure of ``create_state``: None, a ``Slot``, or a tuple of ``Slot``/None.
+        ``weight`` is anything with numpy ``shape`` and ``dtype`` (an ``ArrayDesc``)."""
         slots = self.state_slots()
         if not slots:
             return None
@@ -515,30 +546,26 @@ class Optimizer:
     def _slot_template(self, name, weight):
         return weight.shape, weight.dtype
 
-    def _check_array(self, what, a, shape, dtype, weight):
-        if not isinstance(a, np.ndarray):
-            raise TypeError(f"{what} must be a numpy.ndarray, got {type(a).__name__}")
-        if a.shape != tuple(shape):
-            raise ValueError(f"{what} has shape {a.shape}, expected {tuple(shape)}")
-        if a.dtype != np.dtype(dtype):
-            raise TypeError(f"{what} has dtype {a.dtype}, expected {np.dtype(dtype)}")
-        if not a.flags.writeable:
-            raise ValueError(f"{what} is read-only")
-        if a.size > 1 and not (a.flags.c_contiguous and weight.flags.c_contiguous or
-                               a.flags.f_contiguous and weight.flags.f_contiguous):
-            raise ValueError(f"{what} is not contiguous in the weight's memory order")
-        if a is weight or (a.size and np.may_share_memory(a, weight)):
-            raise ValueError(f"{what} shares memory with the weight")
+    @staticmethod
+    def _check_array(what, a, shape, dtype, w):
+        """One state array against the described weight ``w``; returns its description."""
+        d = arrays.describe(a, what)
+        arrays.check_state_array(what, d, shape, dtype, w)
+        return d
 
-    def _check_state(self, state, weight, template):
+    def _check_state(self, state, w, template, others=()):
+        """``state`` against ``template``: its structure, and each array by the contract
+        (shape, dtype, writeable, layout, same kind and device, no overlap with the weight, the
+        gradient or each other)."""
         if template is None:
             if state is not None:
                 raise TypeError(f"{type(self).__name__} with these hyperparameters keeps no "
                                 f"state; expected None, got {type(state).__name__}")
             return
         if isinstance(template, Slot):
-            self._check_array(f"state[{template.name!r}]", state, template.shape,
-                              template.dtype, weight)
+            d = self._check_array(f"state[{template.name!r}]", state, template.shape,
+                                  template.dtype, w)
+            self._check_no_alias([(f"state[{template.name!r}]", d)], others)
             return
         names = tuple(s.name if s is not None else "None" for s in template)
         if not isinstance(state, tuple) or len(state) != len(template):
@@ -550,22 +577,30 @@ class Optimizer:
                 if a is not None:
                     raise TypeError(f"state must be a tuple {names}: expected None, got an array")
                 continue
-            self._check_array(f"state[{slot.name!r}]", a, slot.shape, slot.dtype, weight)
-            for b in seen:
-                if a.size and np.may_share_memory(a, b):
+            d = self._check_array(f"state[{slot.name!r}]", a, slot.shape, slot.dtype, w)
+            for _, b in seen:
+                if arrays.overlaps(d, b):
                     raise ValueError(f"state[{slot.name!r}] shares memory with another state array")
-            seen.append(a)
+            seen.append((f"state[{slot.name!r}]", d))
+        self._check_no_alias(seen, others)
+
+    @staticmethod
+    def _check_no_alias(state_descs, others):
+        for name, a in others:
+            if a is None:
+                continue
+            d = arrays.describe(a, name)
+            for sname, s in state_descs:
+                if arrays.overlaps(d, s):
+                    raise ValueError(f"{sname} shares memory with the {name}")
 
     # ---------------------------------------------------------------------------------------
     # helpers for subclasses
     # ---------------------------------------------------------------------------------------
     def _run_rule(self, factory, weight, grad, states, hyper):
-        """Run a per-element rule over ``weight``, ``grad`` and ``states`` in place."""
-        order = "F" if (weight.flags.f_contiguous and not weight.flags.c_contiguous) else "C"
-        g = grad if grad.flags[f"{'F' if order == 'F' else 'C'}_CONTIGUOUS"] else \
-            np.asarray(grad, order=order)
-        flat = lambda a: a.reshape(-1, order=order)  # noqa: E731 - contiguous: a view
-        cpu.run_elementwise(factory, flat(weight), flat(g), tuple(flat(s) for s in states), hyper)
+        """Run a per-element rule over ``weight``, ``grad`` and ``states`` in place, on the
+        backend of the step in progress."""
+        (self._launcher or cpu.LAUNCHER).run_rule(factory, weight, grad, tuple(states), hyper)
 
     #: True for MXNet's kernel optimizers, whose hyperparameters MXNet rounds to float32
     #: (spec section 1.6); Python-op optimizers round only the clip bound.

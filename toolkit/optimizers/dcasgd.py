@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..backends import arrays
 from .base import Optimizer, check_nonneg, check_unit, register
 
 __all__ = ["DCASGD"]
@@ -88,8 +89,8 @@ class DCASGD(Optimizer):
 
     def create_state(self, index, weight):
         self._check_weight(weight)
-        mom = np.zeros_like(weight) if self.momentum != 0.0 else None
-        return (mom, weight.copy(order="K"))  # keep the weight's memory order (F too)
+        mom = arrays.zeros_like(weight) if self.momentum != 0.0 else None
+        return (mom, arrays.copy(weight))  # the weight's kind, device and memory order (F too)
 
     def create_state_template(self, weight):
         from .base import Slot

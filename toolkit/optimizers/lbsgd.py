@@ -19,7 +19,8 @@ import math
 
 import numpy as np
 
-from ..backends import cpu
+from ..backends import arrays, cpu
+from ..backends.rules import add_rule, divide_rule, fill_rule
 from .base import Optimizer, check_choice, check_int, check_unit, register
 from .sgd import guide_momentum_rule, guide_plain_rule, mxnet_momentum_rule, sgd_update_rule
 
@@ -98,9 +99,17 @@ class LBSGD(Optimizer):
         return self.num_update if self.convention == "mxnet" else num_update_after
 
     def _accumulator(self, index, weight):
+        """This index's gradient accumulator (a zero array of the weight's kind, device and
+        arithmetic dtype when it has none that fits) and call count."""
+        launcher = self._launcher or cpu.LAUNCHER
+        dtype = launcher.compute_dtype(weight)
         cum = self._cum.get(index)
-        if cum is None or cum.shape != weight.shape or cum.dtype != weight.dtype:
-            cum = np.zeros_like(weight)
+        if cum is not None:
+            c, w = arrays.describe(cum), arrays.describe(weight)
+            if c.shape != w.shape or c.dtype != dtype or c.kind != w.kind:
+                cum = None
+        if cum is None:
+            cum = launcher.zeros_like(weight, dtype)
         return cum, self._ncum.get(index, self.init_updates)
 
     def _reference_extra(self, index):
@@ -126,8 +135,8 @@ class LBSGD(Optimizer):
         if self.warmup_strategy != "lars":
             return lbmult(ncum, self.warmup_strategy, self.warmup_epochs, self.updates_per_epoch,
                           self.batch_scale)
-        ww = cpu.sum_of_squares(weight.reshape(-1, order="A"))
-        gg = cpu.sum_of_squares(np.ascontiguousarray(g).reshape(-1))
+        # both norms on the backend that holds the arrays (float64 accumulation, fixed order)
+        ww, gg = (self._launcher or cpu.LAUNCHER).sum_of_squares(weight, g)
         return min(max(math.sqrt(ww / (gg + wd * ww + 1e-18)), 0.01), 100.0)
 
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
@@ -135,11 +144,12 @@ class LBSGD(Optimizer):
         ncum += 1
         states = self._state_arrays(state)
         if self.convention == "mxnet":
-            cum = cum + grad
+            self._run_rule(add_rule, cum, grad, (), (0.0,))              # cum = cum + grad
+            self._cum[index], self._ncum[index] = cum, ncum
             if ncum % self.batch_scale != 0:
-                self._cum[index], self._ncum[index] = cum, ncum
                 return
-            g = cum / weight.dtype.type(self.batch_scale)
+            g = (self._launcher or cpu.LAUNCHER).zeros_like(cum)
+            self._run_rule(divide_rule, g, cum, (), (float(self.batch_scale),))  # g = cum/bs
             lr = lr * self._multiplier(weight, g, wd, ncum)
             r = self._r
             lr, wd, rs, c = r(lr), r(wd), r(self.rescale_grad), self._clip_bound()
@@ -148,7 +158,7 @@ class LBSGD(Optimizer):
                                (lr, lr * wd, rs, c, r(self.momentum), lr * rs))
             else:
                 self._run_rule(sgd_update_rule, weight, g, (), (lr, 1.0 - lr * wd, rs, c))
-            self._cum[index], self._ncum[index] = np.zeros_like(weight), ncum
+            self._run_rule(fill_rule, cum, cum, (), (0.0,))               # cum = 0
             return
         lr = lr * self._multiplier(weight, grad, wd, ncum)
         if states:

@@ -14,6 +14,7 @@ guide, in the same stored-point form (proved equal to the look-ahead form of the
 """
 from __future__ import annotations
 
+from ..backends import arrays
 from .base import Optimizer, check_unit, register
 from .sgd import guide_plain_rule, sgd_update_rule
 
@@ -86,7 +87,8 @@ class NAG(Optimizer):
 
     def create_state_multi_precision(self, index, weight):
         if self._uses_master(weight):
-            w32 = weight.astype("float32")
+            self._check_weight(weight)
+            w32 = arrays.astype(weight, "float32")
             return (self.create_state(index, w32), w32)
         return self.create_state(index, weight)
 

@@ -12,6 +12,7 @@ guide::
 """
 from __future__ import annotations
 
+from ..backends import arrays
 from .base import Optimizer, check_unit, register
 
 __all__ = ["SGD"]
@@ -108,7 +109,8 @@ class SGD(Optimizer):
 
     def create_state_multi_precision(self, index, weight):
         if self._uses_master(weight):
-            w32 = weight.astype("float32")
+            self._check_weight(weight)
+            w32 = arrays.astype(weight, "float32")
             return (self.create_state(index, w32), w32)
         return self.create_state(index, weight)
 

@@ -32,24 +32,28 @@ _TWO_M53 = 2.0 ** -53
 _TWO_PI = 2.0 * math.pi
 
 
-@numba.njit(inline="always")
-def _mix(x):
-    x = x + _GAMMA
-    x = (x ^ (x >> _S30)) * _C1
-    x = (x ^ (x >> _S27)) * _C2
-    return x ^ (x >> _S31)
+def _generator(jit):
+    """The counter-based generator of ``reference/noise.py`` as ``normal(key, i)``, compiled by
+    ``jit``: ``numba.njit(inline="always")`` for the CPU loop, ``cuda.jit(device=True)`` for the
+    CUDA kernel (one source, so both backends draw the same numbers)."""
+    def mix_source(x):
+        x = x + _GAMMA
+        x = (x ^ (x >> _S30)) * _C1
+        x = (x ^ (x >> _S27)) * _C2
+        return x ^ (x >> _S31)
+    mix = jit(mix_source)
+
+    def normal_source(key, i):
+        """Draw ``i`` of the stream ``key``: Box-Muller on two SplitMix64 outputs, in float64."""
+        h1 = mix(key + _TWO * i)
+        h2 = mix(key + _TWO * i + _ONE)
+        u1 = np.float64((h1 >> _S11) + _ONE) * _TWO_M53
+        u2 = np.float64(h2 >> _S11) * _TWO_M53
+        return math.sqrt(-2.0 * math.log(u1)) * math.cos(_TWO_PI * u2)
+    return jit(normal_source)
 
 
-@numba.njit(inline="always")
-def _normal(key, i):
-    """Draw ``i`` of the stream ``key``: Box-Muller on two SplitMix64 outputs, in float64."""
-    h1 = _mix(key + _TWO * i)
-    h2 = _mix(key + _TWO * i + _ONE)
-    u1 = np.float64((h1 >> _S11) + _ONE) * _TWO_M53
-    u2 = np.float64(h2 >> _S11) * _TWO_M53
-    return math.sqrt(-2.0 * math.log(u1)) * math.cos(_TWO_PI * u2)
-
-
+_normal = _generator(numba.njit(inline="always"))
 _loops: dict = {}
 
 
@@ -123,18 +127,24 @@ class SGLD(Optimizer):
         super().__init__(**kwargs)
 
     def _check_weight(self, weight):
-        super()._check_weight(weight)
-        if weight.ndim > 1 and not weight.flags.c_contiguous:
+        w = super()._check_weight(weight)
+        if len(w.shape) > 1 and not w.c_contiguous:
             raise ValueError("SGLD needs a C-contiguous weight: its noise is indexed in C order")
+        return w
 
     def _reference_call_kwargs(self, index, t):
         return {"seed": self.seed, "stream": stream_of(index)}
 
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
-        key = stream_key(self.seed, stream_of(index), t)
+        key = np.uint64(stream_key(self.seed, stream_of(index), t))
+        hyper = (-(lr / 2.0), wd, self.rescale_grad, self._clip_bound())
+        if self._launcher is not None and self._launcher.backend == "cuda":
+            from . import sgld_cuda  # imports numba-cuda: only on the CUDA path
+            self._launcher.run_kernel(sgld_cuda.kernel_source, weight, grad, hyper,
+                                      (key, math.sqrt(lr)), (types.uint64, types.float64))
+            return
         w = weight.reshape(-1)
         g = np.ascontiguousarray(grad).reshape(-1)
         dt = w.dtype.type
-        hp = (dt(-(lr / 2.0)), dt(wd), dt(self.rescale_grad), dt(self._clip_bound()))
         kernel = _loop(w.dtype, w.shape[0] >= cpu.PARALLEL_THRESHOLD)
-        kernel(w, g, hp, np.uint64(key), math.sqrt(lr))
+        kernel(w, g, tuple(dt(h) for h in hyper), key, math.sqrt(lr))

@@ -1,0 +1,312 @@
+"""The array contract: what every backend accepts as weight, gradient and state, checked in one place.
+
+An optimizer step takes numpy arrays (the CPU and reference backends) or CUDA arrays (the CUDA
+backend): numba device arrays and any object that exports ``__cuda_array_interface__`` (CuPy
+arrays, PyTorch CUDA tensors). :func:`describe` reads either kind into one :class:`ArrayDesc`
+(shape, dtype, byte strides, the extent of memory it touches, read-only flag, exported stream),
+and the ``check_*`` functions apply the same rules and messages to both kinds, before any kernel
+runs: floating dtype, writeable, contiguous (C or Fortran order; state arrays in the weight's
+order), matching shapes and dtypes, one kind and one device for all arrays of a step, and no
+overlap between weight, gradient and state arrays.
+
+This module never imports numba-cuda: device arrays are described from their interface alone.
+The only device facts it cannot read from the interface (which device a pointer lives on) it asks
+``toolkit.backends.cuda`` for, and only when a device array is present.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+__all__ = ["ArrayDesc", "HOST", "DEVICE", "FLOAT_DTYPES", "describe", "is_device_array",
+           "check_weight", "check_grad", "check_state_array", "check_disjoint", "kind_name",
+           "zeros_like", "copy", "astype", "to_host"]
+
+HOST, DEVICE = "host", "cuda"
+FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
+class ArrayDesc:
+    """One array as a step sees it, whichever library made it."""
+
+    __slots__ = ("obj", "kind", "shape", "dtype", "strides", "ptr", "lo", "hi", "readonly",
+                 "stream", "c_contiguous", "f_contiguous", "library")
+
+    def __init__(self, obj, kind, shape, dtype, strides, ptr, readonly, stream, library):
+        self.obj, self.kind, self.library = obj, kind, library
+        self.shape, self.dtype, self.strides = tuple(shape), np.dtype(dtype), tuple(strides)
+        self.ptr, self.readonly, self.stream = int(ptr), bool(readonly), stream
+        self.c_contiguous, self.f_contiguous = _contiguity(self.shape, self.strides,
+                                                           self.dtype.itemsize)
+        self.lo, self.hi = _extent(self.ptr, self.shape, self.strides, self.dtype.itemsize)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def order(self):
+        """"F" for a Fortran-ordered (and not also C-ordered) array, else "C"."""
+        return "F" if self.f_contiguous and not self.c_contiguous else "C"
+
+    def __repr__(self):
+        return (f"ArrayDesc({self.library}, shape={self.shape}, dtype={self.dtype}, "
+                f"order={self.order if self.contiguous else 'strided'})")
+
+    @property
+    def contiguous(self):
+        return self.c_contiguous or self.f_contiguous
+
+
+def _c_strides(shape, itemsize):
+    strides, acc = [], itemsize
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(int(n), 1)
+    return tuple(reversed(strides))
+
+
+def _contiguity(shape, strides, itemsize):
+    """NumPy's rules: dimensions of length 1 have arbitrary strides; empty arrays are both."""
+    if any(n == 0 for n in shape):
+        return True, True
+
+    def dense(dims):
+        acc = itemsize
+        for n, s in dims:
+            if n != 1 and s != acc:
+                return False
+            acc *= n
+        return True
+    dims = list(zip(shape, strides))
+    return dense(reversed(dims)), dense(dims)
+
+
+def _extent(ptr, shape, strides, itemsize):
+    """The half-open byte range ``[lo, hi)`` the array's elements occupy."""
+    if any(n == 0 for n in shape):
+        return ptr, ptr
+    lo = hi = ptr
+    for n, s in zip(shape, strides):
+        if s >= 0:
+            hi += (n - 1) * s
+        else:
+            lo += (n - 1) * s
+    return lo, hi + itemsize
+
+
+def _library(obj):
+    """The library that made a device array: "cupy", "torch", "numba" or its module's name."""
+    mod = type(obj).__module__.split(".")[0]
+    if mod.startswith("cupy"):
+        return "cupy"
+    if mod.startswith("numba"):
+        return "numba"
+    return mod
+
+
+def is_device_array(obj) -> bool:
+    """Whether ``obj`` is a CUDA array (numba device array or ``__cuda_array_interface__``)."""
+    if isinstance(obj, np.ndarray):
+        return False
+    if getattr(type(obj), "__cuda_ndarray__", False):
+        return True
+    try:
+        return hasattr(obj, "__cuda_array_interface__")
+    except Exception:  # a torch tensor that requires grad raises on access: still a device array
+        return True
+
+
+def describe(obj, what="weight") -> ArrayDesc:
+    """Read ``obj`` (a numpy array or a CUDA array) into an :class:`ArrayDesc`; TypeError for
+    anything else, naming ``what``."""
+    if isinstance(obj, np.ndarray):
+        return ArrayDesc(obj, HOST, obj.shape, obj.dtype, obj.strides,
+                         obj.__array_interface__["data"][0], not obj.flags.writeable, None,
+                         "numpy")
+    sim = getattr(obj, "_ary", None)
+    if getattr(type(obj), "__cuda_ndarray__", False) and isinstance(sim, np.ndarray):
+        # numba's CUDA simulator: a device array is a numpy array in a wrapper
+        return ArrayDesc(obj, DEVICE, sim.shape, sim.dtype, sim.strides,
+                         sim.__array_interface__["data"][0], not sim.flags.writeable, None,
+                         "numba")
+    try:
+        cai = obj.__cuda_array_interface__
+    except AttributeError:
+        cai = None
+    except Exception as exc:  # PyTorch: "Can't get __cuda_array_interface__ on Variable that requires grad"
+        raise TypeError(f"{what} exports no usable __cuda_array_interface__ ({exc}); for a "
+                        f"PyTorch tensor that requires grad, pass tensor.detach() (a view of "
+                        f"the same memory)") from None
+    if cai is None:
+        raise TypeError(f"{what} must be a numpy.ndarray or a CUDA array (a numba device array "
+                        f"or an object with __cuda_array_interface__, such as a CuPy array or "
+                        f"a PyTorch CUDA tensor), got {type(obj).__name__}")
+    if cai.get("mask") is not None:
+        raise TypeError(f"{what} is a masked CUDA array; masks are not supported")
+    try:
+        dtype = np.dtype(cai["typestr"])
+    except TypeError:
+        raise TypeError(f"{what} has an unknown CUDA array typestr {cai['typestr']!r}") from None
+    shape = tuple(int(n) for n in cai["shape"])
+    strides = cai.get("strides")
+    strides = _c_strides(shape, dtype.itemsize) if strides is None else tuple(int(s) for s in strides)
+    ptr, readonly = cai["data"]
+    return ArrayDesc(obj, DEVICE, shape, dtype, strides, ptr or 0, readonly, cai.get("stream"),
+                     _library(obj))
+
+
+def kind_name(d: ArrayDesc) -> str:
+    return "a numpy.ndarray" if d.kind == HOST else f"a CUDA array ({d.library})"
+
+
+def _device_of(d: ArrayDesc):
+    from . import cuda  # only reached with device arrays present
+    return cuda.device_of(d)
+
+
+# --------------------------------------------------------------------------------------------
+# the checks: same rules and messages for every kind
+# --------------------------------------------------------------------------------------------
+def check_weight(w: ArrayDesc, what="weight"):
+    if w.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{what} dtype must be float16, float32 or float64, got {w.dtype}")
+    if w.readonly:
+        raise ValueError(f"{what} is read-only; the update is in place and needs a writeable array")
+    if not w.contiguous:
+        fix = ("np.ascontiguousarray" if w.kind == HOST else "a contiguous copy, e.g. "
+               ".contiguous() or cupy.ascontiguousarray")
+        raise ValueError(f"{what} is not contiguous (a strided view); updating it in place "
+                         f"would need a copy: pass a contiguous array ({fix}) and copy the "
+                         "result back yourself")
+
+
+def _check_same_kind(what, a: ArrayDesc, w: ArrayDesc):
+    if a.kind != w.kind:
+        raise TypeError(f"{what} is {kind_name(a)} but the weight is {kind_name(w)}; all arrays "
+                        "of a step must live on the same side (host or one CUDA device)")
+    if a.kind == DEVICE:
+        da, dw = _device_of(a), _device_of(w)
+        if da != dw:
+            raise ValueError(f"{what} is on CUDA device {da} but the weight is on device {dw}; "
+                             "all arrays of a step must be on one device")
+
+
+def check_grad(w: ArrayDesc, g: ArrayDesc):
+    _check_same_kind("grad", g, w)
+    if g.shape != w.shape:
+        raise ValueError(f"grad shape {g.shape} does not match weight shape {w.shape}")
+    if g.dtype != w.dtype:
+        raise TypeError(f"grad dtype {g.dtype} does not match weight dtype {w.dtype}")
+    if g.kind == DEVICE and g.size > 1 and not (g.c_contiguous and w.c_contiguous or
+                                                g.f_contiguous and w.f_contiguous):
+        raise ValueError("grad is not contiguous in the weight's memory order; the CUDA backend "
+                         "reads gradients in place and does not copy them: pass a contiguous "
+                         "gradient")
+    if overlaps(g, w):
+        raise ValueError("grad shares memory with the weight")
+
+
+def check_state_array(what, a: ArrayDesc, shape, dtype, w: ArrayDesc):
+    _check_same_kind(what, a, w)
+    if a.shape != tuple(shape):
+        raise ValueError(f"{what} has shape {a.shape}, expected {tuple(shape)}")
+    if a.dtype != np.dtype(dtype):
+        raise TypeError(f"{what} has dtype {a.dtype}, expected {np.dtype(dtype)}")
+    if a.readonly:
+        raise ValueError(f"{what} is read-only")
+    if a.size > 1 and not (a.c_contiguous and w.c_contiguous or a.f_contiguous and w.f_contiguous):
+        raise ValueError(f"{what} is not contiguous in the weight's memory order")
+    if overlaps(a, w):
+        raise ValueError(f"{what} shares memory with the weight")
+
+
+def overlaps(a: ArrayDesc, b: ArrayDesc) -> bool:
+    """Whether two arrays of one kind may share memory (their byte extents intersect)."""
+    return a.kind == b.kind and a.lo < b.hi and b.lo < a.hi
+
+
+def check_disjoint(named):
+    """``named``: ``[(name, ArrayDesc), ...]``; a ValueError for the first overlapping pair."""
+    for i, (na, a) in enumerate(named):
+        for nb, b in named[:i]:
+            if overlaps(a, b):
+                raise ValueError(f"{na} shares memory with {nb}")
+
+
+# --------------------------------------------------------------------------------------------
+# new arrays of the weight's own kind (create_state), on the weight's device
+# --------------------------------------------------------------------------------------------
+def _torch_dtype(torch, dtype):
+    return {np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32,
+            np.dtype(np.float64): torch.float64}[np.dtype(dtype)]
+
+
+def zeros_like(a, dtype=None):
+    """Zeros shaped like ``a``, of ``a``'s kind (numpy, CuPy, torch, else numba device array),
+    on its device, in its memory order."""
+    d = describe(a)
+    dtype = d.dtype if dtype is None else np.dtype(dtype)
+    if d.kind == HOST:
+        return np.zeros_like(a, dtype=dtype, order="K")
+    if d.library == "cupy":
+        import cupy
+        with a.device:
+            return cupy.zeros_like(a, dtype=dtype, order="K")
+    if d.library == "torch":
+        import torch
+        return torch.zeros_like(a, dtype=_torch_dtype(torch, dtype),
+                                memory_format=torch.preserve_format)
+    from . import cuda
+    return cuda.zeros(d, dtype)
+
+
+def copy(a):
+    """A copy of ``a`` of its own kind, device and memory order."""
+    return astype(a, describe(a).dtype)
+
+
+def astype(a, dtype):
+    """``a`` converted to ``dtype`` (a new array of ``a``'s kind, device and memory order)."""
+    d = describe(a)
+    dtype = np.dtype(dtype)
+    if d.kind == HOST:
+        return a.astype(dtype, order="K")
+    if d.library == "cupy":
+        with a.device:
+            return a.astype(dtype, order="K", copy=True)
+    if d.library == "torch":
+        import torch
+        out = torch.empty_like(a, dtype=_torch_dtype(torch, dtype),
+                               memory_format=torch.preserve_format)
+        out.copy_(a)
+        return out
+    from . import cuda
+    out = cuda.zeros(d, dtype)
+    cuda.convert_into(describe(out), d)
+    return out
+
+
+def to_host(a):
+    """A numpy copy of a CUDA array (synchronising); numpy arrays are returned as they are."""
+    if a is None or isinstance(a, np.ndarray):
+        return a
+    if isinstance(a, tuple):
+        return tuple(to_host(x) for x in a)
+    d = describe(a)
+    if d.library == "torch":
+        return a.detach().cpu().numpy()
+    if d.library == "cupy":
+        return a.get()
+    if hasattr(a, "copy_to_host"):
+        return a.copy_to_host()
+    from . import cuda
+    return cuda.to_host(d)
+
+
+def host_view(d: ArrayDesc):
+    """The numpy array over a simulated device array's memory (the CUDA simulator only)."""
+    buf = (ctypes.c_char * max(d.hi - d.lo, 1)).from_address(d.lo)
+    flat = np.frombuffer(buf, dtype=d.dtype, count=(d.hi - d.lo) // d.dtype.itemsize)
+    return flat

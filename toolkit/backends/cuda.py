@@ -1,0 +1,434 @@
+"""The CUDA backend: the CPU backend's per-element rules compiled by numba-cuda into grid-stride kernels.
+
+The same rule factory that :mod:`toolkit.backends.cpu` compiles with ``numba.njit`` is compiled
+here with ``cuda.jit(device=True)`` and called from a grid-stride kernel over the flattened arrays
+(``rule(w, g, s0, ..., hp) -> (w, s0, ...)``, see the CPU module). One kernel source serves every
+storage dtype: each element is loaded and converted to the compute type (float32 for float16
+storage, else the storage type), updated, and stored back rounded to nearest. With
+``multi_precision`` the float32 master copy is the kernel's weight and the float16 weight is
+written from it in the same pass (the *mirror*), so a multi-precision step is one kernel.
+
+What is and is not copied: nothing. Weight, gradient and state are read and written where they
+are, through views built from their ``__cuda_array_interface__`` without synchronising on the
+stream they export. Hyperparameters are a tuple of scalars passed as a kernel argument (no
+host-to-device copy). The kernel is enqueued on the caller's stream: an explicit ``stream``
+argument, else the stream the weight exports (PyTorch and CuPy export their current stream), else
+the default stream; ``update`` returns without waiting for it.
+
+Compile policy (DESIGN section 4), in one place: explicit signatures, ``fastmath`` off, on-disk
+cache. numba-cuda contracts ``a*b + c`` into fused multiply-adds; an FMA rounds once, so its
+result lies within the same first-order error bound as the two roundings it replaces
+(``reference.error_bound``): the tests hold CUDA results to the CPU's bound, not a wider one.
+
+This module imports numba-cuda; ``toolkit`` imports it only when a CUDA array or
+``backend="cuda"`` is used (``toolkit.backends.cuda_available`` says whether it can be).
+Under ``NUMBA_ENABLE_CUDASIM=1`` the same kernels run in numba's simulator (in Python, one thread
+at a time: it checks indexing and logic, not FMA, float16 hardware or races).
+"""
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+
+import numba
+import numpy as np
+from numba import cuda, types
+from numba.cuda.core.errors import NumbaPerformanceWarning
+
+from . import arrays, rules
+from .arrays import ArrayDesc
+
+__all__ = ["SIMULATOR", "COMPILE_OPTIONS", "THREADS", "Launcher", "elementwise_kernel",
+           "launch_config", "device_of", "resolve_stream", "zeros", "convert_into", "to_host",
+           "sum_of_squares", "flat"]
+
+SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+#: The compile options of every CUDA kernel (the simulator ignores them).
+COMPILE_OPTIONS = dict(fastmath=False, cache=not SIMULATOR)
+
+#: Threads per block of the element-wise kernels; blocks are capped at BLOCKS_PER_SM per
+#: multiprocessor (a grid-stride loop covers the rest). The simulator runs each thread as a Python
+#: thread, so it gets a small grid (still two blocks, so the stride is exercised).
+THREADS = 16 if SIMULATOR else 256
+BLOCKS_PER_SM = 16
+
+#: The fixed grid of the sum-of-squares reduction: fixed (not derived from the device) so the
+#: float64 partial sums are added in the same order on every GPU, run after run.
+REDUCE_BLOCKS, REDUCE_THREADS = (2, 16) if SIMULATOR else (256, 256)
+
+_NB = {np.dtype(np.float16): types.float16, np.dtype(np.float32): types.float32,
+       np.dtype(np.float64): types.float64}
+_lock = threading.Lock()
+_kernels: dict = {}
+_device_rules: dict = {}
+_streams: dict = {}
+_max_blocks: dict = {}
+
+
+def compute_dtype(dtype):
+    """The arithmetic dtype for a storage dtype: float32 for float16, else the dtype itself."""
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32) if dtype == np.float16 else dtype
+
+
+# --------------------------------------------------------------------------------------------
+# devices, streams, views
+# --------------------------------------------------------------------------------------------
+def device_of(d: ArrayDesc):
+    """The ordinal of the CUDA device that holds ``d``'s memory (0 under the simulator)."""
+    if SIMULATOR or d.ptr == 0:
+        return 0
+    from numba.cuda.cudadrv import driver
+    cuda.current_context()
+    attr = driver.binding.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+    return int(driver.driver.cuPointerGetAttribute(attr, driver.binding.CUdeviceptr(d.ptr)))
+
+
+def _stream_handle(s):
+    if isinstance(s, (int, np.integer)):
+        return int(s)
+    for attr in ("ptr", "cuda_stream", "handle"):  # CuPy, PyTorch, numba
+        h = getattr(s, attr, None)
+        if h is not None:
+            h = getattr(h, "value", h)
+            return int(h) if h is not None else 0
+    raise TypeError(f"stream must be a numba Stream, a CuPy or PyTorch stream, or an integer "
+                    f"handle, got {type(s).__name__}")
+
+
+def resolve_stream(stream, weight: ArrayDesc):
+    """The stream a step is enqueued on: ``stream`` if given, else the weight's exported one.
+
+    Handles follow the CUDA array interface: 1 is the legacy default stream, 2 the per-thread
+    default stream, ``None`` (nothing exported) the default stream.
+    """
+    if SIMULATOR:
+        return 0
+    if stream is None:
+        stream = weight.stream
+    if isinstance(stream, cuda.cudadrv.driver.Stream):
+        return stream
+    h = 0 if stream is None else _stream_handle(stream)
+    if h in (0, 1):
+        return cuda.default_stream() if h == 0 else cuda.legacy_default_stream()
+    if h == 2:
+        return cuda.per_thread_default_stream()
+    s = _streams.get(h)
+    if s is None:
+        s = _streams[h] = cuda.external_stream(h)
+    return s
+
+
+def flat(d: ArrayDesc):
+    """A 1-D device array over ``d``'s memory in memory order, without a copy or a sync."""
+    n = d.size
+    if SIMULATOR:
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+        return FakeCUDAArray(arrays.host_view(d)[:n])
+    desc = {"shape": (n,), "typestr": d.dtype.str, "data": (d.lo, False), "version": 3,
+            "strides": None, "stream": None}
+    return cuda.from_cuda_array_interface(desc, owner=d.obj, sync=False)
+
+
+def launch(kernel, blocks, threads, stream, *args):
+    """``kernel[blocks, threads, stream](*args)``. Small tensors need only a few blocks: numba's
+    low-occupancy warning (below 128 blocks) is silenced for these launches only."""
+    if blocks >= 128:
+        kernel[blocks, threads, stream](*args)
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NumbaPerformanceWarning)
+        kernel[blocks, threads, stream](*args)
+
+
+def launch_config(n: int):
+    """``(blocks, threads)`` of a grid-stride element-wise kernel over ``n`` elements."""
+    if SIMULATOR:
+        return min(-(-n // THREADS), 2), THREADS
+    dev = cuda.get_current_device()
+    cap = _max_blocks.get(dev.id)
+    if cap is None:
+        cap = _max_blocks[dev.id] = dev.MULTIPROCESSOR_COUNT * BLOCKS_PER_SM
+    return min(-(-n // THREADS), cap), THREADS
+
+
+# --------------------------------------------------------------------------------------------
+# element-wise kernels from rule factories
+# --------------------------------------------------------------------------------------------
+def device_rule(factory, dtype):
+    """``factory``'s rule for compute ``dtype`` as a CUDA device function (cached)."""
+    dtype = np.dtype(dtype)
+    key = (factory, dtype)
+    fn = _device_rules.get(key)
+    if fn is None:
+        fn = _device_rules[key] = cuda.jit(device=True)(factory(dtype.type))
+    return fn
+
+
+def _source(rule, n_state, f, mirror):
+    """The grid-stride loop of a rule with ``n_state`` state arrays. Every load is converted to
+    the compute type ``f``; with ``mirror`` the new weight is also stored into ``w16``."""
+    if n_state == 0:
+        def kernel(w, g, hp, w16):
+            i = cuda.grid(1)
+            stride = cuda.gridsize(1)
+            while i < w.shape[0]:
+                wi = rule(f(w[i]), f(g[i]), hp)
+                w[i] = wi
+                if mirror:
+                    w16[i] = wi
+                i += stride
+    elif n_state == 1:
+        def kernel(w, g, s0, hp, w16):
+            i = cuda.grid(1)
+            stride = cuda.gridsize(1)
+            while i < w.shape[0]:
+                wi, a = rule(f(w[i]), f(g[i]), f(s0[i]), hp)
+                w[i] = wi
+                s0[i] = a
+                if mirror:
+                    w16[i] = wi
+                i += stride
+    elif n_state == 2:
+        def kernel(w, g, s0, s1, hp, w16):
+            i = cuda.grid(1)
+            stride = cuda.gridsize(1)
+            while i < w.shape[0]:
+                wi, a, b = rule(f(w[i]), f(g[i]), f(s0[i]), f(s1[i]), hp)
+                w[i] = wi
+                s0[i] = a
+                s1[i] = b
+                if mirror:
+                    w16[i] = wi
+                i += stride
+    elif n_state == 3:
+        def kernel(w, g, s0, s1, s2, hp, w16):
+            i = cuda.grid(1)
+            stride = cuda.gridsize(1)
+            while i < w.shape[0]:
+                wi, a, b, c = rule(f(w[i]), f(g[i]), f(s0[i]), f(s1[i]), f(s2[i]), hp)
+                w[i] = wi
+                s0[i] = a
+                s1[i] = b
+                s2[i] = c
+                if mirror:
+                    w16[i] = wi
+                i += stride
+    else:
+        raise ValueError(f"rules with {n_state} state arrays are not supported (0 to 3)")
+    return kernel
+
+
+def elementwise_kernel(factory, storage: tuple, compute, n_hyper: int, mirror: bool):
+    """The compiled kernel of ``factory``'s rule (cached per process, compiled on first use).
+
+    ``storage``: the dtypes of ``(w, g, s0, ..., w16)``; ``compute``: the arithmetic dtype.
+    """
+    compute = np.dtype(compute)
+    storage = tuple(np.dtype(s) for s in storage)
+    key = (factory, storage, compute, n_hyper, bool(mirror))
+    kernel = _kernels.get(key)
+    if kernel is not None:
+        return kernel
+    with _lock:
+        kernel = _kernels.get(key)
+        if kernel is None:
+            rule = device_rule(factory, compute)
+            n_state = len(storage) - 3
+            arrs = [_NB[s][::1] for s in storage]
+            hp = types.UniTuple(_NB[compute], n_hyper)
+            sig = types.void(*arrs[:-1], hp, arrs[-1])
+            src = _source(rule, n_state, compute.type, bool(mirror))
+            kernel = _kernels[key] = cuda.jit(sig, **COMPILE_OPTIONS)(src)
+    return kernel
+
+
+# --------------------------------------------------------------------------------------------
+# a float64 sum of squares in a fixed order (LBSGD's 'lars' norms): on the device
+# --------------------------------------------------------------------------------------------
+def _reduce_source(f64):
+    threads = REDUCE_THREADS
+
+    def partial(x, y, out):
+        sx = cuda.shared.array(threads, numba.float64)
+        sy = cuda.shared.array(threads, numba.float64)
+        tid = cuda.threadIdx.x
+        i = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        ax = f64(0.0)
+        ay = f64(0.0)
+        while i < x.shape[0]:
+            vx = f64(x[i])
+            vy = f64(y[i])
+            ax += vx * vx
+            ay += vy * vy
+            i += stride
+        sx[tid] = ax
+        sy[tid] = ay
+        cuda.syncthreads()
+        s = threads // 2
+        while s > 0:
+            if tid < s:
+                sx[tid] += sx[tid + s]
+                sy[tid] += sy[tid + s]
+            cuda.syncthreads()
+            s //= 2
+        if tid == 0:
+            out[0, cuda.blockIdx.x] = sx[0]
+            out[1, cuda.blockIdx.x] = sy[0]
+
+    def final(out, res):
+        if cuda.grid(1) == 0:
+            ax = f64(0.0)
+            ay = f64(0.0)
+            for b in range(out.shape[1]):
+                ax += out[0, b]
+                ay += out[1, b]
+            res[0] = ax
+            res[1] = ay
+    return partial, final
+
+
+def _reduce_kernels(dx, dy):
+    key = ("sum_of_squares", np.dtype(dx), np.dtype(dy))
+    k = _kernels.get(key)
+    if k is None:
+        with _lock:
+            k = _kernels.get(key)
+            if k is None:
+                partial, final = _reduce_source(np.float64)
+                out2 = types.float64[:, ::1]
+                k = (cuda.jit(types.void(_NB[np.dtype(dx)][::1], _NB[np.dtype(dy)][::1], out2),
+                              **COMPILE_OPTIONS)(partial),
+                     cuda.jit(types.void(out2, types.float64[::1]), **COMPILE_OPTIONS)(final))
+                _kernels[key] = k
+    return k
+
+
+def sum_of_squares(x, y, stream=0):
+    """``(sum(x*x), sum(y*y))`` of two device arrays of one length, accumulated in float64 on
+    the device in a fixed order. Returns host floats: the 16 bytes of the result are the only
+    copy, and the one synchronisation of the step (MXNet's LARS reads its norms on the host too).
+    """
+    dx, dy = arrays.describe(x), arrays.describe(y)
+    partial, final = _reduce_kernels(dx.dtype, dy.dtype)
+    out = cuda.device_array((2, REDUCE_BLOCKS), np.float64, stream=stream)
+    res = cuda.device_array(2, np.float64, stream=stream)
+    launch(partial, REDUCE_BLOCKS, REDUCE_THREADS, stream, flat(dx), flat(dy), out)
+    launch(final, 1, 1, stream, out, res)
+    host = res.copy_to_host(stream=stream)
+    if not SIMULATOR:
+        stream.synchronize() if hasattr(stream, "synchronize") else cuda.synchronize()
+    return float(host[0]), float(host[1])
+
+
+# --------------------------------------------------------------------------------------------
+# allocation and conversion for numba device arrays (create_state of non-CuPy/torch weights)
+# --------------------------------------------------------------------------------------------
+def zeros(like: ArrayDesc, dtype):
+    """A zero-filled numba device array with ``like``'s shape and memory order."""
+    out = cuda.device_array(like.shape, np.dtype(dtype), order=like.order)
+    d = arrays.describe(out)
+    run(rules.fill_rule, d, d, (), (0.0,), stream=0)
+    return out
+
+
+def convert_into(dst: ArrayDesc, src: ArrayDesc):
+    """``dst[...] = src`` element by element, rounding to ``dst``'s dtype (same memory order)."""
+    run(rules.copy_rule, dst, src, (), (0.0,), stream=0)
+
+
+def to_host(d: ArrayDesc):
+    """A numpy copy of any device array (synchronising)."""
+    a = flat(d)
+    host = a.copy_to_host() if hasattr(a, "copy_to_host") else np.array(a._ary)
+    return host.reshape(d.shape, order=d.order)
+
+
+# --------------------------------------------------------------------------------------------
+# launching
+# --------------------------------------------------------------------------------------------
+def run(factory, w: ArrayDesc, g: ArrayDesc, states, hyper, stream=0, mirror=None):
+    """Run ``factory``'s rule over described device arrays in place (one launch)."""
+    n = w.size
+    if n == 0:
+        return
+    compute = compute_dtype(w.dtype)
+    hp = tuple(compute.type(h) for h in hyper)
+    m = mirror if mirror is not None else w
+    storage = (w.dtype, g.dtype) + tuple(s.dtype for s in states) + (m.dtype,)
+    kernel = elementwise_kernel(factory, storage, compute, len(hp), mirror is not None)
+    blocks, threads = launch_config(n)
+    args = [flat(w), flat(g)] + [flat(s) for s in states] + [hp, flat(m)]
+    launch(kernel, blocks, threads, stream, *args)
+
+
+class Launcher:
+    """Runs one optimizer step's rules on the CUDA backend.
+
+    ``weight``: the described weight the step updates (the float32 master copy under
+    multi_precision, whose float16 twin ``mirror`` each weight update also writes); ``stream``
+    as :func:`resolve_stream`.
+    """
+
+    backend = "cuda"
+
+    def __init__(self, weight: ArrayDesc, stream=None, mirror: ArrayDesc | None = None):
+        self.weight, self.mirror = weight, mirror
+        self.stream = resolve_stream(stream, mirror if mirror is not None else weight)
+        self.device = device_of(weight)
+
+    def compute_dtype(self, a):
+        return compute_dtype(arrays.describe(a).dtype)
+
+    def _mirror_for(self, w: ArrayDesc):
+        """The float16 twin to write when ``w`` is the step's master weight, else None."""
+        return self.mirror if (self.mirror is not None and w.ptr == self.weight.ptr) else None
+
+    def run_rule(self, factory, weight, grad, states, hyper):
+        w = arrays.describe(weight)
+        self._in_device(run, factory, w, arrays.describe(grad, "grad"),
+                        tuple(arrays.describe(s, "state") for s in states), hyper,
+                        stream=self.stream, mirror=self._mirror_for(w))
+
+    def run_kernel(self, source, weight, grad, hyper, extra, extra_types):
+        """Launch a kernel of an optimizer's own (SGLD's noise needs the element index):
+        ``source(f, mirror)`` returns ``kernel(w, g, hp, *extra, w16)``, compiled once per
+        dtypes with ``extra_types`` as the types of ``extra``."""
+        w, g = arrays.describe(weight), arrays.describe(grad, "grad")
+        if w.size == 0:
+            return
+        mirror = self._mirror_for(w)
+        m = mirror if mirror is not None else w
+        compute = compute_dtype(w.dtype)
+        key = (source, w.dtype, g.dtype, m.dtype, compute, len(hyper), mirror is not None,
+               tuple(extra_types))
+        kernel = _kernels.get(key)
+        if kernel is None:
+            with _lock:
+                kernel = _kernels.get(key)
+                if kernel is None:
+                    sig = types.void(_NB[w.dtype][::1], _NB[g.dtype][::1],
+                                     types.UniTuple(_NB[compute], len(hyper)), *extra_types,
+                                     _NB[m.dtype][::1])
+                    kernel = _kernels[key] = cuda.jit(sig, **COMPILE_OPTIONS)(
+                        source(compute.type, mirror is not None))
+        hp = tuple(compute.type(h) for h in hyper)
+        blocks, threads = launch_config(w.size)
+
+        self._in_device(launch, kernel, blocks, threads, self.stream, flat(w), flat(g), hp,
+                        *extra, flat(m))
+
+    def zeros_like(self, a, dtype=None):
+        return arrays.zeros_like(a, dtype)
+
+    def sum_of_squares(self, x, y):
+        return self._in_device(sum_of_squares, x, y, stream=self.stream)
+
+    def _in_device(self, fn, *args, **kwargs):
+        if SIMULATOR or cuda.get_current_device().id == self.device:
+            return fn(*args, **kwargs)
+        with cuda.gpus[self.device]:
+            return fn(*args, **kwargs)
