@@ -21,7 +21,7 @@ import numpy as np
 
 __all__ = ["ArrayDesc", "HOST", "DEVICE", "FLOAT_DTYPES", "describe", "is_device_array",
            "check_weight", "check_grad", "check_state_array", "check_disjoint", "kind_name",
-           "zeros_like", "copy", "astype", "to_host"]
+           "zeros_like", "copy", "astype", "to_host", "copy_from_host"]
 
 HOST, DEVICE = "host", "cuda"
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
@@ -286,6 +286,28 @@ def astype(a, dtype):
     out = cuda.zeros(d, dtype)
     cuda.convert_into(describe(out), d)
     return out
+
+
+def copy_from_host(dst, host):
+    """Copy the numpy array ``host`` into ``dst`` (numpy, CuPy, torch or numba) in place."""
+    d = describe(dst, "destination")
+    host = np.asarray(host)
+    if host.shape != d.shape:
+        raise ValueError(f"cannot copy an array of shape {host.shape} into one of shape {d.shape}")
+    host = host.astype(d.dtype, copy=False)
+    if d.kind == HOST:
+        dst[...] = host
+    elif d.library == "cupy":
+        dst.set(np.ascontiguousarray(host) if d.order == "C" else np.asfortranarray(host))
+    elif d.library == "torch":
+        import torch
+        dst.copy_(torch.from_numpy(np.ascontiguousarray(host)))
+    elif hasattr(dst, "copy_to_device"):
+        dst.copy_to_device(np.ascontiguousarray(host) if d.order == "C" else
+                           np.asfortranarray(host))
+    else:
+        from . import cuda
+        cuda.copy_from_host(d, host)
 
 
 def to_host(a):

@@ -126,6 +126,12 @@ class Launcher:
         run_elementwise(factory, flat(weight), flat(g), tuple(flat(s) for s in states), hyper)
 
     @staticmethod
+    def run_noise_rule(factory, weight, grad, hyper, key, aux):
+        """A noise rule over ``weight`` (C order: element ``i`` draws ``normal(key, i)``)."""
+        run_noise(factory, weight.reshape(-1), np.ascontiguousarray(grad).reshape(-1), hyper,
+                  key, aux)
+
+    @staticmethod
     def zeros_like(a, dtype=None):
         return np.zeros_like(a, dtype=dtype)
 
@@ -137,3 +143,174 @@ class Launcher:
 
 #: The launcher of every CPU step (it holds nothing per step).
 LAUNCHER = Launcher()
+
+
+# --------------------------------------------------------------------------------------------
+# segmented kernels: many tensors in one call (the Trainer's flat buffers)
+# --------------------------------------------------------------------------------------------
+#: Elements per chunk of a segmented loop: a chunk lies inside one segment, and the parallel loop
+#: hands out chunks.
+CHUNK = 1 << 14
+
+
+def chunk_table(offsets, chunk=CHUNK):
+    """``(n_chunks, 3)`` int64 rows ``(start, end, segment)`` covering ``[offsets[s],
+    offsets[s+1])`` for every segment ``s`` in pieces of at most ``chunk`` elements."""
+    rows = []
+    for s in range(len(offsets) - 1):
+        a, b = int(offsets[s]), int(offsets[s + 1])
+        for start in range(a, b, chunk):
+            rows.append((start, min(start + chunk, b), s))
+    return np.array(rows, dtype=np.int64).reshape(-1, 3)
+
+
+def _segmented_loop(rule, n_state):
+    """The loop of a rule over chunks; segment ``s`` reads its hyperparameters from row ``s`` of
+    ``table`` (column 0: 1 to update the segment, 0 to skip it; the rest: the rule's ``hp``)."""
+    if n_state == 0:
+        def loop(w, g, table, chunks):
+            for c in prange(chunks.shape[0]):
+                s = chunks[c, 2]
+                if table[s, 0] != 0:
+                    hp = table[s, 1:]
+                    for i in range(chunks[c, 0], chunks[c, 1]):
+                        w[i] = rule(w[i], g[i], hp)
+    elif n_state == 1:
+        def loop(w, g, s0, table, chunks):
+            for c in prange(chunks.shape[0]):
+                s = chunks[c, 2]
+                if table[s, 0] != 0:
+                    hp = table[s, 1:]
+                    for i in range(chunks[c, 0], chunks[c, 1]):
+                        w[i], s0[i] = rule(w[i], g[i], s0[i], hp)
+    elif n_state == 2:
+        def loop(w, g, s0, s1, table, chunks):
+            for c in prange(chunks.shape[0]):
+                s = chunks[c, 2]
+                if table[s, 0] != 0:
+                    hp = table[s, 1:]
+                    for i in range(chunks[c, 0], chunks[c, 1]):
+                        w[i], s0[i], s1[i] = rule(w[i], g[i], s0[i], s1[i], hp)
+    elif n_state == 3:
+        def loop(w, g, s0, s1, s2, table, chunks):
+            for c in prange(chunks.shape[0]):
+                s = chunks[c, 2]
+                if table[s, 0] != 0:
+                    hp = table[s, 1:]
+                    for i in range(chunks[c, 0], chunks[c, 1]):
+                        w[i], s0[i], s1[i], s2[i] = rule(w[i], g[i], s0[i], s1[i], s2[i], hp)
+    else:
+        raise ValueError(f"rules with {n_state} state arrays are not supported (0 to 3)")
+    return loop
+
+
+def segmented_kernel(factory, n_state: int, dtype, parallel: bool):
+    """The compiled segmented loop of ``factory``'s rule for ``dtype`` (cached per process)."""
+    dtype = np.dtype(dtype)
+    key = ("segmented", factory, n_state, dtype, bool(parallel))
+    kernel = _kernels.get(key)
+    if kernel is not None:
+        return kernel
+    with _lock:
+        kernel = _kernels.get(key)
+        if kernel is None:
+            nb = _NUMBA_TYPES[dtype]
+            arr = nb[::1]
+            sig = types.void(arr, arr, *([arr] * n_state), nb[:, ::1], types.int64[:, ::1])
+            rule = numba.njit(inline="always")(factory(dtype.type))
+            kernel = numba.njit([sig], parallel=bool(parallel), **COMPILE_OPTIONS)(
+                _segmented_loop(rule, n_state))
+            _kernels[key] = kernel
+    return kernel
+
+
+def run_segmented(factory, weight, grad, states, table, chunks):
+    """One call of ``factory``'s rule over flat buffers holding many tensors.
+
+    ``weight``, ``grad``, ``states``: 1-D C-contiguous arrays of one dtype; ``table``: the
+    per-segment ``(active, *hp)`` rows in that dtype; ``chunks``: :func:`chunk_table` rows.
+    """
+    parallel = weight.shape[0] >= PARALLEL_THRESHOLD and chunks.shape[0] > 1
+    kernel = segmented_kernel(factory, len(states), weight.dtype, parallel)
+    kernel(weight, grad, *states, table, chunks)
+
+
+# --------------------------------------------------------------------------------------------
+# noise rules (SGLD): ``rule(w, g, z, hp, aux) -> w`` with z the element's normal draw
+# --------------------------------------------------------------------------------------------
+def _normal():
+    from . import noise
+    return noise.generator(numba.njit(inline="always"), "cpu")
+
+
+def noise_kernel(factory, n_hyper, n_aux, dtype, parallel):
+    """The compiled loop of a noise rule (cached): ``loop(w, g, hp, key, aux)``, draw ``i`` of
+    stream ``key`` for element ``i``."""
+    dtype = np.dtype(dtype)
+    key_ = ("noise", factory, n_hyper, n_aux, dtype, bool(parallel))
+    kernel = _kernels.get(key_)
+    if kernel is not None:
+        return kernel
+    with _lock:
+        kernel = _kernels.get(key_)
+        if kernel is None:
+            rule = numba.njit(inline="always")(factory(dtype.type))
+            normal = _normal()
+
+            def loop(w, g, hp, key, aux):
+                for i in prange(w.shape[0]):
+                    w[i] = rule(w[i], g[i], normal(key, np.uint64(i)), hp, aux)
+            nb = _NUMBA_TYPES[dtype]
+            sig = types.void(nb[::1], nb[::1], types.UniTuple(nb, n_hyper), types.uint64,
+                             types.UniTuple(types.float64, n_aux))
+            kernel = _kernels[key_] = numba.njit([sig], parallel=bool(parallel),
+                                                 **COMPILE_OPTIONS)(loop)
+    return kernel
+
+
+def noise_segmented_kernel(factory, n_aux, dtype, parallel):
+    """The segmented loop of a noise rule: segment ``s`` draws from stream ``keys[s]`` with the
+    element's index inside its tensor, and reads ``aux[s]``."""
+    dtype = np.dtype(dtype)
+    key_ = ("noise-segmented", factory, n_aux, dtype, bool(parallel))
+    kernel = _kernels.get(key_)
+    if kernel is not None:
+        return kernel
+    with _lock:
+        kernel = _kernels.get(key_)
+        if kernel is None:
+            rule = numba.njit(inline="always")(factory(dtype.type))
+            normal = _normal()
+
+            def loop(w, g, table, keys, aux, offsets, chunks):
+                for c in prange(chunks.shape[0]):
+                    s = chunks[c, 2]
+                    if table[s, 0] != 0:
+                        hp = table[s, 1:]
+                        a = aux[s]
+                        base = offsets[s]
+                        for i in range(chunks[c, 0], chunks[c, 1]):
+                            z = normal(keys[s], np.uint64(i - base))
+                            w[i] = rule(w[i], g[i], z, hp, a)
+            nb = _NUMBA_TYPES[dtype]
+            sig = types.void(nb[::1], nb[::1], nb[:, ::1], types.uint64[::1],
+                             types.float64[:, ::1], types.int64[::1], types.int64[:, ::1])
+            kernel = _kernels[key_] = numba.njit([sig], parallel=bool(parallel),
+                                                 **COMPILE_OPTIONS)(loop)
+    return kernel
+
+
+def run_noise(factory, weight, grad, hyper, key, aux):
+    """Run a noise rule over one flat tensor in place (element ``i`` draws ``normal(key, i)``)."""
+    dtype = weight.dtype
+    hp = tuple(dtype.type(h) for h in hyper)
+    kernel = noise_kernel(factory, len(hp), len(aux), dtype,
+                          weight.shape[0] >= PARALLEL_THRESHOLD)
+    kernel(weight, grad, hp, np.uint64(key), tuple(float(a) for a in aux))
+
+
+def run_noise_segmented(factory, weight, grad, table, keys, aux, offsets, chunks):
+    """One call of a noise rule over flat buffers holding many tensors."""
+    parallel = weight.shape[0] >= PARALLEL_THRESHOLD and chunks.shape[0] > 1
+    kernel = noise_segmented_kernel(factory, aux.shape[1], weight.dtype, parallel)
+    kernel(weight, grad, table, keys, aux, offsets, chunks)

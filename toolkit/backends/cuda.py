@@ -340,6 +340,11 @@ def convert_into(dst: ArrayDesc, src: ArrayDesc):
     run(rules.copy_rule, dst, src, (), (0.0,), stream=0)
 
 
+def copy_from_host(d: ArrayDesc, host):
+    """Copy a numpy array into any described device array (same shape), in its memory order."""
+    flat(d).copy_to_device(np.ascontiguousarray(host.reshape(-1, order=d.order)))
+
+
 def to_host(d: ArrayDesc):
     """A numpy copy of any device array (synchronising)."""
     a = flat(d)
@@ -393,33 +398,10 @@ class Launcher:
                         tuple(arrays.describe(s, "state") for s in states), hyper,
                         stream=self.stream, mirror=self._mirror_for(w))
 
-    def run_kernel(self, source, weight, grad, hyper, extra, extra_types):
-        """Launch a kernel of an optimizer's own (SGLD's noise needs the element index):
-        ``source(f, mirror)`` returns ``kernel(w, g, hp, *extra, w16)``, compiled once per
-        dtypes with ``extra_types`` as the types of ``extra``."""
-        w, g = arrays.describe(weight), arrays.describe(grad, "grad")
-        if w.size == 0:
-            return
-        mirror = self._mirror_for(w)
-        m = mirror if mirror is not None else w
-        compute = compute_dtype(w.dtype)
-        key = (source, w.dtype, g.dtype, m.dtype, compute, len(hyper), mirror is not None,
-               tuple(extra_types))
-        kernel = _kernels.get(key)
-        if kernel is None:
-            with _lock:
-                kernel = _kernels.get(key)
-                if kernel is None:
-                    sig = types.void(_NB[w.dtype][::1], _NB[g.dtype][::1],
-                                     types.UniTuple(_NB[compute], len(hyper)), *extra_types,
-                                     _NB[m.dtype][::1])
-                    kernel = _kernels[key] = cuda.jit(sig, **COMPILE_OPTIONS)(
-                        source(compute.type, mirror is not None))
-        hp = tuple(compute.type(h) for h in hyper)
-        blocks, threads = launch_config(w.size)
-
-        self._in_device(launch, kernel, blocks, threads, self.stream, flat(w), flat(g), hp,
-                        *extra, flat(m))
+    def run_noise_rule(self, factory, weight, grad, hyper, key, aux):
+        w = arrays.describe(weight)
+        self._in_device(run_noise, factory, w, arrays.describe(grad, "grad"), hyper, key, aux,
+                        stream=self.stream, mirror=self._mirror_for(w))
 
     def zeros_like(self, a, dtype=None):
         return arrays.zeros_like(a, dtype)
@@ -432,3 +414,257 @@ class Launcher:
             return fn(*args, **kwargs)
         with cuda.gpus[self.device]:
             return fn(*args, **kwargs)
+
+
+# --------------------------------------------------------------------------------------------
+# segmented kernels: many tensors in one launch (the Trainer's flat buffers)
+# --------------------------------------------------------------------------------------------
+#: Elements per chunk of a segmented kernel: one block-iteration handles one chunk, which lies
+#: inside one segment, so a block reads its segment's table row once per chunk.
+CHUNK = 64 if SIMULATOR else 4096
+
+
+def _segmented_source(rule, n_state, f, mirror):
+    """The segmented loop: block ``b`` takes chunks ``b, b + gridDim, ...``; chunk ``c`` is the
+    row ``(start, end, segment)``; segment ``s`` reads ``(active, *hp)`` from ``table[s]``."""
+    if n_state == 0:
+        def kernel(w, g, table, chunks, w16):
+            c = cuda.blockIdx.x
+            while c < chunks.shape[0]:
+                s = chunks[c, 2]
+                if table[s, 0] != 0:
+                    hp = table[s, 1:]
+                    i = chunks[c, 0] + cuda.threadIdx.x
+                    while i < chunks[c, 1]:
+                        wi = rule(f(w[i]), f(g[i]), hp)
+                        w[i] = wi
+                        if mirror:
+                            w16[i] = wi
+                        i += cuda.blockDim.x
+                c += cuda.gridDim.x
+    elif n_state == 1:
+        def kernel(w, g, s0, table, chunks, w16):
+            c = cuda.blockIdx.x
+            while c < chunks.shape[0]:
+                s = chunks[c, 2]
+                if table[s, 0] != 0:
+                    hp = table[s, 1:]
+                    i = chunks[c, 0] + cuda.threadIdx.x
+                    while i < chunks[c, 1]:
+                        wi, a = rule(f(w[i]), f(g[i]), f(s0[i]), hp)
+                        w[i] = wi
+                        s0[i] = a
+                        if mirror:
+                            w16[i] = wi
+                        i += cuda.blockDim.x
+                c += cuda.gridDim.x
+    elif n_state == 2:
+        def kernel(w, g, s0, s1, table, chunks, w16):
+            c = cuda.blockIdx.x
+            while c < chunks.shape[0]:
+                s = chunks[c, 2]
+                if table[s, 0] != 0:
+                    hp = table[s, 1:]
+                    i = chunks[c, 0] + cuda.threadIdx.x
+                    while i < chunks[c, 1]:
+                        wi, a, b = rule(f(w[i]), f(g[i]), f(s0[i]), f(s1[i]), hp)
+                        w[i] = wi
+                        s0[i] = a
+                        s1[i] = b
+                        if mirror:
+                            w16[i] = wi
+                        i += cuda.blockDim.x
+                c += cuda.gridDim.x
+    elif n_state == 3:
+        def kernel(w, g, s0, s1, s2, table, chunks, w16):
+            c = cuda.blockIdx.x
+            while c < chunks.shape[0]:
+                s = chunks[c, 2]
+                if table[s, 0] != 0:
+                    hp = table[s, 1:]
+                    i = chunks[c, 0] + cuda.threadIdx.x
+                    while i < chunks[c, 1]:
+                        wi, a, b, d = rule(f(w[i]), f(g[i]), f(s0[i]), f(s1[i]), f(s2[i]), hp)
+                        w[i] = wi
+                        s0[i] = a
+                        s1[i] = b
+                        s2[i] = d
+                        if mirror:
+                            w16[i] = wi
+                        i += cuda.blockDim.x
+                c += cuda.gridDim.x
+    else:
+        raise ValueError(f"rules with {n_state} state arrays are not supported (0 to 3)")
+    return kernel
+
+
+def segmented_kernel(factory, storage: tuple, compute, mirror: bool):
+    """The compiled segmented kernel of ``factory``'s rule (cached per process)."""
+    compute = np.dtype(compute)
+    storage = tuple(np.dtype(s) for s in storage)
+    key = ("segmented", factory, storage, compute, bool(mirror))
+    kernel = _kernels.get(key)
+    if kernel is not None:
+        return kernel
+    with _lock:
+        kernel = _kernels.get(key)
+        if kernel is None:
+            rule = device_rule(factory, compute)
+            arrs = [_NB[s][::1] for s in storage]
+            sig = types.void(*arrs[:-1], _NB[compute][:, ::1], types.int64[:, ::1], arrs[-1])
+            src = _segmented_source(rule, len(storage) - 3, compute.type, bool(mirror))
+            kernel = _kernels[key] = cuda.jit(sig, **COMPILE_OPTIONS)(src)
+    return kernel
+
+
+class TableUpload:
+    """A per-step table reaching the device without a synchronous copy: two pinned host buffers
+    and two device buffers used in turn; before a pair is reused, the host waits for the event
+    recorded after the launch that last read it (only if the GPU is two steps behind)."""
+
+    def __init__(self, shape, dtype):
+        self.host = [cuda.pinned_array(shape, dtype) for _ in range(2)]
+        self.device = [cuda.device_array(shape, dtype) for _ in range(2)]
+        self.events = [None, None]
+        self.turn = 0
+
+    def upload(self, table, stream):
+        k = self.turn
+        if self.events[k] is not None:
+            self.events[k].synchronize()
+        if self.host[k].shape != table.shape or self.host[k].dtype != table.dtype:
+            self.host[k] = cuda.pinned_array(table.shape, table.dtype)
+            self.device[k] = cuda.device_array(table.shape, table.dtype)
+        self.host[k][...] = table
+        self.device[k].copy_to_device(self.host[k], stream=stream)
+        return k, self.device[k]
+
+    def launched(self, k, stream):
+        if not SIMULATOR:
+            ev = cuda.event(timing=False)
+            ev.record(stream)
+            self.events[k] = ev
+        self.turn = 1 - k
+
+
+def chunk_table(offsets):
+    """The device-side chunk rows ``(start, end, segment)`` of a segmented kernel."""
+    from .cpu import chunk_table as host_chunks
+    return host_chunks(offsets, CHUNK)
+
+
+def run_segmented(factory, w: ArrayDesc, g: ArrayDesc, states, table, upload: TableUpload,
+                  chunks, stream=0, mirror=None):
+    """One launch of ``factory``'s rule over flat device buffers holding many tensors.
+
+    ``table``: the host ``(active, *hp)`` rows (compute dtype), sent through ``upload``;
+    ``chunks``: a device array from :func:`chunk_table`.
+    """
+    if w.size == 0:
+        return
+    compute = compute_dtype(w.dtype)
+    m = mirror if mirror is not None else w
+    storage = (w.dtype, g.dtype) + tuple(s.dtype for s in states) + (m.dtype,)
+    kernel = segmented_kernel(factory, storage, compute, mirror is not None)
+    n_chunks = chunks.shape[0]
+    blocks = min(n_chunks, 2) if SIMULATOR else min(
+        n_chunks, cuda.get_current_device().MULTIPROCESSOR_COUNT * BLOCKS_PER_SM)
+    k, dev_table = upload.upload(table, stream)
+    args = [flat(w), flat(g)] + [flat(s) for s in states] + [dev_table, chunks, flat(m)]
+    launch(kernel, blocks, THREADS, stream, *args)
+    upload.launched(k, stream)
+
+
+# --------------------------------------------------------------------------------------------
+# noise rules (SGLD): ``rule(w, g, z, hp, aux) -> w`` with z the element's normal draw
+# --------------------------------------------------------------------------------------------
+def _noise_sources(rule, f, mirror):
+    from . import noise
+    normal = noise.generator(cuda.jit(device=True), "cuda")
+
+    def single(w, g, hp, key, aux, w16):
+        i = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while i < w.shape[0]:
+            wi = rule(f(w[i]), f(g[i]), normal(key, np.uint64(i)), hp, aux)
+            w[i] = wi
+            if mirror:
+                w16[i] = wi
+            i += stride
+
+    def segmented(w, g, table, keys, aux, offsets, chunks, w16):
+        c = cuda.blockIdx.x
+        while c < chunks.shape[0]:
+            s = chunks[c, 2]
+            if table[s, 0] != 0:
+                hp = table[s, 1:]
+                a = aux[s]
+                key = keys[s]
+                base = offsets[s]
+                i = chunks[c, 0] + cuda.threadIdx.x
+                while i < chunks[c, 1]:
+                    wi = rule(f(w[i]), f(g[i]), normal(key, np.uint64(i - base)), hp, a)
+                    w[i] = wi
+                    if mirror:
+                        w16[i] = wi
+                    i += cuda.blockDim.x
+            c += cuda.gridDim.x
+    return single, segmented
+
+
+def _noise_kernel(kind, factory, w, g, m, compute, n_hyper, n_aux, mirror):
+    key = ("noise", kind, factory, w, g, m, compute, n_hyper, n_aux, bool(mirror))
+    kernel = _kernels.get(key)
+    if kernel is None:
+        with _lock:
+            kernel = _kernels.get(key)
+            if kernel is None:
+                rule = device_rule(factory, compute)
+                single, segmented = _noise_sources(rule, compute.type, bool(mirror))
+                if kind == "single":
+                    sig = types.void(_NB[w][::1], _NB[g][::1],
+                                     types.UniTuple(_NB[compute], n_hyper), types.uint64,
+                                     types.UniTuple(types.float64, n_aux), _NB[m][::1])
+                    src = single
+                else:
+                    sig = types.void(_NB[w][::1], _NB[g][::1], _NB[compute][:, ::1],
+                                     types.uint64[::1], types.float64[:, ::1], types.int64[::1],
+                                     types.int64[:, ::1], _NB[m][::1])
+                    src = segmented
+                kernel = _kernels[key] = cuda.jit(sig, **COMPILE_OPTIONS)(src)
+    return kernel
+
+
+def run_noise(factory, w: ArrayDesc, g: ArrayDesc, hyper, key, aux, stream=0, mirror=None):
+    """A noise rule over one tensor (element ``i`` draws ``normal(key, i)``), one launch."""
+    if w.size == 0:
+        return
+    compute = compute_dtype(w.dtype)
+    m = mirror if mirror is not None else w
+    kernel = _noise_kernel("single", factory, w.dtype, g.dtype, m.dtype, compute, len(hyper),
+                           len(aux), mirror is not None)
+    hp = tuple(compute.type(h) for h in hyper)
+    blocks, threads = launch_config(w.size)
+    launch(kernel, blocks, threads, stream, flat(w), flat(g), hp, np.uint64(key),
+           tuple(float(a) for a in aux), flat(m))
+
+
+def run_noise_segmented(factory, w: ArrayDesc, g: ArrayDesc, table, keys, aux, uploads,
+                        offsets, chunks, stream=0, mirror=None):
+    """One launch of a noise rule over flat buffers holding many tensors; ``uploads``: three
+    :class:`TableUpload` for the table, the keys and ``aux``; ``offsets``, ``chunks``: device
+    arrays."""
+    if w.size == 0:
+        return
+    compute = compute_dtype(w.dtype)
+    m = mirror if mirror is not None else w
+    kernel = _noise_kernel("segmented", factory, w.dtype, g.dtype, m.dtype, compute,
+                           table.shape[1] - 1, aux.shape[1], mirror is not None)
+    n_chunks = chunks.shape[0]
+    blocks = min(n_chunks, 2) if SIMULATOR else min(
+        n_chunks, cuda.get_current_device().MULTIPROCESSOR_COUNT * BLOCKS_PER_SM)
+    sent = [u.upload(a, stream) for u, a in zip(uploads, (table, keys, aux))]
+    launch(kernel, blocks, THREADS, stream, flat(w), flat(g), sent[0][1], sent[1][1],
+           sent[2][1], offsets, chunks, flat(m))
+    for u, (k, _) in zip(uploads, sent):
+        u.launched(k, stream)

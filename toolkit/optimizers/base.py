@@ -379,14 +379,33 @@ class Optimizer:
         self._apply(index, master, g32, inner, backend, m)
         np.copyto(weight, master, casting="same_kind")
 
-    def _apply(self, index, weight, grad, state, backend, w, stream=None, mirror=None):
-        """Validated arrays in; one step applied; counts committed last."""
+    def _step_scalars(self, index):
+        """``(t, lr, wd)`` of this index's next step, checked, without committing anything."""
         t, num_update = self._next_count(index)
         lr = self._get_lr(index, self._lr_count(num_update))
         if self.requires_positive_lr and not lr > 0:
             raise ValueError(f"{type(self).__name__} divides by the learning rate; it must be "
                              f"> 0, got {lr} for index {index!r}")
-        wd = self._get_wd(index)
+        return t, lr, self._get_wd(index)
+
+    def _plan_step(self, index, weight, grad, state, launcher):
+        """One kernel step of ``index`` through ``launcher`` (the Trainer's recorder, or a real
+        launcher), on arrays the caller has validated; the count is committed after it."""
+        t, lr, wd = self._step_scalars(index)
+        self._launcher = launcher
+        try:
+            self._kernel_step(index, weight, grad, state, t, lr, wd)
+        finally:
+            self._launcher = None
+        self._commit_count(index, t)
+
+    #: whether the Trainer may record this optimizer's steps and run many tensors in one
+    #: segmented call (False for optimizers whose step reads results back mid-step, e.g. LBSGD)
+    segmentable = True
+
+    def _apply(self, index, weight, grad, state, backend, w, stream=None, mirror=None):
+        """Validated arrays in; one step applied; counts committed last."""
+        t, lr, wd = self._step_scalars(index)
         if backend == "cuda":
             from ..backends import cuda
             self._launcher = cuda.Launcher(w, stream=stream, mirror=mirror)
@@ -446,6 +465,20 @@ class Optimizer:
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         raise NotImplementedError(f"{type(self).__name__} has no kernel; override "
                                   "_kernel_step, or give it a `rule` (see docs/custom-optimizer.md)")
+
+    # --- host-side state (saved by the Trainer's states file) --------------------------------
+    def host_state(self):
+        """``(json_dict, arrays)``: optimizer state kept outside ``state`` (e.g. Nadam's momentum
+        schedule), for saving. Most optimizers keep none."""
+        return {}, {}
+
+    def check_host_state(self, data, host_arrays):
+        """Check what ``host_state`` saved and return a function that restores it (called only
+        once every other check of a load has passed)."""
+        if data or host_arrays:
+            raise ValueError(f"{type(self).__name__} keeps no host-side state, the file has "
+                             f"{sorted(data) + sorted(host_arrays)}")
+        return lambda: None
 
     # --- the reference backend -------------------------------------------------------------
     def reference_hyper(self):
@@ -601,6 +634,12 @@ class Optimizer:
         """Run a per-element rule over ``weight``, ``grad`` and ``states`` in place, on the
         backend of the step in progress."""
         (self._launcher or cpu.LAUNCHER).run_rule(factory, weight, grad, tuple(states), hyper)
+
+    def _run_noise_rule(self, factory, weight, grad, hyper, key, aux):
+        """Run a noise rule (``rule(w, g, z, hp, aux)``, z the element's draw of stream ``key``)
+        on the backend of the step in progress."""
+        (self._launcher or cpu.LAUNCHER).run_noise_rule(factory, weight, grad, hyper, key,
+                                                        tuple(aux))
 
     #: True for MXNet's kernel optimizers, whose hyperparameters MXNet rounds to float32
     #: (spec section 1.6); Python-op optimizers round only the clip bound.

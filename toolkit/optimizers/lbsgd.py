@@ -69,6 +69,8 @@ class LBSGD(Optimizer):
     """
 
     reference_name = "lbsgd"
+    #: its step accumulates into per-index buffers and ('lars') reads norms back on the host
+    segmentable = False
 
     def __init__(self, momentum=0.0, multi_precision=False, warmup_strategy="linear",
                  warmup_epochs=5, batch_scale=1, updates_per_epoch=32, begin_epoch=0,
@@ -106,11 +108,39 @@ class LBSGD(Optimizer):
         cum = self._cum.get(index)
         if cum is not None:
             c, w = arrays.describe(cum), arrays.describe(weight)
-            if c.shape != w.shape or c.dtype != dtype or c.kind != w.kind:
+            if c.shape != w.shape or c.dtype != dtype:
                 cum = None
+            elif c.kind != w.kind or (c.kind == arrays.DEVICE and c.library != w.library):
+                # a restored (host) accumulator for a device weight, or the reverse: moved over
+                moved = launcher.zeros_like(weight, dtype)
+                arrays.copy_from_host(moved, arrays.to_host(cum))
+                cum = moved
         if cum is None:
             cum = launcher.zeros_like(weight, dtype)
         return cum, self._ncum.get(index, self.init_updates)
+
+    def host_state(self):
+        keys = sorted(set(self._ncum) | set(self._cum), key=str)
+        data = {"ncum": [[k, self._ncum.get(k, self.init_updates)] for k in keys],
+                "cum": [[k, f"cum{n}"] for n, k in enumerate(keys) if k in self._cum]}
+        host = {f"cum{n}": self._cum[k] for n, k in enumerate(keys) if k in self._cum}
+        return data, host
+
+    def check_host_state(self, data, host_arrays):
+        if set(data) != {"ncum", "cum"}:
+            raise ValueError(f"LBSGD's host state must hold 'ncum' and 'cum', got {sorted(data)}")
+        ncum = {}
+        for k, n in data["ncum"]:
+            if not isinstance(n, int) or n < 0:
+                raise ValueError(f"LBSGD call count {n!r} is invalid")
+            ncum[k] = n
+        cum = {}
+        for k, name in data["cum"]:
+            cum[k] = np.array(host_arrays[name])
+
+        def commit():
+            self._ncum, self._cum = ncum, cum
+        return commit
 
     def _reference_extra(self, index):
         return {}

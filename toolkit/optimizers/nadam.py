@@ -84,6 +84,19 @@ class Nadam(Optimizer):
         return {"beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon,
                 "schedule_decay": self.schedule_decay}
 
+    def host_state(self):
+        return {"m_schedule": self.m_schedule}, {}
+
+    def check_host_state(self, data, host_arrays):
+        m = data["m_schedule"]
+        if set(data) != {"m_schedule"} or host_arrays or not isinstance(m, float) or \
+                not math.isfinite(m):
+            raise ValueError(f"Nadam's host state must be one finite m_schedule, got {data}")
+
+        def commit():
+            self.m_schedule = m
+        return commit
+
     def _reference_extra(self, index):
         return {"m_schedule": self.m_schedule}
 

@@ -1,0 +1,121 @@
+"""Flat buffers: the Trainer keeps the weights, gradients and optimizer states of one
+(dtype, device) group in contiguous 1-D arrays, and each Parameter's arrays are views into them.
+
+A step records what each parameter's optimizer step would launch (the optimizer's own host code
+computes every per-parameter scalar: learning rate with multiplier and schedule, weight decay,
+the count ``t`` and what derives from it) and then runs the whole group in **one** segmented
+call: the rule once over the flat buffers, with one row of hyperparameters per parameter. The
+rows are exactly the tuples the per-parameter calls would have passed, so the result is the same,
+bit for bit.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..backends import arrays, cpu
+
+__all__ = ["Group", "Recorder", "map_state"]
+
+
+def map_state(state, f):
+    """Apply ``f`` to every array of a (nested) state structure, keeping None and tuples."""
+    if state is None:
+        return None
+    if isinstance(state, tuple):
+        return tuple(map_state(s, f) for s in state)
+    return f(state)
+
+
+def state_leaves(state):
+    """The arrays of a (nested) state structure, in order."""
+    if state is None:
+        return []
+    if isinstance(state, tuple):
+        out = []
+        for s in state:
+            out.extend(state_leaves(s))
+        return out
+    return [state]
+
+
+class Recorder:
+    """A launcher that records the rules a step would run instead of running them."""
+
+    backend = "record"
+
+    def __init__(self, real):
+        self.real = real
+        self.calls = []
+
+    def compute_dtype(self, a):
+        return self.real.compute_dtype(a)
+
+    def zeros_like(self, a, dtype=None):
+        return self.real.zeros_like(a, dtype)
+
+    def run_rule(self, factory, weight, grad, states, hyper):
+        self.calls.append(("rule", factory, weight, grad, tuple(states), tuple(hyper)))
+
+    def run_noise_rule(self, factory, weight, grad, hyper, key, aux):
+        self.calls.append(("noise", factory, weight, grad, (), tuple(hyper), key, tuple(aux)))
+
+    def sum_of_squares(self, x, y):  # pragma: no cover - LBSGD is not recorded
+        raise RuntimeError("a recorded step cannot read norms back; mark the optimizer "
+                           "segmentable = False")
+
+
+class Group:
+    """The parameters of one (dtype, device) group, their flat buffers and state."""
+
+    def __init__(self, key, members, optimizer):
+        self.dtype, self.device = key
+        self.members = members                      # [(index, Parameter)] in index order
+        sizes = [int(np.prod(p.shape, dtype=np.int64)) for _, p in members]
+        self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self.size = int(self.offsets[-1])
+        host_data = np.concatenate([np.asarray(arrays.to_host(p._data), self.dtype).reshape(-1)
+                                    for _, p in members]) if members else np.zeros(0, self.dtype)
+        self.data = self._alloc(host_data)
+        self.grad = self._alloc(np.concatenate(
+            [np.asarray(arrays.to_host(p._grad), self.dtype).reshape(-1) for _, p in members]))
+        self.state = optimizer.create_state_multi_precision(0, self.data)
+        for a in state_leaves(self.state):
+            if arrays.describe(a).shape != (self.size,):
+                raise ValueError(f"{type(optimizer).__name__}'s state arrays are not shaped like "
+                                 "the weight; the Trainer's flat buffers need that")
+        self.mp = optimizer._uses_master(self.data)
+        # the views each parameter sees; the weight and gradient views replace its own arrays
+        self.views = []
+        for k, (index, p) in enumerate(members):
+            view = self._slicer(k, p.shape)
+            p._data, p._grad = view(self.data), view(self.grad)
+            self.views.append(map_state(self.state, view))
+        self.launches = 0
+        if self.device == "cuda":
+            from ..backends import cuda
+            self.chunks = cuda.cuda.to_device(cuda.chunk_table(self.offsets))
+            self.offsets_device = cuda.cuda.to_device(self.offsets)
+            self.uploads = [cuda.TableUpload((len(members), 1), np.float32) for _ in range(3)]
+        else:
+            self.chunks = cpu.chunk_table(self.offsets)
+
+    # --- helpers ---------------------------------------------------------------------------
+    def _alloc(self, host):
+        if self.device == "cuda":
+            from numba import cuda
+            return cuda.to_device(np.ascontiguousarray(host))
+        return np.ascontiguousarray(host)
+
+    def _slicer(self, k, shape):
+        a, b = int(self.offsets[k]), int(self.offsets[k + 1])
+        return lambda arr: arr[a:b].reshape(shape)
+
+    def split_state(self, optimizer, state):
+        """``(master, inner)`` of a multi-precision state structure, else ``(None, state)``."""
+        if self.mp:
+            return optimizer._split_mp_state(state)
+        return None, state
+
+    def member_state(self, k):
+        """Parameter ``k``'s state as ``create_state_multi_precision`` would return it."""
+        return self.views[k]

@@ -1,0 +1,198 @@
+"""``Parameter``: a named weight with its gradient buffer, as Gluon's (``mxnet.gluon.Parameter``).
+
+Before a :class:`~toolkit.trainer.Trainer` takes it, a parameter owns its own arrays; the Trainer
+then moves the values into its flat buffers and the parameter's ``data()`` and ``grad()`` become
+views into them. A view stays valid for the life of the Trainer: ``set_data`` copies into it.
+
+Freshness (the Trainer's stale-gradient rule, ``docs/trainer.md``): a gradient counts as written
+when ``grad()`` has handed out the buffer since the parameter's last update (writing into it in
+place is how a gradient is supplied, as Gluon's backward does), or when ``set_grad`` copied one
+in. ``zero_grad()`` alone does not make it fresh. Each update makes it stale again.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from ..backends import arrays
+
+__all__ = ["Parameter", "GRAD_REQS", "DEVICES"]
+
+GRAD_REQS = ("write", "add", "null")
+DEVICES = ("cpu", "cuda")
+
+
+def _check_shape(shape):
+    if shape is None:
+        return None
+    if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
+        shape = (shape,)
+    if not isinstance(shape, (tuple, list)) or not all(
+            isinstance(n, numbers.Integral) and not isinstance(n, bool) and n >= 0 for n in shape):
+        raise ValueError(f"shape must be a tuple of non-negative integers, got {shape!r}")
+    return tuple(int(n) for n in shape)
+
+
+class Parameter:
+    """A named weight and its gradient (Gluon's ``Parameter``).
+
+    Parameters
+    ----------
+    name : str
+    shape : tuple of int, optional
+        Needed unless ``init`` is an array (then its shape) or ``set_data`` is called first.
+    dtype : {"float16", "float32", "float64"}, default "float32"
+    init : None, number, array or callable, optional
+        Initial value: zeros (None), a constant, a copy of an array, or ``init(shape, dtype)``
+        returning an array.
+    lr_mult, wd_mult : float, default 1.0
+        Multipliers of the learning rate and the weight decay for this parameter.
+    grad_req : {"write", "add", "null"}, default "write"
+        "null": no gradient, never updated by the Trainer.
+    device : {"cpu", "cuda"}, default "cpu"
+        Where the arrays live: numpy arrays, or numba device arrays on the current GPU.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from toolkit import Parameter
+        >>> p = Parameter("fc_weight", shape=(2, 3), init=0.5)
+        >>> p.data()
+        array([[0.5, 0.5, 0.5],
+               [0.5, 0.5, 0.5]], dtype=float32)
+        >>> p.grad()[:] = 1.0          # supply a gradient in place
+    """
+
+    def __init__(self, name, shape=None, dtype="float32", init=None, lr_mult=1.0, wd_mult=1.0,
+                 grad_req="write", device="cpu"):
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"name must be a non-empty str, got {name!r}")
+        self.name = name
+        try:
+            self.dtype = np.dtype(dtype)
+        except TypeError:
+            raise TypeError(f"dtype must be float16, float32 or float64, got {dtype!r}") from None
+        if self.dtype not in arrays.FLOAT_DTYPES:
+            raise TypeError(f"dtype must be float16, float32 or float64, got {self.dtype}")
+        self.lr_mult = _check_mult("lr_mult", lr_mult)
+        self.wd_mult = _check_mult("wd_mult", wd_mult)
+        if grad_req not in GRAD_REQS:
+            raise ValueError(f"grad_req must be one of {GRAD_REQS}, got {grad_req!r}")
+        self.grad_req = grad_req
+        if device not in DEVICES:
+            raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
+        self.device = device
+        self.shape = _check_shape(shape)
+        self._data = None
+        self._grad = None
+        self._fresh = False
+        self._trainer = None
+        if init is not None or self.shape is not None:
+            self._data = self._new_array(self._initial(init))
+            self._grad = self._new_array(np.zeros(self.shape, self.dtype)) \
+                if grad_req != "null" else None
+
+    def __repr__(self):
+        return (f"Parameter({self.name!r}, shape={self.shape}, dtype={self.dtype.name}, "
+                f"device={self.device!r})")
+
+    # --- arrays ---------------------------------------------------------------------------
+    def _initial(self, init):
+        if init is None:
+            if self.shape is None:
+                raise ValueError(f"parameter {self.name!r} needs a shape or an init array")
+            return np.zeros(self.shape, self.dtype)
+        if isinstance(init, numbers.Real) and not isinstance(init, bool):
+            if self.shape is None:
+                raise ValueError(f"parameter {self.name!r}: a constant init needs a shape")
+            return np.full(self.shape, init, self.dtype)
+        if callable(init) and not hasattr(init, "shape"):
+            if self.shape is None:
+                raise ValueError(f"parameter {self.name!r}: a callable init needs a shape")
+            value = np.asarray(arrays.to_host(init(self.shape, self.dtype)))
+        else:
+            value = np.asarray(arrays.to_host(init))
+        if self.shape is None:
+            self.shape = value.shape
+        if value.shape != self.shape:
+            raise ValueError(f"parameter {self.name!r}: init has shape {value.shape}, "
+                             f"expected {self.shape}")
+        if not np.all(np.isfinite(value.astype(np.float64))):
+            raise ValueError(f"parameter {self.name!r}: init holds non-finite values")
+        return value.astype(self.dtype)
+
+    def _new_array(self, host):
+        host = np.ascontiguousarray(host, dtype=self.dtype)
+        if self.device == "cuda":
+            from ..backends import cuda_available
+            ok, why = cuda_available()
+            if not ok:
+                raise RuntimeError(f"parameter {self.name!r} has device='cuda' but {why}")
+            from numba import cuda
+            return cuda.to_device(host)
+        return host
+
+    def _require(self):
+        if self._data is None:
+            raise RuntimeError(f"parameter {self.name!r} has no data yet: give it a shape or an "
+                               "init, or call set_data")
+
+    def data(self):
+        """The weight array (a view into the Trainer's buffer once a Trainer holds it)."""
+        self._require()
+        return self._data
+
+    def grad(self):
+        """The gradient buffer; handing it out marks the gradient as written for the next step
+        (write into it in place)."""
+        self._require()
+        if self._grad is None:
+            raise RuntimeError(f"parameter {self.name!r} has grad_req='null': it has no gradient")
+        self._fresh = True
+        return self._grad
+
+    def set_data(self, value):
+        """Copy ``value`` (an array of this shape, host or device) into the weight, in place:
+        views handed out before stay valid."""
+        value_host = value
+        if self._data is None:
+            self._data = self._new_array(self._initial(value))
+            if self.grad_req != "null":
+                self._grad = self._new_array(np.zeros(self.shape, self.dtype))
+            return
+        d = arrays.describe(value, "value")
+        if d.shape != self.shape:
+            raise ValueError(f"set_data: value has shape {d.shape}, parameter {self.name!r} has "
+                             f"{self.shape}")
+        host = np.asarray(arrays.to_host(value_host), dtype=self.dtype)
+        if not np.all(np.isfinite(host.astype(np.float64))):
+            raise ValueError(f"set_data: value for {self.name!r} holds non-finite values")
+        _copy_into(self._data, host)
+        if self._trainer is not None:
+            self._trainer._data_changed(self)
+
+    def set_grad(self, value):
+        """Copy ``value`` into the gradient buffer; the gradient counts as written."""
+        g = self.grad()
+        d = arrays.describe(value, "value")
+        if d.shape != self.shape:
+            raise ValueError(f"set_grad: value has shape {d.shape}, parameter {self.name!r} has "
+                             f"{self.shape}")
+        _copy_into(g, np.asarray(arrays.to_host(value), dtype=self.dtype))
+
+    def zero_grad(self):
+        """Set the gradient to zero (it does not count as written)."""
+        self._require()
+        if self._grad is not None:
+            _copy_into(self._grad, np.zeros(self.shape, self.dtype))
+
+
+def _copy_into(dst, host):
+    arrays.copy_from_host(dst, host)
+
+
+def _check_mult(name, x):
+    if isinstance(x, bool) or not isinstance(x, numbers.Real) or not np.isfinite(x) or x < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {x!r}")
+    return float(x)

@@ -1,0 +1,420 @@
+"""``Trainer``: Gluon's training step (``mxnet.gluon.Trainer``) over many parameters, one kernel
+call per (dtype, device) group.
+
+``step(batch_size)`` sets the optimizer's ``rescale_grad`` to ``scale / batch_size`` (``scale``:
+its ``rescale_grad`` when the Trainer was built, MXNet trainer.py:105, 338) and updates every
+parameter whose ``grad_req`` is not "null", in index order: a dict of parameters is sorted by
+name, a list keeps its order (MXNet trainer.py:76-79). The numbers are those of the
+per-parameter ``optimizer.update`` calls it replaces, bit for bit (``docs/trainer.md``).
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .. import optimizer as _optimizer
+from ..backends import arrays, cpu
+from .buffers import Group, Recorder, map_state, state_leaves
+from .parameter import Parameter
+
+__all__ = ["Trainer", "StaleGradientError", "KVSTORES"]
+
+#: kvstore types a single process trains with; "device" and "local" are the same here
+KVSTORES = ("device", "local", None)
+_DIST = ("dist_sync", "dist_device_sync", "dist_async", "dist_device_async", "dist", "horovod",
+         "byteps", "nccl")
+
+
+class StaleGradientError(RuntimeError, UserWarning):
+    """A parameter's gradient was not written since its last update (MXNet raises a
+    ``UserWarning`` here; this is one, and a ``RuntimeError`` too)."""
+
+
+class Trainer:
+    """Applies an optimizer to a set of parameters (Gluon's ``Trainer``).
+
+    Parameters
+    ----------
+    params : dict of str to Parameter, or list of Parameter
+        A dict is sorted by key; the sorted position is the optimizer index.
+    optimizer : str or toolkit.optimizer.Optimizer
+        A registry name (with ``optimizer_params``) or an instance.
+    optimizer_params : dict, optional
+        Keyword arguments of ``optimizer.create`` (only with a name).
+    kvstore : {"device", "local", None}, default "device"
+        One process: all three train the same way. The distributed types raise until they exist.
+    compression_params : None
+        Gradient compression needs a distributed kvstore: anything but None raises.
+    update_on_kvstore : bool or None
+        Accepted with MXNet's meaning; in one process the numbers are the same either way.
+    backend : {"auto", "cpu", "cuda", "reference"}, default "auto"
+        "auto": host parameters on the CPU kernels, device parameters on CUDA. "reference" runs
+        the float64 oracle per parameter (slow; for checks).
+
+    Example::
+
+        >>> import numpy as np
+        >>> from toolkit import Parameter, Trainer
+        >>> w = Parameter("w", shape=(3,), init=1.0)
+        >>> trainer = Trainer([w], "sgd", {"learning_rate": 1.0})
+        >>> w.grad()[:] = 2.0                     # supply the gradient in place
+        >>> trainer.step(batch_size=4)            # w - lr * grad / batch_size
+        >>> w.data()
+        array([0.5, 0.5, 0.5], dtype=float32)
+    """
+
+    def __init__(self, params, optimizer, optimizer_params=None, kvstore="device",
+                 compression_params=None, update_on_kvstore=None, backend="auto"):
+        self._params = self._check_params(params)
+        if isinstance(optimizer, _optimizer.Optimizer):
+            if optimizer_params:
+                raise ValueError("optimizer_params must be None when optimizer is an Optimizer "
+                                 "instance (set its hyperparameters on the instance)")
+            opt = optimizer
+        elif isinstance(optimizer, str):
+            if optimizer_params is not None and not isinstance(optimizer_params, dict):
+                raise TypeError("optimizer_params must be a dict of keyword arguments")
+            opt = _optimizer.create(optimizer, **(optimizer_params or {}))
+        else:
+            raise TypeError(f"optimizer must be a registry name or an Optimizer instance, got "
+                            f"{type(optimizer).__name__}")
+        if kvstore in _DIST or (isinstance(kvstore, str) and kvstore.startswith("dist")):
+            raise ValueError(f"kvstore={kvstore!r}: distributed training is not supported yet; "
+                             f"one process trains with kvstore 'device', 'local' or None")
+        if kvstore not in KVSTORES:
+            raise ValueError(f"kvstore must be one of {KVSTORES} (one process), got {kvstore!r}")
+        if compression_params is not None:
+            raise ValueError("compression_params needs a distributed kvstore, which is not "
+                             "supported yet; pass None")
+        if update_on_kvstore not in (None, True, False):
+            raise TypeError(f"update_on_kvstore must be None, True or False, got "
+                            f"{update_on_kvstore!r}")
+        if backend not in ("auto", "cpu", "cuda", "reference"):
+            raise ValueError(f"backend must be one of ('auto', 'cpu', 'cuda', 'reference'), got "
+                             f"{backend!r}")
+        self._kvstore, self._update_on_kvstore, self._backend = kvstore, update_on_kvstore, backend
+        self._optimizer = opt
+        self._scale = opt.rescale_grad
+        opt.param_dict = {i: p for i, p in enumerate(self._params)}
+        self._build_groups()
+
+    # ---------------------------------------------------------------------------------------
+    # construction
+    # ---------------------------------------------------------------------------------------
+    @staticmethod
+    def _check_params(params):
+        if isinstance(params, Parameter):
+            raise TypeError("params must be a dict or a list of Parameters, got a single "
+                            "Parameter (wrap it in a list)")
+        if isinstance(params, dict):
+            items = [params[k] for k in sorted(params)]
+        elif isinstance(params, (list, tuple)):
+            items = list(params)
+        else:
+            raise TypeError(f"params must be a dict or a list of Parameters, got "
+                            f"{type(params).__name__}")
+        seen = set()
+        for p in items:
+            if not isinstance(p, Parameter):
+                raise TypeError(f"params must hold Parameters only, got {type(p).__name__}")
+            if id(p) in seen:
+                raise ValueError(f"parameter {p.name!r} is given twice")
+            if p._trainer is not None:
+                raise ValueError(f"parameter {p.name!r} already belongs to another Trainer")
+            p._require()
+            seen.add(id(p))
+        names = [p.name for p in items]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"parameter names must be unique, repeated: {dup}")
+        return items
+
+    def _build_groups(self):
+        keyed: dict = {}
+        for i, p in enumerate(self._params):
+            if p.grad_req == "null":
+                continue
+            if self._backend in ("cpu", "reference") and p.device == "cuda":
+                raise ValueError(f"backend={self._backend!r} but parameter {p.name!r} lives on "
+                                 "the GPU; use backend='cuda' or 'auto'")
+            if self._backend == "cuda" and p.device != "cuda":
+                raise ValueError(f"backend='cuda' but parameter {p.name!r} lives on the host; "
+                                 "create it with device='cuda'")
+            keyed.setdefault((p.dtype, p.device), []).append((i, p))
+        self._groups = [Group(key, members, self._optimizer) for key, members in keyed.items()]
+        self._where = {}
+        for g in self._groups:
+            for k, (i, p) in enumerate(g.members):
+                self._where[i] = (g, k)
+                p._trainer = self
+        self.last_step_launches = 0
+
+    # ---------------------------------------------------------------------------------------
+    # MXNet's public surface
+    # ---------------------------------------------------------------------------------------
+    @property
+    def optimizer(self):
+        return self._optimizer
+
+    @property
+    def learning_rate(self):
+        """The optimizer's current learning rate (the scheduler's, if one is set)."""
+        return self._optimizer.learning_rate
+
+    def set_learning_rate(self, lr):
+        """Set the learning rate; raises (UserWarning, as MXNet) when a scheduler is set."""
+        self._optimizer.set_learning_rate(lr)
+
+    def step(self, batch_size, ignore_stale_grad=False):
+        """One training step: ``rescale_grad = scale / batch_size``, gradients all-reduced (a
+        no-op in one process), every parameter with a fresh gradient updated."""
+        self._set_rescale(batch_size)
+        self.allreduce_grads()
+        self._update(ignore_stale_grad)
+
+    def allreduce_grads(self):
+        """Sum gradients across devices (MXNet's kvstore pushpull). One process holds each
+        parameter once, so there is nothing to sum."""
+
+    def update(self, batch_size, ignore_stale_grad=False):
+        """The update half of ``step`` (after ``allreduce_grads``)."""
+        self._set_rescale(batch_size)
+        self._update(ignore_stale_grad)
+
+    def _set_rescale(self, batch_size):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Real) or \
+                not np.isfinite(batch_size) or batch_size <= 0:
+            raise ValueError(f"batch_size must be a finite number > 0, got {batch_size!r}")
+        self._optimizer.rescale_grad = self._scale / batch_size
+
+    # ---------------------------------------------------------------------------------------
+    # the step
+    # ---------------------------------------------------------------------------------------
+    def _update(self, ignore_stale_grad):
+        opt = self._optimizer
+        live = [(i, p) for i, p in enumerate(self._params) if p.grad_req != "null"]
+        stale = [p.name for _, p in live if not p._fresh]
+        if stale and not ignore_stale_grad:
+            raise StaleGradientError(
+                f"gradient of parameter(s) {stale} has not been written since the last step "
+                "(write into param.grad() or call param.set_grad() first, or pass "
+                "ignore_stale_grad=True to skip them); nothing was updated")
+        active = [i for i, p in live if p._fresh]
+        self.last_step_launches = 0
+        if not active:
+            return
+        self._dry_run(active)  # every per-step check, before anything is written
+        if self._backend == "reference":
+            self._reference_update(active)
+        else:
+            self._kernel_update(active)
+        for i in active:
+            self._params[i]._fresh = False
+
+    def _dry_run(self, active):
+        """The scalars of every active index in order (each may raise), counts restored."""
+        opt = self._optimizer
+        saved = (dict(opt._index_update_count), opt.num_update)
+        try:
+            for i in active:
+                t, _, _ = opt._step_scalars(i)
+                opt._commit_count(i, t)
+        finally:
+            opt._index_update_count, opt.num_update = saved
+
+    def _reference_update(self, active):
+        opt = self._optimizer
+        backend = opt.backend
+        opt.backend = "reference"
+        try:
+            for i in active:
+                g, k = self._where[i]
+                p = self._params[i]
+                opt.update_multi_precision(i, p._data, p._grad, g.member_state(k))
+                self.last_step_launches += 1
+        finally:
+            opt.backend = backend
+
+    def _kernel_update(self, active):
+        opt = self._optimizer
+        work = {id(g): _Work(g, opt) for g in self._groups}
+        for i in active:  # index order: shared optimizer state (num_update, Nadam's schedule)
+            g, k = self._where[i]
+            w = work[id(g)]
+            wv, gv, sv = w.member(k)
+            launcher = w.recorder if opt.segmentable else w.real_launcher(k, wv)
+            opt._plan_step(i, wv, gv, sv, launcher)
+            if not opt.segmentable:
+                self.last_step_launches += 1
+        for g in self._groups:
+            self.last_step_launches += work[id(g)].execute()
+
+    def _data_changed(self, param):
+        """``set_data`` on a multi-precision parameter: its float32 master follows."""
+        where = [(g, k) for g in self._groups for k, (_, p) in enumerate(g.members) if p is param]
+        for g, k in where:
+            if g.mp:
+                master, _ = g.split_state(self._optimizer, g.views[k])
+                arrays.copy_from_host(master, np.asarray(arrays.to_host(param._data), np.float32))
+
+    # ---------------------------------------------------------------------------------------
+    # states
+    # ---------------------------------------------------------------------------------------
+    def save_states(self, path):
+        """Write the optimizer state to ``path`` (``docs/trainer.md``: npz arrays + JSON
+        metadata, checksummed, no pickle), atomically."""
+        from .states import save
+        save(self, path)
+
+    def load_states(self, path):
+        """Restore the state saved by ``save_states``; a damaged, foreign or mismatched file is
+        refused and the trainer is left exactly as it was."""
+        from .states import load
+        load(self, path)
+
+
+class _Work:
+    """One group's arrays for one step, the recorder of its calls, and their execution."""
+
+    def __init__(self, g: Group, opt):
+        self.g, self.opt = g, opt
+        master, inner = g.split_state(opt, g.state)
+        self.after = None
+        self.mirror = None
+        if g.device == "cuda":
+            self.w, self.grad, self.s = (master if g.mp else g.data), g.grad, inner
+            self.mirror = g.data if g.mp else None
+        elif g.mp:
+            self.w, self.grad, self.s = master, g.grad.astype(np.float32), inner
+            self.after = lambda: np.copyto(g.data, master, casting="same_kind")
+        elif g.dtype == np.float16:
+            # float16 storage without a master copy: float32 arithmetic, rounded back after
+            self.w, self.grad = g.data.astype(np.float32), g.grad.astype(np.float32)
+            self.s = map_state(inner, lambda a: a.astype(np.float32))
+
+            def back():
+                np.copyto(g.data, self.w, casting="same_kind")
+                for dst, src in zip(state_leaves(inner), state_leaves(self.s)):
+                    np.copyto(dst, src, casting="same_kind")
+            self.after = back
+        else:
+            self.w, self.grad, self.s = g.data, g.grad, inner
+        self.recorder = Recorder(self._launcher_for(self.w, self.mirror))
+        self.members = {}
+        self.calls_from = {}
+
+    def _launcher_for(self, w, mirror):
+        if self.g.device == "cuda":
+            from ..backends import cuda
+            return cuda.Launcher(arrays.describe(w), mirror=None if mirror is None
+                                 else arrays.describe(mirror))
+        return cpu.LAUNCHER
+
+    def member(self, k):
+        view = self.g._slicer(k, self.g.members[k][1].shape)
+        wv, gv, sv = view(self.w), view(self.grad), map_state(self.s, view)
+        self.members[k] = (wv, gv, sv)
+        self.calls_from[k] = len(self.recorder.calls)
+        return wv, gv, sv
+
+    def real_launcher(self, k, wv):
+        if self.g.device == "cuda":
+            mirror = None if self.mirror is None else \
+                self.g._slicer(k, self.g.members[k][1].shape)(self.mirror)
+            return self._launcher_for(wv, mirror)
+        return cpu.LAUNCHER
+
+    def execute(self):
+        """Run what was recorded: one segmented call when every member recorded one call of
+        the same rule on its own views; else the calls one by one. Returns the launch count."""
+        launches = 0
+        calls = self.recorder.calls
+        if calls:
+            plan = self._segmented_plan()
+            if plan is not None:
+                self._run_segmented(*plan)
+                launches = 1
+            else:
+                for k in sorted(self.calls_from):
+                    end = self._next_start(k)
+                    real = self.real_launcher(k, self.members[k][0])
+                    for call in calls[self.calls_from[k]:end]:
+                        if call[0] == "rule":
+                            real.run_rule(*call[1:])
+                        else:
+                            real.run_noise_rule(call[1], call[2], call[3], call[5], call[6],
+                                                call[7])
+                        launches += 1
+        if self.after is not None:
+            self.after()
+        return launches
+
+    def _next_start(self, k):
+        later = [v for kk, v in self.calls_from.items() if kk > k]
+        return min(later) if later else len(self.recorder.calls)
+
+    def _segmented_plan(self):
+        """``(kind, factory, slots, rows)`` when the recorded calls fit one segmented call."""
+        calls = self.recorder.calls
+        if len(calls) != len(self.members) or len({c[0] for c in calls}) != 1:
+            return None
+        kind, factory = calls[0][0], calls[0][1]
+        slots = None
+        rows = {}
+        for k in sorted(self.members):
+            call = calls[self.calls_from[k]]
+            fac, w, g, states = call[1:5]
+            wv, gv, sv = self.members[k]
+            leaves = state_leaves(sv)
+            if fac is not factory or w is not wv or g is not gv:
+                return None
+            try:
+                pos = tuple(next(j for j, leaf in enumerate(leaves) if leaf is s) for s in states)
+            except StopIteration:
+                return None
+            if slots is None:
+                slots = pos
+            elif pos != slots:
+                return None
+            rows[k] = call[5:]  # (hyper,) or (hyper, key, aux)
+        if len({len(r[0]) for r in rows.values()}) != 1 or (
+                kind == "noise" and len({len(r[2]) for r in rows.values()}) != 1):
+            return None
+        return kind, factory, slots, rows
+
+    def _run_segmented(self, kind, factory, slots, rows):
+        g = self.g
+        compute = np.dtype(np.float32) if g.dtype == np.float16 else g.dtype
+        n = len(g.members)
+        first = next(iter(rows.values()))
+        table = np.zeros((n, 1 + len(first[0])), compute)
+        for k, row in rows.items():
+            table[k, 0] = 1
+            table[k, 1:] = row[0]
+        leaves = state_leaves(self.s)
+        states = [leaves[j] for j in slots]
+        if kind == "noise":
+            keys = np.zeros(n, np.uint64)
+            aux = np.zeros((n, len(first[2])), np.float64)
+            for k, row in rows.items():
+                keys[k] = np.uint64(row[1])
+                aux[k] = row[2]
+        if g.device == "cuda":
+            from ..backends import cuda
+            d = arrays.describe
+            launcher = self.recorder.real
+            mirror = None if self.mirror is None else d(self.mirror)
+            if kind == "noise":
+                launcher._in_device(cuda.run_noise_segmented, factory, d(self.w), d(self.grad),
+                                    table, keys, aux, g.uploads, g.offsets_device, g.chunks,
+                                    stream=launcher.stream, mirror=mirror)
+            else:
+                launcher._in_device(cuda.run_segmented, factory, d(self.w), d(self.grad),
+                                    [d(s) for s in states], table, g.uploads[0], g.chunks,
+                                    stream=launcher.stream, mirror=mirror)
+        elif kind == "noise":
+            cpu.run_noise_segmented(factory, self.w, self.grad, table, keys, aux, g.offsets,
+                                    g.chunks)
+        else:
+            cpu.run_segmented(factory, self.w, self.grad, tuple(states), table, g.chunks)
