@@ -67,21 +67,30 @@ def test_every_optimizer_on_foreign_arrays_matches_the_oracle(name, lib):
 
 
 def test_torch_stream_ordering_and_tensor_that_requires_grad():
+    """An update inside ``torch.cuda.stream(side)`` runs on the side stream (PyTorch's interface
+    exports no stream; the toolkit asks PyTorch for its current one), so it sees a gradient
+    written on that stream after a long GPU sleep. On the legacy default stream it would not:
+    PyTorch's side streams do not synchronise with it."""
     torch = _torch_cuda()
+    if not hasattr(torch.cuda, "_sleep"):
+        pytest.skip("this PyTorch has no torch.cuda._sleep to hold a stream busy")
     opt = optimizer.SGD(learning_rate=1.0)
     w = torch.zeros(1 << 20, device="cuda")
     g = torch.zeros(1 << 20, device="cuda")
+    opt.update(0, w, g, None)             # compiled and warm: the timing below is the stream's
+    torch.cuda.synchronize()
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
-        torch.cuda._sleep(50_000_000) if hasattr(torch.cuda, "_sleep") else None
-        g.fill_(1.0)                      # enqueued on the side stream after a long sleep
-        opt.update(0, w, g, None)         # exported stream: the side stream, so after fill_
-    side.synchronize()
+        torch.cuda._sleep(2_000_000_000)  # about a second of GPU time on the side stream
+        g.fill_(1.0)                      # enqueued after it, on the side stream
+        opt.update(0, w, g, None)         # no stream given: PyTorch's current (side) stream
+    torch.cuda.synchronize()
     assert torch.all(w == -1.0)
     p = torch.zeros(4, device="cuda", requires_grad=True)
     with pytest.raises(TypeError, match="detach"):
         opt.update(0, p, torch.ones(4, device="cuda"), None)
     opt.update(0, p.detach(), torch.ones(4, device="cuda"), None)
+    torch.cuda.synchronize()
     assert torch.all(p.detach() == -1.0)
 
 

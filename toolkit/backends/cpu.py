@@ -23,6 +23,7 @@ import threading
 import numba
 import numpy as np
 from numba import prange, types
+from numba.np.unsafe.ndarray import to_fixed_tuple
 
 __all__ = ["COMPILE_OPTIONS", "PARALLEL_THRESHOLD", "elementwise_kernel", "run_elementwise",
            "sum_of_squares", "DTYPES", "Launcher", "LAUNCHER"]
@@ -164,50 +165,61 @@ def chunk_table(offsets, chunk=CHUNK):
     return np.array(rows, dtype=np.int64).reshape(-1, 3)
 
 
-def _segmented_loop(rule, n_state):
+def _segmented_loop(rule, n_state, n_hyper):
     """The loop of a rule over chunks; segment ``s`` reads its hyperparameters from row ``s`` of
-    ``table`` (column 0: 1 to update the segment, 0 to skip it; the rest: the rule's ``hp``)."""
+    ``table`` (column 0: 1 to update the segment, 0 to skip it; the rest: the rule's ``hp``),
+    made a tuple once per chunk so the inner loop keeps them in registers. The inner loop runs
+    over slices from 0, so its index is provably non-negative and it vectorises like the flat
+    loop (an index loaded from memory would keep numba's negative-index wraparound in it)."""
     if n_state == 0:
         def loop(w, g, table, chunks):
             for c in prange(chunks.shape[0]):
                 s = chunks[c, 2]
                 if table[s, 0] != 0:
-                    hp = table[s, 1:]
-                    for i in range(chunks[c, 0], chunks[c, 1]):
-                        w[i] = rule(w[i], g[i], hp)
+                    hp = to_fixed_tuple(table[s, 1:], n_hyper)
+                    a, b = chunks[c, 0], chunks[c, 1]
+                    wc, gc = w[a:b], g[a:b]
+                    for i in range(wc.shape[0]):
+                        wc[i] = rule(wc[i], gc[i], hp)
     elif n_state == 1:
         def loop(w, g, s0, table, chunks):
             for c in prange(chunks.shape[0]):
                 s = chunks[c, 2]
                 if table[s, 0] != 0:
-                    hp = table[s, 1:]
-                    for i in range(chunks[c, 0], chunks[c, 1]):
-                        w[i], s0[i] = rule(w[i], g[i], s0[i], hp)
+                    hp = to_fixed_tuple(table[s, 1:], n_hyper)
+                    a, b = chunks[c, 0], chunks[c, 1]
+                    wc, gc, x0 = w[a:b], g[a:b], s0[a:b]
+                    for i in range(wc.shape[0]):
+                        wc[i], x0[i] = rule(wc[i], gc[i], x0[i], hp)
     elif n_state == 2:
         def loop(w, g, s0, s1, table, chunks):
             for c in prange(chunks.shape[0]):
                 s = chunks[c, 2]
                 if table[s, 0] != 0:
-                    hp = table[s, 1:]
-                    for i in range(chunks[c, 0], chunks[c, 1]):
-                        w[i], s0[i], s1[i] = rule(w[i], g[i], s0[i], s1[i], hp)
+                    hp = to_fixed_tuple(table[s, 1:], n_hyper)
+                    a, b = chunks[c, 0], chunks[c, 1]
+                    wc, gc, x0, x1 = w[a:b], g[a:b], s0[a:b], s1[a:b]
+                    for i in range(wc.shape[0]):
+                        wc[i], x0[i], x1[i] = rule(wc[i], gc[i], x0[i], x1[i], hp)
     elif n_state == 3:
         def loop(w, g, s0, s1, s2, table, chunks):
             for c in prange(chunks.shape[0]):
                 s = chunks[c, 2]
                 if table[s, 0] != 0:
-                    hp = table[s, 1:]
-                    for i in range(chunks[c, 0], chunks[c, 1]):
-                        w[i], s0[i], s1[i], s2[i] = rule(w[i], g[i], s0[i], s1[i], s2[i], hp)
+                    hp = to_fixed_tuple(table[s, 1:], n_hyper)
+                    a, b = chunks[c, 0], chunks[c, 1]
+                    wc, gc, x0, x1, x2 = w[a:b], g[a:b], s0[a:b], s1[a:b], s2[a:b]
+                    for i in range(wc.shape[0]):
+                        wc[i], x0[i], x1[i], x2[i] = rule(wc[i], gc[i], x0[i], x1[i], x2[i], hp)
     else:
         raise ValueError(f"rules with {n_state} state arrays are not supported (0 to 3)")
     return loop
 
 
-def segmented_kernel(factory, n_state: int, dtype, parallel: bool):
+def segmented_kernel(factory, n_state: int, n_hyper: int, dtype, parallel: bool):
     """The compiled segmented loop of ``factory``'s rule for ``dtype`` (cached per process)."""
     dtype = np.dtype(dtype)
-    key = ("segmented", factory, n_state, dtype, bool(parallel))
+    key = ("segmented", factory, n_state, n_hyper, dtype, bool(parallel))
     kernel = _kernels.get(key)
     if kernel is not None:
         return kernel
@@ -219,7 +231,7 @@ def segmented_kernel(factory, n_state: int, dtype, parallel: bool):
             sig = types.void(arr, arr, *([arr] * n_state), nb[:, ::1], types.int64[:, ::1])
             rule = numba.njit(inline="always")(factory(dtype.type))
             kernel = numba.njit([sig], parallel=bool(parallel), **COMPILE_OPTIONS)(
-                _segmented_loop(rule, n_state))
+                _segmented_loop(rule, n_state, n_hyper))
             _kernels[key] = kernel
     return kernel
 
@@ -231,7 +243,7 @@ def run_segmented(factory, weight, grad, states, table, chunks):
     per-segment ``(active, *hp)`` rows in that dtype; ``chunks``: :func:`chunk_table` rows.
     """
     parallel = weight.shape[0] >= PARALLEL_THRESHOLD and chunks.shape[0] > 1
-    kernel = segmented_kernel(factory, len(states), weight.dtype, parallel)
+    kernel = segmented_kernel(factory, len(states), table.shape[1] - 1, weight.dtype, parallel)
     kernel(weight, grad, *states, table, chunks)
 
 
@@ -268,11 +280,11 @@ def noise_kernel(factory, n_hyper, n_aux, dtype, parallel):
     return kernel
 
 
-def noise_segmented_kernel(factory, n_aux, dtype, parallel):
+def noise_segmented_kernel(factory, n_hyper, n_aux, dtype, parallel):
     """The segmented loop of a noise rule: segment ``s`` draws from stream ``keys[s]`` with the
     element's index inside its tensor, and reads ``aux[s]``."""
     dtype = np.dtype(dtype)
-    key_ = ("noise-segmented", factory, n_aux, dtype, bool(parallel))
+    key_ = ("noise-segmented", factory, n_hyper, n_aux, dtype, bool(parallel))
     kernel = _kernels.get(key_)
     if kernel is not None:
         return kernel
@@ -286,12 +298,13 @@ def noise_segmented_kernel(factory, n_aux, dtype, parallel):
                 for c in prange(chunks.shape[0]):
                     s = chunks[c, 2]
                     if table[s, 0] != 0:
-                        hp = table[s, 1:]
-                        a = aux[s]
-                        base = offsets[s]
-                        for i in range(chunks[c, 0], chunks[c, 1]):
-                            z = normal(keys[s], np.uint64(i - base))
-                            w[i] = rule(w[i], g[i], z, hp, a)
+                        hp = to_fixed_tuple(table[s, 1:], n_hyper)
+                        a = to_fixed_tuple(aux[s], n_aux)
+                        first = chunks[c, 0] - offsets[s]  # index of the chunk in its tensor
+                        wc, gc = w[chunks[c, 0]:chunks[c, 1]], g[chunks[c, 0]:chunks[c, 1]]
+                        for i in range(wc.shape[0]):
+                            z = normal(keys[s], np.uint64(first + i))
+                            wc[i] = rule(wc[i], gc[i], z, hp, a)
             nb = _NUMBA_TYPES[dtype]
             sig = types.void(nb[::1], nb[::1], nb[:, ::1], types.uint64[::1],
                              types.float64[:, ::1], types.int64[::1], types.int64[:, ::1])
@@ -312,5 +325,6 @@ def run_noise(factory, weight, grad, hyper, key, aux):
 def run_noise_segmented(factory, weight, grad, table, keys, aux, offsets, chunks):
     """One call of a noise rule over flat buffers holding many tensors."""
     parallel = weight.shape[0] >= PARALLEL_THRESHOLD and chunks.shape[0] > 1
-    kernel = noise_segmented_kernel(factory, aux.shape[1], weight.dtype, parallel)
+    kernel = noise_segmented_kernel(factory, table.shape[1] - 1, aux.shape[1], weight.dtype,
+                                    parallel)
     kernel(weight, grad, table, keys, aux, offsets, chunks)

@@ -12,8 +12,9 @@ What is and is not copied: nothing. Weight, gradient and state are read and writ
 are, through views built from their ``__cuda_array_interface__`` without synchronising on the
 stream they export. Hyperparameters are a tuple of scalars passed as a kernel argument (no
 host-to-device copy). The kernel is enqueued on the caller's stream: an explicit ``stream``
-argument, else the stream the weight exports (PyTorch and CuPy export their current stream), else
-the default stream; ``update`` returns without waiting for it.
+argument, else the stream the weight exports (CuPy exports its current stream), else for a
+PyTorch tensor PyTorch's current stream (its interface exports none), else the default stream;
+``update`` returns without waiting for it.
 
 Compile policy (DESIGN section 4), in one place: explicit signatures, ``fastmath`` off, on-disk
 cache. numba-cuda contracts ``a*b + c`` into fused multiply-adds; an FMA rounds once, so its
@@ -30,6 +31,7 @@ from __future__ import annotations
 import os
 import threading
 import warnings
+import weakref
 
 import numba
 import numpy as np
@@ -58,6 +60,13 @@ BLOCKS_PER_SM = 16
 #: float64 partial sums are added in the same order on every GPU, run after run.
 REDUCE_BLOCKS, REDUCE_THREADS = (2, 16) if SIMULATOR else (256, 256)
 
+if SIMULATOR:
+    def row_tuple(row, n):
+        """The first ``n`` values of a table row as a tuple (the simulator runs Python)."""
+        return tuple(row[:n])
+else:
+    from numba.cuda.np.unsafe.ndarray import to_fixed_tuple as row_tuple
+
 _NB = {np.dtype(np.float16): types.float16, np.dtype(np.float32): types.float32,
        np.dtype(np.float64): types.float64}
 _lock = threading.Lock()
@@ -76,9 +85,21 @@ def compute_dtype(dtype):
 # --------------------------------------------------------------------------------------------
 # devices, streams, views
 # --------------------------------------------------------------------------------------------
+_n_devices: list = []
+
+
+def single_device():
+    """Whether this process sees one GPU (then every device pointer is on device 0)."""
+    if SIMULATOR:
+        return True
+    if not _n_devices:
+        _n_devices.append(len(cuda.gpus))
+    return _n_devices[0] == 1
+
+
 def device_of(d: ArrayDesc):
     """The ordinal of the CUDA device that holds ``d``'s memory (0 under the simulator)."""
-    if SIMULATOR or d.ptr == 0:
+    if d.ptr == 0 or single_device():
         return 0
     from numba.cuda.cudadrv import driver
     cuda.current_context()
@@ -99,37 +120,69 @@ def _stream_handle(s):
 
 
 def resolve_stream(stream, weight: ArrayDesc):
-    """The stream a step is enqueued on: ``stream`` if given, else the weight's exported one.
+    """The stream a step is enqueued on: ``stream`` if given, else the one the weight exports
+    (CuPy: its current stream), else for a PyTorch tensor PyTorch's current stream on its device
+    (PyTorch's interface exports none), else the default stream.
 
     Handles follow the CUDA array interface: 1 is the legacy default stream, 2 the per-thread
-    default stream, ``None`` (nothing exported) the default stream.
+    default stream.
     """
     if SIMULATOR:
         return 0
     if stream is None:
         stream = weight.stream
+        if stream is None and weight.library == "torch":
+            # PyTorch's interface (version 2) exports no stream: its current stream it is,
+            # else a kernel on the legacy default stream would race PyTorch's non-blocking
+            # side streams
+            import torch
+            stream = torch.cuda.current_stream(weight.obj.device).cuda_stream
     if isinstance(stream, cuda.cudadrv.driver.Stream):
         return stream
     h = 0 if stream is None else _stream_handle(stream)
-    if h in (0, 1):
-        return cuda.default_stream() if h == 0 else cuda.legacy_default_stream()
-    if h == 2:
-        return cuda.per_thread_default_stream()
     s = _streams.get(h)
     if s is None:
-        s = _streams[h] = cuda.external_stream(h)
+        if h in (0, 1):
+            s = cuda.default_stream() if h == 0 else cuda.legacy_default_stream()
+        elif h == 2:
+            s = cuda.per_thread_default_stream()
+        else:
+            s = cuda.external_stream(h)
+        _streams[h] = s
     return s
 
 
+_flat_views: dict = {}
+_FLAT_CACHE = 4096
+
+
 def flat(d: ArrayDesc):
-    """A 1-D device array over ``d``'s memory in memory order, without a copy or a sync."""
+    """A 1-D device array over ``d``'s memory in memory order, without a copy or a sync.
+
+    Views are cached per (owner, pointer, length, dtype) while the owner lives (a weak
+    reference), so a training loop does not rebuild them every step; a view does not keep the
+    owner's memory alive (the caller holds the owner during the launch).
+    """
     n = d.size
     if SIMULATOR:
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
         return FakeCUDAArray(arrays.host_view(d)[:n])
+    key = (id(d.obj), d.lo, n, d.dtype.str)
+    hit = _flat_views.get(key)
+    if hit is not None and hit[0]() is d.obj:
+        return hit[1]
     desc = {"shape": (n,), "typestr": d.dtype.str, "data": (d.lo, False), "version": 3,
             "strides": None, "stream": None}
-    return cuda.from_cuda_array_interface(desc, owner=d.obj, sync=False)
+    try:
+        ref = weakref.ref(d.obj)
+    except TypeError:  # an owner without weak references: a fresh view that holds it
+        return cuda.from_cuda_array_interface(desc, owner=d.obj, sync=False)
+    view = cuda.from_cuda_array_interface(desc, owner=None, sync=False)
+    if len(_flat_views) >= _FLAT_CACHE:
+        for k in [k for k, (r, _) in _flat_views.items() if r() is None] or list(_flat_views):
+            del _flat_views[k]
+    _flat_views[key] = (ref, view)
+    return view
 
 
 def launch(kernel, blocks, threads, stream, *args):
@@ -147,11 +200,16 @@ def launch_config(n: int):
     """``(blocks, threads)`` of a grid-stride element-wise kernel over ``n`` elements."""
     if SIMULATOR:
         return min(-(-n // THREADS), 2), THREADS
-    dev = cuda.get_current_device()
-    cap = _max_blocks.get(dev.id)
+    return min(-(-n // THREADS), _block_cap()), THREADS
+
+
+def _block_cap():
+    dev_id = 0 if single_device() else cuda.get_current_device().id
+    cap = _max_blocks.get(dev_id)
     if cap is None:
-        cap = _max_blocks[dev.id] = dev.MULTIPROCESSOR_COUNT * BLOCKS_PER_SM
-    return min(-(-n // THREADS), cap), THREADS
+        dev = cuda.get_current_device()
+        cap = _max_blocks[dev_id] = dev.MULTIPROCESSOR_COUNT * BLOCKS_PER_SM
+    return cap
 
 
 # --------------------------------------------------------------------------------------------
@@ -328,16 +386,20 @@ def sum_of_squares(x, y, stream=0):
 # allocation and conversion for numba device arrays (create_state of non-CuPy/torch weights)
 # --------------------------------------------------------------------------------------------
 def zeros(like: ArrayDesc, dtype):
-    """A zero-filled numba device array with ``like``'s shape and memory order."""
+    """A zero-filled numba device array with ``like``'s shape and memory order. Allocation
+    time, not step time: the fill is waited for, so no later stream can see it unfinished."""
     out = cuda.device_array(like.shape, np.dtype(dtype), order=like.order)
     d = arrays.describe(out)
     run(rules.fill_rule, d, d, (), (0.0,), stream=0)
+    cuda.synchronize()
     return out
 
 
 def convert_into(dst: ArrayDesc, src: ArrayDesc):
-    """``dst[...] = src`` element by element, rounding to ``dst``'s dtype (same memory order)."""
+    """``dst[...] = src`` element by element, rounding to ``dst``'s dtype (same memory order);
+    waited for, like :func:`zeros` (used when states are created)."""
     run(rules.copy_rule, dst, src, (), (0.0,), stream=0)
+    cuda.synchronize()
 
 
 def copy_from_host(d: ArrayDesc, host):
@@ -380,27 +442,34 @@ class Launcher:
 
     backend = "cuda"
 
-    def __init__(self, weight: ArrayDesc, stream=None, mirror: ArrayDesc | None = None):
+    def __init__(self, weight: ArrayDesc, stream=None, mirror: ArrayDesc | None = None,
+                 known=()):
         self.weight, self.mirror = weight, mirror
         self.stream = resolve_stream(stream, mirror if mirror is not None else weight)
         self.device = device_of(weight)
+        self._known = {id(d.obj): d for d in known}
+
+    def _describe(self, a, what):
+        """The description of ``a`` (reused from validation when it made one)."""
+        d = self._known.get(id(a))
+        return d if d is not None and d.obj is a else arrays.describe(a, what)
 
     def compute_dtype(self, a):
-        return compute_dtype(arrays.describe(a).dtype)
+        return compute_dtype(self._describe(a, "array").dtype)
 
     def _mirror_for(self, w: ArrayDesc):
         """The float16 twin to write when ``w`` is the step's master weight, else None."""
         return self.mirror if (self.mirror is not None and w.ptr == self.weight.ptr) else None
 
     def run_rule(self, factory, weight, grad, states, hyper):
-        w = arrays.describe(weight)
-        self._in_device(run, factory, w, arrays.describe(grad, "grad"),
-                        tuple(arrays.describe(s, "state") for s in states), hyper,
+        w = self._describe(weight, "weight")
+        self._in_device(run, factory, w, self._describe(grad, "grad"),
+                        tuple(self._describe(s, "state") for s in states), hyper,
                         stream=self.stream, mirror=self._mirror_for(w))
 
     def run_noise_rule(self, factory, weight, grad, hyper, key, aux):
-        w = arrays.describe(weight)
-        self._in_device(run_noise, factory, w, arrays.describe(grad, "grad"), hyper, key, aux,
+        w = self._describe(weight, "weight")
+        self._in_device(run_noise, factory, w, self._describe(grad, "grad"), hyper, key, aux,
                         stream=self.stream, mirror=self._mirror_for(w))
 
     def zeros_like(self, a, dtype=None):
@@ -410,7 +479,7 @@ class Launcher:
         return self._in_device(sum_of_squares, x, y, stream=self.stream)
 
     def _in_device(self, fn, *args, **kwargs):
-        if SIMULATOR or cuda.get_current_device().id == self.device:
+        if single_device() or cuda.get_current_device().id == self.device:
             return fn(*args, **kwargs)
         with cuda.gpus[self.device]:
             return fn(*args, **kwargs)
@@ -424,16 +493,20 @@ class Launcher:
 CHUNK = 64 if SIMULATOR else 4096
 
 
-def _segmented_source(rule, n_state, f, mirror):
+def _segmented_source(rule, n_state, n_hyper, f, mirror):
     """The segmented loop: block ``b`` takes chunks ``b, b + gridDim, ...``; chunk ``c`` is the
-    row ``(start, end, segment)``; segment ``s`` reads ``(active, *hp)`` from ``table[s]``."""
+    row ``(start, end, segment)``; segment ``s`` reads ``(active, *hp)`` from ``table[s]``.
+
+    The row becomes a tuple before the element loop, as the single-tensor kernel's ``hp``
+    argument is one: the rule then compiles to the same code in both kernels (the same fused
+    multiply-adds), so a Trainer step equals the per-tensor updates bit for bit."""
     if n_state == 0:
         def kernel(w, g, table, chunks, w16):
             c = cuda.blockIdx.x
             while c < chunks.shape[0]:
                 s = chunks[c, 2]
                 if table[s, 0] != 0:
-                    hp = table[s, 1:]
+                    hp = row_tuple(table[s, 1:], n_hyper)
                     i = chunks[c, 0] + cuda.threadIdx.x
                     while i < chunks[c, 1]:
                         wi = rule(f(w[i]), f(g[i]), hp)
@@ -448,7 +521,7 @@ def _segmented_source(rule, n_state, f, mirror):
             while c < chunks.shape[0]:
                 s = chunks[c, 2]
                 if table[s, 0] != 0:
-                    hp = table[s, 1:]
+                    hp = row_tuple(table[s, 1:], n_hyper)
                     i = chunks[c, 0] + cuda.threadIdx.x
                     while i < chunks[c, 1]:
                         wi, a = rule(f(w[i]), f(g[i]), f(s0[i]), hp)
@@ -464,7 +537,7 @@ def _segmented_source(rule, n_state, f, mirror):
             while c < chunks.shape[0]:
                 s = chunks[c, 2]
                 if table[s, 0] != 0:
-                    hp = table[s, 1:]
+                    hp = row_tuple(table[s, 1:], n_hyper)
                     i = chunks[c, 0] + cuda.threadIdx.x
                     while i < chunks[c, 1]:
                         wi, a, b = rule(f(w[i]), f(g[i]), f(s0[i]), f(s1[i]), hp)
@@ -481,7 +554,7 @@ def _segmented_source(rule, n_state, f, mirror):
             while c < chunks.shape[0]:
                 s = chunks[c, 2]
                 if table[s, 0] != 0:
-                    hp = table[s, 1:]
+                    hp = row_tuple(table[s, 1:], n_hyper)
                     i = chunks[c, 0] + cuda.threadIdx.x
                     while i < chunks[c, 1]:
                         wi, a, b, d = rule(f(w[i]), f(g[i]), f(s0[i]), f(s1[i]), f(s2[i]), hp)
@@ -498,11 +571,11 @@ def _segmented_source(rule, n_state, f, mirror):
     return kernel
 
 
-def segmented_kernel(factory, storage: tuple, compute, mirror: bool):
+def segmented_kernel(factory, storage: tuple, compute, n_hyper: int, mirror: bool):
     """The compiled segmented kernel of ``factory``'s rule (cached per process)."""
     compute = np.dtype(compute)
     storage = tuple(np.dtype(s) for s in storage)
-    key = ("segmented", factory, storage, compute, bool(mirror))
+    key = ("segmented", factory, storage, compute, n_hyper, bool(mirror))
     kernel = _kernels.get(key)
     if kernel is not None:
         return kernel
@@ -512,7 +585,7 @@ def segmented_kernel(factory, storage: tuple, compute, mirror: bool):
             rule = device_rule(factory, compute)
             arrs = [_NB[s][::1] for s in storage]
             sig = types.void(*arrs[:-1], _NB[compute][:, ::1], types.int64[:, ::1], arrs[-1])
-            src = _segmented_source(rule, len(storage) - 3, compute.type, bool(mirror))
+            src = _segmented_source(rule, len(storage) - 3, n_hyper, compute.type, bool(mirror))
             kernel = _kernels[key] = cuda.jit(sig, **COMPILE_OPTIONS)(src)
     return kernel
 
@@ -565,10 +638,9 @@ def run_segmented(factory, w: ArrayDesc, g: ArrayDesc, states, table, upload: Ta
     compute = compute_dtype(w.dtype)
     m = mirror if mirror is not None else w
     storage = (w.dtype, g.dtype) + tuple(s.dtype for s in states) + (m.dtype,)
-    kernel = segmented_kernel(factory, storage, compute, mirror is not None)
+    kernel = segmented_kernel(factory, storage, compute, table.shape[1] - 1, mirror is not None)
     n_chunks = chunks.shape[0]
-    blocks = min(n_chunks, 2) if SIMULATOR else min(
-        n_chunks, cuda.get_current_device().MULTIPROCESSOR_COUNT * BLOCKS_PER_SM)
+    blocks = min(n_chunks, 2) if SIMULATOR else min(n_chunks, _block_cap())
     k, dev_table = upload.upload(table, stream)
     args = [flat(w), flat(g)] + [flat(s) for s in states] + [dev_table, chunks, flat(m)]
     launch(kernel, blocks, THREADS, stream, *args)
@@ -578,7 +650,7 @@ def run_segmented(factory, w: ArrayDesc, g: ArrayDesc, states, table, upload: Ta
 # --------------------------------------------------------------------------------------------
 # noise rules (SGLD): ``rule(w, g, z, hp, aux) -> w`` with z the element's normal draw
 # --------------------------------------------------------------------------------------------
-def _noise_sources(rule, f, mirror):
+def _noise_sources(rule, f, mirror, n_hyper, n_aux):
     from . import noise
     normal = noise.generator(cuda.jit(device=True), "cuda")
 
@@ -597,8 +669,8 @@ def _noise_sources(rule, f, mirror):
         while c < chunks.shape[0]:
             s = chunks[c, 2]
             if table[s, 0] != 0:
-                hp = table[s, 1:]
-                a = aux[s]
+                hp = row_tuple(table[s, 1:], n_hyper)
+                a = row_tuple(aux[s], n_aux)
                 key = keys[s]
                 base = offsets[s]
                 i = chunks[c, 0] + cuda.threadIdx.x
@@ -620,7 +692,8 @@ def _noise_kernel(kind, factory, w, g, m, compute, n_hyper, n_aux, mirror):
             kernel = _kernels.get(key)
             if kernel is None:
                 rule = device_rule(factory, compute)
-                single, segmented = _noise_sources(rule, compute.type, bool(mirror))
+                single, segmented = _noise_sources(rule, compute.type, bool(mirror), n_hyper,
+                                                   n_aux)
                 if kind == "single":
                     sig = types.void(_NB[w][::1], _NB[g][::1],
                                      types.UniTuple(_NB[compute], n_hyper), types.uint64,
@@ -661,8 +734,7 @@ def run_noise_segmented(factory, w: ArrayDesc, g: ArrayDesc, table, keys, aux, u
     kernel = _noise_kernel("segmented", factory, w.dtype, g.dtype, m.dtype, compute,
                            table.shape[1] - 1, aux.shape[1], mirror is not None)
     n_chunks = chunks.shape[0]
-    blocks = min(n_chunks, 2) if SIMULATOR else min(
-        n_chunks, cuda.get_current_device().MULTIPROCESSOR_COUNT * BLOCKS_PER_SM)
+    blocks = min(n_chunks, 2) if SIMULATOR else min(n_chunks, _block_cap())
     sent = [u.upload(a, stream) for u, a in zip(uploads, (table, keys, aux))]
     launch(kernel, blocks, THREADS, stream, flat(w), flat(g), sent[0][1], sent[1][1],
            sent[2][1], offsets, chunks, flat(m))

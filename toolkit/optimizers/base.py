@@ -9,6 +9,7 @@ modified (the array contract of ``toolkit.backends.arrays``), and the choice of 
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import warnings
@@ -23,6 +24,13 @@ BACKENDS = ("auto", "reference", "cpu", "cuda")
 CONVENTIONS = ("mxnet", "guide")
 
 _REGISTRY: dict[str, type] = {}
+
+
+@functools.lru_cache(maxsize=4096)
+def _round_f32(x):
+    """``x`` rounded to float32, as a Python float (memoised: a step rounds the same few
+    hyperparameters for every parameter)."""
+    return float(np.float32(x))
 
 
 def register(klass):
@@ -343,14 +351,17 @@ class Optimizer:
         """Update ``weight`` and ``state`` in place from ``grad`` (the weight's dtype and kind).
 
         On the CUDA backend the step is enqueued on ``stream`` (a numba, CuPy or PyTorch stream,
-        or a handle), else on the stream the weight exports, and this returns without waiting.
+        or a handle), else on the weight's own stream (the one CuPy exports; PyTorch's current
+        stream for a tensor), and this returns without waiting.
         """
         self._check_index(index)
         w = self._check_weight(weight)
         backend = self._resolve_backend(w)
-        self._check_grad(w, grad)
-        self._check_state(state, w, self.create_state_template(w), others=(("grad", grad),))
-        self._apply(index, weight, grad, state, backend, w, stream=stream)
+        g = self._check_grad(w, grad)
+        known = self._check_state(state, w, self.create_state_template(w),
+                                  others=(("grad", g),))
+        self._apply(index, weight, grad, state, backend, w, stream=stream,
+                    known=[w, g] + known)
 
     def update_multi_precision(self, index, weight, grad, state, *, stream=None):
         """``update`` through the float32 master copy when the weight is float16 and
@@ -368,12 +379,13 @@ class Optimizer:
         m = self._check_array("state (float32 master copy)", master, w.shape, np.float32, w)
         if arrays.overlaps(g, m):
             raise ValueError("state (float32 master copy) shares memory with the grad")
-        self._check_state(inner, m, self.create_state_template(m),
-                          others=(("grad", grad), ("weight", weight)))
+        known = self._check_state(inner, m, self.create_state_template(m),
+                                  others=(("grad", g), ("weight", w)))
         if backend == "cuda":
             # one kernel: the float16 gradient is widened on load, the float16 weight written
             # from the updated master in the same pass
-            self._apply(index, master, grad, inner, backend, m, stream=stream, mirror=w)
+            self._apply(index, master, grad, inner, backend, m, stream=stream, mirror=w,
+                        known=[w, g, m] + known)
             return
         g32 = grad.astype(np.float32)
         self._apply(index, master, g32, inner, backend, m)
@@ -403,12 +415,14 @@ class Optimizer:
     #: segmented call (False for optimizers whose step reads results back mid-step, e.g. LBSGD)
     segmentable = True
 
-    def _apply(self, index, weight, grad, state, backend, w, stream=None, mirror=None):
-        """Validated arrays in; one step applied; counts committed last."""
+    def _apply(self, index, weight, grad, state, backend, w, stream=None, mirror=None,
+               known=()):
+        """Validated arrays in (``known``: their descriptions); one step applied; counts
+        committed last."""
         t, lr, wd = self._step_scalars(index)
         if backend == "cuda":
             from ..backends import cuda
-            self._launcher = cuda.Launcher(w, stream=stream, mirror=mirror)
+            self._launcher = cuda.Launcher(w, stream=stream, mirror=mirror, known=known)
             try:
                 self._step(backend, index, weight, grad, state, t, lr, wd)
             finally:
@@ -594,12 +608,12 @@ class Optimizer:
             if state is not None:
                 raise TypeError(f"{type(self).__name__} with these hyperparameters keeps no "
                                 f"state; expected None, got {type(state).__name__}")
-            return
+            return []
         if isinstance(template, Slot):
             d = self._check_array(f"state[{template.name!r}]", state, template.shape,
                                   template.dtype, w)
             self._check_no_alias([(f"state[{template.name!r}]", d)], others)
-            return
+            return [d]
         names = tuple(s.name if s is not None else "None" for s in template)
         if not isinstance(state, tuple) or len(state) != len(template):
             raise TypeError(f"state must be a tuple {names}, as create_state returns; "
@@ -616,13 +630,14 @@ class Optimizer:
                     raise ValueError(f"state[{slot.name!r}] shares memory with another state array")
             seen.append((f"state[{slot.name!r}]", d))
         self._check_no_alias(seen, others)
+        return [d for _, d in seen]
 
     @staticmethod
     def _check_no_alias(state_descs, others):
         for name, a in others:
             if a is None:
                 continue
-            d = arrays.describe(a, name)
+            d = a if isinstance(a, arrays.ArrayDesc) else arrays.describe(a, name)
             for sname, s in state_descs:
                 if arrays.overlaps(d, s):
                     raise ValueError(f"{sname} shares memory with the {name}")
@@ -649,7 +664,7 @@ class Optimizer:
         """A kernel hyperparameter as the convention uses it: rounded to float32 under
         convention "mxnet" for MXNet's kernel optimizers (float64 weights included)."""
         if self.convention == "mxnet" and self.mxnet_kernel and x is not None:
-            return float(np.float32(x))
+            return _round_f32(x)
         return x
 
     def _clip_bound(self):

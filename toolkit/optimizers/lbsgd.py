@@ -170,10 +170,10 @@ class LBSGD(Optimizer):
         return min(max(math.sqrt(ww / (gg + wd * ww + 1e-18)), 0.01), 100.0)
 
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
-        cum, ncum = self._accumulator(index, weight)
-        ncum += 1
         states = self._state_arrays(state)
         if self.convention == "mxnet":
+            cum, ncum = self._accumulator(index, weight)
+            ncum += 1
             self._run_rule(add_rule, cum, grad, (), (0.0,))              # cum = cum + grad
             self._cum[index], self._ncum[index] = cum, ncum
             if ncum % self.batch_scale != 0:
@@ -190,6 +190,7 @@ class LBSGD(Optimizer):
                 self._run_rule(sgd_update_rule, weight, g, (), (lr, 1.0 - lr * wd, rs, c))
             self._run_rule(fill_rule, cum, cum, (), (0.0,))               # cum = 0
             return
+        ncum = self._ncum.get(index, self.init_updates) + 1  # the guide accumulates nothing
         lr = lr * self._multiplier(weight, grad, wd, ncum)
         if states:
             self._run_rule(guide_momentum_rule, weight, grad, states,

@@ -23,10 +23,13 @@ def mxnet_momentum_rule(f):
 
     def rule(w, grad, mom, hp):
         lr, lrwd, rs, c, mu, lrrs = hp
+        # the branch picks the factors only; the one product below is shared, so a CUDA
+        # compiler contracts it the same way in every kernel that inlines this rule
         if c >= zero:
-            step = lr * min(max(rs * grad, -c), c)
+            scale, g = lr, min(max(rs * grad, -c), c)
         else:
-            step = lrrs * grad           # MXNet's kernel: (lr*rs)*g when not clipping
+            scale, g = lrrs, grad        # MXNet's kernel: (lr*rs)*g when not clipping
+        step = scale * g
         mom = ((mu * mom) - lrwd * w) - step
         return w + mom, mom
     return rule
@@ -37,10 +40,11 @@ def mxnet_plain_rule(f):
 
     def rule(w, grad, hp):
         lr, lrwd, rs, c, lrrs = hp
-        if c >= zero:
-            step = lr * min(max(rs * grad, -c), c)
+        if c >= zero:                    # factors only: see mxnet_momentum_rule
+            scale, g = lr, min(max(rs * grad, -c), c)
         else:
-            step = lrrs * grad
+            scale, g = lrrs, grad
+        step = scale * g
         return w + ((zero - lrwd * w) - step)
     return rule
 

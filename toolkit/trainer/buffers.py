@@ -90,7 +90,8 @@ class Group:
             view = self._slicer(k, p.shape)
             p._data, p._grad = view(self.data), view(self.grad)
             self.views.append(map_state(self.state, view))
-        self.launches = 0
+        self._persistent = {id(a) for a in [self.data, self.grad] + state_leaves(self.state)}
+        self._views: dict = {}
         if self.device == "cuda":
             from ..backends import cuda
             self.chunks = cuda.cuda.to_device(cuda.chunk_table(self.offsets))
@@ -109,6 +110,18 @@ class Group:
     def _slicer(self, k, shape):
         a, b = int(self.offsets[k]), int(self.offsets[k + 1])
         return lambda arr: arr[a:b].reshape(shape)
+
+    def view(self, k, arr):
+        """Member ``k``'s view of the flat array ``arr``; views of the group's own buffers are
+        made once (slicing a device array costs tens of microseconds), views of per-step
+        copies each time."""
+        if id(arr) not in self._persistent:
+            return self._slicer(k, self.members[k][1].shape)(arr)
+        key = (k, id(arr))
+        v = self._views.get(key)
+        if v is None:
+            v = self._views[key] = self._slicer(k, self.members[k][1].shape)(arr)
+        return v
 
     def split_state(self, optimizer, state):
         """``(master, inner)`` of a multi-precision state structure, else ``(None, state)``."""

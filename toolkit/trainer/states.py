@@ -11,7 +11,9 @@ with ``allow_pickle=False``, holding
 * ``state/<index>/<k>``: the k-th state array of parameter ``index`` (the leaves of what
   ``create_state_multi_precision`` returns, in order, so the float32 master copy of a
   multi-precision parameter is one of them);
-* ``host/<name>``: arrays of the optimizer's host-side state (LBSGD's gradient accumulators).
+* ``host/<name>``: arrays of the optimizer's host-side state (LBSGD's gradient accumulators);
+* the zip archive comment (the file's last 64 bytes): the SHA-256, in hex, of every byte before
+  it, so a flipped bit anywhere in the file is caught before the zip is even parsed.
 
 Writing is atomic: a temporary file in the same folder, flushed and fsynced, renamed over the
 target, and the folder fsynced. Loading reads and checks everything (zip integrity, format,
@@ -38,6 +40,8 @@ __all__ = ["save", "load", "FORMAT", "VERSION"]
 
 FORMAT = "mxopt-toolkit trainer states"
 VERSION = 1
+#: the zip archive comment, the file's last bytes: the SHA-256 (hex) of every byte before it
+_SEAL = 64
 
 
 def _checksum(arrs: dict, meta: dict) -> str:
@@ -106,11 +110,17 @@ def save(trainer, path):
     payload["meta"] = np.frombuffer(json.dumps(meta, sort_keys=True).encode("utf-8"), np.uint8)
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
+    buf = io.BytesIO()
+    np.savez(buf, **payload)
+    with zipfile.ZipFile(buf, "a") as zf:  # room for the whole-file checksum: the zip comment
+        zf.comment = b"0" * _SEAL
+    raw = buf.getvalue()
+    raw = raw[:-_SEAL] + hashlib.sha256(raw[:-_SEAL]).hexdigest().encode("ascii")
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
                                dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, **payload)
+            f.write(raw)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -142,6 +152,9 @@ def _read(path):
                       "code and are never loaded")
     if raw[:4] != b"PK\x03\x04":
         _refuse(path, f"it is not a {FORMAT} file (no zip/npz header)")
+    if len(raw) <= _SEAL or hashlib.sha256(raw[:-_SEAL]).hexdigest().encode("ascii") != raw[-_SEAL:]:
+        _refuse(path, "its whole-file checksum does not match (the file is truncated or "
+                      "corrupted, or was not written by save_states)")
     try:
         with np.load(io.BytesIO(raw), allow_pickle=False) as z:
             names = list(z.files)

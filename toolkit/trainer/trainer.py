@@ -204,7 +204,8 @@ class Trainer:
         self.last_step_launches = 0
         if not active:
             return
-        self._dry_run(active)  # every per-step check, before anything is written
+        if self._backend == "reference" or not opt.segmentable:
+            self._dry_run(active)  # per-parameter steps write as they go: check them all first
         if self._backend == "reference":
             self._reference_update(active)
         else:
@@ -239,14 +240,24 @@ class Trainer:
     def _kernel_update(self, active):
         opt = self._optimizer
         work = {id(g): _Work(g, opt) for g in self._groups}
-        for i in active:  # index order: shared optimizer state (num_update, Nadam's schedule)
-            g, k = self._where[i]
-            w = work[id(g)]
-            wv, gv, sv = w.member(k)
-            launcher = w.recorder if opt.segmentable else w.real_launcher(k, wv)
-            opt._plan_step(i, wv, gv, sv, launcher)
-            if not opt.segmentable:
-                self.last_step_launches += 1
+        if opt.segmentable:
+            # planning writes no array: on an error, put the optimizer's bookkeeping back
+            saved = (dict(opt.__dict__), dict(opt._index_update_count))
+        try:
+            for i in active:  # index order: shared optimizer state (num_update, Nadam's schedule)
+                g, k = self._where[i]
+                w = work[id(g)]
+                wv, gv, sv = w.member(k)
+                launcher = w.recorder if opt.segmentable else w.real_launcher(k, wv)
+                opt._plan_step(i, wv, gv, sv, launcher)
+                if not opt.segmentable:
+                    self.last_step_launches += 1
+        except BaseException:
+            if opt.segmentable:
+                opt.__dict__.clear()
+                opt.__dict__.update(saved[0])
+                opt._index_update_count = saved[1]
+            raise
         for g in self._groups:
             self.last_step_launches += work[id(g)].execute()
 
@@ -312,7 +323,7 @@ class _Work:
         return cpu.LAUNCHER
 
     def member(self, k):
-        view = self.g._slicer(k, self.g.members[k][1].shape)
+        view = lambda arr: self.g.view(k, arr)  # noqa: E731
         wv, gv, sv = view(self.w), view(self.grad), map_state(self.s, view)
         self.members[k] = (wv, gv, sv)
         self.calls_from[k] = len(self.recorder.calls)
@@ -320,8 +331,7 @@ class _Work:
 
     def real_launcher(self, k, wv):
         if self.g.device == "cuda":
-            mirror = None if self.mirror is None else \
-                self.g._slicer(k, self.g.members[k][1].shape)(self.mirror)
+            mirror = None if self.mirror is None else self.g.view(k, self.mirror)
             return self._launcher_for(wv, mirror)
         return cpu.LAUNCHER
 

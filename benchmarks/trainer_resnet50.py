@@ -1,0 +1,151 @@
+"""Benchmark: one Trainer step (Adam) over ResNet-50's 161 parameter shapes, against torch's fused Adam.
+
+ResNet-50 (He et al. 2016; the torchvision layout) has 161 parameter tensors, 25,557,032 float32
+values: 53 convolutions, 53 batch norms (gamma and beta) and the classifier. The Trainer holds them
+in one flat buffer per (dtype, device) group and steps them in one kernel call (CPU) or one
+launch (CUDA); ``torch.optim.Adam(fused=True)`` steps the same list of tensors. Both are timed in
+the same run as medians over repeated steps (a GPU step is synchronised before the clock stops),
+with the memory-traffic floor of the step (28 bytes per element for float32 Adam) shown as
+achieved bandwidth. Absolute times on shared machines vary; the ratio is what to read.
+
+    python benchmarks/trainer_resnet50.py [--device cpu|cuda] [--repeats 20]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import time
+
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+try:
+    from toolkit import Parameter, Trainer
+except ImportError:  # run from a checkout without `pip install -e .`
+    sys.path.insert(0, os.path.dirname(HERE))
+    from toolkit import Parameter, Trainer
+
+
+def resnet50_shapes():
+    """The 161 parameter shapes of ResNet-50, in torchvision's order."""
+    shapes = [(64, 3, 7, 7), (64,), (64,)]
+    inplanes = 64
+    for width, blocks in ((64, 3), (128, 4), (256, 6), (512, 3)):
+        for b in range(blocks):
+            shapes += [(width, inplanes, 1, 1), (width,), (width,),
+                       (width, width, 3, 3), (width,), (width,),
+                       (width * 4, width, 1, 1), (width * 4,), (width * 4,)]
+            if b == 0:
+                shapes += [(width * 4, inplanes, 1, 1), (width * 4,), (width * 4,)]
+            inplanes = width * 4
+    shapes += [(1000, 2048), (1000,)]
+    return shapes
+
+
+def _sync(device):
+    if device == "cuda":
+        from numba import cuda
+        cuda.synchronize()
+
+
+def time_trainer(device, shapes, repeats, rng):
+    params = [Parameter(f"p{i:03d}", init=rng.standard_normal(s).astype(np.float32) * 0.01,
+                        device=device) for i, s in enumerate(shapes)]
+    trainer = Trainer(params, "adam", {"learning_rate": 1e-3})
+    grads = [p.grad() for p in params]
+    for p in params:
+        p.set_grad(rng.standard_normal(p.shape).astype(np.float32))
+    times = []
+    for k in range(repeats + 3):
+        for p in params:
+            p.grad()  # the gradients are written in place (marked fresh)
+        _sync(device)
+        t0 = time.perf_counter()
+        trainer.step(1)
+        _sync(device)
+        if k >= 3:
+            times.append(time.perf_counter() - t0)
+    del grads
+    return statistics.median(times), trainer.last_step_launches
+
+
+def time_torch(device, shapes, repeats, rng):
+    import torch
+    dev = "cuda" if device == "cuda" else "cpu"
+    ps = [torch.tensor(rng.standard_normal(s).astype(np.float32) * 0.01, device=dev,
+                       requires_grad=True) for s in shapes]
+    for p in ps:
+        p.grad = torch.tensor(rng.standard_normal(p.shape).astype(np.float32), device=dev)
+    try:
+        opt = torch.optim.Adam(ps, lr=1e-3, fused=True)
+        kind = "fused"
+        opt.step()
+    except (RuntimeError, TypeError):
+        opt = torch.optim.Adam(ps, lr=1e-3, foreach=True)
+        kind = "foreach"
+    times = []
+    for k in range(repeats + 3):
+        if dev == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        opt.step()
+        if dev == "cuda":
+            torch.cuda.synchronize()
+        if k >= 3:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times), kind, torch.__version__
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/"
+                                                "trainer_resnet50_<device>.json)")
+    args = ap.parse_args(argv)
+    if args.device == "cuda":
+        from toolkit.backends import cuda_available
+        ok, why = cuda_available()
+        if not ok or os.environ.get("NUMBA_ENABLE_CUDASIM"):
+            ap.exit(2, f"{ap.prog}: --device cuda needs a GPU ({why})\n")
+    rng = np.random.default_rng(0)
+    shapes = resnet50_shapes()
+    n = int(sum(np.prod(s) for s in shapes))
+    t_tk, launches = time_trainer(args.device, shapes, args.repeats, rng)
+    row = {"device": args.device, "tensors": len(shapes), "elements": n,
+           "toolkit_ms": t_tk * 1e3, "toolkit_launches_per_step": launches,
+           "toolkit_GBps": 28 * n / t_tk / 1e9}
+    if importlib.util.find_spec("torch") is not None:
+        t_torch, kind, tv = time_torch(args.device, shapes, args.repeats, rng)
+        row.update(torch_kind=kind, torch_version=tv, torch_ms=t_torch * 1e3,
+                   torch_over_toolkit=t_torch / t_tk)
+    else:
+        row["torch"] = "not installed (pip install torch to compare)"
+    if args.device == "cuda":
+        from numba import cuda
+        row["gpu"] = cuda.get_current_device().name.decode() \
+            if isinstance(cuda.get_current_device().name, bytes) else cuda.get_current_device().name
+    row.update(machine=platform.processor() or platform.machine(), cpus=os.cpu_count())
+    print(f"ResNet-50 Adam step, {len(shapes)} tensors, {n:,} float32 values, {args.device}")
+    print(f"  toolkit Trainer: {row['toolkit_ms']:8.2f} ms  ({launches} kernel call(s), "
+          f"{row['toolkit_GBps']:.0f} GB/s of Adam traffic)")
+    if "torch_ms" in row:
+        print(f"  torch Adam {row['torch_kind']:7s}: {row['torch_ms']:8.2f} ms   "
+              f"torch/toolkit = {row['torch_over_toolkit']:.2f}x (>= 1.0 is the target)")
+    else:
+        print(f"  torch: {row['torch']}")
+    out = args.out or os.path.join(HERE, "results", f"trainer_resnet50_{args.device}.json")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(row, f, indent=2)
+    print(f"  wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,405 @@
+"""The Trainer (Gluon's): the guide's check, freshness, multipliers, one kernel call per group,
+bit-for-bit equality with per-parameter updates, views, kvstore options, and the states file."""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import zipfile
+
+import numpy as np
+import pytest
+
+from toolkit import Parameter, StaleGradientError, Trainer, lr_scheduler, optimizer
+from toolkit.backends import cpu
+from trainer_util import CONFIGS, SHAPES, config_id, conventions, host_leaves, twin_run
+
+CASES = [(cfg, conv) for cfg in CONFIGS for conv in conventions(cfg[0])]
+
+
+def _ids(case):
+    cfg, conv = case
+    return f"{config_id(cfg)}-{conv}"
+
+
+# --------------------------------------------------------------------------------------------
+# the guide's check and MXNet's rules
+# --------------------------------------------------------------------------------------------
+def test_guide_check_sgd_learning_rate_one():
+    """trainer-guide: with SGD and learning rate 1, ``step(b)`` gives ``w - grad / b``."""
+    rng = np.random.default_rng(1)
+    w0 = rng.standard_normal((4, 3)).astype(np.float32)
+    g = rng.standard_normal((4, 3)).astype(np.float32)
+    p = Parameter("w", init=w0)
+    trainer = Trainer([p], "sgd", {"learning_rate": 1.0})
+    p.grad()[...] = g
+    trainer.step(8)
+    assert np.array_equal(p.data(), w0 - g / np.float32(8))
+
+
+def test_rescale_grad_is_scale_over_batch_size():
+    p = Parameter("w", shape=(2,))
+    trainer = Trainer([p], "sgd", {"rescale_grad": 0.5})
+    p.grad()
+    trainer.step(4)
+    assert trainer.optimizer.rescale_grad == 0.125
+
+
+def test_allreduce_then_update_equals_step():
+    a, b = Parameter("a", init=np.ones(3, np.float32)), Parameter("b", init=np.ones(3, np.float32))
+    ta, tb = Trainer([a], "adam"), Trainer([b], "adam")
+    for _ in range(3):
+        a.set_grad(np.arange(3.0)); b.set_grad(np.arange(3.0))
+        ta.step(2)
+        tb.allreduce_grads()
+        tb.update(2)
+    assert np.array_equal(a.data(), b.data())
+
+
+def test_dict_params_are_sorted_by_name_and_list_keeps_order():
+    a, b = Parameter("a", shape=(1,)), Parameter("b", shape=(1,))
+    t = Trainer({"z": a, "y": b}, "sgd")
+    assert t.optimizer.param_dict == {0: b, 1: a}
+    a2, b2 = Parameter("a", shape=(1,)), Parameter("b", shape=(1,))
+    assert Trainer([a2, b2], "sgd").optimizer.param_dict == {0: a2, 1: b2}
+
+
+def test_learning_rate_and_scheduler_rules():
+    p = Parameter("w", shape=(2,))
+    t = Trainer([p], "sgd", {"learning_rate": 0.3})
+    assert t.learning_rate == 0.3
+    t.set_learning_rate(0.1)
+    assert t.learning_rate == 0.1 and t.optimizer.lr == 0.1
+    q = Parameter("w", shape=(2,))
+    sched = lr_scheduler.FactorScheduler(step=1, factor=0.5, base_lr=1.0)
+    ts = Trainer([q], "sgd", {"lr_scheduler": sched})
+    with pytest.raises(UserWarning, match="LRScheduler"):
+        ts.set_learning_rate(0.1)
+
+
+@pytest.mark.parametrize("bad, exc, match", [
+    (lambda p: Trainer(p[0], "sgd"), TypeError, "single Parameter"),
+    (lambda p: Trainer([p[0], "x"], "sgd"), TypeError, "Parameters only"),
+    (lambda p: Trainer(p, optimizer.SGD(), {"learning_rate": 1}), ValueError, "optimizer_params"),
+    (lambda p: Trainer(p, 3), TypeError, "registry name"),
+    (lambda p: Trainer(p, "nosuch"), ValueError, "unknown optimizer"),
+    (lambda p: Trainer(p, "sgd", kvstore="dist_sync"), ValueError, "distributed"),
+    (lambda p: Trainer(p, "sgd", kvstore="dist_device_async"), ValueError, "distributed"),
+    (lambda p: Trainer(p, "sgd", kvstore="nonsense"), ValueError, "kvstore"),
+    (lambda p: Trainer(p, "sgd", compression_params={"type": "2bit"}), ValueError,
+     "compression"),
+    (lambda p: Trainer(p, "sgd", update_on_kvstore="yes"), TypeError, "update_on_kvstore"),
+    (lambda p: Trainer([p[0], p[0]], "sgd"), ValueError, "twice"),
+    (lambda p: Trainer(p, "sgd", backend="gpu"), ValueError, "backend"),
+])
+def test_construction_errors(bad, exc, match):
+    params = [Parameter("a", shape=(2,)), Parameter("b", shape=(2,))]
+    with pytest.raises(exc, match=match):
+        bad(params)
+
+
+@pytest.mark.parametrize("kvstore", ["device", "local", None])
+@pytest.mark.parametrize("update_on_kvstore", [None, True, False])
+def test_one_process_kvstores_train_the_same(kvstore, update_on_kvstore):
+    p = Parameter("w", init=np.ones(3, np.float32))
+    t = Trainer([p], "sgd", {"learning_rate": 0.5, "momentum": 0.9}, kvstore=kvstore,
+                update_on_kvstore=update_on_kvstore)
+    for _ in range(2):
+        p.set_grad(np.ones(3))
+        t.step(1)
+    assert np.allclose(p.data(), 1 - 0.5 - (0.9 * 0.5 + 0.5))
+
+
+def test_null_grad_req_is_never_updated():
+    a = Parameter("a", init=np.ones(2, np.float32))
+    frozen = Parameter("frozen", init=np.ones(2, np.float32), grad_req="null")
+    t = Trainer([a, frozen], "sgd", {"learning_rate": 1.0})
+    a.set_grad(np.ones(2))
+    t.step(1)
+    assert np.array_equal(frozen.data(), np.ones(2, np.float32))
+    assert np.array_equal(a.data(), np.zeros(2, np.float32))
+    with pytest.raises(RuntimeError, match="null"):
+        frozen.grad()
+
+
+# --------------------------------------------------------------------------------------------
+# freshness
+# --------------------------------------------------------------------------------------------
+def test_stale_gradient_raises_naming_the_parameters_and_changes_nothing():
+    a, b, c = (Parameter(n, init=np.ones(2, np.float32)) for n in "abc")
+    t = Trainer([a, b, c], "adam")
+    b.grad()[...] = 1.0
+    before = [x.data().copy() for x in (a, b, c)]
+    with pytest.raises(StaleGradientError) as info:
+        t.step(1)
+    assert "'a'" in str(info.value) and "'c'" in str(info.value) and "'b'" not in str(info.value)
+    assert isinstance(info.value, UserWarning)  # MXNet raises a UserWarning here
+    assert all(np.array_equal(x.data(), y) for x, y in zip((a, b, c), before))
+    assert t.optimizer._index_update_count == {} and t.optimizer.num_update == 0
+    # b's gradient is still fresh: skipping the stale ones updates b only, counts b only
+    t.step(1, ignore_stale_grad=True)
+    assert not np.array_equal(b.data(), before[1])
+    assert np.array_equal(a.data(), before[0]) and np.array_equal(c.data(), before[2])
+    assert t.optimizer._index_update_count == {1: 1}
+    # after a step every gradient is stale again
+    with pytest.raises(StaleGradientError):
+        t.step(1)
+
+
+def test_freshness_rule_grad_handout_set_grad_and_zero_grad():
+    p = Parameter("p", init=np.ones(2, np.float32))
+    t = Trainer([p], "sgd")
+    p.zero_grad()                      # zeroing alone is not a written gradient
+    with pytest.raises(StaleGradientError):
+        t.step(1)
+    g = p.grad()                       # handing out the buffer counts as written
+    g[...] = 2.0
+    t.step(1)
+    p.set_grad(np.ones(2))             # so does copying one in
+    t.step(1)
+
+
+# --------------------------------------------------------------------------------------------
+# one kernel call per group, bit for bit equal to per-parameter updates
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("case", CASES, ids=_ids)
+@pytest.mark.parametrize("dtype,mp", [("float32", False), ("float16", True), ("float64", False),
+                                      ("float16", False)])
+def test_trainer_step_equals_per_parameter_updates_bit_for_bit(case, dtype, mp, monkeypatch):
+    (name, kw), conv = case
+    calls = []
+    real = cpu.run_segmented, cpu.run_noise_segmented
+    monkeypatch.setattr(cpu, "run_segmented", lambda *a: (calls.append(1), real[0](*a)))
+    monkeypatch.setattr(cpu, "run_noise_segmented", lambda *a: (calls.append(1), real[1](*a)))
+    trainer, params, twin, _ = twin_run(name, kw, conv, dtype, mp)
+    for p, (w, s) in zip(params, twin):
+        assert np.array_equal(p.data(), w), p.name
+    for k, (_, s) in enumerate(twin):
+        g, kk = trainer._where[k]
+        for a, b in zip(host_leaves(g.views[kk]), host_leaves(s)):
+            assert np.array_equal(a, b, equal_nan=True), (params[k].name, a, b)
+    if trainer.optimizer.segmentable:
+        assert len(calls) == 3 and trainer.last_step_launches == 1  # one call per step
+    else:
+        assert len(calls) == 0
+
+
+def test_one_kernel_call_per_dtype_group(monkeypatch):
+    calls = []
+    real = cpu.run_segmented
+    monkeypatch.setattr(cpu, "run_segmented", lambda *a: (calls.append(a[1].dtype), real(*a)))
+    params = [Parameter(f"p{i}", shape=(4,), dtype=d) for i, d in
+              enumerate(["float32", "float64", "float32", "float64", "float32"])]
+    t = Trainer(params, "adam")
+    for p in params:
+        p.grad()[...] = 1.0
+    t.step(1)
+    assert sorted(str(c) for c in calls) == ["float32", "float64"]
+    assert t.last_step_launches == 2
+
+
+def test_views_stay_valid_across_set_data_and_steps():
+    p = Parameter("w", init=np.zeros((2, 3), np.float32))
+    q = Parameter("v", init=np.zeros(4, np.float32))
+    t = Trainer([p, q], "sgd", {"learning_rate": 1.0})
+    view, gview = p.data(), p.grad()
+    assert view.base is not None  # a view into the trainer's flat buffer
+    p.set_data(np.full((2, 3), 5.0))
+    assert np.array_equal(view, np.full((2, 3), 5.0, np.float32)) and p.data() is view
+    gview[...] = 1.0
+    q.grad()[...] = 0.0
+    t.step(1)
+    assert np.array_equal(view, np.full((2, 3), 4.0, np.float32))
+    with pytest.raises(ValueError, match="shape"):
+        p.set_data(np.zeros(3))
+
+
+def test_set_data_of_a_multi_precision_parameter_moves_its_master():
+    p = Parameter("w", init=np.zeros(3, np.float16), dtype="float16")
+    t = Trainer([p], "sgd", {"learning_rate": 1.0, "multi_precision": True})
+    p.set_data(np.full(3, 2.0))
+    p.set_grad(np.ones(3))
+    t.step(1)
+    assert np.array_equal(p.data(), np.full(3, 1.0, np.float16))
+
+
+# --------------------------------------------------------------------------------------------
+# states file
+# --------------------------------------------------------------------------------------------
+SAVE_CONFIGS = [
+    ("adam", lambda: {"learning_rate": 0.1,
+                      "lr_scheduler": lr_scheduler.FactorScheduler(step=2, factor=0.5, base_lr=0.1)}),
+    ("sgd", lambda: {"momentum": 0.9, "multi_precision": True}),
+    ("nadam", lambda: {}),
+    ("lbsgd", lambda: {"batch_scale": 3, "momentum": 0.9, "warmup_strategy": "lars"}),
+    ("sgld", lambda: {"seed": 5}),
+    ("ftml", lambda: {"lr_scheduler": lr_scheduler.CosineScheduler(max_update=40, base_lr=0.01)}),
+]
+
+
+def _trained(name, kw, dtype, init, grads):
+    params = [Parameter(f"p{i}", init=a, dtype=dtype, lr_mult=1.0 + i) for i, a in enumerate(init)]
+    t = Trainer(params, name, kw())
+    for gs in grads:
+        for p, g in zip(params, gs):
+            p.set_grad(g)
+        t.step(2)
+    return t, params
+
+
+def _data(rng, dtype, steps):
+    init = [rng.standard_normal(s).astype(dtype) for s in SHAPES[:3]]
+    grads = [[rng.standard_normal(s).astype(dtype) for s in SHAPES[:3]] for _ in range(steps)]
+    return init, grads
+
+
+@pytest.mark.parametrize("name,kw", SAVE_CONFIGS, ids=[c[0] for c in SAVE_CONFIGS])
+def test_save_load_continues_bit_identically(name, kw, tmp_path):
+    dtype = "float16" if kw().get("multi_precision") else "float32"
+    init, grads = _data(np.random.default_rng(3), dtype, 8)
+    ta, pa = _trained(name, kw, dtype, init, grads[:4])
+    path = tmp_path / "trainer.states"
+    ta.save_states(path)
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]  # atomic: no leftovers
+    tb, pb = _trained(name, kw, dtype, [p.data().copy() for p in pa], [])
+    tb.load_states(path)
+    for gs in grads[4:]:
+        for t, ps in ((ta, pa), (tb, pb)):
+            for p, g in zip(ps, gs):
+                p.set_grad(g)
+            t.step(2)
+    for a, b in zip(pa, pb):
+        assert np.array_equal(a.data(), b.data())
+    assert ta.learning_rate == tb.learning_rate
+
+
+def _trainer_fingerprint(t):
+    leaves = []
+    for g in t._groups:
+        leaves.extend(x.tobytes() for x in host_leaves(g.state))
+    opt = t.optimizer
+    sched = opt.lr_scheduler.state_dict() if opt.lr_scheduler is not None else None
+    return (leaves, dict(opt._index_update_count), opt.num_update, opt.lr, sched,
+            opt.host_state()[0])
+
+
+class _Boom:
+    ran = False
+
+    def __reduce__(self):
+        return (_Boom._mark, ())
+
+    @staticmethod
+    def _mark():
+        _Boom.ran = True
+        return "executed"
+
+
+def _sealed(raw: bytes) -> bytes:
+    """A file re-sealed as save_states seals it (zip comment = SHA-256 of all bytes before it):
+    a deliberate edit with a valid whole-file checksum, to reach the checks behind it."""
+    import hashlib
+    import io
+    buf = io.BytesIO(raw)
+    with zipfile.ZipFile(buf, "a") as zf:
+        zf.comment = b"0" * 64
+    out = buf.getvalue()
+    return out[:-64] + hashlib.sha256(out[:-64]).hexdigest().encode()
+
+
+def _damaged_files(good: bytes, tmp_path):
+    """(label, bytes) of damaged, foreign and mismatched files."""
+    out = [("empty", b""), ("truncated half", good[: len(good) // 2]),
+           ("truncated tail", good[:-10])]
+    for pos in (60, len(good) // 2, len(good) - 30):
+        flipped = bytearray(good)
+        flipped[pos] ^= 0x10
+        out.append((f"bit flip at {pos}", bytes(flipped)))
+    out.append(("pickle", pickle.dumps(({0: None}, _Boom()))))
+    out.append(("text", b"hello, not a states file\n"))
+    foreign = tmp_path / "foreign.npz"
+    np.savez(foreign, x=np.zeros(3))
+    out.append(("foreign npz", foreign.read_bytes()))
+    # a well-formed zip whose array was changed and whose CRCs were recomputed: the checksum
+    # in the metadata catches it
+    src = tmp_path / "src.npz"
+    src.write_bytes(good)
+    with np.load(src, allow_pickle=False) as z:
+        content = {n: z[n] for n in z.files}
+    key = next(n for n in content if n.startswith("state/"))
+    content[key] = content[key] + 1
+    edited = tmp_path / "edited.npz"
+    np.savez(edited, **content)
+    out.append(("edited array, valid zip", edited.read_bytes()))
+    out.append(("edited array, valid zip and seal", _sealed(edited.read_bytes())))
+    meta = json.loads(content["meta"].tobytes())
+    meta["version"] = 99
+    content["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
+    np.savez(edited, **content)
+    out.append(("future version", _sealed(edited.read_bytes())))
+    return out
+
+
+def test_damaged_foreign_and_pickle_files_are_refused_and_nothing_changes(tmp_path):
+    init, grads = _data(np.random.default_rng(4), "float32", 3)
+    kw = SAVE_CONFIGS[0][1]
+    t, _ = _trained("adam", kw, "float32", init, grads)
+    path = tmp_path / "good.states"
+    t.save_states(path)
+    good = path.read_bytes()
+    t2, p2 = _trained("adam", kw, "float32", init, grads[:1])
+    before = _trainer_fingerprint(t2)
+    for label, data in _damaged_files(good, tmp_path):
+        bad = tmp_path / "bad.states"
+        bad.write_bytes(data)
+        with pytest.raises(ValueError, match="cannot load trainer states") as info:
+            t2.load_states(bad)
+        assert _trainer_fingerprint(t2) == before, label
+        if label == "edited array, valid zip and seal":
+            assert "checksum does not match its contents" in str(info.value)
+        if label == "future version":
+            assert "version 99" in str(info.value)
+    assert not _Boom.ran  # no pickle was ever executed
+    assert zipfile.is_zipfile(path)
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda: ("sgd", SAVE_CONFIGS[0][1], SHAPES[:3]), "optimizer"),
+    (lambda: ("adam", lambda: {"learning_rate": 0.1, "beta1": 0.8,
+                               "lr_scheduler": lr_scheduler.FactorScheduler(step=2, factor=0.5)}),
+     "beta1"),
+    (lambda: ("adam", lambda: {"learning_rate": 0.1}, SHAPES[:3]), "scheduler"),
+    (lambda: ("adam", SAVE_CONFIGS[0][1], [(3, 4), (6,), (2, 2, 3)]), "parameter 1"),
+    (lambda: ("adam", SAVE_CONFIGS[0][1], SHAPES[:2]), "does not have"),
+])
+def test_mismatched_files_are_refused(change, match, tmp_path):
+    init, grads = _data(np.random.default_rng(5), "float32", 2)
+    t, _ = _trained("adam", SAVE_CONFIGS[0][1], "float32", init, grads)
+    path = tmp_path / "s.states"
+    t.save_states(path)
+    spec = change()
+    name, kw = spec[0], spec[1]
+    shapes = spec[2] if len(spec) > 2 else SHAPES[:3]
+    other_init = [np.zeros(s, np.float32) for s in shapes]
+    t2, _ = _trained(name, kw, "float32", other_init, [])
+    before = _trainer_fingerprint(t2)
+    with pytest.raises(ValueError, match=match):
+        t2.load_states(path)
+    assert _trainer_fingerprint(t2) == before
+
+
+@pytest.mark.parametrize("name", ["ftrl", "ftml"])
+def test_an_invalid_step_is_refused_before_anything_is_written(name):
+    """FTRL and FTML divide by the learning rate: a parameter with lr_mult 0 stops the whole
+    step with a clear error; no weight, state or count moves (planning is rolled back)."""
+    params = [Parameter("a", init=np.ones(3, np.float32)),
+              Parameter("b", init=np.ones(3, np.float32), lr_mult=0.0),
+              Parameter("c", init=np.ones(3, np.float32))]
+    t = Trainer(params, name, {"learning_rate": 0.1})
+    for p in params:
+        p.set_grad(np.ones(3))
+    before = _trainer_fingerprint(t), [p.data().copy() for p in params]
+    with pytest.raises(ValueError, match="divides by the learning rate"):
+        t.step(1)
+    assert (_trainer_fingerprint(t), [p.data().copy() for p in params])[0] == before[0]
+    assert all(np.array_equal(p.data(), b) for p, b in zip(params, before[1]))

@@ -1,0 +1,63 @@
+"""Shared helpers of the Trainer tests (CPU and CUDA): a Trainer and its per-parameter twin."""
+from __future__ import annotations
+
+import numpy as np
+
+from toolkit import Parameter, Trainer, optimizer
+from toolkit.backends import arrays
+
+SHAPES = [(3, 4), (5,), (2, 2, 3), (1,), (7,)]
+
+#: one configuration per optimizer x state layout, with both conventions where they exist
+CONFIGS = [
+    ("sgd", {"momentum": 0.0}), ("sgd", {"momentum": 0.9}), ("nag", {"momentum": 0.9}),
+    ("adagrad", {}), ("rmsprop", {}), ("rmsprop", {"centered": True, "clip_weights": 2.0}),
+    ("adadelta", {}), ("adam", {}), ("adamax", {}), ("nadam", {}), ("signum", {}),
+    ("signum", {"momentum": 0.0}), ("lbsgd", {"momentum": 0.9, "warmup_strategy": "lars"}),
+    ("lbsgd", {"batch_scale": 2, "warmup_epochs": 1, "updates_per_epoch": 2}),
+    ("dcasgd", {"momentum": 0.9}), ("dcasgd", {}), ("ftrl", {}), ("ftml", {}), ("sgld", {}),
+]
+
+
+def conventions(name):
+    return ("mxnet",) if name == "nadam" else ("mxnet", "guide")
+
+
+def config_id(cfg):
+    name, kw = cfg
+    return name + "".join(f"-{k}={v}" for k, v in kw.items())
+
+
+def twin_run(name, kw, convention, dtype="float32", mp=False, steps=3, device="cpu",
+             seed=0, batch_size=4, to_device=None):
+    """Run a Trainer and the per-parameter ``update_multi_precision`` calls it replaces on the
+    same gradients; return ``(trainer, params, [(weight, state) of the twin])``."""
+    rng = np.random.default_rng(seed)
+    init = [rng.standard_normal(s).astype(dtype) for s in SHAPES]
+    common = dict(learning_rate=0.05, wd=0.01, rescale_grad=2.0, clip_gradient=3.0,
+                  convention=convention, multi_precision=mp, **kw)
+    params = [Parameter(f"p{i}_weight", init=a, dtype=dtype, lr_mult=1.0 + 0.25 * i,
+                        wd_mult=0.5 * (i % 3), device=device) for i, a in enumerate(init)]
+    trainer = Trainer(params, name, dict(common))
+    twin = optimizer.create(name, **common)
+    twin.param_dict = {i: p for i, p in enumerate(params)}
+    put = to_device or (lambda a: a.copy())
+    ws = [put(a) for a in init]
+    ss = [twin.create_state_multi_precision(i, w) for i, w in enumerate(ws)]
+    for _ in range(steps):
+        grads = [rng.standard_normal(s).astype(dtype) for s in SHAPES]
+        for i, (p, g) in enumerate(zip(params, grads)):
+            p.set_grad(g)
+        trainer.step(batch_size)
+        twin.rescale_grad = 2.0 / batch_size
+        for i, g in enumerate(grads):
+            twin.update_multi_precision(i, ws[i], put(g), ss[i])
+    return trainer, params, list(zip(ws, ss)), twin
+
+
+def host_leaves(state):
+    if state is None:
+        return []
+    if isinstance(state, tuple):
+        return [x for s in state for x in host_leaves(s)]
+    return [arrays.to_host(state)]
