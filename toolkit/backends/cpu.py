@@ -26,7 +26,7 @@ from numba import prange, types
 from numba.np.unsafe.ndarray import to_fixed_tuple
 
 __all__ = ["COMPILE_OPTIONS", "PARALLEL_THRESHOLD", "elementwise_kernel", "run_elementwise",
-           "sum_of_squares", "DTYPES", "Launcher", "LAUNCHER"]
+           "lars_norms", "run_norms", "DTYPES", "Launcher", "LAUNCHER"]
 
 #: The compile options of every CPU kernel.
 COMPILE_OPTIONS = dict(error_model="numpy", fastmath=False, cache=True, nogil=True,
@@ -100,17 +100,6 @@ def run_elementwise(factory, weight, grad, states, hyper):
     kernel(weight, grad, *states, hp)
 
 
-@numba.njit([types.float64(types.float32[::1]), types.float64(types.float64[::1])],
-            **COMPILE_OPTIONS)
-def sum_of_squares(x):
-    """``sum(x*x)`` accumulated in float64, serially, in a fixed order (reproducible)."""
-    acc = 0.0
-    for i in range(x.shape[0]):
-        v = np.float64(x[i])
-        acc += v * v
-    return acc
-
-
 class Launcher:
     """Runs one optimizer step's rules on the CPU backend (numpy arrays, any memory order)."""
 
@@ -137,9 +126,8 @@ class Launcher:
         return np.zeros_like(a, dtype=dtype)
 
     @staticmethod
-    def sum_of_squares(x, y):
-        return (sum_of_squares(x.reshape(-1, order="A")),
-                sum_of_squares(np.ascontiguousarray(y).reshape(-1)))
+    def lars_norms(weight, grad, cum, batch_scale):
+        return lars_norms(weight, grad, cum, batch_scale)
 
 
 #: The launcher of every CPU step (it holds nothing per step).
@@ -328,3 +316,66 @@ def run_noise_segmented(factory, weight, grad, table, keys, aux, offsets, chunks
     kernel = noise_segmented_kernel(factory, table.shape[1] - 1, aux.shape[1], weight.dtype,
                                     parallel)
     kernel(weight, grad, table, keys, aux, offsets, chunks)
+
+
+# --------------------------------------------------------------------------------------------
+# LARS norms (LBSGD): |w|^2 and |g|^2 per tensor, float64 accumulation in index order
+# --------------------------------------------------------------------------------------------
+def norms_kernel(dtype, with_cum, parallel):
+    """``loop(w, g, cum, table, offsets, out)``: for each segment ``s`` with ``table[s, 0]``
+    set, ``out[s] = (sum w^2, sum gm^2)`` over its elements in order, accumulated in float64,
+    where ``gm = (cum + g)/table[s, 1]`` in the arithmetic dtype when ``with_cum``, else ``g``.
+    A single tensor is one segment, so a Trainer's norms equal the per-tensor ones bit for bit."""
+    dtype = np.dtype(dtype)
+    key = ("norms", dtype, bool(with_cum), bool(parallel))
+    kernel = _kernels.get(key)
+    if kernel is not None:
+        return kernel
+    with _lock:
+        kernel = _kernels.get(key)
+        if kernel is None:
+            f = dtype.type
+
+            def loop(w, g, cum, table, offsets, out):
+                for s in prange(table.shape[0]):
+                    if table[s, 0] != 0:
+                        a, b = offsets[s], offsets[s + 1]
+                        wc, gc, cc = w[a:b], g[a:b], cum[a:b] if with_cum else cum[0:0]
+                        bs = f(table[s, 1])
+                        ww = 0.0
+                        gg = 0.0
+                        for i in range(wc.shape[0]):
+                            x = np.float64(wc[i])
+                            ww += x * x
+                            if with_cum:
+                                y = np.float64((cc[i] + gc[i]) / bs)
+                            else:
+                                y = np.float64(gc[i])
+                            gg += y * y
+                        out[s, 0] = ww
+                        out[s, 1] = gg
+            nb = _NUMBA_TYPES[dtype]
+            sig = types.void(nb[::1], nb[::1], nb[::1], types.float64[:, ::1],
+                             types.int64[::1], types.float64[:, ::1])
+            kernel = _kernels[key] = numba.njit([sig], parallel=bool(parallel),
+                                                **COMPILE_OPTIONS)(loop)
+    return kernel
+
+
+def lars_norms(weight, grad, cum, batch_scale):
+    """``(sum w^2, sum gm^2)`` of one tensor (``gm = (cum + grad)/batch_scale`` when ``cum`` is
+    given, else ``grad``), float64, in index order."""
+    w = weight.reshape(-1, order="A")
+    order = "F" if (weight.flags.f_contiguous and not weight.flags.c_contiguous) else "C"
+    g = np.asarray(grad, order=order).reshape(-1, order=order)
+    c = w if cum is None else cum.reshape(-1, order="A")
+    out = np.zeros((1, 2))
+    run_norms(w, g, c, np.array([[1.0, float(batch_scale)]]), np.array([0, w.shape[0]]), out,
+              cum is not None)
+    return float(out[0, 0]), float(out[0, 1])
+
+
+def run_norms(w, g, cum, table, offsets, out, with_cum):
+    """The segmented norms of flat buffers into ``out`` (see :func:`norms_kernel`)."""
+    kernel = norms_kernel(w.dtype, with_cum, table.shape[0] > 1)
+    kernel(w, g, cum, table, offsets.astype(np.int64), out)

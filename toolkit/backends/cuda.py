@@ -43,7 +43,7 @@ from .arrays import ArrayDesc
 
 __all__ = ["SIMULATOR", "COMPILE_OPTIONS", "THREADS", "Launcher", "elementwise_kernel",
            "launch_config", "device_of", "resolve_stream", "zeros", "convert_into", "to_host",
-           "sum_of_squares", "flat"]
+           "lars_norms", "run_norms", "flat"]
 
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 
@@ -304,82 +304,107 @@ def elementwise_kernel(factory, storage: tuple, compute, n_hyper: int, mirror: b
 
 
 # --------------------------------------------------------------------------------------------
-# a float64 sum of squares in a fixed order (LBSGD's 'lars' norms): on the device
+# LARS norms (LBSGD): |w|^2 and |g|^2 per tensor, float64, fixed order, on the device
 # --------------------------------------------------------------------------------------------
-def _reduce_source(f64):
+def _norms_sources(f, with_cum):
+    """Block ``(b, s)`` sums its grid-stride share of segment ``s`` (``b`` of REDUCE_BLOCKS)
+    and reduces it in a fixed tree; ``final`` adds a segment's block sums in order. The grid is
+    fixed, not derived from the device, so the float64 sums are the same on every GPU, and a
+    single tensor (one segment) gets the same numbers as inside a Trainer's group."""
     threads = REDUCE_THREADS
 
-    def partial(x, y, out):
+    def partial(x, y, cum, table, offsets, out):
+        s = cuda.blockIdx.y
         sx = cuda.shared.array(threads, numba.float64)
         sy = cuda.shared.array(threads, numba.float64)
         tid = cuda.threadIdx.x
-        i = cuda.grid(1)
-        stride = cuda.gridsize(1)
-        ax = f64(0.0)
-        ay = f64(0.0)
-        while i < x.shape[0]:
-            vx = f64(x[i])
-            vy = f64(y[i])
-            ax += vx * vx
-            ay += vy * vy
-            i += stride
+        ax = numba.float64(0.0)
+        ay = numba.float64(0.0)
+        if table[s, 0] != 0:
+            bs = f(table[s, 1])
+            i = offsets[s] + cuda.blockIdx.x * cuda.blockDim.x + tid
+            stride = cuda.gridDim.x * cuda.blockDim.x
+            while i < offsets[s + 1]:
+                vx = numba.float64(x[i])
+                if with_cum:
+                    vy = numba.float64((f(cum[i]) + f(y[i])) / bs)
+                else:
+                    vy = numba.float64(y[i])
+                ax += vx * vx
+                ay += vy * vy
+                i += stride
         sx[tid] = ax
         sy[tid] = ay
         cuda.syncthreads()
-        s = threads // 2
-        while s > 0:
-            if tid < s:
-                sx[tid] += sx[tid + s]
-                sy[tid] += sy[tid + s]
+        h = threads // 2
+        while h > 0:
+            if tid < h:
+                sx[tid] += sx[tid + h]
+                sy[tid] += sy[tid + h]
             cuda.syncthreads()
-            s //= 2
+            h //= 2
         if tid == 0:
-            out[0, cuda.blockIdx.x] = sx[0]
-            out[1, cuda.blockIdx.x] = sy[0]
+            out[s, 0, cuda.blockIdx.x] = sx[0]
+            out[s, 1, cuda.blockIdx.x] = sy[0]
 
     def final(out, res):
-        if cuda.grid(1) == 0:
-            ax = f64(0.0)
-            ay = f64(0.0)
-            for b in range(out.shape[1]):
-                ax += out[0, b]
-                ay += out[1, b]
-            res[0] = ax
-            res[1] = ay
+        s = cuda.grid(1)
+        if s < out.shape[0]:
+            ax = numba.float64(0.0)
+            ay = numba.float64(0.0)
+            for b in range(out.shape[2]):
+                ax += out[s, 0, b]
+                ay += out[s, 1, b]
+            res[s, 0] = ax
+            res[s, 1] = ay
     return partial, final
 
 
-def _reduce_kernels(dx, dy):
-    key = ("sum_of_squares", np.dtype(dx), np.dtype(dy))
+def _norms_kernels(dx, dy, dc, with_cum):
+    key = ("norms", dx, dy, dc, bool(with_cum))
     k = _kernels.get(key)
     if k is None:
         with _lock:
             k = _kernels.get(key)
             if k is None:
-                partial, final = _reduce_source(np.float64)
-                out2 = types.float64[:, ::1]
-                k = (cuda.jit(types.void(_NB[np.dtype(dx)][::1], _NB[np.dtype(dy)][::1], out2),
-                              **COMPILE_OPTIONS)(partial),
-                     cuda.jit(types.void(out2, types.float64[::1]), **COMPILE_OPTIONS)(final))
-                _kernels[key] = k
+                partial, final = _norms_sources(compute_dtype(dx).type, bool(with_cum))
+                out3 = types.float64[:, :, ::1]
+                sig = types.void(_NB[dx][::1], _NB[dy][::1], _NB[dc][::1], types.float64[:, ::1],
+                                 types.int64[::1], out3)
+                k = _kernels[key] = (
+                    cuda.jit(sig, **COMPILE_OPTIONS)(partial),
+                    cuda.jit(types.void(out3, types.float64[:, ::1]), **COMPILE_OPTIONS)(final))
     return k
 
 
-def sum_of_squares(x, y, stream=0):
-    """``(sum(x*x), sum(y*y))`` of two device arrays of one length, accumulated in float64 on
-    the device in a fixed order. Returns host floats: the 16 bytes of the result are the only
-    copy, and the one synchronisation of the step (MXNet's LARS reads its norms on the host too).
-    """
-    dx, dy = arrays.describe(x), arrays.describe(y)
-    partial, final = _reduce_kernels(dx.dtype, dy.dtype)
-    out = cuda.device_array((2, REDUCE_BLOCKS), np.float64, stream=stream)
-    res = cuda.device_array(2, np.float64, stream=stream)
-    launch(partial, REDUCE_BLOCKS, REDUCE_THREADS, stream, flat(dx), flat(dy), out)
-    launch(final, 1, 1, stream, out, res)
+def run_norms(w: ArrayDesc, g: ArrayDesc, cum, table, offsets, stream=0):
+    """Per-segment ``(sum w^2, sum gm^2)`` of flat device buffers, as a host ``(n_seg, 2)``
+    array (``gm = (cum + g)/table[s, 1]`` when ``cum`` is given, else ``g``). Copying the
+    result back is the one synchronisation (MXNet's LARS reads its norms on the host too)."""
+    n_seg = table.shape[0]
+    c = cum if cum is not None else w
+    partial, final = _norms_kernels(w.dtype, g.dtype, c.dtype, cum is not None)
+    dev_table = cuda.to_device(np.ascontiguousarray(table, np.float64), stream=stream)
+    dev_offsets = offsets if not isinstance(offsets, np.ndarray) else \
+        cuda.to_device(offsets.astype(np.int64), stream=stream)
+    out = cuda.device_array((n_seg, 2, REDUCE_BLOCKS), np.float64, stream=stream)
+    res = cuda.device_array((n_seg, 2), np.float64, stream=stream)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NumbaPerformanceWarning)
+        partial[(REDUCE_BLOCKS, n_seg), REDUCE_THREADS, stream](flat(w), flat(g), flat(c),
+                                                                dev_table, dev_offsets, out)
+        final[max(1, -(-n_seg // 32)), 32, stream](out, res)
     host = res.copy_to_host(stream=stream)
     if not SIMULATOR:
         stream.synchronize() if hasattr(stream, "synchronize") else cuda.synchronize()
-    return float(host[0]), float(host[1])
+    return host
+
+
+def lars_norms(w: ArrayDesc, g: ArrayDesc, cum, batch_scale, stream=0):
+    """``(sum w^2, sum gm^2)`` of one tensor (one segment of :func:`run_norms`)."""
+    res = run_norms(w, g, cum, np.array([[1.0, float(batch_scale)]]),
+                    np.array([0, w.size], np.int64), stream=stream)
+    return float(res[0, 0]), float(res[0, 1])
 
 
 # --------------------------------------------------------------------------------------------
@@ -475,8 +500,11 @@ class Launcher:
     def zeros_like(self, a, dtype=None):
         return arrays.zeros_like(a, dtype)
 
-    def sum_of_squares(self, x, y):
-        return self._in_device(sum_of_squares, x, y, stream=self.stream)
+    def lars_norms(self, weight, grad, cum, batch_scale):
+        return self._in_device(lars_norms, self._describe(weight, "weight"),
+                               self._describe(grad, "grad"),
+                               None if cum is None else self._describe(cum, "accumulator"),
+                               batch_scale, stream=self.stream)
 
     def _in_device(self, fn, *args, **kwargs):
         if single_device() or cuda.get_current_device().id == self.device:

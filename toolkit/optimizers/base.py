@@ -411,9 +411,19 @@ class Optimizer:
             self._launcher = None
         self._commit_count(index, t)
 
-    #: whether the Trainer may record this optimizer's steps and run many tensors in one
-    #: segmented call (False for optimizers whose step reads results back mid-step, e.g. LBSGD)
-    segmentable = True
+    # --- the Trainer's hooks (LBSGD uses them) ---------------------------------------------
+    def host_buffers(self):
+        """Names of per-index arrays shaped like the weight that the optimizer keeps outside
+        ``state``; the Trainer binds views of its flat buffers to them."""
+        return ()
+
+    def bind_host_buffer(self, name, index, array):  # pragma: no cover - no buffers by default
+        raise KeyError(name)
+
+    def norm_inputs(self, index):
+        """None, or what the next step of ``index`` takes per-tensor norms of (LBSGD's 'lars'):
+        the Trainer computes them for a whole group in one reduction first."""
+        return None
 
     def _apply(self, index, weight, grad, state, backend, w, stream=None, mirror=None,
                known=()):

@@ -20,9 +20,9 @@ import math
 import numpy as np
 
 from ..backends import arrays, cpu
-from ..backends.rules import add_rule, divide_rule, fill_rule
+from ..backends.rules import add_rule
 from .base import Optimizer, check_choice, check_int, check_unit, register
-from .sgd import guide_momentum_rule, guide_plain_rule, mxnet_momentum_rule, sgd_update_rule
+from .sgd import guide_momentum_rule, guide_plain_rule
 
 __all__ = ["LBSGD", "lbmult"]
 
@@ -44,6 +44,40 @@ def lbmult(nup, warmup_strategy, warmup_epochs, updates_per_epoch, batch_scale):
     if warmup_strategy == "sqrt":
         return 1.0 + (maxmult - 1) * math.sqrt(float(nup) / nwup)
     return 1.0
+
+
+def accumulated_momentum_rule(f):
+    """MXNet's update call with momentum, fused: ``gm = (cum + grad)/bs``, the aggregated SGD
+    momentum step with ``gm`` (``sgd.mxnet_momentum_rule``'s arithmetic), and ``cum = 0``.
+    ``hp = (lr, lr*wd, rs, c, momentum, lr*rs, bs)``; states ``(cum, mom)``."""
+    zero = f(0)
+
+    def rule(w, grad, cum, mom, hp):
+        lr, lrwd, rs, c, mu, lrrs, bs = hp
+        gm = (cum + grad) / bs
+        if c >= zero:
+            scale, g = lr, min(max(rs * gm, -c), c)
+        else:
+            scale, g = lrrs, gm
+        step = scale * g
+        mom = ((mu * mom) - lrwd * w) - step
+        return w + mom, zero, mom
+    return rule
+
+
+def accumulated_plain_rule(f):
+    """MXNet's update call without momentum, fused: ``gm = (cum + grad)/bs``, ``sgd_update``'s
+    ``w = (1 - lr*wd)*w - lr*clip(rs*gm, c)``, and ``cum = 0``. ``hp = (lr, 1 - lr*wd, rs, c,
+    bs)``; state ``(cum,)``."""
+    zero = f(0)
+
+    def rule(w, grad, cum, hp):
+        lr, decay, rs, c, bs = hp
+        g = rs * ((cum + grad) / bs)
+        if c >= zero:
+            g = min(max(g, -c), c)
+        return decay * w - lr * g, zero
+    return rule
 
 
 @register
@@ -69,8 +103,6 @@ class LBSGD(Optimizer):
     """
 
     reference_name = "lbsgd"
-    #: its step accumulates into per-index buffers and ('lars') reads norms back on the host
-    segmentable = False
 
     def __init__(self, momentum=0.0, multi_precision=False, warmup_strategy="linear",
                  warmup_epochs=5, batch_scale=1, updates_per_epoch=32, begin_epoch=0,
@@ -139,7 +171,13 @@ class LBSGD(Optimizer):
             cum[k] = np.array(host_arrays[name])
 
         def commit():
-            self._ncum, self._cum = ncum, cum
+            bound = self._cum
+            for k, a in cum.items():
+                if k in bound and arrays.describe(bound[k]).shape == a.shape:
+                    arrays.copy_from_host(bound[k], a)   # a Trainer's flat buffer stays bound
+                else:
+                    bound[k] = a
+            self._ncum = ncum
         return commit
 
     def _reference_extra(self, index):
@@ -161,37 +199,61 @@ class LBSGD(Optimizer):
         self._cum[index] = np.asarray(st_new["cum"]).astype(weight.dtype)
         self._ncum[index] = int(st_new["ncum"])
 
-    def _multiplier(self, weight, g, wd, ncum):
+    # --- the Trainer's hooks: a flat accumulator, and norms computed for a whole group --------
+    def host_buffers(self):
+        """Per-index arrays kept outside ``state`` (the accumulated gradient, convention
+        "mxnet"): the Trainer binds views of its flat buffers to them."""
+        return ("cum",) if self.convention == "mxnet" else ()
+
+    def bind_host_buffer(self, name, index, array):
+        old = self._cum.get(index)
+        if old is not None and arrays.describe(old).shape == arrays.describe(array).shape:
+            arrays.copy_from_host(array, arrays.to_host(old))  # what was accumulated carries on
+        self._cum[index] = array
+
+    def norm_inputs(self, index):
+        """What the next step of ``index`` takes norms of ('lars' only): None for none, else
+        ``batch_scale`` (norms of ``w`` and ``(cum + grad)/batch_scale``, convention "mxnet") or
+        0 (norms of ``w`` and ``grad``, "guide")."""
+        if self.warmup_strategy != "lars":
+            return None
+        if self.convention == "guide":
+            return 0
+        ncum = self._ncum.get(index, self.init_updates) + 1
+        return self.batch_scale if ncum % self.batch_scale == 0 else None
+
+    def _multiplier(self, weight, grad, cum, wd, ncum):
         if self.warmup_strategy != "lars":
             return lbmult(ncum, self.warmup_strategy, self.warmup_epochs, self.updates_per_epoch,
                           self.batch_scale)
         # both norms on the backend that holds the arrays (float64 accumulation, fixed order)
-        ww, gg = (self._launcher or cpu.LAUNCHER).sum_of_squares(weight, g)
+        ww, gg = (self._launcher or cpu.LAUNCHER).lars_norms(
+            weight, grad, cum, self.batch_scale if cum is not None else 0)
         return min(max(math.sqrt(ww / (gg + wd * ww + 1e-18)), 0.01), 100.0)
 
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         states = self._state_arrays(state)
+        r = self._r
         if self.convention == "mxnet":
             cum, ncum = self._accumulator(index, weight)
             ncum += 1
-            self._run_rule(add_rule, cum, grad, (), (0.0,))              # cum = cum + grad
             self._cum[index], self._ncum[index] = cum, ncum
             if ncum % self.batch_scale != 0:
+                self._run_rule(add_rule, cum, grad, (), (0.0,))             # cum = cum + grad
                 return
-            g = (self._launcher or cpu.LAUNCHER).zeros_like(cum)
-            self._run_rule(divide_rule, g, cum, (), (float(self.batch_scale),))  # g = cum/bs
-            lr = lr * self._multiplier(weight, g, wd, ncum)
-            r = self._r
+            # one pass: gm = (cum + grad)/bs, the SGD step with gm, cum = 0
+            lr = lr * self._multiplier(weight, grad, cum, wd, ncum)
             lr, wd, rs, c = r(lr), r(wd), r(self.rescale_grad), self._clip_bound()
+            bs = float(self.batch_scale)
             if states:
-                self._run_rule(mxnet_momentum_rule, weight, g, states,
-                               (lr, lr * wd, rs, c, r(self.momentum), lr * rs))
+                self._run_rule(accumulated_momentum_rule, weight, grad, (cum,) + states,
+                               (lr, lr * wd, rs, c, r(self.momentum), lr * rs, bs))
             else:
-                self._run_rule(sgd_update_rule, weight, g, (), (lr, 1.0 - lr * wd, rs, c))
-            self._run_rule(fill_rule, cum, cum, (), (0.0,))               # cum = 0
+                self._run_rule(accumulated_plain_rule, weight, grad, (cum,),
+                               (lr, 1.0 - lr * wd, rs, c, bs))
             return
         ncum = self._ncum.get(index, self.init_updates) + 1  # the guide accumulates nothing
-        lr = lr * self._multiplier(weight, grad, wd, ncum)
+        lr = lr * self._multiplier(weight, grad, None, wd, ncum)
         if states:
             self._run_rule(guide_momentum_rule, weight, grad, states,
                            (lr, wd, self.rescale_grad, self._clip_bound(), self.momentum))

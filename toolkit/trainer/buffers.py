@@ -46,6 +46,7 @@ class Recorder:
     def __init__(self, real):
         self.real = real
         self.calls = []
+        self.norms = {}
 
     def compute_dtype(self, a):
         return self.real.compute_dtype(a)
@@ -59,9 +60,13 @@ class Recorder:
     def run_noise_rule(self, factory, weight, grad, hyper, key, aux):
         self.calls.append(("noise", factory, weight, grad, (), tuple(hyper), key, tuple(aux)))
 
-    def sum_of_squares(self, x, y):  # pragma: no cover - LBSGD is not recorded
-        raise RuntimeError("a recorded step cannot read norms back; mark the optimizer "
-                           "segmentable = False")
+    def lars_norms(self, weight, grad, cum, batch_scale):
+        """The norms the Trainer computed for the whole group before planning."""
+        try:
+            return self.norms[id(weight)]
+        except KeyError:  # pragma: no cover - norm_inputs and the optimizer disagree
+            raise RuntimeError("the optimizer asked for norms the Trainer did not compute "
+                               "(its norm_inputs() and its step disagree)") from None
 
 
 class Group:
@@ -90,8 +95,17 @@ class Group:
             view = self._slicer(k, p.shape)
             p._data, p._grad = view(self.data), view(self.grad)
             self.views.append(map_state(self.state, view))
-        self._persistent = {id(a) for a in [self.data, self.grad] + state_leaves(self.state)}
+        # per-index arrays the optimizer keeps outside its state (LBSGD's accumulator): flat
+        # buffers in the arithmetic dtype, views bound to the optimizer
+        compute = np.float32 if self.dtype == np.float16 else self.dtype
+        self.host_flats = {name: self._alloc(np.zeros(self.size, compute))
+                           for name in optimizer.host_buffers()}
+        self._persistent = {id(a) for a in [self.data, self.grad] + state_leaves(self.state)
+                            + list(self.host_flats.values())}
         self._views: dict = {}
+        for name, flat in self.host_flats.items():
+            for k, (index, _) in enumerate(members):
+                optimizer.bind_host_buffer(name, index, self.view(k, flat))
         if self.device == "cuda":
             from ..backends import cuda
             self.chunks = cuda.cuda.to_device(cuda.chunk_table(self.offsets))

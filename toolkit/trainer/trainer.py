@@ -204,7 +204,7 @@ class Trainer:
         self.last_step_launches = 0
         if not active:
             return
-        if self._backend == "reference" or not opt.segmentable:
+        if self._backend == "reference":
             self._dry_run(active)  # per-parameter steps write as they go: check them all first
         if self._backend == "reference":
             self._reference_update(active)
@@ -240,23 +240,21 @@ class Trainer:
     def _kernel_update(self, active):
         opt = self._optimizer
         work = {id(g): _Work(g, opt) for g in self._groups}
-        if opt.segmentable:
-            # planning writes no array: on an error, put the optimizer's bookkeeping back
-            saved = (dict(opt.__dict__), dict(opt._index_update_count))
+        # planning writes no array: on an error, put the optimizer's bookkeeping back
+        saved = {k: (dict(v) if isinstance(v, dict) else v) for k, v in opt.__dict__.items()}
         try:
+            norms = {i: opt.norm_inputs(i) for i in active}
+            if any(v is not None for v in norms.values()):
+                for w in work.values():  # LARS: every tensor's norms in one reduction per group
+                    self.last_step_launches += w.precompute_norms(norms)
             for i in active:  # index order: shared optimizer state (num_update, Nadam's schedule)
                 g, k = self._where[i]
                 w = work[id(g)]
                 wv, gv, sv = w.member(k)
-                launcher = w.recorder if opt.segmentable else w.real_launcher(k, wv)
-                opt._plan_step(i, wv, gv, sv, launcher)
-                if not opt.segmentable:
-                    self.last_step_launches += 1
+                opt._plan_step(i, wv, gv, sv, w.recorder)
         except BaseException:
-            if opt.segmentable:
-                opt.__dict__.clear()
-                opt.__dict__.update(saved[0])
-                opt._index_update_count = saved[1]
+            opt.__dict__.clear()
+            opt.__dict__.update(saved)
             raise
         for g in self._groups:
             self.last_step_launches += work[id(g)].execute()
@@ -312,6 +310,9 @@ class _Work:
         else:
             self.w, self.grad, self.s = g.data, g.grad, inner
         self.recorder = Recorder(self._launcher_for(self.w, self.mirror))
+        self.flats = [self.w, self.grad] + state_leaves(self.s) + list(g.host_flats.values())
+        self.owner = {}     # id(view) -> (position in self.flats, member)
+        self._member_views = {}
         self.members = {}
         self.calls_from = {}
 
@@ -322,22 +323,64 @@ class _Work:
                                  else arrays.describe(mirror))
         return cpu.LAUNCHER
 
+    def _views_of(self, k):
+        """Member ``k``'s views of every work array (made once per step, registered so that
+        recorded calls can be mapped back to the flat buffers they slice)."""
+        views = self._member_views.get(k)
+        if views is None:
+            views = []
+            for j, flat in enumerate(self.flats):
+                v = self.g.view(k, flat)
+                self.owner[id(v)] = (j, k)
+                views.append(v)
+            self._member_views[k] = views
+        return views
+
     def member(self, k):
-        view = lambda arr: self.g.view(k, arr)  # noqa: E731
-        wv, gv, sv = view(self.w), view(self.grad), map_state(self.s, view)
+        """``(weight, grad, state)`` views of member ``k`` for the optimizer's planning."""
+        views = self._views_of(k)
+        n_state = len(state_leaves(self.s))
+        leaves = iter(views[2:2 + n_state])
+        sv = map_state(self.s, lambda _: next(leaves))
+        wv, gv = views[0], views[1]
         self.members[k] = (wv, gv, sv)
         self.calls_from[k] = len(self.recorder.calls)
         return wv, gv, sv
 
-    def real_launcher(self, k, wv):
-        if self.g.device == "cuda":
-            mirror = None if self.mirror is None else self.g.view(k, self.mirror)
-            return self._launcher_for(wv, mirror)
-        return cpu.LAUNCHER
+    def precompute_norms(self, norms):
+        """LARS norms of every member that needs them, in one reduction over the flat buffers,
+        handed to the recorder for the optimizer's planning to read. Returns the calls made."""
+        g = self.g
+        rows = np.zeros((len(g.members), 2))
+        for k, (i, _) in enumerate(g.members):
+            bs = norms.get(i)
+            if bs is not None:
+                rows[k] = (1.0, float(bs))
+        if not rows[:, 0].any():
+            return 0
+        with_cum = bool(rows[:, 1].max() > 0)
+        cum = g.host_flats.get("cum") if with_cum else None
+        if g.device == "cuda":
+            from ..backends import cuda
+            d = arrays.describe
+            launcher = self.recorder.real
+            out = launcher._in_device(cuda.run_norms, d(self.w), d(self.grad),
+                                      None if cum is None else d(cum), rows, g.offsets_device,
+                                      stream=launcher.stream)
+        else:
+            out = np.zeros((len(g.members), 2))
+            cpu.run_norms(self.w, self.grad, self.w if cum is None else cum, rows, g.offsets,
+                          out, with_cum)
+        for k in range(len(g.members)):
+            if rows[k, 0]:
+                self.recorder.norms[id(self._views_of(k)[0])] = (float(out[k, 0]),
+                                                                 float(out[k, 1]))
+        return 1
 
     def execute(self):
-        """Run what was recorded: one segmented call when every member recorded one call of
-        the same rule on its own views; else the calls one by one. Returns the launch count."""
+        """Run what was recorded: one segmented call when every member recorded the same one
+        call on slices of the same flat buffers; else the calls one by one. Returns the number
+        of kernel calls."""
         launches = 0
         calls = self.recorder.calls
         if calls:
@@ -348,10 +391,10 @@ class _Work:
             else:
                 for k in sorted(self.calls_from):
                     end = self._next_start(k)
-                    real = self.real_launcher(k, self.members[k][0])
+                    real = self._real_launcher(k)
                     for call in calls[self.calls_from[k]:end]:
                         if call[0] == "rule":
-                            real.run_rule(*call[1:])
+                            real.run_rule(*call[1:6])
                         else:
                             real.run_noise_rule(call[1], call[2], call[3], call[5], call[6],
                                                 call[7])
@@ -360,40 +403,43 @@ class _Work:
             self.after()
         return launches
 
+    def _real_launcher(self, k):
+        wv = self.members[k][0]
+        mirror = None if self.mirror is None else self.g.view(k, self.mirror)
+        return self._launcher_for(wv, mirror) if self.g.device == "cuda" else cpu.LAUNCHER
+
     def _next_start(self, k):
         later = [v for kk, v in self.calls_from.items() if kk > k]
         return min(later) if later else len(self.recorder.calls)
 
     def _segmented_plan(self):
-        """``(kind, factory, slots, rows)`` when the recorded calls fit one segmented call."""
+        """``(kind, factory, flats, rows)`` when the recorded calls fit one segmented call:
+        one call per member, the same rule, on member ``k``'s slices of the same flat buffers."""
         calls = self.recorder.calls
         if len(calls) != len(self.members) or len({c[0] for c in calls}) != 1:
             return None
         kind, factory = calls[0][0], calls[0][1]
-        slots = None
+        layout = None
         rows = {}
         for k in sorted(self.members):
             call = calls[self.calls_from[k]]
-            fac, w, g, states = call[1:5]
-            wv, gv, sv = self.members[k]
-            leaves = state_leaves(sv)
-            if fac is not factory or w is not wv or g is not gv:
+            if call[1] is not factory:
                 return None
-            try:
-                pos = tuple(next(j for j, leaf in enumerate(leaves) if leaf is s) for s in states)
-            except StopIteration:
+            owners = [self.owner.get(id(a)) for a in (call[2], call[3]) + tuple(call[4])]
+            if any(o is None or o[1] != k for o in owners):
                 return None
-            if slots is None:
-                slots = pos
-            elif pos != slots:
+            pos = tuple(o[0] for o in owners)
+            if layout is None:
+                layout = pos
+            elif pos != layout:
                 return None
             rows[k] = call[5:]  # (hyper,) or (hyper, key, aux)
         if len({len(r[0]) for r in rows.values()}) != 1 or (
                 kind == "noise" and len({len(r[2]) for r in rows.values()}) != 1):
             return None
-        return kind, factory, slots, rows
+        return kind, factory, [self.flats[j] for j in layout], rows
 
-    def _run_segmented(self, kind, factory, slots, rows):
+    def _run_segmented(self, kind, factory, flats, rows):
         g = self.g
         compute = np.dtype(np.float32) if g.dtype == np.float16 else g.dtype
         n = len(g.members)
@@ -402,8 +448,7 @@ class _Work:
         for k, row in rows.items():
             table[k, 0] = 1
             table[k, 1:] = row[0]
-        leaves = state_leaves(self.s)
-        states = [leaves[j] for j in slots]
+        w, grad, states = flats[0], flats[1], flats[2:]
         if kind == "noise":
             keys = np.zeros(n, np.uint64)
             aux = np.zeros((n, len(first[2])), np.float64)
@@ -414,17 +459,17 @@ class _Work:
             from ..backends import cuda
             d = arrays.describe
             launcher = self.recorder.real
-            mirror = None if self.mirror is None else d(self.mirror)
+            # the float16 weight is written from the master by the kernel that updates it
+            mirror = d(self.mirror) if (self.mirror is not None and w is self.w) else None
             if kind == "noise":
-                launcher._in_device(cuda.run_noise_segmented, factory, d(self.w), d(self.grad),
-                                    table, keys, aux, g.uploads, g.offsets_device, g.chunks,
+                launcher._in_device(cuda.run_noise_segmented, factory, d(w), d(grad), table,
+                                    keys, aux, g.uploads, g.offsets_device, g.chunks,
                                     stream=launcher.stream, mirror=mirror)
             else:
-                launcher._in_device(cuda.run_segmented, factory, d(self.w), d(self.grad),
-                                    [d(s) for s in states], table, g.uploads[0], g.chunks,
+                launcher._in_device(cuda.run_segmented, factory, d(w), d(grad),
+                                    [d(a) for a in states], table, g.uploads[0], g.chunks,
                                     stream=launcher.stream, mirror=mirror)
         elif kind == "noise":
-            cpu.run_noise_segmented(factory, self.w, self.grad, table, keys, aux, g.offsets,
-                                    g.chunks)
+            cpu.run_noise_segmented(factory, w, grad, table, keys, aux, g.offsets, g.chunks)
         else:
-            cpu.run_segmented(factory, self.w, self.grad, tuple(states), table, g.chunks)
+            cpu.run_segmented(factory, w, grad, tuple(states), table, g.chunks)
