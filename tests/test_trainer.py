@@ -89,7 +89,6 @@ def test_learning_rate_and_scheduler_rules():
     (lambda p: Trainer(p, "sgd", compression_params={"type": "2bit"}), ValueError,
      "compression"),
     (lambda p: Trainer(p, "sgd", update_on_kvstore="yes"), TypeError, "update_on_kvstore"),
-    (lambda p: Trainer([p[0], p[0]], "sgd"), ValueError, "twice"),
     (lambda p: Trainer(p, "sgd", backend="gpu"), ValueError, "backend"),
 ])
 def test_construction_errors(bad, exc, match):
@@ -402,3 +401,184 @@ def test_an_invalid_step_is_refused_before_anything_is_written(name):
         t.step(1)
     assert (_trainer_fingerprint(t), [p.data().copy() for p in params])[0] == before[0]
     assert all(np.array_equal(p.data(), b) for p, b in zip(params, before[1]))
+
+
+# --------------------------------------------------------------------------------------------
+# edge cases found in review
+# --------------------------------------------------------------------------------------------
+def test_a_parameter_given_twice_is_stepped_once():
+    p = Parameter("w", init=np.ones(2, np.float32))
+    t = Trainer([p, p], "sgd", {"learning_rate": 1.0})
+    p.set_grad(np.ones(2))
+    t.step(1)
+    assert np.array_equal(p.data(), np.zeros(2, np.float32))
+
+
+def test_adoption_detaches_earlier_arrays_and_resets_freshness():
+    p = Parameter("w", init=np.ones(3, np.float32))
+    old_grad = p.grad()            # fresh, but its buffer is replaced by the Trainer's view
+    t = Trainer([p], "adam")
+    old_grad[...] = 5.0
+    with pytest.raises(StaleGradientError):
+        t.step(1)
+    assert t.optimizer._index_update_count == {}
+
+
+def test_refused_set_grad_leaves_the_gradient_stale():
+    p = Parameter("w", init=np.ones(3, np.float32))
+    t = Trainer([p], "sgd")
+    with pytest.raises(ValueError, match="shape"):
+        p.set_grad(np.ones(4))
+    with pytest.raises(StaleGradientError):
+        t.step(1)
+
+
+def test_the_last_trainer_built_with_a_parameter_steps_it():
+    p = Parameter("w", init=np.ones(2, np.float32))
+    t1 = Trainer([p], "sgd", {"learning_rate": 1.0})
+    p.set_grad(np.ones(2))
+    t1.step(1)
+    t2 = Trainer([p], "adam", {"learning_rate": 0.5})   # switching optimizer mid-training
+    assert np.array_equal(p.data(), np.zeros(2, np.float32))  # the values carried over
+    p.set_grad(np.ones(2))
+    with pytest.raises(RuntimeError, match="newer Trainer"):
+        t1.step(1)
+    t2.step(1)
+    assert np.allclose(p.data(), -0.5)
+
+
+def test_grad_req_is_fixed_while_a_trainer_holds_the_parameter():
+    a = Parameter("a", shape=(2,), grad_req="null")
+    b = Parameter("b", shape=(2,))
+    Trainer([a, b], "sgd")
+    with pytest.raises(ValueError, match="grad_req"):
+        a.grad_req = "write"
+    with pytest.raises(ValueError, match="grad_req"):
+        b.grad_req = "null"
+    c = Parameter("c", shape=(2,), grad_req="null")
+    c.grad_req = "write"                                # free parameters may change
+    assert c.grad().shape == (2,)
+
+
+def test_a_skipped_multi_precision_parameter_keeps_its_weight():
+    a = Parameter("a", init=np.ones(3, np.float16), dtype="float16")
+    b = Parameter("b", init=np.ones(3, np.float16), dtype="float16")
+    t = Trainer([a, b], "sgd", {"learning_rate": 1.0, "multi_precision": True})
+    a.data()[...] = 5.0                                  # written in place, then skipped
+    b.set_grad(np.ones(3))
+    t.step(1, ignore_stale_grad=True)
+    assert np.array_equal(a.data(), np.full(3, 5.0, np.float16))
+    assert np.array_equal(b.data(), np.zeros(3, np.float16))
+
+
+def test_a_refused_trainer_leaves_the_optimizer_as_it_was():
+    opt = optimizer.SGD()
+    opt.param_dict = {0: "previous"}
+    with pytest.raises(ValueError):
+        Trainer([Parameter("x", shape=(2,))], opt, backend="cuda")
+    assert opt.param_dict == {0: "previous"}
+
+
+def test_a_batch_size_that_overflows_rescale_grad_is_refused():
+    p = Parameter("w", init=np.ones(2, np.float32))
+    t = Trainer([p], "sgd", {"rescale_grad": 1e10})
+    p.set_grad(np.ones(2))
+    with pytest.raises(ValueError, match="not finite"):
+        t.step(1e-310)
+    assert np.array_equal(p.data(), np.ones(2, np.float32))
+
+
+def test_states_with_a_misshapen_lbsgd_accumulator_are_refused(tmp_path):
+    kw = lambda: {"batch_scale": 3, "momentum": 0.9}  # noqa: E731
+    init, grads = _data(np.random.default_rng(6), "float32", 2)
+    t, _ = _trained("lbsgd", kw, "float32", init, grads)
+    path = tmp_path / "lbsgd.states"
+    t.save_states(path)
+    with np.load(path, allow_pickle=False) as z:
+        content = {n: z[n] for n in z.files}
+    meta = json.loads(content["meta"].tobytes())
+    content["host/cum0"] = np.zeros(5)                   # wrong shape and dtype
+    meta.pop("checksum")
+    from toolkit.trainer.states import _checksum
+    arrays_only = {k: v for k, v in content.items() if k != "meta"}
+    meta["checksum"] = {"algorithm": "sha256", "value": _checksum(arrays_only, meta)}
+    content["meta"] = np.frombuffer(json.dumps(meta, sort_keys=True).encode(), np.uint8)
+    edited = tmp_path / "edited.npz"
+    np.savez(edited, **content)
+    bad = tmp_path / "bad.states"
+    bad.write_bytes(_sealed(edited.read_bytes()))
+    t2, _ = _trained("lbsgd", kw, "float32", init, grads[:1])
+    before = _trainer_fingerprint(t2)
+    with pytest.raises(ValueError, match="accumulator"):
+        t2.load_states(bad)
+    assert _trainer_fingerprint(t2) == before
+
+
+def test_a_step_in_another_thread_never_receives_this_threads_rule_calls():
+    """The launcher of a step in progress is per thread: while a Trainer plans in one thread,
+    an ``update`` of the same optimizer in another thread runs at once, on its own arrays."""
+    import threading
+    planning, release = threading.Event(), threading.Event()
+
+    class SlowSGD(optimizer.SGD):
+        def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+            if threading.current_thread() is not threading.main_thread():
+                planning.set()
+                release.wait(5)
+            super()._kernel_step(index, weight, grad, state, t, lr, wd)
+
+    opt = SlowSGD(learning_rate=1.0)
+    p = Parameter("w", init=np.zeros(3, np.float32))
+    t = Trainer([p], opt)
+    p.set_grad(np.ones(3))
+    worker = threading.Thread(target=t.step, args=(1,))
+    worker.start()
+    assert planning.wait(5)
+    w = np.zeros(3, np.float32)
+    opt.update(7, w, np.ones(3, np.float32), None)       # meanwhile, in this thread
+    assert np.array_equal(w, -np.ones(3, np.float32))    # applied now, not recorded elsewhere
+    release.set()
+    worker.join(5)
+    assert t.last_step_launches == 1
+    assert np.array_equal(p.data(), -np.ones(3, np.float32))
+
+
+class _HeavyBall(optimizer.ElementwiseOptimizer):
+    """A custom element-wise rule: ``v = mu*v - lr*(g + wd*w); w = w + v``."""
+
+    state_names = ("v",)
+
+    def __init__(self, momentum=0.9, **kw):
+        self.momentum = momentum
+        super().__init__(**kw)
+
+    def hyperparameters(self, index, t, lr, wd):
+        return (lr, wd, self.momentum)
+
+    @staticmethod
+    def rule(w, g, v, hp):
+        lr, wd, mu = hp
+        v = mu * v - lr * (g + wd * w)
+        return w + v, v
+
+
+def test_a_custom_elementwise_rule_runs_in_one_call_bit_for_bit():
+    rng = np.random.default_rng(8)
+    init = [rng.standard_normal(s).astype(np.float32) for s in SHAPES]
+    params = [Parameter(f"p{i}", init=a, lr_mult=1 + i) for i, a in enumerate(init)]
+    trainer = Trainer(params, _HeavyBall(learning_rate=0.1, wd=0.01))
+    twin = _HeavyBall(learning_rate=0.1, wd=0.01)
+    twin.param_dict = {i: p for i, p in enumerate(params)}
+    ws = [a.copy() for a in init]
+    ss = [twin.create_state(i, w) for i, w in enumerate(ws)]
+    for _ in range(3):
+        grads = [rng.standard_normal(s).astype(np.float32) for s in SHAPES]
+        for p, g in zip(params, grads):
+            p.set_grad(g)
+        trainer.step(2)
+        twin.rescale_grad = 0.5
+        for i, g in enumerate(grads):
+            twin.update(i, ws[i], g, ss[i])
+        assert trainer.last_step_launches == 1
+    for p, w in zip(params, ws):
+        assert np.array_equal(p.data(), w)

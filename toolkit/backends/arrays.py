@@ -150,6 +150,8 @@ def describe(obj, what="weight") -> ArrayDesc:
     except TypeError:
         raise TypeError(f"{what} has an unknown CUDA array typestr {cai['typestr']!r}") from None
     shape = tuple(int(n) for n in cai["shape"])
+    if any(n < 0 for n in shape):
+        raise TypeError(f"{what} exports a malformed __cuda_array_interface__ (shape {shape})")
     strides = cai.get("strides")
     strides = _c_strides(shape, dtype.itemsize) if strides is None else tuple(int(s) for s in strides)
     ptr, readonly = cai["data"]

@@ -178,10 +178,12 @@ def flat(d: ArrayDesc):
     except TypeError:  # an owner without weak references: a fresh view that holds it
         return cuda.from_cuda_array_interface(desc, owner=d.obj, sync=False)
     view = cuda.from_cuda_array_interface(desc, owner=None, sync=False)
-    if len(_flat_views) >= _FLAT_CACHE:
-        for k in [k for k, (r, _) in _flat_views.items() if r() is None] or list(_flat_views):
-            del _flat_views[k]
-    _flat_views[key] = (ref, view)
+    with _lock:
+        if len(_flat_views) >= _FLAT_CACHE:
+            dead = [k for k, (r, _) in list(_flat_views.items()) if r() is None]
+            for k in dead or list(_flat_views):
+                _flat_views.pop(k, None)
+        _flat_views[key] = (ref, view)
     return view
 
 

@@ -9,9 +9,11 @@ modified (the array contract of ``toolkit.backends.arrays``), and the choice of 
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import numbers
+import threading
 import warnings
 
 import numpy as np
@@ -24,6 +26,10 @@ BACKENDS = ("auto", "reference", "cpu", "cuda")
 CONVENTIONS = ("mxnet", "guide")
 
 _REGISTRY: dict[str, type] = {}
+
+
+#: per thread: optimizer id -> the launcher of its step in progress
+_ACTIVE = threading.local()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -404,11 +410,8 @@ class Optimizer:
         """One kernel step of ``index`` through ``launcher`` (the Trainer's recorder, or a real
         launcher), on arrays the caller has validated; the count is committed after it."""
         t, lr, wd = self._step_scalars(index)
-        self._launcher = launcher
-        try:
+        with self._launching(launcher):
             self._kernel_step(index, weight, grad, state, t, lr, wd)
-        finally:
-            self._launcher = None
         self._commit_count(index, t)
 
     # --- the Trainer's hooks (LBSGD uses them) ---------------------------------------------
@@ -432,11 +435,8 @@ class Optimizer:
         t, lr, wd = self._step_scalars(index)
         if backend == "cuda":
             from ..backends import cuda
-            self._launcher = cuda.Launcher(w, stream=stream, mirror=mirror, known=known)
-            try:
+            with self._launching(cuda.Launcher(w, stream=stream, mirror=mirror, known=known)):
                 self._step(backend, index, weight, grad, state, t, lr, wd)
-            finally:
-                self._launcher = None
         elif w.dtype == np.float16:
             # float16 storage without a master copy: float32 arithmetic, rounded back after the step
             w32 = weight.astype(np.float32)
@@ -448,8 +448,27 @@ class Optimizer:
             self._step(backend, index, weight, grad, state, t, lr, wd)
         self._commit_count(index, t)
 
-    #: the launcher of the step in progress (the CPU one outside a CUDA step)
-    _launcher = None
+    @property
+    def _launcher(self):
+        """The launcher of this thread's step in progress on this optimizer, or None (then the
+        CPU one). Kept per thread: a step running in one thread never receives another
+        thread's rule calls (the optimizer's counts are shared state all the same)."""
+        return getattr(_ACTIVE, "launchers", {}).get(id(self))
+
+    @contextlib.contextmanager
+    def _launching(self, launcher):
+        launchers = getattr(_ACTIVE, "launchers", None)
+        if launchers is None:
+            launchers = _ACTIVE.launchers = {}
+        outer = launchers.get(id(self))
+        launchers[id(self)] = launcher
+        try:
+            yield launcher
+        finally:
+            if outer is None:
+                del launchers[id(self)]
+            else:
+                launchers[id(self)] = outer
 
     @staticmethod
     def _map_state(state, f):

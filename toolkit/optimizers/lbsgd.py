@@ -168,7 +168,14 @@ class LBSGD(Optimizer):
             ncum[k] = n
         cum = {}
         for k, name in data["cum"]:
-            cum[k] = np.array(host_arrays[name])
+            a = np.array(host_arrays[name])
+            bound = self._cum.get(k)
+            if bound is not None:
+                b = arrays.describe(bound)
+                if a.shape != b.shape or a.dtype != b.dtype:
+                    raise ValueError(f"LBSGD accumulator of index {k!r} is {a.dtype}{a.shape} in "
+                                     f"the file, {b.dtype}{b.shape} here")
+            cum[k] = a
 
         def commit():
             bound = self._cum

@@ -94,6 +94,7 @@ class Group:
         for k, (index, p) in enumerate(members):
             view = self._slicer(k, p.shape)
             p._data, p._grad = view(self.data), view(self.grad)
+            p._fresh = False  # arrays handed out before are detached: write into the new views
             self.views.append(map_state(self.state, view))
         # per-index arrays the optimizer keeps outside its state (LBSGD's accumulator): flat
         # buffers in the arithmetic dtype, views bound to the optimizer

@@ -79,7 +79,8 @@ class Parameter:
         self.wd_mult = _check_mult("wd_mult", wd_mult)
         if grad_req not in GRAD_REQS:
             raise ValueError(f"grad_req must be one of {GRAD_REQS}, got {grad_req!r}")
-        self.grad_req = grad_req
+        self._grad_req = grad_req
+        self._trainer = None
         if device not in DEVICES:
             raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
         self.device = device
@@ -87,7 +88,6 @@ class Parameter:
         self._data = None
         self._grad = None
         self._fresh = False
-        self._trainer = None
         if init is not None or self.shape is not None:
             self._data = self._new_array(self._initial(init))
             self._grad = self._new_array(np.zeros(self.shape, self.dtype)) \
@@ -96,6 +96,23 @@ class Parameter:
     def __repr__(self):
         return (f"Parameter({self.name!r}, shape={self.shape}, dtype={self.dtype.name}, "
                 f"device={self.device!r})")
+
+    @property
+    def grad_req(self):
+        """"write", "add" or "null"; fixed while a Trainer holds the parameter (its buffers are
+        laid out by it): build a new Trainer to change it."""
+        return self._grad_req
+
+    @grad_req.setter
+    def grad_req(self, value):
+        if value not in GRAD_REQS:
+            raise ValueError(f"grad_req must be one of {GRAD_REQS}, got {value!r}")
+        if self._trainer is not None and value != self._grad_req:
+            raise ValueError(f"parameter {self.name!r} belongs to a Trainer laid out for "
+                             f"grad_req={self._grad_req!r}; build a new Trainer to change it")
+        if value != "null" and self._grad is None and self._data is not None:
+            self._grad = self._new_array(np.zeros(self.shape, self.dtype))
+        self._grad_req = value
 
     # --- arrays ---------------------------------------------------------------------------
     def _initial(self, init):
@@ -110,9 +127,15 @@ class Parameter:
         if callable(init) and not hasattr(init, "shape"):
             if self.shape is None:
                 raise ValueError(f"parameter {self.name!r}: a callable init needs a shape")
-            value = np.asarray(arrays.to_host(init(self.shape, self.dtype)))
-        else:
+            init = init(self.shape, self.dtype)
+        if isinstance(init, np.ndarray) or arrays.is_device_array(init):
             value = np.asarray(arrays.to_host(init))
+        else:
+            try:
+                value = np.asarray(init, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise TypeError(f"parameter {self.name!r}: init must be None, a number, an array "
+                                f"or a callable, got {type(init).__name__}") from None
         if self.shape is None:
             self.shape = value.shape
         if value.shape != self.shape:
@@ -173,13 +196,17 @@ class Parameter:
             self._trainer._data_changed(self)
 
     def set_grad(self, value):
-        """Copy ``value`` into the gradient buffer; the gradient counts as written."""
-        g = self.grad()
+        """Copy ``value`` into the gradient buffer; the gradient counts as written (only once
+        the copy succeeded: a refused value leaves the gradient and its freshness as they were)."""
+        self._require()
+        if self._grad is None:
+            raise RuntimeError(f"parameter {self.name!r} has grad_req='null': it has no gradient")
         d = arrays.describe(value, "value")
         if d.shape != self.shape:
             raise ValueError(f"set_grad: value has shape {d.shape}, parameter {self.name!r} has "
                              f"{self.shape}")
-        _copy_into(g, np.asarray(arrays.to_host(value), dtype=self.dtype))
+        _copy_into(self._grad, np.asarray(arrays.to_host(value), dtype=self.dtype))
+        self._fresh = True
 
     def zero_grad(self):
         """Set the gradient to zero (it does not count as written)."""

@@ -96,8 +96,10 @@ class Trainer:
         self._kvstore, self._update_on_kvstore, self._backend = kvstore, update_on_kvstore, backend
         self._optimizer = opt
         self._scale = opt.rescale_grad
-        opt.param_dict = {i: p for i, p in enumerate(self._params)}
         self._build_groups()
+        opt.param_dict = {i: p for i, p in enumerate(self._params)}
+        for p in self._params:  # the parameters are this Trainer's now (the last one wins)
+            p._trainer = self
 
     # ---------------------------------------------------------------------------------------
     # construction
@@ -114,16 +116,16 @@ class Trainer:
         else:
             raise TypeError(f"params must be a dict or a list of Parameters, got "
                             f"{type(params).__name__}")
-        seen = set()
+        seen, unique = set(), []
         for p in items:
             if not isinstance(p, Parameter):
                 raise TypeError(f"params must hold Parameters only, got {type(p).__name__}")
             if id(p) in seen:
-                raise ValueError(f"parameter {p.name!r} is given twice")
-            if p._trainer is not None:
-                raise ValueError(f"parameter {p.name!r} already belongs to another Trainer")
+                continue  # the same parameter twice (shared): once, as MXNet does
             p._require()
             seen.add(id(p))
+            unique.append(p)
+        items = unique
         names = [p.name for p in items]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
@@ -147,7 +149,6 @@ class Trainer:
         for g in self._groups:
             for k, (i, p) in enumerate(g.members):
                 self._where[i] = (g, k)
-                p._trainer = self
         self.last_step_launches = 0
 
     # ---------------------------------------------------------------------------------------
@@ -186,13 +187,21 @@ class Trainer:
         if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Real) or \
                 not np.isfinite(batch_size) or batch_size <= 0:
             raise ValueError(f"batch_size must be a finite number > 0, got {batch_size!r}")
-        self._optimizer.rescale_grad = self._scale / batch_size
+        rescale = self._scale / batch_size
+        if not np.isfinite(rescale):
+            raise ValueError(f"batch_size {batch_size!r} makes rescale_grad = scale/batch_size = "
+                             f"{rescale!r}, which is not finite")
+        self._optimizer.rescale_grad = rescale
 
     # ---------------------------------------------------------------------------------------
     # the step
     # ---------------------------------------------------------------------------------------
     def _update(self, ignore_stale_grad):
         opt = self._optimizer
+        taken = [p.name for p in self._params if p._trainer is not self and p.grad_req != "null"]
+        if taken:
+            raise RuntimeError(f"parameter(s) {taken} now belong to a newer Trainer (a parameter "
+                               "is stepped by the last Trainer built with it); step that one")
         live = [(i, p) for i, p in enumerate(self._params) if p.grad_req != "null"]
         stale = [p.name for _, p in live if not p._fresh]
         if stale and not ignore_stale_grad:
@@ -296,16 +305,23 @@ class _Work:
             self.mirror = g.data if g.mp else None
         elif g.mp:
             self.w, self.grad, self.s = master, g.grad.astype(np.float32), inner
-            self.after = lambda: np.copyto(g.data, master, casting="same_kind")
+
+            def back():  # the float16 weights of the updated members, from their masters
+                for k in self.members:
+                    a, b = int(g.offsets[k]), int(g.offsets[k + 1])
+                    np.copyto(g.data[a:b], master[a:b], casting="same_kind")
+            self.after = back
         elif g.dtype == np.float16:
             # float16 storage without a master copy: float32 arithmetic, rounded back after
             self.w, self.grad = g.data.astype(np.float32), g.grad.astype(np.float32)
             self.s = map_state(inner, lambda a: a.astype(np.float32))
 
-            def back():
-                np.copyto(g.data, self.w, casting="same_kind")
-                for dst, src in zip(state_leaves(inner), state_leaves(self.s)):
-                    np.copyto(dst, src, casting="same_kind")
+            def back():  # the updated members only, rounded back to float16
+                for k in self.members:
+                    a, b = int(g.offsets[k]), int(g.offsets[k + 1])
+                    np.copyto(g.data[a:b], self.w[a:b], casting="same_kind")
+                    for dst, src in zip(state_leaves(inner), state_leaves(self.s)):
+                        np.copyto(dst[a:b], src[a:b], casting="same_kind")
             self.after = back
         else:
             self.w, self.grad, self.s = g.data, g.grad, inner
