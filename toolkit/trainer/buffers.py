@@ -104,6 +104,7 @@ class Group:
         self._persistent = {id(a) for a in [self.data, self.grad] + state_leaves(self.state)
                             + list(self.host_flats.values())}
         self._views: dict = {}
+        self._member_cache: dict = {}
         for name, flat in self.host_flats.items():
             for k, (index, _) in enumerate(members):
                 optimizer.bind_host_buffer(name, index, self.view(k, flat))

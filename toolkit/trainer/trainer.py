@@ -327,8 +327,13 @@ class _Work:
             self.w, self.grad, self.s = g.data, g.grad, inner
         self.recorder = Recorder(self._launcher_for(self.w, self.mirror))
         self.flats = [self.w, self.grad] + state_leaves(self.s) + list(g.host_flats.values())
-        self.owner = {}     # id(view) -> (position in self.flats, member)
-        self._member_views = {}
+        # id(view) -> (position in self.flats, member); member -> its views. When every work
+        # array is one of the group's own buffers (no per-step copies), both are kept across steps
+        key = tuple(id(f) for f in self.flats)
+        if all(k in g._persistent for k in key):
+            self.owner, self._member_views = g._member_cache.setdefault(key, ({}, {}))
+        else:
+            self.owner, self._member_views = {}, {}
         self.members = {}
         self.calls_from = {}
 
@@ -340,25 +345,23 @@ class _Work:
         return cpu.LAUNCHER
 
     def _views_of(self, k):
-        """Member ``k``'s views of every work array (made once per step, registered so that
-        recorded calls can be mapped back to the flat buffers they slice)."""
+        """Member ``k``'s views ``(all, weight, grad, state)`` of the work arrays, registered so
+        that recorded calls can be mapped back to the flat buffers they slice."""
         views = self._member_views.get(k)
         if views is None:
-            views = []
+            flat_views = []
             for j, flat in enumerate(self.flats):
                 v = self.g.view(k, flat)
                 self.owner[id(v)] = (j, k)
-                views.append(v)
-            self._member_views[k] = views
+                flat_views.append(v)
+            leaves = iter(flat_views[2:2 + len(state_leaves(self.s))])
+            sv = map_state(self.s, lambda _: next(leaves))
+            views = self._member_views[k] = (flat_views, flat_views[0], flat_views[1], sv)
         return views
 
     def member(self, k):
         """``(weight, grad, state)`` views of member ``k`` for the optimizer's planning."""
-        views = self._views_of(k)
-        n_state = len(state_leaves(self.s))
-        leaves = iter(views[2:2 + n_state])
-        sv = map_state(self.s, lambda _: next(leaves))
-        wv, gv = views[0], views[1]
+        _, wv, gv, sv = self._views_of(k)
         self.members[k] = (wv, gv, sv)
         self.calls_from[k] = len(self.recorder.calls)
         return wv, gv, sv
@@ -389,7 +392,7 @@ class _Work:
                           out, with_cum)
         for k in range(len(g.members)):
             if rows[k, 0]:
-                self.recorder.norms[id(self._views_of(k)[0])] = (float(out[k, 0]),
+                self.recorder.norms[id(self._views_of(k)[1])] = (float(out[k, 0]),
                                                                  float(out[k, 1]))
         return 1
 
