@@ -16,7 +16,7 @@ argument, else the stream the weight exports (CuPy exports its current stream), 
 PyTorch tensor PyTorch's current stream (its interface exports none), else the default stream;
 ``update`` returns without waiting for it.
 
-Compile policy (DESIGN section 4), in one place: explicit signatures, ``fastmath`` off, on-disk
+Compile policy, in one place (as the CPU backend's): explicit signatures, ``fastmath`` off, on-disk
 cache. numba-cuda contracts ``a*b + c`` into fused multiply-adds; an FMA rounds once, so its
 result lies within the same first-order error bound as the two roundings it replaces
 (``reference.error_bound``): the tests hold CUDA results to the CPU's bound, not a wider one.
