@@ -16,6 +16,7 @@ The only device facts it cannot read from the interface (which device a pointer 
 from __future__ import annotations
 
 import ctypes
+import math
 
 import numpy as np
 
@@ -31,7 +32,7 @@ class ArrayDesc:
     """One array as a step sees it, whichever library made it."""
 
     __slots__ = ("obj", "kind", "shape", "dtype", "strides", "ptr", "lo", "hi", "readonly",
-                 "stream", "c_contiguous", "f_contiguous", "library")
+                 "stream", "c_contiguous", "f_contiguous", "library", "size")
 
     def __init__(self, obj, kind, shape, dtype, strides, ptr, readonly, stream, library):
         self.obj, self.kind, self.library = obj, kind, library
@@ -40,10 +41,7 @@ class ArrayDesc:
         self.c_contiguous, self.f_contiguous = _contiguity(self.shape, self.strides,
                                                            self.dtype.itemsize)
         self.lo, self.hi = _extent(self.ptr, self.shape, self.strides, self.dtype.itemsize)
-
-    @property
-    def size(self):
-        return int(np.prod(self.shape, dtype=np.int64))
+        self.size = math.prod(self.shape)
 
     @property
     def order(self):

@@ -3,7 +3,7 @@
 the arrays without a line of backend code."""
 from __future__ import annotations
 
-__all__ = ["fill_rule", "copy_rule", "add_rule", "divide_rule"]
+__all__ = ["fill_rule", "copy_rule", "add_rule"]
 
 
 def fill_rule(f):
@@ -26,9 +26,3 @@ def add_rule(f):
         return w + g
     return rule
 
-
-def divide_rule(f):
-    """``w = g / hp[0]``."""
-    def rule(w, g, hp):
-        return g / hp[0]
-    return rule

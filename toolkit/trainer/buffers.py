@@ -89,13 +89,6 @@ class Group:
                 raise ValueError(f"{type(optimizer).__name__}'s state arrays are not shaped like "
                                  "the weight; the Trainer's flat buffers need that")
         self.mp = optimizer._uses_master(self.data)
-        # the views each parameter sees; the weight and gradient views replace its own arrays
-        self.views = []
-        for k, (index, p) in enumerate(members):
-            view = self._slicer(k, p.shape)
-            p._data, p._grad = view(self.data), view(self.grad)
-            p._fresh = False  # arrays handed out before are detached: write into the new views
-            self.views.append(map_state(self.state, view))
         # per-index arrays the optimizer keeps outside its state (LBSGD's accumulator): flat
         # buffers in the arithmetic dtype, views bound to the optimizer
         compute = np.float32 if self.dtype == np.float16 else self.dtype
@@ -105,6 +98,12 @@ class Group:
                             + list(self.host_flats.values())}
         self._views: dict = {}
         self._member_cache: dict = {}
+        # the views each parameter sees; the weight and gradient views replace its own arrays
+        self.views = []
+        for k, (index, p) in enumerate(members):
+            p._data, p._grad = self.view(k, self.data), self.view(k, self.grad)
+            p._fresh = False  # arrays handed out before are detached: write into the new views
+            self.views.append(map_state(self.state, lambda a, k=k: self.view(k, a)))
         for name, flat in self.host_flats.items():
             for k, (index, _) in enumerate(members):
                 optimizer.bind_host_buffer(name, index, self.view(k, flat))

@@ -202,7 +202,6 @@ def load(trainer, path):
         _refuse(path, f"its hyperparameters differ from this optimizer's in {diff} (file: "
                       f"{ {k: meta['hyperparameters'].get(k) for k in diff} }, optimizer: "
                       f"{ {k: mine.get(k) for k in diff} })")
-    _, current = _collect(trainer)
     by_index = {e["index"]: e for e in meta["params"]}
     targets = []
     for g in trainer._groups:
@@ -219,10 +218,10 @@ def load(trainer, path):
                               f"{len(e['state'])} in the file")
             for j, leaf in enumerate(leaves):
                 a = loaded.get(f"state/{i}/{j}")
-                mine_a = current[f"state/{i}/{j}"]
-                if a is None or a.shape != mine_a.shape or a.dtype != mine_a.dtype:
+                here = arrays.describe(leaf)  # shape and dtype only: nothing is copied
+                if a is None or a.shape != here.shape or a.dtype != here.dtype:
                     _refuse(path, f"state array {j} of parameter {p.name!r} does not match "
-                                  f"(here {mine_a.dtype}{mine_a.shape}, file "
+                                  f"(here {here.dtype}{here.shape}, file "
                                   f"{None if a is None else (a.dtype, a.shape)})")
                 targets.append((leaf, a))
     if by_index:
