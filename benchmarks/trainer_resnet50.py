@@ -4,9 +4,10 @@ ResNet-50 (He et al. 2016; the torchvision layout) has 161 parameter tensors, 25
 values: 53 convolutions, 53 batch norms (gamma and beta) and the classifier. The Trainer holds them
 in one flat buffer per (dtype, device) group and steps them in one kernel call (CPU) or one
 launch (CUDA); ``torch.optim.Adam(fused=True)`` steps the same list of tensors. Both are timed in
-the same run as medians over repeated steps (a GPU step is synchronised before the clock stops),
-with the memory-traffic floor of the step (28 bytes per element for float32 Adam) shown as
-achieved bandwidth. Absolute times on shared machines vary; the ratio is what to read.
+the same run, interleaved (each repetition times one toolkit step, then one torch step, so that
+what else the machine does falls on both alike), as medians; a GPU step is synchronised before
+the clock stops. The memory-traffic floor of the step (28 bytes per element for float32 Adam) is
+shown as achieved bandwidth. Absolute times on shared machines vary; the ratio is what to read.
 
     python benchmarks/trainer_resnet50.py [--device cpu|cuda] [--repeats 20]
 """
@@ -54,28 +55,23 @@ def _sync(device):
         cuda.synchronize()
 
 
-def time_trainer(device, shapes, repeats, rng):
+def make_trainer(device, shapes, rng):
+    """The Trainer over ``shapes`` with gradients in place, and its step."""
     params = [Parameter(f"p{i:03d}", init=rng.standard_normal(s).astype(np.float32) * 0.01,
                         device=device) for i, s in enumerate(shapes)]
     trainer = Trainer(params, "adam", {"learning_rate": 1e-3})
-    grads = [p.grad() for p in params]
     for p in params:
         p.set_grad(rng.standard_normal(p.shape).astype(np.float32))
-    times = []
-    for k in range(repeats + 3):
+
+    def step():
         for p in params:
             p.grad()  # the gradients are written in place (marked fresh)
-        _sync(device)
-        t0 = time.perf_counter()
         trainer.step(1)
-        _sync(device)
-        if k >= 3:
-            times.append(time.perf_counter() - t0)
-    del grads
-    return statistics.median(times), trainer.last_step_launches
+    return trainer, step
 
 
-def time_torch(device, shapes, repeats, rng):
+def make_torch(device, shapes, rng):
+    """torch's Adam (fused, else foreach) over tensors of ``shapes``, and its step."""
     import torch
     dev = "cuda" if device == "cuda" else "cpu"
     ps = [torch.tensor(rng.standard_normal(s).astype(np.float32) * 0.01, device=dev,
@@ -89,17 +85,27 @@ def time_torch(device, shapes, repeats, rng):
     except (RuntimeError, TypeError):
         opt = torch.optim.Adam(ps, lr=1e-3, foreach=True)
         kind = "foreach"
-    times = []
-    for k in range(repeats + 3):
-        if dev == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        opt.step()
-        if dev == "cuda":
-            torch.cuda.synchronize()
-        if k >= 3:
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times), kind, torch.__version__
+    return opt.step, kind, torch.__version__
+
+
+def timed(step, device):
+    _sync(device)
+    t0 = time.perf_counter()
+    step()
+    _sync(device)
+    return time.perf_counter() - t0
+
+
+def interleaved(steps, device, repeats, warmup=3):
+    """Each repetition times every step once, in turn, so that what the machine does
+    meanwhile falls on all of them alike; returns the list of times per step."""
+    times = [[] for _ in steps]
+    for k in range(repeats + warmup):
+        for j, step in enumerate(steps):
+            t = timed(step, device)
+            if k >= warmup:
+                times[j].append(t)
+    return times
 
 
 def main(argv=None):
@@ -117,14 +123,24 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     shapes = resnet50_shapes()
     n = int(sum(np.prod(s) for s in shapes))
-    t_tk, launches = time_trainer(args.device, shapes, args.repeats, rng)
+    trainer, tk_step = make_trainer(args.device, shapes, rng)
+    steps = [tk_step]
+    have_torch = importlib.util.find_spec("torch") is not None
+    if have_torch:
+        torch_step, kind, tv = make_torch(args.device, shapes, rng)
+        steps.append(torch_step)
+    times = interleaved(steps, args.device, args.repeats)
+    t_tk = statistics.median(times[0])
+    launches = trainer.last_step_launches
     row = {"device": args.device, "tensors": len(shapes), "elements": n,
+           "repeats": args.repeats, "timing": "interleaved, median",
            "toolkit_ms": t_tk * 1e3, "toolkit_launches_per_step": launches,
            "toolkit_GBps": 28 * n / t_tk / 1e9}
-    if importlib.util.find_spec("torch") is not None:
-        t_torch, kind, tv = time_torch(args.device, shapes, args.repeats, rng)
+    if have_torch:
+        t_torch = statistics.median(times[1])
+        pair = statistics.median(b / a for a, b in zip(times[0], times[1]))
         row.update(torch_kind=kind, torch_version=tv, torch_ms=t_torch * 1e3,
-                   torch_over_toolkit=t_torch / t_tk)
+                   torch_over_toolkit=t_torch / t_tk, torch_over_toolkit_paired=pair)
     else:
         row["torch"] = "not installed (pip install torch to compare)"
     if args.device == "cuda":
@@ -137,7 +153,8 @@ def main(argv=None):
           f"{row['toolkit_GBps']:.0f} GB/s of Adam traffic)")
     if "torch_ms" in row:
         print(f"  torch Adam {row['torch_kind']:7s}: {row['torch_ms']:8.2f} ms   "
-              f"torch/toolkit = {row['torch_over_toolkit']:.2f}x (>= 1.0 is the target)")
+              f"torch/toolkit = {row['torch_over_toolkit']:.2f}x (median of paired ratios "
+              f"{row['torch_over_toolkit_paired']:.2f}x; >= 1.0 is the target)")
     else:
         print(f"  torch: {row['torch']}")
     out = args.out or os.path.join(HERE, "results", f"trainer_resnet50_{args.device}.json")

@@ -12,7 +12,8 @@ import pytest
 
 from toolkit import Parameter, StaleGradientError, Trainer, lr_scheduler, optimizer
 from toolkit.backends import cpu
-from trainer_util import CONFIGS, SHAPES, config_id, conventions, host_leaves, twin_run
+from trainer_util import (CONFIGS, SHAPES, config_id, conventions, expected_calls, host_leaves,
+                          twin_run)
 
 CASES = [(cfg, conv) for cfg in CONFIGS for conv in conventions(cfg[0])]
 
@@ -101,12 +102,31 @@ def test_construction_errors(bad, exc, match):
 @pytest.mark.parametrize("update_on_kvstore", [None, True, False])
 def test_one_process_kvstores_train_the_same(kvstore, update_on_kvstore):
     p = Parameter("w", init=np.ones(3, np.float32))
-    t = Trainer([p], "sgd", {"learning_rate": 0.5, "momentum": 0.9}, kvstore=kvstore,
+    t = Trainer([p], "nag", {"learning_rate": 0.5, "momentum": 0.9}, kvstore=kvstore,
                 update_on_kvstore=update_on_kvstore)
     for _ in range(2):
         p.set_grad(np.ones(3))
         t.step(1)
-    assert np.allclose(p.data(), 1 - 0.5 - (0.9 * 0.5 + 0.5))
+    # NAG (mxnet): mom = mu*mom + g; w -= lr*(g + mu*mom)
+    assert np.allclose(p.data(), 1 - 0.5 * (1 + 0.9) - 0.5 * (1 + 0.9 * 1.9))
+
+
+def test_mxnet_refuses_update_on_kvstore_for_aggregated_sgd():
+    p = Parameter("w", init=np.ones(3, np.float32))
+    assert optimizer.SGD.aggregate_num == 4 and optimizer.Adam.aggregate_num == 0
+    with pytest.raises(ValueError, match="aggregate_num"):
+        Trainer([p], "sgd", update_on_kvstore=True)
+    for uok in (None, False):
+        Trainer([p], "sgd", update_on_kvstore=uok)
+
+
+def test_params_errors_are_mxnets_value_errors_and_type_errors():
+    p = Parameter("w", shape=(2,))
+    for bad in (p, "w", [p, 3]):
+        with pytest.raises(ValueError, match="params"):
+            Trainer(bad, "sgd")
+        with pytest.raises(TypeError, match="params"):
+            Trainer(bad, "sgd")
 
 
 def test_null_grad_req_is_never_updated():
@@ -177,9 +197,7 @@ def test_trainer_step_equals_per_parameter_updates_bit_for_bit(case, dtype, mp, 
         g, kk = trainer._where[k]
         for a, b in zip(host_leaves(g.views[kk]), host_leaves(s)):
             assert np.array_equal(a, b, equal_nan=True), (params[k].name, a, b)
-    # one call per step (LARS adds its one norms reduction before it)
-    lars = kw.get("warmup_strategy") == "lars"
-    assert len(calls) == 3 and trainer.last_step_launches == 1 + lars
+    assert (len(calls), trainer.last_step_launches) == expected_calls(name, kw, conv)
 
 
 def test_one_kernel_call_per_dtype_group(monkeypatch):
@@ -582,3 +600,52 @@ def test_a_custom_elementwise_rule_runs_in_one_call_bit_for_bit():
         assert trainer.last_step_launches == 1
     for p, w in zip(params, ws):
         assert np.array_equal(p.data(), w)
+
+
+# --------------------------------------------------------------------------------------------
+# scalar-only steps are planned once per distinct (t, lr, wd)
+# --------------------------------------------------------------------------------------------
+def test_a_scalar_only_step_is_planned_once_per_distinct_count_and_rates():
+    params = [Parameter(f"p{i}", init=np.full(4, 1.0 + i, np.float32),
+                        lr_mult=1.0 if i < 6 else 2.0) for i in range(8)]
+    trainer = Trainer(params, "adam", {"learning_rate": 0.1})
+    opt = trainer.optimizer
+    assert opt.plans_by_scalars
+    planned = []
+    real = opt._kernel_step
+    opt._kernel_step = lambda i, *a: (planned.append(i), real(i, *a))  # an instance spy
+    for p in params:
+        p.grad()[...] = 0.5
+    trainer.step(1)
+    assert planned == [0, 6]            # two distinct learning rates, the same t
+    planned.clear()
+    for p in params[1:]:                # p0 is skipped: its t falls behind
+        p.grad()[...] = 0.5
+    trainer.step(1, ignore_stale_grad=True)
+    assert planned == [1, 6]
+    planned.clear()
+    for p in params:
+        p.grad()[...] = 0.5
+    trainer.step(1)
+    assert planned == [0, 1, 6]         # p0 at t=2, p1..p5 at t=3, p6 and p7 at t=3 with 2 lr
+    assert trainer.last_step_launches == 1
+
+
+def test_only_unchanged_built_in_steps_count_as_scalar_only():
+    class Plain(optimizer.SGD):
+        pass
+
+    class OwnStep(optimizer.SGD):
+        def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+            super()._kernel_step(index, weight, grad, state, t, lr * (1 + index), wd)
+
+    assert Plain().plans_by_scalars and not OwnStep().plans_by_scalars
+    for name in ("nadam", "lbsgd", "sgld"):  # per-index bookkeeping or a per-index noise key
+        assert not optimizer.create(name).plans_by_scalars
+    # an overridden step that reads the index gets its own row: each parameter moves by its own
+    params = [Parameter(f"p{i}", init=np.zeros(2, np.float32)) for i in range(3)]
+    trainer = Trainer(params, OwnStep(learning_rate=1.0))
+    for p in params:
+        p.grad()[...] = 1.0
+    trainer.step(1)
+    assert [float(p.data()[0]) for p in params] == [-1.0, -2.0, -3.0]

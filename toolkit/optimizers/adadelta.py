@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from .base import Optimizer, check_nonneg, check_unit, register
+from .base import Optimizer, check_nonneg, check_unit, register, scalar_only
 
 __all__ = ["AdaDelta"]
 
@@ -85,6 +85,7 @@ class AdaDelta(Optimizer):
     def reference_hyper(self):
         return {"rho": self.rho, "epsilon": self.epsilon}
 
+    @scalar_only
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         rule = mxnet_rule if self.convention == "mxnet" else guide_rule
         self._run_rule(rule, weight, grad, state, (wd, self.rescale_grad, self._clip_bound(),

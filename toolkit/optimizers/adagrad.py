@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from .base import Optimizer, check_nonneg, register
+from .base import Optimizer, check_nonneg, register, scalar_only
 
 __all__ = ["AdaGrad"]
 
@@ -78,6 +78,7 @@ class AdaGrad(Optimizer):
     def reference_hyper(self):
         return {"eps": self.float_stable_eps}
 
+    @scalar_only
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         c = self._clip_bound()
         if self.convention == "mxnet":

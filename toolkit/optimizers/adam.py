@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from .base import Optimizer, check_nonneg, check_unit, register
+from .base import Optimizer, check_nonneg, check_unit, register, scalar_only
 
 __all__ = ["Adam"]
 
@@ -92,6 +92,7 @@ class Adam(Optimizer):
     def reference_hyper(self):
         return {"beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon}
 
+    @scalar_only
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         r = self._r
         b1, b2 = r(self.beta1), r(self.beta2)

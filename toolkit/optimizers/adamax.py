@@ -15,7 +15,7 @@ guide::
 """
 from __future__ import annotations
 
-from .base import Optimizer, check_nonneg, check_unit, register
+from .base import Optimizer, check_nonneg, check_unit, register, scalar_only
 
 __all__ = ["Adamax"]
 
@@ -90,6 +90,7 @@ class Adamax(Optimizer):
     def reference_hyper(self):
         return {"beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon}
 
+    @scalar_only
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         b1, b2 = self.beta1, self.beta2
         c = self._clip_bound()

@@ -27,6 +27,9 @@ CONVENTIONS = ("mxnet", "guide")
 
 _REGISTRY: dict[str, type] = {}
 
+#: ``_kernel_step`` functions marked with :func:`scalar_only`
+_SCALAR_ONLY_STEPS: set = set()
+
 
 #: per thread: optimizer id -> the launcher of its step in progress
 _ACTIVE = threading.local()
@@ -37,6 +40,17 @@ def _round_f32(x):
     """``x`` rounded to float32, as a Python float (memoised: a step rounds the same few
     hyperparameters for every parameter)."""
     return float(np.float32(x))
+
+
+def scalar_only(kernel_step):
+    """Mark a ``_kernel_step`` whose launch (rule and hyperparameters) is a function of
+    ``(t, lr, wd)`` and the optimizer's attributes only: it reads neither the index nor any
+    per-index bookkeeping, and writes nothing on the optimizer. A Trainer then plans such a step
+    once per distinct ``(t, lr, wd)`` of a group and gives every parameter with the same three
+    the same hyperparameter row. A subclass that overrides ``_kernel_step`` is unmarked unless
+    it marks its own."""
+    _SCALAR_ONLY_STEPS.add(kernel_step)
+    return kernel_step
 
 
 def register(klass):
@@ -167,6 +181,10 @@ class Optimizer:
     reference_name = None
     #: whether the update divides by the learning rate (FTRL, FTML): then lr must be > 0
     requires_positive_lr = False
+    #: MXNet's ``aggregate_num``: how many indices its Updater hands to one aggregated
+    #: ``update`` (0: none). It changes no number here; a Trainer refuses
+    #: ``update_on_kvstore=True`` when it is above 1, as MXNet's does.
+    aggregate_num = 0
 
     def __init__(self, rescale_grad=1.0, param_idx2name=None, wd=0.0, clip_gradient=None,
                  learning_rate=None, lr_scheduler=None, sym=None, begin_num_update=0,
@@ -274,6 +292,8 @@ class Optimizer:
         else:
             lr = self.lr
         lr = lr * self._mult(index, self.lr_mult, "lr_mult")
+        if type(lr) is float and 0.0 <= lr < math.inf:  # the common case, without an ABC check
+            return lr
         if not (isinstance(lr, numbers.Real) and math.isfinite(lr) and lr >= 0):
             raise ValueError(f"the learning rate for index {index!r} is {lr!r}; it must be "
                              "finite and >= 0 (check the lr_scheduler and lr_mult)")
@@ -405,6 +425,11 @@ class Optimizer:
             raise ValueError(f"{type(self).__name__} divides by the learning rate; it must be "
                              f"> 0, got {lr} for index {index!r}")
         return t, lr, self._get_wd(index)
+
+    @property
+    def plans_by_scalars(self):
+        """Whether this optimizer's step is :func:`scalar_only` (the Trainer's shortcut)."""
+        return type(self)._kernel_step in _SCALAR_ONLY_STEPS
 
     def _plan_step(self, index, weight, grad, state, launcher):
         """One kernel step of ``index`` through ``launcher`` (the Trainer's recorder, or a real

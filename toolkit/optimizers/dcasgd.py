@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..backends import arrays
-from .base import Optimizer, check_nonneg, check_unit, register
+from .base import Optimizer, check_nonneg, check_unit, register, scalar_only
 
 __all__ = ["DCASGD"]
 
@@ -100,6 +100,7 @@ class DCASGD(Optimizer):
     def reference_hyper(self):
         return {"momentum": self.momentum, "lamda": self.lamda}
 
+    @scalar_only
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         comp = 1.0 if self.convention == "mxnet" else 0.0
         hyper = (-lr, wd, self.rescale_grad, self._clip_bound(), self.lamda, comp)

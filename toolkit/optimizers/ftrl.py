@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from .base import Optimizer, check_nonneg, register
+from .base import Optimizer, check_nonneg, register, scalar_only
 
 __all__ = ["Ftrl"]
 
@@ -93,6 +93,7 @@ class Ftrl(Optimizer):
     def reference_hyper(self):
         return {"lamda1": self.lamda1, "beta": self.beta}
 
+    @scalar_only
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         r = self._r
         self._run_rule(ftrl_rule, weight, grad, state,

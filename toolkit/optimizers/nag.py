@@ -15,7 +15,7 @@ guide, in the same stored-point form (proved equal to the look-ahead form of the
 from __future__ import annotations
 
 from ..backends import arrays
-from .base import Optimizer, check_unit, register
+from .base import Optimizer, check_unit, register, scalar_only
 from .sgd import guide_plain_rule, sgd_update_rule
 
 __all__ = ["NAG"]
@@ -95,6 +95,7 @@ class NAG(Optimizer):
     def _split_mp_state(self, state):
         return state[1], state[0]
 
+    @scalar_only
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         r = self._r
         lr, wd, rs, c, mu = r(lr), r(wd), r(self.rescale_grad), self._clip_bound(), r(self.momentum)

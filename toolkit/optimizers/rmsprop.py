@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from .base import Optimizer, check_nonneg, check_positive, check_unit, register
+from .base import Optimizer, check_nonneg, check_positive, check_unit, register, scalar_only
 
 __all__ = ["RMSProp"]
 
@@ -128,6 +128,7 @@ class RMSProp(Optimizer):
         return {"gamma1": self.gamma1, "gamma2": self.gamma2, "epsilon": self.epsilon,
                 "centered": self.centered, "clip_weights": self.clip_weights}
 
+    @scalar_only
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         r = self._r
         g1 = r(self.gamma1)

@@ -13,7 +13,7 @@ guide::
 from __future__ import annotations
 
 from ..backends import arrays
-from .base import Optimizer, check_unit, register
+from .base import Optimizer, check_unit, register, scalar_only
 
 __all__ = ["SGD"]
 
@@ -99,6 +99,9 @@ class SGD(Optimizer):
     """
 
     reference_name = "sgd"
+    #: MXNET_OPTIMIZER_AGGREGATION_SIZE's default: MXNet 1.9.1 always runs SGD through its
+    #: aggregated kernel (docs/known-differences.md)
+    aggregate_num = 4
 
     def __init__(self, momentum=0.0, lazy_update=True, **kwargs):
         self.momentum = check_unit("momentum", momentum)
@@ -121,6 +124,7 @@ class SGD(Optimizer):
     def _split_mp_state(self, state):
         return state[1], state[0]
 
+    @scalar_only
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         r = self._r
         lr, wd, rs, c = r(lr), r(wd), r(self.rescale_grad), self._clip_bound()

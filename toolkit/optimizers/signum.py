@@ -16,7 +16,7 @@ guide (the state holds the guide's ``v``)::
 """
 from __future__ import annotations
 
-from .base import Optimizer, check_nonneg, check_unit, register
+from .base import Optimizer, check_nonneg, check_unit, register, scalar_only
 
 __all__ = ["Signum"]
 
@@ -103,6 +103,7 @@ class Signum(Optimizer):
     def reference_hyper(self):
         return {"momentum": self.momentum, "wd_lh": self.wd_lh}
 
+    @scalar_only
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         r = self._r
         lr, wd, rs, c = r(lr), r(wd), r(self.rescale_grad), self._clip_bound()

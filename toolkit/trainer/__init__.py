@@ -1,6 +1,6 @@
 """The Trainer (Gluon's ``mxnet.gluon.Trainer``): parameters, flat buffers, the one-call step and
 the states file."""
 from .parameter import Parameter
-from .trainer import StaleGradientError, Trainer
+from .trainer import ParamsError, StaleGradientError, Trainer
 
-__all__ = ["Parameter", "Trainer", "StaleGradientError"]
+__all__ = ["Parameter", "Trainer", "StaleGradientError", "ParamsError"]

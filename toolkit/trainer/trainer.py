@@ -18,7 +18,7 @@ from ..backends import arrays, cpu
 from .buffers import Group, Recorder, map_state, state_leaves
 from .parameter import Parameter
 
-__all__ = ["Trainer", "StaleGradientError", "KVSTORES"]
+__all__ = ["Trainer", "StaleGradientError", "ParamsError", "KVSTORES"]
 
 #: kvstore types a single process trains with; "device" and "local" are the same here
 KVSTORES = ("device", "local", None)
@@ -29,6 +29,11 @@ _DIST = ("dist_sync", "dist_device_sync", "dist_async", "dist_device_async", "di
 class StaleGradientError(RuntimeError, UserWarning):
     """A parameter's gradient was not written since its last update (MXNet raises a
     ``UserWarning`` here; this is one, and a ``RuntimeError`` too)."""
+
+
+class ParamsError(TypeError, ValueError):
+    """``params`` is not a list or dict of Parameters (a ``TypeError``, and the ``ValueError``
+    MXNet raises here: ``Trainer.__init__`` in python/mxnet/gluon/trainer.py at tag 1.9.1)."""
 
 
 class Trainer:
@@ -93,6 +98,11 @@ class Trainer:
         if backend not in ("auto", "cpu", "cuda", "reference"):
             raise ValueError(f"backend must be one of ('auto', 'cpu', 'cuda', 'reference'), got "
                              f"{backend!r}")
+        if update_on_kvstore and opt.aggregate_num > 1:
+            raise ValueError(f"update_on_kvstore=True cannot be set when optimizer.aggregate_num "
+                             f"> 1 ({type(opt).__name__}'s is {opt.aggregate_num}), as in MXNet "
+                             "(Trainer.__init__, python/mxnet/gluon/trainer.py at tag 1.9.1); "
+                             "leave it None or False")
         self._kvstore, self._update_on_kvstore, self._backend = kvstore, update_on_kvstore, backend
         self._optimizer = opt
         self._scale = opt.rescale_grad
@@ -107,19 +117,19 @@ class Trainer:
     @staticmethod
     def _check_params(params):
         if isinstance(params, Parameter):
-            raise TypeError("params must be a dict or a list of Parameters, got a single "
+            raise ParamsError("params must be a dict or a list of Parameters, got a single "
                             "Parameter (wrap it in a list)")
         if isinstance(params, dict):
             items = [params[k] for k in sorted(params)]
         elif isinstance(params, (list, tuple)):
             items = list(params)
         else:
-            raise TypeError(f"params must be a dict or a list of Parameters, got "
+            raise ParamsError(f"params must be a dict or a list of Parameters, got "
                             f"{type(params).__name__}")
         seen, unique = set(), []
         for p in items:
             if not isinstance(p, Parameter):
-                raise TypeError(f"params must hold Parameters only, got {type(p).__name__}")
+                raise ParamsError(f"params must hold Parameters only, got {type(p).__name__}")
             if id(p) in seen:
                 continue  # the same parameter twice (shared): once, as MXNet does
             p._require()
@@ -256,11 +266,15 @@ class Trainer:
             if any(v is not None for v in norms.values()):
                 for w in work.values():  # LARS: every tensor's norms in one reduction per group
                     self.last_step_launches += w.precompute_norms(norms)
+            by_scalars = opt.plans_by_scalars
             for i in active:  # index order: shared optimizer state (num_update, Nadam's schedule)
                 g, k = self._where[i]
                 w = work[id(g)]
-                wv, gv, sv = w.member(k)
-                opt._plan_step(i, wv, gv, sv, w.recorder)
+                if by_scalars:
+                    w.plan_by_scalars(i, k)
+                else:
+                    wv, gv, sv = w.member(k)
+                    opt._plan_step(i, wv, gv, sv, w.recorder)
         except BaseException:
             opt.__dict__.clear()
             opt.__dict__.update(saved)
@@ -336,6 +350,10 @@ class _Work:
             self.owner, self._member_views = {}, {}
         self.members = {}
         self.calls_from = {}
+        # scalar-only steps: (t, lr, wd) -> the call planned for the first member with them
+        # and its positions in self.flats (None: not a single call on the member's slices)
+        self.by_scalars: dict = {}
+        self.layout_of: dict = {}   # member -> positions of its recorded call, when known
 
     def _launcher_for(self, w, mirror):
         if self.g.device == "cuda":
@@ -365,6 +383,47 @@ class _Work:
         self.members[k] = (wv, gv, sv)
         self.calls_from[k] = len(self.recorder.calls)
         return wv, gv, sv
+
+    def plan_by_scalars(self, i, k):
+        """Plan member ``k`` (index ``i``) of a :func:`~toolkit.optimizers.base.scalar_only`
+        optimizer: its step is planned once per distinct ``(t, lr, wd)``, and every other member
+        with the same three records the same rule and hyperparameters on its own slices. The
+        count is committed as ``_plan_step`` does."""
+        opt = self.opt
+        t, lr, wd = opt._step_scalars(i)
+        key = (t, lr, wd)
+        known = self.by_scalars.get(key, False)
+        if known is False or known is None:
+            calls = self.recorder.calls
+            n0 = len(calls)
+            wv, gv, sv = self.member(k)
+            with opt._launching(self.recorder):
+                opt._kernel_step(i, wv, gv, sv, t, lr, wd)
+            if known is False:
+                layout = self._layout(calls[n0:], k)
+                self.by_scalars[key] = None if layout is None else (calls[n0], layout)
+                if layout is not None:
+                    self.layout_of[k] = layout
+        else:
+            call, layout = known
+            views = self._views_of(k)[0]
+            self.members[k] = None
+            self.calls_from[k] = len(self.recorder.calls)
+            self.recorder.calls.append(call[:2] + (views[layout[0]], views[layout[1]],
+                                                   tuple(views[j] for j in layout[2:]))
+                                       + call[5:])
+            self.layout_of[k] = layout
+        opt._commit_count(i, t)
+
+    def _layout(self, calls, k):
+        """Positions in ``self.flats`` of the arrays of member ``k``'s one recorded call, or
+        None when it recorded other than one call on its own slices."""
+        if len(calls) != 1:
+            return None
+        owners = [self.owner.get(id(a)) for a in (calls[0][2], calls[0][3]) + tuple(calls[0][4])]
+        if any(o is None or o[1] != k for o in owners):
+            return None
+        return tuple(o[0] for o in owners)
 
     def precompute_norms(self, norms):
         """LARS norms of every member that needs them, in one reduction over the flat buffers,
@@ -423,7 +482,7 @@ class _Work:
         return launches
 
     def _real_launcher(self, k):
-        wv = self.members[k][0]
+        wv = self._views_of(k)[1]
         mirror = None if self.mirror is None else self.g.view(k, self.mirror)
         return self._launcher_for(wv, mirror) if self.g.device == "cuda" else cpu.LAUNCHER
 
@@ -444,10 +503,12 @@ class _Work:
             call = calls[self.calls_from[k]]
             if call[1] is not factory:
                 return None
-            owners = [self.owner.get(id(a)) for a in (call[2], call[3]) + tuple(call[4])]
-            if any(o is None or o[1] != k for o in owners):
-                return None
-            pos = tuple(o[0] for o in owners)
+            pos = self.layout_of.get(k)
+            if pos is None:
+                owners = [self.owner.get(id(a)) for a in (call[2], call[3]) + tuple(call[4])]
+                if any(o is None or o[1] != k for o in owners):
+                    return None
+                pos = tuple(o[0] for o in owners)
             if layout is None:
                 layout = pos
             elif pos != layout:
@@ -464,9 +525,10 @@ class _Work:
         n = len(g.members)
         first = next(iter(rows.values()))
         table = np.zeros((n, 1 + len(first[0])), compute)
-        for k, row in rows.items():
-            table[k, 0] = 1
-            table[k, 1:] = row[0]
+        ks = list(rows)
+        table[ks, 0] = 1
+        # one conversion of all rows: each float64 rounded to the dtype, as a single call does
+        table[ks, 1:] = np.array([rows[k][0] for k in ks], np.float64)
         w, grad, states = flats[0], flats[1], flats[2:]
         if kind == "noise":
             keys = np.zeros(n, np.uint64)
