@@ -2,7 +2,9 @@
 
 Each module encodes one optimizer's documented equations line by line, in the guide's notation,
 in both conventions (``"mxnet"``: what MXNet 1.9.1 computes; ``"guide"``: the guide's equations
-read precisely). See ``docs/conventions.md`` for the contract and every reading taken.
+read precisely). See ``docs/conventions.md`` for the contract and every reading taken. A third
+convention, ``"pytorch"`` (PyTorch's documented ``torch.optim`` update), exists in the oracle only
+(the toolkit's kernels do not implement it), for the optimizers torch.optim has.
 
 Every optimizer module ``reference.<name>`` has the same interface:
 
@@ -11,6 +13,15 @@ Every optimizer module ``reference.<name>`` has the same interface:
 ``STATE``
     the names of the state arrays, in MXNet's ``create_state`` order (an empty tuple when the
     optimizer keeps no state for the given hyperparameters is decided by ``state_slots(**hyper)``).
+``CONVENTIONS``
+    the conventions the module's ``step`` implements, e.g. ``("mxnet", "guide", "pytorch")``; any
+    other is a ValueError naming them (Nadam's ``"guide"`` is a NotImplementedError instead: it
+    needs two gradients per step).
+``PYTORCH``
+    ``"pytorch"`` when the module has its own branch for PyTorch's update; the name of one of its
+    other conventions when PyTorch's update equals that one mathematically (``step`` with
+    ``convention="pytorch"`` then runs that branch exactly); ``None`` when torch.optim has no such
+    optimizer (then ``"pytorch"`` is not in ``CONVENTIONS``).
 ``HYPER``
     the optimizer's own hyperparameters with MXNet 1.9.1's defaults (``learning_rate`` included
     where the optimizer has its own default).
@@ -23,7 +34,8 @@ convention="mxnet", hyper_f32=True, **hyper) -> (weight, state)``
     one update. Pure: the inputs are not modified; new float64 arrays are returned. ``t`` is the
     per-index update count after incrementing (1 on the first step), ``lr`` and ``wd`` the
     effective values for this index and step. ``hyper_f32`` (mxnet convention only) rounds the
-    hyperparameters MXNet rounds to float32.
+    hyperparameters MXNet rounds to float32. Hyperparameter names are MXNet's in every
+    convention; each module's docstring maps them to torch's.
 
 Steps are written with operators and the numpy functions sqrt, abs, sign, maximum, minimum, clip,
 where, square and sum only, so that they also run on :class:`reference.error_bound.Tracked` inputs

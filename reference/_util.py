@@ -10,7 +10,13 @@ import numpy as np
 
 from .error_bound import Tracked
 
+#: the conventions of the toolkit and of most reference modules (each module lists its own in its
+#: ``CONVENTIONS`` attribute; this tuple is their common default)
 CONVENTIONS = ("mxnet", "guide")
+
+#: every convention name the oracle knows. ``"pytorch"`` (PyTorch's documented ``torch.optim``
+#: update) exists in the reference only, and only in the modules whose ``CONVENTIONS`` list it.
+KNOWN_CONVENTIONS = ("mxnet", "guide", "pytorch")
 
 
 def as_f64(x):
@@ -22,7 +28,7 @@ def as_f64(x):
 
 def f32(x):
     """``float64(float32(x))``: MXNet 1.9.1 declares kernel hyperparameters ``float`` in its dmlc
-    parameter structs, so they are rounded to float32 before use (spec section 1.6).
+    parameter structs, so they are rounded to float32 before use (docs/mxnet-facts.md, 3).
 
     MXNet actually parses each value from ``str(x)`` with dmlc-core's parser, which is not
     correctly rounded: for about 12% of arbitrary doubles (none of 0.1, 0.9, 0.999, 1e-8) its
@@ -41,9 +47,25 @@ def merge_hyper(name: str, defaults: dict, given: dict) -> dict:
     return {**defaults, **given}
 
 
-def check_convention(convention: str) -> None:
-    if convention not in CONVENTIONS:
-        raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
+def check_convention(convention: str, conventions: tuple = CONVENTIONS, name: str = "",
+                     pytorch=None) -> str:
+    """Check ``convention`` against a module's ``conventions`` and return the branch to run.
+
+    A convention the module does not implement is a ValueError naming the module (``name``) and
+    the conventions it does implement. ``pytorch`` is the module's ``PYTORCH`` attribute: when
+    ``convention == "pytorch"`` and ``pytorch`` names another convention of the module (PyTorch's
+    update equals that convention mathematically), that convention's name is returned, so the
+    module runs that branch exactly; otherwise ``convention`` itself is returned.
+    """
+    if convention not in conventions:
+        who = f"{name}: " if name else ""
+        if convention == "pytorch":
+            raise ValueError(f"{who}convention 'pytorch' is not implemented for this optimizer "
+                             f"(torch.optim has no counterpart); it implements {conventions}")
+        raise ValueError(f"{who}convention must be one of {conventions}, got {convention!r}")
+    if convention == "pytorch" and pytorch not in (None, "pytorch"):
+        return pytorch
+    return convention
 
 
 def clip(x, c):
@@ -53,13 +75,13 @@ def clip(x, c):
 
 def kernel_clip(x, c):
     """Clipping as MXNet's kernel optimizers gate it: off for ``None`` and ``0.0`` (the Python
-    side passes ``clip_gradient`` only when it is truthy; spec section 1.4)."""
+    side passes ``clip_gradient`` only when it is truthy; docs/mxnet-facts.md, 2.1)."""
     return x if not c else clip(x, c)
 
 
 def python_clip(x, c):
     """Clipping as MXNet's Python-op optimizers gate it: off only for ``None``, so
-    ``clip_gradient=0.0`` clips every gradient to zero (spec section 1.4)."""
+    ``clip_gradient=0.0`` clips every gradient to zero (docs/mxnet-facts.md, 2.1)."""
     return x if c is None else clip(x, c)
 
 
@@ -67,10 +89,24 @@ def guide_gradient(grad, weight, *, wd, rescale_grad, clip_gradient):
     """The gradient the guide writes ``grad(w_i)``, as the "guide" convention reads it:
     ``clip(rescale_grad * grad, clip_gradient) + wd * w``.
 
-    The guide introduces weight decay once, for SGD (guide line 35: ``-grad(w_i) - delta*w_i``),
+    The guide introduces weight decay once, for SGD (guide:43: ``-grad(w_i) - delta*w_i``),
     as a penalty added to the gradient; the guide convention applies that same L2 term to every
     optimizer. Rescaling and clipping are the Optimizer base class's preprocessing, which the guide
     takes for granted; clipping is on whenever ``clip_gradient`` is not None.
+    """
+    g = python_clip(rescale_grad * grad, clip_gradient)
+    return g + wd * weight if wd else g
+
+
+def pytorch_gradient(grad, weight, *, wd, rescale_grad, clip_gradient):
+    """The gradient ``g_t`` of PyTorch's algorithm boxes, as the "pytorch" convention reads it:
+    ``clip(rescale_grad * grad, clip_gradient) + wd * w``.
+
+    torch.optim has neither ``rescale_grad`` nor ``clip_gradient``: the convention reads them as
+    preprocessing of the gradient handed to torch (rescaled, then clipped whenever
+    ``clip_gradient`` is not None). Then torch's own (coupled, L2) weight decay
+    ``g_t <- g_t + lambda*theta_{t-1}``, applied only when ``lambda != 0``. The arithmetic is the
+    same as :func:`guide_gradient`'s, deliberately: both read weight decay as the L2 term.
     """
     g = python_clip(rescale_grad * grad, clip_gradient)
     return g + wd * weight if wd else g

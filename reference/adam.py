@@ -1,8 +1,19 @@
 """Reference (float64 oracle) for Adam (Kingma and Ba).
 
 Encodes guide:152-156 (convention "guide") and MXNet 1.9.1's Python bias correction plus
-``adam_update`` kernel (convention "mxnet", spec section 2.6) in the interface of
+``adam_update`` kernel (convention "mxnet", python/mxnet/optimizer/optimizer.py:1612-1628 and
+src/operator/optimizer_op-inl.h:1292-1314 at tag 1.9.1; docs/optimizers/adam.md) in the interface of
 ``reference/__init__.py``. See docs/conventions.md, section "Adam".
+
+Convention "pytorch": PyTorch's documented Adam update (the algorithm box of torch/optim/adam.py,
+class Adam, torch 2.13, ``amsgrad=False``, ``maximize=False``) is mathematically the guide's:
+``m`` and ``v`` as guide:152-153 with torch's coupled L2 weight decay ``g + wd*w`` (the guide
+convention's ``G``), bias corrections ``1 - beta^t``, and ``eps`` added to the root of the
+bias-corrected ``v`` (torch evaluates ``sqrt(v)/sqrt(1 - beta2^t) + eps``, the guide
+``sqrt(v/(1 - beta2^t)) + eps``: equal up to rounding). So ``PYTORCH = "guide"`` and
+``step(..., convention="pytorch")`` runs the guide branch exactly. Mapping: torch's ``lr`` =
+``lr``, ``betas`` = ``(beta1, beta2)``, ``eps`` = ``epsilon``, ``weight_decay`` = ``wd``; slots
+``mean`` = torch's ``exp_avg``, ``var`` = its ``exp_avg_sq``.
 """
 from __future__ import annotations
 
@@ -13,6 +24,10 @@ import numpy as np
 from ._util import as_f64, check_convention, f32, guide_gradient, kernel_clip, merge_hyper
 
 NAME = "adam"
+#: the conventions this module implements
+CONVENTIONS = ("mxnet", "guide", "pytorch")
+#: torch.optim.Adam is mathematically the guide's Adam: convention="pytorch" runs the guide branch
+PYTORCH = "guide"
 STATE = ("mean", "var")
 HYPER = {"learning_rate": 0.001, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8}
 
@@ -48,8 +63,8 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
 
     The slots hold ``mean = v`` and ``var = E[g^2]`` (not bias-corrected).
 
-    convention="mxnet" (spec section 2.6): the bias correction is folded into the learning rate in
-    Python double precision, from the unrounded lr and betas, exactly as MXNet writes it::
+    convention="mxnet" (docs/optimizers/adam.md): the bias correction is folded into the learning
+    rate in Python double precision, from the unrounded lr and betas, exactly as MXNet writes it::
 
         lr_t = lr * (sqrt(1 - beta2^t)/(1 - beta1^t))      then rounded to float32 (hyper_f32)
 
@@ -65,10 +80,13 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     Relation: eps is added to the uncorrected ``sqrt(v)``, so, with the same ``g``,
     ``lr_t*m/(sqrt(v) + eps) = lr*v~/(sqrt(E~) + eps/sqrt(1 - beta2^t))``: MXNet with ``eps`` is
     the guide with ``eps/sqrt(1 - beta2^t)``, and MXNet with ``eps*sqrt(1 - beta2^t)`` is the
-    guide with ``eps`` (spec section 2.6; both proved in tests/test_reference_conventions_1.py).
+    guide with ``eps`` (both proved in tests/test_reference_conventions_1.py).
     The gradients coincide when clipping is off.
+
+    convention="pytorch": the guide branch, exactly (``PYTORCH = "guide"``; see the module
+    docstring).
     """
-    check_convention(convention)
+    convention = check_convention(convention, CONVENTIONS, NAME, PYTORCH)
     h = _hyper(hyper)
     beta1, beta2, eps = h["beta1"], h["beta2"], h["epsilon"]
     w = as_f64(weight)

@@ -1,16 +1,27 @@
 """Reference (float64 oracle) for Adamax (Kingma and Ba, section 7.1).
 
 Encodes guide:165-168 (convention "guide") and MXNet 1.9.1's Python-op update (convention
-"mxnet", spec section 2.7) in the interface of ``reference/__init__.py``. See docs/conventions.md,
+"mxnet", python/mxnet/optimizer/optimizer.py:1936-1958 at tag 1.9.1; docs/optimizers/adamax.md)
+in the interface of ``reference/__init__.py``. See docs/conventions.md,
 section "Adamax".
+
+Convention "pytorch": PyTorch's documented Adamax update (the algorithm box of
+torch/optim/adamax.py, class Adamax, torch 2.13). Mapping: torch's ``lr`` = ``lr``,
+``betas`` = ``(beta1, beta2)``, ``eps`` = ``epsilon`` (``None`` means torch's default 1e-8),
+``weight_decay`` = ``wd``.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ._util import as_f64, check_convention, f32, guide_gradient, python_clip, merge_hyper
+from ._util import (as_f64, check_convention, f32, guide_gradient, merge_hyper, python_clip,
+                    pytorch_gradient)
 
 NAME = "adamax"
+#: the conventions this module implements
+CONVENTIONS = ("mxnet", "guide", "pytorch")
+#: torch.optim.Adamax adds eps inside the max: its own branch
+PYTORCH = "pytorch"
 STATE = ("mean", "u")
 #: ``epsilon`` is not an MXNet 1.9.1 keyword (MXNet has no epsilon); ``None`` means "absent" in
 #: the mxnet convention and "the guide's epsilon, 1e-8" in the guide convention.
@@ -18,6 +29,9 @@ HYPER = {"learning_rate": 0.002, "beta1": 0.9, "beta2": 0.999, "epsilon": None}
 
 #: the epsilon the guide convention uses when none is given
 GUIDE_EPSILON = 1e-8
+
+#: the epsilon the pytorch convention uses when none is given (torch.optim.Adamax's default)
+PYTORCH_EPSILON = 1e-8
 
 
 def _hyper(hyper):
@@ -50,8 +64,8 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
 
     The slots hold ``mean = v`` and ``u = g^inf``.
 
-    convention="mxnet" (spec section 2.7; Python ops: scalars are doubles, only the clip bound is
-    rounded to float32 when ``hyper_f32``; clipping whenever ``clip_gradient is not None``;
+    convention="mxnet" (docs/optimizers/adamax.md; Python ops: scalars are doubles, only the clip
+    bound is rounded to float32 when ``hyper_f32``; clipping whenever ``clip_gradient is not None``;
     weight decay **before** clipping; **no epsilon**: passing one raises ValueError)::
 
         lr_t = lr/(1 - beta1^t)
@@ -63,8 +77,24 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     Where ``u == 0`` (e.g. a zero gradient on the first step) MXNet computes ``0/0 = NaN``; here
     the element is left unchanged instead (a documented difference: the NaN is a bug). The two
     conventions differ by the epsilon (and by the placement of wd relative to clipping).
+
+    convention="pytorch" (torch/optim/adamax.py, class Adamax, torch 2.13), with
+    ``g = clip(rs*grad, c) + wd*w`` (``_util.pytorch_gradient``: rescaling and clipping, which
+    torch does not have, first; then torch's coupled L2 weight decay), ``eps`` = ``epsilon`` or
+    1e-8 when ``epsilon is None``::
+
+        m = beta1*m + (1-beta1)*g
+        u = max(beta2*u, |g| + eps)
+        w = w - lr/(1 - beta1^t) * m/u
+
+    The difference from the guide: ``eps`` is added to ``|g|`` inside the max (so it enters the
+    state ``u`` and decays with it), not to the denominator; from MXNet: an epsilon at all, and
+    the order of weight decay and clipping. The slots hold torch's ``exp_avg`` (``mean``) and
+    ``exp_inf`` (``u``). On the first step from zero state the guide's weights and these agree
+    (the denominator is ``|g| + eps`` either way; the stored ``u`` differs by ``eps``); they part
+    once ``beta2*u`` wins the max. ``hyper_f32`` is ignored.
     """
-    check_convention(convention)
+    convention = check_convention(convention, CONVENTIONS, NAME, PYTORCH)
     h = _hyper(hyper)
     beta1, beta2, epsilon = h["beta1"], h["beta2"], h["epsilon"]
     w = as_f64(weight)
@@ -80,6 +110,14 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
         v_hat = v_new / (1.0 - beta1 ** t)                   # guide:167
         w_new = w + lr / (g_inf + eps) * (-v_hat)            # guide:168
         return w_new, {"mean": v_new, "u": g_inf}
+
+    if convention == "pytorch":
+        eps = PYTORCH_EPSILON if epsilon is None else epsilon
+        g = pytorch_gradient(gr, w, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient)
+        m_new = beta1 * m + (1.0 - beta1) * g                # torch's exp_avg
+        u_new = np.maximum(beta2 * u, np.abs(g) + eps)       # torch's exp_inf: eps inside the max
+        w_new = w - lr / (1.0 - beta1 ** t) * m_new / u_new
+        return w_new, {"mean": m_new, "u": u_new}
 
     if epsilon is not None:
         raise ValueError("adamax: MXNet 1.9.1's Adamax has no epsilon; pass epsilon=None in the "

@@ -1,10 +1,14 @@
 """Reference DCASGD (MXNet registry name ``dcasgd``): the float64 oracle of delay-compensated
-asynchronous SGD, guide:212-216, and of MXNet 1.9.1's DCASGD (spec section 2.11).
+asynchronous SGD, guide:212-216, and of MXNet 1.9.1's DCASGD
+(python/mxnet/optimizer/optimizer.py:1408-1429 at tag 1.9.1; docs/optimizers/dcasgd.md).
 
 State: ``("mom", "w_prev")`` in MXNet's order; ``mom`` (zeros) is kept only when
 ``momentum != 0`` (MXNet's ``create_state`` test), ``w_prev`` starts as a copy of the weight, so
 the first compensation term is zero. In both conventions ``w_prev`` is set to the weight before
 each update; only the "mxnet" convention reads it.
+
+PyTorch: torch.optim (torch 2.13) has no DCASGD optimizer, so this module has no "pytorch"
+convention (``PYTORCH = None``; ``convention="pytorch"`` is a ValueError).
 """
 from __future__ import annotations
 
@@ -14,6 +18,10 @@ from ._util import as_f64, check_convention, f32, guide_gradient, python_clip, m
 from .error_bound import Tracked
 
 NAME = "dcasgd"
+#: the conventions this module implements
+CONVENTIONS = ("mxnet", "guide")
+#: torch.optim has no counterpart
+PYTORCH = None
 STATE = ("mom", "w_prev")
 HYPER = {"momentum": 0.0, "lamda": 0.04}
 
@@ -42,9 +50,9 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
          convention="mxnet", hyper_f32=True, w_grad=None, **hyper):
     """One DCASGD update. ``t`` is accepted for the common interface and unused.
 
-    **"mxnet"** (spec section 2.11; Python-op optimizer: only the clip bound is rounded to float32
-    when ``hyper_f32``; Python-op clip gating, ``clip_gradient=0.0`` clips to 0; wd coupled, added
-    after clipping). In MXNet's expression order::
+    **"mxnet"** (docs/optimizers/dcasgd.md; Python-op optimizer: only the clip bound is rounded to
+    float32 when ``hyper_f32``; Python-op clip gating, ``clip_gradient=0.0`` clips to 0; wd coupled,
+    added after clipping). In MXNet's expression order::
 
         g      = clip(grad*rs, c)
         step   = (-lr)*((g + wd*w) + ((lamda*g)*g)*(w - w_prev))
@@ -73,7 +81,7 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     ``w_grad = w_prev``. With ``wd != 0`` they differ: MXNet's compensation squares the gradient
     without the wd term, the guide's squares ``G``.
     """
-    check_convention(convention)
+    check_convention(convention, CONVENTIONS, NAME)
     h = _hyper(hyper)
     momentum, lamda = h["momentum"], h["lamda"]
     w = as_f64(weight)

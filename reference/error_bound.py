@@ -142,17 +142,21 @@ class Tracked:
     # --- shape-like conveniences ----------------------------------------------------------
     @property
     def shape(self):
+        """The value's shape."""
         return self.value.shape
 
     @property
     def size(self):
+        """The value's number of elements."""
         return self.value.size
 
     @property
     def ndim(self):
+        """The value's number of dimensions."""
         return self.value.ndim
 
     def copy(self):
+        """A copy with the same value, bound and near-tie flags."""
         return self._new(self.value.copy(), self.err, self.tie)
 
     def __len__(self):

@@ -1,11 +1,14 @@
 """Reference FTML (MXNet registry name ``ftml``): the float64 oracle of Follow the Moving Leader
 (Zheng and Kwok, ICML 2017), guide:248-259, and of MXNet 1.9.1's ``ftml_update`` kernel
-(spec section 2.13).
+(src/operator/optimizer_op-inl.h:1205-1223 at tag 1.9.1; docs/optimizers/ftml.md).
 
 State: ``(d, v, z)`` in MXNet's order (``prev_d, prev_v, prev_z``), zeros. ``reference.argmin``
 proves the closed form equals the argmin of guide:250 (read with ``grad(w_j)``,
 ``sigma_j = d_j - beta1*d_{j-1}`` and the discount ``beta1^(i-j)`` on the proximal terms too)
 rebuilt from the raw gradient history.
+
+PyTorch: torch.optim (torch 2.13) has no FTML optimizer, so this module has no "pytorch"
+convention (``PYTORCH = None``; ``convention="pytorch"`` is a ValueError).
 """
 from __future__ import annotations
 
@@ -14,6 +17,10 @@ import numpy as np
 from ._util import as_f64, check_convention, f32, guide_gradient, kernel_clip, merge_hyper
 
 NAME = "ftml"
+#: the conventions this module implements
+CONVENTIONS = ("mxnet", "guide")
+#: torch.optim has no counterpart
+PYTORCH = None
 STATE = ("d", "v", "z")
 HYPER = {"beta1": 0.6, "beta2": 0.999, "epsilon": 1e-8}
 
@@ -43,7 +50,7 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
          convention="mxnet", hyper_f32=True, **hyper):
     """One FTML update; ``t`` is the per-index update count after incrementing (``i + 1``).
 
-    **"mxnet"** (spec section 2.13; kernel optimizer: ``lr, wd, rescale_grad, clip_gradient,
+    **"mxnet"** (docs/optimizers/ftml.md; kernel optimizer: ``lr, wd, rescale_grad, clip_gradient,
     beta1, beta2`` rounded to float32 when ``hyper_f32``, ``epsilon`` not (it is a double in the
     kernel's parameter struct); kernel clip gating; wd before clipping). In the kernel's
     expression order, powers computed in double from the rounded betas::
@@ -70,7 +77,7 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     ``wd != 0`` (MXNet clips ``rs*grad + wd*w``, the guide clips ``rs*grad``, then adds ``wd*w``),
     and for ``clip_gradient = 0`` (off in MXNet's kernel gating, clip-to-zero in the guide).
     """
-    check_convention(convention)
+    check_convention(convention, CONVENTIONS, NAME)
     h = _hyper(hyper)
     beta1, beta2, eps = h["beta1"], h["beta2"], h["epsilon"]
     w = as_f64(weight)

@@ -1,11 +1,15 @@
 """Reference FTRL (MXNet registry name ``ftrl``): the float64 oracle of FTRL-Proximal
 (McMahan et al. 2013, "Ad click prediction: a view from the trenches", Algorithm 1), guide:229-241,
-and of MXNet 1.9.1's ``ftrl_update`` kernel (spec section 2.12).
+and of MXNet 1.9.1's ``ftrl_update`` kernel (src/operator/optimizer_op-inl.h:2133-2158 at tag
+1.9.1; docs/optimizers/ftrl.md).
 
 State: ``(z, n)``, zeros. ``n`` is the guide's ``eta`` (the running sum of squared gradients),
 ``z`` the linear coefficient of the FTRL objective. ``reference.argmin`` proves the closed form
 below equals the argmin of guide:233 (read with ``grad(w_j)`` and McMahan's ``sigma_j``) rebuilt
 from the raw gradient history; see that module for the derivation of the exact objective.
+
+PyTorch: torch.optim (torch 2.13) has no FTRL optimizer, so this module has no "pytorch"
+convention (``PYTORCH = None``; ``convention="pytorch"`` is a ValueError).
 """
 from __future__ import annotations
 
@@ -14,6 +18,10 @@ import numpy as np
 from ._util import as_f64, check_convention, f32, guide_gradient, kernel_clip, merge_hyper
 
 NAME = "ftrl"
+#: the conventions this module implements
+CONVENTIONS = ("mxnet", "guide")
+#: torch.optim has no counterpart
+PYTORCH = None
 STATE = ("z", "n")
 HYPER = {"lamda1": 0.01, "learning_rate": 0.1, "beta": 1.0}
 
@@ -38,7 +46,7 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     """One FTRL-Proximal update. ``t`` is accepted for the common interface and unused;
     ``learning_rate`` (a HYPER key) is accepted and ignored: the step uses ``lr``.
 
-    **"mxnet"** (spec section 2.12; kernel optimizer: ``lr, wd, rescale_grad, clip_gradient,
+    **"mxnet"** (docs/optimizers/ftrl.md; kernel optimizer: ``lr, wd, rescale_grad, clip_gradient,
     lamda1, beta`` rounded to float32 when ``hyper_f32``; kernel clip gating; no wd in the
     gradient: wd is an L2 term in the denominator). In the kernel's expression order::
 
@@ -73,7 +81,7 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     ``wd != 0`` they differ: MXNet adds the exact L2 term ``wd/2*||w||^2`` to the FTRL objective
     (``+ wd`` in the denominator), the guide convention linearises it into the gradient.
     """
-    check_convention(convention)
+    check_convention(convention, CONVENTIONS, NAME)
     h = _hyper(hyper)
     lamda1, beta = h["lamda1"], h["beta"]
     w = as_f64(weight)

@@ -1,7 +1,8 @@
 """Reference LBSGD (MXNet registry name ``lbsgd``): the float64 oracle of large-batch SGD with
-warmup or LARS learning-rate multipliers, as MXNet 1.9.1 computes it (spec section 2.10) and as
-the guide describes it (optimizer-guide.md:225, "the same parameter update steps as the SGD
-optimizer").
+warmup or LARS learning-rate multipliers, as MXNet 1.9.1 computes it
+(python/mxnet/optimizer/optimizer.py:1205-1246 at tag 1.9.1; docs/optimizers/lbsgd.md) and as
+the guide describes it (its LBSGD section, quoted in docs/conventions.md: "the same parameter
+update steps as the SGD optimizer").
 
 State: ``mom`` (zeros, only when ``momentum != 0``; MXNet's ``create_state``), plus the per-index
 large-batch bookkeeping MXNet keeps on the optimizer object: ``cum`` (float64 zeros, the
@@ -9,8 +10,12 @@ accumulated raw gradient) and ``ncum`` (a Python int, the call counter, starting
 ``begin_epoch*updates_per_epoch``).
 
 Learning-rate timing: MXNet's LBSGD reads its learning rate *before* incrementing the update
-count (spec section 1.3), so a scheduler sees the previous count. That is the caller's business:
+count (python/mxnet/optimizer/optimizer.py:1209-1211; docs/mxnet-facts.md, 1.3), so a scheduler
+sees the previous count. That is the caller's business:
 the ``lr`` passed to :func:`step` must be the rate MXNet reads for this call.
+
+PyTorch: torch.optim (torch 2.13) has no LBSGD (or LARS) optimizer, so this module has no "pytorch"
+convention (``PYTORCH = None``; ``convention="pytorch"`` is a ValueError).
 """
 from __future__ import annotations
 
@@ -22,6 +27,10 @@ from ._util import as_f64, check_convention, f32, guide_gradient, kernel_clip, m
 from .error_bound import Tracked, error, ties, value
 
 NAME = "lbsgd"
+#: the conventions this module implements
+CONVENTIONS = ("mxnet", "guide")
+#: torch.optim has no counterpart
+PYTORCH = None
 STATE = ("mom",)
 HYPER = {"momentum": 0.0, "warmup_strategy": "linear", "warmup_epochs": 5, "batch_scale": 1,
          "updates_per_epoch": 32, "begin_epoch": 0, "num_epochs": 60}
@@ -97,9 +106,9 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     the call counter ``ncum``. ``lr`` is the rate MXNet reads for this call (before its count is
     incremented; see the module docstring). ``num_epochs`` is accepted and unused (as in MXNet).
 
-    **"mxnet"** (spec section 2.10; kernel optimizer: the kernel's ``lr`` (= ``lr*mult``, rounded
-    after the product), ``wd, rescale_grad, clip_gradient, momentum`` rounded to float32 when
-    ``hyper_f32``; ``mult`` itself is a double computed on the Python side from the unrounded
+    **"mxnet"** (docs/optimizers/lbsgd.md; kernel optimizer: the kernel's ``lr`` (= ``lr*mult``,
+    rounded after the product), ``wd, rescale_grad, clip_gradient, momentum`` rounded to float32
+    when ``hyper_f32``; ``mult`` itself is a double computed on the Python side from the unrounded
     ``wd``; kernel clip gating)::
 
         cum = cum + grad ; ncum = ncum + 1
@@ -119,11 +128,11 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     not reproduced: ``cum`` is a copy). On a non-update call with a non-finite gradient MXNet's
     ``w - 0*grad`` would give NaN; here the weight is returned unchanged.
 
-    **"guide"** (optimizer-guide.md:225: LBSGD "performs the same parameter update steps as the SGD
-    optimizer"), with ``G = clip(rs*grad, c) + wd*w``: every call is a guide SGD step (guide:35,
-    52-58) with the learning rate ``lr*mult``, ``mult`` from the same strategies evaluated at the
-    call count (``ncum = ncum + 1`` first; 'lars' on this call's raw gradient); no accumulation
-    (``cum`` stays zero)::
+    **"guide"** (the guide's LBSGD section, quoted in docs/conventions.md: LBSGD "performs the same
+    parameter update steps as the SGD optimizer"), with ``G = clip(rs*grad, c) + wd*w``: every call
+    is a guide SGD step (guide:35, 52-58) with the learning rate ``lr*mult``, ``mult`` from the same
+    strategies evaluated at the call count (``ncum = ncum + 1`` first; 'lars' on this call's raw
+    gradient); no accumulation (``cum`` stays zero)::
 
         v = momentum*v - (lr*mult)*G ; w = w + v          (momentum 0: w = w - (lr*mult)*G)
 
@@ -131,7 +140,7 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     'lars' (then ``mult = 1``) and ``clip_gradient`` is not 0; they differ with ``batch_scale > 1``
     (accumulation and warmup) and with 'lars'.
     """
-    check_convention(convention)
+    check_convention(convention, CONVENTIONS, NAME)
     h = _hyper(hyper)
     momentum, bs, strategy = h["momentum"], h["batch_scale"], h["warmup_strategy"]
     w = as_f64(weight)

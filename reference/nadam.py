@@ -1,5 +1,6 @@
 """Reference Nadam (MXNet registry name ``nadam``): the float64 oracle of MXNet 1.9.1's Nadam
-(spec section 2.8) and, as a separate function, of the guide's look-ahead Nadam (guide:179-183).
+(python/mxnet/optimizer/optimizer.py:1995-2028 at tag 1.9.1; docs/optimizers/nadam.md) and, as a
+separate function, of the guide's look-ahead Nadam (guide:179-183).
 
 The two are different algorithms, not two parameterisations of one:
 
@@ -19,6 +20,24 @@ parameter indices**: every update of any index multiplies it by that index's ``m
 step cannot share it, so it travels in the state dict: to reproduce MXNet with several
 parameters, the caller must pass to each step the ``m_schedule`` returned by the previous step
 of *any* index (the optimizer-wide value), not the one last stored with this index.
+
+Convention "pytorch": PyTorch's documented NAdam update (the algorithm box of
+torch/optim/nadam.py, class NAdam, torch 2.13, ``decoupled_weight_decay=False``,
+``maximize=False``) is mathematically MXNet's: the same coupled weight decay ``g + wd*w``, the
+same schedule ``mu_t = beta1*(1 - 0.5*0.96^(t*psi))`` with torch's ``momentum_decay`` ``psi`` =
+``schedule_decay`` (both default 0.004), the same products ``prod_{i<=t} mu_i`` (torch's
+``mu_product``, our ``m_schedule``) and ``prod_{i<=t+1} mu_i`` in the two bias corrections of
+``m_bar``, and ``eps`` added to the root of the bias-corrected ``v``. So ``PYTORCH = "mxnet"``
+and ``step(..., convention="pytorch")`` runs the mxnet branch exactly. Mapping: torch's ``lr`` =
+``lr``, ``betas`` = ``(beta1, beta2)``, ``eps`` = ``epsilon``, ``weight_decay`` = ``wd``,
+``momentum_decay`` = ``schedule_decay``; slots ``m``/``v`` = torch's ``exp_avg``/``exp_avg_sq``
+and ``m_schedule`` = its ``mu_product``. Two notes. (1) torch keeps ``mu_product`` per
+parameter, MXNet one per optimizer: the pure step is the same, the caller decides what it passes
+(per parameter: torch; shared: MXNet). (2) torch has no ``rescale_grad``/``clip_gradient``;
+under the alias they are applied as MXNet does (weight decay *before* clipping, the clip bound
+rounded to float32 when ``hyper_f32``), where the own
+"pytorch" branches of the other modules clip before adding weight decay: the two readings
+differ only when clipping is active and ``wd != 0``.
 """
 from __future__ import annotations
 
@@ -27,6 +46,11 @@ import numpy as np
 from ._util import as_f64, check_convention, f32, guide_gradient, python_clip, merge_hyper
 
 NAME = "nadam"
+#: the conventions this module implements ("guide" is recognised and refused with
+#: NotImplementedError: it needs two gradients per step, see :func:`step_lookahead`)
+CONVENTIONS = ("mxnet", "pytorch")
+#: torch.optim.NAdam is mathematically MXNet's Nadam: convention="pytorch" runs the mxnet branch
+PYTORCH = "mxnet"
 STATE = ("m", "v")
 HYPER = {"learning_rate": 0.001, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8,
          "schedule_decay": 0.004}
@@ -58,9 +82,9 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
          convention="mxnet", hyper_f32=True, **hyper):
     """One Nadam update as MXNet 1.9.1 computes it (``convention="mxnet"``).
 
-    **"mxnet"** (spec section 2.8; Python-op optimizer: only the clip bound is rounded to float32
-    when ``hyper_f32``; Python-op clip gating, so ``clip_gradient=0.0`` clips every gradient to 0;
-    weight decay before clipping). In MXNet's expression order::
+    **"mxnet"** (docs/optimizers/nadam.md; Python-op optimizer: only the clip bound is rounded to
+    float32 when ``hyper_f32``; Python-op clip gating, so ``clip_gradient=0.0`` clips every gradient
+    to 0; weight decay before clipping). In MXNet's expression order::
 
         g          = clip(grad*rs + wd*w, c)
         mu_t       = beta1*(1 - 0.5*0.96**(t*schedule_decay))        (Python floats)
@@ -86,8 +110,11 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     product in the bias correction (the guide has neither ``schedule_decay`` nor ``mu_t``), the
     ``m_bar`` mixing of the current gradient; the epsilon placement (outside the root of the
     bias-corrected ``v``) is the same.
+
+    **"pytorch"**: the mxnet branch, exactly (``PYTORCH = "mxnet"``; see the module docstring).
     """
-    check_convention(convention)
+    if convention != "guide":          # "guide" is recognised, and refused below
+        convention = check_convention(convention, CONVENTIONS, NAME, PYTORCH)
     h = _hyper(hyper)
     if convention == "guide":
         raise NotImplementedError(

@@ -2,17 +2,29 @@
 
 Encodes guide:76-77 (convention "guide", run in the stored-point form; ``step_lookahead`` evaluates
 the guide's look-ahead gradient exactly as written) and MXNet 1.9.1's ``nag_mom_update`` /
-``sgd_update`` kernels (convention "mxnet", spec section 2.2) in the interface of
-``reference/__init__.py``. See docs/conventions.md, section "NAG", and tests/test_proof_nag.py for
-the proof that the two guide forms are the same trajectory.
+``sgd_update`` kernels (convention "mxnet", src/operator/optimizer_op-inl.h:1061-1083 and 381-398 at
+tag 1.9.1; docs/optimizers/nag.md) in the interface of ``reference/__init__.py``. See
+docs/conventions.md, section "NAG", and tests/test_proof_nag.py for the proof that the two guide
+forms are the same trajectory.
+
+Convention "pytorch": PyTorch's documented SGD update with ``nesterov=True`` (``dampening=0``;
+the algorithm box of torch/optim/sgd.py, class SGD, torch 2.13). Mapping: torch's ``lr`` =
+``lr``, ``momentum`` = ``momentum``, ``weight_decay`` = ``wd``, ``nesterov=True``; with
+``momentum == 0`` torch refuses ``nesterov=True`` and the convention is plain SGD
+(``nesterov=False``), as MXNet's NAG falls back to ``sgd_update``.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ._util import as_f64, check_convention, f32, guide_gradient, kernel_clip, merge_hyper
+from ._util import (as_f64, check_convention, f32, guide_gradient, kernel_clip, merge_hyper,
+                    pytorch_gradient)
 
 NAME = "nag"
+#: the conventions this module implements
+CONVENTIONS = ("mxnet", "guide", "pytorch")
+#: torch.optim.SGD(nesterov=True) keeps its momentum buffer without the learning rate: own branch
+PYTORCH = "pytorch"
 STATE = ("mom",)
 HYPER = {"momentum": 0.0}
 
@@ -22,7 +34,8 @@ def _hyper(hyper):
 
 
 def state_slots(**hyper) -> tuple:
-    """``("mom",)`` when ``momentum != 0``, else ``()`` (spec section 2.2)."""
+    """``("mom",)`` when ``momentum != 0``, else ``()`` (MXNet's ``create_state``,
+    python/mxnet/optimizer/optimizer.py:1467-1471)."""
     h = _hyper(hyper)
     return STATE if h["momentum"] != 0.0 else ()
 
@@ -51,7 +64,7 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     :func:`step_lookahead` runs guide:76-77 literally, and tests/test_proof_nag.py proves both
     forms give the same trajectory.
 
-    convention="mxnet" (spec section 2.2), every hyperparameter rounded to float32 when
+    convention="mxnet" (docs/optimizers/nag.md), every hyperparameter rounded to float32 when
     ``hyper_f32``; clipping only when ``clip_gradient`` is truthy (kernel gating)::
 
         momentum != 0 (nag_mom_update):
@@ -69,8 +82,24 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     what MXNet computes and it is deterministic, so it is kept. With ``wd == 0`` the aliasing has
     no effect and MXNet's step is exactly the guide's stored-point form
     (``w_new = w + momentum^2*mom - (1+momentum)*lr*g``); with ``wd != 0`` the two differ.
+
+    convention="pytorch" (torch/optim/sgd.py, class SGD, ``nesterov=True``, ``dampening=0``,
+    torch 2.13), with ``g = clip(rs*grad, c) + wd*w`` (``_util.pytorch_gradient``: rescaling and
+    clipping, which torch does not have, first; then torch's coupled L2 weight decay)::
+
+        momentum != 0:  b = momentum*b + g
+                        w = w - lr*(g + momentum*b)
+        momentum == 0:  w = w - lr*g
+
+    The gradient is the one at the stored weight (torch's, like the kernels', is the stored-point
+    form). The slot ``mom`` holds torch's ``momentum_buffer`` ``b``, which excludes the learning
+    rate: with a constant ``lr`` it is ``-v_guide/lr`` and the weights are the guide's
+    stored-point form (the two are the same trajectory); with a learning rate that changes between
+    steps they differ (torch scales the whole accumulated buffer by the current ``lr``). torch
+    sets the buffer to ``g`` on the first step; with the zero buffer of :func:`init_state` and
+    ``dampening=0`` that is ``momentum*0 + g = g`` exactly. ``hyper_f32`` is ignored.
     """
-    check_convention(convention)
+    convention = check_convention(convention, CONVENTIONS, NAME, PYTORCH)
     h = _hyper(hyper)
     momentum = h["momentum"]
     w = as_f64(weight)
@@ -84,6 +113,13 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
             w_new = w + momentum * v + lr * (-G)                # guide:77 at w~ = w + gamma*v
             return w_new, {"mom": v}
         return w + lr * (-G), {}
+
+    if convention == "pytorch":
+        g = pytorch_gradient(gr, w, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient)
+        if has_mom:
+            b = momentum * as_f64(state["mom"]) + g             # torch's momentum_buffer
+            return w - lr * (g + momentum * b), {"mom": b}      # Nesterov: g + momentum*b
+        return w - lr * g, {}
 
     if hyper_f32:
         lr, wd, rescale_grad, clip_gradient, momentum = (

@@ -1,16 +1,30 @@
 """Reference (float64 oracle) for RMSProp, plain (Tieleman and Hinton) and centered (Graves).
 
 Encodes guide:110-111 and guide:121-124 (convention "guide") and MXNet 1.9.1's ``rmsprop_update``
-and ``rmspropalex_update`` kernels (convention "mxnet", spec section 2.4) in the interface of
+and ``rmspropalex_update`` kernels (convention "mxnet", src/operator/optimizer_op-inl.h:2052-2077
+and 1953-1986 at tag 1.9.1; docs/optimizers/rmsprop.md) in the interface of
 ``reference/__init__.py``. See docs/conventions.md, section "RMSProp".
+
+Convention "pytorch": PyTorch's documented RMSprop update (the algorithm box of
+torch/optim/rmsprop.py, class RMSprop, torch 2.13). Mapping: torch's ``lr`` = ``lr``,
+``alpha`` = ``gamma1`` (torch's default 0.99, MXNet's 0.9), ``eps`` = ``epsilon``,
+``weight_decay`` = ``wd``, ``centered`` = ``centered``, and torch's ``momentum`` = ``gamma2``
+when ``centered`` and 0 when not (MXNet's plain RMSProp has no momentum, so torch's
+``RMSprop(momentum>0, centered=False)`` has no counterpart here). ``clip_weights`` is not a torch
+option; it is applied as in the other conventions.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ._util import as_f64, check_convention, clip, f32, guide_gradient, kernel_clip, merge_hyper
+from ._util import (as_f64, check_convention, clip, f32, guide_gradient, kernel_clip, merge_hyper,
+                    pytorch_gradient)
 
 NAME = "rmsprop"
+#: the conventions this module implements
+CONVENTIONS = ("mxnet", "guide", "pytorch")
+#: torch.optim.RMSprop adds eps outside the square root: its own branch
+PYTORCH = "pytorch"
 STATE = ("n", "g", "delta")
 #: MXNet 1.9.1's keyword names and defaults. ``gamma1`` is the guide's beta (the decay of the
 #: averages), ``gamma2`` its gamma (the momentum, centered only). The guide's own spellings
@@ -24,7 +38,8 @@ def _hyper(hyper):
 
 
 def state_slots(**hyper) -> tuple:
-    """``("n",)``, or ``("n", "g", "delta")`` when centered (MXNet's order, spec section 2.4)."""
+    """``("n",)``, or ``("n", "g", "delta")`` when centered (MXNet's order,
+    python/mxnet/optimizer/optimizer.py:1733-1740)."""
     h = _hyper(hyper)
     return STATE if h["centered"] else STATE[:1]
 
@@ -58,7 +73,7 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     guide; it is applied the same way as in MXNet (``w = clip(w, clip_weights)`` at the end of
     the step when ``clip_weights`` is truthy), so that the option means the same in both.
 
-    convention="mxnet" (spec section 2.4), every hyperparameter (lr, wd, rescale_grad,
+    convention="mxnet" (docs/optimizers/rmsprop.md), every hyperparameter (lr, wd, rescale_grad,
     clip_gradient, gamma1, gamma2, epsilon, clip_weights) rounded to float32 when ``hyper_f32``;
     clipping only when ``clip_gradient`` is truthy; weight decay enters **before** clipping::
 
@@ -80,8 +95,29 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     The equations are the guide's; they agree with it when ``clip_gradient`` is None (then
     ``clip(rs*grad + wd*w)`` and ``clip(rs*grad) + wd*w`` coincide), and when ``wd == 0`` and
     ``clip_gradient != 0`` (``0.0`` means "off" for MXNet, "clip to 0" for the guide).
+
+    convention="pytorch" (torch/optim/rmsprop.py, class RMSprop, torch 2.13; ``alpha = gamma1``,
+    torch's ``momentum`` = ``gamma2`` centered, 0 plain), with ``g = clip(rs*grad, c) + wd*w``
+    (``_util.pytorch_gradient``: rescaling and clipping, which torch does not have, first; then
+    torch's coupled L2 weight decay)::
+
+        n = gamma1*n + (1-gamma1)*g*g
+        plain:     w = w - lr*g/(sqrt(n) + eps)
+        centered:  gbar  = gamma1*gbar + (1-gamma1)*g
+                   delta = gamma2*delta + g/(sqrt(n - gbar*gbar) + eps)
+                   w     = w - lr*delta
+        if clip_weights: w = clip(w, clip_weights)
+
+    Differences from the guide and MXNet: ``eps`` is added outside the root (``sqrt(v) + eps``,
+    both others take ``sqrt(v + eps)``), and, centered, the slot ``delta`` holds torch's
+    ``momentum_buffer``, which excludes the learning rate (``-delta_guide/lr`` along a trajectory
+    with a constant ``lr``; with a changing ``lr`` the trajectories differ). Slots: ``n`` is
+    torch's ``square_avg``, ``g`` its ``grad_avg``. The variance ``n - gbar*gbar`` is clamped at 0
+    as in the other branches (torch takes the root of a rounding-negative value: NaN).
+    ``gamma2 == 0`` centered is torch's ``momentum=0`` (torch skips the buffer; the weights are
+    the same, ``delta`` then holds ``g/(sqrt(..) + eps)``). ``hyper_f32`` is ignored.
     """
-    check_convention(convention)
+    convention = check_convention(convention, CONVENTIONS, NAME, PYTORCH)
     h = _hyper(hyper)
     gamma1, gamma2, eps = h["gamma1"], h["gamma2"], h["epsilon"]
     centered, clip_weights = h["centered"], h["clip_weights"]
@@ -107,6 +143,22 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
             v = gamma * delta + lr / np.sqrt(np.maximum(n_new - Eg * Eg, 0.0) + eps) * (-G)  # guide:123
             w_new = w + v                                                  # guide:124
             new_state = {"n": n_new, "g": Eg, "delta": v}
+        if clip_weights:
+            w_new = clip(w_new, clip_weights)
+        return w_new, new_state
+
+    if convention == "pytorch":
+        g = pytorch_gradient(gr, w, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient)
+        n_new = gamma1 * n + (1.0 - gamma1) * g * g                  # torch's square_avg
+        if not centered:
+            w_new = w - lr * g / (np.sqrt(n_new) + eps)              # eps outside the root
+            new_state = {"n": n_new}
+        else:
+            gbar_new = gamma1 * gbar + (1.0 - gamma1) * g            # torch's grad_avg
+            var = np.maximum(n_new - gbar_new * gbar_new, 0.0)       # clamped: see the guide branch
+            b = gamma2 * delta + g / (np.sqrt(var) + eps)            # torch's momentum_buffer
+            w_new = w - lr * b
+            new_state = {"n": n_new, "g": gbar_new, "delta": b}
         if clip_weights:
             w_new = clip(w_new, clip_weights)
         return w_new, new_state

@@ -1,16 +1,27 @@
 """Reference (float64 oracle) for SGD with optional momentum and weight decay.
 
-Encodes guide:35, 43, 52-58 (convention "guide") and MXNet 1.9.1's aggregated
-``multi_sgd_update`` / ``multi_sgd_mom_update`` kernels (convention "mxnet", spec section 2.1) in
-the interface of ``reference/__init__.py``. See docs/conventions.md, section "SGD".
+Encodes guide:35, 43, 52-58 (convention "guide") and MXNet 1.9.1's aggregated ``multi_sgd_update`` /
+``multi_sgd_mom_update`` kernels (convention "mxnet", src/operator/optimizer_op-inl.h:224-257 at tag
+1.9.1; docs/optimizers/sgd.md) in the interface of ``reference/__init__.py``. See
+docs/conventions.md, section "SGD".
+
+Convention "pytorch": PyTorch's documented SGD update with ``nesterov=False`` and
+``dampening=0`` (the algorithm box of torch/optim/sgd.py, class SGD, torch 2.13). Mapping:
+torch's ``lr`` = ``lr``, ``momentum`` = ``momentum``, ``weight_decay`` = ``wd``; torch's
+``dampening`` is fixed at its default 0 and ``maximize`` at False (MXNet has neither).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ._util import as_f64, check_convention, f32, guide_gradient, kernel_clip, merge_hyper
+from ._util import (as_f64, check_convention, f32, guide_gradient, kernel_clip, merge_hyper,
+                    pytorch_gradient)
 
 NAME = "sgd"
+#: the conventions this module implements
+CONVENTIONS = ("mxnet", "guide", "pytorch")
+#: torch.optim.SGD keeps its momentum buffer without the learning rate: its own branch
+PYTORCH = "pytorch"
 STATE = ("mom",)
 HYPER = {"momentum": 0.0}
 
@@ -26,7 +37,7 @@ def state_slots(**hyper) -> tuple:
 
 
 def init_state(weight, **hyper) -> dict:
-    """Momentum starts at zero (spec section 2.1)."""
+    """Momentum starts at zero (python/mxnet/optimizer/optimizer.py:595-600 at tag 1.9.1)."""
     return {name: np.zeros(np.shape(weight), dtype=np.float64) for name in state_slots(**hyper)}
 
 
@@ -43,9 +54,9 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
 
     ``gamma`` is ``momentum``; the state slot ``mom`` holds ``v``.
 
-    convention="mxnet" (aggregated kernels, spec section 2.1), every hyperparameter (lr, wd,
+    convention="mxnet" (aggregated kernels, docs/optimizers/sgd.md), every hyperparameter (lr, wd,
     rescale_grad, clip_gradient, momentum) rounded to float32 when ``hyper_f32``; clipping only
-    when ``clip_gradient`` is truthy (kernel gating, spec section 1.4)::
+    when ``clip_gradient`` is truthy (kernel gating, docs/mxnet-facts.md, 2.1)::
 
         clipping on:   mom = ((momentum*mom) - (lr*wd)*w) - lr*clip(rs*grad, c)
         clipping off:  mom = ((momentum*mom) - (lr*wd)*w) - (lr*rs)*grad
@@ -61,8 +72,27 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     equations when ``clip_gradient != 0`` (``0.0`` is "off" for MXNet, "clip to 0" for the guide);
     the only differences are the evaluation order (a few ulps) and the float32 rounding of the
     hyperparameters. MXNet branches on the unrounded momentum (Python side), so does this.
+
+    convention="pytorch" (torch/optim/sgd.py, class SGD, torch 2.13, ``nesterov=False``,
+    ``dampening=0``), with ``g = clip(rs*grad, c) + wd*w`` (``_util.pytorch_gradient``: torch has
+    no rescale_grad and no clip_gradient; this convention applies them to the gradient first,
+    clipping whenever ``clip_gradient`` is not None, then torch's coupled L2 weight decay)::
+
+        momentum != 0:  b = momentum*b + g
+                        w = w - lr*b
+        momentum == 0:  w = w - lr*g
+
+    The slot ``mom`` holds torch's ``momentum_buffer`` ``b``: it excludes the learning rate and has
+    the sign of the gradient, so along a trajectory with a constant ``lr`` it is
+    ``-v_guide/lr``, and with a learning rate that changes between steps the two conventions are
+    different algorithms (torch applies the current ``lr`` to the whole accumulated buffer, the
+    guide and MXNet apply each step's ``lr`` to its own gradient). torch initialises the buffer to
+    ``g`` itself on the first step instead of ``momentum*b + (1-dampening)*g``; with
+    ``dampening=0`` and the zero buffer of :func:`init_state` that is ``momentum*0 + g = g``
+    exactly, so the first step needs no special case. ``hyper_f32`` is ignored (torch's float64
+    update uses the double hyperparameters).
     """
-    check_convention(convention)
+    convention = check_convention(convention, CONVENTIONS, NAME, PYTORCH)
     h = _hyper(hyper)
     momentum = h["momentum"]
     w = as_f64(weight)
@@ -77,6 +107,13 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
             return w_new, {"mom": v}
         w_new = w + lr * (-G)                                   # guide:35, 43
         return w_new, {}
+
+    if convention == "pytorch":
+        g = pytorch_gradient(gr, w, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient)
+        if has_mom:
+            b = momentum * as_f64(state["mom"]) + g             # torch's momentum_buffer
+            return w - lr * b, {"mom": b}
+        return w - lr * g, {}
 
     if hyper_f32:
         lr, wd, rescale_grad, clip_gradient, momentum = (

@@ -1,10 +1,14 @@
 """Reference SGLD (MXNet registry name ``sgld``): the float64 oracle of stochastic gradient
-Langevin dynamics, guide:272-278, and of MXNet 1.9.1's SGLD (spec section 2.14).
+Langevin dynamics, guide:272-278, and of MXNet 1.9.1's SGLD
+(python/mxnet/optimizer/optimizer.py:1524-1536 at tag 1.9.1; docs/optimizers/sgld.md).
 
 SGLD keeps no state. Its noise is an input: either an explicit standard-normal array, or the
 reproducible counter-based draw ``reference.noise.normal(seed, stream, t, size)`` keyed by the
 seed, the stream (the parameter index) and the per-index step ``t``, which every backend
 implements, so the same seed gives the same trajectory everywhere.
+
+PyTorch: torch.optim (torch 2.13) has no SGLD optimizer, so this module has no "pytorch"
+convention (``PYTORCH = None``; ``convention="pytorch"`` is a ValueError).
 """
 from __future__ import annotations
 
@@ -16,6 +20,10 @@ from . import noise as _noise
 from ._util import as_f64, check_convention, f32, guide_gradient, python_clip, merge_hyper
 
 NAME = "sgld"
+#: the conventions this module implements
+CONVENTIONS = ("mxnet", "guide")
+#: torch.optim has no counterpart
+PYTORCH = None
 STATE = ()
 HYPER = {}
 
@@ -50,9 +58,9 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     (``stream`` is the parameter index, ``t`` the per-index update count after incrementing).
     The injected noise is ``sqrt(lr)*z``: variance ``lr``.
 
-    **"mxnet"** (spec section 2.14; Python-op optimizer: only the clip bound is rounded to float32
-    when ``hyper_f32``; Python-op clip gating, ``clip_gradient=0.0`` clips to 0; wd coupled after
-    clipping, times lr/2). In MXNet's expression order::
+    **"mxnet"** (docs/optimizers/sgld.md; Python-op optimizer: only the clip bound is rounded to
+    float32 when ``hyper_f32``; Python-op clip gating, ``clip_gradient=0.0`` clips to 0; wd coupled
+    after clipping, times lr/2). In MXNet's expression order::
 
         g = clip(grad*rs, c)
         w = w + ((-lr)/2)*(g + wd*w)
@@ -73,7 +81,7 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
 
     The two conventions agree (bit for bit up to the float32 clip bound).
     """
-    check_convention(convention)
+    check_convention(convention, CONVENTIONS, NAME)
     _hyper(hyper)
     w = as_f64(weight)
     g = as_f64(grad)

@@ -1,5 +1,6 @@
 """Reference Signum / SignSGD (MXNet registry name ``signum``): the float64 oracle of guide:198-205
-and of MXNet 1.9.1's ``signum_update`` / ``signsgd_update`` kernels (spec section 2.9).
+and of MXNet 1.9.1's ``signum_update`` / ``signsgd_update`` kernels
+(src/operator/optimizer_op-inl.h:2412-2433 / 2344-2356 at tag 1.9.1; docs/optimizers/signum.md).
 
 SignSGD is not a separate optimizer: it is Signum with ``momentum=0`` (no state is kept).
 
@@ -7,6 +8,9 @@ State: ``mom`` (only when ``momentum != 0``, as MXNet's ``create_state``). In th
 the slot holds MXNet's ``mom``, which is **minus** the exponential moving average of the gradient;
 in the "guide" convention it holds the guide's ``v`` (the moving average itself), so
 ``mom_mxnet == -v_guide`` along the same trajectory (docs/conventions.md, Signum).
+
+PyTorch: torch.optim (torch 2.13) has no Signum/SignSGD optimizer, so this module has no "pytorch"
+convention (``PYTORCH = None``; ``convention="pytorch"`` is a ValueError).
 """
 from __future__ import annotations
 
@@ -15,6 +19,10 @@ import numpy as np
 from ._util import as_f64, check_convention, f32, guide_gradient, kernel_clip, merge_hyper
 
 NAME = "signum"
+#: the conventions this module implements
+CONVENTIONS = ("mxnet", "guide")
+#: torch.optim has no counterpart
+PYTORCH = None
 STATE = ("mom",)
 HYPER = {"learning_rate": 0.01, "momentum": 0.9, "wd_lh": 0.0}
 
@@ -42,7 +50,7 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     ``t`` is accepted for the common interface and unused. ``learning_rate`` (a HYPER key) is
     accepted and ignored: the step uses ``lr``.
 
-    **"mxnet"** (spec section 2.9; kernel optimizer: ``lr, wd, rescale_grad, clip_gradient,
+    **"mxnet"** (docs/optimizers/signum.md; kernel optimizer: ``lr, wd, rescale_grad, clip_gradient,
     momentum, wd_lh`` rounded to float32 when ``hyper_f32``; kernel clip gating, so
     ``clip_gradient`` of ``None`` or ``0`` means no clipping). Signum, ``signum_update``, in the
     kernel's expression order::
@@ -82,7 +90,7 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     decouples it), when ``rescale_grad <= 0`` and when ``clip_gradient = 0`` (the guide's
     gradient is then 0 and the weight does not move).
     """
-    check_convention(convention)
+    check_convention(convention, CONVENTIONS, NAME)
     h = _hyper(hyper)
     momentum, wd_lh = h["momentum"], h["wd_lh"]
     if momentum == 0 and wd_lh != 0:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
+from toolkit.oracle import space
+
 DTYPES = ("float16-mp", "float32", "float64")
 
 #: examples per optimizer x convention x dtype x backend case, by hypothesis profile: the matrix
@@ -22,11 +24,7 @@ EXAMPLES = {"ci": 12, "dev": 4, "thorough": 300}.get(
 
 def decades(lo, hi):
     """Positive floats spread evenly over the decades 10**lo .. 10**hi."""
-    return st.floats(lo, hi).map(lambda e: float(10.0 ** e))
-
-
-def unit(lo=0.0, hi=0.999):
-    return st.floats(lo, hi)
+    return space.Decades(lo, hi).strategy()
 
 
 @dataclass(frozen=True)
@@ -37,50 +35,22 @@ class OptimizerInfo:
     uses_lr: bool = True
 
 
-_momentum = st.one_of(st.just(0.0), unit(0.0, 0.99))
+def _own(name):
+    """The optimizer's own hyperparameters, from the space the oracle draws from."""
+    return st.fixed_dictionaries({k: v.strategy() for k, v in space.OWN[name].items()}).map(
+        lambda h: space.fix_dependent(name, h))
 
-DB = [
-    OptimizerInfo("sgd", st.fixed_dictionaries({"momentum": _momentum})),
-    OptimizerInfo("nag", st.fixed_dictionaries({"momentum": _momentum})),
-    OptimizerInfo("adagrad", st.fixed_dictionaries({"eps": st.one_of(st.just(1e-7), decades(-10, -1))})),
-    OptimizerInfo("rmsprop", st.fixed_dictionaries({
-        "gamma1": unit(0.0, 0.999), "gamma2": unit(0.0, 0.99), "epsilon": decades(-10, -2),
-        "centered": st.booleans(),
-        "clip_weights": st.one_of(st.none(), decades(-1, 1))})),
-    OptimizerInfo("adadelta", st.fixed_dictionaries({"rho": unit(0.0, 0.999),
-                                                     "epsilon": decades(-9, -3)}), uses_lr=False),
-    OptimizerInfo("adam", st.fixed_dictionaries({"beta1": unit(0.0, 0.99), "beta2": unit(0.0, 0.9999),
-                                                 "epsilon": decades(-10, -2)})),
-    OptimizerInfo("adamax", st.fixed_dictionaries({"beta1": unit(0.0, 0.99), "beta2": unit(0.0, 0.9999)})),
-    OptimizerInfo("nadam", st.fixed_dictionaries({
-        "beta1": unit(0.0, 0.99), "beta2": unit(0.0, 0.9999), "epsilon": decades(-10, -2),
-        "schedule_decay": st.one_of(st.just(0.004), unit(0.0, 0.1))}), conventions=("mxnet",)),
-    OptimizerInfo("signum", st.fixed_dictionaries({"momentum": _momentum}).flatmap(
-        lambda h: st.fixed_dictionaries({"momentum": st.just(h["momentum"]),
-                                         "wd_lh": st.just(0.0) if h["momentum"] == 0 else
-                                         st.one_of(st.just(0.0), decades(-4, -1))}))),
-    OptimizerInfo("lbsgd", st.fixed_dictionaries({
-        "momentum": _momentum, "warmup_strategy": st.sampled_from(["linear", "power2", "sqrt", "lars"]),
-        "warmup_epochs": st.integers(0, 3), "batch_scale": st.integers(1, 3),
-        "updates_per_epoch": st.integers(1, 4), "begin_epoch": st.integers(0, 2)})),
-    OptimizerInfo("dcasgd", st.fixed_dictionaries({"momentum": _momentum,
-                                                   "lamda": st.one_of(st.just(0.04), decades(-3, 1))})),
-    OptimizerInfo("ftrl", st.fixed_dictionaries({"lamda1": st.one_of(st.just(0.0), decades(-4, 0)),
-                                                 "beta": st.one_of(st.just(0.0), decades(-2, 1))})),
-    OptimizerInfo("ftml", st.fixed_dictionaries({"beta1": unit(0.0, 0.99), "beta2": unit(0.0, 0.9999),
-                                                 "epsilon": decades(-10, -2)})),
-    OptimizerInfo("sgld", st.fixed_dictionaries({"seed": st.integers(0, 2**32)})),
-]
+
+DB = [OptimizerInfo(name, _own(name),
+                    conventions=("mxnet",) if name == "nadam" else ("mxnet", "guide"),
+                    uses_lr=name != "adadelta")
+      for name in ("sgd", "nag", "adagrad", "rmsprop", "adadelta", "adam", "adamax", "nadam",
+                   "signum", "lbsgd", "dcasgd", "ftrl", "ftml", "sgld")]
 
 BY_NAME = {info.name: info for info in DB}
 
 #: the hyperparameters every optimizer shares, on and off
-common_hyper = st.fixed_dictionaries({
-    "learning_rate": decades(-4, 0),
-    "wd": st.one_of(st.just(0.0), decades(-5, -1)),
-    "rescale_grad": st.one_of(st.just(1.0), decades(-2, 1)),
-    "clip_gradient": st.one_of(st.none(), st.just(0.0), decades(-2, 1)),
-})
+common_hyper = st.fixed_dictionaries({k: v.strategy() for k, v in space.COMMON.items()})
 
 
 @st.composite

@@ -1,56 +1,61 @@
 """Golden float64 trajectories of the oracle, recomputed bit for bit (tests/data/golden/).
 
-A failure here means the reference's numerics changed. If that was deliberate, regenerate with
-``python tests/data/golden/generate.py --force`` and say why in the commit.
+The files are in the regression format of ``toolkit.regress`` (``backend: "reference"``; see
+``docs/regression-testing.md``), so ``python -m toolkit regress compare tests/data/golden`` runs
+the same check from the command line. A failure here means the reference's numerics changed. If
+that was deliberate, regenerate with ``python tests/data/golden/generate.py --force`` and say why
+in the commit.
 """
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
 import pytest
 
 from reference import OPTIMIZERS
+from toolkit import regress
 
 HERE = os.path.join(os.path.dirname(__file__), "data", "golden")
 NAMES = sorted(f[:-5] for f in os.listdir(HERE) if f.endswith(".json"))
 
 
-def _arr(hexes):
-    return np.array([float.fromhex(h) for h in hexes])
-
-
-def _ulps(a, b):
-    """Distance in units in the last place between float64 arrays (0 where equal)."""
-    a, b = np.asarray(a), np.asarray(b)
-    ia = a.view(np.int64).astype(object)
-    ib = b.view(np.int64).astype(object)
-    fix = lambda i: (-(1 << 63) - i) if i < 0 else i  # noqa: E731 - order-preserving map
-    return max([abs(fix(x) - fix(y)) for x, y in zip(ia, ib)] + [0])
-
-
 def test_every_optimizer_and_convention_has_golden_data():
     assert set(NAMES) == set(OPTIMIZERS)
+    docs = regress.load(HERE)
+    ids = {e["id"] for d in docs for e in d["entries"]}
+    want = {f"{n}/{c}/reference/float64" for n in OPTIMIZERS
+            for c in (("mxnet",) if n == "nadam" else ("mxnet", "guide"))}
+    assert ids == want
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_golden_trajectory(name):
-    with open(os.path.join(HERE, f"{name}.json")) as fh:
-        doc = json.load(fh)
+    """Through ``regress.compare``: every entry bit-identical, or within its ``ulps``."""
+    report = regress.compare(os.path.join(HERE, f"{name}.json"), progress=False)
+    assert report.entries and report.ok, report.summary()
+    for e in report.entries:
+        assert e.status in ("same", "within"), f"{e.id}: {e.status}: {e.reason}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_golden_trajectory_recomputed_directly(name):
+    """The same check without ``regress.run_entry``: the stored inputs decoded, the oracle
+    called here, and the distance counted in ulps (so a fault in the regress runner cannot hide
+    a change of the oracle)."""
+    (doc,) = regress.load(os.path.join(HERE, f"{name}.json"))
     ref = OPTIMIZERS[name]
-    for traj in doc["trajectories"]:
-        hyper = traj["hyper"]
+    for e in doc["entries"]:
+        dec = lambda h: regress.decode(h, np.float64, e["encoding"])  # noqa: E731
+        hyper = e["hyper"]
         state_hyper = {k: v for k, v in hyper.items() if k not in ("seed", "stream")}
-        w = _arr(traj["w0"])
+        w = dec(e["w0"])
         st = ref.init_state(w, **state_hyper)
-        for k, (g, expect) in enumerate(zip(traj["grads"], traj["steps"])):
-            w, st = ref.step(w, _arr(g), st, t=k + 1, convention=traj["convention"],
-                             **traj["common"], **hyper)
-            got = {"weight": w, **{s: st[s] for s in expect["state"]}}
-            want = {"weight": _arr(expect["weight"]),
-                    **{s: _arr(v) for s, v in expect["state"].items()}}
-            for key in want:
-                d = _ulps(got[key], want[key])
-                assert d <= doc["ulp"], (f"{name} {traj['convention']} step {k + 1} {key}: "
-                                         f"{d} ulp from the golden value")
+        for k, (g, expect) in enumerate(zip(e["grads"], e["steps"])):
+            w, st = ref.step(w, dec(g), st, t=k + 1, convention=e["convention"],
+                             **e["common"], **hyper)
+            got = {"weight": w, **{s: st[s] for s in expect if s != "weight"}}
+            for key, hexes in expect.items():
+                d = regress.ulp_distance(np.asarray(got[key], np.float64), dec(hexes)).max()
+                assert d <= e["ulps"], (f"{e['id']} step {k + 1} {key}: {d} ulp from the golden "
+                                        "value")

@@ -1,6 +1,7 @@
 """Tests for toolkit.lr_scheduler: closed forms, MXNet 1.9.1 parity, stateful facts, checks.
 
-* Closed forms (spec ``mxnet-1.9.1-semantics.md`` section 4) are checked against exact rational
+* Closed forms (``docs/mxnet-facts.md``, section 8; ``python/mxnet/lr_scheduler.py`` at tag 1.9.1)
+  are checked against exact rational
   (``fractions``) or 40-digit ``decimal`` arithmetic, with hypothesis-drawn parameters, and a
   rounding bound derived for each formula (a few units of 2**-53, times the number of roundings).
 * Parity: every rate recorded from MXNet 1.9.1 in ``tests/data/mxnet/lr_scheduler.json`` (made
@@ -86,7 +87,7 @@ def cosine_kwargs(draw):
 
 
 def exact_warmup(kw, n):
-    """The warmup rate as an exact rational (spec section 4, base class)."""
+    """The warmup rate as an exact rational (docs/mxnet-facts.md, 8, base class)."""
     begin, base = Fraction(kw.get("warmup_begin_lr", 0)), Fraction(kw.get("base_lr", 0.01))
     if kw.get("warmup_mode", "linear") == "constant":
         return begin
@@ -134,8 +135,8 @@ def test_factor_closed_form(kw, last):
 
 
 def test_factor_docstring_is_off_by_one_at_multiples_of_step():
-    """Spec section 4: MXNet's docstring says floor(n/step); at n = step*j the rate is one decay
-    higher than that."""
+    """docs/mxnet-facts.md, 8: MXNet's docstring says floor(n/step); at n = step*j the rate is
+    one decay higher than that."""
     sched = FactorScheduler(step=3, factor=0.5, base_lr=1.0)
     values = {n: sched(n) for n in range(1, 10)}
     assert values[3] == 1.0 and values[4] == 0.5 and values[6] == 0.5 and values[7] == 0.25
@@ -172,7 +173,8 @@ def test_multifactor_closed_form(kw, last):
 
 
 def test_multifactor_comparison_is_strict():
-    """Spec section 4: the rate drops at n = step[i] + 1, not at step[i] (docstring's <=)."""
+    """docs/mxnet-facts.md, 8: the rate drops at n = step[i] + 1, not at step[i] (docstring's
+    <=)."""
     sched = MultiFactorScheduler(step=[2, 5], factor=0.5, base_lr=1.0)
     assert [sched(n) for n in range(1, 8)] == [1.0, 1.0, 0.5, 0.5, 0.5, 0.25, 0.25]
 
@@ -328,8 +330,8 @@ def test_factor_huge_jump_is_fast_and_exact():
 
 @pytest.mark.parametrize("cls", [FactorScheduler, MultiFactorScheduler])
 def test_base_lr_overwrite_changes_factor_schedules_after_warmup_only(cls):
-    """Spec sections 1.1 and 4: an optimizer overwrites base_lr. Factor/MultiFactor decay from
-    the new value; the warmup ramp still ends at the constructor's base_lr."""
+    """docs/mxnet-facts.md, 1.1 and 8: an optimizer overwrites base_lr. Factor/MultiFactor decay
+    from the new value; the warmup ramp still ends at the constructor's base_lr."""
     kw = dict(step=3 if cls is FactorScheduler else [3, 6], factor=0.5, base_lr=1.0,
               warmup_steps=4)
     sched = cls(**kw)
@@ -343,7 +345,7 @@ def test_base_lr_overwrite_changes_factor_schedules_after_warmup_only(cls):
                                              (CosineScheduler, cosine_kwargs())])
 @given(data=st.data(), new_lr=lrs)
 def test_base_lr_overwrite_does_not_change_poly_or_cosine(cls, kw_strategy, data, new_lr):
-    """Spec section 4: Poly and Cosine decay from base_lr_orig, fixed at construction."""
+    """docs/mxnet-facts.md, 8: Poly and Cosine decay from base_lr_orig, fixed at construction."""
     kw = data.draw(kw_strategy)
     plain, overwritten = cls(**kw), cls(**kw)
     overwritten.base_lr = new_lr
@@ -353,8 +355,9 @@ def test_base_lr_overwrite_does_not_change_poly_or_cosine(cls, kw_strategy, data
 
 
 def test_cosine_overwrite_example_from_spec():
-    """Spec section 4: Adam(lr_scheduler=Cosine(base_lr=1.0)) sets base_lr = 0.001, yet the
-    rate at n=1 is about 0.9755 (max_update=10 gives cos(pi/10) terms)."""
+    """docs/mxnet-facts.md, 8 (facts.json ``adam_cosine_lr_used``):
+    Adam(lr_scheduler=Cosine(base_lr=1.0)) sets base_lr = 0.001, yet the rate at n=1 is about
+    0.9755 (max_update=10 gives cos(pi/10) terms)."""
     sched = CosineScheduler(max_update=10, base_lr=1.0)
     sched.base_lr = 0.001
     assert sched(1) == pytest.approx((1 + math.cos(math.pi / 10)) / 2, abs=1e-15)

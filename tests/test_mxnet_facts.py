@@ -1,9 +1,11 @@
 """Table-driven MXNet 1.9.1 facts: each test states one fact of MXNet's optimizer interface and
 checks the toolkit against it, with the value measured from MXNet (``facts.json``) where the
-data holds it and the spec's stated value (``spec/mxnet-1.9.1-semantics.md``) otherwise.
+data holds it and the value stated in ``docs/mxnet-facts.md`` (with its MXNet 1.9.1 source line)
+otherwise.
 
 Hyperparameters in the numeric checks are chosen exactly representable in float32 (0.5, 0.125,
-...), so MXNet's rounding of kernel hyperparameters to float32 (spec 1.6) is the identity and a
+...), so MXNet's rounding of kernel hyperparameters to float32 (docs/mxnet-facts.md, 3) is the
+identity and a
 float64 numpy formula must agree to rounding.
 """
 import math
@@ -274,7 +276,7 @@ def test_lr_timing_through_weights(name, key):
 
 
 def test_lbsgd_lr_lag_stated_values():
-    # spec 1.3: LBSGD .1, .1, .05 where SGD uses .1, .05, .025
+    # docs/mxnet-facts.md, 1.3: LBSGD .1, .1, .05 where SGD uses .1, .05, .025
     assert fact("lr_timing_lbsgd")[:3] == [0.1, 0.1, 0.05]
     assert fact("lr_timing_sgd")[:3] == [0.1, 0.05, 0.025]
 

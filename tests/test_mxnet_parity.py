@@ -15,7 +15,7 @@ import pytest
 import mxnet_data
 from reference import OPTIMIZERS
 from toolkit import optimizer
-from toolkit.verify import normalised_error, reference_call
+from toolkit.verify import _copy_state, normalised_error, reference_call
 
 NAMES = [n for n in sorted(OPTIMIZERS) if n != "sgld"]
 CASES = [c for n in NAMES for c in mxnet_data.load_cases(n)]
@@ -27,10 +27,10 @@ def _slots(opt, mx_states):
 
 
 def _set_state(opt, state, mp, values, mx_states):
-    master, inner = opt._split_mp_state(state) if mp else (None, state)
+    master, inner = opt.split_master(state) if mp else (None, state)
     if mp:
         master[...] = mx_states["weight32"]
-    for (ours, theirs), a in zip(_slots(opt, mx_states).items(), opt._state_arrays(inner)):
+    for (ours, theirs), a in zip(_slots(opt, mx_states).items(), opt.state_arrays(inner)):
         a[...] = mx_states[theirs]
 
 
@@ -49,20 +49,19 @@ def test_toolkit_reproduces_mxnet(case):
         if i in prev:  # resynchronise to MXNet's result of this index's previous call
             w[...] = prev[i]["weight"]
             _set_state(opt, state, mp, prev[i], prev[i]["states"])
-        master, inner = opt._split_mp_state(state) if mp else (w, state)
+        master, inner = opt.split_master(state) if mp else (w, state)
         dtype = np.float32 if mp else w.dtype
-        t, num_update = opt._next_count(i)
-        lr = opt._get_lr(i, opt._lr_count(num_update))
+        step = opt.next_step(i, master)
         g_in = g.astype(np.float32) if mp else g
-        w_ref, st_ref = reference_call(opt, i, master.copy(), g_in, opt._map_state(inner, np.copy),
-                                       t, lr, opt._get_wd(i), dtype)
+        w_ref, st_ref = reference_call(opt, i, master.copy(), g_in, _copy_state(inner), step,
+                                       dtype)
         # MXNet's own values: its hyperparameters go through dmlc's float parser (not correctly
         # rounded), so they are known to float32 accuracy only: bound them at that precision.
-        w_mx, st_mx = reference_call(opt, i, master.copy(), g_in, opt._map_state(inner, np.copy),
-                                     t, lr, opt._get_wd(i), np.float32)
+        w_mx, st_mx = reference_call(opt, i, master.copy(), g_in, _copy_state(inner), step,
+                                     np.float32)
         opt.update_multi_precision(i, w, g, state)
         outs = {"weight": (master, call["states"]["weight32"] if mp else call["weight"], w_ref, w_mx)}
-        for (ours, theirs), a in zip(_slots(opt, call["states"]).items(), opt._state_arrays(inner)):
+        for (ours, theirs), a in zip(_slots(opt, call["states"]).items(), opt.state_arrays(inner)):
             outs[ours] = (a, call["states"][theirs], st_ref[ours], st_mx[ours])
         if case.get("expect_nonfinite"):
             # MXNet's Adamax yields NaN where u == 0 (0/0); the toolkit leaves the weight unchanged

@@ -235,7 +235,10 @@ def test_interface(mod):
     with pytest.raises(TypeError, match="bogus"):
         mod.init_state(w, bogus=1.0)
     with pytest.raises(ValueError, match="convention"):
-        mod.step(w, w, mod.init_state(w), t=1, lr=0.1, convention="pytorch")
+        mod.step(w, w, mod.init_state(w), t=1, lr=0.1, convention="bogus")
+    if "pytorch" not in mod.CONVENTIONS:  # only where torch.optim has the optimizer
+        with pytest.raises(ValueError, match="convention"):
+            mod.step(w, w, mod.init_state(w), t=1, lr=0.1, convention="pytorch")
     # learning_rate, where HYPER has one, is accepted and ignored (lr is the effective rate)
     if "learning_rate" in mod.HYPER:
         a = mod.step(w, w, mod.init_state(w), t=1, lr=0.1)

@@ -25,17 +25,6 @@ from .verify import step_errors
 DTYPES = ("float16-mp", "float32", "float64")
 
 
-def _progress(i, n, label, stream=sys.stderr):
-    if not stream.isatty() and i not in (n,) and i % 10:
-        return
-    width = 30
-    fill = int(width * i / max(n, 1))
-    stream.write(f"\r[{'#' * fill}{'.' * (width - fill)}] {i}/{n} {label:<40.40s}")
-    if i == n:
-        stream.write("\n")
-    stream.flush()
-
-
 def _decades(rng, n, lo, hi, zeros=True):
     x = rng.choice([-1.0, 1.0], n) * 10.0 ** rng.uniform(lo, hi, n)
     if zeros:
@@ -205,36 +194,47 @@ def main(argv=None):
     from .backends import cuda_available
     cuda_ok, cuda_why = cuda_available()
     print(f"CUDA rows: {'included' if cuda_ok else 'absent'} ({cuda_why})\n")
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
+        TimeElapsedColumn
+    from rich.table import Table
     table = []
     rows = backend_rows(with_cuda=cuda_ok)
-    total = len(PROOFS) + len(rows)
-    i = 0
-    for name, conv, what, fn in PROOFS:
-        _progress(i, total, f"proof {name}")
-        try:
-            err = float(fn(rng))
-        except Exception as exc:  # a proof that crashes is a failure, reported as such
-            err, what = float("inf"), f"{what} [{type(exc).__name__}: {exc}]"
-        table.append((name, conv, "oracle", "float64", what, err))
-        i += 1
-    for name, conv, backend, dtype in rows:
-        _progress(i, total, f"{name} {conv} {backend} {dtype}")
-        try:
-            err = run_backend_row(rng, name, conv, backend, dtype, cases=args.cases)
-        except Exception as exc:
-            err = float("inf")
-            print(f"\n{name} {conv} {backend} {dtype}: {type(exc).__name__}: {exc}", file=sys.stderr)
-        table.append((name, conv, backend, dtype, "per step vs oracle (resync)", err))
-        i += 1
-    _progress(total, total, "done")
-    head = f"{'optimizer':10s} {'convention':10s} {'backend':9s} {'dtype':10s} {'proof':52s} {'worst':>9s}  result"
-    print(head)
-    print("-" * len(head))
+    err_console = Console(stderr=True)
+    columns = (TextColumn("{task.description:<36}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, console=err_console, transient=True) as bar:
+        task = bar.add_task("proofs", total=len(PROOFS) + len(rows))
+        for name, conv, what, fn in PROOFS:
+            bar.update(task, description=f"proof {name}")
+            try:
+                err = float(fn(rng))
+            except Exception as exc:  # a proof that crashes is a failure, reported as such
+                err, what = float("inf"), f"{what} [{type(exc).__name__}: {exc}]"
+            table.append((name, conv, "oracle", "float64", what, err))
+            bar.advance(task)
+        for name, conv, backend, dtype in rows:
+            bar.update(task, description=f"{name} {conv} {backend} {dtype}")
+            try:
+                err = run_backend_row(rng, name, conv, backend, dtype, cases=args.cases)
+            except Exception as exc:
+                err = float("inf")
+                err_console.print(f"{name} {conv} {backend} {dtype}: {type(exc).__name__}: "
+                                  f"{exc}", markup=False)
+            table.append((name, conv, backend, dtype, "per step vs oracle (resync)", err))
+            bar.advance(task)
+    out = Table(show_edge=False)
+    for col, just in (("optimizer", "left"), ("convention", "left"), ("backend", "left"),
+                      ("dtype", "left"), ("proof", "left"), ("worst", "right"),
+                      ("result", "left")):
+        out.add_column(col, justify=just)
     failed = 0
     for name, conv, backend, dtype, what, err in table:
         ok = err <= 1.0
         failed += not ok
-        print(f"{name:10s} {conv:10s} {backend:9s} {dtype:10s} {what:52.52s} {err:9.3g}  "
-              f"{'pass' if ok else 'FAIL'}")
+        out.add_row(name, conv, backend, dtype, what, f"{err:.3g}",
+                    "pass" if ok else "[bold red]FAIL[/]")
+    console = Console(width=max(Console().width, 120))
+    console.print(out)
     print(f"\n{len(table) - failed} passed, {failed} failed")
     return 1 if failed else 0

@@ -2,7 +2,8 @@
 
 What this module is for: an optimizer asks its scheduler for the learning rate of every step,
 ``lr = scheduler(num_update)``, where ``num_update`` is the optimizer's update count after it has
-been incremented for the step (so the first step asks for ``num_update = 1``; spec section 1.3).
+been incremented for the step (so the first step asks for ``num_update = 1``; docs/mxnet-facts.md,
+1.3).
 The four schedules of ``mxnet.lr_scheduler`` are provided, with MXNet's warmup options:
 
 * :class:`FactorScheduler`: multiply by ``factor`` every ``step`` updates, down to a floor;
@@ -12,7 +13,7 @@ The four schedules of ``mxnet.lr_scheduler`` are provided, with MXNet's warmup o
 
 Porting MXNet code gives MXNet's numbers: the step arithmetic (strict comparisons, repeated
 multiplication, the order of every floating-point operation) and the *stateful* behaviour follow
-MXNet 1.9.1 (``mxnet/lr_scheduler.py``; spec ``mxnet-1.9.1-semantics.md`` section 4), and
+MXNet 1.9.1 (``python/mxnet/lr_scheduler.py`` at tag 1.9.1; docs/mxnet-facts.md, section 8), and
 ``tests/test_lr_scheduler.py`` checks every value against numbers recorded from MXNet 1.9.1
 (``tests/data/mxnet/lr_scheduler.json``). Several of MXNet's own docstrings describe a different
 schedule from the one MXNet computes; each class docstring below says where.
@@ -20,11 +21,11 @@ schedule from the one MXNet computes; each class docstring below says where.
 Stateful behaviour, as in MXNet:
 
 * ``base_lr`` is a public, mutable attribute. An optimizer built with both ``learning_rate`` and
-  ``lr_scheduler`` overwrites it (spec section 1.1). That changes what :class:`FactorScheduler` and
-  :class:`MultiFactorScheduler` return after warmup, but not the warmup ramp (which ends at
-  ``warmup_final_lr``, fixed at construction) and not the decayed values of
-  :class:`PolyScheduler` and :class:`CosineScheduler` (they decay from ``base_lr_orig``, also fixed
-  at construction).
+  ``lr_scheduler`` overwrites it (docs/mxnet-facts.md, 1.1). That changes what
+  :class:`FactorScheduler` and :class:`MultiFactorScheduler` return after warmup, but not the
+  warmup ramp (which ends at ``warmup_final_lr``, fixed at construction) and not the decayed
+  values of :class:`PolyScheduler` and :class:`CosineScheduler` (they decay from
+  ``base_lr_orig``, also fixed at construction).
 * Factor and MultiFactor keep counters and never undo a decay: call them with non-decreasing
   ``num_update`` (a smaller ``num_update`` after a larger one returns the current, already decayed
   rate). A jump forward applies all the decays in between, exactly as stepping one by one would.
@@ -136,8 +137,9 @@ class LRScheduler:
     * :math:`\eta_f`: ``warmup_final_lr``, the ``base_lr`` given to the constructor. It is fixed
       at construction: overwriting ``base_lr`` later does not move the end of the ramp.
 
-    MXNet 1.9.1 facts (``mxnet/lr_scheduler.py:41-66``; spec section 4): ``warmup_begin_lr >
-    base_lr`` and a ``warmup_mode`` other than ``'linear'``/``'constant'`` raise ``ValueError``.
+    MXNet 1.9.1 facts (``python/mxnet/lr_scheduler.py:41-66``; docs/mxnet-facts.md, 8):
+    ``warmup_begin_lr > base_lr`` and a ``warmup_mode`` other than ``'linear'``/``'constant'``
+    raise ``ValueError``.
     The ramp is linear in ``n`` up to ``n = W - 1``; it does not reach ``base_lr`` itself (at
     ``n = W`` the decay rule takes over).
 
@@ -307,7 +309,7 @@ class FactorScheduler(LRScheduler):
     * ``count``: attribute, the update count at which the last decay was applied
       (``k(n) * step``).
 
-    Notes on MXNet 1.9.1 (``mxnet/lr_scheduler.py:86-129``; spec section 4):
+    Notes on MXNet 1.9.1 (``python/mxnet/lr_scheduler.py:86-129``; docs/mxnet-facts.md, 8):
 
     * MXNet's docstring gives ``base_lr * pow(factor, floor(num_update/step))``. That is off by
       one at every multiple of ``step``: with ``step=3, factor=0.5`` it promises 0.5 at ``n=3``,
@@ -406,7 +408,7 @@ class MultiFactorScheduler(LRScheduler):
     * ``cur_step_ind``: attribute, :math:`k`, the number of steps passed so far; ``count``:
       attribute, the last step passed (``step[k-1]``, or 0).
 
-    Notes on MXNet 1.9.1 (``mxnet/lr_scheduler.py:131-188``; spec section 4):
+    Notes on MXNet 1.9.1 (``python/mxnet/lr_scheduler.py:131-188``; docs/mxnet-facts.md, 8):
 
     * MXNet's docstring says the rate is ``base_lr * factor**(k+1)`` when
       ``step[k] <= num_update < step[k+1]``. The code compares strictly, so the rate is
@@ -535,7 +537,7 @@ class PolyScheduler(_DecayToFinal):
     * ``base_lr``: attribute, the last value computed (the constructor's ``base_lr`` before the
       first decayed value).
 
-    Notes on MXNet 1.9.1 (``mxnet/lr_scheduler.py:190-236``; spec section 4):
+    Notes on MXNet 1.9.1 (``python/mxnet/lr_scheduler.py:190-236``; docs/mxnet-facts.md, 8):
 
     * MXNet's docstring says the rate is ``final_lr + (start_lr - final_lr)*(1-nup/max_nup)^pwr
       if nup < max_nup, 0 otherwise``. It is never 0 by that rule: past ``max_update`` the last
@@ -603,11 +605,12 @@ class CosineScheduler(_DecayToFinal):
     * :math:`n`: ``num_update``; :math:`M`: ``max_update``; :math:`W`: ``warmup_steps``;
       :math:`\eta_{\text{final}}`: ``final_lr``.
     * :math:`\eta_0`: attribute ``base_lr_orig``, the ``base_lr`` given to the constructor, fixed
-      (an optimizer overwriting ``base_lr`` does not change the decayed values; spec section 4
-      verified ``Adam(lr_scheduler=CosineScheduler(base_lr=1.0))`` still decays from 1.0).
+      (an optimizer overwriting ``base_lr`` does not change the decayed values; verified on MXNet
+      1.9.1: ``Adam(lr_scheduler=CosineScheduler(base_lr=1.0))`` still decays from 1.0,
+      ``tests/data/mxnet/facts.json`` key ``adam_cosine_lr_used``).
     * ``base_lr``: attribute, the last value computed.
 
-    Notes on MXNet 1.9.1 (``mxnet/lr_scheduler.py:238-281``; spec section 4):
+    Notes on MXNet 1.9.1 (``python/mxnet/lr_scheduler.py:238-281``; docs/mxnet-facts.md, 8):
 
     * MXNet's docstring says ``... if nup < max_nup, 0 otherwise`` and presents ``max_update`` as
       the point where the rate has decayed to zero. The schedule ends at ``final_lr``, and past

@@ -61,35 +61,33 @@ def compare(outputs: dict, refs: dict, storage=None) -> dict:
     return {k: normalised_error(outputs[k], refs[k], storage) for k in refs}
 
 
-def reference_call(opt, index, weight, grad, state, t, lr, wd, dtype):
-    """Run the oracle for one step of toolkit optimizer ``opt`` on Tracked copies of its inputs.
+def _tracked_extra(extra, dtype):
+    """The reference's bookkeeping with its arrays tracked (exact inputs of the step)."""
+    return {k: (track(np.asarray(v, np.float64), dtype) if isinstance(v, np.ndarray) else v)
+            for k, v in extra.items()}
 
-    ``state`` is the toolkit state before the step. Returns ``(w_ref, state_ref_dict)``.
-    """
+
+def reference_call(opt, index, weight, grad, state, step, dtype):
+    """Run the oracle for the step ``step`` (``opt.next_step(index, weight)``) of toolkit
+    optimizer ``opt`` on Tracked copies of its inputs. ``state`` is the toolkit state before the
+    step. Returns ``(w_ref, state_ref_dict)``."""
     ref = OPTIMIZERS[opt.reference_name]
-    slots = opt.state_slots()
     st = {name: track(np.asarray(a, dtype=np.float64), dtype)
-          for name, a in zip(slots, opt._state_arrays(state))}
-    st.update(opt._reference_extra(index))
-    extra = dict(opt._reference_call_kwargs(index, t))
-    if opt.reference_name == "lbsgd":
-        cum = opt._cum.get(index)
-        cum = np.zeros(np.shape(weight)) if cum is None else to_host(cum)
-        st["cum"] = track(cum.astype(np.float64), dtype)
-        st["ncum"] = opt._ncum.get(index, opt.init_updates)
-    w_ref, st_ref = ref.step(track(weight.astype(np.float64), dtype),
-                             track(grad.astype(np.float64), dtype), st, t=t, lr=lr, wd=wd,
-                             rescale_grad=opt.rescale_grad, clip_gradient=opt.clip_gradient,
-                             convention=opt.convention, **opt.reference_hyper(), **extra)
-    return w_ref, st_ref
+          for name, a in zip(opt.state_slots(), opt.state_arrays(state))}
+    st.update(_tracked_extra(step.reference_state, dtype))
+    return ref.step(track(weight.astype(np.float64), dtype),
+                    track(grad.astype(np.float64), dtype), st, t=step.t, lr=step.lr,
+                    wd=step.wd, rescale_grad=opt.rescale_grad, clip_gradient=opt.clip_gradient,
+                    convention=opt.convention, **opt.reference_hyper(), **step.reference_kwargs)
 
 
-def _snapshot(opt, index, weight, state):
-    """Everything a step reads, so the reference can be given exactly the same inputs."""
-    t, num_update = opt._next_count(index)
-    lr = opt._get_lr(index, opt._lr_count(num_update))
-    wd = opt._get_wd(index)
-    return t, lr, wd
+def _copy_state(state):
+    """A host snapshot of a (nested) state, never a view."""
+    if state is None:
+        return None
+    if isinstance(state, tuple):
+        return tuple(_copy_state(s) for s in state)
+    return to_host(state).copy()
 
 
 def step_errors(opt, index, weight, grad, state, **update_kwargs):
@@ -101,18 +99,17 @@ def step_errors(opt, index, weight, grad, state, **update_kwargs):
     through their float32 master copy (and the float16 weight must equal the rounded master
     exactly: reported as ``weight16``).
     """
-    mp = opt._uses_master(weight)
-    copy = lambda a: to_host(a).copy()  # noqa: E731 - a host snapshot, never a view
+    mp = opt.uses_master(weight)
     if mp:
-        master, inner = opt._split_mp_state(state)
-        w_in, s_in, dtype = copy(master), opt._map_state(inner, copy), np.float32
+        master, inner = opt.split_master(state)
+        w_in, s_in, dtype = _copy_state(master), _copy_state(inner), np.float32
         g_in = to_host(grad).astype(np.float32)
     else:
-        w_in, s_in, g_in = copy(weight), opt._map_state(state, copy), copy(grad)
+        w_in, s_in, g_in = _copy_state(weight), _copy_state(state), _copy_state(grad)
         dtype = w_in.dtype if w_in.dtype != np.float16 else np.float32
-    t, lr, wd = _snapshot(opt, index, w_in, s_in)
     # the reference must see the optimizer's bookkeeping *before* the step
-    w_ref, st_ref = reference_call(opt, index, w_in, g_in, s_in, t, lr, wd, dtype)
+    w_ref, st_ref = reference_call(opt, index, w_in, g_in, s_in, opt.next_step(index, w_in),
+                                   dtype)
     if mp:
         opt.update_multi_precision(index, weight, grad, state, **update_kwargs)
         out_w, out_state = master, inner
@@ -121,7 +118,7 @@ def step_errors(opt, index, weight, grad, state, **update_kwargs):
         out_w, out_state = weight, state
     outputs = {"weight": to_host(out_w)}
     refs = {"weight": w_ref}
-    for name, a in zip(opt.state_slots(), opt._state_arrays(out_state)):
+    for name, a in zip(opt.state_slots(), opt.state_arrays(out_state)):
         outputs[name] = to_host(a)
         refs[name] = st_ref[name]
     # float16 storage without a master copy: the result is rounded to float16 when stored
@@ -142,26 +139,23 @@ def trajectory_errors(opt, index, weight, grads, state):
     w_ref = track(w_host.astype(np.float64), dtype)
     slots = opt.state_slots()
     st_ref = {n: track(to_host(a).astype(np.float64), dtype)
-              for n, a in zip(slots, opt._state_arrays(state))}
+              for n, a in zip(slots, opt.state_arrays(state))}
     worst: dict = {}
     ref = OPTIMIZERS[opt.reference_name]
     for grad in grads:
-        t, lr, wd = _snapshot(opt, index, weight, state)
-        st_in = dict(st_ref)
-        st_in.update(opt._reference_extra(index))
-        extra = dict(opt._reference_call_kwargs(index, t))
-        if opt.reference_name == "lbsgd":
-            st_in.setdefault("cum", track(np.zeros(w_host.shape), dtype))
-            st_in.setdefault("ncum", opt._ncum.get(index, opt.init_updates))
-        w_ref, st_new = ref.step(w_ref, track(to_host(grad).astype(np.float64), dtype), st_in, t=t, lr=lr,
-                                 wd=wd, rescale_grad=opt.rescale_grad,
+        step = opt.next_step(index, w_host)
+        # the oracle's own bookkeeping (from its previous step) wins over the optimizer's
+        st_in = {**_tracked_extra(step.reference_state, dtype), **st_ref}
+        w_ref, st_new = ref.step(w_ref, track(to_host(grad).astype(np.float64), dtype), st_in,
+                                 t=step.t, lr=step.lr, wd=step.wd,
+                                 rescale_grad=opt.rescale_grad,
                                  clip_gradient=opt.clip_gradient, convention=opt.convention,
-                                 **opt.reference_hyper(), **extra)
+                                 **opt.reference_hyper(), **step.reference_kwargs)
         st_ref = {k: v for k, v in st_new.items()}
         opt.update(index, weight, grad, state)
         outputs = {"weight": to_host(weight)}
         refs = {"weight": w_ref}
-        for name, a in zip(slots, opt._state_arrays(state)):
+        for name, a in zip(slots, opt.state_arrays(state)):
             outputs[name] = to_host(a)
             refs[name] = st_ref[name]
         for k, v in compare(outputs, refs).items():

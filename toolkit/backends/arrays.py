@@ -54,6 +54,7 @@ class ArrayDesc:
 
     @property
     def contiguous(self):
+        """Whether the array is one dense block (C or Fortran order)."""
         return self.c_contiguous or self.f_contiguous
 
 
@@ -158,6 +159,7 @@ def describe(obj, what="weight") -> ArrayDesc:
 
 
 def kind_name(d: ArrayDesc) -> str:
+    """How an error message names the array's kind ("a numpy.ndarray", "a CUDA array (cupy)")."""
     return "a numpy.ndarray" if d.kind == HOST else f"a CUDA array ({d.library})"
 
 
@@ -170,6 +172,7 @@ def _device_of(d: ArrayDesc):
 # the checks: same rules and messages for every kind
 # --------------------------------------------------------------------------------------------
 def check_weight(w: ArrayDesc, what="weight"):
+    """The weight's part of the contract: a float dtype, writeable, one contiguous block."""
     if w.dtype not in FLOAT_DTYPES:
         raise TypeError(f"{what} dtype must be float16, float32 or float64, got {w.dtype}")
     if w.readonly:
@@ -194,6 +197,7 @@ def _check_same_kind(what, a: ArrayDesc, w: ArrayDesc):
 
 
 def check_grad(w: ArrayDesc, g: ArrayDesc):
+    """The gradient's part of the contract: the weight's kind, device, shape and dtype."""
     _check_same_kind("grad", g, w)
     if g.shape != w.shape:
         raise ValueError(f"grad shape {g.shape} does not match weight shape {w.shape}")
@@ -209,6 +213,8 @@ def check_grad(w: ArrayDesc, g: ArrayDesc):
 
 
 def check_state_array(what, a: ArrayDesc, shape, dtype, w: ArrayDesc):
+    """A state array's part of the contract: the weight's kind and device, the expected shape
+    and dtype, writeable, one contiguous block, no overlap with the weight."""
     _check_same_kind(what, a, w)
     if a.shape != tuple(shape):
         raise ValueError(f"{what} has shape {a.shape}, expected {tuple(shape)}")

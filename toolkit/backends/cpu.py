@@ -12,7 +12,8 @@ promote the loop to float64: constants the rule needs are made by the factory as
 
 The same rule source is compiled here with ``numba.njit(inline="always")`` into a loop over the
 flattened arrays: a serial loop below :data:`PARALLEL_THRESHOLD` elements and a ``prange`` loop
-above it. Compile policy (DESIGN section 4), in one place: explicit signatures,
+above it. Compile policy (docs/backends.md, "How the CPU kernels are compiled"), in one place:
+explicit signatures,
 ``error_model="numpy"`` (the python error model blocks vectorisation), no fastmath, on-disk cache.
 Kernels are compiled lazily, once per (rule, dtype, serial/parallel).
 """
@@ -32,8 +33,9 @@ __all__ = ["COMPILE_OPTIONS", "PARALLEL_THRESHOLD", "elementwise_kernel", "run_e
 COMPILE_OPTIONS = dict(error_model="numpy", fastmath=False, cache=True, nogil=True,
                        boundscheck=False)
 
-#: Below this many elements a parallel loop costs more than it saves (DESIGN section 4: the
-#: break-even measured on a 2-core machine lies between 2**15 and 2**16).
+#: Below this many elements a parallel loop costs more than it saves (docs/backends.md, "How the
+#: CPU kernels are compiled": the break-even measured on a 2-core machine lies between 2**15 and
+#: 2**16).
 PARALLEL_THRESHOLD = 1 << 15
 
 #: Arithmetic dtypes with compiled kernels.

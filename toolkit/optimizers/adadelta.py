@@ -1,6 +1,7 @@
 """AdaDelta (MXNet ``adadelta``; guide lines 137-139). The learning rate is not used.
 
-mxnet (Python ops, spec section 2.5; weight decay decoupled and not scaled by lr)::
+mxnet (Python ops, MXNet 1.9.1 python/mxnet/optimizer/optimizer.py:1801-1823; weight decay
+decoupled and not scaled by lr; docs/optimizers/adadelta.md)::
 
     g = clip(rescale_grad*grad, c);  acc_g = rho*acc_g + (1-rho)*g*g
     delta = sqrt(acc_delta + eps)/sqrt(acc_g + eps)*g;  acc_delta = rho*acc_delta + (1-rho)*delta*delta

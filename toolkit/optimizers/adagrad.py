@@ -1,6 +1,7 @@
 """AdaGrad (MXNet ``adagrad``; guide lines 94-95).
 
-mxnet (Python ops, spec section 2.3; ``clip_gradient=0.0`` clips to zero)::
+mxnet (Python ops, MXNet 1.9.1 python/mxnet/optimizer/optimizer.py:1682-1687;
+``clip_gradient=0.0`` clips to zero; docs/optimizers/adagrad.md)::
 
     g = clip(rescale_grad*grad, c);  h = h + g*g;  w = w + (g/sqrt(h + eps) + w*wd)*(-lr)
 

@@ -1,6 +1,8 @@
 """Adam (MXNet ``adam``; guide lines 152-156; Kingma and Ba 2015).
 
-mxnet (spec section 2.6; the bias correction folded into the learning rate in double precision
+mxnet (MXNet 1.9.1 python/mxnet/optimizer/optimizer.py:1612-1628 and the kernel at
+src/operator/optimizer_op-inl.h:1292-1314; docs/optimizers/adam.md; the bias correction folded
+into the learning rate in double precision
 and rounded, epsilon added to the uncorrected root, weight decay before clipping)::
 
     lr_t = lr*sqrt(1 - beta2^t)/(1 - beta1^t)
@@ -100,7 +102,7 @@ class Adam(Optimizer):
                   r(self.epsilon))
         if self.convention == "mxnet":
             # MXNet computes lr_t in Python doubles from the unrounded betas, then the kernel
-            # parameter rounds it to float32 (spec section 1.6).
+            # parameter rounds it to float32 (docs/mxnet-facts.md, 3).
             lr_t = lr * math.sqrt(1.0 - self.beta2 ** t) / (1.0 - self.beta1 ** t)
             self._run_rule(mxnet_rule, weight, grad, state, (r(lr_t),) + common)
         else:

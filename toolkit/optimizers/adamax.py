@@ -1,6 +1,7 @@
 """Adamax (MXNet ``adamax``; guide lines 165-168; Kingma and Ba 2015, section 7).
 
-mxnet (Python ops, spec section 2.7; no epsilon)::
+mxnet (Python ops, MXNet 1.9.1 python/mxnet/optimizer/optimizer.py:1936-1958; no epsilon;
+docs/optimizers/adamax.md)::
 
     lr_t = lr/(1 - beta1^t);  g = clip(rescale_grad*grad + wd*w, c)
     m = beta1*m + (1-beta1)*g;  u = max(beta2*u, |g|);  w = w - lr_t*m/u

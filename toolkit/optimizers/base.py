@@ -15,12 +15,14 @@ import math
 import numbers
 import threading
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 
 from ..backends import arrays, cpu
 
-__all__ = ["Optimizer", "register", "create", "registry", "BACKENDS", "CONVENTIONS"]
+__all__ = ["Optimizer", "StepInputs", "register", "create", "registry", "scalar_only",
+           "BACKENDS", "CONVENTIONS"]
 
 BACKENDS = ("auto", "reference", "cpu", "cuda")
 CONVENTIONS = ("mxnet", "guide")
@@ -135,6 +137,15 @@ def check_choice(name, x, choices):
     return x
 
 
+class StepInputs(NamedTuple):
+    """What the next update of an index reads (:meth:`Optimizer.next_step`)."""
+    t: int                   #: the per-index count after this step (1 on the first)
+    lr: float                #: learning rate with schedule and ``lr_mult``
+    wd: float                #: weight decay with ``wd_mult``
+    reference_state: dict    #: bookkeeping the oracle keeps in its state dict
+    reference_kwargs: dict   #: extra keyword arguments of ``reference.<name>.step``
+
+
 class Slot:
     """Shape and dtype of one state array, by name."""
 
@@ -150,7 +161,8 @@ class Optimizer:
     Parameters
     ----------
     rescale_grad : float, default 1.0
-        Multiplies the gradient before anything else (MXNet spec section 1.4).
+        Multiplies the gradient before anything else, clipping included (docs/mxnet-facts.md,
+        2.2).
     param_idx2name : dict of int to str, optional
         Index to parameter name; with it, ``set_wd_mult`` gives weight decay multiplier 0 to names
         that end neither in ``_weight`` nor in ``_gamma`` (MXNet's Module convention).
@@ -352,13 +364,15 @@ class Optimizer:
         The layout is MXNet's base wrapper ``(weight32, state)``; SGD and NAG override it with
         their ``(state, weight32)``.
         """
-        if self._uses_master(weight):
+        if self.uses_master(weight):
             self._check_weight(weight)
             w32 = arrays.astype(weight, np.float32)
             return (w32, self.create_state(index, w32))
         return self.create_state(index, weight)
 
-    def _uses_master(self, weight):
+    def uses_master(self, weight):
+        """Whether ``weight`` is stepped through a float32 master copy (float16 with
+        ``multi_precision``)."""
         if not self.multi_precision:
             return False
         try:
@@ -366,8 +380,9 @@ class Optimizer:
         except TypeError:
             return False
 
-    def _split_mp_state(self, state):
-        """``(master, inner_state)`` of a multi-precision state (base wrapper layout)."""
+    def split_master(self, state):
+        """``(master, inner_state)`` of a state from ``create_state_multi_precision`` for a
+        float16 weight (MXNet's base wrapper layout; SGD and NAG override it)."""
         return state[0], state[1]
 
     # ---------------------------------------------------------------------------------------
@@ -392,7 +407,7 @@ class Optimizer:
     def update_multi_precision(self, index, weight, grad, state, *, stream=None):
         """``update`` through the float32 master copy when the weight is float16 and
         multi_precision is on; plain ``update`` otherwise."""
-        if not self._uses_master(weight):
+        if not self.uses_master(weight):
             return self.update(index, weight, grad, state, stream=stream)
         self._check_index(index)
         w = self._check_weight(weight)
@@ -401,7 +416,7 @@ class Optimizer:
         if not isinstance(state, tuple) or len(state) != 2:
             raise TypeError("a multi-precision state must be the 2-tuple that "
                             "create_state_multi_precision returned")
-        master, inner = self._split_mp_state(state)
+        master, inner = self.split_master(state)
         m = self._check_array("state (float32 master copy)", master, w.shape, np.float32, w)
         if arrays.overlaps(g, m):
             raise ValueError("state (float32 master copy) shares memory with the grad")
@@ -416,6 +431,20 @@ class Optimizer:
         g32 = grad.astype(np.float32)
         self._apply(index, master, g32, inner, backend, m)
         np.copyto(weight, master, casting="same_kind")
+
+    def next_step(self, index, weight=None):
+        """What the next update of ``index`` will read, computed without changing anything
+        (:class:`StepInputs`): the count ``t``, the learning rate (schedule and multiplier) and
+        weight decay (multiplier), checked as ``update`` checks them, and what the oracle needs
+        beside the state arrays: ``reference_state`` (bookkeeping kept on the optimizer, such as
+        Nadam's momentum schedule or LBSGD's accumulator, which needs ``weight`` for its shape)
+        and ``reference_kwargs`` (extra keyword arguments of ``reference.<name>.step``, such as
+        SGLD's seed and stream). The reference backend, ``toolkit.verify`` and the Trainer all
+        read a step through it, so a new optimizer plugs into all three by defining
+        ``_reference_extra`` and ``_reference_call_kwargs`` once."""
+        t, lr, wd = self._step_scalars(index)
+        return StepInputs(t, lr, wd, dict(self._reference_extra(index, weight)),
+                          dict(self._reference_call_kwargs(index, t)))
 
     def _step_scalars(self, index):
         """``(t, lr, wd)`` of this index's next step, checked, without committing anything."""
@@ -446,6 +475,8 @@ class Optimizer:
         return ()
 
     def bind_host_buffer(self, name, index, array):  # pragma: no cover - no buffers by default
+        """Keep ``array`` (a view of the Trainer's flat buffer) as the ``name`` buffer of
+        ``index`` (one of ``host_buffers()``)."""
         raise KeyError(name)
 
     def norm_inputs(self, index):
@@ -514,8 +545,8 @@ class Optimizer:
         else:
             f(dst, src)
 
-    def _state_arrays(self, state):
-        """The state as the tuple of arrays in ``state_slots()`` order."""
+    def state_arrays(self, state):
+        """The arrays of a state from ``create_state``, as a tuple in ``state_slots()`` order."""
         if state is None:
             return ()
         if isinstance(state, tuple):
@@ -553,12 +584,13 @@ class Optimizer:
         """This optimizer's own hyperparameters as the reference module names them."""
         return {}
 
-    def _reference_extra(self, index):
-        """Scalar bookkeeping the reference keeps in its state dict (e.g. Nadam's m_schedule)."""
+    def _reference_extra(self, index, weight=None):
+        """Bookkeeping the reference keeps in its state dict beside the state arrays (Nadam's
+        m_schedule, LBSGD's accumulator and call count): scalars, and host arrays."""
         return {}
 
-    def _reference_store_extra(self, index, new_state):
-        pass
+    def _reference_store_extra(self, index, new_state, weight):
+        """Keep what the reference returned of ``_reference_extra``'s bookkeeping."""
 
     def _reference_call_kwargs(self, index, t):
         return {}
@@ -576,9 +608,10 @@ class Optimizer:
             raise ValueError(f"{type(self).__name__} has no reference implementation; "
                              "use backend='cpu'")
         slots = self.state_slots()
-        state_arrays = self._state_arrays(state)
+        state_arrays = self.state_arrays(state)
         st = {name: np.asarray(a, dtype=np.float64) for name, a in zip(slots, state_arrays)}
-        st.update(self._reference_extra(index))
+        st.update({k: (np.asarray(v, np.float64) if isinstance(v, np.ndarray) else v)
+                   for k, v in self._reference_extra(index, weight).items()})
         w_new, st_new = ref.step(weight.astype(np.float64), grad.astype(np.float64), st, t=t,
                                  lr=lr, wd=wd, rescale_grad=self.rescale_grad,
                                  clip_gradient=self.clip_gradient, convention=self.convention,
@@ -586,7 +619,7 @@ class Optimizer:
         weight[...] = w_new
         for name, a in zip(slots, state_arrays):
             a[...] = st_new[name]
-        self._reference_store_extra(index, st_new)
+        self._reference_store_extra(index, st_new, weight)
 
     # --- backend choice ----------------------------------------------------------------------
     def _resolve_backend(self, w):
@@ -711,7 +744,7 @@ class Optimizer:
                                                         tuple(aux))
 
     #: True for MXNet's kernel optimizers, whose hyperparameters MXNet rounds to float32
-    #: (spec section 1.6); Python-op optimizers round only the clip bound.
+    #: (docs/mxnet-facts.md, 3); Python-op optimizers round only the clip bound.
     mxnet_kernel = True
 
     def _r(self, x):

@@ -52,13 +52,16 @@ class ElementwiseOptimizer(Optimizer):
         return len(self.state_names) > 1
 
     def hyperparameters(self, index, t, lr, wd):
+        """The per-step scalars of ``rule``'s ``hp`` for index ``index`` at count ``t`` with
+        learning rate ``lr`` and weight decay ``wd`` (floats, computed in float64)."""
         raise NotImplementedError("ElementwiseOptimizer subclasses define hyperparameters()")
 
     @staticmethod
     def rule(*args):  # pragma: no cover - replaced by subclasses
+        """``rule(w, g, *states, hp) -> (w, *states)``: the update of one element."""
         raise NotImplementedError("ElementwiseOptimizer subclasses define rule()")
 
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         hyper = tuple(float(h) for h in self.hyperparameters(index, t, lr, wd))
         rule = type(self).rule
-        self._run_rule(_factory(rule), weight, grad, self._state_arrays(state), hyper)
+        self._run_rule(_factory(rule), weight, grad, self.state_arrays(state), hyper)

@@ -1,6 +1,7 @@
 """DCASGD: delay-compensated asynchronous SGD (MXNet ``dcasgd``; guide line 216; Zheng et al. 2017).
 
-mxnet (Python ops, spec section 2.11; MXNet assumes the gradient is one update old)::
+mxnet (Python ops, MXNet 1.9.1 python/mxnet/optimizer/optimizer.py:1408-1429; MXNet assumes the
+gradient is one update old; docs/optimizers/dcasgd.md)::
 
     g = clip(rescale_grad*grad, c);  step = -lr*(g + wd*w + lamda*g*g*(w - w_prev));  w_prev = w
     momentum 0: w = w + step;  momentum > 0: mom = momentum*mom + step;  w = w + mom

@@ -1,6 +1,7 @@
 """FTML: Follow the Moving Leader (MXNet ``ftml``; guide lines 250-259; Zheng and Kwok 2017).
 
-mxnet (``ftml_update``, spec section 2.13; weight decay before clipping)::
+mxnet (``ftml_update``, MXNet 1.9.1 src/operator/optimizer_op-inl.h:1205-1223; weight decay before
+clipping; docs/optimizers/ftml.md)::
 
     g = clip(rescale_grad*grad + wd*w, c);  v = beta2*v + (1-beta2)*g*g
     d_t = (1 - beta1^t)/lr * (sqrt(v/(1 - beta2^t)) + eps)

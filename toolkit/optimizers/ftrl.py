@@ -1,6 +1,7 @@
 """FTRL-Proximal (MXNet ``ftrl``; guide lines 233-241; McMahan et al. 2013, Algorithm 1).
 
-mxnet (``ftrl_update``, spec section 2.12; weight decay in the denominator)::
+mxnet (``ftrl_update``, MXNet 1.9.1 src/operator/optimizer_op-inl.h:2133-2158; weight decay in the
+denominator; docs/optimizers/ftrl.md)::
 
     g = clip(rescale_grad*grad, c);  z = z + g - sigma*w;  n = n + g*g
     w = (sign(z)*lamda1 - z)/((beta + sqrt(n))/lr + wd) * (|z| > lamda1)
@@ -11,8 +12,8 @@ guide, with its z-update corrected (the guide drops the gradient term and flips 
     w = (|z| > lamda1) * (-lr/(beta + sqrt(n)) * (z - lamda1*sign(z)))
 
 ``sigma = (sqrt(n + g^2) - sqrt(n))/lr`` is evaluated as ``g^2/(sqrt(n + g^2) + sqrt(n))/lr``:
-the same number without the cancellation of two nearly equal roots (DESIGN section 5; one float32
-step with the difference of roots has errors up to ~1e6 ulp).
+the same number without the cancellation of two nearly equal roots (docs/optimizers/ftrl.md,
+"Numerics"; one float32 step with the difference of roots has errors up to ~1e6 ulp).
 """
 from __future__ import annotations
 
@@ -83,7 +84,8 @@ class Ftrl(Optimizer):
         self.lamda1 = check_nonneg("lamda1", lamda1)
         self.beta = check_nonneg("beta", beta)
         super().__init__(**kwargs)
-        # MXNet does not forward learning_rate to the base class (spec section 2.12): a
+        # MXNet does not forward learning_rate to the base class (MXNet 1.9.1
+        # python/mxnet/optimizer/optimizer.py:1876-1880; docs/mxnet-facts.md, 1.1): a
         # scheduler's base_lr is not overwritten.
         self.lr = check_nonneg("learning_rate", learning_rate)
 

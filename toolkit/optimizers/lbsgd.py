@@ -1,7 +1,9 @@
-"""LBSGD: large-batch SGD with learning-rate warmup and LARS (MXNet ``lbsgd``; guide.md lines 223-257).
+"""LBSGD: large-batch SGD with learning-rate warmup and LARS (MXNet ``lbsgd``; the guide's LBSGD
+section, quoted in docs/conventions.md).
 
-mxnet (spec section 2.10): the learning rate is read *before* the update count is incremented;
-gradients are accumulated over ``batch_scale`` calls and one SGD step is taken with their mean::
+mxnet (MXNet 1.9.1 python/mxnet/optimizer/optimizer.py:1205-1246; docs/optimizers/lbsgd.md): the
+learning rate is read *before* the update count is incremented; gradients are accumulated over
+``batch_scale`` calls and one SGD step is taken with their mean::
 
     cum = cum + grad;  ncum = ncum + 1
     if ncum % batch_scale == 0:
@@ -30,7 +32,8 @@ STRATEGIES = ("linear", "power2", "sqrt", "lars")
 
 
 def lbmult(nup, warmup_strategy, warmup_epochs, updates_per_epoch, batch_scale):
-    """The warmup multiplier of update ``nup`` (MXNet's ``_get_lbmult``, spec section 2.10)."""
+    """The warmup multiplier of update ``nup`` (MXNet's ``_get_lbmult``;
+    docs/optimizers/lbsgd.md)."""
     nwup = warmup_epochs * updates_per_epoch
     if nup >= nwup:
         return float(batch_scale)
@@ -187,24 +190,22 @@ class LBSGD(Optimizer):
             self._ncum = ncum
         return commit
 
-    def _reference_extra(self, index):
-        return {}
+    def _reference_extra(self, index, weight=None):
+        """The accumulator (a host array; zeros shaped like ``weight`` before the first
+        accumulation) and the call count."""
+        cum = self._cum.get(index)
+        if cum is not None:
+            cum = np.array(arrays.to_host(cum))
+        elif weight is not None:
+            cum = np.zeros(arrays.describe(weight).shape)
+        extra = {"ncum": self._ncum.get(index, self.init_updates)}
+        if cum is not None:
+            extra["cum"] = cum
+        return extra
 
-    def _reference_step(self, index, weight, grad, state, t, lr, wd):
-        cum, ncum = self._accumulator(index, weight)
-        ref = self.reference_module()
-        st = {"cum": cum.astype(np.float64), "ncum": ncum}
-        if state is not None:
-            st["mom"] = state.astype(np.float64)
-        w_new, st_new = ref.step(weight.astype(np.float64), grad.astype(np.float64), st, t=t,
-                                 lr=lr, wd=wd, rescale_grad=self.rescale_grad,
-                                 clip_gradient=self.clip_gradient, convention=self.convention,
-                                 **self.reference_hyper())
-        weight[...] = w_new
-        if state is not None:
-            state[...] = st_new["mom"]
-        self._cum[index] = np.asarray(st_new["cum"]).astype(weight.dtype)
-        self._ncum[index] = int(st_new["ncum"])
+    def _reference_store_extra(self, index, new_state, weight):
+        self._cum[index] = np.asarray(new_state["cum"]).astype(weight.dtype)
+        self._ncum[index] = int(new_state["ncum"])
 
     # --- the Trainer's hooks: a flat accumulator, and norms computed for a whole group --------
     def host_buffers(self):
@@ -239,7 +240,7 @@ class LBSGD(Optimizer):
         return min(max(math.sqrt(ww / (gg + wd * ww + 1e-18)), 0.01), 100.0)
 
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
-        states = self._state_arrays(state)
+        states = self.state_arrays(state)
         r = self._r
         if self.convention == "mxnet":
             cum, ncum = self._accumulator(index, weight)

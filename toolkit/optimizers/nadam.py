@@ -1,6 +1,7 @@
 """Nadam (MXNet ``nadam``; Dozat 2016). Convention "mxnet" only: see below.
 
-mxnet (Python ops, spec section 2.8)::
+mxnet (Python ops, MXNet 1.9.1 python/mxnet/optimizer/optimizer.py:1995-2028;
+docs/optimizers/nadam.md)::
 
     mu_t = beta1*(1 - 0.5*0.96^(t*schedule_decay));  mu_t1 = beta1*(1 - 0.5*0.96^((t+1)*schedule_decay))
     m_schedule = m_schedule*mu_t;  ms_next = m_schedule*mu_t1      # one scalar for ALL indices
@@ -97,10 +98,10 @@ class Nadam(Optimizer):
             self.m_schedule = m
         return commit
 
-    def _reference_extra(self, index):
+    def _reference_extra(self, index, weight=None):
         return {"m_schedule": self.m_schedule}
 
-    def _reference_store_extra(self, index, new_state):
+    def _reference_store_extra(self, index, new_state, weight):
         self.m_schedule = float(new_state["m_schedule"])
 
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):

@@ -1,7 +1,8 @@
 """Nesterov accelerated gradient (MXNet ``nag``; guide lines 76-77).
 
-MXNet stores the look-ahead point ``w~ = w + momentum*v`` and takes the gradient there (spec
-section 2.2). mxnet (``nag_mom_update``; its weight decay in the momentum line reads the updated
+MXNet stores the look-ahead point ``w~ = w + momentum*v`` and takes the gradient there
+(docs/optimizers/nag.md). mxnet (``nag_mom_update``, MXNet 1.9.1
+src/operator/optimizer_op-inl.h:1061-1083; its weight decay in the momentum line reads the updated
 weight, MXNet's in-place aliasing)::
 
     g = clip(rescale_grad*grad, c);  m1 = momentum*mom
@@ -86,20 +87,20 @@ class NAG(Optimizer):
         return {"momentum": self.momentum}
 
     def create_state_multi_precision(self, index, weight):
-        if self._uses_master(weight):
+        if self.uses_master(weight):
             self._check_weight(weight)
             w32 = arrays.astype(weight, "float32")
             return (self.create_state(index, w32), w32)
         return self.create_state(index, weight)
 
-    def _split_mp_state(self, state):
+    def split_master(self, state):
         return state[1], state[0]
 
     @scalar_only
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         r = self._r
         lr, wd, rs, c, mu = r(lr), r(wd), r(self.rescale_grad), self._clip_bound(), r(self.momentum)
-        states = self._state_arrays(state)
+        states = self.state_arrays(state)
         if not states:
             if self.convention == "mxnet":
                 self._run_rule(sgd_update_rule, weight, grad, (), (lr, 1.0 - lr * wd, rs, c))

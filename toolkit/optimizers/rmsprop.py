@@ -1,6 +1,8 @@
 """RMSProp, plain and centered (MXNet ``rmsprop``; guide lines 110-111 and 121-124).
 
-mxnet (``rmsprop_update`` / ``rmspropalex_update``, spec section 2.4; weight decay before clipping)::
+mxnet (``rmsprop_update`` / ``rmspropalex_update``, MXNet 1.9.1
+src/operator/optimizer_op-inl.h:2052-2077 / 1953-1986; weight decay before clipping;
+docs/optimizers/rmsprop.md)::
 
     g = clip(rescale_grad*grad + wd*w, c);  n = (1-gamma1)*(g*g) + gamma1*n
     plain:    w = w - lr*(g/sqrt(n + eps))

@@ -1,6 +1,7 @@
 """SGD with momentum and weight decay (MXNet ``sgd``; guide lines 35-58).
 
-mxnet (the aggregated kernel MXNet 1.9.1 always uses, spec section 2.1)::
+mxnet (the aggregated kernel MXNet 1.9.1 always uses, src/operator/optimizer_op-inl.h:224-257;
+docs/optimizers/sgd.md)::
 
     g   = clip(rescale_grad * grad, clip_gradient)          # off for None and 0.0
     mom = ((momentum * mom) - (lr * wd) * w) - lr * g       # mom = 0 when momentum == 0
@@ -100,7 +101,7 @@ class SGD(Optimizer):
 
     reference_name = "sgd"
     #: MXNET_OPTIMIZER_AGGREGATION_SIZE's default: MXNet 1.9.1 always runs SGD through its
-    #: aggregated kernel (docs/known-differences.md)
+    #: aggregated kernel (docs/mxnet-facts.md, section 5)
     aggregate_num = 4
 
     def __init__(self, momentum=0.0, lazy_update=True, **kwargs):
@@ -115,13 +116,13 @@ class SGD(Optimizer):
         return {"momentum": self.momentum}
 
     def create_state_multi_precision(self, index, weight):
-        if self._uses_master(weight):
+        if self.uses_master(weight):
             self._check_weight(weight)
             w32 = arrays.astype(weight, "float32")
             return (self.create_state(index, w32), w32)
         return self.create_state(index, weight)
 
-    def _split_mp_state(self, state):
+    def split_master(self, state):
         return state[1], state[0]
 
     @scalar_only
@@ -129,7 +130,7 @@ class SGD(Optimizer):
         r = self._r
         lr, wd, rs, c = r(lr), r(wd), r(self.rescale_grad), self._clip_bound()
         mu = r(self.momentum)
-        states = self._state_arrays(state)
+        states = self.state_arrays(state)
         if self.convention == "mxnet":
             rule = mxnet_momentum_rule if states else mxnet_plain_rule
             hyper = (lr, lr * wd, rs, c) + ((mu,) if states else ()) + (lr * rs,)

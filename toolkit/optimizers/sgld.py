@@ -1,6 +1,7 @@
 """SGLD: stochastic gradient Langevin dynamics (MXNet ``sgld``; guide lines 276-278; Welling and Teh 2011).
 
-mxnet (Python ops, spec section 2.14) and guide agree::
+mxnet (Python ops, MXNet 1.9.1 python/mxnet/optimizer/optimizer.py:1524-1536;
+docs/optimizers/sgld.md) and guide agree::
 
     g = clip(rescale_grad*grad, c)
     w = w - lr/2*(g + wd*w) + sqrt(lr)*z,     z ~ N(0, 1)  (the guide's N(0, lr) is a variance)

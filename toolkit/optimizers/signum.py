@@ -1,6 +1,7 @@
 """Signum and SignSGD (MXNet ``signum``; guide lines 200-205; Bernstein et al. 2018).
 
-mxnet, momentum > 0 (``signum_update``, spec section 2.9; ``mom`` is minus the EMA)::
+mxnet, momentum > 0 (``signum_update``, MXNet 1.9.1 src/operator/optimizer_op-inl.h:2412-2433;
+``mom`` is minus the EMA; docs/optimizers/signum.md)::
 
     mom = momentum*mom - (1-momentum)*wd*w - (1-momentum)*clip(rescale_grad*grad, c)
     w = (1 - lr*wd_lh)*w + lr*sign(mom)

@@ -88,7 +88,7 @@ class Group:
             if arrays.describe(a).shape != (self.size,):
                 raise ValueError(f"{type(optimizer).__name__}'s state arrays are not shaped like "
                                  "the weight; the Trainer's flat buffers need that")
-        self.mp = optimizer._uses_master(self.data)
+        self.mp = optimizer.uses_master(self.data)
         # per-index arrays the optimizer keeps outside its state (LBSGD's accumulator): flat
         # buffers in the arithmetic dtype, views bound to the optimizer
         compute = np.float32 if self.dtype == np.float16 else self.dtype
@@ -141,7 +141,7 @@ class Group:
     def split_state(self, optimizer, state):
         """``(master, inner)`` of a multi-precision state structure, else ``(None, state)``."""
         if self.mp:
-            return optimizer._split_mp_state(state)
+            return optimizer.split_master(state)
         return None, state
 
     def member_state(self, k):

@@ -166,6 +166,7 @@ class Trainer:
     # ---------------------------------------------------------------------------------------
     @property
     def optimizer(self):
+        """The optimizer this Trainer steps with (the instance given, or the one created)."""
         return self._optimizer
 
     @property

@@ -1,12 +1,15 @@
 """Generate the golden float64 trajectories of the oracle (one JSON file per optimizer).
 
-Each file holds, per convention, a short trajectory: its inputs (initial weight, gradients,
-hyperparameters) and, after every step, the weight and every state array, as exact hex strings
-(``float.hex``), with provenance. ``tests/test_golden.py`` recomputes them with the current
-``reference`` package: bit for bit, or within the stated number of ulps where the step uses
-``pow``/``exp``/``log``/``cos`` (whose last bit may differ between libm builds).
+The files are in the regression format of ``toolkit.regress`` (``format: "mxopt-regress"``,
+``docs/regression-testing.md``), with ``backend: "reference"``: per convention, a short
+trajectory of ``reference.<name>.step`` in float64, its inputs (initial weight, gradients,
+hyperparameters) and, after every step, the weight and every state array as exact hex strings
+(``encoding: "float.hex"``), with provenance. ``tests/test_golden.py`` recomputes them with the
+current ``reference`` package (``python -m toolkit regress compare tests/data/golden`` does the
+same): bit for bit, or within the entry's ``ulps`` where the step uses ``pow``/``exp``/``log``/
+``cos`` (whose last bit may differ between libm builds).
 
-    python tests/data/golden/generate.py [--force]
+    python tests/data/golden/generate.py [--force] [--only NAMES]
 
 Refuses to overwrite existing files without ``--force``: a changed golden file means changed
 numerics, which must be a deliberate decision recorded in the commit.
@@ -14,10 +17,7 @@ numerics, which must be a deliberate decision recorded in the commit.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import platform
 import sys
 
 import numpy as np
@@ -26,6 +26,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.abspath(os.path.join(HERE, "..", "..", "..")))
 
 from reference import OPTIMIZERS  # noqa: E402
+from toolkit import regress  # noqa: E402
+from toolkit._support import optimizer_conventions  # noqa: E402
 
 #: hyperparameters of each golden trajectory, and its ulp allowance (pow/exp/log/cos involved)
 CONFIGS = {
@@ -48,48 +50,43 @@ COMMON = {"lr": 0.05, "wd": 0.01, "rescale_grad": 0.5, "clip_gradient": 2.0}
 STEPS, N = 5, 6
 
 
-def hexes(a):
-    return [float(x).hex() for x in np.asarray(a, dtype=np.float64).ravel()]
-
-
-def trajectory(name, convention):
-    ref = OPTIMIZERS[name]
-    hyper, _ = CONFIGS[name]
+def inputs():
+    """The initial weight and gradients (the same for every optimizer and convention)."""
     rng = np.random.default_rng(20261122)
     w = rng.standard_normal(N) * 10.0 ** rng.uniform(-2, 1, N)
     grads = [rng.standard_normal(N) * 10.0 ** rng.uniform(-3, 1, N) for _ in range(STEPS)]
     for g in grads:
         g[0] = 0.0
-    state_hyper = {k: v for k, v in hyper.items() if k not in ("seed", "stream")}
-    st = ref.init_state(w, **state_hyper)
-    out = {"convention": convention, "hyper": hyper, "common": COMMON, "w0": hexes(w),
-           "grads": [hexes(g) for g in grads], "steps": []}
-    for k, g in enumerate(grads):
-        w, st = ref.step(w, g, st, t=k + 1, convention=convention, **COMMON, **hyper)
-        out["steps"].append({"weight": hexes(w),
-                             "state": {s: hexes(st[s]) for s in ref.state_slots(**state_hyper)}})
-    return out
+    return w, grads
+
+
+def entry(name, convention):
+    hyper, ulps = CONFIGS[name]
+    w, grads = inputs()
+    e = regress.new_entry(name, convention, "reference", "float64", w0=w, grads=grads,
+                          hyper=hyper, common=COMMON, ulps=ulps, encoding="float.hex")
+    return regress.fill_entry(e)
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--force", action="store_true", help="overwrite existing golden files")
+    p.add_argument("--only", help="comma-separated optimizers (default: all)")
     args = p.parse_args()
-    for name in CONFIGS:
+    assert set(CONFIGS) == set(OPTIMIZERS), "every optimizer of the oracle needs a golden config"
+    names = args.only.split(",") if args.only else list(CONFIGS)
+    scope = {"optimizers": None, "backends": ["reference"], "dtypes": ["float64"],
+             "steps": STEPS, "size": N, "layout": "folder"}
+    command = "python tests/data/golden/generate.py " + " ".join(sys.argv[1:])
+    for name in names:
         path = os.path.join(HERE, f"{name}.json")
         if os.path.exists(path) and not args.force:
             sys.exit(f"{path} exists; refusing to overwrite golden data without --force")
-        convs = ["mxnet"] if name == "nadam" else ["mxnet", "guide"]
-        doc = {"provenance": {"generator": "tests/data/golden/generate.py",
-                              "date": datetime.date.today().isoformat(),
-                              "numpy": np.__version__, "python": platform.python_version(),
-                              "machine": platform.machine()},
-               "optimizer": name, "ulp": CONFIGS[name][1],
-               "trajectories": [trajectory(name, c) for c in convs]}
-        tmp = path + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(doc, fh, indent=1)
-        os.replace(tmp, path)
+        doc = regress.document([entry(name, c) for c in optimizer_conventions()[name]],
+                               scope=scope, command=command.strip(),
+                               generator="tests/data/golden/generate.py")
+        regress.write(path, doc)
         print("wrote", path)
 
 

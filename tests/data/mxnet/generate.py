@@ -33,7 +33,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 FORMAT_VERSION = 1
 DEFAULT_STEPS = 4
 
-# "all-on" configuration of the spec (section 0.3): clipping active on most elements.
+# "all-on" configuration (docs/mxnet-facts.md, "How to read the citations"): clipping active on
+# most elements.
 ALL_ON = dict(learning_rate=0.1, wd=0.1, rescale_grad=0.5, clip_gradient=0.6)
 
 
@@ -93,7 +94,7 @@ def draw_grad(rng, shape, dtype, zeros):
 
 
 # --------------------------------------------------------------------------------------
-# state layout: names of the state slots (as in the spec) for each optimizer
+# state layout: names of the state slots (MXNet's create_state order) for each optimizer
 # --------------------------------------------------------------------------------------
 def inner_state_names(opt_name, kwargs):
     """Names of the (non multi-precision) state, in the order MXNet stores it.
@@ -213,7 +214,8 @@ def run_case(spec):
         calls.append(rec)
 
     if opt_name == "sgld":
-        # Regenerate the same normal draws: same seed, same calls, same order (spec 2.14).
+        # Regenerate the same normal draws: same seed, same calls, same order
+        # (python/mxnet/optimizer/optimizer.py:1524-1536 at tag 1.9.1).
         mx.random.seed(mx_seed)
         for rec, idx in zip(calls, order):
             lr = opt._get_lrs([idx])[0]
@@ -255,7 +257,7 @@ def run_case(spec):
 # --------------------------------------------------------------------------------------
 # the case list
 # --------------------------------------------------------------------------------------
-F32_ONLY = {"adagrad", "rmsprop", "adadelta", "ftrl"}   # spec 1.7: state always float32
+F32_ONLY = {"adagrad", "rmsprop", "adadelta", "ftrl"}   # state always float32 (mxnet-facts.md 4.1)
 
 
 def build_specs():

@@ -1,0 +1,98 @@
+"""The ``mxopt`` command line: verify, identify and list, their exit codes and ``--json``."""
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from toolkit.__main__ import _main
+
+ADAM = textwrap.dedent('''
+    import numpy as np
+
+    def make_adam(w, learning_rate, wd, rescale_grad, clip_gradient, beta1, beta2, epsilon):
+        w = w.copy(); m = np.zeros_like(w); v = np.zeros_like(w); t = [0]
+        def step(g):
+            t[0] += 1
+            g = rescale_grad * g
+            if clip_gradient is not None:
+                g = np.clip(g, -clip_gradient, clip_gradient)
+            g = g + wd * w
+            m[...] = beta1 * m + (1.0 - beta1) * g
+            v[...] = beta2 * v + (1.0 - beta2) * g * g
+            w[...] = w - learning_rate * (m / (1.0 - beta1 ** t[0])) / (
+                np.sqrt(v / (1.0 - beta2 ** t[0])) + epsilon)
+            return w
+        return step
+
+    def broken(w, **hyper):
+        raise RuntimeError("not written yet")
+''')
+
+
+@pytest.fixture
+def target(tmp_path):
+    path = tmp_path / "my_adam.py"
+    path.write_text(ADAM)
+    return str(path)
+
+
+def test_verify_exit_codes_and_json(target, capsys):
+    assert _main(["verify", f"{target}:make_adam", "adam", "--convention", "guide",
+                  "--examples", "15", "--seed", "1"]) == 0
+    assert "PASSED" in capsys.readouterr().out
+    assert _main(["verify", f"{target}:make_adam", "adam", "--examples", "15", "--seed", "1",
+                  "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["passed"] is False and report["convention"] == "mxnet"
+    assert report["worst"]["step"] >= 1
+    assert _main(["verify", f"{target}:broken", "adam", "--examples", "3"]) == 1
+    assert "not written yet" in capsys.readouterr().out
+
+
+def test_verify_fixed_values_are_json(target, capsys):
+    assert _main(["verify", f"{target}:make_adam", "adam", "--convention", "guide",
+                  "--examples", "5", "--fixed", "wd=0", "--fixed", "clip_gradient=None",
+                  "--json"]) == 0
+    h = json.loads(capsys.readouterr().out)["worst"]["hyperparameters"]
+    assert h["wd"] == 0 and h["clip_gradient"] is None
+
+
+@pytest.mark.parametrize("argv", [
+    ["verify", "no_such_module_here:f", "adam"],
+    ["verify", "missing.py:f", "adam"],
+    ["verify", "{target}:nothing", "adam"],
+    ["verify", "{target}:make_adam", "adamw"],
+    ["verify", "{target}:make_adam", "adam", "--fixed", "nonsense"],
+    ["identify", "{target}", "adam"],
+])
+def test_usage_errors_exit_2(argv, target, capsys):
+    assert _main([a.format(target=target) for a in argv]) == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_identify_exit_codes(target, capsys):
+    assert _main(["identify", f"{target}:make_adam", "adam", "--cases", "8", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["convention"] == "guide" and "mxnet" not in out["matches"]
+    # Adam's function given AdaGrad's hyperparameters: the user's TypeError is a verdict
+    assert _main(["identify", f"{target}:make_adam", "adagrad", "--cases", "4"]) == 1
+    assert "could not run your implementation" in capsys.readouterr().out
+
+
+def test_list_json_and_table(capsys):
+    assert _main(["list", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    names = {r["optimizer"] for r in data["optimizers"]}
+    assert {"adam", "sgd", "sgld", "nadam"} <= names
+    assert {b["backend"] for b in data["backends"]} == {"reference", "cpu", "cuda"}
+    cuda = next(b for b in data["backends"] if b["backend"] == "cuda")
+    assert cuda["available"] or cuda["why"]  # a missing backend says why
+    assert _main(["list"]) == 0
+    assert "backends" in capsys.readouterr().out
+
+
+def test_no_command_is_a_usage_error(capsys):
+    assert _main([]) == 2 and "commands:" in capsys.readouterr().err
+    assert _main(["nonsense"]) == 2

@@ -1,0 +1,312 @@
+"""The oracle as a product: ``toolkit.oracle.verify`` passes correct implementations written
+independently here (numpy; PyTorch's own optimizers where torch is installed) and fails planted
+bugs with a worst case that points at the bug; ``identify`` names each convention."""
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+from toolkit import oracle
+
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed (pip install "
+                                                        "torch to check PyTorch's optimizers)")
+EXAMPLES = 60
+
+
+# --------------------------------------------------------------------------------------------
+# implementations written here from the equations (docs/conventions.md), with planted bugs
+# --------------------------------------------------------------------------------------------
+def _pre(g, rescale_grad, clip_gradient, f32_clip=False):
+    g = rescale_grad * g
+    if clip_gradient is None:
+        return g
+    if f32_clip:  # MXNet's nd.clip takes float32 bounds (docs/conventions.md)
+        clip_gradient = float(np.float32(clip_gradient))
+    return np.clip(g, -clip_gradient, clip_gradient)
+
+
+def make_adam(bug=None):
+    """Adam, convention "guide": ``G = clip(rs*g, c) + wd*w``, bias-corrected moments,
+    ``w -= lr*mhat/(sqrt(vhat) + eps)``."""
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, beta1, beta2, epsilon):
+        w = w.copy()
+        m, v, t = np.zeros_like(w), np.zeros_like(w), [0]
+
+        def step(g):
+            t[0] += 1
+            g = _pre(g, rescale_grad, clip_gradient) + wd * w
+            # scalars in double precision (Python floats), as MXNet and PyTorch compute them: a
+            # float32 1 - beta2**t loses most of its digits when beta2 is near 1
+            m[...] = beta1 * m + (1.0 - beta1) * g
+            v[...] = beta2 * v + (1.0 - beta2) * g * g
+            if bug == "no bias correction":
+                mh, vh = m, v
+            else:
+                mh, vh = m / (1.0 - beta1 ** t[0]), v / (1.0 - beta2 ** t[0])
+            w[...] = w - learning_rate * mh / (np.sqrt(vh) + epsilon)
+            return w
+        return step
+    return make
+
+
+def make_adagrad(bug=None):
+    """AdaGrad, convention "mxnet": ``g = clip(rs*grad, c); h += g*g;
+    w -= lr*(g/sqrt(h + eps) + wd*w)``."""
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, eps):
+        w = w.copy()
+        h = np.zeros_like(w)
+
+        def step(g):
+            g = _pre(g, rescale_grad, clip_gradient, f32_clip=True)
+            h[...] = h + g * g
+            root = np.sqrt(h) + eps if bug == "epsilon outside the root" else np.sqrt(h + eps)
+            w[...] = w - learning_rate * (g / root + wd * w)
+            return w
+        return step
+    return make
+
+
+_SHARED = {}  # a planted bug: state kept across make_step calls
+
+
+def make_sgd(bug=None):
+    """SGD with momentum, convention "guide": ``G = clip(rs*g, c) + wd*w; mom = mu*mom - lr*G;
+    w += mom``."""
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, momentum):
+        w = w.copy()
+        if bug == "state never reset":
+            mom = _SHARED.setdefault("mom", {}).setdefault(w.shape, np.zeros_like(w))
+        else:
+            mom = np.zeros_like(w)
+
+        def step(g):
+            if bug == "clip after weight decay":
+                G = rescale_grad * g + wd * w
+                G = G if clip_gradient is None else np.clip(G, -clip_gradient, clip_gradient)
+            else:
+                G = _pre(g, rescale_grad, clip_gradient) + wd * w
+            if bug == "wrong momentum sign":
+                mom[...] = -momentum * mom - learning_rate * G
+            else:
+                mom[...] = momentum * mom - learning_rate * G
+            w[...] = w + mom
+            return w
+        return step
+    return make
+
+
+# --------------------------------------------------------------------------------------------
+# correct implementations pass, and identify names their convention
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name,make,convention", [
+    ("adam", make_adam(), "guide"), ("adagrad", make_adagrad(), "mxnet"),
+    ("sgd", make_sgd(), "guide")])
+def test_correct_numpy_implementations_pass(name, make, convention, dtype):
+    report = oracle.verify(make, name, convention=convention, dtype=dtype, examples=EXAMPLES,
+                           seed=3)
+    assert report.passed, report.summary
+    assert 0.0 <= report.max_error <= 1.0 and report.examples == EXAMPLES
+
+
+def test_identify_names_the_convention_of_correct_implementations():
+    r = oracle.identify(make_adam(), "adam", dtype="float64")
+    assert r.convention == "guide" and "mxnet" not in r.matches, r.summary
+    assert "pytorch" in r.matches and "same update as the 'guide'" in r.summary
+    r = oracle.identify(make_adagrad(), "adagrad", dtype="float64")
+    assert r.convention == "mxnet" and r.matches[0] == "mxnet", r.summary
+
+
+# --------------------------------------------------------------------------------------------
+# planted bugs fail, with a worst case that points at the bug
+# --------------------------------------------------------------------------------------------
+def test_missing_bias_correction_fails_at_the_first_step():
+    r = oracle.verify(make_adam("no bias correction"), "adam", convention="guide",
+                      examples=EXAMPLES, seed=4)
+    assert not r.passed and r.max_error > 1e3, r.summary
+    assert "FAILED" in r.summary and "worst case: step" in r.summary
+    h = r.worst["hyperparameters"]
+    # without the correction the first step is off by sqrt(1-beta2)/(1-beta1): far from 1
+    assert abs(np.sqrt(1 - h["beta2"]) / (1 - h["beta1"]) - 1) > 1e-3
+
+
+def test_epsilon_outside_the_root_fails_where_epsilon_matters():
+    r = oracle.verify(make_adagrad("epsilon outside the root"), "adagrad", convention="mxnet",
+                      examples=EXAMPLES, seed=5)
+    assert not r.passed, r.summary
+    h, g = r.worst["hyperparameters"], np.array(r.worst["grads"][0])
+    # the placements differ where eps is not negligible beside g*g
+    assert h["eps"] > 1e-6 * np.min(np.abs(g[g != 0]) * h["rescale_grad"]) ** 2 or \
+        h["clip_gradient"] is not None
+
+
+def test_clip_after_weight_decay_fails_with_clipping_and_decay_on():
+    r = oracle.verify(make_sgd("clip after weight decay"), "sgd", convention="guide",
+                      examples=EXAMPLES, seed=6)
+    assert not r.passed, r.summary
+    h = r.worst["hyperparameters"]
+    assert h["clip_gradient"] is not None and h["wd"] > 0, r.summary
+
+
+def test_wrong_momentum_sign_fails_from_the_second_step():
+    r = oracle.verify(make_sgd("wrong momentum sign"), "sgd", convention="guide",
+                      examples=EXAMPLES, seed=7)
+    assert not r.passed, r.summary
+    assert r.worst["step"] >= 2 and r.worst["hyperparameters"]["momentum"] > 0, r.summary
+
+
+def test_state_never_reset_fails():
+    _SHARED.clear()
+    r = oracle.verify(make_sgd("state never reset"), "sgd", convention="guide",
+                      examples=EXAMPLES, seed=8)
+    assert not r.passed and r.worst["hyperparameters"]["momentum"] > 0, r.summary
+
+
+def test_identify_reports_the_closest_convention_for_a_bug():
+    r = oracle.identify(make_adam("no bias correction"), "adam", dtype="float64")
+    assert r.convention is None and r.matches == [] and r.closest in ("mxnet", "guide")
+    assert "closest is" in r.summary and r.worst is not None
+
+
+# --------------------------------------------------------------------------------------------
+# a user's failure is a failed report, never a crash
+# --------------------------------------------------------------------------------------------
+def test_an_exception_or_a_wrong_shape_is_a_failed_report():
+    def raises(w, **h):
+        def step(g):
+            raise RuntimeError("my kernel broke")
+        return step
+
+    r = oracle.verify(raises, "adam", examples=5, seed=1)
+    assert not r.passed and "my kernel broke" in r.failure and "RuntimeError" in r.summary
+    r = oracle.verify(lambda w, **h: (lambda g: np.zeros(w.size + 1)), "sgd", examples=5, seed=1)
+    assert not r.passed and "shape" in r.failure
+    r = oracle.verify(lambda w, **h: None, "sgd", examples=5, seed=1)
+    assert not r.passed and "not a callable" in r.failure
+    r = oracle.identify(raises, "adam", cases=4, screen=40)
+    assert r.convention is None and "my kernel broke" in r.failure
+
+
+def test_bad_arguments_are_clear_errors():
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        oracle.verify(make_adam(), "adamw")
+    with pytest.raises(ValueError, match="noise"):
+        oracle.verify(make_adam(), "sgld")
+    with pytest.raises(ValueError, match="fixed names unknown"):
+        oracle.verify(make_adam(), "adam", fixed={"momentum": 0.9})
+    with pytest.raises(ValueError, match="dtype"):
+        oracle.verify(make_adam(), "adam", dtype="int32")
+    with pytest.raises(ValueError, match="convention"):
+        oracle.verify(make_adam(), "nadam", convention="guide")
+    with pytest.raises(ValueError, match="examples"):
+        oracle.verify(make_adam(), "adam", examples=0)
+
+
+def test_assert_matches_oracle_shows_the_worst_case():
+    oracle.assert_matches_oracle(make_adam(), "adam", convention="guide", examples=10, seed=1)
+    with pytest.raises(AssertionError, match="worst case: step"):
+        oracle.assert_matches_oracle(make_adam("no bias correction"), "adam",
+                                     convention="guide", examples=10, seed=1)
+
+
+def test_reports_serialise_to_json():
+    import json
+    r = oracle.verify(make_adam("no bias correction"), "adam", convention="guide", examples=5,
+                      seed=1)
+    d = json.loads(json.dumps(r.to_dict()))
+    assert d["passed"] is False and d["worst"]["step"] >= 1 and "summary" in d
+    r = oracle.identify(make_adam(), "adam", dtype="float64", cases=6, screen=60)
+    assert json.loads(json.dumps(r.to_dict()))["convention"] == "guide"
+
+
+# --------------------------------------------------------------------------------------------
+# PyTorch's own optimizers
+# --------------------------------------------------------------------------------------------
+def torch_make(cls, to_torch, dtype):
+    """``make_step`` around ``torch.optim.<cls>``: ``to_torch(own hyperparameters)`` gives its
+    keyword arguments (MXNet's names mapped to torch's); rescale and clipping are applied to
+    the gradient first, as the oracle's "pytorch" convention reads them."""
+    import torch
+    tdtype = getattr(torch, dtype)
+
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, **own):
+        p = torch.tensor(w, dtype=tdtype, requires_grad=True)
+        opt = getattr(torch.optim, cls)([p], lr=learning_rate, weight_decay=wd,
+                                        **to_torch(own))
+
+        def step(g):
+            g = _pre(np.asarray(g, np.float64), rescale_grad, clip_gradient)
+            p.grad = torch.tensor(g, dtype=tdtype)
+            with torch.no_grad():
+                opt.step()
+            return p.detach()  # a tensor: the oracle converts it
+        return step
+    return make
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_torch_adam_passes_as_pytorch_and_is_named_guide(dtype):
+    adam = torch_make("Adam", lambda h: {"betas": (h["beta1"], h["beta2"]),
+                                         "eps": h["epsilon"]}, dtype)
+    r = oracle.verify(adam, "adam", convention="pytorch", dtype=dtype, examples=40, seed=9)
+    assert r.passed, r.summary
+    ident = oracle.identify(adam, "adam", dtype=dtype, cases=12, screen=200)
+    assert ident.convention == "guide" and "pytorch" in ident.matches, ident.summary
+
+
+TORCH_CASES = {
+    # registry name: (torch class, MXNet's names -> torch's keywords, pinned hyperparameters)
+    "adagrad": ("Adagrad", lambda h: {"eps": h["eps"]}, {}),
+    # plain RMSProp here; centered below (torch's variance can round negative)
+    "rmsprop": ("RMSprop", lambda h: {"alpha": h["gamma1"], "eps": h["epsilon"],
+                                      "centered": h["centered"],
+                                      "momentum": h["gamma2"] if h["centered"] else 0.0},
+                {"clip_weights": None, "centered": False}),
+    "adadelta": ("Adadelta", lambda h: {"rho": h["rho"], "eps": h["epsilon"]}, {}),
+    "adamax": ("Adamax", lambda h: {"betas": (h["beta1"], h["beta2"]), "eps": 1e-8}, {}),
+    "sgd": ("SGD", lambda h: {"momentum": h["momentum"]}, {}),
+}
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", sorted(TORCH_CASES))
+def test_torch_optimizers_pass_as_pytorch(name, dtype):
+    cls, to_torch, fixed = TORCH_CASES[name]
+    make = torch_make(cls, to_torch, dtype)
+    r = oracle.verify(make, name, convention="pytorch", fixed=fixed, dtype=dtype, examples=40,
+                      seed=10)
+    assert r.passed, r.summary
+
+
+@needs_torch
+@pytest.mark.parametrize("name", ["adagrad", "rmsprop", "adamax"])
+def test_identify_says_this_is_pytorchs_optimizer(name):
+    cls, to_torch, fixed = TORCH_CASES[name]
+    r = oracle.identify(torch_make(cls, to_torch, "float64"), name, fixed=fixed,
+                        dtype="float64", cases=12, screen=200)
+    assert r.convention == "pytorch" and r.matches == ["pytorch"], r.summary
+    assert f"this is PyTorch's {name}" in r.summary
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_torch_centered_rmsprop_passes_but_its_variance_can_cancel_to_nan(dtype):
+    """A finding: torch's centered RMSprop takes ``sqrt(E[g^2] - E[g]^2)`` without a floor, so
+    when the two nearly cancel (alpha, our gamma1, near 0: both averages are the last gradient)
+    rounding makes it negative and the weight NaN; the equation's variance is >= 0, and the
+    oracle (which floors it at 0) flags the NaN. With an ordinary gamma1 torch passes."""
+    cls, to_torch, _ = TORCH_CASES["rmsprop"]
+    make = torch_make(cls, to_torch, dtype)
+    ok = oracle.verify(make, "rmsprop", convention="pytorch", dtype=dtype, examples=40, seed=10,
+                       fixed={"clip_weights": None, "centered": True, "gamma1": 0.9})
+    assert ok.passed, ok.summary
+    found = oracle.verify(make, "rmsprop", convention="pytorch", dtype=dtype, examples=40,
+                          seed=10, fixed={"clip_weights": None, "centered": True,
+                                          "gamma1": 1e-12})
+    assert not found.passed and np.isnan(found.worst["got"]), found.summary
+    assert np.isfinite(found.worst["expected"])

@@ -1,0 +1,47 @@
+"""Every public name is documented: it has a docstring (classes, functions, methods and
+properties; inherited ones count) and is named in docs/api.md."""
+from __future__ import annotations
+
+import importlib
+import inspect
+import pathlib
+import re
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PUBLIC = ["toolkit", "toolkit.optimizer", "toolkit.lr_scheduler", "toolkit.oracle",
+          "toolkit.oracle.space", "toolkit.verify", "toolkit.trainer", "toolkit.backends",
+          "toolkit.backends.arrays", "reference", "reference.error_bound", "reference.noise"]
+API = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+
+
+def _undocumented(obj):
+    missing = []
+    if (inspect.isclass(obj) or callable(obj)) and not inspect.getdoc(obj):
+        missing.append("")
+    if inspect.isclass(obj) and not issubclass(obj, BaseException):
+        for name, member in inspect.getmembers(obj):
+            if name.startswith("_"):
+                continue
+            if (inspect.isfunction(member) or inspect.ismethod(member)
+                    or isinstance(inspect.getattr_static(obj, name), property)):
+                if not inspect.getdoc(member) and not inspect.getdoc(getattr(obj, name)):
+                    missing.append(name)
+    return missing
+
+
+@pytest.mark.parametrize("module", PUBLIC)
+def test_every_public_name_has_a_docstring_and_is_in_docs_api(module):
+    mod = importlib.import_module(module)
+    assert (mod.__doc__ or "").strip(), f"{module} has no docstring"
+    names = getattr(mod, "__all__", None)
+    assert names, f"{module} has no __all__"
+    for name in names:
+        obj = getattr(mod, name)
+        assert re.search(rf"`{re.escape(name)}`", API), f"{module}.{name} is not in docs/api.md"
+        if inspect.ismodule(obj):
+            assert (obj.__doc__ or "").strip(), f"{module}.{name} has no docstring"
+            continue
+        missing = _undocumented(obj)
+        assert not missing, f"{module}.{name}: no docstring for {missing}"

@@ -1,0 +1,537 @@
+"""The oracle as a product: check anyone's optimizer against the documented equations.
+
+``verify(make_step, optimizer)`` runs a user's implementation beside the float64 reference on
+cases drawn with hypothesis (hyperparameters, weights and gradient sequences over several
+decades, aimed at branch points) and returns a :class:`VerifyReport`: ``passed``, ``max_error``
+(normalised: 1.0 is the rigorous rounding bound of the dtype, ``toolkit.verify``), the worst case
+and a readable ``summary``. ``identify(make_step, optimizer)`` runs cases on which the
+conventions ("mxnet", "guide", "pytorch") give different results and names the one the
+implementation follows (:class:`IdentifyReport`).
+
+The user's side is one function::
+
+    make_step(weight0, **hyperparameters) -> step      # MXNet's names: learning_rate, wd, ...
+    step(grad) -> new_weight                           # keeps its own state between calls
+
+It may use any framework and any precision: ``weight0`` and every ``grad`` are numpy arrays of
+``dtype`` (copies: the function may keep or modify them), and ``new_weight`` is anything
+``numpy.asarray`` accepts, a PyTorch tensor (on any device), or a CUDA array. A user's exception or
+an output of the wrong shape makes a failed report that says so; it never escapes.
+
+Example::
+
+    >>> import numpy as np
+    >>> from toolkit import oracle
+    >>> def make_sgd(w, learning_rate, wd, rescale_grad, clip_gradient, momentum):
+    ...     w = w.copy()
+    ...     def step(g):
+    ...         g = rescale_grad * g
+    ...         if clip_gradient is not None:
+    ...             g = np.clip(g, -clip_gradient, clip_gradient)
+    ...         w[...] = w - learning_rate * (g + wd * w)
+    ...         return w
+    ...     return step
+    >>> report = oracle.verify(make_sgd, "sgd", convention="guide", fixed={"momentum": 0.0},
+    ...                        dtype="float64", examples=20, seed=1)
+    >>> report.passed, report.max_error <= 1.0
+    (True, True)
+
+The cases and the bound are those of our own tests (``docs/oracle.md``); the hyperparameter space
+is :mod:`toolkit.oracle.space`.
+"""
+from __future__ import annotations
+
+import math
+import traceback
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import space as _space
+
+__all__ = ["verify", "identify", "assert_matches_oracle", "VerifyReport", "IdentifyReport",
+           "conventions_of", "OracleMismatch"]
+
+#: the order in which a convention is named when several match (ours first)
+ORDER = ("mxnet", "guide", "pytorch")
+#: two conventions are told apart by a case where they differ by more than this many bounds
+DISTINCT = 16.0
+#: weights and gradients: magnitudes 10**lo .. 10**hi per dtype (float16 keeps squares finite)
+RANGES = {"float16": ((-2, 1), (-2, 1)), "float32": ((-3, 2), (-4, 3)),
+          "float64": ((-3, 2), (-4, 3))}
+
+
+class OracleMismatch(AssertionError):
+    """Raised by :func:`assert_matches_oracle`; its message is the report's summary."""
+
+
+# --------------------------------------------------------------------------------------------
+# the reference side
+# --------------------------------------------------------------------------------------------
+def _module(name):
+    import reference
+    if not isinstance(name, str):
+        raise TypeError(f"optimizer must be a registry name such as 'adam', got {name!r}")
+    ref = reference.OPTIMIZERS.get(name.lower())
+    if ref is None:
+        raise ValueError(f"unknown optimizer {name!r}; the oracle knows "
+                         f"{', '.join(sorted(reference.OPTIMIZERS))}")
+    if ref.NAME == "sgld":
+        raise ValueError("sgld adds Gaussian noise to every step, so its result cannot be "
+                         "compared with an implementation's own draws; verify the deterministic "
+                         "part as sgd, or use toolkit.verify with the noise of reference.noise")
+    return ref
+
+
+def conventions_of(name):
+    """``(implemented, pytorch)``: the conventions the reference implements for optimizer
+    ``name``, and what PyTorch's update is for it: "pytorch" (its own branch), one of ours when
+    PyTorch's update is the same, or None (PyTorch has no such optimizer)."""
+    ref = _module(name)
+    implemented = tuple(getattr(ref, "CONVENTIONS", ("mxnet", "guide")))
+    return implemented, getattr(ref, "PYTORCH", None)
+
+
+def _dtype(dtype):
+    dt = np.dtype(dtype)
+    if dt.name not in RANGES:
+        raise ValueError(f"dtype must be one of {tuple(RANGES)}, got {dtype!r}")
+    return dt
+
+
+@dataclass
+class _Case:
+    hyper: dict
+    weight: np.ndarray          # float64 values, exactly representable in the dtype
+    grads: list                 # float64 arrays, exactly representable in the dtype
+
+
+def _split(ref, hyper):
+    """``(lr, wd, rs, c, own)``: the common hyperparameters and the module's own."""
+    own = {k: v for k, v in hyper.items() if k in ref.HYPER and k != "learning_rate"}
+    return (hyper["learning_rate"], hyper["wd"], hyper["rescale_grad"], hyper["clip_gradient"],
+            own)
+
+
+def _reference_trajectory(ref, case, convention, dtype):
+    """The Tracked weight after every step of ``case`` under ``convention`` (free-running: the
+    bound accumulates from step to step, as the user's state is not visible)."""
+    from reference.error_bound import Tracked, track
+    lr, wd, rs, c, own = _split(ref, case.hyper)
+    w = track(case.weight, dtype)
+    state = {k: (track(v, dtype) if isinstance(v, np.ndarray) else v)
+             for k, v in ref.init_state(case.weight, **own).items()}
+    out = []
+    with np.errstate(all="ignore"):
+        for t, g in enumerate(case.grads, start=1):
+            w, state = ref.step(w, track(g, dtype), state, t=t, lr=lr, wd=wd, rescale_grad=rs,
+                                clip_gradient=c, convention=convention, **own)
+            state = {k: v for k, v in state.items()}
+            out.append(w if isinstance(w, Tracked) else track(w, dtype))
+    return out
+
+
+def _to_numpy(x):
+    if hasattr(x, "detach") and hasattr(x, "cpu"):          # a PyTorch tensor
+        x = x.detach().cpu().numpy()
+    elif hasattr(x, "__cuda_array_interface__"):
+        from ..backends.arrays import to_host
+        x = to_host(x)
+    return np.asarray(x)
+
+
+def _run_user(make_step, case, dtype):
+    """The user's weights after every step, or ``(None, message)`` on an exception/bad output."""
+    w0 = case.weight.astype(dtype)
+    try:
+        step = make_step(w0.copy(), **case.hyper)
+    except Exception as e:  # noqa: BLE001 - a user's exception is a verdict, not a crash
+        return None, f"make_step raised {_describe(e)}"
+    if not callable(step):
+        return None, f"make_step returned {type(step).__name__}, not a callable step(grad)"
+    outs = []
+    for t, g in enumerate(case.grads, start=1):
+        try:
+            out = _to_numpy(step(g.astype(dtype)))
+        except Exception as e:  # noqa: BLE001
+            return outs, f"step {t} raised {_describe(e)}"
+        if out.shape != w0.shape:
+            return outs, (f"step {t} returned shape {out.shape}; the weight's shape is "
+                          f"{w0.shape}")
+        if out.dtype.kind not in "fc":
+            return outs, f"step {t} returned dtype {out.dtype}, not a floating array"
+        outs.append(np.array(out.real, dtype=np.float64))  # a copy: steps may reuse arrays
+    return outs, None
+
+
+def _describe(e):
+    tb = traceback.extract_tb(e.__traceback__)
+    where = f" at {tb[-1].filename}:{tb[-1].lineno}" if tb else ""
+    return f"{type(e).__name__}: {e}{where}"
+
+
+def _compare(outs, refs):
+    """``(worst, step, element, expected, got)`` over the user's steps against a trajectory."""
+    from ..verify import normalised_error
+    worst = (0.0, None, None, None, None)
+    for t, (out, ref) in enumerate(zip(outs, refs), start=1):
+        with np.errstate(all="ignore"):
+            err, _, _ = normalised_error(out, ref)
+        if err > worst[0] or worst[1] is None:
+            per = _per_element(out, ref)
+            i = int(np.argmax(per))
+            worst = max(worst, (err, t, i, float(ref.value.reshape(-1)[i]),
+                                float(out.reshape(-1)[i])), key=lambda w: w[0])
+    return worst
+
+
+def _per_element(out, ref):
+    from ..verify import SAFETY
+    v, e = ref.value.reshape(-1), ref.err.reshape(-1)
+    o = out.reshape(-1)
+    with np.errstate(all="ignore"):
+        d = np.where(np.isnan(o) & np.isnan(v), 0.0, np.abs(o - v))
+        d = np.where(np.isnan(d), np.inf, d)
+        r = np.where(d == 0, 0.0, d / (SAFETY * e))
+    return np.where(ref.tie.reshape(-1), 0.0, r)
+
+
+def _case_dict(case, upto=None):
+    grads = case.grads if upto is None else case.grads[:upto]
+    return {"hyperparameters": dict(case.hyper), "weight0": case.weight.tolist(),
+            "grads": [g.tolist() for g in grads]}
+
+
+# --------------------------------------------------------------------------------------------
+# verify
+# --------------------------------------------------------------------------------------------
+@dataclass
+class VerifyReport:
+    """The verdict of :func:`verify`. ``max_error`` is normalised (<= 1: within the rigorous
+    rounding bound of the dtype); ``worst`` the case with the largest error (hyperparameters,
+    inputs up to the step, the step, the element, expected against got); ``failure`` the
+    user's exception or bad output, if any."""
+    optimizer: str
+    convention: str
+    dtype: str
+    passed: bool
+    max_error: float
+    examples: int
+    worst: dict | None = None
+    failure: str | None = None
+
+    @property
+    def summary(self) -> str:
+        """The verdict in a few readable lines, with the worst case."""
+        head = (f"{self.optimizer} ({self.convention} convention, {self.dtype}): "
+                f"{'PASSED' if self.passed else 'FAILED'} over {self.examples} example(s); "
+                f"worst normalised error {self.max_error:.3g} (1.0 is the rounding bound)")
+        lines = [head]
+        if self.failure:
+            lines.append(f"  your implementation failed: {self.failure}")
+        if self.worst and self.worst.get("step") is not None and self.max_error > 0:
+            w = self.worst
+            lines.append(f"  worst case: step {w['step']}, element {w['element']}: expected "
+                         f"{w['expected']!r}, got {w['got']!r}")
+            lines.append(f"  hyperparameters: {_fmt(w['hyperparameters'])}")
+            lines.append(f"  weight0: {_short(w['weight0'])}")
+            for k, g in enumerate(w["grads"], start=1):
+                lines.append(f"  grad {k}: {_short(g)}")
+        return "\n".join(lines)
+
+    def __str__(self):
+        return self.summary
+
+    def to_dict(self):
+        """The report as JSON-ready data (``summary`` included; infinities as strings)."""
+        return {"optimizer": self.optimizer, "convention": self.convention,
+                "dtype": self.dtype, "passed": self.passed, "max_error": _finite(self.max_error),
+                "examples": self.examples, "worst": self.worst, "failure": self.failure,
+                "summary": self.summary}
+
+
+def _finite(x):
+    return x if math.isfinite(x) else str(x)
+
+
+def _fmt(h):
+    return ", ".join(f"{k}={v!r}" for k, v in h.items())
+
+
+def _short(xs, n=6):
+    body = ", ".join(f"{x:.6g}" for x in xs[:n])
+    return f"[{body}{', ...' if len(xs) > n else ''}] ({len(xs)} values)"
+
+
+def _case_strategy(name, fixed, dtype, max_size=8, max_steps=4):
+    from hypothesis import strategies as st
+    hyper_space = _space.hyper_space(name, fixed)
+    (wlo, whi), (glo, ghi) = RANGES[dtype.name]
+
+    def values(n, lo, hi):
+        exps = st.lists(st.floats(lo, hi), min_size=n, max_size=n)
+        signs = st.lists(st.sampled_from([-1.0, 1.0]), min_size=n, max_size=n)
+        zeros = st.lists(st.booleans(), min_size=n, max_size=n)
+        return st.tuples(exps, signs, zeros).map(
+            lambda esz: _exact(np.array(esz[1]) * 10.0 ** np.array(esz[0]) *
+                               ~(np.array(esz[2]) & (np.arange(n) % 3 == 0)), dtype))
+
+    @st.composite
+    def cases(draw):
+        hyper = {k: draw(v.strategy(), label=k) for k, v in hyper_space.items()}
+        hyper = _space.fix_dependent(name, hyper)
+        n = draw(st.integers(1, max_size), label="size")
+        steps = draw(st.integers(1, max_steps), label="steps")
+        w = draw(values(n, wlo, whi), label="weight0")
+        grads = [draw(values(n, glo, ghi), label=f"grad{k}") for k in range(steps)]
+        return _Case(hyper, w, grads)
+    return cases()
+
+
+def _exact(x, dtype):
+    """``x`` rounded to ``dtype`` and back: the inputs are exact in the user's precision."""
+    return np.asarray(x, dtype=np.float64).astype(dtype).astype(np.float64)
+
+
+def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float32",
+           examples=100, seed=None) -> VerifyReport:
+    """Check a user's optimizer against the oracle on ``examples`` hypothesis cases.
+
+    Parameters
+    ----------
+    make_step : callable
+        ``make_step(weight0, **hyperparameters) -> step``, ``step(grad) -> new_weight``.
+    optimizer : str
+        The registry name of the optimizer it implements ("adam", "sgd", ...; not "sgld").
+    convention : {"mxnet", "guide", "pytorch"}
+        Which equations to hold it to (``docs/conventions.md``); "pytorch" where the reference
+        has it (``conventions_of``).
+    fixed : dict, optional
+        Hyperparameters to pin instead of drawing (e.g. ``dict(wd=0.0, clip_gradient=None)``
+        for an implementation without weight decay or clipping).
+    dtype : {"float16", "float32", "float64"}
+        The precision of the inputs handed to the implementation and of the error bound.
+    examples : int
+        How many cases hypothesis draws (each a fresh ``make_step`` and 1 to 4 steps).
+    seed : int, optional
+        Makes the draw reproducible.
+    """
+    from hypothesis import HealthCheck, Phase, given, settings, target
+    from hypothesis import seed as hseed
+    ref = _module(optimizer)
+    implemented, pytorch = conventions_of(optimizer)
+    asked, convention = convention, _resolve(convention, implemented, pytorch, ref.NAME)
+    dt = _dtype(dtype)
+    if isinstance(examples, bool) or not isinstance(examples, int) or examples < 1:
+        raise ValueError(f"examples must be an int >= 1, got {examples!r}")
+    if not callable(make_step):
+        raise TypeError("make_step must be callable: make_step(weight0, **hyper) -> step(grad)")
+    strategy = _case_strategy(ref.NAME, fixed, dt)
+    state = {"worst": -1.0, "record": None, "failure": None, "n": 0}
+
+    def one(case):
+        if state["failure"] is not None:
+            return  # the implementation already failed outright: nothing more to learn
+        state["n"] += 1
+        refs = _reference_trajectory(ref, case, convention, dt)
+        outs, failure = _run_user(make_step, case, dt)
+        if failure is not None:
+            state["failure"] = failure
+            state["worst"] = math.inf
+            state["record"] = {**_case_dict(case, len(outs or []) + 1), "step": len(outs or []) + 1,
+                               "element": None, "expected": None, "got": None,
+                               "error": "inf"}
+            return
+        err, t, i, expected, got = _compare(outs, refs)
+        target(min(err, 1e300), label="normalised error")
+        if err > state["worst"]:
+            state["worst"] = err
+            state["record"] = {**_case_dict(case, t), "step": t, "element": i,
+                               "expected": expected, "got": got, "error": _finite(err)}
+
+    run = given(case=strategy)(lambda case: one(case))
+    run = settings(max_examples=examples, deadline=None, database=None,
+                   phases=[Phase.explicit, Phase.generate, Phase.target],
+                   suppress_health_check=list(HealthCheck))(run)
+    if seed is not None:
+        run = hseed(seed)(run)
+    run()
+    worst = max(state["worst"], 0.0)
+    return VerifyReport(ref.NAME, asked, dt.name, passed=worst <= 1.0 and not
+                        state["failure"], max_error=worst, examples=state["n"],
+                        worst=state["record"], failure=state["failure"])
+
+
+def _resolve(convention, implemented, pytorch, name):
+    if convention == "pytorch":
+        if pytorch is None:
+            raise ValueError(f"PyTorch has no {name} optimizer: the oracle has no 'pytorch' "
+                             f"convention for it (it has {implemented})")
+        return pytorch  # "pytorch", or ours when PyTorch's update is the same
+    if convention not in implemented:
+        raise ValueError(f"convention must be one of {implemented} for {name}, got "
+                         f"{convention!r}")
+    return convention
+
+
+def assert_matches_oracle(make_step, optimizer, **kwargs):
+    """``verify`` for a test suite: returns the report when it passes, else raises
+    :class:`OracleMismatch` (an ``AssertionError``) whose message shows the worst case."""
+    report = verify(make_step, optimizer, **kwargs)
+    if not report.passed:
+        raise OracleMismatch(report.summary)
+    return report
+
+
+# --------------------------------------------------------------------------------------------
+# identify
+# --------------------------------------------------------------------------------------------
+@dataclass
+class IdentifyReport:
+    """The verdict of :func:`identify`: ``matches`` lists every convention the implementation
+    agrees with on all cases; ``convention`` the one it follows (None if none); ``errors`` the
+    worst normalised error against each; ``closest`` the nearest convention when none matches;
+    ``indistinguishable`` pairs of conventions no case could tell apart (under ``fixed``)."""
+    optimizer: str
+    dtype: str
+    matches: list
+    convention: str | None
+    errors: dict
+    cases: int
+    closest: str | None = None
+    pytorch: str | None = None
+    indistinguishable: list = field(default_factory=list)
+    failure: str | None = None
+    worst: dict | None = None
+
+    @property
+    def summary(self) -> str:
+        """The verdict in a few readable lines (the closest convention's worst case if none
+        matches)."""
+        errs = ", ".join(f"{c} {_fmt_err(e)}" for c, e in self.errors.items())
+        if self.failure:
+            head = f"{self.optimizer}: could not run your implementation: {self.failure}"
+        elif self.convention is not None:
+            head = (f"{self.optimizer}: your implementation follows the {self.convention!r} "
+                    f"convention")
+        else:
+            head = (f"{self.optimizer}: your implementation follows none of the conventions; "
+                    f"closest is {self.closest!r}, off by {_fmt_err(self.errors[self.closest])} "
+                    f"bounds")
+        lines = [head, f"  worst normalised error per convention over {self.cases} "
+                       f"discriminating case(s): {errs} (<= 1 matches)"]
+        if self.pytorch not in (None, "pytorch"):
+            lines.append(f"  PyTorch's {self.optimizer} is the same update as the "
+                         f"{self.pytorch!r} convention")
+        if self.convention and "pytorch" in self.matches and self.pytorch == "pytorch":
+            lines.append(f"  this is PyTorch's {self.optimizer} (torch.optim)")
+        for a, b in self.indistinguishable:
+            lines.append(f"  {a!r} and {b!r} give the same results under these hyperparameters "
+                         "(no case could tell them apart)")
+        if self.convention is None and self.worst:
+            w = self.worst
+            lines.append(f"  against {self.closest!r}: step {w['step']}, element {w['element']}:"
+                         f" expected {w['expected']!r}, got {w['got']!r}; hyperparameters "
+                         f"{_fmt(w['hyperparameters'])}")
+        return "\n".join(lines)
+
+    def __str__(self):
+        return self.summary
+
+    def to_dict(self):
+        """The report as JSON-ready data (``summary`` included; infinities as strings)."""
+        return {"optimizer": self.optimizer, "dtype": self.dtype, "matches": self.matches,
+                "convention": self.convention,
+                "errors": {k: _finite(v) for k, v in self.errors.items()},
+                "cases": self.cases, "closest": self.closest, "pytorch": self.pytorch,
+                "indistinguishable": [list(p) for p in self.indistinguishable],
+                "failure": self.failure, "worst": self.worst, "summary": self.summary}
+
+
+def _fmt_err(e):
+    return f"{e:.3g}" if math.isfinite(e) else str(e)
+
+
+def _sample_case(name, hyper_space, dtype, rng, max_size=6, max_steps=4):
+    hyper = _space.fix_dependent(name, {k: v.sample(rng) for k, v in hyper_space.items()})
+    n = int(rng.integers(1, max_size + 1))
+    steps = int(rng.integers(2, max_steps + 1))
+    (wlo, whi), (glo, ghi) = RANGES[dtype.name]
+    w = _exact(_space.array_over_decades(rng, n, wlo, whi), dtype)
+    grads = [_exact(_space.array_over_decades(rng, n, glo, ghi), dtype) for _ in range(steps)]
+    return _Case(hyper, w, grads)
+
+
+def _distance(a, b):
+    """How many bounds trajectory ``a``'s values lie from trajectory ``b`` (both ways)."""
+    from ..verify import normalised_error
+    d = 0.0
+    with np.errstate(all="ignore"):
+        for x, y in zip(a, b):
+            d = max(d, normalised_error(x.value, y)[0], normalised_error(y.value, x)[0])
+    return d
+
+
+def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, screen=400,
+             seed=0) -> IdentifyReport:
+    """Name the convention a user's implementation follows.
+
+    ``screen`` candidate cases are drawn (numpy generator ``seed``) and run through every
+    convention of the reference; those on which two conventions differ by more than
+    :data:`DISTINCT` bounds are kept (up to ``cases``, spread over the pairs), and the user's
+    implementation runs on them. See :func:`verify` for ``make_step``, ``fixed`` and ``dtype``.
+    """
+    ref = _module(optimizer)
+    implemented, pytorch = conventions_of(optimizer)
+    dt = _dtype(dtype)
+    if not callable(make_step):
+        raise TypeError("make_step must be callable: make_step(weight0, **hyper) -> step(grad)")
+    rng = np.random.default_rng(seed)
+    hyper_space = _space.hyper_space(ref.NAME, fixed)
+    # "pytorch" is a convention of its own only where PyTorch's update is not one of ours
+    convs = [c for c in ORDER if c in implemented and (c != "pytorch" or pytorch == "pytorch")]
+    pairs = [(a, b) for i, a in enumerate(convs) for b in convs[i + 1:]]
+    scored = []  # (case, {conv: trajectory}, {pair: distance})
+    for _ in range(screen):
+        case = _sample_case(ref.NAME, hyper_space, dt, rng)
+        trajs = {c: _reference_trajectory(ref, case, c, dt) for c in convs}
+        if any(not np.all(np.isfinite(t[-1].value)) for t in trajs.values()):
+            continue  # an overflow in the reference tells nothing about conventions
+        scored.append((case, trajs, {p: _distance(trajs[p[0]], trajs[p[1]]) for p in pairs}))
+    chosen, indistinct = [], []
+    per_pair = max(1, cases // max(1, len(pairs)))
+    for p in pairs:
+        apart = sorted((s for s in scored if s[2][p] > DISTINCT), key=lambda s: -s[2][p])
+        if not apart:
+            indistinct.append(p)
+        for s in apart[:per_pair]:
+            if all(s is not c for c in chosen):
+                chosen.append(s)
+    for s in scored[:max(2, cases - len(chosen))]:  # and some ordinary cases
+        if len(chosen) >= cases:
+            break
+        if all(s is not c for c in chosen):
+            chosen.append(s)
+    errors = {c: 0.0 for c in convs}
+    worst = {c: None for c in convs}
+    failure = None
+    for case, trajs, _ in chosen:
+        outs, failure = _run_user(make_step, case, dt)
+        if failure is not None:
+            errors = {c: math.inf for c in convs}
+            break
+        for c in convs:
+            err, t, i, expected, got = _compare(outs, trajs[c])
+            if err > errors[c] or worst[c] is None:
+                errors[c] = max(errors[c], err)
+                worst[c] = {**_case_dict(case, t), "step": t, "element": i,
+                            "expected": expected, "got": got, "error": _finite(err)}
+    matches = [c for c in convs if errors[c] <= 1.0 and failure is None]
+    if pytorch not in (None, "pytorch") and pytorch in matches:
+        matches.append("pytorch")  # PyTorch's update is that one of ours
+    named = next((c for c in ORDER if c in matches), None)
+    closest = min(convs, key=lambda c: errors[c]) if convs else None
+    return IdentifyReport(ref.NAME, dt.name, matches, named, errors, len(chosen),
+                          closest=closest if named is None else None, pytorch=pytorch,
+                          indistinguishable=indistinct, failure=failure,
+                          worst=worst.get(closest) if named is None else None)

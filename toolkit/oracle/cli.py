@@ -1,0 +1,182 @@
+"""``mxopt verify``, ``mxopt identify`` and ``mxopt list``.
+
+``verify TARGET OPTIMIZER`` and ``identify TARGET OPTIMIZER`` run :func:`toolkit.oracle.verify`
+and :func:`toolkit.oracle.identify` on a user's ``make_step``. ``TARGET`` is ``module:function``
+(an importable module; the current directory is searched first) or ``path/to/file.py:function``.
+``--fixed name=value`` pins a hyperparameter (the value is read as JSON, so ``None``/``null``,
+numbers and booleans work: ``--fixed wd=0 --fixed clip_gradient=null``).
+
+Exit codes (also with ``--json``, which prints the report as JSON on stdout):
+
+* ``verify``: 0 passed, 1 failed (including an exception or a wrong output of the function),
+  2 usage error (bad arguments, the target cannot be imported).
+* ``identify``: 0 a convention was named, 1 none matches, 2 usage error.
+* ``list``: 0.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import os
+import sys
+
+__all__ = ["main_verify", "main_identify", "main_list", "load_target", "parse_fixed"]
+
+
+class UsageError(Exception):
+    """A bad argument or an unimportable target: exit code 2."""
+
+
+def load_target(target):
+    """The callable named by ``module:function`` or ``path/to/file.py:function``."""
+    if ":" not in target:
+        raise UsageError(f"target must be module:function or file.py:function, got {target!r}")
+    where, _, name = target.rpartition(":")
+    try:
+        if where.endswith(".py") or os.sep in where:
+            path = os.path.abspath(where)
+            if not os.path.isfile(path):
+                raise UsageError(f"no such file: {where}")
+            spec = importlib.util.spec_from_file_location(
+                os.path.splitext(os.path.basename(path))[0], path)
+            module = importlib.util.module_from_spec(spec)
+            sys.path.insert(0, os.path.dirname(path))
+            spec.loader.exec_module(module)
+        else:
+            sys.path.insert(0, os.getcwd())
+            module = importlib.import_module(where)
+    except UsageError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any import failure is the user's to see
+        raise UsageError(f"cannot import {where!r}: {type(e).__name__}: {e}") from None
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise UsageError(f"{where!r} has no callable {name!r}")
+    return fn
+
+
+def parse_fixed(items):
+    """``["wd=0", "clip_gradient=null"]`` -> ``{"wd": 0, "clip_gradient": None}``."""
+    fixed = {}
+    for item in items or ():
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--fixed takes name=value, got {item!r}")
+        raw = {"None": "null", "True": "true", "False": "false"}.get(raw, raw)
+        try:
+            fixed[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            fixed[key] = raw  # a string value, such as warmup_strategy=lars
+    return fixed
+
+
+def _parser(prog, what):
+    ap = argparse.ArgumentParser(prog=prog, description=what)
+    ap.add_argument("target", help="module:function or path/to/file.py:function returning "
+                                   "make_step(weight0, **hyperparameters) -> step(grad)")
+    ap.add_argument("optimizer", help="registry name of the optimizer it implements, e.g. adam")
+    ap.add_argument("--fixed", action="append", metavar="NAME=VALUE",
+                    help="pin a hyperparameter (JSON value); repeatable")
+    ap.add_argument("--dtype", default="float32", choices=("float16", "float32", "float64"))
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--json", action="store_true", help="print the report as JSON")
+    return ap
+
+
+def _run(report_of, args, ok):
+    from rich.console import Console
+    err = Console(stderr=True)
+    try:
+        make_step = load_target(args.target)
+        fixed = parse_fixed(args.fixed)
+        with err.status(f"running {args.target} against the oracle ({args.optimizer}) ..."):
+            report = report_of(make_step, fixed)
+    except (UsageError, ValueError, TypeError) as e:
+        err.print(f"[red]error:[/red] {e}", highlight=False)
+        return 2
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(report.summary)
+    return 0 if ok(report) else 1
+
+
+def main_verify(argv):
+    """``mxopt verify``: exit 0 passed, 1 failed, 2 usage error."""
+    ap = _parser("mxopt verify", "Check an optimizer implementation against the oracle.")
+    ap.add_argument("--convention", default="mxnet", choices=("mxnet", "guide", "pytorch"))
+    ap.add_argument("--examples", type=int, default=100)
+    args = ap.parse_args(argv)
+    from . import verify
+    return _run(lambda f, fixed: verify(f, args.optimizer, convention=args.convention,
+                                        fixed=fixed, dtype=args.dtype, examples=args.examples,
+                                        seed=args.seed), args, lambda r: r.passed)
+
+
+def main_identify(argv):
+    """``mxopt identify``: exit 0 a convention named, 1 none, 2 usage error."""
+    ap = _parser("mxopt identify", "Name the convention an optimizer implementation follows.")
+    ap.add_argument("--cases", type=int, default=24)
+    args = ap.parse_args(argv)
+    from . import identify
+    return _run(lambda f, fixed: identify(f, args.optimizer, fixed=fixed, dtype=args.dtype,
+                                          cases=args.cases,
+                                          seed=0 if args.seed is None else args.seed),
+                args, lambda r: r.convention is not None)
+
+
+def listing():
+    """What this installation offers: optimizers with their conventions (kernels and oracle),
+    and the backends with the reason one is missing."""
+    from .. import optimizer
+    from ..backends import cuda_available
+    from . import conventions_of
+    rows = []
+    for name, klass in sorted(optimizer.registry().items()):
+        kernel = ("mxnet",) if name == "nadam" else ("mxnet", "guide")
+        ref = ()
+        pytorch = None
+        if name != "sgld":
+            ref, pytorch = conventions_of(name)
+        else:
+            import reference
+            ref = tuple(getattr(reference.sgld, "CONVENTIONS", ("mxnet", "guide")))
+        rows.append({"optimizer": name, "class": klass.__name__, "kernel_conventions": kernel,
+                     "oracle_conventions": tuple(ref), "pytorch": pytorch})
+    import numba
+    ok, why = cuda_available()
+    backends = [{"backend": "reference", "available": True, "why": "float64 oracle (numpy)"},
+                {"backend": "cpu", "available": True, "why": f"numba {numba.__version__}"},
+                {"backend": "cuda", "available": bool(ok), "why": why}]
+    return {"optimizers": rows, "backends": backends}
+
+
+def main_list(argv):
+    """``mxopt list``: optimizers, conventions and backends (exit 0)."""
+    ap = argparse.ArgumentParser(prog="mxopt list", description=listing.__doc__)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    data = listing()
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(title="optimizers")
+    for col in ("name", "class", "kernels", "oracle", "PyTorch's update"):
+        t.add_column(col)
+    for r in data["optimizers"]:
+        py = {None: "-", "pytorch": "its own"}.get(r["pytorch"], f"= {r['pytorch']}")
+        t.add_row(r["optimizer"], r["class"], ", ".join(r["kernel_conventions"]),
+                  ", ".join(r["oracle_conventions"]), py)
+    b = Table(title="backends")
+    for col in ("backend", "available", "why"):
+        b.add_column(col)
+    for r in data["backends"]:
+        b.add_row(r["backend"], "yes" if r["available"] else "no", str(r["why"]))
+    console = Console()
+    console.print(t)
+    console.print(b)
+    return 0
