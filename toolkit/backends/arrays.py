@@ -31,17 +31,57 @@ FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 class ArrayDesc:
     """One array as a step sees it, whichever library made it."""
 
-    __slots__ = ("obj", "kind", "shape", "dtype", "strides", "ptr", "lo", "hi", "readonly",
+    __slots__ = ("obj", "kind", "shape", "dtype", "strides", "_ptr", "_lo", "_hi", "readonly",
                  "stream", "c_contiguous", "f_contiguous", "library", "size")
 
     def __init__(self, obj, kind, shape, dtype, strides, ptr, readonly, stream, library):
         self.obj, self.kind, self.library = obj, kind, library
         self.shape, self.dtype, self.strides = tuple(shape), np.dtype(dtype), tuple(strides)
-        self.ptr, self.readonly, self.stream = int(ptr), bool(readonly), stream
+        self._ptr, self.readonly, self.stream = int(ptr), bool(readonly), stream
         self.c_contiguous, self.f_contiguous = _contiguity(self.shape, self.strides,
                                                            self.dtype.itemsize)
-        self.lo, self.hi = _extent(self.ptr, self.shape, self.strides, self.dtype.itemsize)
+        self._lo, self._hi = _extent(self._ptr, self.shape, self.strides, self.dtype.itemsize)
         self.size = math.prod(self.shape)
+
+    @classmethod
+    def of_numpy(cls, a):
+        """A numpy array's description, read from numpy's own attributes and flags (its
+        contiguity rules are the ones ``_contiguity`` writes down for device arrays); the data
+        pointer and extent are read only when asked for (a step between numpy arrays checks
+        overlap with ``numpy.may_share_memory``, the same bounds test)."""
+        d = cls.__new__(cls)
+        flags = a.flags
+        d.obj, d.kind, d.library, d.stream = a, HOST, "numpy", None
+        d.shape, d.dtype, d.strides, d.size = a.shape, a.dtype, a.strides, a.size
+        d.readonly = not flags.writeable
+        d.c_contiguous, d.f_contiguous = flags.c_contiguous, flags.f_contiguous
+        d._ptr = None
+        return d
+
+    def _bounds(self):
+        self._ptr = int(self.obj.__array_interface__["data"][0])
+        self._lo, self._hi = _extent(self._ptr, self.shape, self.strides, self.dtype.itemsize)
+
+    @property
+    def ptr(self):
+        """The address of the first element."""
+        if self._ptr is None:
+            self._bounds()
+        return self._ptr
+
+    @property
+    def lo(self):
+        """The lowest byte address the elements occupy."""
+        if self._ptr is None:
+            self._bounds()
+        return self._lo
+
+    @property
+    def hi(self):
+        """One past the highest byte address the elements occupy."""
+        if self._ptr is None:
+            self._bounds()
+        return self._hi
 
     @property
     def order(self):
@@ -121,9 +161,7 @@ def describe(obj, what="weight") -> ArrayDesc:
     """Read ``obj`` (a numpy array or a CUDA array) into an :class:`ArrayDesc`; TypeError for
     anything else, naming ``what``."""
     if isinstance(obj, np.ndarray):
-        return ArrayDesc(obj, HOST, obj.shape, obj.dtype, obj.strides,
-                         obj.__array_interface__["data"][0], not obj.flags.writeable, None,
-                         "numpy")
+        return ArrayDesc.of_numpy(obj)
     sim = getattr(obj, "_ary", None)
     if getattr(type(obj), "__cuda_ndarray__", False) and isinstance(sim, np.ndarray):
         # numba's CUDA simulator: a device array is a numpy array in a wrapper
@@ -216,9 +254,9 @@ def check_state_array(what, a: ArrayDesc, shape, dtype, w: ArrayDesc):
     """A state array's part of the contract: the weight's kind and device, the expected shape
     and dtype, writeable, one contiguous block, no overlap with the weight."""
     _check_same_kind(what, a, w)
-    if a.shape != tuple(shape):
+    if a.shape != shape and a.shape != tuple(shape):
         raise ValueError(f"{what} has shape {a.shape}, expected {tuple(shape)}")
-    if a.dtype != np.dtype(dtype):
+    if a.dtype != dtype:
         raise TypeError(f"{what} has dtype {a.dtype}, expected {np.dtype(dtype)}")
     if a.readonly:
         raise ValueError(f"{what} is read-only")
@@ -230,7 +268,11 @@ def check_state_array(what, a: ArrayDesc, shape, dtype, w: ArrayDesc):
 
 def overlaps(a: ArrayDesc, b: ArrayDesc) -> bool:
     """Whether two arrays of one kind may share memory (their byte extents intersect)."""
-    return a.kind == b.kind and a.lo < b.hi and b.lo < a.hi
+    if a.kind != b.kind:
+        return False
+    if a.library == b.library == "numpy":
+        return bool(np.may_share_memory(a.obj, b.obj))  # numpy's bounds test: the same rule
+    return a.lo < b.hi and b.lo < a.hi
 
 
 def check_disjoint(named):

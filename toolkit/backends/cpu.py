@@ -13,8 +13,8 @@ promote the loop to float64: constants the rule needs are made by the factory as
 The same rule source is compiled here with ``numba.njit(inline="always")`` into a loop over the
 flattened arrays: a serial loop below :data:`PARALLEL_THRESHOLD` elements and a ``prange`` loop
 above it. Compile policy (docs/backends.md, "How the CPU kernels are compiled"), in one place:
-explicit signatures,
-``error_model="numpy"`` (the python error model blocks vectorisation), no fastmath, on-disk cache.
+explicit signatures, ``error_model="numpy"`` (the python error model blocks vectorisation), no
+fastmath, on-disk cache.
 Kernels are compiled lazily, once per (rule, dtype, serial/parallel).
 """
 from __future__ import annotations
@@ -24,6 +24,7 @@ import threading
 import numba
 import numpy as np
 from numba import prange, types
+from numba.extending import register_jitable
 from numba.np.unsafe.ndarray import to_fixed_tuple
 
 __all__ = ["COMPILE_OPTIONS", "PARALLEL_THRESHOLD", "elementwise_kernel", "run_elementwise",
@@ -42,26 +43,43 @@ PARALLEL_THRESHOLD = 1 << 15
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 _NUMBA_TYPES = {np.dtype(np.float32): types.float32, np.dtype(np.float64): types.float64}
+
+
+def _inlined(fn):
+    """``fn`` made callable from compiled code and inlined there, as ``njit(inline="always")``
+    does, but kept a plain Python function: a kernel closes over it, and numba's on-disk cache
+    keys a closure by the pickled bytes of what it closes over. A plain function pickles to the
+    same bytes in every process (its code and constants); a jitted dispatcher does not (it
+    carries a per-process id), which made every process recompile every kernel and add files
+    to the cache. The key also changes when a rule's code changes, so a stale kernel is never
+    loaded."""
+    return register_jitable(inline="always")(fn)
 _lock = threading.Lock()
 _kernels: dict = {}
 
 
-def _loop(rule, n_state):
-    """The loop of a rule with ``n_state`` state arrays (``prange`` is ``range`` when serial)."""
+def _loop(rule, n_state, n_hyper):
+    """The loop of a rule with ``n_state`` state arrays (``prange`` is ``range`` when serial).
+    The hyperparameters arrive as a small array (cheaper to pass than a tuple of numpy scalars)
+    and become a tuple once, so the loop keeps them in registers."""
     if n_state == 0:
-        def loop(w, g, hp):
+        def loop(w, g, hpa):
+            hp = to_fixed_tuple(hpa, n_hyper)
             for i in prange(w.shape[0]):
                 w[i] = rule(w[i], g[i], hp)
     elif n_state == 1:
-        def loop(w, g, s0, hp):
+        def loop(w, g, s0, hpa):
+            hp = to_fixed_tuple(hpa, n_hyper)
             for i in prange(w.shape[0]):
                 w[i], s0[i] = rule(w[i], g[i], s0[i], hp)
     elif n_state == 2:
-        def loop(w, g, s0, s1, hp):
+        def loop(w, g, s0, s1, hpa):
+            hp = to_fixed_tuple(hpa, n_hyper)
             for i in prange(w.shape[0]):
                 w[i], s0[i], s1[i] = rule(w[i], g[i], s0[i], s1[i], hp)
     elif n_state == 3:
-        def loop(w, g, s0, s1, s2, hp):
+        def loop(w, g, s0, s1, s2, hpa):
+            hp = to_fixed_tuple(hpa, n_hyper)
             for i in prange(w.shape[0]):
                 w[i], s0[i], s1[i], s2[i] = rule(w[i], g[i], s0[i], s1[i], s2[i], hp)
     else:
@@ -71,6 +89,9 @@ def _loop(rule, n_state):
 
 def elementwise_kernel(factory, n_state: int, n_hyper: int, dtype, parallel: bool):
     """The compiled loop of ``factory``'s rule for ``dtype`` (cached per process)."""
+    kernel = _kernels.get((factory, n_state, n_hyper, dtype, parallel))
+    if kernel is not None:  # the hot path: dtype is the array's own numpy dtype
+        return kernel
     dtype = np.dtype(dtype)
     key = (factory, n_state, n_hyper, dtype, bool(parallel))
     kernel = _kernels.get(key)
@@ -81,10 +102,10 @@ def elementwise_kernel(factory, n_state: int, n_hyper: int, dtype, parallel: boo
         if kernel is None:
             nb = _NUMBA_TYPES[dtype]
             arr = nb[::1]
-            sig = types.void(arr, arr, *([arr] * n_state), types.UniTuple(nb, n_hyper))
-            rule = numba.njit(inline="always")(factory(dtype.type))
+            sig = types.void(arr, arr, *([arr] * n_state), arr)
+            rule = _inlined(factory(dtype.type))
             kernel = numba.njit([sig], parallel=bool(parallel), **COMPILE_OPTIONS)(
-                _loop(rule, n_state))
+                _loop(rule, n_state, n_hyper))
             _kernels[key] = kernel
     return kernel
 
@@ -93,13 +114,14 @@ def run_elementwise(factory, weight, grad, states, hyper):
     """Run ``factory``'s rule over flat contiguous arrays of one dtype, in place.
 
     ``weight``, ``grad`` and every array of ``states`` are 1-D C-contiguous views of the same
-    length and dtype; ``hyper`` is a sequence of Python floats (cast to the dtype here, once).
+    length and dtype; ``hyper`` is a sequence of Python floats (each rounded to the dtype here,
+    once: ``numpy.array(hyper, dtype)`` rounds as ``dtype.type(h)`` does).
     """
     dtype = weight.dtype
-    hp = tuple(dtype.type(h) for h in hyper)
+    hpa = np.array(hyper, dtype)
     parallel = weight.shape[0] >= PARALLEL_THRESHOLD
-    kernel = elementwise_kernel(factory, len(states), len(hp), dtype, parallel)
-    kernel(weight, grad, *states, hp)
+    kernel = elementwise_kernel(factory, len(states), hpa.shape[0], dtype, parallel)
+    kernel(weight, grad, *states, hpa)
 
 
 class Launcher:
@@ -112,8 +134,15 @@ class Launcher:
 
     def run_rule(self, factory, weight, grad, states, hyper):
         """Run a per-element rule over ``weight``, ``grad`` and ``states`` in place."""
-        order = "F" if (weight.flags.f_contiguous and not weight.flags.c_contiguous) else "C"
-        g = grad if grad.flags[f"{order}_CONTIGUOUS"] else np.asarray(grad, order=order)
+        if weight.ndim == 1:  # flat already (then C- and F-contiguous alike): no views needed
+            g = grad if grad.flags.c_contiguous else np.ascontiguousarray(grad)
+            run_elementwise(factory, weight, g, tuple(states), hyper)
+            return
+        flags = weight.flags
+        order = "F" if (flags.f_contiguous and not flags.c_contiguous) else "C"
+        gf = grad.flags
+        g = grad if (gf.f_contiguous if order == "F" else gf.c_contiguous) else \
+            np.asarray(grad, order=order)
         flat = lambda a: a.reshape(-1, order=order)  # noqa: E731 - contiguous: a view
         run_elementwise(factory, flat(weight), flat(g), tuple(flat(s) for s in states), hyper)
 
@@ -219,7 +248,7 @@ def segmented_kernel(factory, n_state: int, n_hyper: int, dtype, parallel: bool)
             nb = _NUMBA_TYPES[dtype]
             arr = nb[::1]
             sig = types.void(arr, arr, *([arr] * n_state), nb[:, ::1], types.int64[:, ::1])
-            rule = numba.njit(inline="always")(factory(dtype.type))
+            rule = _inlined(factory(dtype.type))
             kernel = numba.njit([sig], parallel=bool(parallel), **COMPILE_OPTIONS)(
                 _segmented_loop(rule, n_state, n_hyper))
             _kernels[key] = kernel
@@ -242,7 +271,7 @@ def run_segmented(factory, weight, grad, states, table, chunks):
 # --------------------------------------------------------------------------------------------
 def _normal():
     from . import noise
-    return noise.generator(numba.njit(inline="always"), "cpu")
+    return noise.generator(_inlined, "cpu")
 
 
 def noise_kernel(factory, n_hyper, n_aux, dtype, parallel):
@@ -256,7 +285,7 @@ def noise_kernel(factory, n_hyper, n_aux, dtype, parallel):
     with _lock:
         kernel = _kernels.get(key_)
         if kernel is None:
-            rule = numba.njit(inline="always")(factory(dtype.type))
+            rule = _inlined(factory(dtype.type))
             normal = _normal()
 
             def loop(w, g, hp, key, aux):
@@ -281,7 +310,7 @@ def noise_segmented_kernel(factory, n_hyper, n_aux, dtype, parallel):
     with _lock:
         kernel = _kernels.get(key_)
         if kernel is None:
-            rule = numba.njit(inline="always")(factory(dtype.type))
+            rule = _inlined(factory(dtype.type))
             normal = _normal()
 
             def loop(w, g, table, keys, aux, offsets, chunks):

@@ -2,8 +2,8 @@
 
 mxnet (MXNet 1.9.1 python/mxnet/optimizer/optimizer.py:1612-1628 and the kernel at
 src/operator/optimizer_op-inl.h:1292-1314; docs/optimizers/adam.md; the bias correction folded
-into the learning rate in double precision
-and rounded, epsilon added to the uncorrected root, weight decay before clipping)::
+into the learning rate in double precision and rounded, epsilon added to the uncorrected root,
+weight decay before clipping)::
 
     lr_t = lr*sqrt(1 - beta2^t)/(1 - beta1^t)
     g = clip(rescale_grad*grad + wd*w, c);  m = beta1*m + (1-beta1)*g;  v = beta2*v + (1-beta2)*g*g

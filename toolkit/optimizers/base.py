@@ -15,6 +15,7 @@ import math
 import numbers
 import threading
 import warnings
+import weakref
 from typing import NamedTuple
 
 import numpy as np
@@ -149,10 +150,18 @@ class StepInputs(NamedTuple):
 class Slot:
     """Shape and dtype of one state array, by name."""
 
-    __slots__ = ("name", "shape", "dtype")
+    __slots__ = ("name", "shape", "dtype", "label")
 
     def __init__(self, name, shape, dtype):
         self.name, self.shape, self.dtype = name, tuple(shape), np.dtype(dtype)
+        self.label = f"state[{name!r}]"  # how error messages name it
+
+    def __eq__(self, other):
+        return isinstance(other, Slot) and (self.name, self.shape, self.dtype) == \
+            (other.name, other.shape, other.dtype)
+
+    def __hash__(self):
+        return hash((self.name, self.shape, self.dtype))
 
 
 class Optimizer:
@@ -396,13 +405,79 @@ class Optimizer:
         stream for a tensor), and this returns without waiting.
         """
         self._check_index(index)
+        w = self._checked_before(weight, grad, state)
+        if w is not None:  # the same numpy arrays as a step that passed, unchanged
+            self._apply(index, weight, grad, state, self._resolve_backend(w), w)
+            return
         w = self._check_weight(weight)
         backend = self._resolve_backend(w)
         g = self._check_grad(w, grad)
-        known = self._check_state(state, w, self.create_state_template(w),
-                                  others=(("grad", g),))
+        template = self.create_state_template(w)
+        known = self._check_state(state, w, template, others=(("grad", g),))
+        self._remember_checked(weight, grad, state, template)
         self._apply(index, weight, grad, state, backend, w, stream=stream,
                     known=[w, g] + known)
+
+    # --- cheap calls: arrays that passed every check once need not be checked again -----------
+    @staticmethod
+    def _numpy_leaves(state):
+        """The state's arrays (None kept) if every one is a numpy array, else None."""
+        if state is None:
+            return ()
+        if type(state) is np.ndarray:
+            return (state,)
+        if type(state) is tuple and all(a is None or type(a) is np.ndarray for a in state):
+            return state
+        return None
+
+    @staticmethod
+    def _signature(arrays_):
+        """What a check of the array contract reads of numpy arrays that can change while the
+        array object stays the same: shape, strides, dtype and the writeable flag (the memory
+        an array object uses never moves, so overlaps cannot change)."""
+        return tuple(None if a is None else (a.shape, a.strides, a.dtype, a.flags.writeable)
+                     for a in arrays_)
+
+    def _remember_checked(self, weight, grad, state, template):
+        """Remember numpy arrays that passed every check of ``update``, weakly (a dead array
+        is forgotten, and an ``id`` reused by a new array never matches)."""
+        leaves = self._numpy_leaves(state)
+        if type(weight) is not np.ndarray or type(grad) is not np.ndarray or leaves is None:
+            return
+        memo = self.__dict__.setdefault("_checked", {})
+        if len(memo) > 4096:
+            memo.clear()
+        every = (weight, grad) + tuple(leaves)
+        memo[id(weight)] = (tuple(None if a is None else weakref.ref(a) for a in every),
+                            type(state), template, self._signature(every))
+
+    def _checked_before(self, weight, grad, state):
+        """The weight's description when ``(weight, grad, state)`` are the very numpy arrays
+        of an earlier ``update`` that passed every check, unchanged in everything a check
+        reads, with the same state template; else None (then everything is checked)."""
+        memo = self.__dict__.get("_checked")
+        if memo is None:
+            return None
+        entry = memo.get(id(weight))
+        if entry is None or type(state) is not entry[1]:
+            return None
+        leaves = self._numpy_leaves(state)
+        if leaves is None:
+            return None
+        every = (weight, grad) + tuple(leaves)
+        refs = entry[0]
+        if len(every) != len(refs):
+            return None
+        for a, r in zip(every, refs):
+            if (r() is not a) if r is not None else (a is not None):
+                return None
+        w = arrays.ArrayDesc.of_numpy(weight)
+        if self._signature(every) != entry[3]:
+            return None
+        template = self.create_state_template(w)
+        if template is not entry[2] and template != entry[2]:
+            return None
+        return w
 
     def update_multi_precision(self, index, weight, grad, state, *, stream=None):
         """``update`` through the float32 master copy when the weight is float16 and
@@ -674,8 +749,23 @@ class Optimizer:
         slots = self.state_slots()
         if not slots:
             return None
+        tupled = self._tuple_state()
+        # the template is a function of these alone unless a subclass changes how a slot is
+        # shaped: then it is built every time
+        cacheable = type(self)._slot_template is Optimizer._slot_template
+        if cacheable:
+            key = (weight.shape, weight.dtype, slots, tupled)
+            cache = self.__dict__.setdefault("_templates", {})
+            hit = cache.get(key)
+            if hit is not None:
+                return hit
         items = tuple(Slot(name, *self._slot_template(name, weight)) for name in slots)
-        return items[0] if len(items) == 1 and not self._tuple_state() else items
+        template = items[0] if len(items) == 1 and not tupled else items
+        if cacheable:
+            if len(cache) > 64:
+                cache.clear()
+            cache[key] = template
+        return template
 
     def _slot_template(self, name, weight):
         return weight.shape, weight.dtype
@@ -697,25 +787,27 @@ class Optimizer:
                                 f"state; expected None, got {type(state).__name__}")
             return []
         if isinstance(template, Slot):
-            d = self._check_array(f"state[{template.name!r}]", state, template.shape,
-                                  template.dtype, w)
-            self._check_no_alias([(f"state[{template.name!r}]", d)], others)
+            d = self._check_array(template.label, state, template.shape, template.dtype, w)
+            self._check_no_alias([(template.label, d)], others)
             return [d]
-        names = tuple(s.name if s is not None else "None" for s in template)
+
+        def names():
+            return tuple(s.name if s is not None else "None" for s in template)
         if not isinstance(state, tuple) or len(state) != len(template):
-            raise TypeError(f"state must be a tuple {names}, as create_state returns; "
+            raise TypeError(f"state must be a tuple {names()}, as create_state returns; "
                             f"got {type(state).__name__}")
         seen = []
         for a, slot in zip(state, template):
             if slot is None:
                 if a is not None:
-                    raise TypeError(f"state must be a tuple {names}: expected None, got an array")
+                    raise TypeError(f"state must be a tuple {names()}: expected None, got an "
+                                    f"array")
                 continue
-            d = self._check_array(f"state[{slot.name!r}]", a, slot.shape, slot.dtype, w)
+            d = self._check_array(slot.label, a, slot.shape, slot.dtype, w)
             for _, b in seen:
                 if arrays.overlaps(d, b):
-                    raise ValueError(f"state[{slot.name!r}] shares memory with another state array")
-            seen.append((f"state[{slot.name!r}]", d))
+                    raise ValueError(f"{slot.label} shares memory with another state array")
+            seen.append((slot.label, d))
         self._check_no_alias(seen, others)
         return [d for _, d in seen]
 

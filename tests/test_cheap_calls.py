@@ -1,0 +1,77 @@
+"""Cheap calls keep every check: ``update`` remembers (weakly) the numpy arrays of a step that
+passed and skips re-checking them only while nothing a check reads has changed; every change
+below is refused with the same error as on a first call, and nothing is written."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from toolkit import optimizer
+
+
+def _passed(name="adam", **kw):
+    opt = optimizer.create(name, **kw)
+    w = np.ones(8, np.float32)
+    g = np.full(8, 0.5, np.float32)
+    s = opt.create_state(0, w)
+    opt.update(0, w, g, s)
+    opt.update(0, w, g, s)        # the second call takes the remembered path
+    return opt, w, g, s
+
+
+def _unchanged(opt, w, s, call):
+    before = (w.copy(), tuple(a.copy() for a in opt.state_arrays(s)), opt.num_update)
+    call()
+    assert np.array_equal(w, before[0]) and opt.num_update == before[2]
+    assert all(np.array_equal(a, b) for a, b in zip(opt.state_arrays(s), before[1]))
+
+
+def test_a_weight_made_read_only_after_a_passing_step_is_refused():
+    opt, w, g, s = _passed()
+    w.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        opt.update(0, w, g, s)
+
+
+def test_a_state_reshaped_in_place_is_refused():
+    opt, w, g, s = _passed()
+    s[1].shape = (2, 4)
+    with pytest.raises(ValueError, match=r"state\['var'\] has shape \(2, 4\)"):
+        _unchanged(opt, w, s, lambda: opt.update(0, w, g, s))
+
+
+def test_a_new_gradient_that_overlaps_the_weight_is_refused():
+    opt, w, g, s = _passed()
+    with pytest.raises(ValueError, match="grad shares memory with the weight"):
+        _unchanged(opt, w, s, lambda: opt.update(0, w, w[::-1], s))
+
+
+def test_a_state_swapped_for_the_weight_itself_is_refused():
+    opt, w, g, s = _passed()
+    with pytest.raises(ValueError, match="shares memory"):
+        _unchanged(opt, w, s, lambda: opt.update(0, w, g, (s[0], w)))
+
+
+def test_hyperparameters_that_change_the_state_layout_are_seen():
+    opt, w, g, s = _passed("sgd", momentum=0.9)
+    opt.momentum = 0.0            # now the optimizer keeps no state: the old one is refused
+    with pytest.raises(TypeError, match="keeps no state"):
+        opt.update(0, w, g, s)
+
+
+def test_a_dead_array_is_forgotten_and_a_new_one_is_checked():
+    opt, w, g, s = _passed()
+    del g
+    g2 = np.full(8, 0.5, np.float64)      # a new array, wrong dtype: checked afresh
+    with pytest.raises(TypeError, match="grad dtype float64"):
+        _unchanged(opt, w, s, lambda: opt.update(0, w, g2, s))
+
+
+def test_remembered_steps_compute_the_same_numbers():
+    a, wa, ga, sa = _passed()
+    b = optimizer.create("adam")
+    wb = np.ones(8, np.float32)
+    sb = b.create_state(0, wb)
+    for _ in range(2):
+        b.update(0, wb, np.full(8, 0.5, np.float32), sb)   # new arrays: full checks each time
+    assert np.array_equal(wa, wb)

@@ -1,0 +1,40 @@
+"""Start-up: numba's on-disk cache works for the rule kernels, so a second process loads every
+kernel it needs instead of compiling it (numba keys a kernel that closes over a rule by the
+pickled rule: a plain function pickles to the same bytes in every process)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+SCRIPT = """
+import numpy as np
+from toolkit import Parameter, Trainer, optimizer
+for name in ("adam", "sgld"):
+    opt = optimizer.create(name)
+    w = np.ones(64, np.float32); s = opt.create_state(0, w)
+    opt.update(0, w, np.ones(64, np.float32), s)
+p = [Parameter("a", shape=(3,)), Parameter("b", shape=(4,))]
+t = Trainer(p, "ftrl")
+for q in p:
+    q.grad()[...] = 1.0
+t.step(1)
+"""
+
+
+def _run(cache_dir):
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache_dir), NUMBA_DEBUG_CACHE="1")
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out.stdout + out.stderr
+
+
+def test_a_second_process_loads_every_kernel_from_the_cache(tmp_path):
+    first = _run(tmp_path)
+    assert "data saved" in first                    # the first process compiled and saved
+    second = _run(tmp_path)
+    assert "data loaded" in second
+    saved = [line for line in second.splitlines() if "data saved" in line]
+    assert saved == [], f"the second process compiled again: {saved}"
