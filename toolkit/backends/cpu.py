@@ -20,6 +20,7 @@ Kernels are compiled lazily, once per (rule, dtype, serial/parallel).
 from __future__ import annotations
 
 import threading
+import types as pytypes
 
 import numba
 import numpy as np
@@ -43,6 +44,14 @@ PARALLEL_THRESHOLD = 1 << 15
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 _NUMBA_TYPES = {np.dtype(np.float32): types.float32, np.dtype(np.float64): types.float64}
+
+
+def _by_value(fn):
+    """A copy of module-level function ``fn`` that is not the object its module exports, so
+    that a kernel closing over it is cached under its code (pickled by value) rather than its
+    name: a changed ``fn`` then changes the cache key instead of loading a stale kernel."""
+    return pytypes.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__,
+                                fn.__closure__)
 
 
 def _inlined(fn):
@@ -163,6 +172,114 @@ class Launcher:
 
 #: The launcher of every CPU step (it holds nothing per step).
 LAUNCHER = Launcher()
+
+
+# --------------------------------------------------------------------------------------------
+# multi-precision in one pass: float16 gradient widened on load, float16 weight from the master
+# --------------------------------------------------------------------------------------------
+def _mp_loop(rule, n_state, n_hyper, widen, narrow):
+    """The loop of a rule over a float32 master ``w`` with a float16 gradient and a float16
+    weight copy (both as their uint16 bits): ``widen``/``narrow`` are the exact float16 ->
+    float32 conversion and the round-to-nearest-even float32 -> float16 one (``half.py``),
+    closed over so that a change in them changes the cache key."""
+    if n_state == 0:
+        def loop(w, g16, w16, hpa):
+            hp = to_fixed_tuple(hpa, n_hyper)
+            for i in prange(w.shape[0]):
+                x = rule(w[i], widen(g16[i]), hp)
+                w[i] = x
+                w16[i] = narrow(x)
+    elif n_state == 1:
+        def loop(w, g16, s0, w16, hpa):
+            hp = to_fixed_tuple(hpa, n_hyper)
+            for i in prange(w.shape[0]):
+                x, s0[i] = rule(w[i], widen(g16[i]), s0[i], hp)
+                w[i] = x
+                w16[i] = narrow(x)
+    elif n_state == 2:
+        def loop(w, g16, s0, s1, w16, hpa):
+            hp = to_fixed_tuple(hpa, n_hyper)
+            for i in prange(w.shape[0]):
+                x, s0[i], s1[i] = rule(w[i], widen(g16[i]), s0[i], s1[i], hp)
+                w[i] = x
+                w16[i] = narrow(x)
+    elif n_state == 3:
+        def loop(w, g16, s0, s1, s2, w16, hpa):
+            hp = to_fixed_tuple(hpa, n_hyper)
+            for i in prange(w.shape[0]):
+                x, s0[i], s1[i], s2[i] = rule(w[i], widen(g16[i]), s0[i], s1[i], s2[i], hp)
+                w[i] = x
+                w16[i] = narrow(x)
+    else:
+        raise ValueError(f"rules with {n_state} state arrays are not supported (0 to 3)")
+    return loop
+
+
+def mp_kernel(factory, n_state: int, n_hyper: int, parallel: bool):
+    """The compiled multi-precision loop of ``factory``'s float32 rule (cached per process)."""
+    key = ("mp", factory, n_state, n_hyper, bool(parallel))
+    kernel = _kernels.get(key)
+    if kernel is not None:
+        return kernel
+    with _lock:
+        kernel = _kernels.get(key)
+        if kernel is None:
+            from . import half
+            f32, u16 = types.float32[::1], types.uint16[::1]
+            sig = types.void(f32, u16, *([f32] * n_state), u16, f32)
+            rule = _inlined(factory(np.float32))
+            kernel = numba.njit([sig], parallel=bool(parallel), **COMPILE_OPTIONS)(
+                _mp_loop(rule, n_state, n_hyper, _inlined(_by_value(half.half_to_single)),
+                         _inlined(_by_value(half.single_to_half))))
+            _kernels[key] = kernel
+    return kernel
+
+
+class MirrorLauncher(Launcher):
+    """The CPU launcher of a multi-precision step (float16 weight, float32 master): the rule
+    that updates the master reads the float16 gradient, widening each element exactly, and
+    writes the float16 weight, rounded to nearest even from the new master, in the same pass.
+    Anything else (an accumulator update, a noise rule, LARS norms) runs on a float32 copy of
+    the gradient, and the caller rounds the master into the weight afterwards unless
+    :attr:`mirrored` says the kernel did."""
+
+    def __init__(self, master, weight16):
+        self.master, self.weight16 = master, weight16
+        self.mirrored = False
+        self._g32 = None
+
+    def _widened(self, grad):
+        if grad.dtype != np.float16:
+            return grad
+        if self._g32 is None or self._g32[0] is not grad:
+            self._g32 = (grad, grad.astype(np.float32))
+        return self._g32[1]
+
+    def run_rule(self, factory, weight, grad, states, hyper):
+        """The rule over the master with the float16 weight written in the same pass (or, for
+        another array, on the widened gradient)."""
+        if weight is not self.master or grad.dtype != np.float16:
+            return super().run_rule(factory, weight, self._widened(grad), states, hyper)
+        flags = weight.flags
+        order = "F" if (flags.f_contiguous and not flags.c_contiguous) else "C"
+        gf = grad.flags
+        g = grad if (gf.f_contiguous if order == "F" else gf.c_contiguous) else \
+            np.asarray(grad, order=order)
+        flat = lambda a: a.reshape(-1, order=order)  # noqa: E731 - contiguous: a view
+        w, states = flat(weight), tuple(flat(s) for s in states)
+        hpa = np.array(hyper, np.float32)
+        kernel = mp_kernel(factory, len(states), hpa.shape[0],
+                           w.shape[0] >= PARALLEL_THRESHOLD)
+        kernel(w, flat(g).view(np.uint16), *states, flat(self.weight16).view(np.uint16), hpa)
+        self.mirrored = True
+
+    def run_noise_rule(self, factory, weight, grad, hyper, key, aux):
+        """A noise rule on the widened gradient (the caller rounds the weight after)."""
+        return super().run_noise_rule(factory, weight, self._widened(grad), hyper, key, aux)
+
+    def lars_norms(self, weight, grad, cum, batch_scale):
+        """LARS norms of the master and the widened gradient."""
+        return lars_norms(weight, self._widened(grad), cum, batch_scale)
 
 
 # --------------------------------------------------------------------------------------------

@@ -503,9 +503,17 @@ class Optimizer:
             self._apply(index, master, grad, inner, backend, m, stream=stream, mirror=w,
                         known=[w, g, m] + known)
             return
-        g32 = grad.astype(np.float32)
-        self._apply(index, master, g32, inner, backend, m)
-        np.copyto(weight, master, casting="same_kind")
+        if backend == "reference":
+            self._apply(index, master, grad.astype(np.float32), inner, backend, m)
+            np.copyto(weight, master, casting="same_kind")
+            return
+        # one pass on the CPU too: the float16 gradient is widened on load and the float16
+        # weight rounded from the updated master by the kernel that updates it
+        launcher = cpu.MirrorLauncher(master, weight)
+        with self._launching(launcher):
+            self._apply(index, master, grad, inner, backend, m)
+        if not launcher.mirrored:
+            np.copyto(weight, master, casting="same_kind")
 
     def next_step(self, index, weight=None):
         """What the next update of ``index`` will read, computed without changing anything
