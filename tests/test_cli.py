@@ -93,6 +93,21 @@ def test_list_json_and_table(capsys):
     assert "backends" in capsys.readouterr().out
 
 
+def test_list_shows_a_custom_optimizer_without_an_oracle(capsys):
+    from toolkit import optimizer
+
+    @optimizer.register
+    class CliListProbe(optimizer.SGD):
+        reference_name = None
+    try:
+        assert _main(["list", "--json"]) == 0
+        rows = {r["optimizer"]: r for r in json.loads(capsys.readouterr().out)["optimizers"]}
+        assert rows["clilistprobe"]["oracle_conventions"] == []
+    finally:
+        from toolkit.optimizers import base
+        base._REGISTRY.pop("clilistprobe")
+
+
 def test_no_command_is_a_usage_error(capsys):
     assert _main([]) == 2 and "commands:" in capsys.readouterr().err
     assert _main(["nonsense"]) == 2

@@ -35,6 +35,9 @@ COMMANDS = {
                  "normalised error per optimizer x backend x dtype: table and plot"),
     "demo": ("demo", "main",
              "every optimizer trains softmax regression on scikit-learn digits (Trainer)"),
+    "bench": ("bench", "main",
+              "benchmark suite: every optimizer against its memory floor, numpy and torch"),
+    "launch": ("launch", "main", "run a training script on N MPI ranks (kvstore='dist_sync')"),
 }
 
 

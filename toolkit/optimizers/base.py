@@ -203,8 +203,8 @@ class Optimizer:
     #: whether the update divides by the learning rate (FTRL, FTML): then lr must be > 0
     requires_positive_lr = False
     #: MXNet's ``aggregate_num``: how many indices its Updater hands to one aggregated
-    #: ``update`` (0: none). It changes no number here; a Trainer refuses
-    #: ``update_on_kvstore=True`` when it is above 1, as MXNet's does.
+    #: ``update`` (0: none; MXNet 1.9.1 python/mxnet/optimizer/optimizer.py:127, 581). Kept for
+    #: code that reads it; it changes no number here.
     aggregate_num = 0
 
     def __init__(self, rescale_grad=1.0, param_idx2name=None, wd=0.0, clip_gradient=None,

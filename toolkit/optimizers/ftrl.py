@@ -40,13 +40,13 @@ def ftrl_rule(f):
         den = root_new + root_n
         sigma_lr = gg / den if den > zero else zero        # (sqrt(n+g^2) - sqrt(n)), stably
         z = z + g - sigma_lr * w / lr
-        n = n + gg
+        n = n + gg                    # sqrt(n) is now root_new: the same rounded operand
         if abs(z) > lamda1:
             s = one if z > zero else -one
             if guide > zero:
-                w = -lr / (beta + math.sqrt(n)) * (z - lamda1 * s)
+                w = -lr / (beta + root_new) * (z - lamda1 * s)
             else:
-                w = (s * lamda1 - z) / ((beta + math.sqrt(n)) / lr + wd)
+                w = (s * lamda1 - z) / ((beta + root_new) / lr + wd)
         else:
             w = zero
         return w, z, n

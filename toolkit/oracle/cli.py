@@ -134,17 +134,18 @@ def listing():
     from ..backends import cuda_available
     from . import conventions_of
     rows = []
+    import reference
     for name, klass in sorted(optimizer.registry().items()):
+        module = reference.OPTIMIZERS.get(getattr(klass, "reference_name", None))
+        if module is None:  # a custom optimizer registered by the user: no oracle
+            rows.append({"optimizer": name, "class": klass.__name__,
+                         "kernel_conventions": ("mxnet", "guide"), "oracle_conventions": (),
+                         "pytorch": None})
+            continue
         kernel = ("mxnet",) if name == "nadam" else ("mxnet", "guide")
-        ref = ()
-        pytorch = None
-        if name != "sgld":
-            ref, pytorch = conventions_of(name)
-        else:
-            import reference
-            ref = tuple(getattr(reference.sgld, "CONVENTIONS", ("mxnet", "guide")))
         rows.append({"optimizer": name, "class": klass.__name__, "kernel_conventions": kernel,
-                     "oracle_conventions": tuple(ref), "pytorch": pytorch})
+                     "oracle_conventions": tuple(module.CONVENTIONS),
+                     "pytorch": module.PYTORCH})
     import numba
     ok, why = cuda_available()
     backends = [{"backend": "reference", "available": True, "why": "float64 oracle (numpy)"},
@@ -170,7 +171,7 @@ def main_list(argv):
     for r in data["optimizers"]:
         py = {None: "-", "pytorch": "its own"}.get(r["pytorch"], f"= {r['pytorch']}")
         t.add_row(r["optimizer"], r["class"], ", ".join(r["kernel_conventions"]),
-                  ", ".join(r["oracle_conventions"]), py)
+                  ", ".join(r["oracle_conventions"]) or "- (custom)", py)
     b = Table(title="backends")
     for col in ("backend", "available", "why"):
         b.add_column(col)

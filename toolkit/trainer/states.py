@@ -143,10 +143,12 @@ def _refuse(path, why):
                      "is unchanged")
 
 
-def _read(path):
-    """``(meta, arrays)`` of a states file, checked for integrity and format only."""
-    with open(path, "rb") as f:
-        raw = f.read()
+def _read(path, raw=None):
+    """``(meta, arrays)`` of a states file (or of its bytes ``raw``, read elsewhere: a
+    distributed Trainer's rank 0 sends them), checked for integrity and format only."""
+    if raw is None:
+        with open(path, "rb") as f:
+            raw = f.read()
     if raw[:1] == b"\x80" or raw[:2] in (b"(l", b"(d", b"}q", b"]q"):
         _refuse(path, "it is a Python pickle (MXNet's save_states writes those); pickles can run "
                       "code and are never loaded")
@@ -184,8 +186,8 @@ def _read(path):
     return meta, loaded
 
 
-def load(trainer, path):
-    meta, loaded = _read(path)
+def load(trainer, path, raw=None):
+    meta, loaded = _read(path, raw)
     opt = trainer._optimizer
     # --- everything is checked against this trainer before anything is assigned ------------
     name = type(opt).__name__.lower()

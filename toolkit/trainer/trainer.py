@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import optimizer as _optimizer
 from ..backends import arrays, cpu
+from . import compression as _compression, dist as _dist
 from .buffers import Group, Recorder, map_state, state_leaves
 from .parameter import Parameter
 
@@ -22,8 +23,6 @@ __all__ = ["Trainer", "StaleGradientError", "ParamsError", "KVSTORES"]
 
 #: kvstore types a single process trains with; "device" and "local" are the same here
 KVSTORES = ("device", "local", None)
-_DIST = ("dist_sync", "dist_device_sync", "dist_async", "dist_device_async", "dist", "horovod",
-         "byteps", "nccl")
 
 
 class StaleGradientError(RuntimeError, UserWarning):
@@ -47,10 +46,12 @@ class Trainer:
         A registry name (with ``optimizer_params``) or an instance.
     optimizer_params : dict, optional
         Keyword arguments of ``optimizer.create`` (only with a name).
-    kvstore : {"device", "local", None}, default "device"
-        One process: all three train the same way. The distributed types raise until they exist.
-    compression_params : None
-        Gradient compression needs a distributed kvstore: anything but None raises.
+    kvstore : {"device", "local", None, "dist_sync", "dist_device_sync"}, default "device"
+        One process: the first three train the same way. "dist_sync"/"dist_device_sync":
+        synchronous data parallelism over MPI (``docs/distributed.md``); async types raise.
+    compression_params : dict or None
+        ``{"type": "2bit", "threshold": t}`` (distributed kvstores only): MXNet's 2-bit
+        gradient compression.
     update_on_kvstore : bool or None
         Accepted with MXNet's meaning; in one process the numbers are the same either way.
     backend : {"auto", "cpu", "cuda", "reference"}, default "auto"
@@ -84,25 +85,20 @@ class Trainer:
         else:
             raise TypeError(f"optimizer must be a registry name or an Optimizer instance, got "
                             f"{type(optimizer).__name__}")
-        if kvstore in _DIST or (isinstance(kvstore, str) and kvstore.startswith("dist")):
-            raise ValueError(f"kvstore={kvstore!r}: distributed training is not supported yet; "
-                             f"one process trains with kvstore 'device', 'local' or None")
-        if kvstore not in KVSTORES:
-            raise ValueError(f"kvstore must be one of {KVSTORES} (one process), got {kvstore!r}")
-        if compression_params is not None:
-            raise ValueError("compression_params needs a distributed kvstore, which is not "
-                             "supported yet; pass None")
+        dist_type = _dist.kvstore_type(kvstore)  # refuses async and unknown dist types
+        if dist_type is None and kvstore not in KVSTORES:
+            raise ValueError(f"kvstore must be one of {KVSTORES} (one process) or "
+                             f"{_dist.SYNC[:2]} (distributed), got {kvstore!r}")
+        if compression_params is not None and dist_type is None:
+            raise ValueError("compression_params needs a distributed kvstore ('dist_sync' or "
+                             "'dist_device_sync'); pass None for one process")
+        compression = _compression.check_params(compression_params)
         if update_on_kvstore not in (None, True, False):
             raise TypeError(f"update_on_kvstore must be None, True or False, got "
                             f"{update_on_kvstore!r}")
         if backend not in ("auto", "cpu", "cuda", "reference"):
             raise ValueError(f"backend must be one of ('auto', 'cpu', 'cuda', 'reference'), got "
                              f"{backend!r}")
-        if update_on_kvstore and opt.aggregate_num > 1:
-            raise ValueError(f"update_on_kvstore=True cannot be set when optimizer.aggregate_num "
-                             f"> 1 ({type(opt).__name__}'s is {opt.aggregate_num}), as in MXNet "
-                             "(Trainer.__init__, python/mxnet/gluon/trainer.py at tag 1.9.1); "
-                             "leave it None or False")
         self._kvstore, self._update_on_kvstore, self._backend = kvstore, update_on_kvstore, backend
         self._optimizer = opt
         self._scale = opt.rescale_grad
@@ -110,6 +106,8 @@ class Trainer:
         opt.param_dict = {i: p for i, p in enumerate(self._params)}
         for p in self._params:  # the parameters are this Trainer's now (the last one wins)
             p._trainer = self
+        self._dist = None if dist_type is None else _dist.DistKVStore(
+            self, dist_type, compression, update_on_kvstore)
 
     # ---------------------------------------------------------------------------------------
     # construction
@@ -182,17 +180,39 @@ class Trainer:
         """One training step: ``rescale_grad = scale / batch_size``, gradients all-reduced (a
         no-op in one process), every parameter with a fresh gradient updated."""
         self._set_rescale(batch_size)
+        if self._dist is not None:
+            return self._dist.step(ignore_stale_grad)
         self.allreduce_grads()
         self._update(ignore_stale_grad)
 
     def allreduce_grads(self):
         """Sum gradients across devices (MXNet's kvstore pushpull). One process holds each
-        parameter once, so there is nothing to sum."""
+        parameter once, so there is nothing to sum; a distributed Trainer sums across ranks
+        (``docs/distributed.md``)."""
+        if self._dist is not None:
+            self._dist.allreduce_grads()
 
     def update(self, batch_size, ignore_stale_grad=False):
         """The update half of ``step`` (after ``allreduce_grads``)."""
         self._set_rescale(batch_size)
+        if self._dist is not None:
+            return self._dist.update(ignore_stale_grad)
         self._update(ignore_stale_grad)
+
+    @property
+    def kvstore(self):
+        """The distributed kvstore (``type``, ``rank``, ``num_workers``), None in one process."""
+        return self._dist
+
+    @property
+    def num_workers(self):
+        """Number of worker processes (MXNet's ``kv.num_workers``); 1 in one process."""
+        return 1 if self._dist is None else self._dist.num_workers
+
+    @property
+    def rank(self):
+        """This worker's rank (MXNet's ``kv.rank``); 0 in one process."""
+        return 0 if self._dist is None else self._dist.rank
 
     def _set_rescale(self, batch_size):
         if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Real) or \
@@ -296,13 +316,18 @@ class Trainer:
     # ---------------------------------------------------------------------------------------
     def save_states(self, path):
         """Write the optimizer state to ``path`` (``docs/trainer.md``: npz arrays + JSON
-        metadata, checksummed, no pickle), atomically."""
+        metadata, checksummed, no pickle), atomically. Distributed: rank 0 writes it."""
+        if self._dist is not None:
+            return self._dist.save_states(path)
         from .states import save
         save(self, path)
 
     def load_states(self, path):
         """Restore the state saved by ``save_states``; a damaged, foreign or mismatched file is
-        refused and the trainer is left exactly as it was."""
+        refused and the trainer is left exactly as it was. Distributed: every rank loads rank
+        0's file."""
+        if self._dist is not None:
+            return self._dist.load_states(path)
         from .states import load
         load(self, path)
 

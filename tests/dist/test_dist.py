@@ -1,0 +1,181 @@
+"""Distributed Trainer (``kvstore="dist_sync"``) on 2 and 3 MPI ranks of this machine.
+
+Each test starts ``mpiexec`` in a subprocess running ``worker.py`` (``conftest.run_mpi``); see
+``docs/distributed.md`` for the semantics checked here."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from toolkit import Trainer
+
+STEPS = 25
+
+
+def _load(path):
+    with np.load(path) as z:
+        return {k: z[k] for k in z.files}
+
+
+def _bits(a):
+    a = np.ascontiguousarray(a)
+    return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
+
+
+@pytest.fixture(scope="module", params=[2, 3])
+def trained(request, tmp_path_factory):
+    from conftest import run_mpi
+    n = request.param
+    out = tmp_path_factory.mktemp(f"train{n}")
+    job = run_mpi(n, "train", out, STEPS)
+    assert job.rc == 0, job
+    return n, out
+
+
+def _single_process(worker, cid, n):
+    _, name, kw, f64 = next(c for c in worker.CONFIGS if c[0] == cid)
+    params = worker.make_params(17, f64)              # rank 0's initial values
+    t = Trainer(params, name, dict(kw), kvstore="device")
+    for step in range(STEPS):
+        for k, p in enumerate(params):
+            g = worker.grad_of(17, step, 0, k, p.shape, p.dtype)
+            for r in range(1, n):                     # the concatenated batch: sum of the ranks'
+                g = g + worker.grad_of(17, step, r, k, p.shape, p.dtype)
+            p.grad()[...] = g
+        t.step(worker.BATCH * n)
+    return worker.snapshot(t, params)
+
+
+@pytest.mark.parametrize("cid", ["sgd-mom", "adam", "nadam", "lbsgd-lars"])
+def test_ranks_bit_identical_and_equal_to_one_process(trained, cid, worker_module):
+    n, out = trained
+    ranks = [_load(out / f"train-{cid}-rank{r}.npz") for r in range(n)]
+    for r in range(1, n):
+        assert ranks[r].keys() == ranks[0].keys()
+        for key in ranks[0]:
+            assert np.array_equal(_bits(ranks[r][key]), _bits(ranks[0][key])), (cid, r, key)
+    one = _single_process(worker_module, cid, n)
+    for key, want in one.items():
+        got = ranks[0][key]
+        if key == "digest":
+            continue
+        if n == 2:
+            # a + b is commutative in IEEE arithmetic: the 2-rank sum has the one-process bits
+            assert np.array_equal(_bits(got), _bits(want)), (cid, key)
+        else:
+            np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6, err_msg=f"{cid} {key}")
+
+
+def test_two_bit_compression_matches_mxnet(mpi, tmp_path):
+    for n in (2, 3):
+        job = mpi(n, "mxnet2bit", tmp_path)
+        assert job.rc == 0, job
+        reports = [json.loads((tmp_path / f"mxnet2bit-rank{r}.json").read_text())
+                   for r in range(n)]
+        assert reports[0], f"no MXNet case with {n} contexts"
+        for rep in reports:
+            for cid, res in rep.items():
+                assert res["mismatches"] == 0, (n, cid)
+                # the bytes on the wire are the packed codes: 4 bytes per 16 elements
+                assert set(res["payload_bytes"]) == {4 * res["words"]}, (cid, res)
+
+
+@pytest.mark.parametrize("variant,n", [("shape", 2), ("name", 2), ("dtype", 3)])
+def test_parameter_mismatch_raises_on_every_rank(mpi, tmp_path, variant, n):
+    job = mpi(n, "mismatch", tmp_path, variant, timeout=120)
+    assert job.rc not in (0, "timeout"), job
+    assert job.seconds < 60, job
+    for r in range(n):
+        assert f"seen on rank {r}; every rank raises this" in job.out, (r, job)
+    assert "DistMismatchError" in job.out and "no error" not in job.out
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["launch", "plain-mpiexec"])
+@pytest.mark.parametrize("what", ["raise", "kill", "exit"])
+def test_a_failing_rank_ends_the_job_nonzero_within_the_bound(mpi, tmp_path, what, plain):
+    # the watchdog bound is 10 s here; the job must end well within the 120 s test timeout.
+    # plain: mpiexec -n 2 python worker.py, without mpi4py's own abort-on-exception runner
+    job = mpi(2, "fault", tmp_path, what, timeout=120, env={"MXOPT_DIST_TIMEOUT": "10"},
+              plain=plain)
+    assert job.rc != "timeout", job
+    assert job.rc != 0, job
+    assert job.seconds < 40, job
+    assert "finished" not in job.out, job
+    if what == "raise":
+        assert "rank 1 raises after a step" in job.out
+
+
+def test_save_on_rank0_load_everywhere_continues_bit_identically(mpi, tmp_path):
+    first, second = 7, 6
+    job = mpi(2, "save", tmp_path, first, second)
+    assert job.rc == 0, job
+    assert (tmp_path / "ckpt.states").exists()
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+    job = mpi(2, "resume", tmp_path, first, second)
+    assert job.rc == 0, job
+    full = [_load(tmp_path / f"full-rank{r}.npz") for r in range(2)]
+    resumed = [_load(tmp_path / f"resumed-rank{r}.npz") for r in range(2)]
+    for r in range(2):
+        for key in full[0]:
+            assert np.array_equal(_bits(resumed[r][key]), _bits(full[0][key])), (r, key)
+            assert np.array_equal(_bits(full[r][key]), _bits(full[0][key])), (r, key)
+
+
+def test_stale_on_one_rank_is_stale_everywhere(mpi, tmp_path):
+    job = mpi(2, "stale", tmp_path)
+    assert job.rc == 0, job
+    res = [json.loads((tmp_path / f"stale-rank{r}.json").read_text()) for r in range(2)]
+    for r in range(2):
+        assert "b (stale on rank 1)" in res[r]["strict"]
+        assert res[r]["after_strict_a"] == [1.0] * 4          # nothing moved
+        assert res[r]["b"] == [1.0] * 4 and res[r]["b_grad"] == [0.0] * 4
+        # a: sum of both ranks' gradients (2) / batch 1, lr 0.5: 1 - 0.5 * 2 = 0
+        assert res[r]["a"] == [0.0] * 4
+    assert res[0]["digest"] == res[1]["digest"]
+    for r in range(2):
+        assert "call allreduce_grads() first" in res[r]["update_without_reduce"]
+        assert "already all-reduced" in res[r]["second_reduce"]
+        # a = 0, mom = -1 after the first step; split step: mom = 0.5 * -1 - 0.5 * 2 = -1.5
+        assert res[r]["a_after_split"] == [-1.5] * 4
+
+
+def test_launcher_runs_the_script_on_n_ranks(mpi, tmp_path):
+    job = mpi(3, "hello", tmp_path, launcher=True)
+    assert job.rc == 0, job
+    for r in range(3):
+        assert f"hello from rank {r} of 3 (dist_device_sync)" in job.out
+
+
+def test_example_script_trains_on_two_ranks(mpi, tmp_path):
+    pytest.importorskip("sklearn", reason="the example trains on scikit-learn's digits")
+    from conftest import ROOT
+    job = mpi(2, "--epochs", "2", "--compress", "0.01", "--checkpoint", tmp_path,
+              script=ROOT / "examples" / "train_dist.py", launcher=True)
+    assert job.rc == 0, job
+    assert "2 ranks hold the same parameters and states" in job.out
+    assert (tmp_path / "trainer.states").exists() and (tmp_path / "weights.npz").exists()
+    acc = [float(line.split("test accuracy ")[1].split(",")[0])
+           for line in job.out.splitlines() if "test accuracy" in line]
+    assert len(acc) == 2 and acc[-1] > 0.8
+
+
+def test_gpu_parameters_are_staged_through_host_buffers(mpi, tmp_path, worker_module):
+    """Under numba's CUDA simulator (no GPU here): a GPU group and a host group on 2 ranks."""
+    pytest.importorskip("numba.cuda")
+    job = mpi(2, "cudasim", tmp_path, env={"NUMBA_ENABLE_CUDASIM": "1"})
+    if job.rc != 0 and "CUDA" in job.out and "unavailable" in job.out:
+        pytest.skip("the CUDA simulator is not usable here")
+    assert job.rc == 0, job
+    got = [_load(tmp_path / f"cudasim-rank{r}.npz") for r in range(2)]
+    assert np.array_equal(got[0]["digest"], got[1]["digest"])
+    from toolkit import Parameter
+    ps = [Parameter("a", shape=(40,), init=1.0), Parameter("b", shape=(5,), init=2.0)]
+    t = Trainer(ps, "adam", {"learning_rate": 0.1})
+    for step in range(3):
+        for k, p in enumerate(ps):
+            p.set_grad(sum(worker_module.grad_of(3, step, r, k, p.shape, np.float32)
+                           for r in range(2)))
+        t.step(2)
+    np.testing.assert_allclose(got[0]["a"], ps[0].data(), rtol=1e-6)
+    assert np.array_equal(got[0]["b"], ps[1].data())

@@ -1,0 +1,692 @@
+"""Synchronous data-parallel training over MPI: ``Trainer(..., kvstore="dist_sync")``.
+
+Start one process per worker with ``mxopt launch -n N train.py`` (or ``mpiexec -n N python
+train.py``); every process builds the same Trainer. What a distributed Trainer does
+(``docs/distributed.md`` has the why and the measurements):
+
+* **construction**: every rank describes its Trainer (kvstore type, compression, optimizer,
+  convention, hyperparameters, backend, and each parameter's name, shape, dtype, device, grad_req
+  and multipliers); the descriptions are gathered on every rank and compared, so a mismatch raises
+  :class:`DistMismatchError` on **every** rank (never a hang in a later collective). Then rank
+  0's parameter values and optimizer state are broadcast into every rank's flat buffers, as
+  MXNet's kvstore ``init``/``broadcast`` gives every worker rank 0's weights.
+* **a step**: the ranks agree on which gradients are fresh (one small ``Allgather`` of the fresh
+  flags), then each (dtype, device) group's flat gradient buffer is summed across ranks: one
+  ``Reduce_scatter`` + one ``Allgatherv`` per group (each element is summed on exactly one rank
+  and copied to the others, so every rank holds the same bits; a plain ``MPI_Allreduce`` does not
+  promise that). With 2-bit compression each rank quantises its buffer and the packed codes are
+  exchanged with one ``Allgather`` per group; every rank decodes and sums them in rank order.
+  Then each rank runs the same optimizer step on the same bits, so parameters and states stay
+  bit-identical on every rank.
+* **numerics** (MXNet 1.9.1 Gluon, python/mxnet/gluon/trainer.py at tag 1.9.1): ``step(batch_size)``
+  sets ``rescale_grad = scale / batch_size`` (trainer.py:338) and the gradient it scales is the
+  **sum over workers** (the dist kvstore's pushpull, trainer.py:371-395). Gluon does not multiply
+  by the number of workers (Module does: module/module.py:503-506), so pass the global batch
+  (per-worker batch x ``num_workers``) to average over every sample.
+* **faults**: an uncaught exception on any rank aborts the whole MPI job (``MPI_Abort``, the
+  way ``python -m mpi4py`` does), and every collective of the Trainer runs under a watchdog
+  (``MXOPT_DIST_TIMEOUT`` seconds, default 600) that aborts the job when another rank never
+  arrives (it died, exited, or hangs).
+
+mpi4py is imported only when a distributed Trainer is built (``pip install "mxopt-toolkit[dist]"``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+from ..backends import arrays
+from . import compression as _compression
+from .buffers import state_leaves
+
+__all__ = ["SYNC", "ASYNC", "kvstore_type", "DistKVStore", "DistMismatchError", "REDUCE_MODES",
+           "bytes_model"]
+
+#: kvstore names of synchronous data-parallel training (MXNet reads any name containing "dist"
+#: and not "_async" as synchronous; these are its documented spellings)
+SYNC = ("dist_sync", "dist_device_sync", "dist_sync_device", "dist")
+#: MXNet's asynchronous parameter-server modes: refused
+ASYNC = ("dist_async", "dist_device_async", "dist_async_device")
+_OTHER = ("horovod", "byteps", "nccl")
+
+#: how a group's gradients are summed so that every rank holds the same bits
+#: ("scatter_gather": Reduce_scatter + Allgatherv, the default; "reduce_bcast": Reduce to rank 0
+#: + Bcast; "allreduce_bcast": Allreduce + Bcast from rank 0). Choose with MXOPT_DIST_REDUCE.
+REDUCE_MODES = ("scatter_gather", "reduce_bcast", "allreduce_bcast")
+
+DEFAULT_TIMEOUT = 600.0
+
+
+class DistMismatchError(ValueError):
+    """The ranks' Trainers differ (parameters, optimizer or settings); raised on every rank."""
+
+    raised_on_every_rank = True
+
+
+def _everywhere(exc):
+    """Mark ``exc`` as raised by every rank at the same point (the abort hook then lets each rank
+    exit by itself, so that every rank prints its error)."""
+    try:
+        exc.raised_on_every_rank = True
+    except AttributeError:  # pragma: no cover - exceptions with __slots__
+        pass
+    return exc
+
+
+def kvstore_type(kvstore):
+    """The distributed kvstore type named by ``kvstore``, or None for a one-process name.
+    Asynchronous and other distributed types raise ``ValueError`` saying what is supported."""
+    if not isinstance(kvstore, str):
+        return None
+    if kvstore in SYNC:
+        return kvstore
+    if kvstore in ASYNC or (kvstore.startswith("dist") and "async" in kvstore):
+        raise ValueError(
+            f"kvstore={kvstore!r}: asynchronous distributed training (MXNet's parameter-server "
+            "dist_async modes) is not supported; supported distributed kvstores are 'dist_sync' "
+            "and 'dist_device_sync' (synchronous, over MPI: docs/distributed.md)")
+    if kvstore.startswith("dist") or kvstore in _OTHER:
+        raise ValueError(
+            f"kvstore={kvstore!r} is not supported; distributed training supports 'dist_sync' "
+            "and 'dist_device_sync' (synchronous, over MPI), one process 'device', 'local' or "
+            "None")
+    return None
+
+
+def bytes_model(n_elements, itemsize, workers, compressed=False, mode="scatter_gather"):
+    """Bytes one rank sends for one group per step under the ring model: ``2(N-1)/N * bytes`` for
+    Reduce_scatter + Allgatherv (a ring allreduce; also a plain Allreduce), twice that for
+    ``reduce_bcast`` and ``allreduce_bcast`` (the large-message Reduce and Bcast each move
+    ``2(N-1)/N * bytes``), ``(N-1) * packed bytes`` for the compressed Allgather."""
+    if workers <= 1:
+        return 0
+    if compressed:
+        return (workers - 1) * _compression.words_for(n_elements) * 4
+    factor = 2 if mode in ("reduce_bcast", "allreduce_bcast") else 1
+    return int(round(factor * 2 * (workers - 1) / workers * n_elements * itemsize))
+
+
+# -------------------------------------------------------------------------------------------
+# MPI, the abort hook and the watchdog
+# -------------------------------------------------------------------------------------------
+def _mpi():
+    try:
+        from mpi4py import MPI
+    except ImportError as exc:  # pragma: no cover - depends on the installation
+        raise ImportError(
+            "distributed training needs mpi4py and an MPI library: pip install "
+            "'mxopt-toolkit[dist]' (installs mpi4py and MPICH), then start the script with "
+            f"'mxopt launch -n N script.py' ({exc})") from exc
+    return MPI
+
+
+_hook_installed = False
+_communicator = None
+
+
+def use_communicator(comm):
+    """Train over ``comm`` (an mpi4py communicator) instead of ``MPI.COMM_WORLD``: every
+    distributed Trainer built afterwards duplicates it."""
+    global _communicator
+    _communicator = comm
+
+
+def _abort(MPI, code=1):
+    sys.stderr.flush()
+    sys.stdout.flush()
+    # mpiexec forwards each rank's output asynchronously; MPI_Abort tears the job down at once,
+    # so give the message just written a moment to reach the terminal
+    time.sleep(0.5)
+    try:
+        if MPI.Query_thread() >= MPI.THREAD_MULTIPLE or threading.current_thread() is \
+                threading.main_thread():
+            MPI.COMM_WORLD.Abort(code)
+    finally:
+        os._exit(code)
+
+
+def _install_abort_hook(MPI, rank):
+    """An uncaught exception prints its traceback, then aborts the MPI job: the other ranks,
+    waiting in a collective, would otherwise wait forever (MPI_Finalize at exit does not end
+    them)."""
+    global _hook_installed
+    if _hook_installed:
+        return
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        if getattr(value, "raised_on_every_rank", False):
+            # every rank raised the same error at the same point: each exits by itself (status
+            # 1), after printing it, and no rank is left waiting
+            previous(kind, value, tb)
+            return
+        try:
+            previous(kind, value, tb)
+        finally:
+            sys.stderr.write(f"mxopt dist: rank {rank} stopped on an uncaught {kind.__name__}; "
+                             "aborting the MPI job so that no rank waits forever\n")
+            _abort(MPI, 1)
+
+    sys.excepthook = hook
+    _hook_installed = True
+
+
+class _Watchdog:
+    """Aborts the job when one collective runs longer than ``timeout`` seconds."""
+
+    def __init__(self, MPI, rank, timeout):
+        self.MPI, self.rank, self.timeout = MPI, rank, timeout
+        self._cond = threading.Condition()
+        self._what = None
+        self._deadline = 0.0
+        self._thread = None
+
+    def _start(self):
+        self._thread = threading.Thread(target=self._run, name="mxopt-dist-watchdog",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        with self._cond:
+            while True:
+                if self._what is None:
+                    self._cond.wait()
+                    continue
+                left = self._deadline - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                sys.stderr.write(
+                    f"mxopt dist: rank {self.rank}: {self._what} did not complete within "
+                    f"{self.timeout:g} s (another rank died, exited or is stuck; raise "
+                    "MXOPT_DIST_TIMEOUT if a rank legitimately takes longer between steps); "
+                    "aborting the MPI job\n")
+                _abort(self.MPI, 1)
+
+    def __call__(self, what):
+        return _Guard(self, what)
+
+
+class _Guard:
+    __slots__ = ("dog", "what")
+
+    def __init__(self, dog, what):
+        self.dog, self.what = dog, what
+
+    def __enter__(self):
+        dog = self.dog
+        if dog.timeout:
+            if dog._thread is None:
+                dog._start()
+            with dog._cond:
+                dog._what = self.what
+                dog._deadline = time.monotonic() + dog.timeout
+                dog._cond.notify()
+
+    def __exit__(self, *exc):
+        dog = self.dog
+        if dog.timeout:
+            with dog._cond:
+                dog._what = None
+        return False
+
+
+_dups: dict = {}
+_dog = None
+
+
+def _duplicate(base):
+    key = id(base)
+    if key not in _dups:
+        _dups[key] = (base, base.Dup())   # keep base alive: its id stays unique
+    return _dups[key][1]
+
+
+def _watchdog(MPI, rank, timeout):
+    """The process's one watchdog thread (started at the first guarded collective)."""
+    global _dog
+    if _dog is None:
+        _dog = _Watchdog(MPI, rank, timeout)
+    _dog.timeout = timeout
+    return _dog
+
+
+def _timeout_from_env():
+    raw = os.environ.get("MXOPT_DIST_TIMEOUT", "")
+    if raw == "":
+        return DEFAULT_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"MXOPT_DIST_TIMEOUT must be a number of seconds (0: no watchdog), got "
+                         f"{raw!r}") from None
+    if not np.isfinite(value) or value < 0:
+        raise ValueError(f"MXOPT_DIST_TIMEOUT must be >= 0, got {raw!r}")
+    return value
+
+
+def _reduce_mode_from_env():
+    mode = os.environ.get("MXOPT_DIST_REDUCE", "") or REDUCE_MODES[0]
+    if mode not in REDUCE_MODES:
+        raise ValueError(f"MXOPT_DIST_REDUCE must be one of {REDUCE_MODES}, got {mode!r}")
+    return mode
+
+
+# -------------------------------------------------------------------------------------------
+# the kvstore
+# -------------------------------------------------------------------------------------------
+class _GroupComm:
+    """What one (dtype, device) group needs for its collectives, allocated once."""
+
+    def __init__(self, kv, g):
+        self.g = g
+        self.n = g.size
+        self.dtype = np.dtype(g.dtype)
+        self.device = g.device
+        # host staging for GPU groups (reused every step; MPI reads host memory here)
+        self.stage = None
+        if g.device == "cuda":
+            try:
+                from numba import cuda
+                self.stage = cuda.pinned_array(self.n, self.dtype)
+            except Exception:  # pragma: no cover - simulator or no pinned memory
+                self.stage = np.empty(self.n, self.dtype)
+        N = kv.num_workers
+        base, extra = divmod(self.n, N)
+        self.counts = np.array([base + (r < extra) for r in range(N)], np.int64)
+        self.displs = np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(np.int64)
+        self.chunk = None
+        self.mpitype, self.op = kv._type_and_op(self.dtype)
+        if kv.compression is not None:
+            self.residual = np.zeros(self.n, np.float32)
+            self.words = np.zeros(_compression.words_for(self.n), np.uint32)
+            self.all_words = np.zeros((N, self.words.shape[0]), np.uint32)
+            self.mask = None
+
+    def host_grad(self):
+        """The gradient as a host array (the flat buffer itself, or the staged copy)."""
+        if self.stage is None:
+            return self.g.grad
+        self.g.grad.copy_to_host(self.stage)
+        return self.stage
+
+    def back(self, host):
+        if self.stage is not None:
+            self.g.grad.copy_to_device(host)
+
+
+class DistKVStore:
+    """The distributed side of a Trainer (``trainer.kvstore``): MXNet's ``kv.type``,
+    ``kv.rank``, ``kv.num_workers``, plus the statistics of the last reduction."""
+
+    def __init__(self, trainer, kvtype, compression, update_on_kvstore):
+        MPI = self.MPI = _mpi()
+        base = _communicator if _communicator is not None else MPI.COMM_WORLD
+        # one duplicate of the base communicator per process, shared by every distributed
+        # Trainer (their collectives run in program order, the same on every rank): the
+        # Trainer's traffic never mixes with the script's own, and no communicator leaks
+        self.comm = _duplicate(base)
+        self.type = kvtype
+        self.rank = self.comm.Get_rank()
+        self.num_workers = self.comm.Get_size()
+        self.compression = compression
+        #: MXNet's default for a dense dist kvstore is True (the optimizer runs on the servers);
+        #: here every rank runs it on the same summed gradient: the numbers are the same
+        self.update_on_kvstore = True if update_on_kvstore is None else update_on_kvstore
+        self.reduce_mode = _reduce_mode_from_env()
+        self.timeout = _timeout_from_env()
+        self.watch = _watchdog(MPI, self.rank, self.timeout)
+        self.last_step_bytes = {}
+        self._pending = False
+        self._f16_op = None
+        self._trainer = trainer
+        if self.num_workers > 1:
+            _install_abort_hook(MPI, self.rank)
+        self._check_same(trainer)
+        if compression is not None:
+            bad = sorted({np.dtype(g.dtype).name for g in trainer._groups
+                          if np.dtype(g.dtype) != np.float32})
+            if bad:
+                raise _everywhere(ValueError(
+                    f"2-bit gradient compression needs float32 gradients (MXNet 1.9.1's "
+                    f"quantiser is float32 only); this Trainer has {bad} parameters: pass "
+                    "compression_params=None"))
+        self._groups = [_GroupComm(self, g) for g in trainer._groups]
+        self._broadcast_initial(trainer)
+
+    # --- helpers --------------------------------------------------------------------------
+    def _type_and_op(self, dtype):
+        MPI = self.MPI
+        if dtype == np.float32:
+            return MPI.FLOAT, MPI.SUM
+        if dtype == np.float64:
+            return MPI.DOUBLE, MPI.SUM
+        if dtype == np.float16:  # MPI has no half type: a user sum over 2-byte elements
+            if self._f16_op is None:
+                def add16(inbuf, inout, datatype):
+                    a = np.frombuffer(inbuf, np.float16)
+                    b = np.frombuffer(inout, np.float16)
+                    np.add(b, a, out=b)
+                self._f16_op = MPI.Op.Create(add16, commute=True)
+            return MPI.UINT16_T, self._f16_op
+        raise ValueError(f"distributed training has no reduction for dtype {dtype}")
+
+    def _bcast_bytes(self, data: bytes | None, what) -> bytes:
+        n = np.array([len(data) if data is not None and self.rank == 0 else 0], np.int64)
+        with self.watch(what):
+            self.comm.Bcast(n, root=0)
+            buf = bytearray(data) if self.rank == 0 else bytearray(int(n[0]))
+            if n[0]:
+                self.comm.Bcast([buf, self.MPI.BYTE], root=0)
+        return bytes(buf)
+
+    def _allgather_bytes(self, data: bytes, what):
+        n = np.array([len(data)], np.int64)
+        lengths = np.zeros(self.num_workers, np.int64)
+        with self.watch(what):
+            self.comm.Allgather(n, lengths)
+            out = bytearray(int(lengths.sum()))
+            displs = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+            self.comm.Allgatherv([data, self.MPI.BYTE],
+                                 [out, (lengths, displs), self.MPI.BYTE])
+        return [bytes(out[int(d):int(d) + int(m)]) for d, m in zip(displs, lengths)]
+
+    def _agree(self, ok: bool, what) -> np.ndarray:
+        """Every rank's flag, on every rank."""
+        flags = np.zeros(self.num_workers, np.uint8)
+        with self.watch(what):
+            self.comm.Allgather(np.array([1 if ok else 0], np.uint8), flags)
+        return flags
+
+    def barrier(self):
+        """Wait for every rank (MXNet's ``kv._barrier()``)."""
+        with self.watch("barrier"):
+            self.comm.Barrier()
+
+    # --- construction -------------------------------------------------------------------------
+    def _describe(self, trainer):
+        from .states import _hyper
+        opt = trainer._optimizer
+        try:
+            hyper = _hyper(opt)
+        except (TypeError, ValueError):  # pragma: no cover - a custom optimizer's odd values
+            hyper = repr(sorted(opt.reference_hyper().items()))
+        comp = None if self.compression is None else {
+            "type": self.compression["type"], "threshold": self.compression["threshold"]}
+        return {
+            "kvstore": self.type, "compression": comp, "backend": trainer._backend,
+            "update_on_kvstore": self.update_on_kvstore, "reduce": self.reduce_mode,
+            "optimizer": type(opt).__module__ + "." + type(opt).__name__,
+            "convention": opt.convention, "hyperparameters": hyper,
+            "params": [{"name": p.name, "shape": list(p.shape), "dtype": p.dtype.name,
+                        "device": p.device, "grad_req": p.grad_req,
+                        "lr_mult": float(p.lr_mult), "wd_mult": float(p.wd_mult)}
+                       for p in trainer._params],
+        }
+
+    def _check_same(self, trainer):
+        mine = self._describe(trainer)
+        texts = self._allgather_bytes(json.dumps(mine, sort_keys=True).encode("utf-8"),
+                                      "comparing the ranks' Trainers")
+        descs = [json.loads(t.decode("utf-8")) for t in texts]
+        problems = []
+        ref = descs[0]
+        for r, d in enumerate(descs[1:], start=1):
+            if d == ref:
+                continue
+            problems.extend(_differences(ref, d, r))
+        if problems:
+            shown = "; ".join(problems[:8]) + ("; ..." if len(problems) > 8 else "")
+            raise DistMismatchError(
+                f"the {self.num_workers} ranks do not hold the same Trainer (seen on rank "
+                f"{self.rank}; every rank raises this): {shown}. Build the same parameters "
+                "(names, shapes, dtypes, devices, grad_req, multipliers) and the same optimizer "
+                "on every rank")
+
+    def _broadcast_initial(self, trainer):
+        """Rank 0's weights and optimizer state into every rank's buffers (MXNet's kvstore
+        init broadcasts rank 0's weights)."""
+        if self.num_workers == 1:
+            return
+        for gc in self._groups:
+            g = gc.g
+            flats = [g.data] + state_leaves(g.state) + list(g.host_flats.values())
+            for flat in flats:
+                self._bcast_array(flat, f"broadcasting rank 0's {g.dtype} parameters")
+        for p in trainer._params:   # parameters without a gradient are outside the groups
+            if p.grad_req == "null":
+                self._bcast_array(p._data, f"broadcasting rank 0's parameter {p.name!r}")
+
+    def _bcast_array(self, a, what):
+        host = a if isinstance(a, np.ndarray) else np.ascontiguousarray(arrays.to_host(a))
+        if not host.flags.c_contiguous:  # pragma: no cover - the buffers are contiguous
+            host = np.ascontiguousarray(host)
+        view = host.reshape(-1).view(np.uint8)
+        with self.watch(what):
+            self.comm.Bcast([view, self.MPI.BYTE], root=0)
+        if host is not a:
+            arrays.copy_from_host(a, host)
+
+    # --- a step -----------------------------------------------------------------------------
+    def allreduce_grads(self, raise_stale=False):
+        """Agree on fresh gradients, then sum every group's gradient buffer across ranks.
+
+        The rule (the same decision on every rank): a parameter takes part in a step only when
+        its gradient is fresh on **every** rank. ``raise_stale`` (``step`` without
+        ``ignore_stale_grad``): any other parameter raises ``StaleGradientError`` on every rank
+        before anything is reduced. Otherwise its gradient is zeroed on every rank, left out of
+        the compression residual, and marked stale everywhere, so ``update`` skips it (with
+        ``ignore_stale_grad=True``) or raises (without)."""
+        from .trainer import StaleGradientError
+        trainer = self._trainer
+        if self._pending:
+            raise RuntimeError("the gradients were already all-reduced and not applied yet: "
+                               "call update() before allreduce_grads() again (a second "
+                               "reduction would sum them again)")
+        live = [p for p in trainer._params if p.grad_req != "null"]
+        flags = np.array([1 if p._fresh else 0 for p in live], np.uint8)
+        every = np.zeros((self.num_workers, len(live)), np.uint8)
+        if live:
+            with self.watch("agreeing on fresh gradients"):
+                self.comm.Allgather(flags, every)
+        fresh = every.all(axis=0) if live else np.zeros(0, bool)
+        if raise_stale and not fresh.all():
+            where = []
+            for k in np.flatnonzero(~fresh):
+                ranks = [int(r) for r in np.flatnonzero(every[:, k] == 0)]
+                where.append(f"{live[k].name} (stale on rank{'s' if len(ranks) > 1 else ''} "
+                             f"{', '.join(map(str, ranks))})")
+            raise _everywhere(StaleGradientError(
+                f"gradient of parameter(s) {where} has not been written since the last step on "
+                "every rank (a distributed step updates a parameter only when its gradient is "
+                "fresh on all ranks; write it on every rank, or pass ignore_stale_grad=True to "
+                "skip it everywhere); nothing was reduced or updated"))
+        skipped = {id(p) for p, f in zip(live, fresh) if not f}
+        for p in live:
+            if id(p) in skipped:
+                p._fresh = False
+        stats = {"groups": len(self._groups), "payload_bytes": 0, "uncompressed_bytes": 0,
+                 "ring_model_bytes": 0, "uncompressed_ring_model_bytes": 0, "seconds": 0.0}
+        t0 = time.perf_counter()
+        for gc in self._groups:
+            self._reduce_group(gc, skipped, stats)
+        stats["seconds"] = time.perf_counter() - t0
+        self.last_step_bytes = stats
+        self._pending = True
+
+    def _reduce_group(self, gc, skipped, stats):
+        g = gc.g
+        masked = [k for k, (_, p) in enumerate(g.members) if id(p) in skipped]
+        grad = gc.host_grad()
+        for k in masked:
+            grad[int(g.offsets[k]):int(g.offsets[k + 1])] = 0
+        N = self.num_workers
+        stats["uncompressed_bytes"] += gc.n * gc.dtype.itemsize
+        stats["uncompressed_ring_model_bytes"] += bytes_model(gc.n, gc.dtype.itemsize, N)
+        if self.compression is not None:
+            mask = None
+            if masked:
+                mask = np.ones(gc.n, np.uint8)
+                for k in masked:
+                    mask[int(g.offsets[k]):int(g.offsets[k + 1])] = 0
+            _compression.quantize(grad, gc.residual, self.compression["threshold32"],
+                                  out=gc.words, mask=mask)
+            with self.watch("the compressed gradient Allgather"):
+                self.comm.Allgather([gc.words, self.MPI.UINT32_T],
+                                    [gc.all_words, self.MPI.UINT32_T])
+            _compression.dequantize_sum(gc.all_words, self.compression["threshold32"], grad)
+            stats["payload_bytes"] += gc.words.nbytes if N > 1 else 0
+            stats["ring_model_bytes"] += bytes_model(gc.n, 4, N, compressed=True)
+        else:
+            if N > 1:
+                self._sum(gc, grad)
+            stats["payload_bytes"] += gc.n * gc.dtype.itemsize if N > 1 else 0
+            stats["ring_model_bytes"] += bytes_model(gc.n, gc.dtype.itemsize, N,
+                                                     mode=self.reduce_mode)
+        gc.back(grad)
+
+    def _sum(self, gc, buf, mode=None):
+        """Sum ``buf`` over the ranks in place; every rank ends with the same bits."""
+        MPI, comm, t, op = self.MPI, self.comm, gc.mpitype, gc.op
+        mode = mode or self.reduce_mode
+        with self.watch(f"the gradient reduction ({mode}, {gc.dtype.name})"):
+            if mode == "scatter_gather":
+                if gc.chunk is None:
+                    gc.chunk = np.empty(int(gc.counts[self.rank]), gc.dtype)
+                comm.Reduce_scatter([buf, t], [gc.chunk, t], recvcounts=gc.counts, op=op)
+                comm.Allgatherv([gc.chunk, t], [buf, (gc.counts, gc.displs), t])
+            elif mode == "reduce_bcast":
+                if self.rank == 0:
+                    comm.Reduce(MPI.IN_PLACE, [buf, t], op=op, root=0)
+                else:
+                    comm.Reduce([buf, t], None, op=op, root=0)
+                comm.Bcast([buf, t], root=0)
+            elif mode == "allreduce_bcast":
+                comm.Allreduce(MPI.IN_PLACE, [buf, t], op=op)
+                comm.Bcast([buf, t], root=0)
+            elif mode == "allreduce":   # benchmarks only: MPI does not promise equal bits
+                comm.Allreduce(MPI.IN_PLACE, [buf, t], op=op)
+            else:  # pragma: no cover
+                raise ValueError(mode)
+
+    def step(self, ignore_stale_grad):
+        self.allreduce_grads(raise_stale=not ignore_stale_grad)
+        self.update(ignore_stale_grad)
+
+    def update(self, ignore_stale_grad):
+        if not self._pending:
+            raise RuntimeError("a distributed Trainer's update() applies the gradients summed by "
+                               "allreduce_grads(): call allreduce_grads() first (or step())")
+        self._trainer._update(ignore_stale_grad)
+        self._pending = False
+
+    # --- states -------------------------------------------------------------------------------
+    def save_states(self, path):
+        """Rank 0 writes the file; every rank returns once it is written, or raises if rank 0
+        could not write it."""
+        from .states import save
+        error = None
+        if self.rank == 0:
+            try:
+                save(self._trainer, path)
+            except Exception as exc:  # noqa: BLE001 - reported to every rank below
+                error = exc
+        msg = self._bcast_bytes(b"" if error is None else
+                                f"{type(error).__name__}: {error}".encode("utf-8"),
+                                "save_states (waiting for rank 0)")
+        if error is not None:
+            raise _everywhere(error)
+        if msg:
+            raise _everywhere(RuntimeError(f"save_states failed on rank 0: "
+                                           f"{msg.decode('utf-8')}"))
+
+    def load_states(self, path):
+        """Rank 0 reads the file and sends its bytes to every rank; every rank loads the same
+        bytes (files on other ranks are not read). A failure on any rank raises on every rank."""
+        from .states import load
+        raw, error = None, None
+        if self.rank == 0:
+            try:
+                with open(path, "rb") as f:
+                    raw = f.read()
+            except OSError as exc:
+                error = exc
+        msg = self._bcast_bytes(b"" if error is None else
+                                f"{type(error).__name__}: {error}".encode("utf-8"),
+                                "load_states (waiting for rank 0)")
+        if error is not None:
+            raise _everywhere(error)
+        if msg:
+            raise _everywhere(RuntimeError(f"load_states: rank 0 could not read "
+                                           f"{os.fspath(path)!r}: {msg.decode('utf-8')}"))
+        raw = self._bcast_bytes(raw, "load_states (receiving the file from rank 0)")
+        local_error = None
+        try:
+            load(self._trainer, path, raw=raw)
+        except Exception as exc:  # noqa: BLE001 - agreed on below
+            local_error = exc
+        ok = self._agree(local_error is None, "load_states (agreeing on the result)")
+        if local_error is not None:
+            raise _everywhere(local_error) if ok.sum() == 0 else local_error
+        if not ok.all():
+            bad = [int(r) for r in np.flatnonzero(ok == 0)]
+            raise RuntimeError(f"load_states failed on rank(s) {bad} but not on this one: the "
+                               "ranks no longer hold the same state; do not continue training")
+        self._pending = False
+
+    # --- checks -------------------------------------------------------------------------------
+    def digest(self):
+        """SHA-256 of this rank's parameters, optimizer state and optimizer counts."""
+        h = hashlib.sha256()
+        t = self._trainer
+        for gc in self._groups:
+            g = gc.g
+            for flat in [g.data] + state_leaves(g.state) + list(g.host_flats.values()):
+                h.update(np.ascontiguousarray(arrays.to_host(flat)).tobytes())
+        for p in t._params:
+            if p.grad_req == "null":
+                h.update(np.ascontiguousarray(arrays.to_host(p._data)).tobytes())
+        opt = t._optimizer
+        h.update(json.dumps([opt.num_update, sorted((str(k), v) for k, v in
+                                                    opt._index_update_count.items())]).encode())
+        return h.hexdigest()
+
+    def check_in_sync(self):
+        """Compare every rank's :meth:`digest`; raises ``RuntimeError`` on every rank when they
+        differ, else returns the common digest."""
+        mine = self.digest()
+        every = self._allgather_bytes(mine.encode("ascii"), "comparing the ranks' digests")
+        if len(set(every)) != 1:
+            diff = [r for r, d in enumerate(every) if d != every[0]]
+            raise RuntimeError(f"the ranks' parameters or optimizer states differ: rank(s) {diff} "
+                               "differ from rank 0")
+        return mine
+
+    def __repr__(self):
+        return (f"DistKVStore(type={self.type!r}, rank={self.rank}, num_workers="
+                f"{self.num_workers}, compression={self.compression and self.compression['type']!r}"
+                f", reduce={self.reduce_mode!r})")
+
+
+def _differences(ref, d, r):
+    out = []
+    for key in sorted(set(ref) | set(d)):
+        if key == "params" or ref.get(key) == d.get(key):
+            continue
+        out.append(f"{key} is {ref.get(key)!r} on rank 0 but {d.get(key)!r} on rank {r}")
+    pa, pb = ref.get("params", []), d.get("params", [])
+    if len(pa) != len(pb):
+        out.append(f"rank 0 has {len(pa)} parameters, rank {r} has {len(pb)}")
+    for a, b in zip(pa, pb):
+        if a != b:
+            what = [f"{k} {a.get(k)!r} vs {b.get(k)!r}" for k in sorted(set(a) | set(b))
+                    if a.get(k) != b.get(k)]
+            out.append(f"parameter {a.get('name')!r} (rank 0) / {b.get('name')!r} (rank {r}): "
+                       + ", ".join(what))
+    return out
