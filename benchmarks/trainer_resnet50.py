@@ -19,7 +19,6 @@ import json
 import os
 import platform
 import statistics
-import time
 
 import sys
 
@@ -27,85 +26,13 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 try:
-    from toolkit import Parameter, Trainer
+    import toolkit  # noqa: F401
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, os.path.dirname(HERE))
-    from toolkit import Parameter, Trainer
 
-
-def resnet50_shapes():
-    """The 161 parameter shapes of ResNet-50, in torchvision's order."""
-    shapes = [(64, 3, 7, 7), (64,), (64,)]
-    inplanes = 64
-    for width, blocks in ((64, 3), (128, 4), (256, 6), (512, 3)):
-        for b in range(blocks):
-            shapes += [(width, inplanes, 1, 1), (width,), (width,),
-                       (width, width, 3, 3), (width,), (width,),
-                       (width * 4, width, 1, 1), (width * 4,), (width * 4,)]
-            if b == 0:
-                shapes += [(width * 4, inplanes, 1, 1), (width * 4,), (width * 4,)]
-            inplanes = width * 4
-    shapes += [(1000, 2048), (1000,)]
-    return shapes
-
-
-def _sync(device):
-    if device == "cuda":
-        from numba import cuda
-        cuda.synchronize()
-
-
-def make_trainer(device, shapes, rng):
-    """The Trainer over ``shapes`` with gradients in place, and its step."""
-    params = [Parameter(f"p{i:03d}", init=rng.standard_normal(s).astype(np.float32) * 0.01,
-                        device=device) for i, s in enumerate(shapes)]
-    trainer = Trainer(params, "adam", {"learning_rate": 1e-3})
-    for p in params:
-        p.set_grad(rng.standard_normal(p.shape).astype(np.float32))
-
-    def step():
-        for p in params:
-            p.grad()  # the gradients are written in place (marked fresh)
-        trainer.step(1)
-    return trainer, step
-
-
-def make_torch(device, shapes, rng):
-    """torch's Adam (fused, else foreach) over tensors of ``shapes``, and its step."""
-    import torch
-    dev = "cuda" if device == "cuda" else "cpu"
-    ps = [torch.tensor(rng.standard_normal(s).astype(np.float32) * 0.01, device=dev,
-                       requires_grad=True) for s in shapes]
-    for p in ps:
-        p.grad = torch.tensor(rng.standard_normal(p.shape).astype(np.float32), device=dev)
-    try:
-        opt = torch.optim.Adam(ps, lr=1e-3, fused=True)
-        kind = "fused"
-        opt.step()
-    except (RuntimeError, TypeError):
-        opt = torch.optim.Adam(ps, lr=1e-3, foreach=True)
-        kind = "foreach"
-    return opt.step, kind, torch.__version__
-
-
-def timed(step, device):
-    _sync(device)
-    t0 = time.perf_counter()
-    step()
-    _sync(device)
-    return time.perf_counter() - t0
-
-
-def interleaved(steps, device, repeats, warmup=3):
-    """Each repetition times every step once, in turn, so that what the machine does
-    meanwhile falls on all of them alike; returns the list of times per step."""
-    times = [[] for _ in steps]
-    for k in range(repeats + warmup):
-        for j, step in enumerate(steps):
-            t = timed(step, device)
-            if k >= warmup:
-                times[j].append(t)
-    return times
+# the shapes, the two steps and the interleaved timing are shared with the suite (mxopt bench)
+from toolkit.bench import (_sync, interleaved, make_torch, make_trainer,  # noqa: E402,F401
+                           resnet50_shapes, timed)
 
 
 def main(argv=None):

@@ -11,9 +11,10 @@ SCRIPT = """
 import numpy as np
 from toolkit import Parameter, Trainer, optimizer
 for name in ("adam", "sgld"):
-    opt = optimizer.create(name)
-    w = np.ones(64, np.float32); s = opt.create_state(0, w)
-    opt.update(0, w, np.ones(64, np.float32), s)
+    for n in (64, 1 << 16):     # the serial and the parallel kernel
+        opt = optimizer.create(name)
+        w = np.ones(n, np.float32); s = opt.create_state(0, w)
+        opt.update(0, w, np.ones(n, np.float32), s)
 p = [Parameter("a", shape=(3,)), Parameter("b", shape=(4,))]
 t = Trainer(p, "ftrl")
 for q in p:
@@ -38,3 +39,14 @@ def test_a_second_process_loads_every_kernel_from_the_cache(tmp_path):
     assert "data loaded" in second
     saved = [line for line in second.splitlines() if "data saved" in line]
     assert saved == [], f"the second process compiled again: {saved}"
+
+
+def test_serial_and_parallel_kernels_are_cached_apart(tmp_path):
+    """numba's cache key ignores ``parallel``: the two variants of a loop must not share an
+    index, or the one compiled first is loaded for both (a serial call then ran the parallel
+    kernel, 8 ms for 2^12 elements)."""
+    _run(tmp_path)
+    names = [p.name for p in tmp_path.rglob("*.nbi")]
+    assert any(".serial" in n for n in names) and any(".parallel" in n for n in names), names
+    shared = [n for n in names if "loop" in n and ".serial" not in n and ".parallel" not in n]
+    assert shared == [], shared

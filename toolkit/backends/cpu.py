@@ -46,6 +46,17 @@ DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _NUMBA_TYPES = {np.dtype(np.float32): types.float32, np.dtype(np.float64): types.float64}
 
 
+def _compile(sig, parallel):
+    """The decorator that compiles a kernel with :data:`COMPILE_OPTIONS`. The serial and the
+    parallel variant of a loop are one Python function, and numba's on-disk cache keys a kernel
+    by its code and closure but not by ``parallel``: each variant gets its own qualified name,
+    hence its own cache index, so neither is ever loaded for the other."""
+    def wrap(fn):
+        fn.__qualname__ = f"{fn.__qualname__}.{'parallel' if parallel else 'serial'}"
+        return numba.njit([sig], parallel=bool(parallel), **COMPILE_OPTIONS)(fn)
+    return wrap
+
+
 def _by_value(fn):
     """A copy of module-level function ``fn`` that is not the object its module exports, so
     that a kernel closing over it is cached under its code (pickled by value) rather than its
@@ -113,7 +124,7 @@ def elementwise_kernel(factory, n_state: int, n_hyper: int, dtype, parallel: boo
             arr = nb[::1]
             sig = types.void(arr, arr, *([arr] * n_state), arr)
             rule = _inlined(factory(dtype.type))
-            kernel = numba.njit([sig], parallel=bool(parallel), **COMPILE_OPTIONS)(
+            kernel = _compile(sig, parallel)(
                 _loop(rule, n_state, n_hyper))
             _kernels[key] = kernel
     return kernel
@@ -228,7 +239,7 @@ def mp_kernel(factory, n_state: int, n_hyper: int, parallel: bool):
             f32, u16 = types.float32[::1], types.uint16[::1]
             sig = types.void(f32, u16, *([f32] * n_state), u16, f32)
             rule = _inlined(factory(np.float32))
-            kernel = numba.njit([sig], parallel=bool(parallel), **COMPILE_OPTIONS)(
+            kernel = _compile(sig, parallel)(
                 _mp_loop(rule, n_state, n_hyper, _inlined(_by_value(half.half_to_single)),
                          _inlined(_by_value(half.single_to_half))))
             _kernels[key] = kernel
@@ -366,7 +377,7 @@ def segmented_kernel(factory, n_state: int, n_hyper: int, dtype, parallel: bool)
             arr = nb[::1]
             sig = types.void(arr, arr, *([arr] * n_state), nb[:, ::1], types.int64[:, ::1])
             rule = _inlined(factory(dtype.type))
-            kernel = numba.njit([sig], parallel=bool(parallel), **COMPILE_OPTIONS)(
+            kernel = _compile(sig, parallel)(
                 _segmented_loop(rule, n_state, n_hyper))
             _kernels[key] = kernel
     return kernel
@@ -411,8 +422,7 @@ def noise_kernel(factory, n_hyper, n_aux, dtype, parallel):
             nb = _NUMBA_TYPES[dtype]
             sig = types.void(nb[::1], nb[::1], types.UniTuple(nb, n_hyper), types.uint64,
                              types.UniTuple(types.float64, n_aux))
-            kernel = _kernels[key_] = numba.njit([sig], parallel=bool(parallel),
-                                                 **COMPILE_OPTIONS)(loop)
+            kernel = _kernels[key_] = _compile(sig, parallel)(loop)
     return kernel
 
 
@@ -444,8 +454,7 @@ def noise_segmented_kernel(factory, n_hyper, n_aux, dtype, parallel):
             nb = _NUMBA_TYPES[dtype]
             sig = types.void(nb[::1], nb[::1], nb[:, ::1], types.uint64[::1],
                              types.float64[:, ::1], types.int64[::1], types.int64[:, ::1])
-            kernel = _kernels[key_] = numba.njit([sig], parallel=bool(parallel),
-                                                 **COMPILE_OPTIONS)(loop)
+            kernel = _kernels[key_] = _compile(sig, parallel)(loop)
     return kernel
 
 
@@ -505,8 +514,7 @@ def norms_kernel(dtype, with_cum, parallel):
             nb = _NUMBA_TYPES[dtype]
             sig = types.void(nb[::1], nb[::1], nb[::1], types.float64[:, ::1],
                              types.int64[::1], types.float64[:, ::1])
-            kernel = _kernels[key] = numba.njit([sig], parallel=bool(parallel),
-                                                **COMPILE_OPTIONS)(loop)
+            kernel = _kernels[key] = _compile(sig, parallel)(loop)
     return kernel
 
 

@@ -1,0 +1,160 @@
+"""``mxopt bench`` (toolkit/bench.py): a tiny run's JSON structure, table, plots and exit codes.
+
+Never a timing assertion: benchmarks are not timed tests. Tiny sizes, one repetition.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from toolkit import bench
+from toolkit.__main__ import _main
+
+TINY = ["--sizes", "10,12", "--optimizers", "adam,sgd", "--repeats", "1", "--batch-ms", "0.2",
+        "--no-resnet", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "suite.json"
+    import io
+    import contextlib
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = bench.main(TINY + ["--out", str(out), "--markdown", str(out) + ".md"])
+    return code, out, buf.getvalue()
+
+
+def test_tiny_run_json_structure(tiny_run):
+    code, out, _ = tiny_run
+    assert code == 0
+    r = json.loads(out.read_text())
+    assert r["device"] == "cpu"
+    for key in ("cpu", "cores", "numba_threads", "versions", "date"):
+        assert key in r["machine"]
+    assert {"numpy", "numba", "toolkit"} <= set(r["machine"]["versions"])
+    assert r["config"]["sizes_log2"] == [10, 12]
+    assert r["config"]["settings"] == ["sgd", "sgd mom", "adam"]
+    # 3 settings x 2 dtypes x 2 sizes
+    assert len(r["cases"]) == 12
+    for c in r["cases"]:
+        assert c["dtype"] in ("float32", "float16-mp")
+        assert c["bytes_per_element"] > 0
+        for impl in ("floor", "toolkit", "numpy"):
+            m = c["impls"][impl]
+            assert m["median_s"] > 0 and len(m["times_s"]) == 1 and m["calls_per_subbatch"] >= 1
+        assert c["ratios"]["of_floor"] > 0 and c["ratios"]["vs_numpy"] > 0
+    adam = {(c["dtype"], c["log2n"]): c for c in r["cases"] if c["setting"] == "adam"}
+    assert adam[("float32", 12)]["bytes_per_element"] == 28         # w, g, m, v: 16 read, 12 written
+    assert adam[("float16-mp", 12)]["bytes_per_element"] == 2 + 2 + 8 * 3  # g16, w16, master, m, v
+    assert set(r["cheap_call_us"]) == {"sgd", "sgd mom", "adam"}
+    keys = [t["key"] for t in r["targets"]]
+    assert keys == ["floor_f32", "torch_fused", "floor_f16", "cheap_call", "resnet50"]
+    by = {t["key"]: t for t in r["targets"]}
+    assert by["floor_f32"]["met"] is None and "not measured" in by["floor_f32"]["why"]
+    assert by["cheap_call"]["met"] in (True, False) and by["cheap_call"]["measured"] > 0
+    assert r["resnet50"] is None
+    assert r["wall_s"] > 0
+
+
+def test_tiny_run_torch_columns(tiny_run):
+    _, out, _ = tiny_run
+    r = json.loads(out.read_text())
+    if r["torch"] is None:
+        assert "torch" in r["torch_missing"]
+        return
+    c = next(c for c in r["cases"] if c["setting"] == "adam" and c["dtype"] == "float32")
+    for impl in ("torch fused", "torch foreach"):
+        assert "median_s" in c["impls"][impl] or c["impls"][impl]["status"].startswith("n/a")
+    h = next(c for c in r["cases"] if c["setting"] == "adam" and c["dtype"] == "float16-mp")
+    assert h["impls"]["torch fused"]["status"].startswith("n/a")
+
+
+def test_tiny_run_table_and_plots(tiny_run):
+    _, out, text = tiny_run
+    assert "of the floor" in text and "targets" in text and "sgd mom" in text
+    assert "wrote" in text
+    md = open(str(out) + ".md").read()
+    assert "| adam |" in md and "| target | measured | result |" in md
+    stem = str(out)[:-len(".json")]
+    for suffix in ("_bandwidth.png", "_ratios.png"):
+        with open(stem + suffix, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_without_torch_says_so_and_goes_on(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(bench, "import_torch", lambda: (None, "torch is not installed (test)"))
+    out = tmp_path / "s.json"
+    assert bench.main(["--sizes", "10", "--optimizers", "adagrad", "--dtypes", "float32",
+                       "--repeats", "1", "--batch-ms", "0.1", "--no-resnet", "--no-plot",
+                       "--no-progress", "--out", str(out)]) == 0
+    assert "torch is not installed (test)" in capsys.readouterr().out
+    r = json.loads(out.read_text())
+    assert r["torch"] is None and r["torch_missing"] == "torch is not installed (test)"
+    assert set(r["cases"][0]["impls"]) == {"floor", "toolkit", "numpy"}
+    assert r["cases"][0]["ratios"]["vs_torch_fused"] is None
+
+
+def test_trainer_case_structure():
+    shapes = bench.resnet50_shapes()
+    assert len(shapes) == 161 and sum(int(np.prod(s)) for s in shapes) == 25_557_032
+    torch, _ = bench.import_torch()
+    row = bench.trainer_case("cpu", [(8, 3, 3, 3), (8,), (8,), (10, 8)], 1, torch)
+    assert row["tensors"] == 4 and row["elements"] == 216 + 8 + 8 + 80
+    assert row["toolkit_ms"] > 0 and row["of_floor"] > 0
+    assert row["toolkit_launches_per_step"] >= 1
+    if torch is not None:
+        assert row["vs_torch"] > 0 and row["torch_kind"] in ("fused", "foreach")
+    targets = bench.evaluate_targets("cpu", [], row)
+    assert targets[-1]["key"] == "resnet50" and targets[-1]["met"] in (
+        (True, False) if torch is not None else (None,))
+
+
+def test_every_setting_has_a_numpy_form_and_a_floor():
+    """Every optimizer setting builds: the toolkit's state, a numpy form with as many state
+    arrays as the optimizer keeps, and a floor kernel for its traffic (without timing)."""
+    from toolkit import optimizer
+    names = {s.name for s in bench.SETTINGS}
+    assert names == {"sgd", "nag", "adagrad", "rmsprop", "adadelta", "adam", "adamax", "nadam",
+                     "signum", "lbsgd", "dcasgd", "ftrl", "ftml", "sgld"}
+    assert names <= set(optimizer.registry())
+    n = 64
+    w = np.linspace(-1, 1, n, dtype=np.float32)
+    g = np.linspace(1, -0.5, n, dtype=np.float32) + np.float32(0.01)  # no exact zero
+    for s in bench.SETTINGS:
+        opt = bench.make_optimizer(s, "cpu")
+        tr = bench.traffic(s, False)
+        n_state, step = bench.numpy_step(s, opt)
+        assert n_state == tr.rw - 1, s.label
+        ww, st = w.copy(), [np.zeros(n, np.float32) for _ in range(n_state)]
+        step(ww, g, st)
+        assert ww.dtype == np.float32 and np.isfinite(ww).all(), s.label
+        bench.cpu_floor(n, tr, False, g)()
+        bench.cpu_floor(n, bench.traffic(s, True), True, g.astype(np.float16))()
+
+
+def test_exit_codes(capsys, monkeypatch):
+    # no GPU here (or only the simulator): --device cuda exits 2 with the reason
+    from toolkit import backends
+    ok, _ = backends.cuda_available()
+    import os
+    if ok and not os.environ.get("NUMBA_ENABLE_CUDASIM"):
+        pytest.skip("a real GPU is present")
+    assert bench.main(["--device", "cuda", "--no-progress"]) == 2
+    assert "--device cuda cannot run" in capsys.readouterr().err
+    assert bench.main(["--optimizers", "nosuch"]) == 2
+    assert "unknown optimizer" in capsys.readouterr().err
+    assert bench.main(["--dtypes", "float64"]) == 2
+    assert bench.main(["--sizes", "x"]) == 2
+    assert bench.main(["--help"]) == 0
+    # wired into the command line
+    assert _main(["bench", "--device", "cuda"]) == 2
+
+
+def test_cuda_refuses_the_simulator(monkeypatch, capsys):
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
+    monkeypatch.setattr("toolkit.backends.cuda_available", lambda: (True, "simulator"))
+    assert bench.main(["--device", "cuda"]) == 2
+    assert "simulator" in capsys.readouterr().err
