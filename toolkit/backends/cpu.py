@@ -479,10 +479,16 @@ def run_noise_segmented(factory, weight, grad, table, keys, aux, offsets, chunks
 # LARS norms (LBSGD): |w|^2 and |g|^2 per tensor, float64 accumulation in index order
 # --------------------------------------------------------------------------------------------
 def norms_kernel(dtype, with_cum, parallel):
-    """``loop(w, g, cum, table, offsets, out)``: for each segment ``s`` with ``table[s, 0]``
-    set, ``out[s] = (sum w^2, sum gm^2)`` over its elements in order, accumulated in float64,
+    """``loop(w, g, cum, table, chunks, partial)``: for each chunk ``c`` (rows of
+    :func:`chunk_table`: ``start, end, segment``) of a segment ``s`` with ``table[s, 0]`` set,
+    ``partial[c] = (sum w^2, sum gm^2)`` over its elements, accumulated in float64 in four
+    running sums (element ``i`` of the chunk into sum ``i % 4``, the tail into sum 0) added as
+    ``(s0 + s1) + (s2 + s3)``,
     where ``gm = (cum + g)/table[s, 1]`` in the arithmetic dtype when ``with_cum``, else ``g``.
-    A single tensor is one segment, so a Trainer's norms equal the per-tensor ones bit for bit."""
+    The chunks run in parallel; :func:`run_norms` then adds each segment's partial sums in chunk
+    order. The order of every addition is fixed by the chunk table alone, and a single tensor is
+    one segment with the same chunks, so a Trainer's norms equal the per-tensor ones bit for
+    bit."""
     dtype = np.dtype(dtype)
     key = ("norms", dtype, bool(with_cum), bool(parallel))
     kernel = _kernels.get(key)
@@ -493,30 +499,74 @@ def norms_kernel(dtype, with_cum, parallel):
         if kernel is None:
             f = dtype.type
 
-            def loop(w, g, cum, table, offsets, out):
-                for s in prange(table.shape[0]):
+            def loop(w, g, cum, table, chunks, partial):
+                for c in prange(chunks.shape[0]):
+                    s = chunks[c, 2]
                     if table[s, 0] != 0:
-                        a, b = offsets[s], offsets[s + 1]
+                        a, b = chunks[c, 0], chunks[c, 1]
                         wc, gc, cc = w[a:b], g[a:b], cum[a:b] if with_cum else cum[0:0]
                         bs = f(table[s, 1])
-                        ww = 0.0
-                        gg = 0.0
-                        for i in range(wc.shape[0]):
+                        # four running sums (element i into sum i % 4), added in a fixed
+                        # order at the end: independent chains instead of one long one
+                        w0 = w1 = w2 = w3 = 0.0
+                        g0 = g1 = g2 = g3 = 0.0
+                        m = wc.shape[0]
+                        for j in range(m // 4):
+                            i = 4 * j
+                            x0, x1 = np.float64(wc[i]), np.float64(wc[i + 1])
+                            x2, x3 = np.float64(wc[i + 2]), np.float64(wc[i + 3])
+                            w0 += x0 * x0
+                            w1 += x1 * x1
+                            w2 += x2 * x2
+                            w3 += x3 * x3
+                            if with_cum:
+                                y0 = np.float64((cc[i] + gc[i]) / bs)
+                                y1 = np.float64((cc[i + 1] + gc[i + 1]) / bs)
+                                y2 = np.float64((cc[i + 2] + gc[i + 2]) / bs)
+                                y3 = np.float64((cc[i + 3] + gc[i + 3]) / bs)
+                            else:
+                                y0, y1 = np.float64(gc[i]), np.float64(gc[i + 1])
+                                y2, y3 = np.float64(gc[i + 2]), np.float64(gc[i + 3])
+                            g0 += y0 * y0
+                            g1 += y1 * y1
+                            g2 += y2 * y2
+                            g3 += y3 * y3
+                        for i in range(4 * (m // 4), m):  # the last 0 to 3 elements
                             x = np.float64(wc[i])
-                            ww += x * x
+                            w0 += x * x
                             if with_cum:
                                 y = np.float64((cc[i] + gc[i]) / bs)
                             else:
                                 y = np.float64(gc[i])
-                            gg += y * y
-                        out[s, 0] = ww
-                        out[s, 1] = gg
+                            g0 += y * y
+                        partial[c, 0] = (w0 + w1) + (w2 + w3)
+                        partial[c, 1] = (g0 + g1) + (g2 + g3)
             nb = _NUMBA_TYPES[dtype]
             sig = types.void(nb[::1], nb[::1], nb[::1], types.float64[:, ::1],
-                             types.int64[::1], types.float64[:, ::1])
+                             types.int64[:, ::1], types.float64[:, ::1])
             kernel = _kernels[key] = _compile(sig, parallel)(loop)
     return kernel
 
+
+@numba.njit(types.void(types.int64[:, ::1], types.float64[:, ::1], types.float64[:, ::1]),
+            **COMPILE_OPTIONS)
+def _sum_partials(chunks, partial, out):
+    """``out[s] = sum of partial[c]`` over segment ``s``'s chunks, in chunk order."""
+    out[:, :] = 0.0
+    for c in range(chunks.shape[0]):
+        s = chunks[c, 2]
+        out[s, 0] += partial[c, 0]
+        out[s, 1] += partial[c, 1]
+
+
+def single_chunks(n, chunk=CHUNK):
+    """The :func:`chunk_table` of one segment of ``n`` elements (vectorised)."""
+    starts = np.arange(0, max(n, 1), chunk, dtype=np.int64)
+    rows = np.empty((starts.shape[0], 3), np.int64)
+    rows[:, 0] = starts
+    rows[:, 1] = np.minimum(starts + chunk, n)
+    rows[:, 2] = 0
+    return rows
 
 def lars_norms(weight, grad, cum, batch_scale):
     """``(sum w^2, sum gm^2)`` of one tensor (``gm = (cum + grad)/batch_scale`` when ``cum`` is
@@ -526,12 +576,15 @@ def lars_norms(weight, grad, cum, batch_scale):
     g = np.asarray(grad, order=order).reshape(-1, order=order)
     c = w if cum is None else cum.reshape(-1, order="A")
     out = np.zeros((1, 2))
-    run_norms(w, g, c, np.array([[1.0, float(batch_scale)]]), np.array([0, w.shape[0]]), out,
+    run_norms(w, g, c, np.array([[1.0, float(batch_scale)]]), single_chunks(w.shape[0]), out,
               cum is not None)
     return float(out[0, 0]), float(out[0, 1])
 
 
-def run_norms(w, g, cum, table, offsets, out, with_cum):
-    """The segmented norms of flat buffers into ``out`` (see :func:`norms_kernel`)."""
-    kernel = norms_kernel(w.dtype, with_cum, table.shape[0] > 1)
-    kernel(w, g, cum, table, offsets.astype(np.int64), out)
+def run_norms(w, g, cum, table, chunks, out, with_cum):
+    """The segmented norms of flat buffers into ``out`` (see :func:`norms_kernel`); ``chunks``
+    is the buffers' :func:`chunk_table`."""
+    partial = np.zeros((chunks.shape[0], 2))
+    kernel = norms_kernel(w.dtype, with_cum, chunks.shape[0] > 1)
+    kernel(w, g, cum, table, chunks, partial)
+    _sum_partials(chunks, partial, out)

@@ -473,7 +473,7 @@ class _Work:
                                       stream=launcher.stream)
         else:
             out = np.zeros((len(g.members), 2))
-            cpu.run_norms(self.w, self.grad, self.w if cum is None else cum, rows, g.offsets,
+            cpu.run_norms(self.w, self.grad, self.w if cum is None else cum, rows, g.chunks,
                           out, with_cum)
         for k in range(len(g.members)):
             if rows[k, 0]:
