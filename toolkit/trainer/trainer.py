@@ -259,7 +259,7 @@ class Trainer:
         saved = (dict(opt._index_update_count), opt.num_update)
         try:
             for i in active:
-                t, _, _ = opt._step_scalars(i)
+                t = opt.next_step(i).t
                 opt._commit_count(i, t)
         finally:
             opt._index_update_count, opt.num_update = saved
@@ -416,7 +416,7 @@ class _Work:
         with the same three records the same rule and hyperparameters on its own slices. The
         count is committed as ``_plan_step`` does."""
         opt = self.opt
-        t, lr, wd = opt._step_scalars(i)
+        t, lr, wd = opt.next_step(i)[:3]  # the public description of the step
         key = (t, lr, wd)
         known = self.by_scalars.get(key, False)
         if known is False or known is None:
