@@ -111,3 +111,16 @@ def test_list_shows_a_custom_optimizer_without_an_oracle(capsys):
 def test_no_command_is_a_usage_error(capsys):
     assert _main([]) == 2 and "commands:" in capsys.readouterr().err
     assert _main(["nonsense"]) == 2
+
+
+def test_check_json_rows_and_exit_code(capsys, monkeypatch):
+    from toolkit import check
+    monkeypatch.setattr(check, "backend_rows", lambda with_cuda: [("sgd", "mxnet", "cpu",
+                                                                   "float32")])
+    monkeypatch.setattr(check, "PROOFS", [])
+    assert _main(["check", "--json", "--seed", "3", "--cases", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["seed"] == 3 and out["failed"] == 0 and out["rows"][0]["optimizer"] == "sgd"
+    monkeypatch.setattr(check, "run_backend_row", lambda *a, **k: 2.0)
+    assert _main(["check", "--json", "--cases", "1"]) == 1
+    assert json.loads(capsys.readouterr().out)["rows"][0]["passed"] is False

@@ -9,7 +9,7 @@ Two parts, on fresh random cases each run (``--seed`` to repeat one):
 2. every optimizer x convention x backend x dtype against the oracle, per step from identical
    inputs, reporting the worst normalised error (``toolkit.verify``: 1.0 is the bound).
 
-Prints a table and exits non-zero on any failure.
+Prints a table (``--json``: the rows as JSON) and exits 1 on any failure, 0 otherwise.
 """
 from __future__ import annotations
 
@@ -187,13 +187,17 @@ def main(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seed", type=int, default=None, help="seed of the random cases")
     p.add_argument("--cases", type=int, default=4, help="random cases per backend row")
+    p.add_argument("--json", action="store_true",
+                   help="print the rows as JSON on stdout (exit codes unchanged: 0 all pass, "
+                        "1 a row failed)")
     args = p.parse_args(argv)
     seed = args.seed if args.seed is not None else int(time.time_ns() % 2 ** 32)
     rng = np.random.default_rng(seed)
-    print(f"toolkit check (seed {seed}); normalised error: 1.0 is the bound, lower is better\n")
+    say = (lambda *a, **k: None) if args.json else print
+    say(f"toolkit check (seed {seed}); normalised error: 1.0 is the bound, lower is better\n")
     from .backends import cuda_available
     cuda_ok, cuda_why = cuda_available()
-    print(f"CUDA rows: {'included' if cuda_ok else 'absent'} ({cuda_why})\n")
+    say(f"CUDA rows: {'included' if cuda_ok else 'absent'} ({cuda_why})\n")
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
         TimeElapsedColumn
@@ -223,6 +227,15 @@ def main(argv=None):
                                   f"{exc}", markup=False)
             table.append((name, conv, backend, dtype, "per step vs oracle (resync)", err))
             bar.advance(task)
+    if args.json:
+        import json
+        rows_ = [{"optimizer": n, "convention": c, "backend": b, "dtype": d, "check": w,
+                  "worst": e if np.isfinite(e) else str(e), "passed": bool(e <= 1.0)}
+                 for n, c, b, d, w, e in table]
+        print(json.dumps({"seed": seed, "cuda": {"available": bool(cuda_ok), "why": cuda_why},
+                          "rows": rows_, "failed": sum(not r["passed"] for r in rows_)},
+                         indent=2))
+        return 1 if any(not r["passed"] for r in rows_) else 0
     out = Table(show_edge=False)
     for col, just in (("optimizer", "left"), ("convention", "left"), ("backend", "left"),
                       ("dtype", "left"), ("proof", "left"), ("worst", "right"),
