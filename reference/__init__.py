@@ -44,11 +44,11 @@ and yield a rigorous first-order bound on the rounding error of any implementati
 ``import reference`` needs numpy only; ``reference.argmin`` (the FTRL/FTML argmin proofs) needs scipy.
 """
 from . import error_bound, noise  # noqa: F401
-from . import (adadelta, adagrad, adam, adamax, dcasgd, ftml, ftrl, lbsgd, nadam, nag,  # noqa: F401
+from . import (adadelta, adagrad, adam, adamax, adamw, dcasgd, lars, ftml, ftrl, lbsgd, nadam, nag,  # noqa: F401
                rmsprop, sgd, sgld, signum)
 
 _MODULES = (sgd, nag, adagrad, rmsprop, adadelta, adam, adamax, nadam, signum, lbsgd, dcasgd,
-            ftrl, ftml, sgld)
+            ftrl, ftml, sgld, adamw, lars)
 
 #: registry name -> reference module
 OPTIMIZERS = {m.NAME: m for m in _MODULES}

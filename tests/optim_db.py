@@ -45,7 +45,7 @@ DB = [OptimizerInfo(name, _own(name),
                     conventions=("mxnet",) if name == "nadam" else ("mxnet", "guide"),
                     uses_lr=name != "adadelta")
       for name in ("sgd", "nag", "adagrad", "rmsprop", "adadelta", "adam", "adamax", "nadam",
-                   "signum", "lbsgd", "dcasgd", "ftrl", "ftml", "sgld")]
+                   "signum", "lbsgd", "dcasgd", "ftrl", "ftml", "sgld", "adamw", "lars")]
 
 BY_NAME = {info.name: info for info in DB}
 

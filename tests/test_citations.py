@@ -36,12 +36,17 @@ _INTERNAL = re.compile(
     re.IGNORECASE)
 
 REGISTRY = ("sgd", "nag", "adagrad", "rmsprop", "adadelta", "adam", "adamax", "nadam", "signum",
-            "lbsgd", "dcasgd", "ftrl", "ftml", "sgld")
+            "lbsgd", "dcasgd", "ftrl", "ftml", "sgld", "adamw", "lars")
 
 
 def _files():
     for dirpath, dirnames, filenames in os.walk(ROOT):
-        dirnames[:] = sorted(d for d in dirnames if d != ".git")
+        # the repository's own files: not .git, and not what an install or a tool put inside
+        # the checkout (a virtualenv, caches, build output)
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in
+                             ("build", "dist", "node_modules", "__pycache__")
+                             and not d.endswith(".egg-info")
+                             and not os.path.exists(os.path.join(dirpath, d, "pyvenv.cfg")))
         for name in sorted(filenames):
             if name.endswith((".py", ".md")):
                 yield os.path.join(dirpath, name)

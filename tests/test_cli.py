@@ -63,7 +63,7 @@ def test_verify_fixed_values_are_json(target, capsys):
     ["verify", "no_such_module_here:f", "adam"],
     ["verify", "missing.py:f", "adam"],
     ["verify", "{target}:nothing", "adam"],
-    ["verify", "{target}:make_adam", "adamw"],
+    ["verify", "{target}:make_adam", "nosuchopt"],
     ["verify", "{target}:make_adam", "adam", "--fixed", "nonsense"],
     ["identify", "{target}", "adam"],
 ])

@@ -192,7 +192,7 @@ def test_an_exception_or_a_wrong_shape_is_a_failed_report():
 
 def test_bad_arguments_are_clear_errors():
     with pytest.raises(ValueError, match="unknown optimizer"):
-        oracle.verify(make_adam(), "adamw")
+        oracle.verify(make_adam(), "nosuchopt")
     with pytest.raises(ValueError, match="noise"):
         oracle.verify(make_adam(), "sgld")
     with pytest.raises(ValueError, match="fixed names unknown"):

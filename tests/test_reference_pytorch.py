@@ -64,6 +64,7 @@ EXPECTED_PYTORCH = {
     "sgd": "pytorch", "nag": "pytorch", "adagrad": "pytorch", "rmsprop": "pytorch",
     "adadelta": "pytorch", "adamax": "pytorch", "adam": "guide", "nadam": "mxnet",
     "signum": None, "ftrl": None, "ftml": None, "dcasgd": None, "sgld": None, "lbsgd": None,
+    "adamw": "pytorch", "lars": None,
 }
 
 U64 = 2.0 ** -53
@@ -198,6 +199,8 @@ DISTINGUISH = {
     # eps inside the max: it parts from the guide once beta2*u wins the max (shrinking gradients;
     # by eps*(1 - beta2^k) in u, so a small beta2), and from MXNet (no eps) with gradients near eps
     "adamax": dict(hyper=dict(beta2=0.5), wd=0.0, lrs=[0.1] * 3, scales=[1e-8, 1e-10, 1e-10]),
+    # torch's decay is lr*wd, the paper's wd (times eta); MXNet's operator has no bias correction
+    "adamw": dict(hyper=dict(eta=0.5), wd=0.1, lrs=[0.1, 0.02, 0.3], scales=[1.0] * 3),
 }
 
 
@@ -365,6 +368,12 @@ def _make_torch(torch, name, params, *, lr, wd, hyper, foreach):
                       momentum_decay=hyper.get("schedule_decay", 0.004),
                       decoupled_weight_decay=False, foreach=foreach)
         return opt, {"m": "exp_avg", "v": "exp_avg_sq", "m_schedule": "mu_product"}
+    if name == "adamw":
+        opt = o.AdamW(params, lr=lr * hyper.get("eta", 1.0),
+                      betas=(hyper.get("beta1", 0.9), hyper.get("beta2", 0.999)),
+                      eps=hyper.get("epsilon", 1e-8), weight_decay=wd, amsgrad=False,
+                      foreach=foreach)
+        return opt, {"mean": "exp_avg", "var": "exp_avg_sq"}
     raise AssertionError(name)
 
 
@@ -406,6 +415,9 @@ TORCH_CASES = [
     # MXNet's (the alias's) reading adds wd before clipping, torch's own branches after: with
     # clipping on, the alias is compared with wd = 0 (the two readings then coincide)
     ("nadam", dict(schedule_decay=0.004), 0.0, CHANGING, 0.5, 0.75),
+    ("adamw", dict(), 0.0, CONSTANT, 1.0, None),
+    ("adamw", dict(beta1=0.8, beta2=0.9, epsilon=1e-3), 0.1, CHANGING, 1.0, None),
+    ("adamw", dict(eta=0.5, epsilon=1e-6), 0.05, CHANGING, 0.5, 0.75),
 ]
 
 
@@ -441,8 +453,8 @@ def test_matches_torch_optim(torch64, case, foreach):
         # rescaled, clipped gradient (torch then adds its own weight decay)
         gt = rs * g if clip is None else np.clip(rs * g, -clip, clip)
         p.grad = torch.tensor(gt, dtype=torch.float64)
-        for group in opt.param_groups:
-            group["lr"] = lr
+        for group in opt.param_groups:   # AdamW: torch's lr is eta*lr (reference/adamw.py)
+            group["lr"] = lr * hyper.get("eta", 1.0) if name == "adamw" else lr
         opt.step()
         w, state = mod.step(w, g, state, t=t, lr=lr, wd=wd, rescale_grad=rs, clip_gradient=clip,
                             convention="pytorch", **hyper)

@@ -36,6 +36,9 @@ CONFIGS = {
     "ftrl": ("ftrl", {}),
     "ftml": ("ftml", {}),
     "sgld": ("sgld", {"learning_rate": 0.01}),
+    "adamw": ("adamw", {"learning_rate": 0.01, "eta": 0.5}),
+    "lars": ("lars", {"learning_rate": 0.1}),
+    "lars_mom": ("lars", {"learning_rate": 0.1, "momentum": 0.9}),
 }
 OPT_NAMES = sorted({name for name, _ in CONFIGS.values()})
 DETERMINISTIC = [k for k in CONFIGS]  # SGLD's noise is seeded: deterministic too
@@ -94,9 +97,9 @@ def assert_fails_unchanged(opt, weight, grad, state, call, exc, match=None):
 # ------------------------------------------------------------------------------------------
 def test_unknown_optimizer_name_lists_known_names():
     with pytest.raises(ValueError) as info:
-        optimizer.create("adamw")
+        optimizer.create("adamwx")
     msg = str(info.value)
-    assert "adamw" in msg
+    assert "adamwx" in msg
     for name in OPT_NAMES:
         assert name in msg
 
@@ -188,11 +191,16 @@ SPECIFIC_BAD = (
     + [("adamax", "beta1", v) for v in UNIT] + [("adamax", "beta2", v) for v in UNIT]
     + [("nadam", "beta1", v) for v in UNIT] + [("nadam", "beta2", v) for v in UNIT]
     + [("ftml", "beta1", v) for v in UNIT] + [("ftml", "beta2", v) for v in UNIT]
+    + [("adamw", "beta1", v) for v in UNIT] + [("adamw", "beta2", v) for v in UNIT]
+    + [("adamw", "eta", v) for v in (-0.5, float("nan"))]
+    + [("lars", "momentum", v) for v in UNIT]
+    + [("lars", "eta", v) for v in (-0.001, float("nan"))]
+    + [("lars", "eps", v) for v in (-1e-9, float("inf"))]
     + [("rmsprop", "gamma1", v) for v in UNIT] + [("rmsprop", "gamma2", v) for v in UNIT]
     + [("rmsprop", "rho", v) for v in UNIT] + [("rmsprop", "momentum", v) for v in UNIT]
     # AdaDelta's rho may be 1 (closed interval), but nothing outside [0, 1]
     + [("adadelta", "rho", v) for v in (-0.1, 1.5, float("nan"))]
-    + [(n, "epsilon", v) for n in ("adam", "nadam", "ftml", "rmsprop", "adadelta")
+    + [(n, "epsilon", v) for n in ("adam", "nadam", "ftml", "rmsprop", "adadelta", "adamw")
        for v in (-1e-8, float("nan"), float("inf"))]
     + [("adagrad", "eps", v) for v in (-1e-7, float("nan"))]
     + [("ftrl", "lamda1", v) for v in (-0.01, float("nan"))]
@@ -529,7 +537,7 @@ def test_bad_multi_precision_state(config):
         opt.update_multi_precision(0, w, g, None)
     # the float32 master copy replaced by a float16 one, or by the weight itself
     name = CONFIGS[config][0]
-    mi = 1 if name in ("sgd", "nag") else 0
+    mi = 1 if name in ("sgd", "nag", "lars") else 0
     for bad_master, exc in ((state[mi].astype(np.float16), TypeError), (w, TypeError),
                             (state[mi].astype(np.float64), TypeError),
                             (np.zeros(5, np.float32), ValueError)):

@@ -16,6 +16,7 @@ CONFIGS = [
     ("signum", {"momentum": 0.0}), ("lbsgd", {"momentum": 0.9, "warmup_strategy": "lars"}),
     ("lbsgd", {"batch_scale": 2, "warmup_epochs": 1, "updates_per_epoch": 2}),
     ("dcasgd", {"momentum": 0.9}), ("dcasgd", {}), ("ftrl", {}), ("ftml", {}), ("sgld", {}),
+    ("adamw", {"eta": 0.5}), ("lars", {"momentum": 0.9, "eta": 0.01}), ("lars", {"eps": 1e-3}),
 ]
 
 
@@ -39,13 +40,14 @@ SKIP = {1: (2,)}
 
 def expected_calls(name, kw, convention):
     """``(segmented calls over the 3 steps, kernel calls of the last step)`` of a
-    :func:`twin_run`: one segmented call per step, and LARS adds its one norms reduction.
+    :func:`twin_run`: one segmented call per step, and LARS (``lars``, LBSGD's 'lars') adds its
+    one norms reduction.
     LBSGD with batch_scale (MXNet's accumulation): after the skip, p2 finishes its batch while
     the others start a new one; members in different phases run different rules, one call each,
     so the last step makes no segmented call and one call per member (docs/trainer.md)."""
     if name == "lbsgd" and kw.get("batch_scale", 1) > 1 and convention == "mxnet":
         return 2, len(SHAPES)
-    return 3, 1 + (kw.get("warmup_strategy") == "lars")
+    return 3, 1 + (kw.get("warmup_strategy") == "lars" or name == "lars")
 
 
 def twin_run(name, kw, convention, dtype="float32", mp=False, steps=3, device="cpu",

@@ -104,6 +104,11 @@ HYPER = {
     "ftml": lambda r: {"beta1": _unit(r, 0.0, 0.99), "beta2": _unit(r, 0.0, 0.9999),
                        "epsilon": _dec(r, -10, -2)},
     "sgld": lambda r: {"seed": int(r.integers(0, 2 ** 32))},
+    "adamw": lambda r: {"beta1": _unit(r, 0.0, 0.99), "beta2": _unit(r, 0.0, 0.9999),
+                        "epsilon": _dec(r, -10, -2),
+                        "eta": _pick(r, 1.0, lambda q: _unit(q, 0.0, 1.0))},
+    "lars": lambda r: {"momentum": _momentum(r), "eta": _pick(r, 0.001, lambda q: _dec(q, -3, 0)),
+                       "eps": _pick(r, 0.0, lambda q: _dec(q, -9, -3))},
 }
 
 

@@ -36,6 +36,8 @@ SETTINGS = {
     "ftrl": {"learning_rate": 0.5, "lamda1": 1e-4, "beta": 1.0},
     "ftml": {"learning_rate": 0.01},
     "sgld": {"learning_rate": 1e-4, "seed": 1},
+    "adamw": {"learning_rate": 0.01, "wd": 0.01},
+    "lars": {"learning_rate": 0.3, "momentum": 0.9, "eta": 0.02},
 }
 
 #: optimizers that need the gradient of the whole data set's loss: SGLD's noise (sqrt(lr) per

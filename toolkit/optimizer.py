@@ -3,7 +3,7 @@
 ``optimizer.create("adam", learning_rate=0.01)`` builds one by registry name (case-insensitive);
 ``@optimizer.register`` adds a custom ``optimizer.Optimizer`` subclass.
 """
-from .optimizers import (AdaDelta, AdaGrad, Adam, Adamax, DCASGD, FTML, Ftrl, LBSGD, NAG, Nadam,
+from .optimizers import (AdaDelta, AdaGrad, Adam, Adamax, AdamW, DCASGD, LARS, FTML, Ftrl, LBSGD, NAG, Nadam,
                          Optimizer, RMSProp, SGD, SGLD, Signum, create, register, registry)
 from .optimizers.custom import ElementwiseOptimizer
 
@@ -12,4 +12,4 @@ FTRL = Ftrl  # the guide's spelling
 
 __all__ = ["Optimizer", "ElementwiseOptimizer", "create", "register", "registry", "SGD", "NAG",
            "AdaGrad", "RMSProp", "AdaDelta", "Adam", "Adamax", "Nadam", "Signum", "LBSGD",
-           "DCASGD", "Ftrl", "FTRL", "FTML", "SGLD"]
+           "DCASGD", "Ftrl", "FTRL", "FTML", "SGLD", "AdamW", "LARS"]

@@ -89,6 +89,8 @@ CONFIGS = {
     "ftrl": {"lamda1": 0.01, "beta": 1.0},
     "ftml": {"beta1": 0.6, "beta2": 0.999, "epsilon": 1e-8},
     "sgld": {"seed": 7},
+    "adamw": {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "eta": 0.5},
+    "lars": {"momentum": 0.9, "eta": 0.01, "eps": 1e-6, "momentum_correction": True},
 }
 #: hyperparameters every optimizer shares (``lr`` is the constructor's ``learning_rate``)
 COMMON = {"lr": 0.05, "wd": 0.01, "rescale_grad": 0.5, "clip_gradient": 2.0}

@@ -1,4 +1,4 @@
-"""One module per optimizer; importing this package registers all fourteen."""
+"""One module per optimizer; importing this package registers all sixteen."""
 from .base import Optimizer, create, register, registry  # noqa: F401
 from .sgd import SGD  # noqa: F401
 from .nag import NAG  # noqa: F401
@@ -14,3 +14,5 @@ from .dcasgd import DCASGD  # noqa: F401
 from .ftrl import Ftrl  # noqa: F401
 from .ftml import FTML  # noqa: F401
 from .sgld import SGLD  # noqa: F401
+from .adamw import AdamW  # noqa: F401
+from .lars import LARS  # noqa: F401

@@ -138,6 +138,10 @@ OWN = {
     "ftml": {"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999),
              "epsilon": Decades(-10, -2)},
     "sgld": {"seed": Ints(0, 2**32)},
+    "adamw": {"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999),
+              "epsilon": Decades(-10, -2), "eta": OneOf(1.0, Interval(0.0, 1.0))},
+    "lars": {"momentum": _MOMENTUM, "eta": OneOf(0.001, Decades(-3, 0)),
+             "eps": OneOf(0.0, Decades(-9, -3)), "momentum_correction": OneOf(True, False)},
 }
 
 

@@ -1,0 +1,114 @@
+"""AdamW: Adam with decoupled weight decay (registry name ``adamw``; Loshchilov and Hutter 2019,
+Algorithm 2).
+
+MXNet 1.9.1 has no ``adamw`` optimizer, only the operator ``mx.nd.contrib.adamw_update``
+(python/mxnet/ndarray/contrib.py:556-563 at tag 1.9.1); convention "mxnet" is one call of it
+(docs/optimizers/adamw.md; reference/adamw.py)::
+
+    g = clip(rescale_grad*grad, c)        (c = clip_gradient; None is off, 0 clips to zero)
+    m = beta1*m + (1-beta1)*g ;  v = beta2*v + (1-beta2)*g*g
+    w = w - eta*(lr*m/(sqrt(v) + eps) + wd*w)          (no bias correction)
+
+guide (the paper's algorithm)::
+
+    w = w - eta*(lr*(m/(1-beta1^t))/(sqrt(v/(1-beta2^t)) + eps) + wd*w)
+"""
+from __future__ import annotations
+
+import math
+
+from .base import Optimizer, check_nonneg, check_unit, register, scalar_only
+
+__all__ = ["AdamW"]
+
+
+def mxnet_rule(f):
+    zero = f(0)
+
+    def rule(w, grad, m, v, hp):
+        lr, eta, wd, rs, c, b1, omb1, b2, omb2, eps, skip = hp
+        if skip != zero:
+            return w, m, v
+        g = grad * rs
+        if c >= zero:
+            g = min(max(g, -c), c)
+        m = b1 * m + omb1 * g
+        v = b2 * v + omb2 * (g * g)
+        return w - eta * (lr * m / (math.sqrt(v) + eps) + wd * w), m, v
+    return rule
+
+
+def guide_rule(f):
+    zero = f(0)
+
+    def rule(w, grad, m, v, hp):
+        lr, eta, wd, rs, c, b1, omb1, b2, omb2, eps, bc1, bc2 = hp
+        g = rs * grad
+        if c >= zero:
+            g = min(max(g, -c), c)
+        m = b1 * m + omb1 * g
+        v = b2 * v + omb2 * (g * g)
+        return w - eta * (lr * (m / bc1) / (math.sqrt(v / bc2) + eps) + wd * w), m, v
+    return rule
+
+
+@register
+class AdamW(Optimizer):
+    """AdamW (registry name ``adamw``): Adam with decoupled weight decay.
+
+    * mxnet (``mx.nd.contrib.adamw_update``, MXNet 1.9.1 has no such optimizer):
+      ``w = w - eta*(lr*m/(sqrt(v) + epsilon) + wd*w)``, no bias correction; the update is
+      skipped when ``rescale_grad`` is 0 or not finite
+    * guide (Loshchilov and Hutter 2019, Algorithm 2):
+      ``w = w - eta*(lr*m_hat/(sqrt(v_hat) + epsilon) + wd*w)`` with
+      ``m_hat = m/(1-beta1^t)``, ``v_hat = v/(1-beta2^t)``
+
+    where ``g = clip(rescale_grad*grad, clip_gradient)`` (no weight decay in ``g``),
+    ``m = beta1*m + (1-beta1)*g`` and ``v = beta2*v + (1-beta2)*g^2``; ``eta`` is the paper's
+    schedule multiplier. State: ``(mean, var)``.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from toolkit import optimizer
+        >>> opt = optimizer.create("adamw", learning_rate=0.1, wd=0.5)
+        >>> w = np.ones(3, np.float32); s = opt.create_state(0, w)
+        >>> opt.update(0, w, np.zeros(3, np.float32), s); w
+        array([0.5, 0.5, 0.5], dtype=float32)
+    """
+
+    reference_name = "adamw"
+
+    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, eta=1.0,
+                 **kwargs):
+        self.beta1 = check_unit("beta1", beta1)
+        self.beta2 = check_unit("beta2", beta2)
+        self.epsilon = check_nonneg("epsilon", epsilon)
+        self.eta = check_nonneg("eta", eta)
+        super().__init__(learning_rate=learning_rate, **kwargs)
+
+    def state_slots(self):
+        return ("mean", "var")
+
+    def reference_hyper(self):
+        return {"beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon,
+                "eta": self.eta}
+
+    def _clip_bound(self):
+        # the operator clips whenever clip_gradient >= 0 and the optimizer passes None as -1
+        c = self.clip_gradient
+        return -1.0 if c is None else self._r(c)
+
+    @scalar_only
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+        r = self._r
+        b1, b2 = r(self.beta1), r(self.beta2)
+        common = (r(lr), r(self.eta), r(wd), r(self.rescale_grad), self._clip_bound(), b1,
+                  1.0 - b1, b2, 1.0 - b2, r(self.epsilon))
+        if self.convention == "mxnet":
+            rs = r(self.rescale_grad)
+            skip = 1.0 if (rs == 0 or not math.isfinite(rs)) else 0.0
+            self._run_rule(mxnet_rule, weight, grad, state, common + (skip,))
+        else:
+            self._run_rule(guide_rule, weight, grad, state,
+                           common + (1.0 - b1 ** t, 1.0 - b2 ** t))
