@@ -37,21 +37,6 @@ sys.path.insert(0, ROOT)
 MODES = ("scatter_gather", "reduce_bcast", "allreduce_bcast", "allreduce")
 
 
-def resnet50_shapes():
-    """ResNet-50's 161 parameter shapes in torchvision's order (conv, bn gamma, bn beta, ...)."""
-    shapes = [(64, 3, 7, 7), (64,), (64,)]
-    inplanes = 64
-    for width, blocks in ((64, 3), (128, 4), (256, 6), (512, 3)):
-        for b in range(blocks):
-            shapes += [(width, inplanes, 1, 1), (width,), (width,),
-                       (width, width, 3, 3), (width,), (width,),
-                       (width * 4, width, 1, 1), (width * 4,), (width * 4,)]
-            if b == 0:
-                shapes += [(width * 4, inplanes, 1, 1), (width * 4,), (width * 4,)]
-            inplanes = width * 4
-    return shapes + [(1000, 2048), (1000,)]
-
-
 def _trainer(shapes, compression, rank):
     from toolkit import Parameter, Trainer
     rng = np.random.default_rng(rank)

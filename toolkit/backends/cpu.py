@@ -46,6 +46,17 @@ DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _NUMBA_TYPES = {np.dtype(np.float32): types.float32, np.dtype(np.float64): types.float64}
 
 
+def _cached(key, build):
+    """The kernel under ``key``, built by ``build()`` the first time (once, under the lock)."""
+    kernel = _kernels.get(key)
+    if kernel is None:
+        with _lock:
+            kernel = _kernels.get(key)
+            if kernel is None:
+                kernel = _kernels[key] = build()
+    return kernel
+
+
 def _compile(sig, parallel):
     """The decorator that compiles a kernel with :data:`COMPILE_OPTIONS`. The serial and the
     parallel variant of a loop are one Python function, and numba's on-disk cache keys a kernel
@@ -109,25 +120,18 @@ def _loop(rule, n_state, n_hyper):
 
 def elementwise_kernel(factory, n_state: int, n_hyper: int, dtype, parallel: bool):
     """The compiled loop of ``factory``'s rule for ``dtype`` (cached per process)."""
-    kernel = _kernels.get((factory, n_state, n_hyper, dtype, parallel))
-    if kernel is not None:  # the hot path: dtype is the array's own numpy dtype
-        return kernel
     dtype = np.dtype(dtype)
     key = (factory, n_state, n_hyper, dtype, bool(parallel))
-    kernel = _kernels.get(key)
-    if kernel is not None:
+
+    def build():
+        nb = _NUMBA_TYPES[dtype]
+        arr = nb[::1]
+        sig = types.void(arr, arr, *([arr] * n_state), arr)
+        rule = _inlined(factory(dtype.type))
+        kernel = _compile(sig, parallel)(
+            _loop(rule, n_state, n_hyper))
         return kernel
-    with _lock:
-        kernel = _kernels.get(key)
-        if kernel is None:
-            nb = _NUMBA_TYPES[dtype]
-            arr = nb[::1]
-            sig = types.void(arr, arr, *([arr] * n_state), arr)
-            rule = _inlined(factory(dtype.type))
-            kernel = _compile(sig, parallel)(
-                _loop(rule, n_state, n_hyper))
-            _kernels[key] = kernel
-    return kernel
+    return _cached(key, build)
 
 
 def run_elementwise(factory, weight, grad, states, hyper):
@@ -152,19 +156,24 @@ class Launcher:
     def compute_dtype(self, a):
         return a.dtype
 
-    def run_rule(self, factory, weight, grad, states, hyper):
-        """Run a per-element rule over ``weight``, ``grad`` and ``states`` in place."""
+    @staticmethod
+    def _flat(weight, grad, states):
+        """1-D views of a step's arrays in the weight's memory order (the gradient copied into
+        that order only if it is not in it already)."""
         if weight.ndim == 1:  # flat already (then C- and F-contiguous alike): no views needed
             g = grad if grad.flags.c_contiguous else np.ascontiguousarray(grad)
-            run_elementwise(factory, weight, g, tuple(states), hyper)
-            return
+            return weight, g, tuple(states)
         flags = weight.flags
         order = "F" if (flags.f_contiguous and not flags.c_contiguous) else "C"
         gf = grad.flags
         g = grad if (gf.f_contiguous if order == "F" else gf.c_contiguous) else \
             np.asarray(grad, order=order)
-        flat = lambda a: a.reshape(-1, order=order)  # noqa: E731 - contiguous: a view
-        run_elementwise(factory, flat(weight), flat(g), tuple(flat(s) for s in states), hyper)
+        return (weight.reshape(-1, order=order), g.reshape(-1, order=order),
+                tuple(s.reshape(-1, order=order) for s in states))
+
+    def run_rule(self, factory, weight, grad, states, hyper):
+        """Run a per-element rule over ``weight``, ``grad`` and ``states`` in place."""
+        run_elementwise(factory, *self._flat(weight, grad, states), hyper)
 
     @staticmethod
     def run_noise_rule(factory, weight, grad, hyper, key, aux):
@@ -229,21 +238,17 @@ def _mp_loop(rule, n_state, n_hyper, widen, narrow):
 def mp_kernel(factory, n_state: int, n_hyper: int, parallel: bool):
     """The compiled multi-precision loop of ``factory``'s float32 rule (cached per process)."""
     key = ("mp", factory, n_state, n_hyper, bool(parallel))
-    kernel = _kernels.get(key)
-    if kernel is not None:
+
+    def build():
+        from . import half
+        f32, u16 = types.float32[::1], types.uint16[::1]
+        sig = types.void(f32, u16, *([f32] * n_state), u16, f32)
+        rule = _inlined(factory(np.float32))
+        kernel = _compile(sig, parallel)(
+            _mp_loop(rule, n_state, n_hyper, _inlined(_by_value(half.half_to_single)),
+                     _inlined(_by_value(half.single_to_half))))
         return kernel
-    with _lock:
-        kernel = _kernels.get(key)
-        if kernel is None:
-            from . import half
-            f32, u16 = types.float32[::1], types.uint16[::1]
-            sig = types.void(f32, u16, *([f32] * n_state), u16, f32)
-            rule = _inlined(factory(np.float32))
-            kernel = _compile(sig, parallel)(
-                _mp_loop(rule, n_state, n_hyper, _inlined(_by_value(half.half_to_single)),
-                         _inlined(_by_value(half.single_to_half))))
-            _kernels[key] = kernel
-    return kernel
+    return _cached(key, build)
 
 
 class MirrorLauncher(Launcher):
@@ -271,17 +276,13 @@ class MirrorLauncher(Launcher):
         another array, on the widened gradient)."""
         if weight is not self.master or grad.dtype != np.float16:
             return super().run_rule(factory, weight, self._widened(grad), states, hyper)
-        flags = weight.flags
-        order = "F" if (flags.f_contiguous and not flags.c_contiguous) else "C"
-        gf = grad.flags
-        g = grad if (gf.f_contiguous if order == "F" else gf.c_contiguous) else \
-            np.asarray(grad, order=order)
-        flat = lambda a: a.reshape(-1, order=order)  # noqa: E731 - contiguous: a view
-        w, states = flat(weight), tuple(flat(s) for s in states)
+        w, g, states = self._flat(weight, grad, states)
+        # the float16 weight has the master's shape and memory order
+        w16 = self._flat(self.weight16, self.weight16, ())[0]
         hpa = np.array(hyper, np.float32)
         kernel = mp_kernel(factory, len(states), hpa.shape[0],
                            w.shape[0] >= PARALLEL_THRESHOLD)
-        kernel(w, flat(g).view(np.uint16), *states, flat(self.weight16).view(np.uint16), hpa)
+        kernel(w, g.view(np.uint16), *states, w16.view(np.uint16), hpa)
         self.mirrored = True
 
     def run_noise_rule(self, factory, weight, grad, hyper, key, aux):
@@ -367,20 +368,16 @@ def segmented_kernel(factory, n_state: int, n_hyper: int, dtype, parallel: bool)
     """The compiled segmented loop of ``factory``'s rule for ``dtype`` (cached per process)."""
     dtype = np.dtype(dtype)
     key = ("segmented", factory, n_state, n_hyper, dtype, bool(parallel))
-    kernel = _kernels.get(key)
-    if kernel is not None:
+
+    def build():
+        nb = _NUMBA_TYPES[dtype]
+        arr = nb[::1]
+        sig = types.void(arr, arr, *([arr] * n_state), nb[:, ::1], types.int64[:, ::1])
+        rule = _inlined(factory(dtype.type))
+        kernel = _compile(sig, parallel)(
+            _segmented_loop(rule, n_state, n_hyper))
         return kernel
-    with _lock:
-        kernel = _kernels.get(key)
-        if kernel is None:
-            nb = _NUMBA_TYPES[dtype]
-            arr = nb[::1]
-            sig = types.void(arr, arr, *([arr] * n_state), nb[:, ::1], types.int64[:, ::1])
-            rule = _inlined(factory(dtype.type))
-            kernel = _compile(sig, parallel)(
-                _segmented_loop(rule, n_state, n_hyper))
-            _kernels[key] = kernel
-    return kernel
+    return _cached(key, build)
 
 
 def run_segmented(factory, weight, grad, states, table, chunks):
@@ -407,23 +404,20 @@ def noise_kernel(factory, n_hyper, n_aux, dtype, parallel):
     stream ``key`` for element ``i``."""
     dtype = np.dtype(dtype)
     key_ = ("noise", factory, n_hyper, n_aux, dtype, bool(parallel))
-    kernel = _kernels.get(key_)
-    if kernel is not None:
-        return kernel
-    with _lock:
-        kernel = _kernels.get(key_)
-        if kernel is None:
-            rule = _inlined(factory(dtype.type))
-            normal = _normal()
 
-            def loop(w, g, hp, key, aux):
-                for i in prange(w.shape[0]):
-                    w[i] = rule(w[i], g[i], normal(key, np.uint64(i)), hp, aux)
-            nb = _NUMBA_TYPES[dtype]
-            sig = types.void(nb[::1], nb[::1], types.UniTuple(nb, n_hyper), types.uint64,
-                             types.UniTuple(types.float64, n_aux))
-            kernel = _kernels[key_] = _compile(sig, parallel)(loop)
-    return kernel
+    def build():
+        rule = _inlined(factory(dtype.type))
+        normal = _normal()
+
+        def loop(w, g, hp, key, aux):
+            for i in prange(w.shape[0]):
+                w[i] = rule(w[i], g[i], normal(key, np.uint64(i)), hp, aux)
+        nb = _NUMBA_TYPES[dtype]
+        sig = types.void(nb[::1], nb[::1], types.UniTuple(nb, n_hyper), types.uint64,
+                         types.UniTuple(types.float64, n_aux))
+        kernel = _compile(sig, parallel)(loop)
+        return kernel
+    return _cached(key_, build)
 
 
 def noise_segmented_kernel(factory, n_hyper, n_aux, dtype, parallel):
@@ -431,31 +425,28 @@ def noise_segmented_kernel(factory, n_hyper, n_aux, dtype, parallel):
     element's index inside its tensor, and reads ``aux[s]``."""
     dtype = np.dtype(dtype)
     key_ = ("noise-segmented", factory, n_hyper, n_aux, dtype, bool(parallel))
-    kernel = _kernels.get(key_)
-    if kernel is not None:
-        return kernel
-    with _lock:
-        kernel = _kernels.get(key_)
-        if kernel is None:
-            rule = _inlined(factory(dtype.type))
-            normal = _normal()
 
-            def loop(w, g, table, keys, aux, offsets, chunks):
-                for c in prange(chunks.shape[0]):
-                    s = chunks[c, 2]
-                    if table[s, 0] != 0:
-                        hp = to_fixed_tuple(table[s, 1:], n_hyper)
-                        a = to_fixed_tuple(aux[s], n_aux)
-                        first = chunks[c, 0] - offsets[s]  # index of the chunk in its tensor
-                        wc, gc = w[chunks[c, 0]:chunks[c, 1]], g[chunks[c, 0]:chunks[c, 1]]
-                        for i in range(wc.shape[0]):
-                            z = normal(keys[s], np.uint64(first + i))
-                            wc[i] = rule(wc[i], gc[i], z, hp, a)
-            nb = _NUMBA_TYPES[dtype]
-            sig = types.void(nb[::1], nb[::1], nb[:, ::1], types.uint64[::1],
-                             types.float64[:, ::1], types.int64[::1], types.int64[:, ::1])
-            kernel = _kernels[key_] = _compile(sig, parallel)(loop)
-    return kernel
+    def build():
+        rule = _inlined(factory(dtype.type))
+        normal = _normal()
+
+        def loop(w, g, table, keys, aux, offsets, chunks):
+            for c in prange(chunks.shape[0]):
+                s = chunks[c, 2]
+                if table[s, 0] != 0:
+                    hp = to_fixed_tuple(table[s, 1:], n_hyper)
+                    a = to_fixed_tuple(aux[s], n_aux)
+                    first = chunks[c, 0] - offsets[s]  # index of the chunk in its tensor
+                    wc, gc = w[chunks[c, 0]:chunks[c, 1]], g[chunks[c, 0]:chunks[c, 1]]
+                    for i in range(wc.shape[0]):
+                        z = normal(keys[s], np.uint64(first + i))
+                        wc[i] = rule(wc[i], gc[i], z, hp, a)
+        nb = _NUMBA_TYPES[dtype]
+        sig = types.void(nb[::1], nb[::1], nb[:, ::1], types.uint64[::1],
+                         types.float64[:, ::1], types.int64[::1], types.int64[:, ::1])
+        kernel = _compile(sig, parallel)(loop)
+        return kernel
+    return _cached(key_, build)
 
 
 def run_noise(factory, weight, grad, hyper, key, aux):
@@ -491,61 +482,58 @@ def norms_kernel(dtype, with_cum, parallel):
     bit."""
     dtype = np.dtype(dtype)
     key = ("norms", dtype, bool(with_cum), bool(parallel))
-    kernel = _kernels.get(key)
-    if kernel is not None:
-        return kernel
-    with _lock:
-        kernel = _kernels.get(key)
-        if kernel is None:
-            f = dtype.type
 
-            def loop(w, g, cum, table, chunks, partial):
-                for c in prange(chunks.shape[0]):
-                    s = chunks[c, 2]
-                    if table[s, 0] != 0:
-                        a, b = chunks[c, 0], chunks[c, 1]
-                        wc, gc, cc = w[a:b], g[a:b], cum[a:b] if with_cum else cum[0:0]
-                        bs = f(table[s, 1])
-                        # four running sums (element i into sum i % 4), added in a fixed
-                        # order at the end: independent chains instead of one long one
-                        w0 = w1 = w2 = w3 = 0.0
-                        g0 = g1 = g2 = g3 = 0.0
-                        m = wc.shape[0]
-                        for j in range(m // 4):
-                            i = 4 * j
-                            x0, x1 = np.float64(wc[i]), np.float64(wc[i + 1])
-                            x2, x3 = np.float64(wc[i + 2]), np.float64(wc[i + 3])
-                            w0 += x0 * x0
-                            w1 += x1 * x1
-                            w2 += x2 * x2
-                            w3 += x3 * x3
-                            if with_cum:
-                                y0 = np.float64((cc[i] + gc[i]) / bs)
-                                y1 = np.float64((cc[i + 1] + gc[i + 1]) / bs)
-                                y2 = np.float64((cc[i + 2] + gc[i + 2]) / bs)
-                                y3 = np.float64((cc[i + 3] + gc[i + 3]) / bs)
-                            else:
-                                y0, y1 = np.float64(gc[i]), np.float64(gc[i + 1])
-                                y2, y3 = np.float64(gc[i + 2]), np.float64(gc[i + 3])
-                            g0 += y0 * y0
-                            g1 += y1 * y1
-                            g2 += y2 * y2
-                            g3 += y3 * y3
-                        for i in range(4 * (m // 4), m):  # the last 0 to 3 elements
-                            x = np.float64(wc[i])
-                            w0 += x * x
-                            if with_cum:
-                                y = np.float64((cc[i] + gc[i]) / bs)
-                            else:
-                                y = np.float64(gc[i])
-                            g0 += y * y
-                        partial[c, 0] = (w0 + w1) + (w2 + w3)
-                        partial[c, 1] = (g0 + g1) + (g2 + g3)
-            nb = _NUMBA_TYPES[dtype]
-            sig = types.void(nb[::1], nb[::1], nb[::1], types.float64[:, ::1],
-                             types.int64[:, ::1], types.float64[:, ::1])
-            kernel = _kernels[key] = _compile(sig, parallel)(loop)
-    return kernel
+    def build():
+        f = dtype.type
+
+        def loop(w, g, cum, table, chunks, partial):
+            for c in prange(chunks.shape[0]):
+                s = chunks[c, 2]
+                if table[s, 0] != 0:
+                    a, b = chunks[c, 0], chunks[c, 1]
+                    wc, gc, cc = w[a:b], g[a:b], cum[a:b] if with_cum else cum[0:0]
+                    bs = f(table[s, 1])
+                    # four running sums (element i into sum i % 4), added in a fixed
+                    # order at the end: independent chains instead of one long one
+                    w0 = w1 = w2 = w3 = 0.0
+                    g0 = g1 = g2 = g3 = 0.0
+                    m = wc.shape[0]
+                    for j in range(m // 4):
+                        i = 4 * j
+                        x0, x1 = np.float64(wc[i]), np.float64(wc[i + 1])
+                        x2, x3 = np.float64(wc[i + 2]), np.float64(wc[i + 3])
+                        w0 += x0 * x0
+                        w1 += x1 * x1
+                        w2 += x2 * x2
+                        w3 += x3 * x3
+                        if with_cum:
+                            y0 = np.float64((cc[i] + gc[i]) / bs)
+                            y1 = np.float64((cc[i + 1] + gc[i + 1]) / bs)
+                            y2 = np.float64((cc[i + 2] + gc[i + 2]) / bs)
+                            y3 = np.float64((cc[i + 3] + gc[i + 3]) / bs)
+                        else:
+                            y0, y1 = np.float64(gc[i]), np.float64(gc[i + 1])
+                            y2, y3 = np.float64(gc[i + 2]), np.float64(gc[i + 3])
+                        g0 += y0 * y0
+                        g1 += y1 * y1
+                        g2 += y2 * y2
+                        g3 += y3 * y3
+                    for i in range(4 * (m // 4), m):  # the last 0 to 3 elements
+                        x = np.float64(wc[i])
+                        w0 += x * x
+                        if with_cum:
+                            y = np.float64((cc[i] + gc[i]) / bs)
+                        else:
+                            y = np.float64(gc[i])
+                        g0 += y * y
+                    partial[c, 0] = (w0 + w1) + (w2 + w3)
+                    partial[c, 1] = (g0 + g1) + (g2 + g3)
+        nb = _NUMBA_TYPES[dtype]
+        sig = types.void(nb[::1], nb[::1], nb[::1], types.float64[:, ::1],
+                         types.int64[:, ::1], types.float64[:, ::1])
+        kernel = _compile(sig, parallel)(loop)
+        return kernel
+    return _cached(key, build)
 
 
 @numba.njit(types.void(types.int64[:, ::1], types.float64[:, ::1], types.float64[:, ::1]),
