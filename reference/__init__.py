@@ -46,9 +46,11 @@ and yield a rigorous first-order bound on the rounding error of any implementati
 from . import error_bound, noise  # noqa: F401
 from . import (adadelta, adagrad, adam, adamax, adamw, dcasgd, lars, ftml, ftrl, lbsgd, nadam, nag,  # noqa: F401
                rmsprop, sgd, sgld, signum)
+from . import groupadagrad  # noqa: F401
+from . import lamb  # noqa: F401
 
 _MODULES = (sgd, nag, adagrad, rmsprop, adadelta, adam, adamax, nadam, signum, lbsgd, dcasgd,
-            ftrl, ftml, sgld, adamw, lars)
+            ftrl, ftml, sgld, adamw, lars, groupadagrad, lamb)
 
 #: registry name -> reference module
 OPTIMIZERS = {m.NAME: m for m in _MODULES}

@@ -28,7 +28,8 @@ error ``u``. Integers and booleans are exact.
 
 A result whose value depends on a comparison that is a near tie is flagged (``tie``); its value is
 either branch, so a check exempts it. A step function written with the operators above and the
-numpy functions ``sqrt, abs, sign, maximum, minimum, clip, where, square, sum`` runs unchanged on
+numpy functions ``sqrt, abs, sign, maximum, minimum, clip, where, square, sum`` (``sum`` also along
+an ``axis``, with ``keepdims``) runs unchanged on
 :class:`Tracked` inputs: that is how the reference modules are written.
 
 Example::
@@ -305,11 +306,20 @@ class Tracked:
             x, lo, hi = args[0], args[1], args[2]
             return np.minimum(np.maximum(_as_tracked(x, self), lo), hi)
         if func is np.sum:
+            # a recursive sum in any order: |error| <= (n-1) u sum|x_i| (first order), for the
+            # whole array or along ``axis`` (GroupAdaGrad's row sums); n subnormal roundings
             x = args[0]
-            n = x.value.size
-            v = np.sum(x.value)
-            e = np.sum(x.err) + self.u * max(n - 1, 1) * np.sum(np.abs(x.value)) + n * self.tiny
-            return self._new(v, e, np.any(x.tie))
+            axis = kwargs.get("axis", args[1] if len(args) > 1 else None)
+            keepdims = bool(kwargs.get("keepdims", False))
+            if set(kwargs) - {"axis", "keepdims"} or len(args) > 2:
+                return NotImplemented
+            n = x.value.size if axis is None else x.value.shape[axis]
+
+            def red(a, f=np.sum):
+                return f(a, axis=axis, keepdims=keepdims)
+            v = red(x.value)
+            e = red(x.err) + self.u * max(n - 1, 1) * red(np.abs(x.value)) + n * self.tiny
+            return self._new(v, e, red(x.tie, np.any))
         if func in (np.shape, np.ndim, np.size):
             return func(self.value)
         return NotImplemented

@@ -2,7 +2,9 @@
 
 One entry per optimizer: its registry name, a hypothesis strategy for its own hyperparameters
 (aimed at branch points: momentum 0, exact zeros, beta2 < beta1^2, ...), the conventions it
-supports as a toolkit step, and the dtypes it is checked in.
+supports as a toolkit step, its common hyperparameters (GroupAdaGrad's weight decay pinned to 0)
+and its weight shapes (matrices for GroupAdaGrad, vectors for the others), all from the space
+the oracle draws from (``toolkit.oracle.space``).
 """
 from __future__ import annotations
 
@@ -27,12 +29,20 @@ def decades(lo, hi):
     return space.Decades(lo, hi).strategy()
 
 
+#: the largest weight drawn, in elements
+MAX_SIZE = 24
+
+
 @dataclass(frozen=True)
 class OptimizerInfo:
     name: str
     hyper: st.SearchStrategy
     conventions: tuple = ("mxnet", "guide")
     uses_lr: bool = True
+    #: its common hyperparameters (``space.common_space``)
+    common: st.SearchStrategy = None
+    #: weight shapes of 1 to MAX_SIZE elements (``space.shape_space``)
+    shapes: st.SearchStrategy = None
 
 
 def _own(name):
@@ -41,15 +51,21 @@ def _own(name):
         lambda h: space.fix_dependent(name, h))
 
 
+def _common(name):
+    return st.fixed_dictionaries({k: v.strategy() for k, v in space.common_space(name).items()})
+
+
 DB = [OptimizerInfo(name, _own(name),
                     conventions=("mxnet",) if name == "nadam" else ("mxnet", "guide"),
-                    uses_lr=name != "adadelta")
+                    uses_lr=name != "adadelta", common=_common(name),
+                    shapes=space.shape_space(name, MAX_SIZE).strategy())
       for name in ("sgd", "nag", "adagrad", "rmsprop", "adadelta", "adam", "adamax", "nadam",
-                   "signum", "lbsgd", "dcasgd", "ftrl", "ftml", "sgld", "adamw", "lars")]
+                   "signum", "lbsgd", "dcasgd", "ftrl", "ftml", "sgld", "adamw", "lars",
+                   "groupadagrad", "lamb")]
 
 BY_NAME = {info.name: info for info in DB}
 
-#: the hyperparameters every optimizer shares, on and off
+#: the hyperparameters every optimizer shares, on and off (an optimizer's own: its ``common``)
 common_hyper = st.fixed_dictionaries({k: v.strategy() for k, v in space.COMMON.items()})
 
 

@@ -36,7 +36,7 @@ _INTERNAL = re.compile(
     re.IGNORECASE)
 
 REGISTRY = ("sgd", "nag", "adagrad", "rmsprop", "adadelta", "adam", "adamax", "nadam", "signum",
-            "lbsgd", "dcasgd", "ftrl", "ftml", "sgld", "adamw", "lars")
+            "lbsgd", "dcasgd", "ftrl", "ftml", "sgld", "adamw", "lars", "groupadagrad", "lamb")
 
 
 def _files():

@@ -49,13 +49,15 @@ def test_golden_trajectory_recomputed_directly(name):
         dec = lambda h: regress.decode(h, np.float64, e["encoding"])  # noqa: E731
         hyper = e["hyper"]
         state_hyper = {k: v for k, v in hyper.items() if k not in ("seed", "stream")}
-        w = dec(e["w0"])
+        shape = tuple(e["shape"])  # a matrix for GroupAdaGrad
+        w = dec(e["w0"]).reshape(shape)
         st = ref.init_state(w, **state_hyper)
         for k, (g, expect) in enumerate(zip(e["grads"], e["steps"])):
-            w, st = ref.step(w, dec(g), st, t=k + 1, convention=e["convention"],
+            w, st = ref.step(w, dec(g).reshape(shape), st, t=k + 1, convention=e["convention"],
                              **e["common"], **hyper)
             got = {"weight": w, **{s: st[s] for s in expect if s != "weight"}}
             for key, hexes in expect.items():
-                d = regress.ulp_distance(np.asarray(got[key], np.float64), dec(hexes)).max()
+                d = regress.ulp_distance(np.asarray(got[key], np.float64).reshape(-1),
+                                         dec(hexes)).max()
                 assert d <= e["ulps"], (f"{e['id']} step {k + 1} {key}: {d} ulp from the golden "
                                         "value")

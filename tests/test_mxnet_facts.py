@@ -654,6 +654,9 @@ def test_registry_names_cover_mxnet_guide_optimizers():
     # toolkit's adamw is built on that operator (docs/optimizers/adamw.md)
     assert "adamw" not in mx and "adamw" in ours
     assert "lars" in mx and "lars" in ours
+    # mxnet.optimizer.contrib.GroupAdaGrad registers under its lower-cased class name
+    assert "groupadagrad" in mx and "groupadagrad" in ours
+    assert "lamb" in mx and "lamb" in ours
 
 
 @pytest.fixture
@@ -850,3 +853,18 @@ def test_elementwise_optimizer_registration_and_shared_machinery(registry_cleanu
     mp.update_multi_precision(0, w16, np.ones(4, np.float16), st)
     assert np.array_equal(w16, np.full(4, 0.5, np.float16))
     assert st[0].dtype == np.float32
+
+
+# ------------------------------------------------------------------------------------------
+# LAMB (docs/optimizers/lamb.md)
+# ------------------------------------------------------------------------------------------
+def test_lamb_defaults_and_aggregation_match_mxnet():
+    """MXNet 1.9.1's recorded LAMB attributes (python/mxnet/optimizer/optimizer.py:1253-1262):
+    the toolkit's defaults are the same, and so is ``aggregate_num`` (45: MXNet's Updater always
+    hands LAMB lists, hence its aggregated kernel is the "mxnet" convention)."""
+    mx = fact("optimizer_defaults")["lamb"]
+    opt = optimizer.create("lamb")
+    assert (opt.lr, opt.beta1, opt.beta2, opt.epsilon, opt.lower_bound, opt.upper_bound,
+            opt.bias_correction) == (mx["lr"], mx["beta1"], mx["beta2"], mx["epsilon"],
+                                     mx["lower_bound"], mx["upper_bound"], mx["bias_correction"])
+    assert opt.aggregate_num == mx["aggregate_num"] == fact("aggregate_num")["lamb"] == 45

@@ -7,12 +7,14 @@ state. The bound is the running error analysis of ``reference.error_bound``; an 
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, note, settings, target
 from hypothesis import strategies as st
 
-from optim_db import DB, DTYPES, EXAMPLES, arrays_over_decades, common_hyper, np_dtype
+from optim_db import DB, DTYPES, EXAMPLES, arrays_over_decades, np_dtype
 from toolkit import optimizer
 from toolkit.verify import step_errors, trajectory_errors
 
@@ -29,15 +31,16 @@ def _ids(case):
 
 def _build(info, conv, dtype, data, backend):
     hyper = data.draw(info.hyper, label="hyper")
-    common = data.draw(common_hyper, label="common")
+    common = data.draw(info.common, label="common")
     opt = optimizer.create(info.name, convention=conv, backend=backend,
                            multi_precision=dtype == "float16-mp", **hyper, **common)
-    n = data.draw(st.integers(1, 24), label="n")
+    shape = data.draw(info.shapes, label="shape")
+    n = math.prod(shape)
     dt = np_dtype(dtype)
     lo_w = -2 if dt == np.float16 else -4
-    w = data.draw(arrays_over_decades(n, lo_w, 2, zeros=True), label="w").astype(dt)
+    w = data.draw(arrays_over_decades(n, lo_w, 2, zeros=True), label="w").reshape(shape).astype(dt)
     lo_g = -4 if dt == np.float16 else -7
-    grads = [data.draw(arrays_over_decades(n, lo_g, 3), label=f"g{k}").astype(dt)
+    grads = [data.draw(arrays_over_decades(n, lo_g, 3), label=f"g{k}").reshape(shape).astype(dt)
              for k in range(data.draw(st.integers(1, 6), label="steps"))]
     return opt, w, grads
 

@@ -137,8 +137,9 @@ def test_epsilon_outside_the_root_fails_where_epsilon_matters():
     r = oracle.verify(make_adagrad("epsilon outside the root"), "adagrad", convention="mxnet",
                       examples=EXAMPLES, seed=5)
     assert not r.passed, r.summary
-    h, g = r.worst["hyperparameters"], np.array(r.worst["grads"][0])
-    # the placements differ where eps is not negligible beside g*g
+    h = r.worst["hyperparameters"]
+    g = np.concatenate([np.ravel(x) for x in r.worst["grads"][:r.worst["step"]]])
+    # the placements differ where eps is not negligible beside g*g (of the steps run)
     assert h["eps"] > 1e-6 * np.min(np.abs(g[g != 0]) * h["rescale_grad"]) ** 2 or \
         h["clip_gradient"] is not None
 
@@ -310,3 +311,104 @@ def test_torch_centered_rmsprop_passes_but_its_variance_can_cancel_to_nan(dtype)
                                           "gamma1": 1e-12})
     assert not found.passed and np.isnan(found.worst["got"]), found.summary
     assert np.isfinite(found.worst["expected"])
+
+
+# --------------------------------------------------------------------------------------------
+# GroupAdaGrad: the oracle hands a matrix to make_step (one accumulator per row)
+# --------------------------------------------------------------------------------------------
+def make_groupadagrad(bug=None, f32_clip=False):
+    """GroupAdaGrad: ``h += mean(g^2 over the row)``, ``w -= lr*g/sqrt(h + eps)``; planted bug
+    "eps_outside": ``sqrt(h) + eps``; "element": one accumulator per element (plain AdaGrad)."""
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, eps):
+        assert w.ndim == 2 and wd == 0.0
+        w = w.copy()
+        h = np.zeros((w.shape[0], 1)) if bug != "element" else np.zeros_like(w)
+
+        def step(g):
+            g = _pre(g, rescale_grad, clip_gradient, f32_clip)
+            h[...] += g * g if bug == "element" else np.mean(g * g, axis=1, keepdims=True)
+            den = np.sqrt(h) + eps if bug == "eps_outside" else np.sqrt(h + eps)
+            w[...] = w - learning_rate * g / den
+            return w
+        return step
+    return make
+
+
+def test_groupadagrad_gets_matrices_and_its_readings_are_told_apart():
+    good = oracle.verify(make_groupadagrad(), "groupadagrad", convention="guide",
+                         dtype="float64", examples=EXAMPLES, seed=3)
+    assert good.passed, good.summary
+    assert good.worst["hyperparameters"]["wd"] == 0.0          # wd is pinned to 0
+    for bug in ("eps_outside", "element"):
+        bad = oracle.verify(make_groupadagrad(bug), "groupadagrad", convention="guide",
+                            dtype="float64", examples=EXAMPLES, seed=3,
+                            fixed={"eps": 0.5, "clip_gradient": None})
+        assert not bad.passed and "weight0: [" in bad.summary, (bug, bad.summary)
+        assert np.ndim(bad.worst["weight0"]) == 2
+    ident = oracle.identify(make_groupadagrad(f32_clip=True), "groupadagrad", dtype="float64",
+                            cases=12, screen=200)
+    assert ident.convention == "mxnet" and ident.matches == ["mxnet"], ident.summary
+    with pytest.raises(ValueError, match="fixed names unknown"):
+        oracle.verify(make_groupadagrad(), "groupadagrad", fixed={"momentum": 0.9})
+
+
+# --------------------------------------------------------------------------------------------
+# LAMB: a per-tensor trust ratio (the norm of the update direction, not of the gradient)
+# --------------------------------------------------------------------------------------------
+def make_lamb(bug=None):
+    """LAMB, convention "guide" (the paper's Algorithm 2): Adam's bias-corrected direction
+    ``u = mhat/(sqrt(vhat) + eps) + wd*w``, ``w -= lr*phi(|w|)/|u|*u`` with ``phi`` the clamp
+    to the bounds (ratio 1 when a norm is 0). Planted bugs: "gradient norm" (the trust ratio
+    divides by |g|, as LARS does), "decay in the moments" (wd*w added to the gradient)."""
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, beta1, beta2, epsilon,
+             lower_bound, upper_bound, bias_correction):
+        w = w.copy()
+        m, v, t = np.zeros_like(w), np.zeros_like(w), [0]
+
+        def step(grad):
+            t[0] += 1
+            g = _pre(grad, rescale_grad, clip_gradient)
+            if bug == "decay in the moments":
+                g = g + wd * w
+            m[...] = beta1 * m + (1.0 - beta1) * g
+            v[...] = beta2 * v + (1.0 - beta2) * g * g
+            mh, vh = (m / (1.0 - beta1 ** t[0]), v / (1.0 - beta2 ** t[0])) \
+                if bias_correction else (m, v)
+            u = mh / (np.sqrt(vh) + epsilon)
+            if bug != "decay in the moments":
+                u = u + wd * w
+            phi = np.linalg.norm(w)
+            if lower_bound:
+                phi = max(phi, lower_bound)
+            if upper_bound:
+                phi = min(phi, upper_bound)
+            den = np.linalg.norm(g) if bug == "gradient norm" else np.linalg.norm(u)
+            ratio = phi / den if (phi > 0 and den > 0) else 1.0
+            w[...] = w - learning_rate * ratio * u
+            return w
+        return step
+    return make
+
+
+def test_lamb_verify_passes_the_paper_and_fails_planted_bugs():
+    good = oracle.verify(make_lamb(), "lamb", convention="guide", dtype="float64",
+                         examples=EXAMPLES, seed=5)
+    assert good.passed, good.summary
+    for bug, fixed in (("gradient norm", {}), ("decay in the moments", {"wd": 0.1})):
+        bad = oracle.verify(make_lamb(bug), "lamb", convention="guide", dtype="float64",
+                            examples=EXAMPLES, seed=5, fixed=fixed)
+        assert not bad.passed, (bug, bad.summary)
+
+
+def test_a_seed_draws_the_same_cases_whatever_modules_are_loaded(tmp_path, monkeypatch):
+    """Hypothesis draws, now and then, numbers written in the source of locally loaded modules;
+    verify shuts that pool off, so a seed gives the same cases after an import as before."""
+    first = oracle.verify(make_sgd("wrong momentum sign"), "sgd", convention="guide",
+                          examples=20, seed=3)
+    module = tmp_path / "mxopt_constants_probe.py"
+    module.write_text("A = [0.000123456789, 7.25e-07, 3.0517578125e-05, 0.987654321, 12345]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import mxopt_constants_probe  # noqa: F401  (a local module full of constants)
+    again = oracle.verify(make_sgd("wrong momentum sign"), "sgd", convention="guide",
+                          examples=20, seed=3)
+    assert (again.max_error, again.worst) == (first.max_error, first.worst)

@@ -64,7 +64,7 @@ EXPECTED_PYTORCH = {
     "sgd": "pytorch", "nag": "pytorch", "adagrad": "pytorch", "rmsprop": "pytorch",
     "adadelta": "pytorch", "adamax": "pytorch", "adam": "guide", "nadam": "mxnet",
     "signum": None, "ftrl": None, "ftml": None, "dcasgd": None, "sgld": None, "lbsgd": None,
-    "adamw": "pytorch", "lars": None,
+    "adamw": "pytorch", "lars": None, "groupadagrad": None, "lamb": None,
 }
 
 U64 = 2.0 ** -53
@@ -124,7 +124,7 @@ def test_toolkit_conventions_unchanged():
 
 @pytest.mark.parametrize("mod", WITHOUT, ids=_ids)
 def test_pytorch_refused_where_torch_has_no_optimizer(mod):
-    w = np.array([1.0, -2.0, 0.5])
+    w = np.array([[1.0, -2.0, 0.5]])  # a matrix: every module takes one (GroupAdaGrad only those)
     state = mod.init_state(w)
     with pytest.raises(ValueError) as info:
         mod.step(w, w, state, t=1, lr=0.1, convention="pytorch")
@@ -135,7 +135,7 @@ def test_pytorch_refused_where_torch_has_no_optimizer(mod):
 
 @pytest.mark.parametrize("mod", MODULES, ids=_ids)
 def test_unknown_convention_refused(mod):
-    w = np.array([1.0, -2.0, 0.5])
+    w = np.array([[1.0, -2.0, 0.5]])  # a matrix: every module takes one (GroupAdaGrad only those)
     with pytest.raises(ValueError, match="convention must be one of") as info:
         mod.step(w, w, mod.init_state(w), t=1, lr=0.1, convention="tensorflow")
     assert mod.NAME in str(info.value) and str(mod.CONVENTIONS) in str(info.value)

@@ -10,20 +10,23 @@ import numpy as np
 import pytest
 
 from toolkit import optimizer
+from toolkit.oracle import space
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("name", sorted(optimizer.registry()))
 def test_next_step_changes_nothing_and_matches_the_update(name):
-    opt = optimizer.create(name, learning_rate=0.1, wd=0.01)
-    w = np.ones(4, np.float32)
+    wd = space.COMMON_FIXED.get(name, {}).get("wd", 0.01)   # GroupAdaGrad refuses weight decay
+    opt = optimizer.create(name, learning_rate=0.1, wd=wd)
+    shape = space.weight_shape(name, 4)                       # GroupAdaGrad: a matrix
+    w = np.ones(shape, np.float32)
     state = opt.create_state(0, w)
     before = (dict(opt._index_update_count), opt.num_update, dict(vars(opt)).keys())
     s1, s2 = opt.next_step(0, w), opt.next_step(0, w)
-    assert (s1.t, s1.lr, s1.wd) == (s2.t, s2.lr, s2.wd) == (1, 0.1, 0.01)
+    assert (s1.t, s1.lr, s1.wd) == (s2.t, s2.lr, s2.wd) == (1, 0.1, wd)
     assert (dict(opt._index_update_count), opt.num_update) == before[:2]
-    opt.update(0, w, np.full(4, 0.5, np.float32), state)
+    opt.update(0, w, np.full(shape, 0.5, np.float32), state)
     assert opt.next_step(0, w).t == 2 and opt.next_step(1, w).t == 1
 
 

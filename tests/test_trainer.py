@@ -651,3 +651,66 @@ def test_only_unchanged_built_in_steps_count_as_scalar_only():
         p.grad()[...] = 1.0
     trainer.step(1)
     assert [float(p.data()[0]) for p in params] == [-1.0, -2.0, -3.0]
+
+
+# --------------------------------------------------------------------------------------------
+# GroupAdaGrad: a state per row, so no flat buffers for it: stepped parameter by parameter
+# --------------------------------------------------------------------------------------------
+def test_groupadagrad_keeps_a_history_per_parameter_and_steps_them_one_by_one(monkeypatch):
+    calls = []
+    real = cpu.run_segmented
+    monkeypatch.setattr(cpu, "run_segmented", lambda *a: (calls.append(1), real(*a)))
+    shapes = [(3, 4), (6, 1), (2, 5)]
+    params = [Parameter(f"e{i}", shape=s, init=1.0) for i, s in enumerate(shapes)]
+    trainer = Trainer(params, "groupadagrad", {"learning_rate": 0.1})
+    histories = [trainer._where[i][0].member_state(trainer._where[i][1]) for i in range(3)]
+    assert [h.shape for h in histories] == [(3, 1), (6, 1), (2, 1)]
+    for p in params:
+        p.grad()[...] = 2.0
+    trainer.step(1)
+    assert calls == [] and trainer.last_step_launches == 3
+    # h = mean(g^2) = 4 on every row; w = 1 - 0.1*2/sqrt(4 + 1e-5)
+    assert all(np.all(h == 4.0) for h in histories)
+    expect = np.float32(1) - np.float32(0.1) * np.float32(2) / np.sqrt(np.float32(4 + 1e-5))
+    assert all(np.all(p.data() == expect) for p in params)
+
+
+def test_groupadagrad_weight_decay_stops_the_step_before_anything_is_written():
+    params = [Parameter("a_weight", shape=(2, 3), init=1.0, wd_mult=0.0),
+              Parameter("b_weight", shape=(3, 2), init=1.0),      # wd 0.01 * 1: refused
+              Parameter("c_weight", shape=(1, 4), init=1.0, wd_mult=0.0)]
+    t = Trainer(params, "groupadagrad", {"learning_rate": 0.1, "wd": 0.01})
+    for p in params:
+        p.set_grad(np.ones(p.shape))
+    before = _trainer_fingerprint(t), [p.data().copy() for p in params]
+    with pytest.raises(ValueError, match="weight decay.*index 1"):
+        t.step(1)
+    assert _trainer_fingerprint(t) == before[0]
+    assert all(np.array_equal(p.data(), b) for p, b in zip(params, before[1]))
+    params[1].wd_mult = 0.0           # Gluon's multiplier, read at every step
+    t.step(1)
+    assert t.optimizer.num_update == 1
+
+
+@pytest.mark.parametrize("dtype,mp", [("float32", False), ("float16", True)])
+def test_groupadagrad_save_load_continues_bit_identically(dtype, mp, tmp_path):
+    rng = np.random.default_rng(4)
+    shapes = [(3, 4), (5, 1), (2, 6)]
+    init = [rng.standard_normal(s).astype(dtype) for s in shapes]
+    grads = [[rng.standard_normal(s).astype(dtype) for s in shapes] for _ in range(6)]
+    kw = lambda: {"learning_rate": 0.05, "clip_gradient": 1.0, "multi_precision": mp}  # noqa: E731
+    ta, pa = _trained("groupadagrad", kw, dtype, init, grads[:3])
+    path = tmp_path / "trainer.states"
+    ta.save_states(path)
+    tb, pb = _trained("groupadagrad", kw, dtype, [p.data().copy() for p in pa], [])
+    tb.load_states(path)
+    for gs in grads[3:]:
+        for t, ps in ((ta, pa), (tb, pb)):
+            for p, g in zip(ps, gs):
+                p.set_grad(g)
+            t.step(2)
+    for a, b in zip(pa, pb):
+        assert np.array_equal(a.data(), b.data())
+    for ga, gb in zip(ta._groups, tb._groups):
+        for x, y in zip(host_leaves(ga.state), host_leaves(gb.state)):
+            assert np.array_equal(x, y)

@@ -39,8 +39,16 @@ CONFIGS = {
     "adamw": ("adamw", {"learning_rate": 0.01, "eta": 0.5}),
     "lars": ("lars", {"learning_rate": 0.1}),
     "lars_mom": ("lars", {"learning_rate": 0.1, "momentum": 0.9}),
+    "groupadagrad": ("groupadagrad", {"learning_rate": 0.1}),
+    "lamb": ("lamb", {"learning_rate": 0.01}),
+    "lamb_bounds": ("lamb", {"learning_rate": 0.01, "lower_bound": 0.1, "upper_bound": 10.0,
+                             "bias_correction": False}),
 }
 OPT_NAMES = sorted({name for name, _ in CONFIGS.values()})
+#: configurations that take 2-D weights only (one history value per row)
+MATRIX_ONLY = {"groupadagrad"}
+#: configurations that refuse weight decay at update time
+NO_WD = {"groupadagrad"}
 DETERMINISTIC = [k for k in CONFIGS]  # SGLD's noise is seeded: deterministic too
 
 
@@ -193,6 +201,9 @@ SPECIFIC_BAD = (
     + [("ftml", "beta1", v) for v in UNIT] + [("ftml", "beta2", v) for v in UNIT]
     + [("adamw", "beta1", v) for v in UNIT] + [("adamw", "beta2", v) for v in UNIT]
     + [("adamw", "eta", v) for v in (-0.5, float("nan"))]
+    + [("lamb", "beta1", v) for v in UNIT] + [("lamb", "beta2", v) for v in UNIT]
+    + [("lamb", b, v) for b in ("lower_bound", "upper_bound")
+       for v in (-1.0, float("nan"), float("inf"))]
     + [("lars", "momentum", v) for v in UNIT]
     + [("lars", "eta", v) for v in (-0.001, float("nan"))]
     + [("lars", "eps", v) for v in (-1e-9, float("inf"))]
@@ -200,9 +211,10 @@ SPECIFIC_BAD = (
     + [("rmsprop", "rho", v) for v in UNIT] + [("rmsprop", "momentum", v) for v in UNIT]
     # AdaDelta's rho may be 1 (closed interval), but nothing outside [0, 1]
     + [("adadelta", "rho", v) for v in (-0.1, 1.5, float("nan"))]
-    + [(n, "epsilon", v) for n in ("adam", "nadam", "ftml", "rmsprop", "adadelta", "adamw")
+    + [(n, "epsilon", v) for n in ("adam", "nadam", "ftml", "rmsprop", "adadelta", "adamw",
+                                   "lamb")
        for v in (-1e-8, float("nan"), float("inf"))]
-    + [("adagrad", "eps", v) for v in (-1e-7, float("nan"))]
+    + [(n, "eps", v) for n in ("adagrad", "groupadagrad") for v in (-1e-7, float("nan"))]
     + [("ftrl", "lamda1", v) for v in (-0.01, float("nan"))]
     + [("ftrl", "beta", v) for v in (-1.0, float("inf"))]
     + [("dcasgd", "lamda", v) for v in (-0.04, float("nan"))]
@@ -227,6 +239,8 @@ def test_optimizer_specific_domain(name, key, value):
                                             ("lbsgd", "batch_scale", True),
                                             ("rmsprop", "centered", 1),
                                             ("sgd", "multi_precision", "yes"),
+                                            ("lamb", "bias_correction", 1),
+                                            ("lamb", "lower_bound", "0.5"),
                                             ("adam", "beta1", "0.9")])
 def test_optimizer_specific_types(name, key, value):
     with pytest.raises(TypeError):
@@ -330,8 +344,8 @@ def test_cpu_path_never_imports_numba_cuda():
             "from toolkit import optimizer\n"
             "for name in optimizer.registry():\n"
             "    opt = optimizer.create(name)\n"
-            "    w = np.ones(4, np.float32); s = opt.create_state(0, w)\n"
-            "    opt.update(0, w, np.ones(4, np.float32), s)\n"
+            "    w = np.ones((2, 2), np.float32); s = opt.create_state(0, w)\n"
+            "    opt.update(0, w, np.ones((2, 2), np.float32), s)\n"
             "print(sorted(m for m in sys.modules if m.startswith('numba_cuda') or m == 'numba.cuda'))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
@@ -391,7 +405,7 @@ def test_non_contiguous_weight_refused(config, view):
     base_before = base.copy()
     with pytest.raises(ValueError, match="contiguous"):
         opt.create_state(0, w)
-    wc = np.ascontiguousarray(w)
+    wc = np.ascontiguousarray(w if w.ndim == 2 or config not in MATRIX_ONLY else w[:, None])
     state = opt.create_state(0, wc)
     before = snapshot(opt, w, g, state)
     with pytest.raises(ValueError, match="contiguous"):
@@ -502,8 +516,12 @@ def bad_states(opt, w, state):
         out.append((f"slot {i} read-only", replace(i, ro), ValueError))
         out.append((f"slot {i} is the weight", replace(i, w), ValueError))
         out.append((f"slot {i} views the weight", replace(i, w.reshape(w.shape)), ValueError))
+        if a.shape != w.shape:  # GroupAdaGrad's (rows, 1) history: a view of its own shape
+            out.append((f"slot {i} views the weight, shaped as the slot",
+                        replace(i, w.reshape(-1)[:a.size].reshape(a.shape)), ValueError))
         fo = np.asfortranarray(a)
-        out.append((f"slot {i} F-ordered", replace(i, fo), ValueError))
+        if not fo.flags.c_contiguous:  # a (rows, 1) array is both: then the same layout
+            out.append((f"slot {i} F-ordered", replace(i, fo), ValueError))
         out.append((f"slot {i} list", replace(i, a.tolist()), TypeError))
     return out
 
@@ -656,7 +674,7 @@ def test_f_contiguous_weight_matches_c_contiguous(config, dtype):
     grads = [rng.standard_normal((5, 7)).astype(dtype) for _ in range(3)]
     wf = np.asfortranarray(w0)
     assert wf.flags.f_contiguous and not wf.flags.c_contiguous
-    kw = {"wd": 0.01, "clip_gradient": 1.5, "rescale_grad": 0.7}
+    kw = {"wd": 0.0 if config in NO_WD else 0.01, "clip_gradient": 1.5, "rescale_grad": 0.7}
     # grads: F-ordered for the F weight (and one C-ordered, which must work too)
     gf = [np.asfortranarray(g) for g in grads[:2]] + [grads[2]]
     wf_out, sf = run_steps(config, wf, gf, **kw)
@@ -678,7 +696,7 @@ def test_sgld_refuses_f_ordered_weight():
     assert np.array_equal(w, before) and opt.num_update == 0
 
 
-@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("config", [c for c in CONFIGS if c not in MATRIX_ONLY])
 @pytest.mark.parametrize("shape", [(), (1,), (2, 3, 4), (2, 1, 3, 1, 2)])
 def test_0d_and_nd_weights(config, shape):
     rng = np.random.default_rng(2)
@@ -708,7 +726,7 @@ def test_float16_without_multi_precision(config):
     """float16 storage: each step is float32 arithmetic on the float16 values, rounded back."""
     rng = np.random.default_rng(3)
     w16 = rng.standard_normal((4, 6)).astype(np.float16)
-    kw = {"wd": 0.01}
+    kw = {"wd": 0.0 if config in NO_WD else 0.01}
     opt16, opt32 = make(config, **kw), make(config, **kw)
     s16 = opt16.create_state(0, w16)
     assert all(a.dtype == np.float16 for a in state_arrays(s16))
@@ -739,3 +757,64 @@ def test_multi_precision_on_float32_is_plain_update():
     opt2.update(0, w2, g, s2)
     assert np.array_equal(w, w2)
     assert math.isfinite(float(w.sum()))
+
+
+# ------------------------------------------------------------------------------------------
+# GroupAdaGrad: a 2-D weight, a (rows, 1) history, no weight decay
+# ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(), (4,), (2, 3, 4), (1, 1, 1)])
+def test_groupadagrad_refuses_a_weight_that_is_not_2d(shape):
+    opt, w, g, state = primed("groupadagrad")
+    before = snapshot(opt, w, g, state)
+    bad_w, bad_g = np.ones(shape, np.float32), np.ones(shape, np.float32)
+    with pytest.raises(ValueError, match="2-D weight"):
+        opt.create_state(1, bad_w)
+    with pytest.raises(ValueError, match="2-D weight"):
+        opt.create_state_multi_precision(1, bad_w.astype(np.float16))
+    with pytest.raises(ValueError, match="2-D weight"):
+        opt.update(1, bad_w, bad_g, state)
+    assert snapshot(opt, w, g, state) == before
+    assert np.all(bad_w == 1) and 1 not in opt._index_update_count
+
+
+@pytest.mark.parametrize("bad_shape", [(3,), (3, 4), (4, 1), (1, 3), (3, 1, 1)])
+def test_groupadagrad_refuses_a_history_of_the_wrong_shape(bad_shape):
+    opt, w, g, state = primed("groupadagrad")   # w is (3, 4): the history is (3, 1)
+    assert state.shape == (3, 1)
+    bad = np.zeros(bad_shape, np.float32)
+    assert_fails_unchanged(opt, w, g, state, lambda: opt.update(0, w, g, bad), ValueError,
+                           r"state\['history'\] has shape")
+    assert not bad.any()
+
+
+def test_groupadagrad_refuses_weight_decay_per_step_before_writing():
+    # MXNet 1.9.1 accepts wd at construction and asserts wd == 0 in update; so does this, with
+    # the effective wd (wd * wd_mult) of the index being updated
+    opt = optimizer.create("groupadagrad", learning_rate=0.1, wd=0.01)
+    w, g = rng_arrays()
+    state = opt.create_state(0, w)
+    assert_fails_unchanged(opt, w, g, state, lambda: opt.update(0, w, g, state), ValueError,
+                           "weight decay.*wd is 0.01 for index 0")
+    w16 = w.astype(np.float16)
+    opt16 = optimizer.create("groupadagrad", wd=0.5, multi_precision=True)
+    s16 = opt16.create_state_multi_precision(0, w16)
+    snap = (w16.tobytes(), s16[0].tobytes(), s16[1].tobytes())
+    with pytest.raises(ValueError, match="wd"):
+        opt16.update_multi_precision(0, w16, g.astype(np.float16), s16)
+    assert (w16.tobytes(), s16[0].tobytes(), s16[1].tobytes()) == snap
+    assert opt16.num_update == 0
+    with pytest.raises(ValueError, match="wd"):
+        opt.next_step(0)
+    # a zero multiplier makes the step legal, as in MXNet
+    opt.set_wd_mult({0: 0.0})
+    opt.update(0, w, g, state)
+    assert opt.num_update == 1 and state.any()
+    named = optimizer.create("groupadagrad", wd=0.01, param_idx2name={0: "embed_bias"})
+    named.update(0, w, g, named.create_state(0, w))   # not *_weight: multiplier 0
+
+
+def test_lamb_bounds_in_the_wrong_order_are_refused():
+    with pytest.raises(ValueError, match="lower_bound must not exceed upper_bound"):
+        optimizer.create("lamb", lower_bound=2.0, upper_bound=1.0)
+    # a bound of 0 is "no bound" (MXNet passes only a truthy bound): no order to check
+    optimizer.create("lamb", lower_bound=2.0, upper_bound=0.0)

@@ -5,8 +5,12 @@ import numpy as np
 
 from toolkit import Parameter, Trainer, optimizer
 from toolkit.backends import arrays
+from toolkit.oracle import space
 
 SHAPES = [(3, 4), (5,), (2, 2, 3), (1,), (7,)]
+#: the parameters of an optimizer that takes matrices only (GroupAdaGrad: one history value per
+#: row), one per entry of SHAPES
+MATRIX_SHAPES = [(3, 4), (5, 1), (2, 6), (1, 3), (4, 2)]
 
 #: one configuration per optimizer x state layout, with both conventions where they exist
 CONFIGS = [
@@ -17,7 +21,15 @@ CONFIGS = [
     ("lbsgd", {"batch_scale": 2, "warmup_epochs": 1, "updates_per_epoch": 2}),
     ("dcasgd", {"momentum": 0.9}), ("dcasgd", {}), ("ftrl", {}), ("ftml", {}), ("sgld", {}),
     ("adamw", {"eta": 0.5}), ("lars", {"momentum": 0.9, "eta": 0.01}), ("lars", {"eps": 1e-3}),
+    ("groupadagrad", {"eps": 1e-3}),
+    ("lamb", {}), ("lamb", {"lower_bound": 0.5, "upper_bound": 2.0, "bias_correction": False}),
 ]
+
+
+def shapes_for(name):
+    """The parameters' shapes for optimizer ``name``: SHAPES, or MATRIX_SHAPES for one that
+    takes matrices only (``toolkit.oracle.space.MATRIX``)."""
+    return MATRIX_SHAPES if name in space.MATRIX else SHAPES
 
 
 def conventions(name):
@@ -41,13 +53,17 @@ SKIP = {1: (2,)}
 def expected_calls(name, kw, convention):
     """``(segmented calls over the 3 steps, kernel calls of the last step)`` of a
     :func:`twin_run`: one segmented call per step, and LARS (``lars``, LBSGD's 'lars') adds its
-    one norms reduction.
+    one norms reduction, LAMB its one first pass (the moments and the norms).
     LBSGD with batch_scale (MXNet's accumulation): after the skip, p2 finishes its batch while
     the others start a new one; members in different phases run different rules, one call each,
-    so the last step makes no segmented call and one call per member (docs/trainer.md)."""
+    so the last step makes no segmented call and one call per member (docs/trainer.md).
+    An optimizer whose step is not element-wise (GroupAdaGrad) is stepped parameter by
+    parameter: no segmented call, one call per member."""
+    if not optimizer.registry()[name].elementwise_step:
+        return 0, len(SHAPES)
     if name == "lbsgd" and kw.get("batch_scale", 1) > 1 and convention == "mxnet":
         return 2, len(SHAPES)
-    return 3, 1 + (kw.get("warmup_strategy") == "lars" or name == "lars")
+    return 3, 1 + (kw.get("warmup_strategy") == "lars" or name in ("lars", "lamb"))
 
 
 def twin_run(name, kw, convention, dtype="float32", mp=False, steps=3, device="cpu",
@@ -56,8 +72,10 @@ def twin_run(name, kw, convention, dtype="float32", mp=False, steps=3, device="c
     same gradients (skipping :data:`SKIP`); return ``(trainer, params, [(weight, state) of the
     twin], twin)``."""
     rng = np.random.default_rng(seed)
-    init = [rng.standard_normal(s).astype(dtype) for s in SHAPES]
-    common = dict(learning_rate=0.05, wd=0.01, rescale_grad=2.0, clip_gradient=3.0,
+    shapes = shapes_for(name)
+    init = [rng.standard_normal(s).astype(dtype) for s in shapes]
+    wd = space.COMMON_FIXED.get(name, {}).get("wd", 0.01)  # GroupAdaGrad refuses weight decay
+    common = dict(learning_rate=0.05, wd=wd, rescale_grad=2.0, clip_gradient=3.0,
                   convention=convention, multi_precision=mp, **kw)
     params = [Parameter(f"p{i}_weight", init=a, dtype=dtype, lr_mult=LR_MULT[i],
                         wd_mult=WD_MULT[i], device=device) for i, a in enumerate(init)]
@@ -68,7 +86,7 @@ def twin_run(name, kw, convention, dtype="float32", mp=False, steps=3, device="c
     ws = [put(a) for a in init]
     ss = [twin.create_state_multi_precision(i, w) for i, w in enumerate(ws)]
     for step in range(steps):
-        grads = [rng.standard_normal(s).astype(dtype) for s in SHAPES]
+        grads = [rng.standard_normal(s).astype(dtype) for s in shapes]
         skip = SKIP.get(step, ())
         for i, (p, g) in enumerate(zip(params, grads)):
             if i not in skip:

@@ -5,7 +5,9 @@ CPU and CUDA kernels.
 >>> opt = optimizer.create("adam", learning_rate=0.01)
 """
 from . import lr_scheduler, optimizer  # noqa: F401
+from .sparse import RowSparse  # noqa: F401
 from .trainer import Parameter, ParamsError, StaleGradientError, Trainer  # noqa: F401
 
 __version__ = "0.1.0"
-__all__ = ["optimizer", "lr_scheduler", "Trainer", "Parameter", "StaleGradientError", "ParamsError"]
+__all__ = ["optimizer", "lr_scheduler", "Trainer", "Parameter", "StaleGradientError", "ParamsError",
+           "RowSparse"]

@@ -109,6 +109,12 @@ HYPER = {
                         "eta": _pick(r, 1.0, lambda q: _unit(q, 0.0, 1.0))},
     "lars": lambda r: {"momentum": _momentum(r), "eta": _pick(r, 0.001, lambda q: _dec(q, -3, 0)),
                        "eps": _pick(r, 0.0, lambda q: _dec(q, -9, -3))},
+    "groupadagrad": lambda r: {"eps": _pick(r, 1e-5, lambda q: _dec(q, -10, -1))},
+    "lamb": lambda r: {"beta1": _unit(r, 0.0, 0.99), "beta2": _unit(r, 0.0, 0.9999),
+                       "epsilon": _pick(r, 1e-6, lambda q: _dec(q, -10, -2)),
+                       "lower_bound": _pick(r, None, lambda q: _dec(q, -3, 0)),
+                       "upper_bound": _pick(r, None, lambda q: _dec(q, 0, 2)),
+                       "bias_correction": _pick(r, True, False)},
 }
 
 
@@ -123,21 +129,25 @@ def draw_case(rng, name, dtype):
     """``(constructor kwargs, w0, grads)`` of one random case (float64 arrays, to be cast to
     the dtype's storage type). The ranges keep a float16 *state* (no master copy) inside
     float16's range, as the CUDA tests do: it holds squared gradients, and FTRL/FTML's grows
-    like w/lr."""
+    like w/lr. Shapes and pinned hyperparameters come from ``toolkit.oracle.space`` (GroupAdaGrad:
+    matrices, and wd 0)."""
+    from .oracle import space
     hyper = HYPER[name](rng) if name in HYPER else {}
     kw = {"learning_rate": _dec(rng, -4, 0),
           "wd": _pick(rng, 0.0, lambda r: _dec(r, -5, -1)),
           "rescale_grad": _pick(rng, 1.0, lambda r: _dec(r, -2, 1)),
           "clip_gradient": _pick(rng, None, 0.0, lambda r: _dec(r, -2, 1)), **hyper}
+    kw.update(space.COMMON_FIXED.get(name, {}))
     plain16 = dtype == "float16"
     f16 = dtype.startswith("float16")
     if plain16 and name in ("ftrl", "ftml"):
         kw["learning_rate"] = _dec(rng, -1, 0)
-    n = int(rng.integers(1, 33))
+    shape = space.shape_space(name, 32).sample(rng)
+    n = math.prod(shape)
     lo_w, hi_w = (-2, 1 if plain16 else 2) if f16 else (-4, 2)
     lo_g, hi_g = (-4, 1 if plain16 else 3) if f16 else (-7, 3)
-    w = _array(rng, n, lo_w, hi_w)
-    grads = [_array(rng, n, lo_g, hi_g) for _ in range(int(rng.integers(1, 5)))]
+    w = _array(rng, n, lo_w, hi_w).reshape(shape)
+    grads = [_array(rng, n, lo_g, hi_g).reshape(shape) for _ in range(int(rng.integers(1, 5)))]
     return kw, w, grads
 
 

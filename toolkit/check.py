@@ -14,6 +14,7 @@ Prints a table (``--json``: the rows as JSON) and exits 1 on any failure, 0 othe
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 
@@ -154,6 +155,7 @@ def backend_rows(with_cuda=False):
 
 
 def run_backend_row(rng, name, conv, backend, dtype, cases=4, steps=4):
+    from .oracle import space
     worst = 0.0
     for _ in range(cases):
         kw = dict(convention=conv, backend=backend, multi_precision=dtype == "float16-mp",
@@ -163,15 +165,17 @@ def run_backend_row(rng, name, conv, backend, dtype, cases=4, steps=4):
                   clip_gradient=[None, float(10 ** rng.uniform(-1, 1))][int(rng.integers(2))])
         if dtype == "float16" and name in ("ftrl", "ftml"):
             kw["learning_rate"] = float(10 ** rng.uniform(-1, 0))  # float16 state holds ~w/lr
+        kw.update(space.COMMON_FIXED.get(name, {}))  # GroupAdaGrad: wd 0
         opt = optimizer.create(name, **kw)
         dt = np.float16 if dtype.startswith("float16") else np.dtype(dtype).type
         to = _device if backend == "cuda" else (lambda a: a)
-        n = int(rng.integers(1, 64))
-        w = to(_decades(rng, n, -2, 1).astype(dt))
+        shape = space.shape_space(name, 63).sample(rng)  # GroupAdaGrad: a matrix
+        n = math.prod(shape)
+        w = to(_decades(rng, n, -2, 1).reshape(shape).astype(dt))
         state = opt.create_state_multi_precision(0, w)
         hi_g = 1 if dtype == "float16" else 2  # float16 state holds squared gradients
         for _ in range(steps):
-            g = to(_decades(rng, n, -4 if dt == np.float16 else -6, hi_g).astype(dt))
+            g = to(_decades(rng, n, -4 if dt == np.float16 else -6, hi_g).reshape(shape).astype(dt))
             res = step_errors(opt, 0, w, g, state)
             worst = max([worst] + [v[0] for v in res.values()])
     return worst

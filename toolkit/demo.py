@@ -38,6 +38,8 @@ SETTINGS = {
     "sgld": {"learning_rate": 1e-4, "seed": 1},
     "adamw": {"learning_rate": 0.01, "wd": 0.01},
     "lars": {"learning_rate": 0.3, "momentum": 0.9, "eta": 0.02},
+    "groupadagrad": {"learning_rate": 0.1},
+    "lamb": {"learning_rate": 0.02},
 }
 
 #: optimizers that need the gradient of the whole data set's loss: SGLD's noise (sqrt(lr) per
@@ -82,9 +84,13 @@ def softmax_loss_grad(w, b, x, y):
 def train(name, params_kw, train_set, test_set, epochs, batch, device, progress=None, task=None):
     from . import Parameter, Trainer
     from .backends import arrays
+    from .oracle import space
     (x, y), (xt, yt) = train_set, test_set
     w = Parameter("softmax_weight", shape=(10, x.shape[1]), device=device)
-    b = Parameter("softmax_bias", shape=(10,), wd_mult=0.0, device=device)
+    # an optimizer that takes matrices only (GroupAdaGrad: one accumulator per row) gets the
+    # bias as a column, one row per class
+    b_shape = (10, 1) if name in space.MATRIX else (10,)
+    b = Parameter("softmax_bias", shape=b_shape, wd_mult=0.0, device=device)
     kw = dict(params_kw)
     if name in FULL_DATA_GRADIENT:
         kw["rescale_grad"] = float(len(y))
@@ -96,16 +102,16 @@ def train(name, params_kw, train_set, test_set, epochs, batch, device, progress=
         total = 0.0
         for start in range(0, len(y), batch):
             idx = order[start:start + batch]
-            wh, bh = arrays.to_host(w.data()), arrays.to_host(b.data())
+            wh, bh = arrays.to_host(w.data()), arrays.to_host(b.data()).reshape(-1)
             loss, gw, gb = softmax_loss_grad(wh, bh, x[idx], y[idx])
             total += loss
             w.set_grad(gw)
-            b.set_grad(gb)
+            b.set_grad(gb.reshape(b_shape))
             trainer.step(len(idx))
         losses.append(total / len(y))
         if progress is not None:
             progress.advance(task)
-    wh, bh = arrays.to_host(w.data()), arrays.to_host(b.data())
+    wh, bh = arrays.to_host(w.data()), arrays.to_host(b.data()).reshape(-1)
     accuracy = float(np.mean(np.argmax(xt @ wh.T + bh, axis=1) == yt))
     return losses, accuracy
 

@@ -5,6 +5,8 @@
 """
 from .optimizers import (AdaDelta, AdaGrad, Adam, Adamax, AdamW, DCASGD, LARS, FTML, Ftrl, LBSGD, NAG, Nadam,
                          Optimizer, RMSProp, SGD, SGLD, Signum, create, register, registry)
+from .optimizers import GroupAdaGrad
+from .optimizers import LAMB
 from .optimizers.custom import ElementwiseOptimizer
 
 Ftrl = Ftrl
@@ -12,4 +14,4 @@ FTRL = Ftrl  # the guide's spelling
 
 __all__ = ["Optimizer", "ElementwiseOptimizer", "create", "register", "registry", "SGD", "NAG",
            "AdaGrad", "RMSProp", "AdaDelta", "Adam", "Adamax", "Nadam", "Signum", "LBSGD",
-           "DCASGD", "Ftrl", "FTRL", "FTML", "SGLD", "AdamW", "LARS"]
+           "DCASGD", "Ftrl", "FTRL", "FTML", "SGLD", "AdamW", "LARS", "GroupAdaGrad", "LAMB"]

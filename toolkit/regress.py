@@ -91,9 +91,19 @@ CONFIGS = {
     "sgld": {"seed": 7},
     "adamw": {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "eta": 0.5},
     "lars": {"momentum": 0.9, "eta": 0.01, "eps": 1e-6, "momentum_correction": True},
+    "groupadagrad": {"eps": 1e-5},
+    "lamb": {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-6, "lower_bound": 0.5,
+             "upper_bound": 10.0, "bias_correction": True},
 }
-#: hyperparameters every optimizer shares (``lr`` is the constructor's ``learning_rate``)
+#: hyperparameters every optimizer shares (``lr`` is the constructor's ``learning_rate``);
+#: an optimizer's pinned ones replace them (GroupAdaGrad's wd 0: :func:`common_for`)
 COMMON = {"lr": 0.05, "wd": 0.01, "rescale_grad": 0.5, "clip_gradient": 2.0}
+
+
+def common_for(name):
+    """:data:`COMMON` for optimizer ``name`` (``toolkit.oracle.space.COMMON_FIXED`` applied)."""
+    from .oracle import space
+    return {**COMMON, **space.COMMON_FIXED.get(name, {})}
 #: reference-backend hyperparameters that select SGLD's noise, not a state slot
 _NOISE_KEYS = ("seed", "stream")
 
@@ -285,13 +295,16 @@ def fill_entry(entry) -> dict:
 def recorded_inputs(name, convention, steps=DEFAULT_STEPS, size=DEFAULT_SIZE):
     """The float64 inputs :func:`record` uses for one optimizer and convention: the same for
     every backend and dtype (cast to each storage dtype). Magnitudes over several decades,
-    and an exact zero gradient in element 0."""
+    and an exact zero gradient in element 0. Shaped ``toolkit.oracle.space.weight_shape(name,
+    size)``: a vector, or a matrix for an optimizer that takes matrices only (GroupAdaGrad)."""
+    from .oracle import space
     rng = np.random.default_rng([SEED, zlib.crc32(f"{name}/{convention}".encode())])
     w = rng.standard_normal(size) * 10.0 ** rng.uniform(-2, 1, size)
     grads = [rng.standard_normal(size) * 10.0 ** rng.uniform(-3, 1, size) for _ in range(steps)]
     for g in grads:
         g[0] = 0.0
-    return w, grads
+    shape = space.weight_shape(name, size)
+    return w.reshape(shape), [g.reshape(shape) for g in grads]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -367,14 +380,18 @@ def _check_entry(e, where):
         what = "w0" if k == 0 else f"grads[{k - 1}]"
         if len(decode(g, sd, e["encoding"], f"{where} {what}")) != size:
             raise RegressFileError(f"{where} {what}: expected {size} values")
+    # the weights have the weight's size; a state array keeps its size from step to step (it
+    # need not be the weight's: GroupAdaGrad's history has one value per row)
+    sizes = {"weight": size, "weight32": size}
     for k, s in enumerate(e["steps"]):
         if not isinstance(s, dict) or list(s) != list(e["arrays"]):
             raise RegressFileError(f"{where} step {k + 1}: expected the arrays "
                                    f"{list(e['arrays'])}")
         for name, hexes in s.items():
             a = decode(hexes, e["arrays"][name], e["encoding"], f"{where} step {k + 1} {name}")
-            if len(a) != size:
-                raise RegressFileError(f"{where} step {k + 1} {name}: expected {size} values")
+            n = sizes.setdefault(name, len(a))
+            if len(a) != n:
+                raise RegressFileError(f"{where} step {k + 1} {name}: expected {n} values")
 
 
 def _load_file(path):
@@ -485,7 +502,8 @@ def record(path, *, optimizers=None, backends=None, dtypes=None, steps=DEFAULT_S
         for name, conv, b, d in rows:
             bar.update(f"{name} {conv} {b} {d}", advance=0)
             w, grads = recorded_inputs(name, conv, steps, size)
-            e = new_entry(name, conv, b, d, w0=w, grads=grads, hyper=CONFIGS.get(name, {}))
+            e = new_entry(name, conv, b, d, w0=w, grads=grads, hyper=CONFIGS.get(name, {}),
+                          common=common_for(name))
             entries.setdefault(name, []).append(fill_entry(e))
             bar.update(advance=1)
     if single:

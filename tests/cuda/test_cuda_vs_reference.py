@@ -9,13 +9,16 @@ On a real GPU numba-cuda contracts ``a*b + c`` into FMAs; an FMA rounds once, in
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, note, settings, target
 from hypothesis import strategies as st
 from numba import cuda
 
-from optim_db import DB, EXAMPLES, arrays_over_decades, common_hyper
+from optim_db import DB, EXAMPLES, arrays_over_decades
+from toolkit.oracle import space
 from toolkit import optimizer
 from toolkit.verify import step_errors, trajectory_errors
 
@@ -31,7 +34,7 @@ def _ids(case):
 
 def _build(info, conv, dtype, data):
     hyper = data.draw(info.hyper, label="hyper")
-    common = data.draw(common_hyper, label="common")
+    common = data.draw(info.common, label="common")
     plain16 = dtype == "float16"
     if plain16 and info.name in ("ftrl", "ftml"):
         # their state grows like w/lr: with float16 *state* (no master copy) a small learning
@@ -40,13 +43,17 @@ def _build(info, conv, dtype, data):
     opt = optimizer.create(info.name, convention=conv, backend="cuda",
                            multi_precision=dtype == "float16-mp", **hyper, **common)
     # 1 to 24 elements, or a size that needs the grid-stride loop of the launch configuration
-    n = data.draw(st.one_of(st.integers(1, 24), st.just(40)), label="n")
+    # (GroupAdaGrad: up to 4 rows, or 2 rows of 20 columns, more than a block's threads)
+    shape = data.draw(st.one_of(info.shapes, st.just(space.weight_shape(info.name, 40))),
+                      label="shape")
+    n = math.prod(shape)
     dt = np.float16 if dtype.startswith("float16") else np.dtype(dtype).type
     lo_w, hi_w = (-2, 1 if plain16 else 2) if dt == np.float16 else (-4, 2)
-    w = data.draw(arrays_over_decades(n, lo_w, hi_w, zeros=True), label="w").astype(dt)
+    w = data.draw(arrays_over_decades(n, lo_w, hi_w, zeros=True),
+                  label="w").reshape(shape).astype(dt)
     # float16 state (no master copy) holds squared gradients: keep them inside its range
     lo_g, hi_g = (-4, 1 if plain16 else 3) if dt == np.float16 else (-7, 3)
-    grads = [data.draw(arrays_over_decades(n, lo_g, hi_g), label=f"g{k}").astype(dt)
+    grads = [data.draw(arrays_over_decades(n, lo_g, hi_g), label=f"g{k}").reshape(shape).astype(dt)
              for k in range(data.draw(st.integers(1, 4), label="steps"))]
     return opt, w, grads
 

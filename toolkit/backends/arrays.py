@@ -223,7 +223,8 @@ def check_weight(w: ArrayDesc, what="weight"):
                          "result back yourself")
 
 
-def _check_same_kind(what, a: ArrayDesc, w: ArrayDesc):
+def check_same_kind(what, a: ArrayDesc, w: ArrayDesc):
+    """``a`` on the weight's side (host or one CUDA device), else a TypeError/ValueError."""
     if a.kind != w.kind:
         raise TypeError(f"{what} is {kind_name(a)} but the weight is {kind_name(w)}; all arrays "
                         "of a step must live on the same side (host or one CUDA device)")
@@ -236,7 +237,7 @@ def _check_same_kind(what, a: ArrayDesc, w: ArrayDesc):
 
 def check_grad(w: ArrayDesc, g: ArrayDesc):
     """The gradient's part of the contract: the weight's kind, device, shape and dtype."""
-    _check_same_kind("grad", g, w)
+    check_same_kind("grad", g, w)
     if g.shape != w.shape:
         raise ValueError(f"grad shape {g.shape} does not match weight shape {w.shape}")
     if g.dtype != w.dtype:
@@ -253,7 +254,7 @@ def check_grad(w: ArrayDesc, g: ArrayDesc):
 def check_state_array(what, a: ArrayDesc, shape, dtype, w: ArrayDesc):
     """A state array's part of the contract: the weight's kind and device, the expected shape
     and dtype, writeable, one contiguous block, no overlap with the weight."""
-    _check_same_kind(what, a, w)
+    check_same_kind(what, a, w)
     if a.shape != shape and a.shape != tuple(shape):
         raise ValueError(f"{what} has shape {a.shape}, expected {tuple(shape)}")
     if a.dtype != dtype:

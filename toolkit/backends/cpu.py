@@ -29,7 +29,8 @@ from numba.extending import register_jitable
 from numba.np.unsafe.ndarray import to_fixed_tuple
 
 __all__ = ["COMPILE_OPTIONS", "PARALLEL_THRESHOLD", "elementwise_kernel", "run_elementwise",
-           "lars_norms", "run_norms", "DTYPES", "Launcher", "LAUNCHER"]
+           "lars_norms", "run_norms", "direction_norms", "run_direction", "DTYPES", "Launcher",
+           "LAUNCHER", "RowsLauncher", "rows_kernel"]
 
 #: The compile options of every CPU kernel.
 COMPILE_OPTIONS = dict(error_model="numpy", fastmath=False, cache=True, nogil=True,
@@ -148,6 +149,63 @@ def run_elementwise(factory, weight, grad, states, hyper):
     kernel(weight, grad, *states, hpa)
 
 
+def _rows_loop(rule, n_state, n_hyper):
+    """The loop of a rule over the rows of a lazy row-sparse step: gradient row ``k`` (``g`` is
+    ``(nnz, ncols)`` flattened) applies to row ``rows[k]`` of the weight and the states (each
+    ``(n_rows, ncols)`` flattened, C order); other rows are not touched. Rows run in parallel
+    (``prange``), the columns of a row as a vectorisable inner loop over slices from 0."""
+    if n_state == 0:
+        def loop(w, g, rows, ncols, hpa):
+            hp = to_fixed_tuple(hpa, n_hyper)
+            for k in prange(rows.shape[0]):
+                a = rows[k] * ncols
+                wr, gr = w[a:a + ncols], g[k * ncols:(k + 1) * ncols]
+                for j in range(ncols):
+                    wr[j] = rule(wr[j], gr[j], hp)
+    elif n_state == 1:
+        def loop(w, g, s0, rows, ncols, hpa):
+            hp = to_fixed_tuple(hpa, n_hyper)
+            for k in prange(rows.shape[0]):
+                a = rows[k] * ncols
+                wr, gr, x0 = w[a:a + ncols], g[k * ncols:(k + 1) * ncols], s0[a:a + ncols]
+                for j in range(ncols):
+                    wr[j], x0[j] = rule(wr[j], gr[j], x0[j], hp)
+    elif n_state == 2:
+        def loop(w, g, s0, s1, rows, ncols, hpa):
+            hp = to_fixed_tuple(hpa, n_hyper)
+            for k in prange(rows.shape[0]):
+                a = rows[k] * ncols
+                wr, gr = w[a:a + ncols], g[k * ncols:(k + 1) * ncols]
+                x0, x1 = s0[a:a + ncols], s1[a:a + ncols]
+                for j in range(ncols):
+                    wr[j], x0[j], x1[j] = rule(wr[j], gr[j], x0[j], x1[j], hp)
+    elif n_state == 3:
+        def loop(w, g, s0, s1, s2, rows, ncols, hpa):
+            hp = to_fixed_tuple(hpa, n_hyper)
+            for k in prange(rows.shape[0]):
+                a = rows[k] * ncols
+                wr, gr = w[a:a + ncols], g[k * ncols:(k + 1) * ncols]
+                x0, x1, x2 = s0[a:a + ncols], s1[a:a + ncols], s2[a:a + ncols]
+                for j in range(ncols):
+                    wr[j], x0[j], x1[j], x2[j] = rule(wr[j], gr[j], x0[j], x1[j], x2[j], hp)
+    else:
+        raise ValueError(f"rules with {n_state} state arrays are not supported (0 to 3)")
+    return loop
+
+
+def rows_kernel(factory, n_state: int, n_hyper: int, dtype, parallel: bool):
+    """The compiled row loop of ``factory``'s rule for ``dtype`` (cached per process)."""
+    dtype = np.dtype(dtype)
+    key = ("rows", factory, n_state, n_hyper, dtype, bool(parallel))
+
+    def build():
+        arr = _NUMBA_TYPES[dtype][::1]
+        sig = types.void(arr, arr, *([arr] * n_state), types.int64[::1], types.int64, arr)
+        return _compile(sig, parallel)(_rows_loop(_inlined(factory(dtype.type)), n_state,
+                                                  n_hyper))
+    return _cached(key, build)
+
+
 class Launcher:
     """Runs one optimizer step's rules on the CPU backend (numpy arrays, any memory order)."""
 
@@ -189,9 +247,45 @@ class Launcher:
     def lars_norms(weight, grad, cum, batch_scale):
         return lars_norms(weight, grad, cum, batch_scale)
 
+    def direction_norms(self, first, weight, grad, states):
+        """Run the first pass of a two-pass step (``rules.DirectionPass``) over one tensor:
+        ``(sum w^2, sum u^2)``; nothing is written."""
+        w, g, st = self._flat(weight, grad, states)
+        return direction_norms(first.direction, w, g, st, first.hyper)
+
 
 #: The launcher of every CPU step (it holds nothing per step).
 LAUNCHER = Launcher()
+
+
+class RowsLauncher(Launcher):
+    """The CPU launcher of a lazy row-sparse step: a rule's ``grad`` is the gradient's values
+    (one row per index of ``rows``) and only those rows of the weight and the states are read
+    and written, in place. For C-contiguous float32/float64 weights (the caller checks)."""
+
+    def __init__(self, rows):
+        self.rows = np.ascontiguousarray(rows, np.int64)
+
+    def run_rule(self, factory, weight, grad, states, hyper):
+        n_rows = weight.shape[0]
+        ncols = weight.size // n_rows if n_rows else 0
+        if self.rows.shape[0] == 0 or ncols == 0:
+            return
+        dtype = weight.dtype
+        hpa = np.array(hyper, dtype)
+        parallel = self.rows.shape[0] * ncols >= PARALLEL_THRESHOLD and self.rows.shape[0] > 1
+        kernel = rows_kernel(factory, len(states), hpa.shape[0], dtype, parallel)
+        kernel(weight.reshape(-1), np.ascontiguousarray(grad).reshape(-1),
+               *(s.reshape(-1) for s in states), self.rows, ncols, hpa)
+
+    def run_noise_rule(self, factory, weight, grad, hyper, key, aux):
+        raise NotImplementedError("a noise rule has no lazy row-sparse form")
+
+    def lars_norms(self, weight, grad, cum, batch_scale):
+        raise NotImplementedError("LARS norms have no lazy row-sparse form")
+
+    def direction_norms(self, first, weight, grad, states):
+        raise NotImplementedError("a direction pass (LAMB) has no lazy row-sparse form")
 
 
 # --------------------------------------------------------------------------------------------
@@ -292,6 +386,10 @@ class MirrorLauncher(Launcher):
     def lars_norms(self, weight, grad, cum, batch_scale):
         """LARS norms of the master and the widened gradient."""
         return lars_norms(weight, self._widened(grad), cum, batch_scale)
+
+    def direction_norms(self, first, weight, grad, states):
+        """The first pass of a two-pass step on the master and the widened gradient."""
+        return super().direction_norms(first, weight, self._widened(grad), states)
 
 
 # --------------------------------------------------------------------------------------------
@@ -576,3 +674,86 @@ def run_norms(w, g, cum, table, chunks, out, with_cum):
     kernel = norms_kernel(w.dtype, with_cum, chunks.shape[0] > 1)
     kernel(w, g, cum, table, chunks, partial)
     _sum_partials(chunks, partial, out)
+
+
+# --------------------------------------------------------------------------------------------
+# two-pass steps (LAMB): pass 1 reduces |w|^2 and |u|^2 per tensor, writing nothing
+# --------------------------------------------------------------------------------------------
+#: Elements per chunk of the direction pass, and the running sums a chunk is split into. The
+#: CUDA kernel reduces with the same numbers (one block of DIRECTION_LANES threads per chunk),
+#: so the float64 sums are the same on both backends, bit for bit, and for a tensor alone or
+#: inside a Trainer's group.
+DIRECTION_CHUNK = 1 << 12
+DIRECTION_LANES = 1 << 8
+
+
+def direction_kernel(direction, n_hyper: int, dtype, parallel: bool):
+    """``loop(w, g, s0, s1, table, chunks, partial)``: for each chunk ``c`` (rows
+    ``(start, end, segment)`` of :func:`chunk_table` with :data:`DIRECTION_CHUNK`) of a segment
+    ``s`` with ``table[s, 0]`` set, element ``i`` gets ``u`` from the ``direction`` rule, and
+    ``partial[c] = (sum w^2, sum u^2)`` in float64: element ``j`` of the chunk adds into running
+    sum ``j % DIRECTION_LANES`` (in element order), and the sums are then added pairwise,
+    ``sum[l] += sum[l + h]`` for ``h = LANES/2, LANES/4, ..., 1``. :func:`run_direction` adds a
+    segment's partials in chunk order. No array but ``partial`` is written."""
+    dtype = np.dtype(dtype)
+    key = ("direction", direction, n_hyper, dtype, bool(parallel))
+
+    def build():
+        lanes = DIRECTION_LANES
+        toward = _inlined(direction(dtype.type))
+
+        def loop(w, g, s0, s1, table, chunks, partial):
+            for c in prange(chunks.shape[0]):
+                s = chunks[c, 2]
+                if table[s, 0] != 0:
+                    hp = to_fixed_tuple(table[s, 1:], n_hyper)
+                    a, b = chunks[c, 0], chunks[c, 1]
+                    wc, gc, x0, x1 = w[a:b], g[a:b], s0[a:b], s1[a:b]
+                    sw = np.zeros(lanes)
+                    su = np.zeros(lanes)
+                    m = wc.shape[0]
+                    for j in range(0, m, lanes):
+                        for lane in range(min(lanes, m - j)):
+                            i = j + lane
+                            wi = wc[i]
+                            u, _, _ = toward(wi, gc[i], x0[i], x1[i], hp)
+                            vw, vu = np.float64(wi), np.float64(u)
+                            sw[lane] += vw * vw
+                            su[lane] += vu * vu
+                    h = lanes // 2
+                    while h > 0:
+                        for lane in range(h):
+                            sw[lane] += sw[lane + h]
+                            su[lane] += su[lane + h]
+                        h //= 2
+                    partial[c, 0] = sw[0]
+                    partial[c, 1] = su[0]
+        nb = _NUMBA_TYPES[dtype]
+        arr = nb[::1]
+        sig = types.void(arr, arr, arr, arr, nb[:, ::1], types.int64[:, ::1],
+                         types.float64[:, ::1])
+        return _compile(sig, parallel)(loop)
+    return _cached(key, build)
+
+
+def run_direction(direction, w, g, states, table, chunks, out):
+    """Pass 1 of a two-pass step over flat buffers (:func:`direction_kernel`; ``states``: two
+    arrays, read only): ``out[s] = (sum w^2, sum u^2)`` of every active segment.
+    ``table``: the ``(active, *hp)`` rows in the arrays' dtype; ``chunks``: their
+    :func:`chunk_table` with :data:`DIRECTION_CHUNK`."""
+    if len(states) != 2:
+        raise ValueError(f"a direction pass takes two state arrays, got {len(states)}")
+    partial = np.zeros((chunks.shape[0], 2))
+    parallel = w.shape[0] >= PARALLEL_THRESHOLD and chunks.shape[0] > 1
+    kernel = direction_kernel(direction, table.shape[1] - 1, w.dtype, parallel)
+    kernel(w, g, states[0], states[1], table, chunks, partial)
+    _sum_partials(chunks, partial, out)
+
+
+def direction_norms(direction, w, g, states, hyper):
+    """:func:`run_direction` over one flat tensor: ``(sum w^2, sum u^2)``."""
+    table = np.array([(1.0,) + tuple(hyper)], w.dtype)
+    out = np.zeros((1, 2))
+    run_direction(direction, w, g, tuple(states), table,
+                  single_chunks(w.shape[0], DIRECTION_CHUNK), out)
+    return float(out[0, 0]), float(out[0, 1])

@@ -43,7 +43,7 @@ from .arrays import ArrayDesc
 
 __all__ = ["SIMULATOR", "COMPILE_OPTIONS", "THREADS", "Launcher", "elementwise_kernel",
            "launch_config", "device_of", "resolve_stream", "zeros", "convert_into", "to_host",
-           "lars_norms", "run_norms", "flat"]
+           "lars_norms", "run_norms", "flat", "direction_norms", "run_direction"]
 
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 
@@ -227,68 +227,84 @@ def device_rule(factory, dtype):
     return fn
 
 
-def _source(rule, n_state, f, mirror):
-    """The grid-stride loop of a rule with ``n_state`` state arrays. Every load is converted to
-    the compute type ``f``; with ``mirror`` the new weight is also stored into ``w16``."""
+def _source(rule, n_state, f, mirror, by_rows):
+    """The grid-stride loop of a rule with ``n_state`` state arrays over the gradient's
+    elements. Every load is converted to the compute type ``f``; with ``mirror`` the new weight
+    is also stored into ``w16``. With ``by_rows`` (a lazy row-sparse step) gradient element
+    ``e`` is column ``e % ncols`` of row ``rows[e // ncols]`` of the weight and the states, else
+    element ``e`` of all of them (``rows`` and ``ncols`` unused)."""
+    def at(e, rows, ncols):
+        if by_rows:
+            k = e // ncols
+            return rows[k] * ncols + (e - k * ncols)
+        return e
+    at = cuda.jit(device=True)(at)
+
     if n_state == 0:
-        def kernel(w, g, hp, w16):
-            i = cuda.grid(1)
+        def kernel(w, g, hp, w16, rows, ncols):
+            e = cuda.grid(1)
             stride = cuda.gridsize(1)
-            while i < w.shape[0]:
-                wi = rule(f(w[i]), f(g[i]), hp)
+            while e < g.shape[0]:
+                i = at(e, rows, ncols)
+                wi = rule(f(w[i]), f(g[e]), hp)
                 w[i] = wi
                 if mirror:
                     w16[i] = wi
-                i += stride
+                e += stride
     elif n_state == 1:
-        def kernel(w, g, s0, hp, w16):
-            i = cuda.grid(1)
+        def kernel(w, g, s0, hp, w16, rows, ncols):
+            e = cuda.grid(1)
             stride = cuda.gridsize(1)
-            while i < w.shape[0]:
-                wi, a = rule(f(w[i]), f(g[i]), f(s0[i]), hp)
+            while e < g.shape[0]:
+                i = at(e, rows, ncols)
+                wi, a = rule(f(w[i]), f(g[e]), f(s0[i]), hp)
                 w[i] = wi
                 s0[i] = a
                 if mirror:
                     w16[i] = wi
-                i += stride
+                e += stride
     elif n_state == 2:
-        def kernel(w, g, s0, s1, hp, w16):
-            i = cuda.grid(1)
+        def kernel(w, g, s0, s1, hp, w16, rows, ncols):
+            e = cuda.grid(1)
             stride = cuda.gridsize(1)
-            while i < w.shape[0]:
-                wi, a, b = rule(f(w[i]), f(g[i]), f(s0[i]), f(s1[i]), hp)
+            while e < g.shape[0]:
+                i = at(e, rows, ncols)
+                wi, a, b = rule(f(w[i]), f(g[e]), f(s0[i]), f(s1[i]), hp)
                 w[i] = wi
                 s0[i] = a
                 s1[i] = b
                 if mirror:
                     w16[i] = wi
-                i += stride
+                e += stride
     elif n_state == 3:
-        def kernel(w, g, s0, s1, s2, hp, w16):
-            i = cuda.grid(1)
+        def kernel(w, g, s0, s1, s2, hp, w16, rows, ncols):
+            e = cuda.grid(1)
             stride = cuda.gridsize(1)
-            while i < w.shape[0]:
-                wi, a, b, c = rule(f(w[i]), f(g[i]), f(s0[i]), f(s1[i]), f(s2[i]), hp)
+            while e < g.shape[0]:
+                i = at(e, rows, ncols)
+                wi, a, b, c = rule(f(w[i]), f(g[e]), f(s0[i]), f(s1[i]), f(s2[i]), hp)
                 w[i] = wi
                 s0[i] = a
                 s1[i] = b
                 s2[i] = c
                 if mirror:
                     w16[i] = wi
-                i += stride
+                e += stride
     else:
         raise ValueError(f"rules with {n_state} state arrays are not supported (0 to 3)")
     return kernel
 
 
-def elementwise_kernel(factory, storage: tuple, compute, n_hyper: int, mirror: bool):
+def elementwise_kernel(factory, storage: tuple, compute, n_hyper: int, mirror: bool,
+                       by_rows: bool = False):
     """The compiled kernel of ``factory``'s rule (cached per process, compiled on first use).
 
-    ``storage``: the dtypes of ``(w, g, s0, ..., w16)``; ``compute``: the arithmetic dtype.
+    ``storage``: the dtypes of ``(w, g, s0, ..., w16)``; ``compute``: the arithmetic dtype;
+    ``by_rows``: the lazy row-sparse variant (see :func:`_source`).
     """
     compute = np.dtype(compute)
     storage = tuple(np.dtype(s) for s in storage)
-    key = (factory, storage, compute, n_hyper, bool(mirror))
+    key = (factory, storage, compute, n_hyper, bool(mirror), bool(by_rows))
     kernel = _kernels.get(key)
     if kernel is not None:
         return kernel
@@ -299,8 +315,8 @@ def elementwise_kernel(factory, storage: tuple, compute, n_hyper: int, mirror: b
             n_state = len(storage) - 3
             arrs = [_NB[s][::1] for s in storage]
             hp = types.UniTuple(_NB[compute], n_hyper)
-            sig = types.void(*arrs[:-1], hp, arrs[-1])
-            src = _source(rule, n_state, compute.type, bool(mirror))
+            sig = types.void(*arrs[:-1], hp, arrs[-1], types.int64[::1], types.int64)
+            src = _source(rule, n_state, compute.type, bool(mirror), bool(by_rows))
             kernel = _kernels[key] = cuda.jit(sig, **COMPILE_OPTIONS)(src)
     return kernel
 
@@ -410,6 +426,117 @@ def lars_norms(w: ArrayDesc, g: ArrayDesc, cum, batch_scale, stream=0):
 
 
 # --------------------------------------------------------------------------------------------
+# two-pass steps (LAMB): pass 1 reduces |w|^2 and |u|^2 per tensor, writing nothing
+# --------------------------------------------------------------------------------------------
+def _direction_source(toward, n_hyper, f, lanes):
+    """Block ``b`` takes chunks ``b, b + gridDim, ...`` (rows ``(start, end, segment)`` of the
+    CPU backend's chunk table with ``DIRECTION_CHUNK``); thread ``l`` of its ``lanes`` threads
+    forms ``u`` of elements ``start + l, start + l + lanes, ...`` and adds ``w^2`` and ``u^2`` into
+    its float64 sums in that order; the block then adds the sums pairwise in shared memory
+    (``sum[l] += sum[l + h]``, ``h = lanes/2, ..., 1``): the order of
+    ``toolkit.backends.cpu.direction_kernel``, so both give the same sums. Only ``partial`` is
+    written."""
+    def kernel(w, g, s0, s1, table, chunks, partial):
+        sw = cuda.shared.array(lanes, numba.float64)
+        su = cuda.shared.array(lanes, numba.float64)
+        tid = cuda.threadIdx.x
+        c = cuda.blockIdx.x
+        while c < chunks.shape[0]:
+            s = chunks[c, 2]
+            active = table[s, 0] != 0
+            aw = numba.float64(0.0)
+            au = numba.float64(0.0)
+            if active:
+                hp = row_tuple(table[s, 1:], n_hyper)
+                i = chunks[c, 0] + tid
+                while i < chunks[c, 1]:
+                    wi = f(w[i])
+                    u, _, _ = toward(wi, f(g[i]), f(s0[i]), f(s1[i]), hp)
+                    vw = numba.float64(wi)
+                    vu = numba.float64(u)
+                    aw += vw * vw
+                    au += vu * vu
+                    i += lanes
+            sw[tid] = aw
+            su[tid] = au
+            cuda.syncthreads()
+            h = lanes // 2
+            while h > 0:
+                if tid < h:
+                    sw[tid] += sw[tid + h]
+                    su[tid] += su[tid + h]
+                cuda.syncthreads()
+                h //= 2
+            if tid == 0 and active:
+                partial[c, 0] = sw[0]
+                partial[c, 1] = su[0]
+            cuda.syncthreads()  # the sums are reused by the block's next chunk
+            c += cuda.gridDim.x
+    return kernel
+
+
+def direction_kernel(direction, storage: tuple, compute, n_hyper: int):
+    """The compiled first pass of a two-pass step (cached per process); ``storage``: the dtypes
+    of ``(w, g, s0, s1)``."""
+    from .cpu import DIRECTION_LANES
+    compute = np.dtype(compute)
+    storage = tuple(np.dtype(s) for s in storage)
+    key = ("direction", direction, storage, compute, n_hyper)
+    kernel = _kernels.get(key)
+    if kernel is not None:
+        return kernel
+    with _lock:
+        kernel = _kernels.get(key)
+        if kernel is None:
+            src = _direction_source(device_rule(direction, compute), n_hyper, compute.type,
+                                    DIRECTION_LANES)
+            sig = types.void(*[_NB[s][::1] for s in storage], _NB[compute][:, ::1],
+                             types.int64[:, ::1], types.float64[:, ::1])
+            kernel = _kernels[key] = cuda.jit(sig, **COMPILE_OPTIONS)(src)
+    return kernel
+
+
+def run_direction(direction, w: ArrayDesc, g: ArrayDesc, states, table, chunks,
+                  host_chunks, stream=0):
+    """Pass 1 of a two-pass step over flat device buffers (``states``: two arrays, read only):
+    the host ``(n_seg, 2)`` array of every active segment's ``(sum w^2, sum u^2)``. ``table``:
+    the host ``(active, *hp)`` rows (compute dtype); ``chunks`` and ``host_chunks``: the device
+    and host copies of the chunk table (``DIRECTION_CHUNK``). The per-chunk sums are added on the
+    host in chunk order (as on the CPU); copying them back is the one synchronisation."""
+    from .cpu import DIRECTION_LANES, _sum_partials
+    if len(states) != 2:
+        raise ValueError(f"a direction pass takes two state arrays, got {len(states)}")
+    out = np.zeros((table.shape[0], 2))
+    n_chunks = host_chunks.shape[0]
+    if w.size == 0 or n_chunks == 0:
+        return out
+    compute = compute_dtype(w.dtype)
+    kernel = direction_kernel(direction, (w.dtype, g.dtype) + tuple(
+        s.dtype for s in states), compute, table.shape[1] - 1)
+    dev_table = cuda.to_device(np.ascontiguousarray(table, compute), stream=stream)
+    partial = cuda.to_device(np.zeros((n_chunks, 2)), stream=stream)
+    blocks = min(n_chunks, 2) if SIMULATOR else min(n_chunks, _block_cap())
+    launch(kernel, blocks, DIRECTION_LANES, stream, flat(w), flat(g), flat(states[0]),
+           flat(states[1]), dev_table, chunks, partial)
+    host = partial.copy_to_host(stream=stream)
+    if not SIMULATOR:
+        stream.synchronize() if hasattr(stream, "synchronize") else cuda.synchronize()
+    _sum_partials(np.ascontiguousarray(host_chunks, np.int64), host, out)
+    return out
+
+
+def direction_norms(direction, w: ArrayDesc, g: ArrayDesc, states, hyper, stream=0):
+    """:func:`run_direction` over one tensor: ``(sum w^2, sum u^2)``."""
+    from .cpu import DIRECTION_CHUNK, single_chunks
+    compute = compute_dtype(w.dtype)
+    table = np.array([(1.0,) + tuple(hyper)], compute)
+    host_chunks = single_chunks(w.size, DIRECTION_CHUNK)
+    res = run_direction(direction, w, g, states, table,
+                        cuda.to_device(host_chunks, stream=stream), host_chunks, stream=stream)
+    return float(res[0, 0]), float(res[0, 1])
+
+
+# --------------------------------------------------------------------------------------------
 # allocation and conversion for numba device arrays (create_state of non-CuPy/torch weights)
 # --------------------------------------------------------------------------------------------
 def zeros(like: ArrayDesc, dtype):
@@ -444,19 +571,63 @@ def to_host(d: ArrayDesc):
 # --------------------------------------------------------------------------------------------
 # launching
 # --------------------------------------------------------------------------------------------
-def run(factory, w: ArrayDesc, g: ArrayDesc, states, hyper, stream=0, mirror=None):
-    """Run ``factory``'s rule over described device arrays in place (one launch)."""
-    n = w.size
-    if n == 0:
+_NO_ROWS: list = []
+
+
+def _no_rows():
+    """The placeholder ``rows`` argument of a kernel that is not by rows (one device array)."""
+    if not _NO_ROWS:
+        _NO_ROWS.append(cuda.to_device(np.zeros(1, np.int64)))
+    return _NO_ROWS[0]
+
+
+def run(factory, w: ArrayDesc, g: ArrayDesc, states, hyper, stream=0, mirror=None, rows=None):
+    """Run ``factory``'s rule over described device arrays in place (one launch). With
+    ``rows`` (a device int64 array): a lazy row-sparse step, ``g`` the values of those rows."""
+    n = g.size
+    if n == 0 or w.size == 0:
         return
     compute = compute_dtype(w.dtype)
     hp = tuple(compute.type(h) for h in hyper)
     m = mirror if mirror is not None else w
     storage = (w.dtype, g.dtype) + tuple(s.dtype for s in states) + (m.dtype,)
-    kernel = elementwise_kernel(factory, storage, compute, len(hp), mirror is not None)
+    kernel = elementwise_kernel(factory, storage, compute, len(hp), mirror is not None,
+                                rows is not None)
     blocks, threads = launch_config(n)
-    args = [flat(w), flat(g)] + [flat(s) for s in states] + [hp, flat(m)]
+    ncols = (w.size // w.shape[0]) if rows is not None else 1
+    args = [flat(w), flat(g)] + [flat(s) for s in states] + [
+        hp, flat(m), rows if rows is not None else _no_rows(), ncols]
     launch(kernel, blocks, threads, stream, *args)
+
+
+def dense_from_rows(values, rows, shape):
+    """A zero array of ``shape`` of ``values``' kind and device with rows ``rows`` (host
+    int64) set to ``values`` (a row-sparse gradient made dense)."""
+    v = arrays.describe(values, "grad.values")
+    out = _zeros_of_kind(values, shape, v.dtype)
+    d = arrays.describe(out, "dense")
+    if rows.shape[0]:
+        dev_rows = cuda.to_device(np.ascontiguousarray(rows, np.int64))
+        run(rules.copy_rule, d, v, (), (0.0,), stream=0, rows=dev_rows)
+        cuda.synchronize()
+    return out
+
+
+def _zeros_of_kind(like, shape, dtype):
+    """Zeros of ``shape`` of ``like``'s kind (CuPy, torch, else numba) on its device."""
+    d = arrays.describe(like)
+    if d.library == "cupy":
+        import cupy
+        with like.device:
+            return cupy.zeros(shape, dtype)
+    if d.library == "torch":
+        import torch
+        return torch.zeros(shape, dtype=arrays._torch_dtype(torch, dtype), device=like.device)
+    out = cuda.device_array(shape, np.dtype(dtype))
+    od = arrays.describe(out)
+    run(rules.fill_rule, od, od, (), (0.0,), stream=0)
+    cuda.synchronize()
+    return out
 
 
 class Launcher:
@@ -470,11 +641,21 @@ class Launcher:
     backend = "cuda"
 
     def __init__(self, weight: ArrayDesc, stream=None, mirror: ArrayDesc | None = None,
-                 known=()):
+                 known=(), rows=None):
         self.weight, self.mirror = weight, mirror
         self.stream = resolve_stream(stream, mirror if mirror is not None else weight)
         self.device = device_of(weight)
         self._known = {id(d.obj): d for d in known}
+        # a lazy row-sparse step: the host rows, uploaded once on first use
+        self.rows = None if rows is None else np.ascontiguousarray(rows, np.int64)
+        self._dev_rows = None
+
+    def _device_rows(self):
+        if self.rows is None:
+            return None
+        if self._dev_rows is None:
+            self._dev_rows = cuda.to_device(self.rows, stream=self.stream)
+        return self._dev_rows
 
     def _describe(self, a, what):
         """The description of ``a`` (reused from validation when it made one)."""
@@ -490,11 +671,22 @@ class Launcher:
 
     def run_rule(self, factory, weight, grad, states, hyper):
         w = self._describe(weight, "weight")
-        self._in_device(run, factory, w, self._describe(grad, "grad"),
+        self._in_device(self._run_rule, factory, w, self._describe(grad, "grad"),
                         tuple(self._describe(s, "state") for s in states), hyper,
-                        stream=self.stream, mirror=self._mirror_for(w))
+                        mirror=self._mirror_for(w))
+
+    def _run_rule(self, factory, w, g, states, hyper, mirror):
+        if self.rows is not None and self.rows.shape[0] == 0:
+            return
+        run(factory, w, g, states, hyper, stream=self.stream, mirror=mirror,
+            rows=self._device_rows())
+
+    def _no_lazy_form(self, what):
+        if self.rows is not None:
+            raise NotImplementedError(f"{what} has no lazy row-sparse form")
 
     def run_noise_rule(self, factory, weight, grad, hyper, key, aux):
+        self._no_lazy_form("a noise rule")
         w = self._describe(weight, "weight")
         self._in_device(run_noise, factory, w, self._describe(grad, "grad"), hyper, key, aux,
                         stream=self.stream, mirror=self._mirror_for(w))
@@ -503,10 +695,20 @@ class Launcher:
         return arrays.zeros_like(a, dtype)
 
     def lars_norms(self, weight, grad, cum, batch_scale):
+        self._no_lazy_form("LARS norms")
         return self._in_device(lars_norms, self._describe(weight, "weight"),
                                self._describe(grad, "grad"),
                                None if cum is None else self._describe(cum, "accumulator"),
                                batch_scale, stream=self.stream)
+
+    def direction_norms(self, first, weight, grad, states):
+        """Run the first pass of a two-pass step (``rules.DirectionPass``) over one tensor:
+        ``(sum w^2, sum u^2)``, nothing written (reading them back is a synchronisation)."""
+        self._no_lazy_form("a direction pass")
+        return self._in_device(direction_norms, first.direction,
+                               self._describe(weight, "weight"), self._describe(grad, "grad"),
+                               tuple(self._describe(s, "state") for s in states), first.hyper,
+                               stream=self.stream)
 
     def _in_device(self, fn, *args, **kwargs):
         if single_device() or cuda.get_current_device().id == self.device:

@@ -3,7 +3,21 @@
 the arrays without a line of backend code."""
 from __future__ import annotations
 
-__all__ = ["fill_rule", "copy_rule", "add_rule"]
+from typing import NamedTuple
+
+__all__ = ["fill_rule", "copy_rule", "add_rule", "DirectionPass"]
+
+
+class DirectionPass(NamedTuple):
+    """The first pass of a two-pass step (LAMB): a launcher's ``direction_norms(pass, weight,
+    grad, states)`` evaluates ``direction`` (``rule(w, g, s0, s1, hp) -> (u, s0', s1')``) on every
+    element and returns ``(sum w^2, sum u^2)`` in float64, reduced in a fixed order
+    (``toolkit.backends.cpu.direction_kernel``); it writes nothing (the second pass, an ordinary
+    rule, forms the same values again and stores them). ``hyper`` is the rule's ``hp``. A Trainer
+    receives it from ``Optimizer.norm_inputs`` and runs it for a whole group in one segmented
+    call."""
+    direction: object
+    hyper: tuple
 
 
 def fill_rule(f):

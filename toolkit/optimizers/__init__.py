@@ -1,4 +1,4 @@
-"""One module per optimizer; importing this package registers all sixteen."""
+"""One module per optimizer; importing this package registers every built-in one."""
 from .base import Optimizer, create, register, registry  # noqa: F401
 from .sgd import SGD  # noqa: F401
 from .nag import NAG  # noqa: F401
@@ -16,3 +16,5 @@ from .ftml import FTML  # noqa: F401
 from .sgld import SGLD  # noqa: F401
 from .adamw import AdamW  # noqa: F401
 from .lars import LARS  # noqa: F401
+from .groupadagrad import GroupAdaGrad  # noqa: F401
+from .lamb import LAMB  # noqa: F401

@@ -76,6 +76,16 @@ class AdaGrad(Optimizer):
     def state_slots(self):
         return ("history",)
 
+    def row_sparse_mode(self, index):
+        """"lazy" (MXNet's ``sparse.adagrad_update``), which has no weight decay: MXNet 1.9.1
+        refuses a row-sparse gradient when ``wd*wd_mult`` is not 0, and so does this."""
+        wd = self._get_wd(index)
+        if wd != 0:
+            raise ValueError(f"AdaGrad's row-sparse (lazy) update has no weight decay (MXNet "
+                             f"1.9.1 refuses it too), but wd is {wd} for index {index!r}: set "
+                             "wd=0 (or wd_mult 0 for this index), or pass grad.to_dense()")
+        return "lazy"
+
     def reference_hyper(self):
         return {"eps": self.float_stable_eps}
 

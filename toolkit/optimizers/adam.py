@@ -26,7 +26,7 @@ from .base import Optimizer, check_nonneg, check_unit, register, scalar_only
 __all__ = ["Adam"]
 
 
-def mxnet_rule(f):
+def _mxnet_rule(f, square_first):
     zero = f(0)
 
     def rule(w, grad, m, v, hp):
@@ -35,9 +35,24 @@ def mxnet_rule(f):
         if c >= zero:
             g = min(max(g, -c), c)
         m = b1 * m + omb1 * g
-        v = b2 * v + (omb2 * g) * g
+        if square_first:  # a closure constant: the compiled rule keeps one branch
+            v = b2 * v + omb2 * (g * g)
+        else:
+            v = b2 * v + (omb2 * g) * g
         return w - (lr_t * m) / (math.sqrt(v) + eps), m, v
     return rule
+
+
+def mxnet_rule(f):
+    """MXNet's dense ``adam_update`` kernel: ``v = beta2*v + ((1-beta2)*g)*g``."""
+    return _mxnet_rule(f, False)
+
+
+def mxnet_square_rule(f):
+    """MXNet's row-sparse Adam kernels where they square first (src/operator/optimizer_op-inl.h:
+    the lazy AdamDnsRspDnsKernel on the CPU when clipping, and the standard update):
+    ``v = beta2*v + (1-beta2)*(g*g)``; everything else as :func:`mxnet_rule`."""
+    return _mxnet_rule(f, True)
 
 
 def guide_rule(f):
@@ -91,6 +106,10 @@ class Adam(Optimizer):
     def state_slots(self):
         return ("mean", "var")
 
+    def row_sparse_mode(self, index):
+        """MXNet's ``lazy_update``: "lazy" when set (the default), else "standard"."""
+        return "lazy" if self.lazy_update else "standard"
+
     def reference_hyper(self):
         return {"beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon}
 
@@ -104,7 +123,10 @@ class Adam(Optimizer):
             # MXNet computes lr_t in Python doubles from the unrounded betas, then the kernel
             # parameter rounds it to float32 (docs/mxnet-facts.md, 3).
             lr_t = lr * math.sqrt(1.0 - self.beta2 ** t) / (1.0 - self.beta1 ** t)
-            self._run_rule(mxnet_rule, weight, grad, state, (r(lr_t),) + common)
+            sparse = self._row_sparse_numerics
+            square = sparse == "standard" or (sparse == "lazy" and common[2] >= 0)
+            self._run_rule(mxnet_square_rule if square else mxnet_rule, weight, grad,
+                           state, (r(lr_t),) + common)
         else:
             self._run_rule(guide_rule, weight, grad, state,
                            (lr,) + common + (1.0 - b1 ** t, 1.0 - b2 ** t))

@@ -21,6 +21,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..backends import arrays, cpu
+from ..sparse import RowSparse
 
 __all__ = ["Optimizer", "StepInputs", "register", "create", "registry", "scalar_only",
            "BACKENDS", "CONVENTIONS"]
@@ -34,8 +35,28 @@ _REGISTRY: dict[str, type] = {}
 _SCALAR_ONLY_STEPS: set = set()
 
 
-#: per thread: optimizer id -> the launcher of its step in progress
+#: per thread: optimizer id -> the launcher of its step in progress (``launchers``), and the
+#: row-sparse mode of its step in progress (``sparse``)
 _ACTIVE = threading.local()
+
+
+@contextlib.contextmanager
+def _per_thread(table, key, value):
+    """``_ACTIVE.<table>[key] = value`` while the block runs (this thread only), then what it
+    was before; yields ``value``."""
+    entries = getattr(_ACTIVE, table, None)
+    if entries is None:
+        entries = {}
+        setattr(_ACTIVE, table, entries)
+    outer = entries.get(key)
+    entries[key] = value
+    try:
+        yield value
+    finally:
+        if outer is None:
+            del entries[key]
+        else:
+            entries[key] = outer
 
 
 @functools.lru_cache(maxsize=4096)
@@ -206,6 +227,12 @@ class Optimizer:
     #: ``update`` (0: none; MXNet 1.9.1 python/mxnet/optimizer/optimizer.py:127, 581). Kept for
     #: code that reads it; it changes no number here.
     aggregate_num = 0
+    #: whether a step is element-wise rules over arrays shaped like the weight (state included),
+    #: element ``i`` of each belonging to weight element ``i``: then a ``Trainer`` keeps a group's
+    #: weights, gradients and states in flat buffers and steps the group in one call. False
+    #: (GroupAdaGrad: a reduction along each row, state ``(rows, 1)``): the Trainer keeps each
+    #: parameter's own state and steps the parameters one by one.
+    elementwise_step = True
 
     def __init__(self, rescale_grad=1.0, param_idx2name=None, wd=0.0, clip_gradient=None,
                  learning_rate=None, lr_scheduler=None, sym=None, begin_num_update=0,
@@ -403,7 +430,13 @@ class Optimizer:
         On the CUDA backend the step is enqueued on ``stream`` (a numba, CuPy or PyTorch stream,
         or a handle), else on the weight's own stream (the one CuPy exports; PyTorch's current
         stream for a tensor), and this returns without waiting.
+
+        ``grad`` may be a ``toolkit.RowSparse`` (see :meth:`row_sparse_mode`).
         """
+        if type(grad) is RowSparse:
+            from . import row_sparse
+            return row_sparse.update(self, index, weight, grad, state, multi_precision=False,
+                                     stream=stream)
         self._check_index(index)
         w = self._checked_before(weight, grad, state)
         if w is not None:  # the same numpy arrays as a step that passed, unchanged
@@ -482,6 +515,10 @@ class Optimizer:
     def update_multi_precision(self, index, weight, grad, state, *, stream=None):
         """``update`` through the float32 master copy when the weight is float16 and
         multi_precision is on; plain ``update`` otherwise."""
+        if type(grad) is RowSparse:
+            from . import row_sparse
+            return row_sparse.update(self, index, weight, grad, state, multi_precision=True,
+                                     stream=stream)
         if not self.uses_master(weight):
             return self.update(index, weight, grad, state, stream=stream)
         self._check_index(index)
@@ -568,13 +605,15 @@ class Optimizer:
         return None
 
     def _apply(self, index, weight, grad, state, backend, w, stream=None, mirror=None,
-               known=()):
+               known=(), rows=None):
         """Validated arrays in (``known``: their descriptions); one step applied; counts
-        committed last."""
+        committed last. ``rows`` (CUDA only): a lazy row-sparse step, ``grad`` the values of
+        those rows."""
         t, lr, wd = self._step_scalars(index)
         if backend == "cuda":
             from ..backends import cuda
-            with self._launching(cuda.Launcher(w, stream=stream, mirror=mirror, known=known)):
+            with self._launching(cuda.Launcher(w, stream=stream, mirror=mirror, known=known,
+                                               rows=rows)):
                 self._step(backend, index, weight, grad, state, t, lr, wd)
         elif w.dtype == np.float16:
             # float16 storage without a master copy: float32 arithmetic, rounded back after the step
@@ -587,6 +626,27 @@ class Optimizer:
             self._step(backend, index, weight, grad, state, t, lr, wd)
         self._commit_count(index, t)
 
+    # --- row-sparse gradients (toolkit/optimizers/row_sparse.py) ------------------------------
+    def row_sparse_mode(self, index):
+        """How a ``toolkit.RowSparse`` gradient for ``index`` is applied, as MXNet 1.9.1 does:
+        ``"lazy"`` (only the rows present are updated, weight and state), ``"standard"`` (every
+        row, the absent ones with gradient 0) or ``"dense"`` (the gradient made dense, then
+        the dense update: MXNet's storage fallback, the default). May raise where MXNet
+        refuses (AdaGrad with weight decay) or where the toolkit does not follow it."""
+        return "dense"
+
+    def _row_sparse_step(self, mode):
+        """While this runs, :attr:`_row_sparse_numerics` is ``mode`` for this optimizer in this
+        thread."""
+        return _per_thread("sparse", id(self), mode)
+
+    @property
+    def _row_sparse_numerics(self):
+        """The row-sparse mode ("lazy" or "standard") of the step in progress, else None: an
+        optimizer whose MXNet row-sparse kernel rounds differently from its dense one then uses
+        that kernel's arithmetic."""
+        return getattr(_ACTIVE, "sparse", {}).get(id(self))
+
     @property
     def _launcher(self):
         """The launcher of this thread's step in progress on this optimizer, or None (then the
@@ -594,20 +654,10 @@ class Optimizer:
         thread's rule calls (the optimizer's counts are shared state all the same)."""
         return getattr(_ACTIVE, "launchers", {}).get(id(self))
 
-    @contextlib.contextmanager
     def _launching(self, launcher):
-        launchers = getattr(_ACTIVE, "launchers", None)
-        if launchers is None:
-            launchers = _ACTIVE.launchers = {}
-        outer = launchers.get(id(self))
-        launchers[id(self)] = launcher
-        try:
-            yield launcher
-        finally:
-            if outer is None:
-                del launchers[id(self)]
-            else:
-                launchers[id(self)] = outer
+        """While this runs, :attr:`_launcher` is ``launcher`` for this optimizer in this
+        thread."""
+        return _per_thread("launchers", id(self), launcher)
 
     @staticmethod
     def _map_state(state, f):

@@ -92,6 +92,12 @@ class Ftrl(Optimizer):
     def state_slots(self):
         return ("z", "n")
 
+    def row_sparse_mode(self, index):
+        """"lazy": MXNet's ``ftrl_update`` updates only the rows present (MXNet 1.9.1 does so
+        when the weight is row-sparse too, as Gluon's ``stype='row_sparse'`` parameters are;
+        with a dense weight it falls back to the dense update: docs/sparse.md)."""
+        return "lazy"
+
     def reference_hyper(self):
         return {"lamda1": self.lamda1, "beta": self.beta}
 

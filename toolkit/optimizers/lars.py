@@ -16,6 +16,8 @@ The norms come from the launcher's ``lars_norms`` (``batch_scale`` 0: norms of `
 """
 from __future__ import annotations
 
+import math
+
 from ..backends import cpu
 from .base import check_nonneg, check_unit, register
 from .sgd import (SGD, guide_momentum_rule, guide_plain_rule, mxnet_momentum_rule,
@@ -66,6 +68,31 @@ class LARS(SGD):
         for name in self.idx2name.values():
             if not name.endswith("_weight") and name not in args_wd_mult:
                 self.wd_mult[name] = 0.0
+
+    def row_sparse_mode(self, index):
+        """Refused: MXNet 1.9.1's LARS updates a row-sparse gradient lazily with the trust ratio
+        of the whole weight (its SGD kernels); not implemented here."""
+        raise ValueError("LARS does not take a row-sparse gradient here (MXNet 1.9.1 updates "
+                         "it lazily with the trust ratio of the whole weight; not implemented):"
+                         " pass grad.to_dense() for the dense update")
+
+    def host_state(self):
+        """MXNet's ``cur_lr``/``last_lr`` bookkeeping of ``momentum_correction`` (None before the
+        first step), saved by the Trainer's states file."""
+        return {"cur_lr": self.cur_lr, "last_lr": self.last_lr}, {}
+
+    def check_host_state(self, data, host_arrays):
+        def ok(x):
+            return x is None or (isinstance(x, (int, float)) and not isinstance(x, bool) and
+                                 math.isfinite(x) and x >= 0)
+        if host_arrays or set(data) != {"cur_lr", "last_lr"} or not all(map(ok, data.values())):
+            raise ValueError(f"LARS's host state must be cur_lr and last_lr (None or finite "
+                             f"numbers >= 0), got {data} and arrays {sorted(host_arrays)}")
+
+        def commit():
+            self.cur_lr = None if data["cur_lr"] is None else float(data["cur_lr"])
+            self.last_lr = None if data["last_lr"] is None else float(data["last_lr"])
+        return commit
 
     def reference_hyper(self):
         return {"momentum": self.momentum, "eta": self.eta, "eps": self.eps,

@@ -24,7 +24,7 @@ import numpy as np
 from ..backends import arrays, cpu
 from ..backends.rules import add_rule
 from .base import Optimizer, check_choice, check_int, check_unit, register
-from .sgd import guide_momentum_rule, guide_plain_rule
+from .sgd import guide_momentum_rule, guide_plain_rule, sgd_update_hyper
 
 __all__ = ["LBSGD", "lbmult"]
 
@@ -70,16 +70,19 @@ def accumulated_momentum_rule(f):
 
 def accumulated_plain_rule(f):
     """MXNet's update call without momentum, fused: ``gm = (cum + grad)/bs``, ``sgd_update``'s
-    ``w = (1 - lr*wd)*w - lr*clip(rs*gm, c)``, and ``cum = 0``. ``hp = (lr, 1 - lr*wd, rs, c,
-    bs)``; state ``(cum,)``."""
+    ``w = (1 - lr*wd)*w - (lr*rs)*gm`` (``- lr*clip(rs*gm, c)`` when clipping;
+    ``sgd.sgd_update_rule``), and ``cum = 0``. ``hp = sgd_update_hyper(...) + (bs,)``; state
+    ``(cum,)``."""
     zero = f(0)
 
     def rule(w, grad, cum, hp):
-        lr, decay, rs, c, bs = hp
-        g = rs * ((cum + grad) / bs)
+        lr, decay, rs, c, lrrs, bs = hp
+        gm = (cum + grad) / bs
         if c >= zero:
-            g = min(max(g, -c), c)
-        return decay * w - lr * g, zero
+            scale, g = lr, min(max(rs * gm, -c), c)
+        else:
+            scale, g = lrrs, gm
+        return decay * w - scale * g, zero
     return rule
 
 
@@ -124,6 +127,13 @@ class LBSGD(Optimizer):
 
     def state_slots(self):
         return ("mom",) if self.momentum != 0.0 else ()
+
+    def row_sparse_mode(self, index):
+        """Refused: MXNet 1.9.1's LBSGD updates a row-sparse gradient lazily through its SGD
+        kernels with its accumulators and warmup; not implemented here."""
+        raise ValueError("LBSGD does not take a row-sparse gradient here (MXNet 1.9.1 updates "
+                         "it lazily through its accumulators; not implemented): pass "
+                         "grad.to_dense() for the dense update")
 
     def reference_hyper(self):
         return {"momentum": self.momentum, "warmup_strategy": self.warmup_strategy,
@@ -258,7 +268,7 @@ class LBSGD(Optimizer):
                                (lr, lr * wd, rs, c, r(self.momentum), lr * rs, bs))
             else:
                 self._run_rule(accumulated_plain_rule, weight, grad, (cum,),
-                               (lr, 1.0 - lr * wd, rs, c, bs))
+                               sgd_update_hyper(lr, wd, rs, c) + (bs,))
             return
         ncum = self._ncum.get(index, self.init_updates) + 1  # the guide accumulates nothing
         lr = lr * self._multiplier(weight, grad, None, wd, ncum)

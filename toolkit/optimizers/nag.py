@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ..backends import arrays
 from .base import Optimizer, check_unit, register, scalar_only
-from .sgd import guide_plain_rule, sgd_update_rule
+from .sgd import guide_plain_rule, sgd_update_hyper, sgd_update_rule
 
 __all__ = ["NAG"]
 
@@ -83,6 +83,11 @@ class NAG(Optimizer):
     def state_slots(self):
         return ("mom",) if self.momentum != 0.0 else ()
 
+    def row_sparse_mode(self, index):
+        """"lazy" without momentum (MXNet's NAG calls ``sgd_update``, lazy by default), else
+        "dense" (its ``nag_mom_update`` has no sparse kernel: storage fallback)."""
+        return "lazy" if self.momentum == 0.0 else "dense"
+
     def reference_hyper(self):
         return {"momentum": self.momentum}
 
@@ -103,7 +108,7 @@ class NAG(Optimizer):
         states = self.state_arrays(state)
         if not states:
             if self.convention == "mxnet":
-                self._run_rule(sgd_update_rule, weight, grad, (), (lr, 1.0 - lr * wd, rs, c))
+                self._run_rule(sgd_update_rule, weight, grad, (), sgd_update_hyper(lr, wd, rs, c))
             else:
                 self._run_rule(guide_plain_rule, weight, grad, (), (lr, wd, rs, c))
             return

@@ -13,6 +13,8 @@ guide::
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..backends import arrays
 from .base import Optimizer, check_unit, register, scalar_only
 
@@ -112,6 +114,10 @@ class SGD(Optimizer):
     def state_slots(self):
         return ("mom",) if self.momentum != 0.0 else ()
 
+    def row_sparse_mode(self, index):
+        """MXNet's ``lazy_update``: "lazy" when set (the default), else "standard"."""
+        return "lazy" if self.lazy_update else "standard"
+
     def reference_hyper(self):
         return {"momentum": self.momentum}
 
@@ -131,7 +137,13 @@ class SGD(Optimizer):
         lr, wd, rs, c = r(lr), r(wd), r(self.rescale_grad), self._clip_bound()
         mu = r(self.momentum)
         states = self.state_arrays(state)
-        if self.convention == "mxnet":
+        sparse = self._row_sparse_numerics if self.convention == "mxnet" else None
+        if sparse and not states:
+            # a row-sparse gradient goes through MXNet's sgd_update, not its aggregated kernel;
+            # its standard (not lazy) form scales every row by 1 - lr*wd formed in float32
+            rule, hyper = sgd_update_rule, sgd_update_hyper(lr, wd, rs, c,
+                                                            float32_decay=sparse == "standard")
+        elif self.convention == "mxnet":
             rule = mxnet_momentum_rule if states else mxnet_plain_rule
             hyper = (lr, lr * wd, rs, c) + ((mu,) if states else ()) + (lr * rs,)
         else:
@@ -141,14 +153,31 @@ class SGD(Optimizer):
 
 
 def sgd_update_rule(f):
-    """MXNet's non-aggregated ``sgd_update``: ``w = (1 - lr*wd)*w - lr*clip(rs*grad, c)``
-    (used by NAG and LBSGD without momentum; ``hp = (lr, 1 - lr*wd, rs, c)``)."""
+    """MXNet's non-aggregated ``sgd_update`` kernel (src/operator/optimizer_op-inl.h, SGDKernel
+    and its row-sparse twins): ``w = (1 - lr*wd)*w - (lr*rs)*grad`` when not clipping, else
+    ``w = (1 - lr*wd)*w - lr*clip(rs*grad, c)``; ``hp`` from :func:`sgd_update_hyper`. Used by
+    NAG and LBSGD without momentum and by SGD without momentum on a row-sparse gradient
+    (measured on MXNet 1.9.1: docs/mxnet-facts.md, 10)."""
     zero = f(0)
 
     def rule(w, grad, hp):
-        lr, decay, rs, c = hp
-        g = rs * grad
-        if c >= zero:
-            g = min(max(g, -c), c)
-        return decay * w - lr * g
+        lr, decay, rs, c, lrrs = hp
+        if c >= zero:                    # factors only: see mxnet_momentum_rule
+            scale, g = lr, min(max(rs * grad, -c), c)
+        else:
+            scale, g = lrrs, grad
+        return decay * w - scale * g
     return rule
+
+
+def sgd_update_hyper(lr, wd, rs, c, float32_decay=False):
+    """``hp`` of :func:`sgd_update_rule` from the rounded ``lr``, ``wd``, ``rs``: ``1 - lr*wd``
+    and ``lr*rs`` are formed exactly here and rounded once to the weight's dtype, as MXNet's
+    kernel forms them in that dtype (a product of two float32 numbers is exact in float64).
+    ``float32_decay``: ``1 - lr*wd`` in float32 arithmetic whatever the dtype, as MXNet's
+    standard (not lazy) row-sparse update scales the weight (measured, tests/data/mxnet/
+    sparse.json, sgd-std-f64)."""
+    if float32_decay:
+        f32 = np.float32
+        return (lr, float(f32(1) - f32(lr) * f32(wd)), rs, c, lr * rs)
+    return (lr, 1.0 - lr * wd, rs, c, lr * rs)

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Space", "Decades", "Interval", "Ints", "Just", "OneOf", "COMMON", "OWN", "hyper_space",
+__all__ = ["Space", "Decades", "Interval", "Ints", "Just", "OneOf", "Shapes", "COMMON", "OWN",
+           "COMMON_FIXED", "MATRIX", "common_space", "hyper_space", "shape_space", "weight_shape",
            "array_over_decades", "fix_dependent"]
 
 
@@ -104,6 +105,28 @@ class OneOf(Space):
         return self.options[int(rng.integers(len(self.options)))].sample(rng)
 
 
+@dataclass(frozen=True)
+class Shapes(Space):
+    """Weight shapes of 1 to ``max_size`` elements: vectors ``(n,)``, or with ``matrix`` 2-D
+    ``(rows, cols)``, 1 to 4 rows of 1 to ``max_size // rows`` columns (GroupAdaGrad's weights:
+    one accumulator per row)."""
+    max_size: int
+    matrix: bool = False
+
+    def strategy(self):
+        from hypothesis import strategies as st
+        if not self.matrix:
+            return st.integers(1, self.max_size).map(lambda n: (n,))
+        return st.integers(1, min(4, self.max_size)).flatmap(
+            lambda r: st.integers(1, max(1, self.max_size // r)).map(lambda c: (r, c)))
+
+    def sample(self, rng):
+        if not self.matrix:
+            return (int(rng.integers(1, self.max_size + 1)),)
+        r = int(rng.integers(1, min(4, self.max_size) + 1))
+        return (r, int(rng.integers(1, max(1, self.max_size // r) + 1)))
+
+
 _MOMENTUM = OneOf(0.0, Interval(0.0, 0.99))
 
 #: the hyperparameters every optimizer shares, on and off
@@ -142,7 +165,43 @@ OWN = {
               "epsilon": Decades(-10, -2), "eta": OneOf(1.0, Interval(0.0, 1.0))},
     "lars": {"momentum": _MOMENTUM, "eta": OneOf(0.001, Decades(-3, 0)),
              "eps": OneOf(0.0, Decades(-9, -3)), "momentum_correction": OneOf(True, False)},
+    "groupadagrad": {"eps": OneOf(1e-5, Decades(-10, -1))},
+    # the bounds on either side of 1, so lower_bound <= upper_bound always
+    "lamb": {"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999),
+             "epsilon": OneOf(1e-6, Decades(-10, -2)),
+             "lower_bound": OneOf(None, Decades(-3, 0)), "upper_bound": OneOf(None, Decades(0, 2)),
+             "bias_correction": OneOf(True, False)},
 }
+
+
+#: optimizers whose weight must be a matrix (GroupAdaGrad keeps one accumulator per row): their
+#: weights are drawn 2-D (:func:`shape_space`, :func:`weight_shape`)
+MATRIX = frozenset({"groupadagrad"})
+
+#: common hyperparameters an optimizer does not take freely: GroupAdaGrad refuses weight decay
+#: (MXNet 1.9.1 asserts wd == 0)
+COMMON_FIXED = {"groupadagrad": {"wd": 0.0}}
+
+
+def common_space(name):
+    """:data:`COMMON` for optimizer ``name``, with its :data:`COMMON_FIXED` values pinned."""
+    return {**COMMON, **{k: Just(v) for k, v in COMMON_FIXED.get(name, {}).items()}}
+
+
+def shape_space(name, max_size):
+    """The weight shapes drawn for optimizer ``name``: :class:`Shapes` of at most
+    ``max_size`` elements, 2-D for the :data:`MATRIX` optimizers."""
+    return Shapes(max_size, name in MATRIX)
+
+
+def weight_shape(name, size):
+    """The fixed weight shape of ``size`` elements for optimizer ``name`` (recorded inputs):
+    ``(size,)``, or for a :data:`MATRIX` optimizer two rows of ``size // 2`` (one row when
+    ``size`` is odd)."""
+    if name not in MATRIX:
+        return (size,)
+    rows = 2 if size >= 2 and size % 2 == 0 else 1
+    return (rows, size // rows)
 
 
 def fix_dependent(name, hyper):
@@ -158,7 +217,7 @@ def hyper_space(name, fixed=None):
     ``fixed`` ones pinned (an unknown fixed name is a ``ValueError`` naming the known ones)."""
     if name not in OWN:
         raise ValueError(f"unknown optimizer {name!r}; known: {', '.join(sorted(OWN))}")
-    space = {**COMMON, **OWN[name]}
+    space = {**common_space(name), **OWN[name]}
     fixed = dict(fixed or {})
     unknown = sorted(set(fixed) - set(space))
     if unknown:

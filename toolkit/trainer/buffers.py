@@ -47,6 +47,7 @@ class Recorder:
         self.real = real
         self.calls = []
         self.norms = {}
+        self.directions = {}
 
     def compute_dtype(self, a):
         return self.real.compute_dtype(a)
@@ -68,6 +69,15 @@ class Recorder:
             raise RuntimeError("the optimizer asked for norms the Trainer did not compute "
                                "(its norm_inputs() and its step disagree)") from None
 
+    def direction_norms(self, first, weight, grad, states):
+        """The sums the Trainer's first pass (``rules.DirectionPass``) gave this member, for the
+        optimizer's planning of the second pass to read."""
+        ran, sums = self.directions.get(id(weight), (None, None))
+        if ran != first:  # pragma: no cover - norm_inputs and the optimizer disagree
+            raise RuntimeError("the optimizer asked for a first pass the Trainer did not run "
+                               "(its norm_inputs() and its step disagree)")
+        return sums
+
 
 class Group:
     """The parameters of one (dtype, device) group, their flat buffers and state."""
@@ -83,11 +93,16 @@ class Group:
         self.data = self._alloc(host_data)
         self.grad = self._alloc(np.concatenate(
             [np.asarray(arrays.to_host(p._grad), self.dtype).reshape(-1) for _, p in members]))
-        self.state = optimizer.create_state_multi_precision(0, self.data)
+        #: whether the states live in flat buffers too (an element-wise optimizer); else each
+        #: member keeps the state its optimizer creates for its own weight view, and the Trainer
+        #: steps the members one by one (``Optimizer.elementwise_step``: GroupAdaGrad)
+        self.flat = bool(optimizer.elementwise_step)
+        self.state = optimizer.create_state_multi_precision(0, self.data) if self.flat else None
         for a in state_leaves(self.state):
             if arrays.describe(a).shape != (self.size,):
                 raise ValueError(f"{type(optimizer).__name__}'s state arrays are not shaped like "
-                                 "the weight; the Trainer's flat buffers need that")
+                                 "the weight; the Trainer's flat buffers need that (an optimizer "
+                                 "whose step is not element-wise sets elementwise_step = False)")
         self.mp = optimizer.uses_master(self.data)
         # per-index arrays the optimizer keeps outside its state (LBSGD's accumulator): flat
         # buffers in the arithmetic dtype, views bound to the optimizer
@@ -103,7 +118,12 @@ class Group:
         for k, (index, p) in enumerate(members):
             p._data, p._grad = self.view(k, self.data), self.view(k, self.grad)
             p._fresh = False  # arrays handed out before are detached: write into the new views
-            self.views.append(map_state(self.state, lambda a, k=k: self.view(k, a)))
+            if self.flat:
+                self.views.append(map_state(self.state, lambda a, k=k: self.view(k, a)))
+            else:
+                self.views.append(optimizer.create_state_multi_precision(index, p._data))
+        if not self.flat:
+            self.state = tuple(self.views)  # every member's state, for whoever walks them all
         for name, flat in self.host_flats.items():
             for k, (index, _) in enumerate(members):
                 optimizer.bind_host_buffer(name, index, self.view(k, flat))

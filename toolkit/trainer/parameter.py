@@ -17,9 +17,10 @@ import numpy as np
 
 from ..backends import arrays
 
-__all__ = ["Parameter", "GRAD_REQS", "DEVICES"]
+__all__ = ["Parameter", "GRAD_REQS", "DEVICES", "GRAD_STYPES"]
 
 GRAD_REQS = ("write", "add", "null")
+GRAD_STYPES = ("default", "row_sparse")
 DEVICES = ("cpu", "cuda")
 
 
@@ -52,6 +53,10 @@ class Parameter:
         "null": no gradient, never updated by the Trainer.
     device : {"cpu", "cuda"}, default "cpu"
         Where the arrays live: numpy arrays, or numba device arrays on the current GPU.
+    grad_stype : {"default", "row_sparse"}, default "default"
+        "row_sparse" (Gluon's keyword): the gradient is a ``toolkit.RowSparse`` given with
+        ``set_grad``, and the optimizer updates the parameter as MXNet does for row-sparse
+        gradients (lazily for SGD, Adam, AdaGrad, FTRL, GroupAdaGrad: ``docs/sparse.md``).
 
     Example::
 
@@ -65,7 +70,7 @@ class Parameter:
     """
 
     def __init__(self, name, shape=None, dtype="float32", init=None, lr_mult=1.0, wd_mult=1.0,
-                 grad_req="write", device="cpu"):
+                 grad_req="write", device="cpu", grad_stype="default"):
         if not isinstance(name, str) or not name:
             raise TypeError(f"name must be a non-empty str, got {name!r}")
         self.name = name
@@ -80,6 +85,13 @@ class Parameter:
         if grad_req not in GRAD_REQS:
             raise ValueError(f"grad_req must be one of {GRAD_REQS}, got {grad_req!r}")
         self._grad_req = grad_req
+        if grad_stype not in GRAD_STYPES:
+            raise ValueError(f"grad_stype must be one of {GRAD_STYPES}, got {grad_stype!r}")
+        if grad_stype == "row_sparse" and grad_req == "add":
+            raise ValueError("grad_stype='row_sparse' takes grad_req 'write' or 'null' (a "
+                             "row-sparse gradient is replaced each step, not added to)")
+        self.grad_stype = grad_stype
+        self._sparse_grad = None
         self._trainer = None
         if device not in DEVICES:
             raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
@@ -168,10 +180,13 @@ class Parameter:
 
     def grad(self):
         """The gradient buffer; handing it out marks the gradient as written for the next step
-        (write into it in place)."""
+        (write into it in place). For ``grad_stype="row_sparse"``: the ``RowSparse`` last given
+        to ``set_grad`` (None before), which does not mark anything."""
         self._require()
         if self._grad is None:
             raise RuntimeError(f"parameter {self.name!r} has grad_req='null': it has no gradient")
+        if self.grad_stype == "row_sparse":
+            return self._sparse_grad
         self._fresh = True
         return self._grad
 
@@ -201,6 +216,8 @@ class Parameter:
         self._require()
         if self._grad is None:
             raise RuntimeError(f"parameter {self.name!r} has grad_req='null': it has no gradient")
+        if self.grad_stype == "row_sparse":
+            return self._set_sparse_grad(value)
         d = arrays.describe(value, "value")
         if d.shape != self.shape:
             raise ValueError(f"set_grad: value has shape {d.shape}, parameter {self.name!r} has "
@@ -208,9 +225,20 @@ class Parameter:
         _copy_into(self._grad, np.asarray(arrays.to_host(value), dtype=self.dtype))
         self._fresh = True
 
+    def _set_sparse_grad(self, value):
+        """Keep ``value`` (a ``RowSparse``, checked against the weight now) for the next step."""
+        from ..sparse import RowSparse
+        if not isinstance(value, RowSparse):
+            raise TypeError(f"parameter {self.name!r} has grad_stype='row_sparse': set_grad "
+                            f"takes a toolkit.RowSparse, got {type(value).__name__}")
+        value.check(arrays.describe(self._data, "weight"))
+        self._sparse_grad = value
+        self._fresh = True
+
     def zero_grad(self):
         """Set the gradient to zero (it does not count as written)."""
         self._require()
+        self._sparse_grad = None
         if self._grad is not None:
             _copy_into(self._grad, np.zeros(self.shape, self.dtype))
 

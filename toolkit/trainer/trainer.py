@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import optimizer as _optimizer
 from ..backends import arrays, cpu
+from ..backends.rules import DirectionPass
 from . import compression as _compression, dist as _dist
 from .buffers import Group, Recorder, map_state, state_leaves
 from .parameter import Parameter
@@ -100,6 +101,11 @@ class Trainer:
             raise ValueError(f"backend must be one of ('auto', 'cpu', 'cuda', 'reference'), got "
                              f"{backend!r}")
         self._kvstore, self._update_on_kvstore, self._backend = kvstore, update_on_kvstore, backend
+        sparse = [p.name for p in self._params if p.grad_stype == "row_sparse"]
+        if dist_type is not None and sparse:
+            raise ValueError(f"row-sparse gradients ({sparse}) are not supported with "
+                             f"kvstore={kvstore!r} (MXNet's row_sparse_pull is not implemented); "
+                             "use grad_stype='default' for these parameters")
         self._optimizer = opt
         self._scale = opt.rescale_grad
         self._build_groups()
@@ -244,10 +250,10 @@ class Trainer:
         self.last_step_launches = 0
         if not active:
             return
-        if self._backend == "reference":
+        sparse = any(self._params[i].grad_stype == "row_sparse" for i in active)
+        if self._backend == "reference" or not self._optimizer.elementwise_step or sparse:
             self._dry_run(active)  # per-parameter steps write as they go: check them all first
-        if self._backend == "reference":
-            self._reference_update(active)
+            self._per_parameter_update(active)
         else:
             self._kernel_update(active)
         for i in active:
@@ -260,19 +266,28 @@ class Trainer:
         try:
             for i in active:
                 t = opt.next_step(i).t
+                p = self._params[i]
+                if p.grad_stype == "row_sparse":  # its checks and the optimizer's refusals
+                    p._sparse_grad.check(arrays.describe(p._data, "weight"))
+                    opt.row_sparse_mode(i)
                 opt._commit_count(i, t)
         finally:
             opt._index_update_count, opt.num_update = saved
 
-    def _reference_update(self, active):
+    def _per_parameter_update(self, active):
+        """One ``update_multi_precision`` per parameter, in index order: the reference backend,
+        and optimizers whose step is not element-wise (``Optimizer.elementwise_step``: their
+        states do not fit the flat buffers, so no group runs in one call)."""
         opt = self._optimizer
         backend = opt.backend
-        opt.backend = "reference"
+        # the Trainer picks the backend: the parameters' arrays say where they live
+        opt.backend = "reference" if self._backend == "reference" else "auto"
         try:
             for i in active:
                 g, k = self._where[i]
                 p = self._params[i]
-                opt.update_multi_precision(i, p._data, p._grad, g.member_state(k))
+                grad = p._sparse_grad if p.grad_stype == "row_sparse" else p._grad
+                opt.update_multi_precision(i, p._data, grad, g.member_state(k))
                 self.last_step_launches += 1
         finally:
             opt.backend = backend
@@ -454,6 +469,8 @@ class _Work:
     def precompute_norms(self, norms):
         """LARS norms of every member that needs them, in one reduction over the flat buffers,
         handed to the recorder for the optimizer's planning to read. Returns the calls made."""
+        if any(isinstance(v, DirectionPass) for v in norms.values()):
+            return self.precompute_directions(norms)
         g = self.g
         rows = np.zeros((len(g.members), 2))
         for k, (i, _) in enumerate(g.members):
@@ -479,6 +496,50 @@ class _Work:
             if rows[k, 0]:
                 self.recorder.norms[id(self._views_of(k)[1])] = (float(out[k, 0]),
                                                                  float(out[k, 1]))
+        return 1
+
+    def precompute_directions(self, passes):
+        """The first pass of a two-pass step (LAMB: ``rules.DirectionPass``) for every member
+        that has one, in one segmented call over the flat buffers that writes nothing: each
+        member's ``(sum w^2, sum u^2)`` handed to the recorder, for the planning of the second
+        pass (one segmented call too). The chunks and the order of every addition are a single
+        tensor's (``cpu.DIRECTION_CHUNK``), so the sums equal the per-tensor ones, bit for bit.
+        Returns the calls made."""
+        g = self.g
+        members = [(k, passes[i]) for k, (i, _) in enumerate(g.members)
+                   if isinstance(passes.get(i), DirectionPass)]
+        if not members:
+            return 0
+        first = members[0][1]
+        if any((p.direction, len(p.hyper)) != (first.direction, len(first.hyper))
+               for _, p in members):
+            raise RuntimeError("the members of a group asked for different first passes")
+        compute = np.dtype(np.float32) if g.dtype == np.float16 else np.dtype(g.dtype)
+        table = np.zeros((len(g.members), 1 + len(first.hyper)), compute)
+        for k, p in members:
+            table[k, 0] = 1
+            table[k, 1:] = np.array(p.hyper, np.float64)  # rounded as a single call rounds
+        states = state_leaves(self.s)
+        host_chunks = g.__dict__.get("_direction_chunks")
+        if host_chunks is None:  # the group's chunk table for the first pass, made once
+            host_chunks = g._direction_chunks = cpu.chunk_table(g.offsets, cpu.DIRECTION_CHUNK)
+        if g.device == "cuda":
+            from ..backends import cuda
+            dev_chunks = g.__dict__.get("_direction_chunks_device")
+            if dev_chunks is None:
+                dev_chunks = g._direction_chunks_device = cuda.cuda.to_device(host_chunks)
+            d = arrays.describe
+            launcher = self.recorder.real
+            out = launcher._in_device(cuda.run_direction, first.direction,
+                                      d(self.w), d(self.grad), [d(a) for a in states], table,
+                                      dev_chunks, host_chunks, stream=launcher.stream)
+        else:
+            out = np.zeros((len(g.members), 2))
+            cpu.run_direction(first.direction, self.w, self.grad, tuple(states),
+                              table, host_chunks, out)
+        for k, p in members:
+            self.recorder.directions[id(self._views_of(k)[1])] = (
+                p, (float(out[k, 0]), float(out[k, 1])))
         return 1
 
     def execute(self):

@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.abspath(os.path.join(HERE, "..", "..", "..")))
 from reference import OPTIMIZERS  # noqa: E402
 from toolkit import regress  # noqa: E402
 from toolkit._support import optimizer_conventions  # noqa: E402
+from toolkit.oracle import space  # noqa: E402
 
 #: hyperparameters of each golden trajectory, and its ulp allowance (pow/exp/log/cos involved)
 CONFIGS = {
@@ -47,6 +48,9 @@ CONFIGS = {
     "sgld": ({"seed": 7, "stream": 0}, 1),
     "adamw": ({"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "eta": 0.5}, 1),
     "lars": ({"momentum": 0.9, "eta": 0.01, "eps": 1e-6, "momentum_correction": True}, 0),
+    "groupadagrad": ({"eps": 1e-5}, 0),
+    "lamb": ({"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-6, "lower_bound": 0.5,
+              "upper_bound": 10.0, "bias_correction": True}, 1),
 }
 COMMON = {"lr": 0.05, "wd": 0.01, "rescale_grad": 0.5, "clip_gradient": 2.0}
 STEPS, N = 5, 6
@@ -63,10 +67,15 @@ def inputs():
 
 
 def entry(name, convention):
+    """One trajectory; the inputs shaped for the optimizer (GroupAdaGrad's matrices: two rows of
+    three) and its pinned common hyperparameters applied (GroupAdaGrad's wd 0)."""
     hyper, ulps = CONFIGS[name]
     w, grads = inputs()
-    e = regress.new_entry(name, convention, "reference", "float64", w0=w, grads=grads,
-                          hyper=hyper, common=COMMON, ulps=ulps, encoding="float.hex")
+    shape = space.weight_shape(name, N)
+    common = {**COMMON, **space.COMMON_FIXED.get(name, {})}
+    e = regress.new_entry(name, convention, "reference", "float64", w0=w.reshape(shape),
+                          grads=[g.reshape(shape) for g in grads], hyper=hyper, common=common,
+                          ulps=ulps, encoding="float.hex")
     return regress.fill_entry(e)
 
 

@@ -1,0 +1,156 @@
+"""Row kernels: updates with a reduction along each row of a matrix weight (GroupAdaGrad keeps one
+history value per row, fed by the mean of the row's squared gradient), on the CPU and on CUDA.
+
+An optimizer supplies a *row rule factory*, ``factory(ftype) -> (prep, reduce_row, apply)``,
+three plain Python functions of scalars using ``math`` only (compiled with ``numba.njit`` inlined
+here, and with ``cuda.jit(device=True)`` for CUDA, as the element-wise rules are)::
+
+    prep(g, hp) -> p                      the preprocessed gradient element (rescaled, clipped)
+    reduce_row(h, s, n, hp) -> (h, a)     the row's new state value and its factor, from its
+                                          state h, the float64 sum s of p*p over the row and the
+                                          row length n (a float64)
+    apply(w, p, a, hp) -> w               the new weight element
+
+``hp`` is a tuple of per-step hyperparameters in the arithmetic type (rounded from float64 once
+on the host). The sum ``s`` is accumulated in float64 in a fixed order: on the CPU four running
+sums (column ``j`` into sum ``j % 4``) added as ``(s0 + s1) + (s2 + s3)``; on CUDA each thread of
+the row's block sums the columns ``tid, tid + T, ...`` and the block adds the partial sums in a
+fixed tree. Each backend gives the same bits run after run (the two backends may differ in the
+last bit of ``s``, far below the arithmetic's rounding).
+
+Rows: gradient row ``k`` applies to weight row ``rows[k]`` and state row ``rows[k]`` (``rows``:
+int64, sorted and unique; the lazy update of a row-sparse gradient), or, with ``rows`` None,
+gradient row ``k`` to weight row ``k`` for every row (the dense step). Rows not listed are not
+read or written. The weight may be C- or Fortran-ordered (its elements are addressed through
+its row and column strides); the state is ``(rows, 1)``.
+
+CPU: one ``prange`` over the rows above :data:`toolkit.backends.cpu.PARALLEL_THRESHOLD` elements,
+serial below, with the CPU backend's compile policy (``cpu.COMPILE_OPTIONS``, explicit signatures,
+kernels cached per (rule, dtype, serial/parallel)). CUDA (:mod:`toolkit.backends.cuda_rows`,
+imported only when a CUDA step runs): one block per row, plain ``@cuda.jit``; float16 storage is
+computed in float32, and a float16 twin of a float32 master weight (``mirror``) is written in
+the same pass.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import prange, types
+from numba.np.unsafe.ndarray import to_fixed_tuple
+
+from . import cpu
+
+__all__ = ["run_cpu", "run_cuda", "cpu_kernel"]
+
+
+# --------------------------------------------------------------------------------------------
+# CPU
+# --------------------------------------------------------------------------------------------
+def _cpu_loop(prep, reduce_row, apply, n_hyper):
+    """The row loop (``prange`` is ``range`` when serial). Contiguous rows (column stride 1 for
+    the weight and the gradient) run over slices from 0, which vectorise; other strides index
+    element by element."""
+    def loop(w, g, h, rows, dense, nk, ncols, w_rs, w_cs, g_rs, g_cs, hpa):
+        hp = to_fixed_tuple(hpa, n_hyper)
+        n = np.float64(ncols)
+        quads = ncols // 4
+        for kk in prange(nk):
+            k = np.int64(kk)  # a parallel loop's index is unsigned: keep the row index int64
+            r = k if dense else rows[k]
+            wb, gb = r * w_rs, k * g_rs
+            s0 = s1 = s2 = s3 = 0.0
+            if w_cs == 1 and g_cs == 1:
+                gs = g[gb:gb + ncols]
+                for q in range(quads):
+                    j = 4 * q
+                    p0, p1 = np.float64(prep(gs[j], hp)), np.float64(prep(gs[j + 1], hp))
+                    p2, p3 = np.float64(prep(gs[j + 2], hp)), np.float64(prep(gs[j + 3], hp))
+                    s0 += p0 * p0
+                    s1 += p1 * p1
+                    s2 += p2 * p2
+                    s3 += p3 * p3
+                for j in range(4 * quads, ncols):  # the last 0 to 3 columns
+                    p = np.float64(prep(gs[j], hp))
+                    s0 += p * p
+                hn, a = reduce_row(h[r], (s0 + s1) + (s2 + s3), n, hp)
+                h[r] = hn
+                ws = w[wb:wb + ncols]
+                for j in range(ncols):
+                    ws[j] = apply(ws[j], prep(gs[j], hp), a, hp)
+            else:
+                for q in range(quads):
+                    j = 4 * q
+                    p0 = np.float64(prep(g[gb + j * g_cs], hp))
+                    p1 = np.float64(prep(g[gb + (j + 1) * g_cs], hp))
+                    p2 = np.float64(prep(g[gb + (j + 2) * g_cs], hp))
+                    p3 = np.float64(prep(g[gb + (j + 3) * g_cs], hp))
+                    s0 += p0 * p0
+                    s1 += p1 * p1
+                    s2 += p2 * p2
+                    s3 += p3 * p3
+                for j in range(4 * quads, ncols):
+                    p = np.float64(prep(g[gb + j * g_cs], hp))
+                    s0 += p * p
+                hn, a = reduce_row(h[r], (s0 + s1) + (s2 + s3), n, hp)
+                h[r] = hn
+                for j in range(ncols):
+                    i = wb + j * w_cs
+                    w[i] = apply(w[i], prep(g[gb + j * g_cs], hp), a, hp)
+    return loop
+
+
+def cpu_kernel(factory, n_hyper: int, dtype, parallel: bool):
+    """The compiled CPU row loop of ``factory`` for ``dtype`` (cached per process)."""
+    dtype = np.dtype(dtype)
+    key = ("rows", factory, n_hyper, dtype, bool(parallel))
+
+    def build():
+        arr = cpu._NUMBA_TYPES[dtype][::1]
+        i64 = types.int64
+        sig = types.void(arr, arr, arr, i64[::1], types.boolean, i64, i64, i64, i64, i64, i64,
+                         arr)
+        prep, reduce_row, apply = (cpu._inlined(fn) for fn in factory(dtype.type))
+        return cpu._compile(sig, parallel)(_cpu_loop(prep, reduce_row, apply, n_hyper))
+    return cpu._cached(key, build)
+
+
+def _strides(shape, c_order):
+    """``(row stride, column stride)`` in elements of a contiguous 2-D array."""
+    return (shape[1], 1) if c_order else (1, shape[0])
+
+
+_ALL_ROWS = np.zeros(1, np.int64)  # the placeholder ``rows`` of a dense step
+
+
+def run_cpu(factory, weight, grad, history, rows, hyper):
+    """One row step on numpy arrays, in place.
+
+    ``weight``: ``(n_rows, ncols)``, C- or Fortran-contiguous, float32 or float64; ``grad``:
+    ``(len(rows), ncols)`` (``(n_rows, ncols)`` when ``rows`` is None) of the weight's dtype, any
+    layout (copied to C order when not contiguous); ``history``: ``(n_rows, 1)`` contiguous;
+    ``rows``: None or int64 indices; ``hyper``: Python floats, rounded to the dtype once."""
+    dtype = weight.dtype
+    n_rows, ncols = weight.shape
+    dense = rows is None
+    rows_arr = _ALL_ROWS if dense else np.ascontiguousarray(rows, np.int64)
+    nk = n_rows if dense else rows_arr.shape[0]
+    if nk == 0:
+        return
+    if not (grad.flags.c_contiguous or grad.flags.f_contiguous):
+        grad = np.ascontiguousarray(grad)
+    w_c = bool(weight.flags.c_contiguous)
+    g_c = bool(grad.flags.c_contiguous)
+    w_rs, w_cs = _strides(weight.shape, w_c)
+    g_rs, g_cs = _strides(grad.shape, g_c)
+    hpa = np.array(hyper, dtype)
+    parallel = nk * ncols >= cpu.PARALLEL_THRESHOLD and nk > 1
+    kernel = cpu_kernel(factory, hpa.shape[0], dtype, parallel)
+    kernel(weight.reshape(-1, order="C" if w_c else "F"),
+           grad.reshape(-1, order="C" if g_c else "F"), history.reshape(-1), rows_arr, dense,
+           nk, ncols, w_rs, w_cs, g_rs, g_cs, hpa)
+
+
+def run_cuda(factory, w, g, h, rows, hyper, stream=0, mirror=None):
+    """One row step on described CUDA arrays, one launch on ``stream``
+    (:func:`toolkit.backends.cuda_rows.run`; imported here on first use)."""
+    from . import cuda_rows
+    cuda_rows.run(factory, w, g, h, rows, hyper, stream=stream, mirror=mirror)

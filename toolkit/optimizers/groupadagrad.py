@@ -1,0 +1,202 @@
+"""GroupAdaGrad: AdaGrad with one accumulator per row of a matrix weight (registry name
+``groupadagrad``; MXNet 1.9.1's ``mxnet.optimizer.contrib.GroupAdaGrad``,
+python/mxnet/optimizer/contrib.py:30-100 at tag 1.9.1; docs/optimizers/groupadagrad.md;
+reference/groupadagrad.py)::
+
+    g = clip(rescale_grad*grad, c)
+    h = h + mean(g*g, axis=1)             (h: one value per row, shape (rows, 1))
+    w = w - lr*g/sqrt(h + eps)
+
+The step is a reduction along each row, not an element-wise rule: it runs on the row kernels of
+:mod:`toolkit.backends.rows` (the row's sum of squares accumulated in float64 in a fixed order,
+rounded to the weight's dtype, divided by the row length in that dtype: MXNet's order of the
+rounding, with a more accurate sum). The same row kernel serves the dense step (every row) and
+the lazy update of a row-sparse gradient (the rows present): :meth:`GroupAdaGrad._rows_step`.
+
+Convention "mxnet" takes MXNet's preprocessing per path: a dense gradient clips whenever
+``clip_gradient`` is not None (``0.0`` clips to zero) and rounds only the clip bound to float32;
+a row-sparse gradient (MXNet's operator ``group_adagrad_update``) clips only when
+``clip_gradient`` is truthy and rounds ``lr``, ``rescale_grad``, ``clip_gradient`` and ``eps``
+to float32. Convention "guide" is the same formula with the hyperparameters as given.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..backends import arrays, cpu
+from ..backends import rows as row_kernels
+from .base import Optimizer, check_nonneg, register
+
+__all__ = ["GroupAdaGrad"]
+
+
+def row_rules(f):
+    """The row rule of GroupAdaGrad (:mod:`toolkit.backends.rows`), ``hp = (lr, rs, c, eps)``
+    with ``c < 0`` meaning no clipping::
+
+        p = clip(g*rs, c)                      (prep)
+        h = h + f(f(s)/f(n));  a = sqrt(h + eps)   (reduce_row: s = sum of p*p over the row)
+        w = w - (lr*p)/a                       (apply)
+    """
+    zero = f(0)
+
+    def prep(g, hp):
+        c = hp[2]
+        x = g * hp[1]
+        if c >= zero:
+            return min(max(x, -c), c)
+        return x
+
+    def reduce_row(h, s, n, hp):
+        h = h + f(f(s) / f(n))
+        return h, math.sqrt(h + hp[3])
+
+    def apply(w, p, a, hp):
+        return w - (hp[0] * p) / a
+    return prep, reduce_row, apply
+
+
+@register
+class GroupAdaGrad(Optimizer):
+    """GroupAdaGrad (MXNet ``groupadagrad``): AdaGrad with one learning-rate accumulator per row.
+
+    ``h = h + mean(g*g, axis=1);  w = w - lr*g/sqrt(h + eps)`` with ``g = clip(rs*grad, c)``,
+    for a 2-D weight (an embedding table: one accumulator per entity). Weight decay is not
+    supported: a step whose weight decay ``wd*wd_mult`` is not 0 raises ValueError before
+    anything is written (MXNet 1.9.1 asserts). State: ``history`` of shape ``(rows, 1)``, the
+    weight's dtype (MXNet keeps it in float32 only, so its float64 weights fail; not
+    reproduced). A ``toolkit.Trainer`` steps this optimizer parameter by parameter: its state is
+    not shaped like the weight, so it does not fit the Trainer's flat buffers.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from toolkit import optimizer
+        >>> opt = optimizer.create("groupadagrad", learning_rate=0.5, eps=0.0)
+        >>> w = np.zeros((2, 2), np.float32); h = opt.create_state(0, w)
+        >>> opt.update(0, w, np.array([[3.0, 4.0], [0.0, 0.0]], np.float32), h)
+        >>> h.ravel()                            # the row means of g*g: 12.5 and 0
+        array([12.5,  0. ], dtype=float32)
+        >>> w[0]                                 # -0.5*g/sqrt(12.5)
+        array([-0.42426407, -0.56568545], dtype=float32)
+    """
+
+    reference_name = "groupadagrad"
+    mxnet_kernel = False      # MXNet's dense path is NDArray operations (Python ops)
+    elementwise_step = False  # one history value per row: no flat buffers in a Trainer
+
+    def __init__(self, eps=1e-5, **kwargs):
+        self.float_stable_eps = check_nonneg("eps", eps)
+        super().__init__(**kwargs)
+
+    def state_slots(self):
+        return ("history",)
+
+    def reference_hyper(self):
+        return {"eps": self.float_stable_eps}
+
+    def row_sparse_mode(self, index):
+        """"lazy": MXNet 1.9.1 updates only the rows present (the operator
+        ``group_adagrad_update``)."""
+        return "lazy"
+
+    # --- the weight is a matrix, the history one column -------------------------------------
+    def _check_weight(self, weight):
+        w = super()._check_weight(weight)
+        if len(w.shape) != 2:
+            raise ValueError(f"GroupAdaGrad needs a 2-D weight (rows x columns: one history "
+                             f"value per row; MXNet 1.9.1 asserts it), got weight of shape "
+                             f"{w.shape}")
+        return w
+
+    def _slot_template(self, name, weight):
+        if len(weight.shape) != 2:
+            raise ValueError(f"GroupAdaGrad needs a 2-D weight, got weight of shape "
+                             f"{tuple(weight.shape)}")
+        return (weight.shape[0], 1), weight.dtype
+
+    def _init_slot(self, name, weight):
+        d = arrays.describe(weight)
+        if d.kind == arrays.HOST:
+            return np.zeros((d.shape[0], 1), d.dtype)
+        if d.shape[1] == 0:
+            raise ValueError("GroupAdaGrad: a CUDA weight with no columns has no history to "
+                             f"keep (weight shape {d.shape})")
+        return arrays.zeros_like(weight[:, :1])  # the weight's kind, device and dtype
+
+    # --- weight decay: refused per step, where wd*wd_mult is known ---------------------------
+    def _step_scalars(self, index):
+        t, lr, wd = super()._step_scalars(index)
+        if wd != 0:
+            raise ValueError(
+                f"GroupAdaGrad does not support weight decay (MXNet 1.9.1 asserts wd == 0), but "
+                f"wd is {wd!r} for index {index!r} (wd={self.wd!r} times its wd_mult); "
+                "construct it with wd=0, or set wd_mult 0 for this index")
+        return t, lr, wd
+
+    # --- the step --------------------------------------------------------------------------
+    def _reference_call_kwargs(self, index, t):
+        # a row-sparse gradient's rows take the operator's preprocessing (module docstring)
+        return {"row_sparse": True} if self._row_sparse else {}
+
+    @property
+    def _row_sparse(self):
+        return bool(getattr(self, "_row_sparse_numerics", False))
+
+    def _hyper(self):
+        """``(rs, c, eps)`` of this step, per convention and path (module docstring); ``c`` is
+        -1 for no clipping."""
+        rs, c, eps = self.rescale_grad, self.clip_gradient, self.float_stable_eps
+        if self.convention != "mxnet":
+            return rs, (-1.0 if c is None else c), eps
+        f32 = (lambda x: float(np.float32(x)))
+        if self._row_sparse:  # the operator's float fields, and its truthy clip gate
+            return f32(rs), (f32(c) if c else -1.0), f32(eps)
+        return rs, (-1.0 if c is None else f32(c)), eps
+
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+        # a lazy row-sparse step arrives with the rows on the launcher (grad: their values)
+        rows = getattr(self._launcher, "rows", None)
+        self._rows_step(index, weight, grad, rows, state, t, lr, wd)
+
+    def _rows_step(self, index, weight, grad_rows, rows, state, t, lr, wd):
+        """One step on validated arrays, on the backend of the step in progress: gradient row
+        ``k`` updates weight row ``rows[k]`` and history row ``rows[k]``; every other row is
+        left as it is. ``rows`` None: every row, gradient row ``k`` to weight row ``k``.
+
+        ``weight``: ``(n_rows, ncols)`` (the float32 master under multi_precision), C- or
+        Fortran-contiguous; ``grad_rows``: ``(len(rows), ncols)`` of the weight's dtype (or
+        float16 for a float32 master); ``rows``: a host int64 array, sorted and unique (a CUDA
+        step also takes a device int64 array); ``state``: the ``(n_rows, 1)`` history. While the
+        step runs under ``Optimizer._row_sparse_step(mode)`` convention "mxnet" takes the
+        numerics of MXNet's row-sparse operator, else those of its dense path (module
+        docstring). ``t`` and ``wd`` (0) are accepted for the common interface. Nothing is
+        checked here: the caller has validated the arrays and the rows."""
+        rs, c, eps = self._hyper()
+        if self.convention == "mxnet" and self._row_sparse:
+            lr = float(np.float32(lr))
+        hyper = (lr, rs, c, eps)
+        launcher = self._launcher or cpu.LAUNCHER
+        if launcher.backend == "cuda":
+            self._rows_step_cuda(launcher, weight, grad_rows, rows, state, hyper)
+        elif launcher.backend == "cpu":
+            g = grad_rows if grad_rows.dtype == weight.dtype else grad_rows.astype(weight.dtype)
+            row_kernels.run_cpu(row_rules, weight, g, state, rows, hyper)
+        else:
+            raise RuntimeError(f"GroupAdaGrad's row step cannot run on a {launcher.backend!r} "
+                               "launcher (a Trainer steps it parameter by parameter)")
+
+    @staticmethod
+    def _rows_step_cuda(launcher, weight, grad_rows, rows, state, hyper):
+        describe = getattr(launcher, "_describe", lambda a, what: arrays.describe(a, what))
+        w = describe(weight, "weight")
+        g = describe(grad_rows, "grad")
+        h = describe(state, "state['history']")
+        mirror = launcher._mirror_for(w) if hasattr(launcher, "_mirror_for") else None
+        if rows is not None and isinstance(rows, np.ndarray) and \
+                getattr(launcher, "rows", None) is rows and hasattr(launcher, "_device_rows"):
+            rows = launcher._device_rows()  # uploaded once per step by the launcher
+        launcher._in_device(row_kernels.run_cuda, row_rules, w, g, h, rows, hyper,
+                            stream=launcher.stream, mirror=mirror)

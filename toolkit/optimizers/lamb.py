@@ -1,0 +1,208 @@
+"""LAMB: layer-wise adaptive moments (MXNet ``lamb``; You et al. 2020, "Large Batch Optimization
+for Deep Learning: Training BERT in 76 minutes", Algorithm 2).
+
+mxnet (MXNet 1.9.1's ``multi_lamb_update``, the path its ``Updater`` and Gluon's ``Trainer``
+always take: python/mxnet/optimizer/optimizer.py:1316-1359; docs/optimizers/lamb.md;
+reference/lamb.py)::
+
+    g = clip(grad*rs, c) ;  m = beta1*m + (1-beta1)*g ;  v = beta2*v + ((1-beta2)*g)*g
+    u = (m/(1-beta1^t))/(sqrt(v/(1-beta2^t)) + eps) + wd*w   (float32 weights: the root, the
+                                                            quotient and the sum in double)
+    r1 = min(max(|w|, lower), upper), r2 = |u|               (float32; ratio 1 if either is 0)
+    w = w - (lr*r1/r2)*u
+
+guide (the paper): the same in the weight's precision, the trust ratio in float64.
+
+Two passes over the arrays, as the norm of ``u`` needs ``u`` everywhere first. Pass 1 (the
+launcher's ``direction_norms``) reads ``w``, ``grad``, ``m`` and ``v``, forms the new moments and
+``u`` in registers and adds up ``|w|^2`` and ``|u|^2`` per tensor in float64, in one fixed order on
+the CPU and on CUDA (``toolkit.backends.cpu.direction_kernel``); it writes nothing. The host turns
+the two sums into the step size ``lr*ratio``; pass 2, an ordinary rule, forms the same moments and
+``u`` again from the same inputs and writes ``w``, ``m`` and ``v``. Neither ``u`` nor a float32 copy
+of the moments is stored, so a float16 state is rounded once, as in every other optimizer. A Trainer
+runs pass 1 for a whole group in one segmented call before it plans the group (``norm_inputs``) and
+pass 2 as one segmented call.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..backends import cpu
+from ..backends.rules import DirectionPass
+from .base import Optimizer, check_nonneg, check_unit, register
+
+__all__ = ["LAMB"]
+
+# what a rule of the pair computes (a constant of its closure: numba prunes the other branch)
+_DIRECTION, _APPLY = 0, 1
+
+
+def _mxnet(what):
+    """The "mxnet" rule that returns the direction ``u`` in the weight's place
+    (``_DIRECTION``: ``(u, m, v)``) or the one that applies it (``_APPLY``:
+    ``(w - k*u, m, v)``); both update the moments from the gradient first, the same way.
+    ``hp = (rs, c, beta1, 1-beta1, beta2, 1-beta2, beta1^t, beta2^t, eps, wd, k)`` (``beta^t`` 0
+    without bias correction). For float32 weights ``u`` is MXNet's: ``m/(1-beta1^t)`` and
+    ``v/(1-beta2^t)`` in float32, then ``sqrt``, ``/`` and ``+`` in double, rounded to float32
+    once."""
+    def factory(f):
+        zero, one = f(0), f(1)
+        wide = np.float64  # numba's float() keeps a float32 a float32: widen explicitly
+
+        def rule(w, grad, m, v, hp):
+            rs, c, b1, omb1, b2, omb2, p1, p2, eps, wd, k = hp
+            g = grad * rs
+            if c >= zero:
+                g = min(max(g, -c), c)
+            m = b1 * m + omb1 * g
+            v = b2 * v + (omb2 * g) * g
+            u = f(wide(m / (one - p1)) / (math.sqrt(wide(v / (one - p2))) + wide(eps))
+                  + wide(wd * w))
+            if what == _DIRECTION:
+                return u, m, v
+            return w - k * u, m, v
+        return rule
+    return factory
+
+
+def _guide(what):
+    """The "guide" rules (Algorithm 2 in the weight's precision); ``hp`` as :func:`_mxnet`."""
+    def factory(f):
+        zero, one = f(0), f(1)
+
+        def rule(w, grad, m, v, hp):
+            rs, c, b1, omb1, b2, omb2, p1, p2, eps, wd, k = hp
+            g = rs * grad
+            if c >= zero:
+                g = min(max(g, -c), c)
+            m = b1 * m + omb1 * g
+            v = b2 * v + omb2 * (g * g)
+            u = (m / (one - p1)) / (math.sqrt(v / (one - p2)) + eps) + wd * w
+            if what == _DIRECTION:
+                return u, m, v
+            return w - k * u, m, v
+        return rule
+    return factory
+
+
+mxnet_direction_rule, mxnet_apply_rule = _mxnet(_DIRECTION), _mxnet(_APPLY)
+guide_direction_rule, guide_apply_rule = _guide(_DIRECTION), _guide(_APPLY)
+
+_RULES = {"mxnet": (mxnet_direction_rule, mxnet_apply_rule),
+          "guide": (guide_direction_rule, guide_apply_rule)}
+
+
+def _bound(name, x):
+    """A norm bound: None, or a finite number >= 0 (0 is "no bound", as MXNet passes only a
+    truthy bound to its operator)."""
+    if x is None:
+        return None
+    return check_nonneg(f"{name} (use None for no bound)", x)
+
+
+@register
+class LAMB(Optimizer):
+    """LAMB (MXNet ``lamb``): Adam's direction scaled per tensor by a trust ratio.
+
+    ``u = m_hat/(sqrt(v_hat) + epsilon) + wd*w`` (``m_hat = m/(1-beta1^t)``,
+    ``v_hat = v/(1-beta2^t)`` with ``bias_correction``, else ``m`` and ``v``), and
+    ``w = w - lr*(phi(|w|)/|u|)*u`` with ``phi`` the clamp of the weight norm to
+    ``[lower_bound, upper_bound]`` (a bound of None or 0 is none) and the ratio 1 when either norm
+    is 0; ``m = beta1*m + (1-beta1)*g``, ``v = beta2*v + (1-beta2)*g^2`` with
+    ``g = clip(rescale_grad*grad, clip_gradient)``. Convention "mxnet" is MXNet 1.9.1's
+    aggregated kernel (float32 trust ratio, ``clip_gradient=0`` is off), "guide" the paper's
+    Algorithm 2. State: ``(mean, var)``.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from toolkit import optimizer
+        >>> opt = optimizer.create("lamb", learning_rate=0.1)
+        >>> w = np.array([3.0, 4.0]); s = opt.create_state(0, w)
+        >>> opt.update(0, w, np.array([1.0, 0.0]), s)   # u = (1, 0), ratio |w|/|u| = 5
+        >>> np.round(w, 6)
+        array([2.5, 4. ])
+    """
+
+    reference_name = "lamb"
+    #: MXNet's LAMB hands up to 45 indices to one aggregated kernel call (optimizer.py:1262)
+    aggregate_num = 45
+
+    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-6,
+                 lower_bound=None, upper_bound=None, bias_correction=True, **kwargs):
+        self.beta1 = check_unit("beta1", beta1)
+        self.beta2 = check_unit("beta2", beta2)
+        self.epsilon = check_nonneg("epsilon", epsilon)
+        self.lower_bound = _bound("lower_bound", lower_bound)
+        self.upper_bound = _bound("upper_bound", upper_bound)
+        if self.lower_bound and self.upper_bound and self.lower_bound > self.upper_bound:
+            raise ValueError(f"lower_bound must not exceed upper_bound, got lower_bound="
+                             f"{self.lower_bound!r} > upper_bound={self.upper_bound!r}")
+        if not isinstance(bias_correction, (bool, np.bool_)):
+            raise TypeError(f"bias_correction must be a bool, got {bias_correction!r}")
+        self.bias_correction = bool(bias_correction)
+        super().__init__(learning_rate=learning_rate, **kwargs)
+
+    def state_slots(self):
+        return ("mean", "var")
+
+    def reference_hyper(self):
+        return {"beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon,
+                "lower_bound": self.lower_bound, "upper_bound": self.upper_bound,
+                "bias_correction": self.bias_correction}
+
+    # --- the two passes --------------------------------------------------------------------
+    def _pass_hyper(self, t, wd):
+        """``hp`` of the rules (:func:`_mxnet`) with ``k = 0``: a function of ``t`` and ``wd``
+        only. ``beta^t`` is formed in double from the (rounded) beta; the kernels round it to
+        their precision once and subtract it from 1 (MXNet: ``1 - powf(beta1, t)`` for float32
+        weights, ``1 - pow(beta1, t)`` for float64)."""
+        r = self._r
+        b1, b2 = r(self.beta1), r(self.beta2)
+        p1, p2 = (b1 ** t, b2 ** t) if self.bias_correction else (0.0, 0.0)
+        return (r(self.rescale_grad), self._clip_bound(), b1, 1.0 - b1, b2, 1.0 - b2, p1, p2,
+                r(self.epsilon), r(wd), 0.0)
+
+    def _direction_pass(self, t, wd):
+        return DirectionPass(_RULES[self.convention][0], self._pass_hyper(t, wd))
+
+    def norm_inputs(self, index):
+        """Pass 1 of the next step of ``index`` (:class:`~toolkit.backends.rules.DirectionPass`):
+        a Trainer runs it for a whole group in one segmented call before planning the group."""
+        t, _, wd = self._step_scalars(index)
+        return self._direction_pass(t, wd)
+
+    def step_size(self, lr, w2, u2):
+        """``lr*ratio`` from the sums of squares ``w2 = |w|^2`` and ``u2 = |u|^2`` (float64).
+
+        "mxnet": MXNet's float32 arithmetic (``multi_lamb_update``): ``r1 = sqrt(float32(w2))``
+        clamped to the float32 bounds, ``r2 = sqrt(float32(u2))``, ``ratio = r1/r2`` in float32
+        (1 when either is 0), times the float32 ``lr`` (the kernels round the product to their
+        precision once: float32's product, float64's exact one). "guide": ``phi(sqrt(w2))/
+        sqrt(u2)`` in float64 (1 when either is 0), times ``lr``."""
+        if self.convention == "mxnet":
+            f = np.float32
+            r1, r2 = np.sqrt(f(w2)), np.sqrt(f(u2))
+            if self.lower_bound:
+                r1 = max(r1, f(self.lower_bound))
+            if self.upper_bound:
+                r1 = min(r1, f(self.upper_bound))
+            ratio = 1.0 if (r1 == 0 or r2 == 0) else float(r1 / r2)
+            return self._r(lr) * ratio
+        r1, r2 = math.sqrt(w2), math.sqrt(u2)
+        if self.lower_bound:
+            r1 = max(r1, self.lower_bound)
+        if self.upper_bound:
+            r1 = min(r1, self.upper_bound)
+        return lr * (1.0 if (r1 == 0 or r2 == 0) else r1 / r2)
+
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+        launcher = self._launcher or cpu.LAUNCHER
+        states = self.state_arrays(state)
+        pass1 = self._direction_pass(t, wd)
+        w2, u2 = launcher.direction_norms(pass1, weight, grad, states)
+        apply = _RULES[self.convention][1]
+        self._run_rule(apply, weight, grad, states,
+                       pass1.hyper[:-1] + (self.step_size(lr, w2, u2),))

@@ -1,0 +1,131 @@
+"""Updates from row-sparse gradients (``toolkit.RowSparse``): MXNet 1.9.1's lazy and standard
+updates, and its dense fallback.
+
+Each optimizer says how it takes a row-sparse gradient (``Optimizer.row_sparse_mode``):
+
+* ``"lazy"``: only the rows present are updated, weight and state; every other row keeps its
+  weight and state exactly (MXNet's ``lazy_update``: sgd and adam with ``lazy_update=True``,
+  adagrad, ftrl, groupadagrad, nag without momentum). The update of a present row is the dense
+  update of that row.
+* ``"standard"``: every row is updated, the absent ones with a zero gradient (MXNet's
+  ``lazy_update=False`` for sgd and adam): the dense update of the dense gradient, with the
+  numerics of MXNet's row-sparse kernel.
+* ``"dense"``: the gradient is made dense and the dense update runs (what MXNet 1.9.1 does for
+  the optimizers without a sparse kernel: its storage fallback).
+
+Under convention "mxnet" the optimizers whose row-sparse kernel rounds differently from their
+dense one (SGD without momentum: MXNet's ``sgd_update`` forms ``(lr*rescale_grad)*grad``
+where its aggregated dense kernel forms ``lr*grad`` after the multiplication) read
+``Optimizer._row_sparse_numerics`` during the step.
+
+How a lazy step runs: on the CPU, C-contiguous float32/float64 weights are updated in place by a
+row kernel (``cpu.RowsLauncher``); anything else on the host (float16 storage, a float32 master
+copy, Fortran order, the reference backend) gathers the present rows, runs the dense update on
+them, and writes them back; on CUDA a row kernel updates the rows in place (``rows`` of the
+CUDA launcher). Everything is checked before anything is written.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..backends import cpu
+
+__all__ = ["update", "MODES"]
+
+MODES = ("lazy", "standard", "dense")
+
+
+def _gather(state, rows):
+    """``state`` (None, an array, or nested tuples of arrays) with every array's rows taken."""
+    if state is None:
+        return None
+    if isinstance(state, tuple):
+        return tuple(_gather(s, rows) for s in state)
+    return np.ascontiguousarray(state[rows])
+
+
+def _scatter(dst, src, rows):
+    if dst is None:
+        return
+    if isinstance(dst, tuple):
+        for d, s in zip(dst, src):
+            _scatter(d, s, rows)
+        return
+    dst[rows] = src
+
+
+def update(opt, index, weight, grad, state, *, multi_precision, stream=None):
+    """``opt.update`` (or ``update_multi_precision``) with the ``RowSparse`` gradient ``grad``."""
+    opt._check_index(index)
+    w = opt._check_weight(weight)
+    backend = opt._resolve_backend(w)
+    rows, v = grad.check(w)
+    mode = opt.row_sparse_mode(index)
+    if mode not in MODES:  # pragma: no cover - a subclass bug
+        raise ValueError(f"row_sparse_mode returned {mode!r}, expected one of {MODES}")
+    dense_update = opt.update_multi_precision if multi_precision else opt.update
+    if mode == "dense":
+        return dense_update(index, weight, grad.to_dense(), state, stream=stream)
+    if mode == "standard":
+        with opt._row_sparse_step(mode):
+            return dense_update(index, weight, grad.to_dense(), state, stream=stream)
+    master = multi_precision and opt.uses_master(weight)
+    if backend == "cuda":
+        return _lazy_cuda(opt, index, weight, grad, state, w, v, rows, master, stream)
+    fast = (backend == "cpu" and not master and w.dtype in cpu.DTYPES and w.c_contiguous)
+    if fast:
+        known = opt._check_state(state, w, opt.create_state_template(w),
+                                 others=(("grad.values", v),))
+        del known
+        with opt._row_sparse_step("lazy"), opt._launching(cpu.RowsLauncher(rows)):
+            opt._apply(index, weight, grad.values, state, backend, w)
+        return None
+    # the rows present, gathered; the dense update checks them (and through them the arrays
+    # they came from: same dtypes, shapes past the first axis, kinds) before anything is written
+    _check_full_state(opt, weight, state, w, v, master)
+    sub_w, sub_state = np.ascontiguousarray(weight[rows]), _gather(state, rows)
+    with opt._row_sparse_step("lazy"):
+        dense_update(index, sub_w, np.ascontiguousarray(grad.values), sub_state)
+    weight[rows] = sub_w
+    _scatter(state, sub_state, rows)
+    return None
+
+
+def _check_full_state(opt, weight, state, w, v, master):
+    """The full arrays' checks (shapes and overlaps of the state against the whole weight),
+    which a check of gathered copies cannot see."""
+    if not master:
+        opt._check_state(state, w, opt.create_state_template(w), others=(("grad.values", v),))
+        return
+    if not isinstance(state, tuple) or len(state) != 2:
+        raise TypeError("a multi-precision state must be the 2-tuple that "
+                        "create_state_multi_precision returned")
+    m_arr, inner = opt.split_master(state)
+    m = opt._check_array("state (float32 master copy)", m_arr, w.shape, np.float32, w)
+    opt._check_state(inner, m, opt.create_state_template(m),
+                     others=(("grad.values", v), ("weight", w)))
+
+
+def _lazy_cuda(opt, index, weight, grad, state, w, v, rows, master, stream):
+    """A lazy step on CUDA arrays: the row kernel, in place (one launch per rule)."""
+    if not w.c_contiguous:
+        raise ValueError("a lazy row-sparse update on CUDA needs a C-contiguous weight")
+    if master:
+        if not isinstance(state, tuple) or len(state) != 2:
+            raise TypeError("a multi-precision state must be the 2-tuple that "
+                            "create_state_multi_precision returned")
+        m_arr, inner = opt.split_master(state)
+        m = opt._check_array("state (float32 master copy)", m_arr, w.shape, np.float32, w)
+        known = opt._check_state(inner, m, opt.create_state_template(m),
+                                 others=(("grad.values", v), ("weight", w)))
+        with opt._row_sparse_step("lazy"):
+            opt._apply(index, m_arr, grad.values, inner, "cuda", m, stream=stream, mirror=w,
+                       known=[w, v, m] + known, rows=rows)
+        return None
+    known = opt._check_state(state, w, opt.create_state_template(w),
+                             others=(("grad.values", v),))
+    with opt._row_sparse_step("lazy"):
+        opt._apply(index, weight, grad.values, state, "cuda", w, stream=stream,
+                   known=[w, v] + known, rows=rows)
+    return None
+
