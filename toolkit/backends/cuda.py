@@ -428,14 +428,23 @@ def lars_norms(w: ArrayDesc, g: ArrayDesc, cum, batch_scale, stream=0):
 # --------------------------------------------------------------------------------------------
 # two-pass steps (LAMB): pass 1 reduces |w|^2 and |u|^2 per tensor, writing nothing
 # --------------------------------------------------------------------------------------------
-def _direction_source(toward, n_hyper, f, lanes):
+#: Threads per block of the direction pass: one per lane on a GPU; under the simulator (which
+#: runs every thread as a Python thread) 16, each keeping 16 lanes' sums: the same additions
+#: in the same order, so the same sums, in a fraction of the simulator's time.
+DIRECTION_THREADS = 16 if SIMULATOR else None
+
+
+def _direction_source(toward, n_hyper, f, lanes, threads):
     """Block ``b`` takes chunks ``b, b + gridDim, ...`` (rows ``(start, end, segment)`` of the
-    CPU backend's chunk table with ``DIRECTION_CHUNK``); thread ``l`` of its ``lanes`` threads
-    forms ``u`` of elements ``start + l, start + l + lanes, ...`` and adds ``w^2`` and ``u^2`` into
-    its float64 sums in that order; the block then adds the sums pairwise in shared memory
+    CPU backend's chunk table with ``DIRECTION_CHUNK``); lane ``l`` of ``lanes`` forms ``u`` of
+    elements ``start + l, start + l + lanes, ...`` and adds ``w^2`` and ``u^2`` into its float64
+    sums in that order; the block then adds the sums pairwise in shared memory
     (``sum[l] += sum[l + h]``, ``h = lanes/2, ..., 1``): the order of
-    ``toolkit.backends.cpu.direction_kernel``, so both give the same sums. Only ``partial`` is
-    written."""
+    ``toolkit.backends.cpu.direction_kernel``, so both give the same sums. Thread ``t`` of the
+    block's ``threads`` keeps lanes ``t, t + threads, ...`` (one lane per thread when ``threads
+    == lanes``). Only ``partial`` is written."""
+    per = lanes // threads
+
     def kernel(w, g, s0, s1, table, chunks, partial):
         sw = cuda.shared.array(lanes, numba.float64)
         su = cuda.shared.array(lanes, numba.float64)
@@ -444,27 +453,31 @@ def _direction_source(toward, n_hyper, f, lanes):
         while c < chunks.shape[0]:
             s = chunks[c, 2]
             active = table[s, 0] != 0
-            aw = numba.float64(0.0)
-            au = numba.float64(0.0)
-            if active:
-                hp = row_tuple(table[s, 1:], n_hyper)
-                i = chunks[c, 0] + tid
-                while i < chunks[c, 1]:
-                    wi = f(w[i])
-                    u, _, _ = toward(wi, f(g[i]), f(s0[i]), f(s1[i]), hp)
-                    vw = numba.float64(wi)
-                    vu = numba.float64(u)
-                    aw += vw * vw
-                    au += vu * vu
-                    i += lanes
-            sw[tid] = aw
-            su[tid] = au
+            for m in range(per):
+                lane = tid + m * threads
+                aw = numba.float64(0.0)
+                au = numba.float64(0.0)
+                if active:
+                    hp = row_tuple(table[s, 1:], n_hyper)
+                    i = chunks[c, 0] + lane
+                    while i < chunks[c, 1]:
+                        wi = f(w[i])
+                        u, _, _ = toward(wi, f(g[i]), f(s0[i]), f(s1[i]), hp)
+                        vw = numba.float64(wi)
+                        vu = numba.float64(u)
+                        aw += vw * vw
+                        au += vu * vu
+                        i += lanes
+                sw[lane] = aw
+                su[lane] = au
             cuda.syncthreads()
             h = lanes // 2
             while h > 0:
-                if tid < h:
-                    sw[tid] += sw[tid + h]
-                    su[tid] += su[tid + h]
+                for m in range(per):
+                    j = tid + m * threads
+                    if j < h:
+                        sw[j] += sw[j + h]
+                        su[j] += su[j + h]
                 cuda.syncthreads()
                 h //= 2
             if tid == 0 and active:
@@ -489,7 +502,7 @@ def direction_kernel(direction, storage: tuple, compute, n_hyper: int):
         kernel = _kernels.get(key)
         if kernel is None:
             src = _direction_source(device_rule(direction, compute), n_hyper, compute.type,
-                                    DIRECTION_LANES)
+                                    DIRECTION_LANES, DIRECTION_THREADS or DIRECTION_LANES)
             sig = types.void(*[_NB[s][::1] for s in storage], _NB[compute][:, ::1],
                              types.int64[:, ::1], types.float64[:, ::1])
             kernel = _kernels[key] = cuda.jit(sig, **COMPILE_OPTIONS)(src)
@@ -516,7 +529,8 @@ def run_direction(direction, w: ArrayDesc, g: ArrayDesc, states, table, chunks,
     dev_table = cuda.to_device(np.ascontiguousarray(table, compute), stream=stream)
     partial = cuda.to_device(np.zeros((n_chunks, 2)), stream=stream)
     blocks = min(n_chunks, 2) if SIMULATOR else min(n_chunks, _block_cap())
-    launch(kernel, blocks, DIRECTION_LANES, stream, flat(w), flat(g), flat(states[0]),
+    launch(kernel, blocks, DIRECTION_THREADS or DIRECTION_LANES, stream, flat(w), flat(g),
+           flat(states[0]),
            flat(states[1]), dev_table, chunks, partial)
     host = partial.copy_to_host(stream=stream)
     if not SIMULATOR:
