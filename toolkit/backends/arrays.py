@@ -311,6 +311,24 @@ def zeros_like(a, dtype=None):
     return cuda.zeros(d, dtype)
 
 
+def zeros(shape, dtype, like):
+    """C-ordered zeros of ``shape`` and ``dtype``, of ``like``'s kind (numpy, CuPy, torch, else
+    numba device array) and on its device."""
+    d = describe(like)
+    dtype = np.dtype(dtype)
+    if d.kind == HOST:
+        return np.zeros(shape, dtype)
+    if d.library == "cupy":
+        import cupy
+        with like.device:
+            return cupy.zeros(shape, dtype)
+    if d.library == "torch":
+        import torch
+        return torch.zeros(tuple(shape), dtype=_torch_dtype(torch, dtype), device=like.device)
+    from . import cuda
+    return cuda.zeros(d, dtype, shape=tuple(shape))
+
+
 def copy(a):
     """A copy of ``a`` of its own kind, device and memory order."""
     return astype(a, describe(a).dtype)

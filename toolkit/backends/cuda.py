@@ -553,10 +553,12 @@ def direction_norms(direction, w: ArrayDesc, g: ArrayDesc, states, hyper, stream
 # --------------------------------------------------------------------------------------------
 # allocation and conversion for numba device arrays (create_state of non-CuPy/torch weights)
 # --------------------------------------------------------------------------------------------
-def zeros(like: ArrayDesc, dtype):
-    """A zero-filled numba device array with ``like``'s shape and memory order. Allocation
-    time, not step time: the fill is waited for, so no later stream can see it unfinished."""
-    out = cuda.device_array(like.shape, np.dtype(dtype), order=like.order)
+def zeros(like: ArrayDesc, dtype, shape=None):
+    """A zero-filled numba device array with ``like``'s shape and memory order (or ``shape``,
+    C order). Allocation time, not step time: the fill is waited for, so no later stream can
+    see it unfinished."""
+    out = cuda.device_array(like.shape if shape is None else shape, np.dtype(dtype),
+                            order=like.order if shape is None else "C")
     d = arrays.describe(out)
     run(rules.fill_rule, d, d, (), (0.0,), stream=0)
     cuda.synchronize()
@@ -618,29 +620,12 @@ def dense_from_rows(values, rows, shape):
     """A zero array of ``shape`` of ``values``' kind and device with rows ``rows`` (host
     int64) set to ``values`` (a row-sparse gradient made dense)."""
     v = arrays.describe(values, "grad.values")
-    out = _zeros_of_kind(values, shape, v.dtype)
-    d = arrays.describe(out, "dense")
+    out = arrays.zeros(shape, v.dtype, values)
     if rows.shape[0]:
         dev_rows = cuda.to_device(np.ascontiguousarray(rows, np.int64))
-        run(rules.copy_rule, d, v, (), (0.0,), stream=0, rows=dev_rows)
+        run(rules.copy_rule, arrays.describe(out, "dense"), v, (), (0.0,), stream=0,
+            rows=dev_rows)
         cuda.synchronize()
-    return out
-
-
-def _zeros_of_kind(like, shape, dtype):
-    """Zeros of ``shape`` of ``like``'s kind (CuPy, torch, else numba) on its device."""
-    d = arrays.describe(like)
-    if d.library == "cupy":
-        import cupy
-        with like.device:
-            return cupy.zeros(shape, dtype)
-    if d.library == "torch":
-        import torch
-        return torch.zeros(shape, dtype=arrays._torch_dtype(torch, dtype), device=like.device)
-    out = cuda.device_array(shape, np.dtype(dtype))
-    od = arrays.describe(out)
-    run(rules.fill_rule, od, od, (), (0.0,), stream=0)
-    cuda.synchronize()
     return out
 
 

@@ -525,15 +525,7 @@ class Optimizer:
         w = self._check_weight(weight)
         backend = self._resolve_backend(w)
         g = self._check_grad(w, grad)
-        if not isinstance(state, tuple) or len(state) != 2:
-            raise TypeError("a multi-precision state must be the 2-tuple that "
-                            "create_state_multi_precision returned")
-        master, inner = self.split_master(state)
-        m = self._check_array("state (float32 master copy)", master, w.shape, np.float32, w)
-        if arrays.overlaps(g, m):
-            raise ValueError("state (float32 master copy) shares memory with the grad")
-        known = self._check_state(inner, m, self.create_state_template(m),
-                                  others=(("grad", g), ("weight", w)))
+        master, m, inner, known = self._check_master_state(state, w, g)
         if backend == "cuda":
             # one kernel: the float16 gradient is widened on load, the float16 weight written
             # from the updated master in the same pass
@@ -551,6 +543,20 @@ class Optimizer:
             self._apply(index, master, grad, inner, backend, m)
         if not launcher.mirrored:
             np.copyto(weight, master, casting="same_kind")
+
+    def _check_master_state(self, state, w, g, grad_name="grad"):
+        """A multi-precision ``state`` against the described float16 weight ``w`` and
+        gradient ``g``: ``(master, master_desc, inner_state, inner_descs)``."""
+        if not isinstance(state, tuple) or len(state) != 2:
+            raise TypeError("a multi-precision state must be the 2-tuple that "
+                            "create_state_multi_precision returned")
+        master, inner = self.split_master(state)
+        m = self._check_array("state (float32 master copy)", master, w.shape, np.float32, w)
+        if arrays.overlaps(g, m):
+            raise ValueError(f"state (float32 master copy) shares memory with the {grad_name}")
+        known = self._check_state(inner, m, self.create_state_template(m),
+                                  others=((grad_name, g), ("weight", w)))
+        return master, m, inner, known
 
     def next_step(self, index, weight=None):
         """What the next update of ``index`` will read, computed without changing anything
@@ -645,7 +651,8 @@ class Optimizer:
         """The row-sparse mode ("lazy" or "standard") of the step in progress, else None: an
         optimizer whose MXNet row-sparse kernel rounds differently from its dense one then uses
         that kernel's arithmetic."""
-        return getattr(_ACTIVE, "sparse", {}).get(id(self))
+        sparse = getattr(_ACTIVE, "sparse", None)
+        return sparse.get(id(self)) if sparse else None  # empty outside a sparse step
 
     @property
     def _launcher(self):

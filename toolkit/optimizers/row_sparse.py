@@ -70,62 +70,32 @@ def update(opt, index, weight, grad, state, *, multi_precision, stream=None):
         with opt._row_sparse_step(mode):
             return dense_update(index, weight, grad.to_dense(), state, stream=stream)
     master = multi_precision and opt.uses_master(weight)
-    if backend == "cuda":
-        return _lazy_cuda(opt, index, weight, grad, state, w, v, rows, master, stream)
-    fast = (backend == "cpu" and not master and w.dtype in cpu.DTYPES and w.c_contiguous)
-    if fast:
-        known = opt._check_state(state, w, opt.create_state_template(w),
-                                 others=(("grad.values", v),))
-        del known
+    # the whole arrays' checks (a check of gathered rows could not see overlaps and shapes)
+    if master:
+        m_arr, m, inner, known = opt._check_master_state(state, w, v, "grad.values")
+        known = [w, v, m] + known
+    else:
+        known = [w, v] + opt._check_state(state, w, opt.create_state_template(w),
+                                          others=(("grad.values", v),))
+    if backend == "cuda":  # the row kernel, in place (one launch per rule)
+        if not w.c_contiguous:
+            raise ValueError("a lazy row-sparse update on CUDA needs a C-contiguous weight")
+        with opt._row_sparse_step("lazy"):
+            if master:
+                opt._apply(index, m_arr, grad.values, inner, "cuda", m, stream=stream,
+                           mirror=w, known=known, rows=rows)
+            else:
+                opt._apply(index, weight, grad.values, state, "cuda", w, stream=stream,
+                           known=known, rows=rows)
+        return None
+    if backend == "cpu" and not master and w.dtype in cpu.DTYPES and w.c_contiguous:
         with opt._row_sparse_step("lazy"), opt._launching(cpu.RowsLauncher(rows)):
             opt._apply(index, weight, grad.values, state, backend, w)
         return None
-    # the rows present, gathered; the dense update checks them (and through them the arrays
-    # they came from: same dtypes, shapes past the first axis, kinds) before anything is written
-    _check_full_state(opt, weight, state, w, v, master)
+    # the rows present, gathered: the dense update checks them before anything is written
     sub_w, sub_state = np.ascontiguousarray(weight[rows]), _gather(state, rows)
     with opt._row_sparse_step("lazy"):
         dense_update(index, sub_w, np.ascontiguousarray(grad.values), sub_state)
     weight[rows] = sub_w
     _scatter(state, sub_state, rows)
     return None
-
-
-def _check_full_state(opt, weight, state, w, v, master):
-    """The full arrays' checks (shapes and overlaps of the state against the whole weight),
-    which a check of gathered copies cannot see."""
-    if not master:
-        opt._check_state(state, w, opt.create_state_template(w), others=(("grad.values", v),))
-        return
-    if not isinstance(state, tuple) or len(state) != 2:
-        raise TypeError("a multi-precision state must be the 2-tuple that "
-                        "create_state_multi_precision returned")
-    m_arr, inner = opt.split_master(state)
-    m = opt._check_array("state (float32 master copy)", m_arr, w.shape, np.float32, w)
-    opt._check_state(inner, m, opt.create_state_template(m),
-                     others=(("grad.values", v), ("weight", w)))
-
-
-def _lazy_cuda(opt, index, weight, grad, state, w, v, rows, master, stream):
-    """A lazy step on CUDA arrays: the row kernel, in place (one launch per rule)."""
-    if not w.c_contiguous:
-        raise ValueError("a lazy row-sparse update on CUDA needs a C-contiguous weight")
-    if master:
-        if not isinstance(state, tuple) or len(state) != 2:
-            raise TypeError("a multi-precision state must be the 2-tuple that "
-                            "create_state_multi_precision returned")
-        m_arr, inner = opt.split_master(state)
-        m = opt._check_array("state (float32 master copy)", m_arr, w.shape, np.float32, w)
-        known = opt._check_state(inner, m, opt.create_state_template(m),
-                                 others=(("grad.values", v), ("weight", w)))
-        with opt._row_sparse_step("lazy"):
-            opt._apply(index, m_arr, grad.values, inner, "cuda", m, stream=stream, mirror=w,
-                       known=[w, v, m] + known, rows=rows)
-        return None
-    known = opt._check_state(state, w, opt.create_state_template(w),
-                             others=(("grad.values", v),))
-    with opt._row_sparse_step("lazy"):
-        opt._apply(index, weight, grad.values, state, "cuda", w, stream=stream,
-                   known=[w, v] + known, rows=rows)
-    return None
-

@@ -137,8 +137,9 @@ class SGD(Optimizer):
         lr, wd, rs, c = r(lr), r(wd), r(self.rescale_grad), self._clip_bound()
         mu = r(self.momentum)
         states = self.state_arrays(state)
-        sparse = self._row_sparse_numerics if self.convention == "mxnet" else None
-        if sparse and not states:
+        sparse = self._row_sparse_numerics if (self.convention == "mxnet" and not states) \
+            else None
+        if sparse:
             # a row-sparse gradient goes through MXNet's sgd_update, not its aggregated kernel;
             # its standard (not lazy) form scales every row by 1 - lr*wd formed in float32
             rule, hyper = sgd_update_rule, sgd_update_hyper(lr, wd, rs, c,
