@@ -3,6 +3,8 @@ passed and skips re-checking them only while nothing a check reads has changed; 
 below is refused with the same error as on a first call, and nothing is written."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -75,3 +77,40 @@ def test_remembered_steps_compute_the_same_numbers():
     for _ in range(2):
         b.update(0, wb, np.full(8, 0.5, np.float32), sb)   # new arrays: full checks each time
     assert np.array_equal(wa, wb)
+
+
+def test_a_state_layout_changed_by_a_subclass_template_is_seen():
+    opt, w, g, s = _passed("dcasgd", momentum=0.9)
+    opt.momentum = 0.0            # DCASGD's own template: now (None, w_prev)
+    with pytest.raises(TypeError, match="expected None, got an array"):
+        _unchanged(opt, w, s, lambda: opt.update(0, w, g, s))
+
+
+@pytest.mark.parametrize("name, attr, value", [
+    ("adam", "beta1", 0.5), ("adam", "epsilon", 1e-3), ("adam", "clip_gradient", 1e-4),
+    ("adam", "rescale_grad", 3.0), ("adamw", "convention", "guide"), ("adamw", "eta", 0.5),
+    ("adamw", "beta2", 0.9), ("ftrl", "lamda1", 1e-4), ("ftrl", "beta", 3.0),
+    ("signum", "wd_lh", 0.1), ("ftml", "beta1", 0.5)])
+def test_a_hyperparameter_set_between_steps_is_used_by_the_next_one(name, attr, value):
+    """The constants a step keeps (rounded hyperparameters) follow every attribute they are
+    made from: the next step equals that of a fresh optimizer with the new value."""
+    opt, w, g, s = _passed(name)
+    setattr(opt, attr, value)
+    fresh = optimizer.create(name, begin_num_update=opt.num_update)  # the same t
+    setattr(fresh, attr, value)
+    w2 = w.copy()
+    s2 = tuple(a.copy() for a in s) if isinstance(s, tuple) else s.copy()
+    opt.update(0, w, g, s)
+    fresh.update(0, w2, g, s2)
+    assert np.array_equal(w, w2)
+    assert all(np.array_equal(a, b) for a, b in zip(opt.state_arrays(s), fresh.state_arrays(s2)))
+    unchanged, w3, g3, s3 = _passed(name)
+    unchanged.update(0, w3, g3, s3)
+    assert not np.array_equal(w, w3)  # the new value changes the step
+
+
+def test_float32_rounding_keeps_the_sign_of_zero_whatever_was_rounded_before():
+    from toolkit.optimizers.base import _round_f32
+    assert math.copysign(1.0, _round_f32(0.0)) == 1.0
+    assert math.copysign(1.0, _round_f32(-0.0)) == -1.0
+    assert math.copysign(1.0, _round_f32(0.0)) == 1.0

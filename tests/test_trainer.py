@@ -188,10 +188,12 @@ def test_freshness_rule_grad_handout_set_grad_and_zero_grad():
                                       ("float16", False)])
 def test_trainer_step_equals_per_parameter_updates_bit_for_bit(case, dtype, mp, monkeypatch):
     (name, kw), conv = case
+    from toolkit.backends import rows
     calls = []
-    real = cpu.run_segmented, cpu.run_noise_segmented
+    real = cpu.run_segmented, cpu.run_noise_segmented, rows.run_cpu_segmented
     monkeypatch.setattr(cpu, "run_segmented", lambda *a: (calls.append(1), real[0](*a)))
     monkeypatch.setattr(cpu, "run_noise_segmented", lambda *a: (calls.append(1), real[1](*a)))
+    monkeypatch.setattr(rows, "run_cpu_segmented", lambda *a: (calls.append(1), real[2](*a)))
     trainer, params, twin, _ = twin_run(name, kw, conv, dtype, mp)
     for p, (w, s) in zip(params, twin):
         assert np.array_equal(p.data(), w), p.name
@@ -654,25 +656,33 @@ def test_only_unchanged_built_in_steps_count_as_scalar_only():
 
 
 # --------------------------------------------------------------------------------------------
-# GroupAdaGrad: a state per row, so no flat buffers for it: stepped parameter by parameter
+# GroupAdaGrad: one history value per row, laid out per row in a flat buffer of its own; the
+# group steps in one segmented row call
 # --------------------------------------------------------------------------------------------
-def test_groupadagrad_keeps_a_history_per_parameter_and_steps_them_one_by_one(monkeypatch):
+def test_groupadagrad_lays_out_a_history_per_row_and_steps_the_group_in_one_call(monkeypatch):
+    from toolkit.backends import rows
     calls = []
-    real = cpu.run_segmented
-    monkeypatch.setattr(cpu, "run_segmented", lambda *a: (calls.append(1), real(*a)))
+    real = rows.run_cpu_segmented
+    monkeypatch.setattr(rows, "run_cpu_segmented", lambda *a: (calls.append(1), real(*a)))
+    monkeypatch.setattr(rows, "run_cpu", lambda *a: pytest.fail("a per-tensor row call"))
     shapes = [(3, 4), (6, 1), (2, 5)]
     params = [Parameter(f"e{i}", shape=s, init=1.0) for i, s in enumerate(shapes)]
     trainer = Trainer(params, "groupadagrad", {"learning_rate": 0.1})
     histories = [trainer._where[i][0].member_state(trainer._where[i][1]) for i in range(3)]
     assert [h.shape for h in histories] == [(3, 1), (6, 1), (2, 1)]
+    flat = trainer._groups[0].state
+    assert flat.shape == (11,) and all(np.shares_memory(h, flat) for h in histories)
     for p in params:
         p.grad()[...] = 2.0
+    params[2].grad()[1] = 4.0
     trainer.step(1)
-    assert calls == [] and trainer.last_step_launches == 3
-    # h = mean(g^2) = 4 on every row; w = 1 - 0.1*2/sqrt(4 + 1e-5)
-    assert all(np.all(h == 4.0) for h in histories)
-    expect = np.float32(1) - np.float32(0.1) * np.float32(2) / np.sqrt(np.float32(4 + 1e-5))
-    assert all(np.all(p.data() == expect) for p in params)
+    assert calls == [1] and trainer.last_step_launches == 1
+    # h = mean(g^2) = 4 on every row but the last (16); w = 1 - 0.1*g/sqrt(h + 1e-5)
+    assert [h.ravel().tolist() for h in histories] == [[4.0] * 3, [4.0] * 6, [4.0, 16.0]]
+    f = np.float32
+    expect = f(1) - f(0.1) * f(2) / np.sqrt(f(4 + 1e-5))
+    assert all(np.all(p.data() == expect) for p in params[:2])
+    assert np.all(params[2].data()[1] == f(1) - f(0.1) * f(4) / np.sqrt(f(16 + 1e-5)))
 
 
 def test_groupadagrad_weight_decay_stops_the_step_before_anything_is_written():
@@ -714,3 +724,36 @@ def test_groupadagrad_save_load_continues_bit_identically(dtype, mp, tmp_path):
     for ga, gb in zip(ta._groups, tb._groups):
         for x, y in zip(host_leaves(ga.state), host_leaves(gb.state)):
             assert np.array_equal(x, y)
+
+
+def test_a_state_laid_out_per_member_steps_like_the_flat_one():
+    """An element-wise optimizer that declares ``state_like_weight = False`` gets each member's
+    state laid out end to end (``Group._flatten_states``): the same offsets as the weight's, so
+    one segmented call still runs, with the numbers of the usual layout."""
+    class PerMember(optimizer.SGD):
+        state_like_weight = False
+
+    shapes = [(3, 4), (5,), (2, 2, 3)]
+    rng = np.random.default_rng(3)
+    init = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    grads = [[rng.standard_normal(s).astype(np.float32) for s in shapes] for _ in range(3)]
+    out = []
+    for klass in (optimizer.SGD, PerMember):
+        params = [Parameter(f"p{i}", init=a.copy()) for i, a in enumerate(init)]
+        t = Trainer(params, klass(learning_rate=0.1, momentum=0.9))
+        for step in grads:
+            for p, gr in zip(params, step):
+                p.set_grad(gr)
+            t.step(1)
+            assert t.last_step_launches == 1
+        out.append(([p.data().copy() for p in params], t._groups[0]))
+    (w_flat, g_flat), (w_member, g_member) = out
+    assert g_member.layout(g_member.state) is not None and g_flat.layout(g_flat.state) is None
+    assert all(np.array_equal(a, b) for a, b in zip(w_flat, w_member))
+    assert np.array_equal(g_flat.state, g_member.state)
+
+
+def test_the_old_name_of_state_like_weight_is_refused():
+    with pytest.raises(TypeError, match="state_like_weight"):
+        class Old(optimizer.SGD):  # noqa: F841 - the class statement is the test
+            elementwise_step = False

@@ -105,7 +105,15 @@ SETTINGS = (
     Setting("ftrl", "ftrl", {}, None, True),
     Setting("ftml", "ftml", {}, None, True),
     Setting("sgld", "sgld", {}, None, True),
+    Setting("adamw", "adamw", {}, ("AdamW", {"weight_decay": 0.0}), True),
+    Setting("lars mom", "lars", {"momentum": 0.9}, None, True),
+    Setting("lamb", "lamb", {}, None, True),
+    Setting("groupadagrad", "groupadagrad", {}, None, True),
 )
+
+#: Columns of GroupAdaGrad's matrix weight (an embedding table of this width; one history value
+#: per row): ``n`` elements make ``n // ROW_COLS`` rows.
+ROW_COLS = 256
 
 DTYPES = ("float32", "float16")   # float16: with multi_precision (a float32 master copy)
 DEFAULT_SIZES = {"cpu": (12, 16, 20, 24), "cuda": (12, 16, 20, 24, 28)}
@@ -140,20 +148,39 @@ def make_optimizer(setting, backend, multi_precision=False):
 class Traffic(NamedTuple):
     """What one step of a setting moves, per element."""
     rw: int              #: arrays read and written in the arithmetic dtype (weight or master,
-    #: state slots, LBSGD's accumulator)
-    norm_pass: bool      #: LARS: one more pass reading weight, grad and accumulator first
-    bytes: int           #: bytes per element: grad read, rw arrays, float16 weight written, norms
+    #: state slots shaped like the weight, LBSGD's accumulator)
+    first_reads: int     #: a first pass reading the grad and this many of the rw arrays (0: no
+    #: first pass): the per-tensor norms of LBSGD's 'lars' (weight, accumulator) and LARS
+    #: (weight), LAMB's direction pass (weight and both moments)
+    bytes: int           #: bytes per element: grad read, rw arrays, float16 weight written, and
+    #: the first pass
+
+    @property
+    def norm_pass(self):
+        return self.first_reads > 0
 
 
 def traffic(setting, half):
     """The bytes one step really moves per element (float32 arithmetic; ``half``: float16
-    weight and grad with a float32 master copy, the float16 weight written only)."""
+    weight and grad with a float32 master copy, the float16 weight written only). GroupAdaGrad's
+    history (one value per row of :data:`ROW_COLS` columns) is not counted."""
     opt = make_optimizer(setting, "cpu")
-    rw = 1 + len(opt.state_slots()) + len(opt.host_buffers())
-    norm_pass = getattr(opt, "warmup_strategy", None) == "lars"
+    slots = len(opt.state_slots()) if opt.state_like_weight else 0
+    # LBSGD's accumulator with batch_scale 1 stays zero (every call steps): the step neither
+    # reads nor writes it
+    buffers = len(opt.host_buffers()) if getattr(opt, "batch_scale", 1) > 1 else 0
+    rw = 1 + slots + buffers
+    if getattr(opt, "warmup_strategy", None) == "lars":
+        first = 1 + buffers
+    elif setting.name == "lars":
+        first = 1
+    elif setting.name == "lamb":
+        first = 3
+    else:
+        first = 0
     gsize = 2 if half else 4
-    nbytes = gsize + 8 * rw + (2 if half else 0) + ((4 + gsize + 4) if norm_pass else 0)
-    return Traffic(rw, norm_pass, nbytes)
+    nbytes = gsize + 8 * rw + (2 if half else 0) + ((4 * first + gsize) if first else 0)
+    return Traffic(rw, first, nbytes)
 
 
 # --------------------------------------------------------------------------------------------
@@ -229,17 +256,34 @@ def _floor16_4(g, o, a0, a1, a2, a3):
         o[i] = h
 
 
-def _floor_read3(a, g, c):
-    """LARS's norm pass: weight, grad and accumulator read (fastmath: a vectorised sum)."""
+def _floor_read1(a, g):
+    """A first pass (LARS's norms): weight and grad read (fastmath: a vectorised sum)."""
+    s = np.float32(0)
+    for i in prange(a.shape[0]):
+        s += a[i] + np.float32(g[i])
+    return s
+
+
+def _floor_read2(a, g, c):
+    """A first pass (LBSGD's 'lars' norms): weight, grad and accumulator read."""
     s = np.float32(0)
     for i in prange(a.shape[0]):
         s += a[i] + np.float32(g[i]) + c[i]
     return s
 
 
+def _floor_read3(a, g, c, d):
+    """A first pass (LAMB's direction): weight, grad and both moments read."""
+    s = np.float32(0)
+    for i in prange(a.shape[0]):
+        s += a[i] + np.float32(g[i]) + c[i] + d[i]
+    return s
+
+
 _FLOOR_SOURCES = {(1, False): _floor1, (2, False): _floor2, (3, False): _floor3,
                   (4, False): _floor4, (1, True): _floor16_1, (2, True): _floor16_2,
-                  (3, True): _floor16_3, (4, True): _floor16_4, ("read", False): _floor_read3}
+                  (3, True): _floor16_3, (4, True): _floor16_4, ("read", 1): _floor_read1,
+                  ("read", 2): _floor_read2, ("read", 3): _floor_read3}
 _floor_kernels: dict = {}
 
 
@@ -276,11 +320,11 @@ def cpu_floor(n, tr, half, g):
         args = (gv, *arrays)
     if not tr.norm_pass:
         return lambda: kernel(*args)
-    read = floor_kernel(("read", False), parallel)
-    cum = arrays[-1]
+    read = floor_kernel(("read", tr.first_reads), parallel)
+    first = (arrays[0], gv) + tuple(arrays[1:tr.first_reads])
 
     def step():
-        read(arrays[0], gv, cum)
+        read(*first)
         kernel(*args)
     return step
 
@@ -299,6 +343,12 @@ def numpy_step(setting, opt):
         count[0] += 1
         return count[0]
     mu = float(getattr(opt, "momentum", 0.0) or 0.0)
+
+    def moments(m, v, g, b1, b2):  # Adam's two moving averages, in place
+        m *= f32(b1)
+        m += f32(1 - b1) * g
+        v *= f32(b2)
+        v += f32(1 - b2) * g * g
 
     if setting.name == "sgd":
         if mu:
@@ -365,10 +415,7 @@ def numpy_step(setting, opt):
         def step(w, g, s):
             m, v = s
             t = tick()
-            m *= f32(b1)
-            m += f32(1 - b1) * g
-            v *= f32(b2)
-            v += f32(1 - b2) * g * g
+            moments(m, v, g, b1, b2)
             lr_t = lr * math.sqrt(1 - b2 ** t) / (1 - b1 ** t)
             w -= f32(lr_t) * m / (np.sqrt(v) + f32(eps))
         return 2, step
@@ -394,10 +441,7 @@ def numpy_step(setting, opt):
             mu_t1 = b1 * (1 - 0.5 * 0.96 ** ((t + 1) * sd))
             sched[0] *= mu_t
             ms_next = sched[0] * mu_t1
-            m *= f32(b1)
-            m += f32(1 - b1) * g
-            v *= f32(b2)
-            v += f32(1 - b2) * g * g
+            moments(m, v, g, b1, b2)
             m_bar = f32((1 - mu_t) / (1 - sched[0])) * g + f32(mu_t1 / (1 - ms_next)) * m
             w -= f32(lr) * m_bar / (np.sqrt(v / f32(1 - b2 ** t)) + f32(eps))
         return 2, step
@@ -413,24 +457,29 @@ def numpy_step(setting, opt):
     if setting.name == "lbsgd":
         bs = float(opt.batch_scale)
         lars = opt.warmup_strategy == "lars"
+        accumulates = opt.batch_scale > 1  # with 1 the accumulator stays zero: gm = g
 
         def step(w, g, s):
-            cum = s[0]
-            cum += g
-            gm = cum / f32(bs)
+            if accumulates:
+                cum = s[0]
+                cum += g
+                gm = cum / f32(bs)
+            else:
+                gm = g
             scale = lr
             if lars:
                 ww, gg = float(np.dot(w, w)), float(np.dot(gm, gm))
                 scale = lr * min(max(math.sqrt(ww / (gg + 1e-18)), 0.01), 100.0)
             if mu:
-                m = s[1]
+                m = s[-1]
                 m *= f32(mu)
                 m -= f32(scale) * gm
                 w += m
             else:
                 w -= f32(scale) * gm
-            cum[...] = 0
-        return (2 if mu else 1), step
+            if accumulates:
+                cum[...] = 0
+        return int(accumulates) + (1 if mu else 0), step
     if setting.name == "dcasgd":
         lam = opt.lamda
 
@@ -479,6 +528,50 @@ def numpy_step(setting, opt):
             w -= f32(lr / 2) * g
             w += f32(math.sqrt(lr)) * rng.standard_normal(w.shape[0], dtype=np.float32)
         return 0, step
+    if setting.name == "adamw":          # MXNet's adamw_update: no bias correction
+        b1, b2, eps, eta, wd = opt.beta1, opt.beta2, opt.epsilon, opt.eta, opt.wd
+
+        def step(w, g, s):
+            m, v = s
+            moments(m, v, g, b1, b2)
+            w -= f32(eta) * (f32(lr) * m / (np.sqrt(v) + f32(eps)) + f32(wd) * w)
+        return 2, step
+    if setting.name == "lars":           # trust ratio eta*|w|/(|g| + eps), then momentum SGD
+        eta, eps = opt.eta, opt.eps
+
+        def step(w, g, s):
+            wn, gn = math.sqrt(float(np.dot(w, w))), math.sqrt(float(np.dot(g, g)))
+            rate = lr * (eta * wn / (gn + eps) if wn > 0 and gn > 0 else 1.0)
+            if mu:
+                m = s[0]
+                m *= f32(mu)
+                m -= f32(rate) * g
+                w += m
+            else:
+                w -= f32(rate) * g
+        return (1 if mu else 0), step
+    if setting.name == "lamb":           # You et al.: Adam's direction, scaled by |w|/|u|
+        b1, b2, eps = opt.beta1, opt.beta2, opt.epsilon
+
+        def step(w, g, s):
+            m, v = s
+            t = tick()
+            moments(m, v, g, b1, b2)
+            u = (m / f32(1 - b1 ** t)) / (np.sqrt(v / f32(1 - b2 ** t)) + f32(eps))
+            wn, un = math.sqrt(float(np.dot(w, w))), math.sqrt(float(np.dot(u, u)))
+            ratio = wn / un if wn > 0 and un > 0 else 1.0
+            w -= f32(lr * ratio) * u
+        return 2, step
+    if setting.name == "groupadagrad":   # one history value per row of ROW_COLS columns
+        eps = opt.float_stable_eps
+        hist = {}
+
+        def step(w, g, s):
+            w2, g2 = w.reshape(-1, ROW_COLS), g.reshape(-1, ROW_COLS)
+            h = hist.setdefault(id(w), np.zeros((w2.shape[0], 1), np.float32))
+            h += np.mean(g2 * g2, axis=1, keepdims=True)
+            w2 -= f32(lr) * g2 / np.sqrt(h + f32(eps))
+        return 0, step
     raise ValueError(f"no numpy form for {setting.label!r}")
 
 
@@ -518,6 +611,12 @@ def torch_step(torch, setting, kind, w0, g0, device="cpu"):
 # --------------------------------------------------------------------------------------------
 # the cases: every implementation of one (setting, dtype, size), as zero-argument steps
 # --------------------------------------------------------------------------------------------
+def weight_shape(setting, n):
+    """The weight's shape for ``n`` elements: a matrix of :data:`ROW_COLS` columns for
+    GroupAdaGrad (a row rule), else flat."""
+    return (n // ROW_COLS, ROW_COLS) if setting.name == "groupadagrad" else (n,)
+
+
 def cpu_case(setting, half, base, torch):
     """``{impl: step or "n/a: why"}`` for one CPU case; ``base``: (w0, g0) float32 arrays and
     their float16 copies."""
@@ -528,14 +627,16 @@ def cpu_case(setting, half, base, torch):
     out = {"floor": cpu_floor(n, tr, half, g)}
 
     opt = make_optimizer(setting, "cpu", multi_precision=half)
+    shape = weight_shape(setting, n)
+    gt = g.reshape(shape)
     if half:
-        w = w16.copy()
+        w = w16.copy().reshape(shape)
         state = opt.create_state_multi_precision(0, w)
-        out["toolkit"] = lambda: opt.update_multi_precision(0, w, g, state)
+        out["toolkit"] = lambda: opt.update_multi_precision(0, w, gt, state)
     else:
-        w = w0.copy()
+        w = w0.copy().reshape(shape)
         state = opt.create_state(0, w)
-        out["toolkit"] = lambda: opt.update(0, w, g, state)
+        out["toolkit"] = lambda: opt.update(0, w, gt, state)
 
     n_state, step0 = numpy_step(setting, opt)
 
@@ -575,8 +676,9 @@ def cuda_case(setting, half, base, torch):
     dst = cuda.device_array(nbytes, np.uint8)
     out = {"floor": lambda: dst.copy_to_device(src)}
     opt = make_optimizer(setting, "cuda", multi_precision=half)
-    w = cuda.to_device(w16 if half else w0)
-    g = cuda.to_device(g16 if half else g0)
+    shape = weight_shape(setting, n)
+    w = cuda.to_device((w16 if half else w0).reshape(shape))
+    g = cuda.to_device((g16 if half else g0).reshape(shape))
     if half:
         state = opt.create_state_multi_precision(0, w)
         out["toolkit"] = lambda: opt.update_multi_precision(0, w, g, state)

@@ -289,12 +289,14 @@ def test_sgld_noise_is_the_same_on_cuda_as_on_cpu_and_in_the_specification():
         optimizer.SGLD(learning_rate=1.0, seed=seed).update(3, w, make(np.zeros(n)), None)
         out.append(host(w))
     cpu, gpu = out
-    assert np.array_equal(cpu, z)
-    # float64 log and cos of CUDA's libdevice are within 1 and 2 ulp (CUDA Math API, double
-    # precision); through sqrt and the product that is at most about 4 ulp of z
+    # the kernels' own float64 log and cos (toolkit/backends/noise.py) are within 1 ulp of the
+    # specification's math.log and math.cos (tests/test_noise_math.py); through sqrt and the
+    # product that is at most 4 ulp of z, on the CPU and on a GPU (which may also contract FMAs)
+    assert np.all(np.abs(cpu - z) <= 4 * np.spacing(np.abs(z)))
     assert np.all(np.abs(gpu - z) <= 4 * np.spacing(np.abs(z)))
     if SIMULATOR:
-        assert np.array_equal(gpu, z)
+        # the same device functions, run as Python: the CPU's numbers bit for bit
+        assert np.array_equal(gpu, cpu)
     w32 = dev(np.zeros(n, np.float32))
     optimizer.SGLD(learning_rate=1.0, seed=seed).update(3, w32, dev(np.zeros(n, np.float32)), None)
     assert np.array_equal(host(w32), z.astype(np.float32))

@@ -20,9 +20,11 @@ CASES = [(cfg, conv) for cfg in CONFIGS for conv in conventions(cfg[0])]
 def test_cuda_trainer_step_equals_per_parameter_cuda_updates(case, dtype, mp, monkeypatch):
     (name, kw), conv = case
     calls = []
-    for fn in ("run_segmented", "run_noise_segmented"):
-        real = getattr(cuda_backend, fn)
-        monkeypatch.setattr(cuda_backend, fn,
+    from toolkit.backends import rows
+    for module, fn in ((cuda_backend, "run_segmented"), (cuda_backend, "run_noise_segmented"),
+                       (rows, "run_cuda_segmented")):
+        real = getattr(module, fn)
+        monkeypatch.setattr(module, fn,
                             lambda *a, _real=real, **k: (calls.append(1), _real(*a, **k)))
     trainer, params, twin, _ = twin_run(name, kw, conv, dtype, mp, device="cuda",
                                         to_device=lambda a: cuda.to_device(a))

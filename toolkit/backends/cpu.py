@@ -24,8 +24,10 @@ import types as pytypes
 
 import numba
 import numpy as np
+from llvmlite import ir
 from numba import prange, types
-from numba.extending import register_jitable
+from numba.core import cgutils
+from numba.extending import intrinsic, register_jitable
 from numba.np.unsafe.ndarray import to_fixed_tuple
 
 __all__ = ["COMPILE_OPTIONS", "PARALLEL_THRESHOLD", "elementwise_kernel", "run_elementwise",
@@ -145,7 +147,10 @@ def run_elementwise(factory, weight, grad, states, hyper):
     dtype = weight.dtype
     hpa = np.array(hyper, dtype)
     parallel = weight.shape[0] >= PARALLEL_THRESHOLD
-    kernel = elementwise_kernel(factory, len(states), hpa.shape[0], dtype, parallel)
+    # elementwise_kernel's own key, looked up first: a compiled kernel without the call
+    kernel = _kernels.get((factory, len(states), hpa.shape[0], dtype, parallel))
+    if kernel is None:
+        kernel = elementwise_kernel(factory, len(states), hpa.shape[0], dtype, parallel)
     kernel(weight, grad, *states, hpa)
 
 
@@ -206,6 +211,19 @@ def rows_kernel(factory, n_state: int, n_hyper: int, dtype, parallel: bool):
     return _cached(key, build)
 
 
+_rows = None
+
+
+def _rows_module():
+    """:mod:`toolkit.backends.rows` (it imports this module, so it is imported on first use),
+    kept: an import statement in a step costs more than the step's bookkeeping."""
+    global _rows
+    if _rows is None:
+        from . import rows
+        _rows = rows
+    return _rows
+
+
 class Launcher:
     """Runs one optimizer step's rules on the CPU backend (numpy arrays, any memory order)."""
 
@@ -231,6 +249,9 @@ class Launcher:
 
     def run_rule(self, factory, weight, grad, states, hyper):
         """Run a per-element rule over ``weight``, ``grad`` and ``states`` in place."""
+        if weight.ndim == 1 and grad.flags.c_contiguous:  # flat already: _flat's own shortcut
+            run_elementwise(factory, weight, grad, tuple(states), hyper)
+            return
         run_elementwise(factory, *self._flat(weight, grad, states), hyper)
 
     @staticmethod
@@ -238,6 +259,14 @@ class Launcher:
         """A noise rule over ``weight`` (C order: element ``i`` draws ``normal(key, i)``)."""
         run_noise(factory, weight.reshape(-1), np.ascontiguousarray(grad).reshape(-1), hyper,
                   key, aux)
+
+    @staticmethod
+    def run_rows(factory, weight, grad, history, rows, hyper):
+        """A row rule (:mod:`toolkit.backends.rows`) in place: gradient row ``k`` updates weight
+        and history row ``rows[k]`` (row ``k`` when ``rows`` is None); a gradient of another
+        dtype (float16 for a float32 master) is converted first."""
+        g = grad if grad.dtype == weight.dtype else grad.astype(weight.dtype)
+        _rows_module().run_cpu(factory, weight, g, history, rows, hyper)
 
     @staticmethod
     def zeros_like(a, dtype=None):
@@ -380,12 +409,20 @@ class MirrorLauncher(Launcher):
         self.mirrored = True
 
     def run_noise_rule(self, factory, weight, grad, hyper, key, aux):
-        """A noise rule on the widened gradient (the caller rounds the weight after)."""
-        return super().run_noise_rule(factory, weight, self._widened(grad), hyper, key, aux)
+        """A noise rule over the master with the float16 weight written in the same pass and
+        the float16 gradient widened on load (else on the widened gradient, and the caller
+        rounds the weight after)."""
+        w16 = self.weight16
+        if (weight is not self.master or grad.dtype != np.float16
+                or not (weight.flags.c_contiguous and w16.flags.c_contiguous)):
+            return super().run_noise_rule(factory, weight, self._widened(grad), hyper, key, aux)
+        run_noise_mp(factory, weight.reshape(-1), np.ascontiguousarray(grad).reshape(-1),
+                     w16.reshape(-1), hyper, key, aux)
+        self.mirrored = True
 
     def lars_norms(self, weight, grad, cum, batch_scale):
-        """LARS norms of the master and the widened gradient."""
-        return lars_norms(weight, self._widened(grad), cum, batch_scale)
+        """LARS norms of the master and the float16 gradient (widened on load, no copy)."""
+        return lars_norms(weight, grad, cum, batch_scale)
 
     def direction_norms(self, first, weight, grad, states):
         """The first pass of a two-pass step on the master and the widened gradient."""
@@ -497,6 +534,14 @@ def _normal():
     return noise.generator(_inlined, "cpu")
 
 
+#: A noise rule's loop is compute-bound (about 4 ns per draw and core: two SplitMix64 hashes, a
+#: log, a cos, a division and a square root per element), so its parallel loop pays off from
+#: fewer elements than a memory-bound rule's: on the 2-core machine from about 2**11 (2**13: 36 us
+#: serial, 20 us parallel). 2**13 keeps small calls serial, as PARALLEL_THRESHOLD does for serial
+#: times below about 40 us: on a busy machine a parallel region can wait a scheduler tick (8 ms).
+NOISE_PARALLEL_THRESHOLD = 1 << 13
+
+
 def noise_kernel(factory, n_hyper, n_aux, dtype, parallel):
     """The compiled loop of a noise rule (cached): ``loop(w, g, hp, key, aux)``, draw ``i`` of
     stream ``key`` for element ``i``."""
@@ -552,85 +597,287 @@ def run_noise(factory, weight, grad, hyper, key, aux):
     dtype = weight.dtype
     hp = tuple(dtype.type(h) for h in hyper)
     kernel = noise_kernel(factory, len(hp), len(aux), dtype,
-                          weight.shape[0] >= PARALLEL_THRESHOLD)
+                          weight.shape[0] >= NOISE_PARALLEL_THRESHOLD)
     kernel(weight, grad, hp, np.uint64(key), tuple(float(a) for a in aux))
 
 
 def run_noise_segmented(factory, weight, grad, table, keys, aux, offsets, chunks):
     """One call of a noise rule over flat buffers holding many tensors."""
-    parallel = weight.shape[0] >= PARALLEL_THRESHOLD and chunks.shape[0] > 1
+    parallel = weight.shape[0] >= NOISE_PARALLEL_THRESHOLD and chunks.shape[0] > 1
     kernel = noise_segmented_kernel(factory, table.shape[1] - 1, aux.shape[1], weight.dtype,
                                     parallel)
     kernel(weight, grad, table, keys, aux, offsets, chunks)
 
 
+def noise_mp_kernel(factory, n_hyper, n_aux, parallel):
+    """The multi-precision loop of a noise rule (cached): ``loop(w, g16, hp, key, aux, w16)``
+    over a float32 master ``w``, the float16 gradient widened on load and the float16 weight
+    rounded from the new master on store (both as their uint16 bits, as :func:`mp_kernel`)."""
+    key_ = ("noise-mp", factory, n_hyper, n_aux, bool(parallel))
+
+    def build():
+        from . import half
+        rule = _inlined(factory(np.float32))
+        normal = _normal()
+        widen = _inlined(_by_value(half.half_to_single))
+        narrow = _inlined(_by_value(half.single_to_half))
+
+        def loop(w, g16, hp, key, aux, w16):
+            for i in prange(w.shape[0]):
+                x = rule(w[i], widen(g16[i]), normal(key, np.uint64(i)), hp, aux)
+                w[i] = x
+                w16[i] = narrow(x)
+        f32, u16 = types.float32, types.uint16[::1]
+        sig = types.void(f32[::1], u16, types.UniTuple(f32, n_hyper), types.uint64,
+                         types.UniTuple(types.float64, n_aux), u16)
+        return _compile(sig, parallel)(loop)
+    return _cached(key_, build)
+
+
+def run_noise_mp(factory, weight, grad16, weight16, hyper, key, aux):
+    """A noise rule over a flat float32 master with a flat float16 gradient and weight copy (all
+    C-contiguous), the weight copy written in the same pass."""
+    hp = tuple(np.float32(h) for h in hyper)
+    kernel = noise_mp_kernel(factory, len(hp), len(aux),
+                             weight.shape[0] >= NOISE_PARALLEL_THRESHOLD)
+    kernel(weight, grad16.view(np.uint16), hp, np.uint64(key), tuple(float(a) for a in aux),
+           weight16.view(np.uint16))
+
+
 # --------------------------------------------------------------------------------------------
 # LARS norms (LBSGD): |w|^2 and |g|^2 per tensor, float64 accumulation in index order
 # --------------------------------------------------------------------------------------------
-def norms_kernel(dtype, with_cum, parallel):
+def _widen_half(builder, bits):
+    """The float32 values (``<n x float>``) of float16 given as ``<n x i16>`` bits, exactly:
+    :func:`toolkit.backends.half.half_to_single`'s steps on vector registers."""
+    width = bits.type.count
+    v4i = ir.VectorType(ir.IntType(32), width)
+
+    def k(x):
+        return ir.Constant(v4i, [ir.IntType(32)(x)] * width)
+    x = builder.zext(bits, v4i)
+    sign = builder.shl(builder.and_(x, k(0x8000)), k(16))
+    em = builder.and_(x, k(0x7FFF))
+    moved = builder.add(builder.shl(em, k(13)), k(112 << 23))
+    moved = builder.add(moved, builder.select(builder.icmp_unsigned(">=", em, k(0x7C00)),
+                                              k(112 << 23), k(0)))
+    f4 = ir.VectorType(ir.FloatType(), width)
+    unit = ir.Constant(f4, [ir.FloatType()(2.0 ** -24)] * width)
+    sub = builder.bitcast(builder.fmul(builder.uitofp(em, f4), unit), v4i)
+    out = builder.or_(builder.select(builder.icmp_unsigned("<", em, k(0x400)), sub, moved), sign)
+    return builder.bitcast(out, f4)
+
+
+#: Groups of 4 elements that :func:`_norm_lanes` loads, converts and divides at once (16
+#: elements: a 512-bit register of float32), before it squares and adds them group by group.
+_NORM_GROUPS = 4
+
+
+@intrinsic
+def _norm_lanes(typingctx, acc, w, g, cum, bs, a, n4):
+    """``acc`` (8 float64) plus, for ``j`` in ``range(n4)`` in order and ``i = a + 4j + l``
+    (``l`` = 0..3): ``float64(w[i])**2`` into ``acc[l]`` and ``float64(gm)**2`` into ``acc[4 +
+    l]``, where ``gm = (cum[i] + g[i])/bs`` in ``w``'s dtype (``g[i]`` when ``cum`` is None);
+    ``g`` of ``w``'s dtype, or uint16 (float16 bits, widened exactly, for a float32 ``w``).
+    Each array's four running sums are one 4-wide float64 vector, so every sum's additions
+    stay in element order and the loop runs on vector instructions: written as four scalar
+    sums in numba it stays scalar (numba turns LLVM's SLP vectoriser off, and the loop
+    vectoriser may not reorder float additions), 3x slower than memory."""
+    fl = (types.float32, types.float64)
+    if not (isinstance(acc, types.UniTuple) and acc.count == 8 and acc.dtype == types.float64
+            and all(isinstance(x, types.Array) and x.ndim == 1 and x.layout == "C"
+                    for x in (w, g) + (() if cum is types.none else (cum,)))
+            and w.dtype in fl and (g.dtype == w.dtype or (g.dtype == types.uint16
+                                                          and w.dtype == types.float32))
+            and (cum is types.none or cum.dtype == w.dtype)):
+        return None
+    sig = acc(acc, w, g, cum, bs, a, n4)
+
+    def codegen(context, builder, sig, args):
+        accv, wv, gv, cv, bsv, av, n4v = args
+        f64, i32 = ir.DoubleType(), ir.IntType(32)
+        v4 = ir.VectorType(f64, 4)
+        intp = context.get_value_type(types.intp)
+        ftype = sig.args[1].dtype
+        fty = context.get_value_type(ftype)
+        start = context.cast(builder, av, sig.args[5], types.intp)
+
+        def base(arr, aty):
+            return (builder.gep(context.make_array(aty)(context, builder, arr).data, [start]),
+                    context.get_value_type(aty.dtype))
+        streams = [base(wv, sig.args[1]), base(gv, sig.args[2])]
+        with_cum = sig.args[3] is not types.none
+        if with_cum:
+            streams.append(base(cv, sig.args[3]))
+            b = context.cast(builder, bsv, sig.args[4], ftype)
+        sums = []
+        for k in range(2):
+            v = ir.Constant(v4, None)
+            for lane in range(4):
+                v = builder.insert_element(v, builder.extract_value(accv, 4 * k + lane),
+                                           i32(lane))
+            sums.append(cgutils.alloca_once_value(builder, v))
+
+        def step(first, width):
+            """Elements ``first .. first + width - 1`` (``width`` a multiple of 4): loaded,
+            converted and divided ``width`` at a time, squared and added 4 at a time, in
+            order."""
+            loads = []
+            for ptr, elt in streams:
+                p = builder.bitcast(builder.gep(ptr, [first]),
+                                    ir.VectorType(elt, width).as_pointer())
+                loads.append(builder.load(p, align=elt.get_abi_size(context.target_data)))
+            x, y = loads[0], loads[1]
+            if sig.args[2].dtype == types.uint16:
+                y = _widen_half(builder, y)
+            if with_cum:
+                fw = ir.VectorType(fty, width)
+                divisor = builder.insert_element(ir.Constant(fw, None), b, i32(0))
+                divisor = builder.shuffle_vector(
+                    divisor, ir.Constant(fw, None),
+                    ir.Constant(ir.VectorType(i32, width), [i32(0)] * width))
+                y = builder.fdiv(builder.fadd(loads[2], y), divisor)
+            for q in range(width // 4):
+                for s, v in zip(sums, (x, y)):
+                    if width > 4:
+                        v = builder.shuffle_vector(
+                            v, v, ir.Constant(ir.VectorType(i32, 4),
+                                              [i32(4 * q + lane) for lane in range(4)]))
+                    if ftype != types.float64:
+                        v = builder.fpext(v, v4)
+                    builder.store(builder.fadd(builder.load(s), builder.fmul(v, v)), s)
+
+        count = context.cast(builder, n4v, sig.args[6], types.intp)
+        wide = 4 * _NORM_GROUPS
+        with cgutils.for_range(builder, builder.sdiv(count, intp(_NORM_GROUPS)),
+                               intp=intp) as loop:
+            step(builder.mul(loop.index, intp(wide)), wide)
+        done = builder.mul(builder.sdiv(count, intp(_NORM_GROUPS)), intp(_NORM_GROUPS))
+        with cgutils.for_range(builder, builder.sub(count, done), intp=intp) as loop:
+            step(builder.mul(builder.add(done, loop.index), intp(4)), 4)
+        out = ir.Constant(context.get_value_type(sig.return_type), None)
+        for k, s in enumerate(sums):
+            v = builder.load(s)
+            for lane in range(4):
+                out = builder.insert_value(out, builder.extract_element(v, i32(lane)),
+                                           4 * k + lane)
+        return out
+    return sig, codegen
+
+
+@register_jitable(inline="always")
+def _norm_squares4(acc, w, g, cum, bs, a, n4):
+    """:func:`_norm_lanes` as a module-level function: a kernel's closure refers to it by
+    name, so it pickles to the same bytes in every process (the intrinsic object itself does
+    not, which would defeat the on-disk cache)."""
+    return _norm_lanes(acc, w, g, cum, bs, a, n4)
+
+
+def _as_is(x):
+    return x
+
+
+def _norms_sums(dtype, with_cum, g16):
+    """``sums(w, g, cum, a, b, bs) -> (sum w^2, sum gm^2)`` over elements ``a:b`` (one chunk)
+    in float64: element ``a + i`` into running sum ``i % 4`` (the last ``(b - a) % 4`` elements
+    into sum 0, after the others), the sums added as ``(s0 + s1) + (s2 + s3)``; ``gm = (cum +
+    g)/bs`` in the arithmetic dtype when ``with_cum`` and ``bs`` is not 0, else ``g``; ``g``
+    float16 (as uint16 bits, widened exactly) when ``g16``. :func:`_norm_lanes` does all but
+    the last elements."""
+    from .half import half_to_single
+    f = dtype.type
+    widen = _inlined(_by_value(half_to_single) if g16 else _by_value(_as_is))
+
+    def sums(w, g, cum, a, b, bs):
+        m = b - a
+        z = 0.0
+        acc = (z, z, z, z, z, z, z, z)
+        use_cum = with_cum and bs != 0  # 0: a member that takes the norms of its gradient
+        if use_cum:
+            acc = _norm_squares4(acc, w, g, cum, bs, a, m // 4)
+        else:
+            acc = _norm_squares4(acc, w, g, None, bs, a, m // 4)
+        w0, w1, w2, w3, g0, g1, g2, g3 = acc
+        for i in range(a + m // 4 * 4, b):  # the last 0 to 3 elements
+            x = np.float64(w[i])
+            w0 += x * x
+            y = f(widen(g[i]))
+            if use_cum:
+                y = (cum[i] + y) / bs
+            v = np.float64(y)
+            g0 += v * v
+        return (w0 + w1) + (w2 + w3), (g0 + g1) + (g2 + g3)
+    return _inlined(sums)
+
+
+def _norms_types(dtype, g16):
+    nb = _NUMBA_TYPES[dtype]
+    return nb[::1], (types.uint16[::1] if g16 else nb[::1])
+
+
+def norms_kernel(dtype, with_cum, parallel, g16=False):
     """``loop(w, g, cum, table, chunks, partial)``: for each chunk ``c`` (rows of
     :func:`chunk_table`: ``start, end, segment``) of a segment ``s`` with ``table[s, 0]`` set,
     ``partial[c] = (sum w^2, sum gm^2)`` over its elements, accumulated in float64 in four
     running sums (element ``i`` of the chunk into sum ``i % 4``, the tail into sum 0) added as
-    ``(s0 + s1) + (s2 + s3)``,
-    where ``gm = (cum + g)/table[s, 1]`` in the arithmetic dtype when ``with_cum``, else ``g``.
+    ``(s0 + s1) + (s2 + s3)`` (:func:`_norms_sums`),
+    where ``gm = (cum + g)/table[s, 1]`` in the arithmetic dtype when ``with_cum`` (and
+    ``table[s, 1]`` is not 0), else ``g`` (``g16``: a float16 gradient as its uint16 bits,
+    widened exactly).
     The chunks run in parallel; :func:`run_norms` then adds each segment's partial sums in chunk
     order. The order of every addition is fixed by the chunk table alone, and a single tensor is
-    one segment with the same chunks, so a Trainer's norms equal the per-tensor ones bit for
-    bit."""
+    one segment with the same chunks, so a Trainer's norms equal the per-tensor ones
+    (:func:`lars_norms`) bit for bit."""
     dtype = np.dtype(dtype)
-    key = ("norms", dtype, bool(with_cum), bool(parallel))
+    key = ("norms", dtype, bool(with_cum), bool(parallel), bool(g16))
 
     def build():
         f = dtype.type
+        sums = _norms_sums(dtype, bool(with_cum), bool(g16))
 
         def loop(w, g, cum, table, chunks, partial):
             for c in prange(chunks.shape[0]):
                 s = chunks[c, 2]
                 if table[s, 0] != 0:
-                    a, b = chunks[c, 0], chunks[c, 1]
-                    wc, gc, cc = w[a:b], g[a:b], cum[a:b] if with_cum else cum[0:0]
-                    bs = f(table[s, 1])
-                    # four running sums (element i into sum i % 4), added in a fixed
-                    # order at the end: independent chains instead of one long one
-                    w0 = w1 = w2 = w3 = 0.0
-                    g0 = g1 = g2 = g3 = 0.0
-                    m = wc.shape[0]
-                    for j in range(m // 4):
-                        i = 4 * j
-                        x0, x1 = np.float64(wc[i]), np.float64(wc[i + 1])
-                        x2, x3 = np.float64(wc[i + 2]), np.float64(wc[i + 3])
-                        w0 += x0 * x0
-                        w1 += x1 * x1
-                        w2 += x2 * x2
-                        w3 += x3 * x3
-                        if with_cum:
-                            y0 = np.float64((cc[i] + gc[i]) / bs)
-                            y1 = np.float64((cc[i + 1] + gc[i + 1]) / bs)
-                            y2 = np.float64((cc[i + 2] + gc[i + 2]) / bs)
-                            y3 = np.float64((cc[i + 3] + gc[i + 3]) / bs)
-                        else:
-                            y0, y1 = np.float64(gc[i]), np.float64(gc[i + 1])
-                            y2, y3 = np.float64(gc[i + 2]), np.float64(gc[i + 3])
-                        g0 += y0 * y0
-                        g1 += y1 * y1
-                        g2 += y2 * y2
-                        g3 += y3 * y3
-                    for i in range(4 * (m // 4), m):  # the last 0 to 3 elements
-                        x = np.float64(wc[i])
-                        w0 += x * x
-                        if with_cum:
-                            y = np.float64((cc[i] + gc[i]) / bs)
-                        else:
-                            y = np.float64(gc[i])
-                        g0 += y * y
-                    partial[c, 0] = (w0 + w1) + (w2 + w3)
-                    partial[c, 1] = (g0 + g1) + (g2 + g3)
-        nb = _NUMBA_TYPES[dtype]
-        sig = types.void(nb[::1], nb[::1], nb[::1], types.float64[:, ::1],
-                         types.int64[:, ::1], types.float64[:, ::1])
-        kernel = _compile(sig, parallel)(loop)
-        return kernel
+                    partial[c, 0], partial[c, 1] = sums(w, g, cum, chunks[c, 0], chunks[c, 1],
+                                                        f(table[s, 1]))
+        arr, garr = _norms_types(dtype, g16)
+        sig = types.void(arr, garr, arr, types.float64[:, ::1], types.int64[:, ::1],
+                         types.float64[:, ::1])
+        return _compile(sig, parallel)(loop)
+    return _cached(key, build)
+
+
+def tensor_norms_kernel(dtype, with_cum, parallel, g16=False):
+    """``loop(w, g, cum, bs) -> (sum w^2, sum gm^2)`` of one tensor in one call: the sums of
+    :func:`norms_kernel` over the chunks of :func:`single_chunks` (in parallel), added in chunk
+    order from 0.0 as :func:`run_norms` adds them, so the same numbers, bit for bit, without
+    the tables and the second call."""
+    dtype = np.dtype(dtype)
+    key = ("tensor-norms", dtype, bool(with_cum), bool(parallel), bool(g16))
+
+    def build():
+        f = dtype.type
+        sums = _norms_sums(dtype, bool(with_cum), bool(g16))
+        chunk = CHUNK
+
+        def loop(w, g, cum, bs):
+            n = w.shape[0]
+            nc = (n + chunk - 1) // chunk
+            partial = np.empty((nc, 2))
+            b = f(bs)
+            for c in prange(nc):
+                a = c * chunk
+                partial[c, 0], partial[c, 1] = sums(w, g, cum, a, min(a + chunk, n), b)
+            sw = 0.0
+            sg = 0.0
+            for c in range(nc):
+                sw += partial[c, 0]
+                sg += partial[c, 1]
+            return sw, sg
+        arr, garr = _norms_types(dtype, g16)
+        sig = types.UniTuple(types.float64, 2)(arr, garr, arr, types.float64)
+        return _compile(sig, parallel)(loop)
     return _cached(key, build)
 
 
@@ -656,23 +903,34 @@ def single_chunks(n, chunk=CHUNK):
 
 def lars_norms(weight, grad, cum, batch_scale):
     """``(sum w^2, sum gm^2)`` of one tensor (``gm = (cum + grad)/batch_scale`` when ``cum`` is
-    given, else ``grad``), float64, in index order."""
-    w = weight.reshape(-1, order="A")
-    order = "F" if (weight.flags.f_contiguous and not weight.flags.c_contiguous) else "C"
-    g = np.asarray(grad, order=order).reshape(-1, order=order)
-    c = w if cum is None else cum.reshape(-1, order="A")
-    out = np.zeros((1, 2))
-    run_norms(w, g, c, np.array([[1.0, float(batch_scale)]]), single_chunks(w.shape[0]), out,
-              cum is not None)
-    return float(out[0, 0]), float(out[0, 1])
+    given, else ``grad``; ``grad`` may be float16 for a float32 weight), float64, in index
+    order (:func:`tensor_norms_kernel`: one call, parallel from :data:`PARALLEL_THRESHOLD`)."""
+    if weight.ndim == 1 and weight.flags.c_contiguous and grad.flags.c_contiguous:
+        w, g, c = weight, grad, cum  # flat already: no views needed
+    else:
+        w = weight.reshape(-1, order="A")
+        order = "F" if (weight.flags.f_contiguous and not weight.flags.c_contiguous) else "C"
+        g = np.asarray(grad, order=order).reshape(-1, order=order)
+        c = None if cum is None else cum.reshape(-1, order="A")
+    g16 = g.dtype.char == "e" and w.dtype.char != "e"
+    key = (w.dtype.char, c is not None, w.shape[0] >= PARALLEL_THRESHOLD, g16)
+    kernel = _tensor_norms.get(key)  # a cheap key: this runs on every LARS step
+    if kernel is None:
+        kernel = _tensor_norms[key] = tensor_norms_kernel(w.dtype, *key[1:])
+    return kernel(w, g.view(np.uint16) if g16 else g, w if c is None else c, float(batch_scale))
+
+
+_tensor_norms: dict = {}
 
 
 def run_norms(w, g, cum, table, chunks, out, with_cum):
     """The segmented norms of flat buffers into ``out`` (see :func:`norms_kernel`); ``chunks``
-    is the buffers' :func:`chunk_table`."""
+    is the buffers' :func:`chunk_table`; ``g`` may be float16 for float32 ``w``."""
     partial = np.zeros((chunks.shape[0], 2))
-    kernel = norms_kernel(w.dtype, with_cum, chunks.shape[0] > 1)
-    kernel(w, g, cum, table, chunks, partial)
+    g16 = g.dtype == np.float16 and w.dtype != np.float16
+    kernel = norms_kernel(w.dtype, with_cum,
+                          w.shape[0] >= PARALLEL_THRESHOLD and chunks.shape[0] > 1, g16)
+    kernel(w, g.view(np.uint16) if g16 else g, cum, table, chunks, partial)
     _sum_partials(chunks, partial, out)
 
 
@@ -745,15 +1003,28 @@ def run_direction(direction, w, g, states, table, chunks, out):
         raise ValueError(f"a direction pass takes two state arrays, got {len(states)}")
     partial = np.zeros((chunks.shape[0], 2))
     parallel = w.shape[0] >= PARALLEL_THRESHOLD and chunks.shape[0] > 1
-    kernel = direction_kernel(direction, table.shape[1] - 1, w.dtype, parallel)
+    # direction_kernel's own key, looked up first: a compiled kernel without the call
+    kernel = _kernels.get(("direction", direction, table.shape[1] - 1, w.dtype, parallel))
+    if kernel is None:
+        kernel = direction_kernel(direction, table.shape[1] - 1, w.dtype, parallel)
     kernel(w, g, states[0], states[1], table, chunks, partial)
     _sum_partials(chunks, partial, out)
+
+
+#: :func:`single_chunks` with :data:`DIRECTION_CHUNK` per tensor length, for
+#: :func:`direction_norms` (the kernels only read a chunk table)
+_direction_chunks: dict = {}
 
 
 def direction_norms(direction, w, g, states, hyper):
     """:func:`run_direction` over one flat tensor: ``(sum w^2, sum u^2)``."""
     table = np.array([(1.0,) + tuple(hyper)], w.dtype)
     out = np.zeros((1, 2))
-    run_direction(direction, w, g, tuple(states), table,
-                  single_chunks(w.shape[0], DIRECTION_CHUNK), out)
+    n = w.shape[0]
+    chunks = _direction_chunks.get(n)
+    if chunks is None:
+        if len(_direction_chunks) >= 64:
+            _direction_chunks.clear()
+        chunks = _direction_chunks[n] = single_chunks(n, DIRECTION_CHUNK)
+    run_direction(direction, w, g, tuple(states), table, chunks, out)
     return float(out[0, 0]), float(out[0, 1])

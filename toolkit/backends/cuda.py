@@ -344,7 +344,7 @@ def _norms_sources(f, with_cum):
             stride = cuda.gridDim.x * cuda.blockDim.x
             while i < offsets[s + 1]:
                 vx = numba.float64(x[i])
-                if with_cum:
+                if with_cum and bs != 0:  # batch_scale 0: this segment's gradient norms
                     vy = numba.float64((f(cum[i]) + f(y[i])) / bs)
                 else:
                     vy = numba.float64(y[i])
@@ -397,7 +397,8 @@ def _norms_kernels(dx, dy, dc, with_cum):
 
 def run_norms(w: ArrayDesc, g: ArrayDesc, cum, table, offsets, stream=0):
     """Per-segment ``(sum w^2, sum gm^2)`` of flat device buffers, as a host ``(n_seg, 2)``
-    array (``gm = (cum + g)/table[s, 1]`` when ``cum`` is given, else ``g``). Copying the
+    array (``gm = (cum + g)/table[s, 1]`` when ``cum`` is given and ``table[s, 1]`` is not 0,
+    else ``g``). Copying the
     result back is the one synchronisation (MXNet's LARS reads its norms on the host too)."""
     n_seg = table.shape[0]
     c = cum if cum is not None else w
@@ -688,6 +689,18 @@ class Launcher:
         self._no_lazy_form("a noise rule")
         w = self._describe(weight, "weight")
         self._in_device(run_noise, factory, w, self._describe(grad, "grad"), hyper, key, aux,
+                        stream=self.stream, mirror=self._mirror_for(w))
+
+    def run_rows(self, factory, weight, grad, history, rows, hyper):
+        """A row rule (:mod:`toolkit.backends.rows`), one launch: gradient row ``k`` updates
+        weight and history row ``rows[k]`` (row ``k`` when ``rows`` is None); this launcher's
+        own ``rows`` go up once per step."""
+        from . import rows as row_kernels
+        w = self._describe(weight, "weight")
+        if rows is not None and rows is self.rows:
+            rows = self._device_rows()
+        self._in_device(row_kernels.run_cuda, factory, w, self._describe(grad, "grad"),
+                        self._describe(history, "state['history']"), rows, hyper,
                         stream=self.stream, mirror=self._mirror_for(w))
 
     def zeros_like(self, a, dtype=None):

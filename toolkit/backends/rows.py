@@ -39,62 +39,88 @@ from numba.np.unsafe.ndarray import to_fixed_tuple
 
 from . import cpu
 
-__all__ = ["run_cpu", "run_cuda", "cpu_kernel"]
+__all__ = ["GroupRows", "run_cpu", "run_cpu_segmented", "run_cuda", "run_cuda_segmented",
+           "cpu_kernel"]
 
 
 # --------------------------------------------------------------------------------------------
 # CPU
 # --------------------------------------------------------------------------------------------
-def _cpu_loop(prep, reduce_row, apply, n_hyper):
-    """The row loop (``prange`` is ``range`` when serial). Contiguous rows (column stride 1 for
-    the weight and the gradient) run over slices from 0, which vectorise; other strides index
-    element by element."""
-    def loop(w, g, h, rows, dense, nk, ncols, w_rs, w_cs, g_rs, g_cs, hpa):
-        hp = to_fixed_tuple(hpa, n_hyper)
+def _cpu_row(prep, reduce_row, apply):
+    """The step of one row (inlined into both loops): gradient row at ``gb`` (column stride
+    ``g_cs``) updates history ``h[r]`` and the weight row at ``wb`` (column stride ``w_cs``).
+    Contiguous rows (both strides 1) run over slices from 0, which vectorise; other strides
+    index element by element."""
+    def row(w, g, h, r, wb, gb, ncols, w_cs, g_cs, hp):
         n = np.float64(ncols)
         quads = ncols // 4
+        s0 = s1 = s2 = s3 = 0.0
+        if w_cs == 1 and g_cs == 1:
+            gs = g[gb:gb + ncols]
+            for q in range(quads):
+                j = 4 * q
+                p0, p1 = np.float64(prep(gs[j], hp)), np.float64(prep(gs[j + 1], hp))
+                p2, p3 = np.float64(prep(gs[j + 2], hp)), np.float64(prep(gs[j + 3], hp))
+                s0 += p0 * p0
+                s1 += p1 * p1
+                s2 += p2 * p2
+                s3 += p3 * p3
+            for j in range(4 * quads, ncols):  # the last 0 to 3 columns
+                p = np.float64(prep(gs[j], hp))
+                s0 += p * p
+            hn, a = reduce_row(h[r], (s0 + s1) + (s2 + s3), n, hp)
+            h[r] = hn
+            ws = w[wb:wb + ncols]
+            for j in range(ncols):
+                ws[j] = apply(ws[j], prep(gs[j], hp), a, hp)
+        else:
+            for q in range(quads):
+                j = 4 * q
+                p0 = np.float64(prep(g[gb + j * g_cs], hp))
+                p1 = np.float64(prep(g[gb + (j + 1) * g_cs], hp))
+                p2 = np.float64(prep(g[gb + (j + 2) * g_cs], hp))
+                p3 = np.float64(prep(g[gb + (j + 3) * g_cs], hp))
+                s0 += p0 * p0
+                s1 += p1 * p1
+                s2 += p2 * p2
+                s3 += p3 * p3
+            for j in range(4 * quads, ncols):
+                p = np.float64(prep(g[gb + j * g_cs], hp))
+                s0 += p * p
+            hn, a = reduce_row(h[r], (s0 + s1) + (s2 + s3), n, hp)
+            h[r] = hn
+            for j in range(ncols):
+                i = wb + j * w_cs
+                w[i] = apply(w[i], prep(g[gb + j * g_cs], hp), a, hp)
+    return cpu._inlined(row)
+
+
+def _cpu_loop(row, n_hyper):
+    """The row loop of one tensor (``prange`` is ``range`` when serial)."""
+    def loop(w, g, h, rows, dense, nk, ncols, w_rs, w_cs, g_rs, g_cs, hpa):
+        hp = to_fixed_tuple(hpa, n_hyper)
         for kk in prange(nk):
             k = np.int64(kk)  # a parallel loop's index is unsigned: keep the row index int64
             r = k if dense else rows[k]
-            wb, gb = r * w_rs, k * g_rs
-            s0 = s1 = s2 = s3 = 0.0
-            if w_cs == 1 and g_cs == 1:
-                gs = g[gb:gb + ncols]
-                for q in range(quads):
-                    j = 4 * q
-                    p0, p1 = np.float64(prep(gs[j], hp)), np.float64(prep(gs[j + 1], hp))
-                    p2, p3 = np.float64(prep(gs[j + 2], hp)), np.float64(prep(gs[j + 3], hp))
-                    s0 += p0 * p0
-                    s1 += p1 * p1
-                    s2 += p2 * p2
-                    s3 += p3 * p3
-                for j in range(4 * quads, ncols):  # the last 0 to 3 columns
-                    p = np.float64(prep(gs[j], hp))
-                    s0 += p * p
-                hn, a = reduce_row(h[r], (s0 + s1) + (s2 + s3), n, hp)
-                h[r] = hn
-                ws = w[wb:wb + ncols]
-                for j in range(ncols):
-                    ws[j] = apply(ws[j], prep(gs[j], hp), a, hp)
-            else:
-                for q in range(quads):
-                    j = 4 * q
-                    p0 = np.float64(prep(g[gb + j * g_cs], hp))
-                    p1 = np.float64(prep(g[gb + (j + 1) * g_cs], hp))
-                    p2 = np.float64(prep(g[gb + (j + 2) * g_cs], hp))
-                    p3 = np.float64(prep(g[gb + (j + 3) * g_cs], hp))
-                    s0 += p0 * p0
-                    s1 += p1 * p1
-                    s2 += p2 * p2
-                    s3 += p3 * p3
-                for j in range(4 * quads, ncols):
-                    p = np.float64(prep(g[gb + j * g_cs], hp))
-                    s0 += p * p
-                hn, a = reduce_row(h[r], (s0 + s1) + (s2 + s3), n, hp)
-                h[r] = hn
-                for j in range(ncols):
-                    i = wb + j * w_cs
-                    w[i] = apply(w[i], prep(g[gb + j * g_cs], hp), a, hp)
+            row(w, g, h, r, r * w_rs, k * g_rs, ncols, w_cs, g_cs, hp)
+    return loop
+
+
+def _cpu_segmented_loop(row, n_hyper):
+    """The row loop over flat buffers holding many C-ordered matrices (a Trainer's group): row
+    ``r`` of the group belongs to segment ``row_seg[r]``, starts at element ``row_base[r]`` of
+    the weight and of the gradient, and keeps its history in ``h[r]``; segment ``s`` has
+    ``ncols_of[s]`` columns and reads ``(active, *hp)`` from ``table[s]``. Each row runs the
+    same inlined step as a single tensor's, so the group's step equals the per-tensor steps bit
+    for bit."""
+    def loop(w, g, h, table, row_seg, row_base, ncols_of):
+        for kk in prange(row_seg.shape[0]):
+            r = np.int64(kk)
+            s = row_seg[r]
+            if table[s, 0] != 0:
+                hp = to_fixed_tuple(table[s, 1:], n_hyper)
+                b = row_base[r]
+                row(w, g, h, r, b, b, ncols_of[s], 1, 1, hp)
     return loop
 
 
@@ -108,8 +134,26 @@ def cpu_kernel(factory, n_hyper: int, dtype, parallel: bool):
         i64 = types.int64
         sig = types.void(arr, arr, arr, i64[::1], types.boolean, i64, i64, i64, i64, i64, i64,
                          arr)
-        prep, reduce_row, apply = (cpu._inlined(fn) for fn in factory(dtype.type))
-        return cpu._compile(sig, parallel)(_cpu_loop(prep, reduce_row, apply, n_hyper))
+        return cpu._compile(sig, parallel)(_cpu_loop(_row_of(factory, dtype), n_hyper))
+    return cpu._cached(key, build)
+
+
+def _row_of(factory, dtype):
+    prep, reduce_row, apply = (cpu._inlined(fn) for fn in factory(dtype.type))
+    return _cpu_row(prep, reduce_row, apply)
+
+
+def cpu_segmented_kernel(factory, n_hyper: int, dtype, parallel: bool):
+    """The compiled segmented CPU row loop of ``factory`` for ``dtype`` (cached per process)."""
+    dtype = np.dtype(dtype)
+    key = ("rows-segmented", factory, n_hyper, dtype, bool(parallel))
+
+    def build():
+        arr = cpu._NUMBA_TYPES[dtype][::1]
+        i64 = types.int64[::1]
+        sig = types.void(arr, arr, arr, cpu._NUMBA_TYPES[dtype][:, ::1], i64, i64, i64)
+        return cpu._compile(sig, parallel)(_cpu_segmented_loop(_row_of(factory, dtype),
+                                                               n_hyper))
     return cpu._cached(key, build)
 
 
@@ -143,7 +187,10 @@ def run_cpu(factory, weight, grad, history, rows, hyper):
     g_rs, g_cs = _strides(grad.shape, g_c)
     hpa = np.array(hyper, dtype)
     parallel = nk * ncols >= cpu.PARALLEL_THRESHOLD and nk > 1
-    kernel = cpu_kernel(factory, hpa.shape[0], dtype, parallel)
+    # cpu_kernel's own key, looked up first: a compiled kernel without the call
+    kernel = cpu._kernels.get(("rows", factory, hpa.shape[0], dtype, parallel))
+    if kernel is None:
+        kernel = cpu_kernel(factory, hpa.shape[0], dtype, parallel)
     kernel(weight.reshape(-1, order="C" if w_c else "F"),
            grad.reshape(-1, order="C" if g_c else "F"), history.reshape(-1), rows_arr, dense,
            nk, ncols, w_rs, w_cs, g_rs, g_cs, hpa)
@@ -154,3 +201,61 @@ def run_cuda(factory, w, g, h, rows, hyper, stream=0, mirror=None):
     (:func:`toolkit.backends.cuda_rows.run`; imported here on first use)."""
     from . import cuda_rows
     cuda_rows.run(factory, w, g, h, rows, hyper, stream=stream, mirror=mirror)
+
+
+# --------------------------------------------------------------------------------------------
+# many matrices in one call (a Trainer's group)
+# --------------------------------------------------------------------------------------------
+class GroupRows:
+    """The rows of a group's matrices laid end to end in flat buffers, C order: segment ``s``
+    (shape ``shapes[s]``, 2-D) starts at element ``offsets[s]`` of the weight and the gradient;
+    its history values are rows ``row_offsets[s]`` to ``row_offsets[s+1]`` of the group's flat
+    history. ``row_seg``, ``row_base`` (int64, one per row) and ``ncols_of`` (one per segment)
+    are the tables the segmented kernels read; made once per group."""
+
+    def __init__(self, offsets, shapes):
+        if any(len(shape) != 2 for shape in shapes):
+            raise ValueError(f"a row step needs 2-D weights, got shapes {list(shapes)}")
+        n_rows = np.array([shape[0] for shape in shapes], np.int64)
+        self.ncols_of = np.array([shape[1] for shape in shapes], np.int64)
+        self.row_offsets = np.concatenate([[0], np.cumsum(n_rows)]).astype(np.int64)
+        self.row_seg = np.repeat(np.arange(len(shapes), dtype=np.int64), n_rows)
+        local = np.arange(self.row_seg.shape[0], dtype=np.int64) - self.row_offsets[self.row_seg]
+        self.row_base = (np.asarray(offsets, np.int64)[:-1][self.row_seg]
+                         + local * self.ncols_of[self.row_seg])
+        self.size = int(offsets[-1])
+        self._device = None
+
+    @property
+    def n_rows(self):
+        return int(self.row_seg.shape[0])
+
+    def device_tables(self):
+        """``(row_seg, row_base, ncols_of)`` on the current CUDA device (copied once)."""
+        if self._device is None:
+            from numba import cuda
+            self._device = tuple(cuda.to_device(a) for a in
+                                 (self.row_seg, self.row_base, self.ncols_of))
+        return self._device
+
+
+def run_cpu_segmented(factory, weight, grad, history, table, layout: GroupRows):
+    """One call of a row rule over a group's flat numpy buffers: ``weight`` and ``grad`` (same
+    dtype, 1-D), ``history`` (one value per row of every segment), ``table`` the
+    ``(n_segments, 1 + n_hyper)`` rows ``(active, *hp)`` in the weight's dtype."""
+    if layout.n_rows == 0:
+        return
+    parallel = layout.size >= cpu.PARALLEL_THRESHOLD and layout.n_rows > 1
+    kernel = cpu_segmented_kernel(factory, table.shape[1] - 1, weight.dtype, parallel)
+    kernel(weight, grad, history.reshape(-1), np.ascontiguousarray(table), layout.row_seg,
+           layout.row_base, layout.ncols_of)
+
+
+def run_cuda_segmented(factory, w, g, h, table, upload, layout: GroupRows, stream=0,
+                       mirror=None):
+    """One launch of a row rule over a group's flat device buffers (described arrays);
+    ``table`` is sent through ``upload`` (a ``cuda.TableUpload``)
+    (:func:`toolkit.backends.cuda_rows.run_segmented`)."""
+    from . import cuda_rows
+    cuda_rows.run_segmented(factory, w, g, h, table, upload, layout, stream=stream,
+                            mirror=mirror)

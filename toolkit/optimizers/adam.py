@@ -113,12 +113,22 @@ class Adam(Optimizer):
     def reference_hyper(self):
         return {"beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon}
 
-    @scalar_only
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+    def _step_constants(self):
+        """``(r, (rs, c, b1, 1 - b1, b2, 1 - b2, eps))``: ``_r`` as a function of a float,
+        and the constants of a step as the convention rounds them."""
         r = self._r
         b1, b2 = r(self.beta1), r(self.beta2)
-        common = (r(wd), r(self.rescale_grad), self._clip_bound(), b1, 1.0 - b1, b2, 1.0 - b2,
-                  r(self.epsilon))
+        return self._float_rounder(), (r(self.rescale_grad), self._clip_bound(), b1, 1.0 - b1,
+                                       b2, 1.0 - b2, r(self.epsilon))
+
+    @scalar_only
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+        r, constants = self._constants(
+            "_adam_constants", (self.beta1, self.beta2, self.epsilon, self.rescale_grad,
+                                self.clip_gradient, self.convention, self.mxnet_kernel),
+            self._step_constants)
+        b1, b2 = constants[2], constants[4]
+        common = (r(wd),) + constants
         if self.convention == "mxnet":
             # MXNet computes lr_t in Python doubles from the unrounded betas, then the kernel
             # parameter rounds it to float32 (docs/mxnet-facts.md, 3).

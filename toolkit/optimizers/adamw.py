@@ -99,15 +99,27 @@ class AdamW(Optimizer):
         c = self.clip_gradient
         return -1.0 if c is None else self._r(c)
 
-    @scalar_only
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+    def _step_constants(self):
+        """``(r, eta, (rs, c, b1, 1 - b1, b2, 1 - b2, eps), skip)``: ``_r`` as a function of a
+        float, and the constants of a step as the convention rounds them (``skip``: MXNet's
+        operator skips the update when the rounded ``rs`` is 0 or not finite)."""
         r = self._r
         b1, b2 = r(self.beta1), r(self.beta2)
-        common = (r(lr), r(self.eta), r(wd), r(self.rescale_grad), self._clip_bound(), b1,
-                  1.0 - b1, b2, 1.0 - b2, r(self.epsilon))
+        rs = r(self.rescale_grad)
+        skip = 1.0 if (rs == 0 or not math.isfinite(rs)) else 0.0
+        return (self._float_rounder(), r(self.eta),
+                (rs, self._clip_bound(), b1, 1.0 - b1, b2, 1.0 - b2, r(self.epsilon)), skip)
+
+    @scalar_only
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+        r, eta, constants, skip = self._constants(
+            "_adamw_constants", (self.beta1, self.beta2, self.epsilon, self.eta,
+                                 self.rescale_grad, self.clip_gradient, self.convention,
+                                 self.mxnet_kernel),
+            self._step_constants)
+        b1, b2 = constants[2], constants[4]
+        common = (r(lr), eta, r(wd)) + constants
         if self.convention == "mxnet":
-            rs = r(self.rescale_grad)
-            skip = 1.0 if (rs == 0 or not math.isfinite(rs)) else 0.0
             self._run_rule(mxnet_rule, weight, grad, state, common + (skip,))
         else:
             self._run_rule(guide_rule, weight, grad, state,

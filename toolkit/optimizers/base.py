@@ -13,6 +13,7 @@ import contextlib
 import functools
 import math
 import numbers
+import operator
 import threading
 import warnings
 import weakref
@@ -31,6 +32,11 @@ CONVENTIONS = ("mxnet", "guide")
 
 _REGISTRY: dict[str, type] = {}
 
+_FLOAT16 = np.dtype(np.float16)
+
+#: what a remembered step re-reads of each numpy array (``Optimizer._signature``), in one call
+_ARRAY_SIGNATURE = operator.attrgetter("shape", "strides", "dtype", "flags.writeable")
+
 #: ``_kernel_step`` functions marked with :func:`scalar_only`
 _SCALAR_ONLY_STEPS: set = set()
 
@@ -38,6 +44,13 @@ _SCALAR_ONLY_STEPS: set = set()
 #: per thread: optimizer id -> the launcher of its step in progress (``launchers``), and the
 #: row-sparse mode of its step in progress (``sparse``)
 _ACTIVE = threading.local()
+
+#: per table: how many ``_per_thread`` blocks are running now, in all threads together. A step
+#: reads its thread's table only when this is not 0: a thread that set an entry counted it
+#: before (under the lock), so it never reads 0 while its own entry is set; another thread's
+#: count only sends it to its own (empty) table.
+_IN_USE = {"launchers": 0, "sparse": 0}
+_IN_USE_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -49,21 +62,36 @@ def _per_thread(table, key, value):
         entries = {}
         setattr(_ACTIVE, table, entries)
     outer = entries.get(key)
-    entries[key] = value
+    with _IN_USE_LOCK:
+        _IN_USE[table] = _IN_USE.get(table, 0) + 1
     try:
+        entries[key] = value
         yield value
     finally:
         if outer is None:
-            del entries[key]
+            entries.pop(key, None)
         else:
             entries[key] = outer
+        with _IN_USE_LOCK:
+            _IN_USE[table] -= 1
 
 
 @functools.lru_cache(maxsize=4096)
+def _round_f32_memo(x):
+    return float(np.float32(x))
+
+
 def _round_f32(x):
     """``x`` rounded to float32, as a Python float (memoised: a step rounds the same few
-    hyperparameters for every parameter)."""
-    return float(np.float32(x))
+    hyperparameters for every parameter; not the zeros, which the memo cannot tell apart:
+    -0.0 keeps its sign)."""
+    if x == 0:
+        return float(np.float32(x))
+    return _round_f32_memo(x)
+
+
+def _as_is(x):
+    return x
 
 
 def scalar_only(kernel_step):
@@ -227,12 +255,18 @@ class Optimizer:
     #: ``update`` (0: none; MXNet 1.9.1 python/mxnet/optimizer/optimizer.py:127, 581). Kept for
     #: code that reads it; it changes no number here.
     aggregate_num = 0
-    #: whether a step is element-wise rules over arrays shaped like the weight (state included),
-    #: element ``i`` of each belonging to weight element ``i``: then a ``Trainer`` keeps a group's
-    #: weights, gradients and states in flat buffers and steps the group in one call. False
-    #: (GroupAdaGrad: a reduction along each row, state ``(rows, 1)``): the Trainer keeps each
-    #: parameter's own state and steps the parameters one by one.
-    elementwise_step = True
+    #: whether every state array is shaped like the weight (element ``i`` belonging to weight
+    #: element ``i``): then a ``Trainer`` makes a group's state with one ``create_state`` over
+    #: the group's flat weight. False (GroupAdaGrad: state ``(rows, 1)``, a row rule): the
+    #: Trainer makes each parameter's state for its own weight and lays each state array out in
+    #: a flat buffer of its own; either way a group steps in one call.
+    state_like_weight = True
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "elementwise_step" in cls.__dict__:
+            raise TypeError(f"{cls.__name__} sets elementwise_step, which is now "
+                            "state_like_weight (False: a state not shaped like the weight)")
 
     def __init__(self, rescale_grad=1.0, param_idx2name=None, wd=0.0, clip_gradient=None,
                  learning_rate=None, lr_scheduler=None, sym=None, begin_num_update=0,
@@ -322,9 +356,15 @@ class Optimizer:
         self.wd_mult = mult
 
     def _mult(self, index, table, attr):
-        p = self.param_dict.get(index) if isinstance(self.param_dict, dict) else None
+        pd = self.param_dict
+        if type(pd) is dict:
+            p = pd.get(index) if pd else None
+        else:
+            p = pd.get(index) if isinstance(pd, dict) else None
         if p is not None and hasattr(p, attr):
             return float(getattr(p, attr))
+        if not table:  # no multipliers (the common case): neither lookup below can match
+            return 1.0
         if index in table:
             return table[index]
         name = self.idx2name.get(index)
@@ -339,7 +379,11 @@ class Optimizer:
             lr = self.lr_scheduler(n)
         else:
             lr = self.lr
-        lr = lr * self._mult(index, self.lr_mult, "lr_mult")
+        pd = self.param_dict
+        if self.lr_mult or type(pd) is not dict or pd:
+            lr = lr * self._mult(index, self.lr_mult, "lr_mult")
+        else:  # no multipliers at all (the common case): _mult's 1.0 without the call
+            lr = lr * 1.0
         if type(lr) is float and 0.0 <= lr < math.inf:  # the common case, without an ABC check
             return lr
         if not (isinstance(lr, numbers.Real) and math.isfinite(lr) and lr >= 0):
@@ -348,12 +392,16 @@ class Optimizer:
         return float(lr)
 
     def _get_wd(self, index):
-        return self.wd * self._mult(index, self.wd_mult, "wd_mult")
+        pd = self.param_dict
+        if self.wd_mult or type(pd) is not dict or pd:
+            return self.wd * self._mult(index, self.wd_mult, "wd_mult")
+        return self.wd * 1.0  # no multipliers at all: _mult's 1.0 without the call
 
     def _next_count(self, index):
         """``(t, num_update)`` after this index's next update, without committing them."""
         t = self._index_update_count.get(index, self.begin_num_update) + 1
-        return t, max(self.num_update, t)
+        n = self.num_update
+        return t, (t if t > n else n)  # max(n, t)
 
     def _lr_count(self, num_update_after):
         """The ``num_update`` the schedule is read at: MXNet increments the count first."""
@@ -361,7 +409,8 @@ class Optimizer:
 
     def _commit_count(self, index, t):
         self._index_update_count[index] = t
-        self.num_update = max(self.num_update, t)
+        if t > self.num_update:  # num_update = max(num_update, t)
+            self.num_update = t
 
     def _update_count(self, index):
         """MXNet's ``_update_count``: add 1 to the count of ``index`` (or of each index of a
@@ -467,9 +516,28 @@ class Optimizer:
     def _signature(arrays_):
         """What a check of the array contract reads of numpy arrays that can change while the
         array object stays the same: shape, strides, dtype and the writeable flag (the memory
-        an array object uses never moves, so overlaps cannot change)."""
-        return tuple(None if a is None else (a.shape, a.strides, a.dtype, a.flags.writeable)
-                     for a in arrays_)
+        an array object uses never moves, so overlaps cannot change); one entry per array,
+        None skipped (where the Nones are is remembered by identity)."""
+        return [_ARRAY_SIGNATURE(a) for a in arrays_ if a is not None]
+
+    def _template_key(self):
+        """What ``create_state_template`` is a function of beside the weight's shape and dtype
+        (the base template's cache key): a remembered step compares it instead of building the
+        template. A subclass that makes its template otherwise (``create_state_template`` or
+        ``_slot_template``) overrides this in the same class, or the template is built and
+        compared (:meth:`_template_key_applies`)."""
+        return self.state_slots(), self._tuple_state()
+
+    def _template_key_applies(self):
+        """Whether :meth:`_template_key` speaks for this class's template: it is defined in
+        the class that defines ``create_state_template`` and ``_slot_template``, or below it."""
+        mro = type(self).__mro__
+
+        def owner(name):
+            return next(k for k in mro if name in k.__dict__)
+        keyed = owner("_template_key")
+        return all(issubclass(keyed, owner(name))
+                   for name in ("create_state_template", "_slot_template"))
 
     def _remember_checked(self, weight, grad, state, template):
         """Remember numpy arrays that passed every check of ``update``, weakly (a dead array
@@ -481,36 +549,54 @@ class Optimizer:
         if len(memo) > 4096:
             memo.clear()
         every = (weight, grad) + tuple(leaves)
-        memo[id(weight)] = (tuple(None if a is None else weakref.ref(a) for a in every),
-                            type(state), template, self._signature(every))
+        refs = tuple(None if a is None else weakref.ref(a) for a in every)
+        # the weight's description, for the steps that find it here: what it says is what the
+        # signature re-reads (or follows from it), and it holds no reference to the array
+        desc = arrays.ArrayDesc.of_numpy(weight)
+        desc.ptr  # noqa: B018 - the extent read now, while the array is at hand
+        desc.obj = None
+        memo[id(weight)] = (refs, type(state), template, self._signature(every),
+                            self._template_key() if self._template_key_applies() else None,
+                            all(a is not None for a in leaves), desc)
 
     def _checked_before(self, weight, grad, state):
         """The weight's description when ``(weight, grad, state)`` are the very numpy arrays
         of an earlier ``update`` that passed every check, unchanged in everything a check
-        reads, with the same state template; else None (then everything is checked)."""
+        reads, with the same state template; else None (then everything is checked). The
+        description is the one remembered with the arrays (its ``obj`` is None: the memo holds
+        arrays weakly; a step reads its kind and dtype)."""
         memo = self.__dict__.get("_checked")
         if memo is None:
             return None
         entry = memo.get(id(weight))
-        if entry is None or type(state) is not entry[1]:
+        if entry is None:
             return None
-        leaves = self._numpy_leaves(state)
-        if leaves is None:
+        refs, state_type, template, signature, template_key, no_none, desc = entry
+        if type(state) is not state_type:
             return None
-        every = (weight, grad) + tuple(leaves)
-        refs = entry[0]
+        # the same objects as remembered (then each is the numpy array it was, or None)
+        if state is None:
+            every = (weight, grad)
+        elif state_type is tuple:
+            every = (weight, grad, *state)
+        else:
+            every = (weight, grad, state)
         if len(every) != len(refs):
             return None
         for a, r in zip(every, refs):
             if (r() is not a) if r is not None else (a is not None):
                 return None
-        w = arrays.ArrayDesc.of_numpy(weight)
-        if self._signature(every) != entry[3]:
+        now = list(map(_ARRAY_SIGNATURE, every)) if no_none else self._signature(every)
+        if now != signature:
             return None
-        template = self.create_state_template(w)
-        if template is not entry[2] and template != entry[2]:
+        if template_key is not None:  # what the template is a function of, compared
+            if self._template_key() != template_key:
+                return None
+            return desc
+        template_now = self.create_state_template(desc)
+        if template_now is not template and template_now != template:
             return None
-        return w
+        return desc
 
     def update_multi_precision(self, index, weight, grad, state, *, stream=None):
         """``update`` through the float32 master copy when the weight is float16 and
@@ -621,7 +707,7 @@ class Optimizer:
             with self._launching(cuda.Launcher(w, stream=stream, mirror=mirror, known=known,
                                                rows=rows)):
                 self._step(backend, index, weight, grad, state, t, lr, wd)
-        elif w.dtype == np.float16:
+        elif w.dtype == _FLOAT16:
             # float16 storage without a master copy: float32 arithmetic, rounded back after the step
             w32 = weight.astype(np.float32)
             states32 = self._map_state(state, lambda a: a.astype(np.float32))
@@ -651,6 +737,8 @@ class Optimizer:
         """The row-sparse mode ("lazy" or "standard") of the step in progress, else None: an
         optimizer whose MXNet row-sparse kernel rounds differently from its dense one then uses
         that kernel's arithmetic."""
+        if not _IN_USE["sparse"]:  # no sparse step in progress anywhere
+            return None
         sparse = getattr(_ACTIVE, "sparse", None)
         return sparse.get(id(self)) if sparse else None  # empty outside a sparse step
 
@@ -659,6 +747,8 @@ class Optimizer:
         """The launcher of this thread's step in progress on this optimizer, or None (then the
         CPU one). Kept per thread: a step running in one thread never receives another
         thread's rule calls (the optimizer's counts are shared state all the same)."""
+        if not _IN_USE["launchers"]:  # no launcher set anywhere: the CPU one
+            return None
         return getattr(_ACTIVE, "launchers", {}).get(id(self))
 
     def _launching(self, launcher):
@@ -689,6 +779,11 @@ class Optimizer:
         """The arrays of a state from ``create_state``, as a tuple in ``state_slots()`` order."""
         if state is None:
             return ()
+        if type(state) is tuple:  # the tuple itself when it holds no None (the common case)
+            for s in state:
+                if s is None:
+                    return tuple(s for s in state if s is not None)
+            return state
         if isinstance(state, tuple):
             return tuple(s for s in state if s is not None)
         return (state,)
@@ -792,6 +887,8 @@ class Optimizer:
     # ---------------------------------------------------------------------------------------
     @staticmethod
     def _check_index(index):
+        if type(index) is int or type(index) is str:  # the common case, without an ABC check
+            return
         if isinstance(index, bool) or not isinstance(index, (numbers.Integral, str)):
             raise TypeError(f"index must be an int (or a str name), got {type(index).__name__}")
 
@@ -911,6 +1008,27 @@ class Optimizer:
         if self.convention == "mxnet" and self.mxnet_kernel and x is not None:
             return _round_f32(x)
         return x
+
+    def _constants(self, slot, key, build):
+        """``build()``, remembered in the attribute ``slot`` while ``key`` (a tuple of every
+        object ``build`` reads: the hyperparameter attributes, ``convention``,
+        ``mxnet_kernel``) holds the very same objects: an attribute set again, even to an
+        equal value, builds again (identity, not ``==``, which would take ``-0.0`` for
+        ``0.0``), so the value is always what ``build()`` returns now. For the rounded
+        constants of a step; what changes per step (``t``, ``lr``, ``wd``) stays outside."""
+        held = self.__dict__.get(slot)
+        if held is not None and len(held[0]) == len(key) and all(map(operator.is_, held[0],
+                                                                          key)):
+            return held[1]
+        value = build()
+        self.__dict__[slot] = (key, value)
+        return value
+
+    def _float_rounder(self):
+        """:meth:`_r` as a plain function of a float (never None): ``_round_f32`` where
+        ``_r`` rounds, else the identity; for a value rounded every step beside
+        :meth:`_constants`."""
+        return _round_f32 if (self.convention == "mxnet" and self.mxnet_kernel) else _as_is
 
     def _clip_bound(self):
         """The clip bound for a rule, -1 meaning off, with each convention's gating."""

@@ -98,6 +98,10 @@ class DCASGD(Optimizer):
         mom = Slot("mom", weight.shape, weight.dtype) if self.momentum != 0.0 else None
         return (mom, Slot("w_prev", weight.shape, weight.dtype))
 
+    def _template_key(self):
+        # create_state_template above is a function of this and the weight's shape and dtype
+        return (self.momentum != 0.0,)
+
     def reference_hyper(self):
         return {"momentum": self.momentum, "lamda": self.lamda}
 

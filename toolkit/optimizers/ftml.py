@@ -74,10 +74,20 @@ class FTML(Optimizer):
         return {"beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon}
 
     @scalar_only
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+    def _step_constants(self):
+        """``(r, rs, c, b1, b2, (b1, 1 - b1, b2, 1 - b2), eps, guide)``: ``_r`` as a function
+        of a float, and the constants of a step as the convention rounds them."""
         r = self._r
-        lr, b1, b2 = r(lr), r(self.beta1), r(self.beta2)
+        b1, b2 = r(self.beta1), r(self.beta2)
+        return (self._float_rounder(), r(self.rescale_grad), self._clip_bound(), b1, b2,
+                (b1, 1.0 - b1, b2, 1.0 - b2), self.epsilon,
+                0.0 if self.convention == "mxnet" else 1.0)
+
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+        r, rs, c, b1, b2, betas, eps, guide = self._constants(
+            "_ftml_constants", (self.beta1, self.beta2, self.epsilon, self.rescale_grad,
+                                self.clip_gradient, self.convention, self.mxnet_kernel),
+            self._step_constants)
+        lr = r(lr)
         self._run_rule(ftml_rule, weight, grad, state,
-                       (r(wd), r(self.rescale_grad), self._clip_bound(), b1, 1.0 - b1, b2, 1.0 - b2,
-                        1.0 - b2 ** t, (1.0 - b1 ** t) / lr, self.epsilon,
-                        0.0 if self.convention == "mxnet" else 1.0))
+                       (r(wd), rs, c) + betas + (1.0 - b2 ** t, (1.0 - b1 ** t) / lr, eps, guide))

@@ -26,7 +26,6 @@ import math
 import numpy as np
 
 from ..backends import arrays, cpu
-from ..backends import rows as row_kernels
 from .base import Optimizer, check_nonneg, register
 
 __all__ = ["GroupAdaGrad"]
@@ -67,8 +66,8 @@ class GroupAdaGrad(Optimizer):
     supported: a step whose weight decay ``wd*wd_mult`` is not 0 raises ValueError before
     anything is written (MXNet 1.9.1 asserts). State: ``history`` of shape ``(rows, 1)``, the
     weight's dtype (MXNet keeps it in float32 only, so its float64 weights fail; not
-    reproduced). A ``toolkit.Trainer`` steps this optimizer parameter by parameter: its state is
-    not shaped like the weight, so it does not fit the Trainer's flat buffers.
+    reproduced). A ``toolkit.Trainer`` lays the histories of a group's parameters end to end
+    and steps the group in one segmented row call.
 
     Example::
 
@@ -85,7 +84,7 @@ class GroupAdaGrad(Optimizer):
 
     reference_name = "groupadagrad"
     mxnet_kernel = False      # MXNet's dense path is NDArray operations (Python ops)
-    elementwise_step = False  # one history value per row: no flat buffers in a Trainer
+    state_like_weight = False  # one history value per row: laid out per row in a Trainer
 
     def __init__(self, eps=1e-5, **kwargs):
         self.float_stable_eps = check_nonneg("eps", eps)
@@ -116,6 +115,10 @@ class GroupAdaGrad(Optimizer):
             raise ValueError(f"GroupAdaGrad needs a 2-D weight, got weight of shape "
                              f"{tuple(weight.shape)}")
         return (weight.shape[0], 1), weight.dtype
+
+    def _template_key(self):
+        # _slot_template above reads the weight's shape and dtype only: the base key holds
+        return self.state_slots(), self._tuple_state()
 
     def _init_slot(self, name, weight):
         d = arrays.describe(weight)
@@ -178,25 +181,5 @@ class GroupAdaGrad(Optimizer):
         if self.convention == "mxnet" and self._row_sparse:
             lr = float(np.float32(lr))
         hyper = (lr, rs, c, eps)
-        launcher = self._launcher or cpu.LAUNCHER
-        if launcher.backend == "cuda":
-            self._rows_step_cuda(launcher, weight, grad_rows, rows, state, hyper)
-        elif launcher.backend == "cpu":
-            g = grad_rows if grad_rows.dtype == weight.dtype else grad_rows.astype(weight.dtype)
-            row_kernels.run_cpu(row_rules, weight, g, state, rows, hyper)
-        else:
-            raise RuntimeError(f"GroupAdaGrad's row step cannot run on a {launcher.backend!r} "
-                               "launcher (a Trainer steps it parameter by parameter)")
-
-    @staticmethod
-    def _rows_step_cuda(launcher, weight, grad_rows, rows, state, hyper):
-        describe = getattr(launcher, "_describe", lambda a, what: arrays.describe(a, what))
-        w = describe(weight, "weight")
-        g = describe(grad_rows, "grad")
-        h = describe(state, "state['history']")
-        mirror = launcher._mirror_for(w) if hasattr(launcher, "_mirror_for") else None
-        if rows is not None and isinstance(rows, np.ndarray) and \
-                getattr(launcher, "rows", None) is rows and hasattr(launcher, "_device_rows"):
-            rows = launcher._device_rows()  # uploaded once per step by the launcher
-        launcher._in_device(row_kernels.run_cuda, row_rules, w, g, h, rows, hyper,
-                            stream=launcher.stream, mirror=mirror)
+        (self._launcher or cpu.LAUNCHER).run_rows(row_rules, weight, grad_rows, state, rows,
+                                                  hyper)

@@ -86,6 +86,42 @@ def accumulated_plain_rule(f):
     return rule
 
 
+def fresh_momentum_rule(f):
+    """:func:`accumulated_momentum_rule` where the accumulator is known to hold zeros
+    (``batch_scale`` 1: every call steps and leaves it zero): the same arithmetic with
+    ``zero`` for ``cum`` (so ``-0.0`` gradients become ``+0.0`` as before), the accumulator
+    neither read nor written. ``hp`` as there; state ``(mom,)``."""
+    zero = f(0)
+
+    def rule(w, grad, mom, hp):
+        lr, lrwd, rs, c, mu, lrrs, bs = hp
+        gm = (zero + grad) / bs
+        if c >= zero:
+            scale, g = lr, min(max(rs * gm, -c), c)
+        else:
+            scale, g = lrrs, gm
+        step = scale * g
+        mom = ((mu * mom) - lrwd * w) - step
+        return w + mom, mom
+    return rule
+
+
+def fresh_plain_rule(f):
+    """:func:`accumulated_plain_rule` where the accumulator is known to hold zeros (see
+    :func:`fresh_momentum_rule`); no state."""
+    zero = f(0)
+
+    def rule(w, grad, hp):
+        lr, decay, rs, c, lrrs, bs = hp
+        gm = (zero + grad) / bs
+        if c >= zero:
+            scale, g = lr, min(max(rs * gm, -c), c)
+        else:
+            scale, g = lrrs, gm
+        return decay * w - scale * g
+    return rule
+
+
 @register
 class LBSGD(Optimizer):
     """Large-batch SGD (MXNet ``lbsgd``): SGD with warmup multipliers and optional LARS.
@@ -124,6 +160,9 @@ class LBSGD(Optimizer):
         super().__init__(multi_precision=multi_precision, **kwargs)
         self._cum: dict = {}
         self._ncum: dict = {}
+        #: indices whose accumulator is known to hold +0.0 everywhere (created here, or zeroed
+        #: by a step since): with batch_scale 1 their steps neither read nor write it
+        self._cum_zero: set = set()
 
     def state_slots(self):
         return ("mom",) if self.momentum != 0.0 else ()
@@ -145,24 +184,36 @@ class LBSGD(Optimizer):
         # MXNet reads the learning rate before it increments the count (optimizer.py:1209-1211)
         return self.num_update if self.convention == "mxnet" else num_update_after
 
-    def _accumulator(self, index, weight):
+    def _accumulator(self, index, weight, launcher=None):
         """This index's gradient accumulator (a zero array of the weight's kind, device and
         arithmetic dtype when it has none that fits) and call count."""
-        launcher = self._launcher or cpu.LAUNCHER
+        launcher = launcher or self._launcher or cpu.LAUNCHER
         dtype = launcher.compute_dtype(weight)
         cum = self._cum.get(index)
         if cum is not None:
-            c, w = arrays.describe(cum), arrays.describe(weight)
-            if c.shape != w.shape or c.dtype != dtype:
-                cum = None
-            elif c.kind != w.kind or (c.kind == arrays.DEVICE and c.library != w.library):
-                # a restored (host) accumulator for a device weight, or the reverse: moved over
-                moved = launcher.zeros_like(weight, dtype)
-                arrays.copy_from_host(moved, arrays.to_host(cum))
-                cum = moved
+            if type(cum) is np.ndarray and type(weight) is np.ndarray:  # both on the host
+                if cum.shape != weight.shape or cum.dtype != dtype:
+                    cum = None
+            else:
+                c, w = arrays.describe(cum), arrays.describe(weight)
+                if c.shape != w.shape or c.dtype != dtype:
+                    cum = None
+                elif c.kind != w.kind or (c.kind == arrays.DEVICE and c.library != w.library):
+                    # a restored (host) accumulator for a device weight, or the reverse
+                    moved = launcher.zeros_like(weight, dtype)
+                    arrays.copy_from_host(moved, arrays.to_host(cum))
+                    cum = moved
+                    self._cum_zero.discard(index)
         if cum is None:
             cum = launcher.zeros_like(weight, dtype)
+            self._cum_zero.add(index)
         return cum, self._ncum.get(index, self.init_updates)
+
+    def _fresh(self, index):
+        """Whether the next step of ``index`` may skip its accumulator: ``batch_scale`` 1 (every
+        call steps) and the accumulator known to hold zeros, so ``(cum + grad)/1`` is
+        ``(0 + grad)/1``."""
+        return self.batch_scale == 1 and index in self._cum_zero
 
     def host_state(self):
         keys = sorted(set(self._ncum) | set(self._cum), key=str)
@@ -197,6 +248,7 @@ class LBSGD(Optimizer):
                     arrays.copy_from_host(bound[k], a)   # a Trainer's flat buffer stays bound
                 else:
                     bound[k] = a
+            self._cum_zero.clear()   # restored: read by the next step, zeroed by it
             self._ncum = ncum
         return commit
 
@@ -215,6 +267,7 @@ class LBSGD(Optimizer):
 
     def _reference_store_extra(self, index, new_state, weight):
         self._cum[index] = np.asarray(new_state["cum"]).astype(weight.dtype)
+        self._cum_zero.discard(index)
         self._ncum[index] = int(new_state["ncum"])
 
     # --- the Trainer's hooks: a flat accumulator, and norms computed for a whole group --------
@@ -228,24 +281,28 @@ class LBSGD(Optimizer):
         if old is not None and arrays.describe(old).shape == arrays.describe(array).shape:
             arrays.copy_from_host(array, arrays.to_host(old))  # what was accumulated carries on
         self._cum[index] = array
+        self._cum_zero.discard(index)  # its contents are the Trainer's (e.g. broadcast) now
 
     def norm_inputs(self, index):
         """What the next step of ``index`` takes norms of ('lars' only): None for none, else
         ``batch_scale`` (norms of ``w`` and ``(cum + grad)/batch_scale``, convention "mxnet") or
-        0 (norms of ``w`` and ``grad``, "guide")."""
+        0 (norms of ``w`` and ``grad``: "guide", or an accumulator known to be zero with
+        ``batch_scale`` 1, where the squares are the same)."""
         if self.warmup_strategy != "lars":
             return None
         if self.convention == "guide":
             return 0
         ncum = self._ncum.get(index, self.init_updates) + 1
-        return self.batch_scale if ncum % self.batch_scale == 0 else None
+        if ncum % self.batch_scale != 0:
+            return None
+        return 0 if self._fresh(index) else self.batch_scale
 
-    def _multiplier(self, weight, grad, cum, wd, ncum):
+    def _multiplier(self, weight, grad, cum, wd, ncum, launcher=None):
         if self.warmup_strategy != "lars":
             return lbmult(ncum, self.warmup_strategy, self.warmup_epochs, self.updates_per_epoch,
                           self.batch_scale)
         # both norms on the backend that holds the arrays (float64 accumulation, fixed order)
-        ww, gg = (self._launcher or cpu.LAUNCHER).lars_norms(
+        ww, gg = (launcher or self._launcher or cpu.LAUNCHER).lars_norms(
             weight, grad, cum, self.batch_scale if cum is not None else 0)
         return min(max(math.sqrt(ww / (gg + wd * ww + 1e-18)), 0.01), 100.0)
 
@@ -253,22 +310,35 @@ class LBSGD(Optimizer):
         states = self.state_arrays(state)
         r = self._r
         if self.convention == "mxnet":
-            cum, ncum = self._accumulator(index, weight)
+            launcher = self._launcher or cpu.LAUNCHER  # looked up once: a cheap call counts
+            cum, ncum = self._accumulator(index, weight, launcher)
             ncum += 1
             self._cum[index], self._ncum[index] = cum, ncum
             if ncum % self.batch_scale != 0:
-                self._run_rule(add_rule, cum, grad, (), (0.0,))             # cum = cum + grad
+                self._cum_zero.discard(index)
+                launcher.run_rule(add_rule, cum, grad, (), (0.0,))          # cum = cum + grad
                 return
-            # one pass: gm = (cum + grad)/bs, the SGD step with gm, cum = 0
-            lr = lr * self._multiplier(weight, grad, cum, wd, ncum)
+            # one pass: gm = (cum + grad)/bs, the SGD step with gm, cum = 0; an accumulator
+            # known to be zero (batch_scale 1) is neither read nor written: the norms of
+            # (0 + grad)/1 are those of grad, and the rule adds 0 itself
+            fresh = self._fresh(index)
+            lr = lr * self._multiplier(weight, grad, None if fresh else cum, wd, ncum, launcher)
             lr, wd, rs, c = r(lr), r(wd), r(self.rescale_grad), self._clip_bound()
             bs = float(self.batch_scale)
             if states:
-                self._run_rule(accumulated_momentum_rule, weight, grad, (cum,) + states,
-                               (lr, lr * wd, rs, c, r(self.momentum), lr * rs, bs))
+                hyper = (lr, lr * wd, rs, c, r(self.momentum), lr * rs, bs)
+                if fresh:
+                    launcher.run_rule(fresh_momentum_rule, weight, grad, states, hyper)
+                else:
+                    launcher.run_rule(accumulated_momentum_rule, weight, grad,
+                                      (cum,) + states, hyper)
             else:
-                self._run_rule(accumulated_plain_rule, weight, grad, (cum,),
-                               sgd_update_hyper(lr, wd, rs, c) + (bs,))
+                hyper = sgd_update_hyper(lr, wd, rs, c) + (bs,)
+                if fresh:
+                    launcher.run_rule(fresh_plain_rule, weight, grad, (), hyper)
+                else:
+                    launcher.run_rule(accumulated_plain_rule, weight, grad, (cum,), hyper)
+            self._cum_zero.add(index)
             return
         ncum = self._ncum.get(index, self.init_updates) + 1  # the guide accumulates nothing
         lr = lr * self._multiplier(weight, grad, None, wd, ncum)

@@ -105,16 +105,25 @@ class Signum(Optimizer):
         return {"momentum": self.momentum, "wd_lh": self.wd_lh}
 
     @scalar_only
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+    def _step_constants(self):
+        """``(r, rs, c, mu, 1 - mu, wd_lh, direction)``: ``_r`` as a function of a float, and
+        the constants of a step as the convention rounds them."""
         r = self._r
-        lr, wd, rs, c = r(lr), r(wd), r(self.rescale_grad), self._clip_bound()
+        mu = r(self.momentum)
+        return (self._float_rounder(), r(self.rescale_grad), self._clip_bound(), mu, 1.0 - mu,
+                r(self.wd_lh), -1.0 if self.convention == "mxnet" else 1.0)
+
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+        r, rs, c, mu, one_minus_mu, wd_lh, direction = self._constants(
+            "_signum_constants", (self.momentum, self.wd_lh, self.rescale_grad,
+                                  self.clip_gradient, self.convention, self.mxnet_kernel),
+            self._step_constants)
+        lr, wd = r(lr), r(wd)
         if self.momentum == 0.0:
             if self.convention == "mxnet":
                 self._run_rule(signsgd_mxnet_rule, weight, grad, (), (lr, 1.0 - lr * wd))
             else:
                 self._run_rule(signsgd_guide_rule, weight, grad, (), (lr, wd, rs, c))
             return
-        mu = r(self.momentum)
-        direction = -1.0 if self.convention == "mxnet" else 1.0
         self._run_rule(signum_rule, weight, grad, (state,),
-                       (lr, wd, rs, c, mu, 1.0 - mu, 1.0 - lr * r(self.wd_lh), direction))
+                       (lr, wd, rs, c, mu, one_minus_mu, 1.0 - lr * wd_lh, direction))

@@ -61,6 +61,9 @@ class Recorder:
     def run_noise_rule(self, factory, weight, grad, hyper, key, aux):
         self.calls.append(("noise", factory, weight, grad, (), tuple(hyper), key, tuple(aux)))
 
+    def run_rows(self, factory, weight, grad, history, rows, hyper):
+        self.calls.append(("rows", factory, weight, grad, (history,), tuple(hyper), rows))
+
     def lars_norms(self, weight, grad, cum, batch_scale):
         """The norms the Trainer computed for the whole group before planning."""
         try:
@@ -93,16 +96,22 @@ class Group:
         self.data = self._alloc(host_data)
         self.grad = self._alloc(np.concatenate(
             [np.asarray(arrays.to_host(p._grad), self.dtype).reshape(-1) for _, p in members]))
-        #: whether the states live in flat buffers too (an element-wise optimizer); else each
-        #: member keeps the state its optimizer creates for its own weight view, and the Trainer
-        #: steps the members one by one (``Optimizer.elementwise_step``: GroupAdaGrad)
-        self.flat = bool(optimizer.elementwise_step)
-        self.state = optimizer.create_state_multi_precision(0, self.data) if self.flat else None
-        for a in state_leaves(self.state):
-            if arrays.describe(a).shape != (self.size,):
-                raise ValueError(f"{type(optimizer).__name__}'s state arrays are not shaped like "
-                                 "the weight; the Trainer's flat buffers need that (an optimizer "
-                                 "whose step is not element-wise sets elementwise_step = False)")
+        #: the layout of each state array of the whole-group state, by id: ``None`` for one
+        #: shaped like the weight (``Optimizer.state_like_weight``: one ``create_state`` over the
+        #: flat weight makes them), else ``(offsets, shapes)`` of the members' arrays laid end
+        #: to end (GroupAdaGrad's ``(rows, 1)`` history: each member's state is made for its
+        #: own weight and copied into one flat buffer per state array)
+        self._layouts: dict = {}
+        if optimizer.state_like_weight:
+            self.state = optimizer.create_state_multi_precision(0, self.data)
+            for a in state_leaves(self.state):
+                if arrays.describe(a).shape != (self.size,):
+                    raise ValueError(
+                        f"{type(optimizer).__name__}'s state arrays are not shaped like the "
+                        "weight; the Trainer's flat buffers need that (an optimizer whose "
+                        "state is shaped otherwise sets state_like_weight = False)")
+        else:
+            self.state = self._flatten_states(optimizer)
         self.mp = optimizer.uses_master(self.data)
         # per-index arrays the optimizer keeps outside its state (LBSGD's accumulator): flat
         # buffers in the arithmetic dtype, views bound to the optimizer
@@ -118,12 +127,7 @@ class Group:
         for k, (index, p) in enumerate(members):
             p._data, p._grad = self.view(k, self.data), self.view(k, self.grad)
             p._fresh = False  # arrays handed out before are detached: write into the new views
-            if self.flat:
-                self.views.append(map_state(self.state, lambda a, k=k: self.view(k, a)))
-            else:
-                self.views.append(optimizer.create_state_multi_precision(index, p._data))
-        if not self.flat:
-            self.state = tuple(self.views)  # every member's state, for whoever walks them all
+            self.views.append(map_state(self.state, lambda a, k=k: self.view(k, a)))
         for name, flat in self.host_flats.items():
             for k, (index, _) in enumerate(members):
                 optimizer.bind_host_buffer(name, index, self.view(k, flat))
@@ -142,21 +146,74 @@ class Group:
             return cuda.to_device(np.ascontiguousarray(host))
         return np.ascontiguousarray(host)
 
-    def _slicer(self, k, shape):
-        a, b = int(self.offsets[k]), int(self.offsets[k + 1])
+    def _flatten_states(self, optimizer):
+        """The whole-group state of an optimizer whose state is not shaped like the weight:
+        each member's ``create_state_multi_precision`` for its own weight, and every state
+        array laid end to end with the same array of the other members, in one flat buffer
+        (its layout in :attr:`_layouts`)."""
+        if not self.members:
+            return None
+        skeleton, shapes, dtypes, hosts = None, [], None, []
+        for k, (index, _) in enumerate(self.members):  # one member's state alive at a time
+            st = optimizer.create_state_multi_precision(index, self._slicer(k, None)(self.data))
+            leaves = [arrays.describe(a) for a in state_leaves(st)]
+            if skeleton is None:
+                skeleton, dtypes = map_state(st, lambda _: 0), [d.dtype for d in leaves]
+            if [d.dtype for d in leaves] != dtypes:
+                raise ValueError(f"{type(optimizer).__name__} made states of different "
+                                 "structures for the members of one group; the Trainer cannot "
+                                 "lay them out")
+            shapes.append([tuple(d.shape) for d in leaves])
+            hosts.append([np.asarray(arrays.to_host(a)).reshape(-1) for a in state_leaves(st)])
+            del st
+        flats = []
+        for j in range(len(dtypes)):
+            member_shapes = [row[j] for row in shapes]
+            sizes = [int(np.prod(shape, dtype=np.int64)) for shape in member_shapes]
+            offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+            flat = self._alloc(np.concatenate([row[j] for row in hosts]))
+            for row in hosts:
+                row[j] = None  # the host copies go as their flat buffer is made
+            self._layouts[id(flat)] = (offsets, member_shapes)
+            flats.append(flat)
+        it = iter(flats)
+        return map_state(skeleton, lambda _: next(it))
+
+    def layout(self, arr):
+        """The layout of one of the group's flat buffers: None for the weight's (the weight,
+        the gradient, every state array of an optimizer whose state is shaped like the weight),
+        else ``(offsets, shapes)`` (:meth:`_flatten_states`; a multi-precision master laid out
+        there has the weight's offsets)."""
+        return self._layouts.get(id(arr))
+
+    def _slicer(self, k, layout):
+        if layout is None:
+            offsets, shape = self.offsets, self.members[k][1].shape
+        else:
+            offsets, shape = layout[0], layout[1][k]
+        a, b = int(offsets[k]), int(offsets[k + 1])
         return lambda arr: arr[a:b].reshape(shape)
 
-    def view(self, k, arr):
+    def view(self, k, arr, layout=None):
         """Member ``k``'s view of the flat array ``arr``; views of the group's own buffers are
         made once (slicing a device array costs tens of microseconds), views of per-step
-        copies each time."""
+        copies each time. A per-step copy of a buffer laid out otherwise than the weight is
+        given that buffer's ``layout``."""
         if id(arr) not in self._persistent:
-            return self._slicer(k, self.members[k][1].shape)(arr)
+            return self._slicer(k, layout)(arr)
         key = (k, id(arr))
         v = self._views.get(key)
         if v is None:
-            v = self._views[key] = self._slicer(k, self.members[k][1].shape)(arr)
+            v = self._views[key] = self._slicer(k, self.layout(arr))(arr)
         return v
+
+    def rows_layout(self):
+        """The row tables of this group's matrices (``rows.GroupRows``), made on first use."""
+        rl = self.__dict__.get("_rows_layout")
+        if rl is None:
+            from ..backends.rows import GroupRows
+            rl = self._rows_layout = GroupRows(self.offsets, [p.shape for _, p in self.members])
+        return rl
 
     def split_state(self, optimizer, state):
         """``(master, inner)`` of a multi-precision state structure, else ``(None, state)``."""

@@ -251,7 +251,7 @@ class Trainer:
         if not active:
             return
         sparse = any(self._params[i].grad_stype == "row_sparse" for i in active)
-        if self._backend == "reference" or not self._optimizer.elementwise_step or sparse:
+        if self._backend == "reference" or sparse:
             self._dry_run(active)  # per-parameter steps write as they go: check them all first
             self._per_parameter_update(active)
         else:
@@ -276,8 +276,7 @@ class Trainer:
 
     def _per_parameter_update(self, active):
         """One ``update_multi_precision`` per parameter, in index order: the reference backend,
-        and optimizers whose step is not element-wise (``Optimizer.elementwise_step``: their
-        states do not fit the flat buffers, so no group runs in one call)."""
+        and steps with a row-sparse gradient (each has rows of its own)."""
         opt = self._optimizer
         backend = opt.backend
         # the Trainer picks the backend: the parameters' arrays say where they live
@@ -353,6 +352,7 @@ class _Work:
     def __init__(self, g: Group, opt):
         self.g, self.opt = g, opt
         master, inner = g.split_state(opt, g.state)
+        inner_layouts = [g.layout(a) for a in state_leaves(inner)]
         self.after = None
         self.mirror = None
         if g.device == "cuda":
@@ -375,13 +375,17 @@ class _Work:
                 for k in self.members:
                     a, b = int(g.offsets[k]), int(g.offsets[k + 1])
                     np.copyto(g.data[a:b], self.w[a:b], casting="same_kind")
-                    for dst, src in zip(state_leaves(inner), state_leaves(self.s)):
-                        np.copyto(dst[a:b], src[a:b], casting="same_kind")
+                    for dst, src, lay in zip(state_leaves(inner), state_leaves(self.s),
+                                             inner_layouts):
+                        sa, sb = (a, b) if lay is None else (int(lay[0][k]), int(lay[0][k + 1]))
+                        np.copyto(dst[sa:sb], src[sa:sb], casting="same_kind")
             self.after = back
         else:
             self.w, self.grad, self.s = g.data, g.grad, inner
         self.recorder = Recorder(self._launcher_for(self.w, self.mirror))
         self.flats = [self.w, self.grad] + state_leaves(self.s) + list(g.host_flats.values())
+        #: the layout of each work array (``Group.layout``; a per-step copy takes its source's)
+        self.layouts = [None, None] + inner_layouts + [None] * len(g.host_flats)
         # id(view) -> (position in self.flats, member); member -> its views. When every work
         # array is one of the group's own buffers (no per-step copies), both are kept across steps
         key = tuple(id(f) for f in self.flats)
@@ -410,7 +414,7 @@ class _Work:
         if views is None:
             flat_views = []
             for j, flat in enumerate(self.flats):
-                v = self.g.view(k, flat)
+                v = self.g.view(k, flat, self.layouts[j])
                 self.owner[id(v)] = (j, k)
                 flat_views.append(v)
             leaves = iter(flat_views[2:2 + len(state_leaves(self.s))])
@@ -560,6 +564,9 @@ class _Work:
                     for call in calls[self.calls_from[k]:end]:
                         if call[0] == "rule":
                             real.run_rule(*call[1:6])
+                        elif call[0] == "rows":
+                            real.run_rows(call[1], call[2], call[3], call[4][0], call[6],
+                                          call[5])
                         else:
                             real.run_noise_rule(call[1], call[2], call[3], call[5], call[6],
                                                 call[7])
@@ -600,11 +607,27 @@ class _Work:
                 layout = pos
             elif pos != layout:
                 return None
-            rows[k] = call[5:]  # (hyper,) or (hyper, key, aux)
+            if kind == "rows" and call[6] is not None:
+                return None  # a lazy row-sparse step: rows of its own
+            rows[k] = call[5:]  # (hyper,), (hyper, key, aux) or (hyper, None)
         if len({len(r[0]) for r in rows.values()}) != 1 or (
                 kind == "noise" and len({len(r[2]) for r in rows.values()}) != 1):
             return None
+        if not self._fits(kind, layout):
+            return None
         return kind, factory, [self.flats[j] for j in layout], rows
+
+    def _fits(self, kind, positions):
+        """Whether the work arrays at ``positions`` (weight, grad, states) are laid out as the
+        segmented kernel of ``kind`` reads them: every array like the weight, except a row
+        rule's history, one value per row of each member."""
+        g = self.g
+        like_weight = [self.layouts[j] for j in positions]
+        if kind == "rows":
+            history = like_weight.pop(2) if len(like_weight) == 3 else None
+            if history is None or not np.array_equal(history[0], g.rows_layout().row_offsets):
+                return False
+        return all(lay is None or np.array_equal(lay[0], g.offsets) for lay in like_weight)
 
     def _run_segmented(self, kind, factory, flats, rows):
         g = self.g
@@ -629,7 +652,12 @@ class _Work:
             launcher = self.recorder.real
             # the float16 weight is written from the master by the kernel that updates it
             mirror = d(self.mirror) if (self.mirror is not None and w is self.w) else None
-            if kind == "noise":
+            if kind == "rows":
+                from ..backends import rows as row_kernels
+                launcher._in_device(row_kernels.run_cuda_segmented, factory, d(w), d(grad),
+                                    d(states[0]), table, g.uploads[0], g.rows_layout(),
+                                    stream=launcher.stream, mirror=mirror)
+            elif kind == "noise":
                 launcher._in_device(cuda.run_noise_segmented, factory, d(w), d(grad), table,
                                     keys, aux, g.uploads, g.offsets_device, g.chunks,
                                     stream=launcher.stream, mirror=mirror)
@@ -637,6 +665,9 @@ class _Work:
                 launcher._in_device(cuda.run_segmented, factory, d(w), d(grad),
                                     [d(a) for a in states], table, g.uploads[0], g.chunks,
                                     stream=launcher.stream, mirror=mirror)
+        elif kind == "rows":
+            from ..backends import rows as row_kernels
+            row_kernels.run_cpu_segmented(factory, w, grad, states[0], table, g.rows_layout())
         elif kind == "noise":
             cpu.run_noise_segmented(factory, w, grad, table, keys, aux, g.offsets, g.chunks)
         else:
