@@ -115,3 +115,26 @@ def test_parallel_and_serial_row_kernels_agree_bit_for_bit(monkeypatch):
             opt.update(0, w, g, h)
         out.append((w, h))
     assert np.array_equal(out[0][0], out[1][0]) and np.array_equal(out[0][1], out[1][1])
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("clip", [None, 0.5])
+def test_float16_master_step_in_one_pass_equals_widen_step_round(order, clip):
+    """With multi_precision, the CPU row kernel widens the float16 gradient on load and writes
+    the float16 weight from the new master in the same pass: bit for bit the float32 step on
+    the widened gradient followed by rounding (numpy's astype), in either memory order."""
+    rng = np.random.default_rng(7)
+    w16 = np.asarray(rng.standard_normal((37, 13)), np.float16, order=order)
+    grads = [np.asarray(rng.standard_normal((37, 13)) * 3, np.float16, order=order)
+             for _ in range(3)]
+    opt = optimizer.create("groupadagrad", learning_rate=0.1, multi_precision=True,
+                           clip_gradient=clip)
+    state = opt.create_state_multi_precision(0, w16)
+    twin = optimizer.create("groupadagrad", learning_rate=0.1, clip_gradient=clip)
+    w32 = w16.astype(np.float32)
+    h32 = twin.create_state(0, w32)
+    for g in grads:
+        opt.update_multi_precision(0, w16, g, state)
+        twin.update(0, w32, g.astype(np.float32), h32)
+        assert np.array_equal(w16, w32.astype(np.float16))
+        assert np.array_equal(state[0], w32) and np.array_equal(state[1], h32)

@@ -76,3 +76,26 @@ if __name__ == "__main__" and "--exhaustive" in sys.argv:
         _check_to_half(np.arange(c * chunk, (c + 1) * chunk, dtype=np.uint64)
                        .astype(np.uint32).view(np.float32))
     print("all 2**32 float32 values round to float16 as numpy does")
+
+
+def test_array_conversions_equal_numpys_in_every_layout():
+    """``cpu.to_single`` and ``cpu.to_half_into`` (the kernels that replace numpy's float16
+    conversions on the CPU paths) give numpy's bits: every float16, and float32 values around
+    the rounding boundaries, overflow and NaN, in C order, Fortran order and strided."""
+    from toolkit.backends import cpu
+    every = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
+    assert np.array_equal(cpu.to_single(every).view(np.uint32),
+                          every.astype(np.float32).view(np.uint32))
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(1 << 16) * np.exp2(rng.integers(-30, 18, 1 << 16))).astype(
+        np.float32)
+    x[:6] = [np.inf, -np.inf, np.nan, 65520.0, 65519.996, 2.0 ** -25]
+    for a in (x.reshape(256, 256), np.asfortranarray(x.reshape(256, 256)), x[::2]):
+        out = np.zeros(a.shape, np.float16, order="F" if a.flags.f_contiguous else "C")
+        cpu.to_half_into(out, a)
+        with np.errstate(over="ignore"):
+            assert np.array_equal(out.view(np.uint16), a.astype(np.float16).view(np.uint16))
+        h = a.astype(np.float16)
+        assert np.array_equal(cpu.to_single(h).view(np.uint32),
+                              h.astype(np.float32).view(np.uint32))
+    assert cpu.to_single(x).dtype == np.float32  # not float16: numpy's astype

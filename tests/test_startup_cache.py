@@ -20,6 +20,16 @@ t = Trainer(p, "ftrl")
 for q in p:
     q.grad()[...] = 1.0
 t.step(1)
+for mp in (False, True):        # the row kernels: one tensor, float16 with a master, a group
+    opt = optimizer.create("groupadagrad", multi_precision=mp)
+    w = np.ones((4, 8), np.float16 if mp else np.float32)
+    opt.update_multi_precision(0, w, np.ones((4, 8), w.dtype),
+                               opt.create_state_multi_precision(0, w))
+p = [Parameter("e", shape=(3, 4)), Parameter("f", shape=(2, 5))]
+t = Trainer(p, "groupadagrad")
+for q in p:
+    q.grad()[...] = 1.0
+t.step(1)
 """
 
 

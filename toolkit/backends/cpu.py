@@ -358,6 +358,62 @@ def _mp_loop(rule, n_state, n_hyper, widen, narrow):
     return loop
 
 
+def _convert_kernel(to_half: bool, parallel: bool):
+    """The compiled loop ``loop(src, out)`` converting float16 bits (uint16) to float32 exactly,
+    or (``to_half``) float32 to float16 bits rounded to nearest even (cached per process)."""
+    key = ("to-half" if to_half else "to-single", bool(parallel))
+
+    def build():
+        from . import half
+        convert = _inlined(_by_value(half.single_to_half if to_half else half.half_to_single))
+
+        def loop(src, out):
+            for i in prange(src.shape[0]):
+                out[i] = convert(src[i])
+        f32, u16 = types.float32[::1], types.uint16[::1]
+        sig = types.void(f32, u16) if to_half else types.void(u16, f32)
+        return _compile(sig, parallel)(loop)
+    return _cached(key, build)
+
+
+def _same_flat_order(a, b):
+    """The memory order in which ``a`` and ``b`` are both contiguous, or None."""
+    if a.flags.c_contiguous and b.flags.c_contiguous:
+        return "C"
+    if a.flags.f_contiguous and b.flags.f_contiguous:
+        return "F"
+    return None
+
+
+def to_single(a16, out=None):
+    """``a16`` (float16) as float32, exactly (``a16.astype(np.float32)``, or written into
+    ``out``), by a vectorised kernel where both arrays are contiguous in one order: numpy's
+    conversion takes about 2.5 ns per element on the development machine, the kernel about
+    what copying the bytes takes."""
+    if out is None:
+        out = np.empty(a16.shape, np.float32, order="F" if (
+            a16.flags.f_contiguous and not a16.flags.c_contiguous) else "C")
+    order = _same_flat_order(a16, out)
+    if order is None or a16.dtype != np.float16 or out.dtype != np.float32:
+        out[...] = a16
+    elif a16.size:
+        _convert_kernel(False, a16.size >= PARALLEL_THRESHOLD)(
+            a16.reshape(-1, order=order).view(np.uint16), out.reshape(-1, order=order))
+    return out
+
+
+def to_half_into(out16, a32):
+    """``out16[...] = a32`` rounded to float16, to nearest with ties to even (numpy's
+    ``copyto(..., casting="same_kind")``), by a vectorised kernel where both arrays are
+    contiguous in one order."""
+    order = _same_flat_order(a32, out16)
+    if order is None or a32.dtype != np.float32 or out16.dtype != np.float16:
+        np.copyto(out16, a32, casting="same_kind")
+    elif a32.size:
+        _convert_kernel(True, a32.size >= PARALLEL_THRESHOLD)(
+            a32.reshape(-1, order=order), out16.reshape(-1, order=order).view(np.uint16))
+
+
 def mp_kernel(factory, n_state: int, n_hyper: int, parallel: bool):
     """The compiled multi-precision loop of ``factory``'s float32 rule (cached per process)."""
     key = ("mp", factory, n_state, n_hyper, bool(parallel))
@@ -391,7 +447,7 @@ class MirrorLauncher(Launcher):
         if grad.dtype != np.float16:
             return grad
         if self._g32 is None or self._g32[0] is not grad:
-            self._g32 = (grad, grad.astype(np.float32))
+            self._g32 = (grad, to_single(grad))
         return self._g32[1]
 
     def run_rule(self, factory, weight, grad, states, hyper):
@@ -406,6 +462,18 @@ class MirrorLauncher(Launcher):
         kernel = mp_kernel(factory, len(states), hpa.shape[0],
                            w.shape[0] >= PARALLEL_THRESHOLD)
         kernel(w, g.view(np.uint16), *states, w16.view(np.uint16), hpa)
+        self.mirrored = True
+
+    def run_rows(self, factory, weight, grad, history, rows, hyper):
+        """A row rule over the master with the float16 gradient widened on load and the
+        float16 weight written in the same pass (else on the widened gradient, and the caller
+        rounds the weight after)."""
+        w16 = self.weight16
+        same_order = (weight.flags.c_contiguous and w16.flags.c_contiguous) or \
+            (weight.flags.f_contiguous and w16.flags.f_contiguous)
+        if weight is not self.master or grad.dtype != np.float16 or not same_order:
+            return super().run_rows(factory, weight, self._widened(grad), history, rows, hyper)
+        _rows_module().run_cpu(factory, weight, grad, history, rows, hyper, mirror=w16)
         self.mirrored = True
 
     def run_noise_rule(self, factory, weight, grad, hyper, key, aux):

@@ -33,8 +33,11 @@ the same pass.
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from numba import prange, types
+from numba.core.errors import NumbaIRAssumptionWarning
 from numba.np.unsafe.ndarray import to_fixed_tuple
 
 from . import cpu
@@ -46,63 +49,91 @@ __all__ = ["GroupRows", "run_cpu", "run_cpu_segmented", "run_cuda", "run_cuda_se
 # --------------------------------------------------------------------------------------------
 # CPU
 # --------------------------------------------------------------------------------------------
-def _cpu_row(prep, reduce_row, apply):
+def _cpu_row(prep, reduce_row, apply, widen, narrow, mirror):
     """The step of one row (inlined into both loops): gradient row at ``gb`` (column stride
     ``g_cs``) updates history ``h[r]`` and the weight row at ``wb`` (column stride ``w_cs``).
     Contiguous rows (both strides 1) run over slices from 0, which vectorise; other strides
-    index element by element."""
-    def row(w, g, h, r, wb, gb, ncols, w_cs, g_cs, hp):
+    index element by element. ``widen`` loads a gradient element (float16 bits widened exactly
+    for a float32 master, else as it is); with ``mirror`` the float16 copy ``o`` (uint16 bits,
+    the weight's shape and order) of each new weight element is written in the same pass."""
+    def row(w, g, h, r, wb, gb, ncols, w_cs, g_cs, hp, o, scratch):
         n = np.float64(ncols)
-        quads = ncols // 4
-        s0 = s1 = s2 = s3 = 0.0
         if w_cs == 1 and g_cs == 1:
             gs = g[gb:gb + ncols]
-            for q in range(quads):
-                j = 4 * q
-                p0, p1 = np.float64(prep(gs[j], hp)), np.float64(prep(gs[j + 1], hp))
-                p2, p3 = np.float64(prep(gs[j + 2], hp)), np.float64(prep(gs[j + 3], hp))
-                s0 += p0 * p0
-                s1 += p1 * p1
-                s2 += p2 * p2
-                s3 += p3 * p3
-            for j in range(4 * quads, ncols):  # the last 0 to 3 columns
-                p = np.float64(prep(gs[j], hp))
-                s0 += p * p
-            hn, a = reduce_row(h[r], (s0 + s1) + (s2 + s3), n, hp)
-            h[r] = hn
             ws = w[wb:wb + ncols]
+            if mirror:  # widened and preprocessed once, in a loop that vectorises
+                ps = scratch[:ncols]
+                for j in range(ncols):
+                    ps[j] = prep(widen(gs[j]), hp)
+                hn, a = reduce_row(h[r], sum_ready(ps, hp), n, hp)
+                h[r] = hn
+                os = o[wb:wb + ncols]
+                for j in range(ncols):
+                    x = apply(ws[j], ps[j], a, hp)
+                    ws[j] = x
+                    os[j] = narrow(x)
+            else:
+                hn, a = reduce_row(h[r], sum_raw(gs, hp), n, hp)
+                h[r] = hn
+                for j in range(ncols):
+                    ws[j] = apply(ws[j], prep(gs[j], hp), a, hp)
+        else:  # strided: the row's preprocessed gradient gathered once
+            ps = scratch[:ncols]
             for j in range(ncols):
-                ws[j] = apply(ws[j], prep(gs[j], hp), a, hp)
-        else:
-            for q in range(quads):
-                j = 4 * q
-                p0 = np.float64(prep(g[gb + j * g_cs], hp))
-                p1 = np.float64(prep(g[gb + (j + 1) * g_cs], hp))
-                p2 = np.float64(prep(g[gb + (j + 2) * g_cs], hp))
-                p3 = np.float64(prep(g[gb + (j + 3) * g_cs], hp))
-                s0 += p0 * p0
-                s1 += p1 * p1
-                s2 += p2 * p2
-                s3 += p3 * p3
-            for j in range(4 * quads, ncols):
-                p = np.float64(prep(g[gb + j * g_cs], hp))
-                s0 += p * p
-            hn, a = reduce_row(h[r], (s0 + s1) + (s2 + s3), n, hp)
+                ps[j] = prep(widen(g[gb + j * g_cs]), hp)
+            hn, a = reduce_row(h[r], sum_ready(ps, hp), n, hp)
             h[r] = hn
             for j in range(ncols):
                 i = wb + j * w_cs
-                w[i] = apply(w[i], prep(g[gb + j * g_cs], hp), a, hp)
+                x = apply(w[i], ps[j], a, hp)
+                w[i] = x
+                if mirror:
+                    o[i] = narrow(x)
+    sum_raw, sum_ready = _row_sum(prep), _row_sum(cpu._inlined(cpu._by_value(_ready)))
     return cpu._inlined(row)
+
+
+def _ready(p, hp):
+    return p
+
+
+def _row_sum(prep):
+    """``sum(src, hp)``: the float64 sum of ``prep(src[j], hp)**2`` over a row, column ``j``
+    into running sum ``j % 4`` (the last 0 to 3 columns into sum 0), added as ``(s0 + s1) +
+    (s2 + s3)``: the order of every row kernel."""
+    def row_sum(src, hp):
+        ncols = src.shape[0]
+        quads = ncols // 4
+        s0 = s1 = s2 = s3 = 0.0
+        for q in range(quads):
+            j = 4 * q
+            p0, p1 = np.float64(prep(src[j], hp)), np.float64(prep(src[j + 1], hp))
+            p2, p3 = np.float64(prep(src[j + 2], hp)), np.float64(prep(src[j + 3], hp))
+            s0 += p0 * p0
+            s1 += p1 * p1
+            s2 += p2 * p2
+            s3 += p3 * p3
+        for j in range(4 * quads, ncols):
+            p = np.float64(prep(src[j], hp))
+            s0 += p * p
+        return (s0 + s1) + (s2 + s3)
+    return cpu._inlined(row_sum)
+
+
+#: Rows per iteration of the parallel loop (each iteration allocates one scratch row).
+ROW_BLOCK = 16
 
 
 def _cpu_loop(row, n_hyper):
     """The row loop of one tensor (``prange`` is ``range`` when serial)."""
-    def loop(w, g, h, rows, dense, nk, ncols, w_rs, w_cs, g_rs, g_cs, hpa):
+    def loop(w, g, h, rows, dense, nk, ncols, w_rs, w_cs, g_rs, g_cs, hpa, o):
         hp = to_fixed_tuple(hpa, n_hyper)
-        for kk in prange(nk):
-            k = np.int64(kk)  # a parallel loop's index is unsigned: keep the row index int64
-            r = k if dense else rows[k]
-            row(w, g, h, r, r * w_rs, k * g_rs, ncols, w_cs, g_cs, hp)
+        for bb in prange((nk + ROW_BLOCK - 1) // ROW_BLOCK):
+            scratch = np.empty(ncols, w.dtype)  # one per block of rows
+            b = np.int64(bb)  # a parallel loop's index is unsigned: keep row indices int64
+            for k in range(b * ROW_BLOCK, min(nk, (b + 1) * ROW_BLOCK)):
+                r = k if dense else rows[k]
+                row(w, g, h, r, r * w_rs, k * g_rs, ncols, w_cs, g_cs, hp, o, scratch)
     return loop
 
 
@@ -113,34 +144,56 @@ def _cpu_segmented_loop(row, n_hyper):
     ``ncols_of[s]`` columns and reads ``(active, *hp)`` from ``table[s]``. Each row runs the
     same inlined step as a single tensor's, so the group's step equals the per-tensor steps bit
     for bit."""
-    def loop(w, g, h, table, row_seg, row_base, ncols_of):
-        for kk in prange(row_seg.shape[0]):
-            r = np.int64(kk)
-            s = row_seg[r]
-            if table[s, 0] != 0:
-                hp = to_fixed_tuple(table[s, 1:], n_hyper)
-                b = row_base[r]
-                row(w, g, h, r, b, b, ncols_of[s], 1, 1, hp)
+    def loop(w, g, h, table, row_seg, row_base, ncols_of, o):
+        n_rows = row_seg.shape[0]
+        widest = 0
+        for s in range(ncols_of.shape[0]):
+            widest = max(widest, ncols_of[s])
+        for bb in prange((n_rows + ROW_BLOCK - 1) // ROW_BLOCK):
+            scratch = np.empty(widest, w.dtype)  # one per block of rows
+            b = np.int64(bb)
+            for r in range(b * ROW_BLOCK, min(n_rows, (b + 1) * ROW_BLOCK)):
+                s = row_seg[r]
+                if table[s, 0] != 0:
+                    hp = to_fixed_tuple(table[s, 1:], n_hyper)
+                    base = row_base[r]
+                    row(w, g, h, r, base, base, ncols_of[s], 1, 1, hp, o, scratch)
     return loop
 
 
-def cpu_kernel(factory, n_hyper: int, dtype, parallel: bool):
-    """The compiled CPU row loop of ``factory`` for ``dtype`` (cached per process)."""
+def cpu_kernel(factory, n_hyper: int, dtype, parallel: bool, mp=False):
+    """The compiled CPU row loop of ``factory`` for ``dtype`` (cached per process); ``mp``: a
+    float32 master with a float16 gradient and a float16 weight copy written in the same pass
+    (both as uint16 bits)."""
     dtype = np.dtype(dtype)
-    key = ("rows", factory, n_hyper, dtype, bool(parallel))
+    key = ("rows", factory, n_hyper, dtype, bool(parallel), bool(mp))
 
     def build():
         arr = cpu._NUMBA_TYPES[dtype][::1]
-        i64 = types.int64
-        sig = types.void(arr, arr, arr, i64[::1], types.boolean, i64, i64, i64, i64, i64, i64,
-                         arr)
-        return cpu._compile(sig, parallel)(_cpu_loop(_row_of(factory, dtype), n_hyper))
+        i64, u16 = types.int64, types.uint16[::1]
+        sig = types.void(arr, u16 if mp else arr, arr, i64[::1], types.boolean, i64, i64, i64,
+                         i64, i64, i64, arr, u16)
+        with warnings.catch_warnings():
+            # numba's pedantic SSA check flags the float16 conversions' conditional
+            # expressions when they are inlined into the row step inlined into the loop (a
+            # check of numba's own IR, not a fault: tests/test_groupadagrad.py checks this
+            # kernel bit for bit against the float32 step and numpy's rounding)
+            warnings.simplefilter("ignore", NumbaIRAssumptionWarning)
+            return cpu._compile(sig, parallel)(_cpu_loop(_row_of(factory, dtype, mp),
+                                                         n_hyper))
     return cpu._cached(key, build)
 
 
-def _row_of(factory, dtype):
+def _row_of(factory, dtype, mp=False):
+    from . import half
     prep, reduce_row, apply = (cpu._inlined(fn) for fn in factory(dtype.type))
-    return _cpu_row(prep, reduce_row, apply)
+    widen = cpu._inlined(cpu._by_value(half.half_to_single) if mp else cpu._by_value(_as_is))
+    narrow = cpu._inlined(cpu._by_value(half.single_to_half))
+    return _cpu_row(prep, reduce_row, apply, widen, narrow, bool(mp))
+
+
+def _as_is(x):
+    return x
 
 
 def cpu_segmented_kernel(factory, n_hyper: int, dtype, parallel: bool):
@@ -151,7 +204,8 @@ def cpu_segmented_kernel(factory, n_hyper: int, dtype, parallel: bool):
     def build():
         arr = cpu._NUMBA_TYPES[dtype][::1]
         i64 = types.int64[::1]
-        sig = types.void(arr, arr, arr, cpu._NUMBA_TYPES[dtype][:, ::1], i64, i64, i64)
+        sig = types.void(arr, arr, arr, cpu._NUMBA_TYPES[dtype][:, ::1], i64, i64, i64,
+                         types.uint16[::1])
         return cpu._compile(sig, parallel)(_cpu_segmented_loop(_row_of(factory, dtype),
                                                                n_hyper))
     return cpu._cached(key, build)
@@ -165,13 +219,19 @@ def _strides(shape, c_order):
 _ALL_ROWS = np.zeros(1, np.int64)  # the placeholder ``rows`` of a dense step
 
 
-def run_cpu(factory, weight, grad, history, rows, hyper):
+_NO_COPY = np.zeros(1, np.uint16)  # the placeholder float16 copy of a step without one
+
+
+def run_cpu(factory, weight, grad, history, rows, hyper, mirror=None):
     """One row step on numpy arrays, in place.
 
     ``weight``: ``(n_rows, ncols)``, C- or Fortran-contiguous, float32 or float64; ``grad``:
     ``(len(rows), ncols)`` (``(n_rows, ncols)`` when ``rows`` is None) of the weight's dtype, any
-    layout (copied to C order when not contiguous); ``history``: ``(n_rows, 1)`` contiguous;
-    ``rows``: None or int64 indices; ``hyper``: Python floats, rounded to the dtype once."""
+    layout (copied to C order when not contiguous), or float16 for a float32 weight with a
+    ``mirror``; ``history``: ``(n_rows, 1)`` contiguous; ``rows``: None or int64 indices;
+    ``hyper``: Python floats, rounded to the dtype once. ``mirror``: the float16 copy of a
+    float32 master ``weight`` (its shape and memory order), written from each new weight
+    element in the same pass."""
     dtype = weight.dtype
     n_rows, ncols = weight.shape
     dense = rows is None
@@ -187,13 +247,16 @@ def run_cpu(factory, weight, grad, history, rows, hyper):
     g_rs, g_cs = _strides(grad.shape, g_c)
     hpa = np.array(hyper, dtype)
     parallel = nk * ncols >= cpu.PARALLEL_THRESHOLD and nk > 1
+    mp = mirror is not None
     # cpu_kernel's own key, looked up first: a compiled kernel without the call
-    kernel = cpu._kernels.get(("rows", factory, hpa.shape[0], dtype, parallel))
+    kernel = cpu._kernels.get(("rows", factory, hpa.shape[0], dtype, parallel, mp))
     if kernel is None:
-        kernel = cpu_kernel(factory, hpa.shape[0], dtype, parallel)
-    kernel(weight.reshape(-1, order="C" if w_c else "F"),
-           grad.reshape(-1, order="C" if g_c else "F"), history.reshape(-1), rows_arr, dense,
-           nk, ncols, w_rs, w_cs, g_rs, g_cs, hpa)
+        kernel = cpu_kernel(factory, hpa.shape[0], dtype, parallel, mp)
+    order = "C" if w_c else "F"
+    g_flat = grad.reshape(-1, order="C" if g_c else "F")
+    kernel(weight.reshape(-1, order=order), g_flat.view(np.uint16) if mp else g_flat,
+           history.reshape(-1), rows_arr, dense, nk, ncols, w_rs, w_cs, g_rs, g_cs, hpa,
+           mirror.reshape(-1, order=order).view(np.uint16) if mp else _NO_COPY)
 
 
 def run_cuda(factory, w, g, h, rows, hyper, stream=0, mirror=None):
@@ -248,7 +311,7 @@ def run_cpu_segmented(factory, weight, grad, history, table, layout: GroupRows):
     parallel = layout.size >= cpu.PARALLEL_THRESHOLD and layout.n_rows > 1
     kernel = cpu_segmented_kernel(factory, table.shape[1] - 1, weight.dtype, parallel)
     kernel(weight, grad, history.reshape(-1), np.ascontiguousarray(table), layout.row_seg,
-           layout.row_base, layout.ncols_of)
+           layout.row_base, layout.ncols_of, _NO_COPY)
 
 
 def run_cuda_segmented(factory, w, g, h, table, upload, layout: GroupRows, stream=0,

@@ -628,7 +628,7 @@ class Optimizer:
         with self._launching(launcher):
             self._apply(index, master, grad, inner, backend, m)
         if not launcher.mirrored:
-            np.copyto(weight, master, casting="same_kind")
+            cpu.to_half_into(weight, master)
 
     def _check_master_state(self, state, w, g, grad_name="grad"):
         """A multi-precision ``state`` against the described float16 weight ``w`` and
@@ -709,11 +709,11 @@ class Optimizer:
                 self._step(backend, index, weight, grad, state, t, lr, wd)
         elif w.dtype == _FLOAT16:
             # float16 storage without a master copy: float32 arithmetic, rounded back after the step
-            w32 = weight.astype(np.float32)
-            states32 = self._map_state(state, lambda a: a.astype(np.float32))
-            self._step(backend, index, w32, grad.astype(np.float32), states32, t, lr, wd)
-            np.copyto(weight, w32, casting="same_kind")
-            self._zip_state(state, states32, lambda dst, src: np.copyto(dst, src, casting="same_kind"))
+            w32 = cpu.to_single(weight)
+            states32 = self._map_state(state, cpu.to_single)
+            self._step(backend, index, w32, cpu.to_single(grad), states32, t, lr, wd)
+            cpu.to_half_into(weight, w32)
+            self._zip_state(state, states32, cpu.to_half_into)
         else:
             self._step(backend, index, weight, grad, state, t, lr, wd)
         self._commit_count(index, t)

@@ -359,26 +359,26 @@ class _Work:
             self.w, self.grad, self.s = (master if g.mp else g.data), g.grad, inner
             self.mirror = g.data if g.mp else None
         elif g.mp:
-            self.w, self.grad, self.s = master, g.grad.astype(np.float32), inner
+            self.w, self.grad, self.s = master, cpu.to_single(g.grad), inner
 
             def back():  # the float16 weights of the updated members, from their masters
                 for k in self.members:
                     a, b = int(g.offsets[k]), int(g.offsets[k + 1])
-                    np.copyto(g.data[a:b], master[a:b], casting="same_kind")
+                    cpu.to_half_into(g.data[a:b], master[a:b])
             self.after = back
         elif g.dtype == np.float16:
             # float16 storage without a master copy: float32 arithmetic, rounded back after
-            self.w, self.grad = g.data.astype(np.float32), g.grad.astype(np.float32)
-            self.s = map_state(inner, lambda a: a.astype(np.float32))
+            self.w, self.grad = cpu.to_single(g.data), cpu.to_single(g.grad)
+            self.s = map_state(inner, cpu.to_single)
 
             def back():  # the updated members only, rounded back to float16
                 for k in self.members:
                     a, b = int(g.offsets[k]), int(g.offsets[k + 1])
-                    np.copyto(g.data[a:b], self.w[a:b], casting="same_kind")
+                    cpu.to_half_into(g.data[a:b], self.w[a:b])
                     for dst, src, lay in zip(state_leaves(inner), state_leaves(self.s),
                                              inner_layouts):
                         sa, sb = (a, b) if lay is None else (int(lay[0][k]), int(lay[0][k + 1]))
-                        np.copyto(dst[sa:sb], src[sa:sb], casting="same_kind")
+                        cpu.to_half_into(dst[sa:sb], src[sa:sb])
             self.after = back
         else:
             self.w, self.grad, self.s = g.data, g.grad, inner
