@@ -68,7 +68,7 @@ def remez(target, weight, a, b, ncoef, iterations=30, grid_size=4000):
         coef, level = [sol[j] for j in range(ncoef)], abs(sol[ncoef])
 
         def err(x, coef=coef):
-            return weight(x) * (target(x) - mp.polyval(coef[::-1], x))
+            return weight(x) * (target(x) - _horner(coef, x))
         vals = [err(x) for x in grid]
         peaks = [k for k in range(len(grid)) if k in (0, len(grid) - 1)
                  or (vals[k] - vals[k - 1]) * (vals[k + 1] - vals[k]) <= 0]
@@ -100,13 +100,22 @@ def remez(target, weight, a, b, ncoef, iterations=30, grid_size=4000):
     return coef
 
 
+def _horner(coef, x):
+    """``sum(coef[j] * x**j)`` by Horner's rule (lowest degree first; mpmath's ``polyval``
+    changed its coefficient order between versions)."""
+    acc = 0
+    for c in reversed(coef):
+        acc = acc * x + c
+    return acc
+
+
 def error_bound(name, coefficients, points=20000):
     """The largest weighted error of float64 ``coefficients`` for ``name`` on a uniform grid
     (as a float)."""
     mp = _setup()
     target, weight, b, _ = functions()[name]
-    c = [mp.mpf(x) for x in coefficients][::-1]
-    return float(max(abs(weight(z) * (target(z) - mp.polyval(c, z)))
+    c = [mp.mpf(x) for x in coefficients]
+    return float(max(abs(weight(z) * (target(z) - _horner(c, z)))
                      for z in (b * mp.mpf(k) / points for k in range(1, points + 1))))
 
 
