@@ -277,20 +277,28 @@ def _data(rng, dtype, steps):
 def test_save_load_continues_bit_identically(name, kw, tmp_path):
     dtype = "float16" if kw().get("multi_precision") else "float32"
     init, grads = _data(np.random.default_rng(3), dtype, 8)
-    ta, pa = _trained(name, kw, dtype, init, grads[:4])
+    ta, tb = _resumed(name, kw, dtype, init, grads, 4, tmp_path)
+    assert ta.learning_rate == tb.learning_rate
+
+
+def _resumed(name, kw, dtype, init, grads, split, tmp_path):
+    """A trainer run on every step of ``grads`` and one saved after ``split`` steps, loaded
+    into a new trainer and run on the rest: their weights equal bit for bit (and the file is
+    written atomically). Returns both trainers."""
+    ta, pa = _trained(name, kw, dtype, init, grads[:split])
     path = tmp_path / "trainer.states"
     ta.save_states(path)
     assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]  # atomic: no leftovers
     tb, pb = _trained(name, kw, dtype, [p.data().copy() for p in pa], [])
     tb.load_states(path)
-    for gs in grads[4:]:
+    for gs in grads[split:]:
         for t, ps in ((ta, pa), (tb, pb)):
             for p, g in zip(ps, gs):
                 p.set_grad(g)
             t.step(2)
     for a, b in zip(pa, pb):
         assert np.array_equal(a.data(), b.data())
-    assert ta.learning_rate == tb.learning_rate
+    return ta, tb
 
 
 def _trainer_fingerprint(t):
@@ -709,18 +717,7 @@ def test_groupadagrad_save_load_continues_bit_identically(dtype, mp, tmp_path):
     init = [rng.standard_normal(s).astype(dtype) for s in shapes]
     grads = [[rng.standard_normal(s).astype(dtype) for s in shapes] for _ in range(6)]
     kw = lambda: {"learning_rate": 0.05, "clip_gradient": 1.0, "multi_precision": mp}  # noqa: E731
-    ta, pa = _trained("groupadagrad", kw, dtype, init, grads[:3])
-    path = tmp_path / "trainer.states"
-    ta.save_states(path)
-    tb, pb = _trained("groupadagrad", kw, dtype, [p.data().copy() for p in pa], [])
-    tb.load_states(path)
-    for gs in grads[3:]:
-        for t, ps in ((ta, pa), (tb, pb)):
-            for p, g in zip(ps, gs):
-                p.set_grad(g)
-            t.step(2)
-    for a, b in zip(pa, pb):
-        assert np.array_equal(a.data(), b.data())
+    ta, tb = _resumed("groupadagrad", kw, dtype, init, grads, 3, tmp_path)
     for ga, gb in zip(ta._groups, tb._groups):
         for x, y in zip(host_leaves(ga.state), host_leaves(gb.state)):
             assert np.array_equal(x, y)
