@@ -88,3 +88,21 @@ def test_mxnet_trust_ratio_is_float32_arithmetic():
     assert opt.step_size(opt.lr, w2, u2) == expect
     guide = optimizer.create("lamb", learning_rate=0.1, convention="guide")
     assert guide.step_size(0.1, w2, u2) == 0.1 * (np.sqrt(w2) / np.sqrt(u2))
+
+
+@pytest.mark.parametrize("n", [1, 4097, 1 << 16])
+def test_first_pass_widens_a_float16_gradient_on_load(n):
+    """A float32 master's first pass reads the float16 gradient itself (no float32 copy), with
+    the sums of the widened copy, bit for bit, serial and parallel (2^16 elements)."""
+    rng = np.random.default_rng(n)
+    w = rng.standard_normal(n).astype(np.float32)
+    g16 = (rng.standard_normal(n) * 10.0 ** rng.uniform(-6, 4, n)).astype(np.float16)
+    g16[::7] = 0
+    m, v = rng.standard_normal(n).astype(np.float32), rng.uniform(0, 1, n).astype(np.float32)
+    opt = optimizer.create("lamb", wd=0.01, multi_precision=True)
+    first = opt._direction_pass(3, opt.wd)
+    widened = cpu.LAUNCHER.direction_norms(first, w, g16.astype(np.float32), (m, v))
+    assert cpu.LAUNCHER.direction_norms(first, w, g16, (m, v)) == widened
+    launcher = cpu.MirrorLauncher(w, w.astype(np.float16))
+    assert launcher.direction_norms(first, w, g16, (m, v)) == widened
+    assert launcher._g32 is None  # no float32 copy of the gradient was made

@@ -434,7 +434,8 @@ class MirrorLauncher(Launcher):
     """The CPU launcher of a multi-precision step (float16 weight, float32 master): the rule
     that updates the master reads the float16 gradient, widening each element exactly, and
     writes the float16 weight, rounded to nearest even from the new master, in the same pass.
-    Anything else (an accumulator update, a noise rule, LARS norms) runs on a float32 copy of
+    The first passes (LARS norms, LAMB's direction) widen the float16 gradient on load too.
+    Anything else (an accumulator update, a rule over another array) runs on a float32 copy of
     the gradient, and the caller rounds the master into the weight afterwards unless
     :attr:`mirrored` says the kernel did."""
 
@@ -491,10 +492,6 @@ class MirrorLauncher(Launcher):
     def lars_norms(self, weight, grad, cum, batch_scale):
         """LARS norms of the master and the float16 gradient (widened on load, no copy)."""
         return lars_norms(weight, grad, cum, batch_scale)
-
-    def direction_norms(self, first, weight, grad, states):
-        """The first pass of a two-pass step on the master and the widened gradient."""
-        return super().direction_norms(first, weight, self._widened(grad), states)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1013,51 +1010,98 @@ DIRECTION_CHUNK = 1 << 12
 DIRECTION_LANES = 1 << 8
 
 
+def _direction_sums(direction, dtype, g16):
+    """``sums(w, g, s0, s1, a, b, hp) -> (sum w^2, sum u^2)`` over elements ``a:b`` (one chunk)
+    in float64, ``u`` from the ``direction`` rule: element ``j`` of the chunk adds into running
+    sum ``j % DIRECTION_LANES`` (in element order), and the sums are then added pairwise,
+    ``sum[l] += sum[l + h]`` for ``h = LANES/2, LANES/4, ..., 1``. ``g16``: ``g`` holds a
+    float16 gradient as its uint16 bits, widened exactly on load (a float32 master's step)."""
+    from .half import half_to_single
+    lanes = DIRECTION_LANES
+    toward = _inlined(direction(dtype.type))
+    widen = _inlined(_by_value(half_to_single) if g16 else _by_value(_as_is))
+
+    def sums(w, g, s0, s1, a, b, hp):
+        wc, gc, x0, x1 = w[a:b], g[a:b], s0[a:b], s1[a:b]
+        sw = np.zeros(lanes)
+        su = np.zeros(lanes)
+        m = wc.shape[0]
+        for j in range(0, m, lanes):
+            for lane in range(min(lanes, m - j)):
+                i = j + lane
+                wi = wc[i]
+                u, _, _ = toward(wi, widen(gc[i]), x0[i], x1[i], hp)
+                vw, vu = np.float64(wi), np.float64(u)
+                sw[lane] += vw * vw
+                su[lane] += vu * vu
+        h = lanes // 2
+        while h > 0:
+            for lane in range(h):
+                sw[lane] += sw[lane + h]
+                su[lane] += su[lane + h]
+            h //= 2
+        return sw[0], su[0]
+    return _inlined(sums)
+
+
 def direction_kernel(direction, n_hyper: int, dtype, parallel: bool):
     """``loop(w, g, s0, s1, table, chunks, partial)``: for each chunk ``c`` (rows
     ``(start, end, segment)`` of :func:`chunk_table` with :data:`DIRECTION_CHUNK`) of a segment
-    ``s`` with ``table[s, 0]`` set, element ``i`` gets ``u`` from the ``direction`` rule, and
-    ``partial[c] = (sum w^2, sum u^2)`` in float64: element ``j`` of the chunk adds into running
-    sum ``j % DIRECTION_LANES`` (in element order), and the sums are then added pairwise,
-    ``sum[l] += sum[l + h]`` for ``h = LANES/2, LANES/4, ..., 1``. :func:`run_direction` adds a
-    segment's partials in chunk order. No array but ``partial`` is written."""
+    ``s`` with ``table[s, 0]`` set, ``partial[c] = (sum w^2, sum u^2)`` in float64, in the
+    order of :func:`_direction_sums`. :func:`run_direction` adds a segment's partials in chunk
+    order. No array but ``partial`` is written."""
     dtype = np.dtype(dtype)
     key = ("direction", direction, n_hyper, dtype, bool(parallel))
 
     def build():
-        lanes = DIRECTION_LANES
-        toward = _inlined(direction(dtype.type))
+        sums = _direction_sums(direction, dtype, False)
 
         def loop(w, g, s0, s1, table, chunks, partial):
             for c in prange(chunks.shape[0]):
                 s = chunks[c, 2]
                 if table[s, 0] != 0:
                     hp = to_fixed_tuple(table[s, 1:], n_hyper)
-                    a, b = chunks[c, 0], chunks[c, 1]
-                    wc, gc, x0, x1 = w[a:b], g[a:b], s0[a:b], s1[a:b]
-                    sw = np.zeros(lanes)
-                    su = np.zeros(lanes)
-                    m = wc.shape[0]
-                    for j in range(0, m, lanes):
-                        for lane in range(min(lanes, m - j)):
-                            i = j + lane
-                            wi = wc[i]
-                            u, _, _ = toward(wi, gc[i], x0[i], x1[i], hp)
-                            vw, vu = np.float64(wi), np.float64(u)
-                            sw[lane] += vw * vw
-                            su[lane] += vu * vu
-                    h = lanes // 2
-                    while h > 0:
-                        for lane in range(h):
-                            sw[lane] += sw[lane + h]
-                            su[lane] += su[lane + h]
-                        h //= 2
-                    partial[c, 0] = sw[0]
-                    partial[c, 1] = su[0]
+                    partial[c, 0], partial[c, 1] = sums(w, g, s0, s1, chunks[c, 0],
+                                                        chunks[c, 1], hp)
         nb = _NUMBA_TYPES[dtype]
         arr = nb[::1]
         sig = types.void(arr, arr, arr, arr, nb[:, ::1], types.int64[:, ::1],
                          types.float64[:, ::1])
+        return _compile(sig, parallel)(loop)
+    return _cached(key, build)
+
+
+def tensor_direction_kernel(direction, n_hyper: int, dtype, parallel: bool, g16=False):
+    """``loop(w, g, s0, s1, hpa) -> (sum w^2, sum u^2)`` of one tensor in one call: the sums of
+    :func:`direction_kernel` over chunks of :data:`DIRECTION_CHUNK` elements (in parallel),
+    added in chunk order from 0.0 as :func:`run_direction` adds them, so the same numbers, bit
+    for bit, without the tables and the second call. ``g16``: a float16 gradient (as uint16
+    bits) of a float32 master, widened on load instead of copied."""
+    dtype = np.dtype(dtype)
+    key = ("tensor-direction", direction, n_hyper, dtype, bool(parallel), bool(g16))
+
+    def build():
+        sums = _direction_sums(direction, dtype, bool(g16))
+        chunk = DIRECTION_CHUNK
+
+        def loop(w, g, s0, s1, hpa):
+            hp = to_fixed_tuple(hpa, n_hyper)
+            n = w.shape[0]
+            nc = (n + chunk - 1) // chunk
+            partial = np.empty((nc, 2))
+            for c in prange(nc):
+                a = c * chunk
+                partial[c, 0], partial[c, 1] = sums(w, g, s0, s1, a, min(a + chunk, n), hp)
+            sw = 0.0
+            su = 0.0
+            for c in range(nc):
+                sw += partial[c, 0]
+                su += partial[c, 1]
+            return sw, su
+        nb = _NUMBA_TYPES[dtype]
+        arr = nb[::1]
+        sig = types.UniTuple(types.float64, 2)(arr, types.uint16[::1] if g16 else arr, arr,
+                                               arr, arr)
         return _compile(sig, parallel)(loop)
     return _cached(key, build)
 
@@ -1079,20 +1123,21 @@ def run_direction(direction, w, g, states, table, chunks, out):
     _sum_partials(chunks, partial, out)
 
 
-#: :func:`single_chunks` with :data:`DIRECTION_CHUNK` per tensor length, for
-#: :func:`direction_norms` (the kernels only read a chunk table)
-_direction_chunks: dict = {}
-
-
 def direction_norms(direction, w, g, states, hyper):
-    """:func:`run_direction` over one flat tensor: ``(sum w^2, sum u^2)``."""
-    table = np.array([(1.0,) + tuple(hyper)], w.dtype)
-    out = np.zeros((1, 2))
-    n = w.shape[0]
-    chunks = _direction_chunks.get(n)
-    if chunks is None:
-        if len(_direction_chunks) >= 64:
-            _direction_chunks.clear()
-        chunks = _direction_chunks[n] = single_chunks(n, DIRECTION_CHUNK)
-    run_direction(direction, w, g, tuple(states), table, chunks, out)
-    return float(out[0, 0]), float(out[0, 1])
+    """Pass 1 of a two-pass step over one flat tensor (:func:`tensor_direction_kernel`; one
+    call, parallel from :data:`PARALLEL_THRESHOLD`): ``(sum w^2, sum u^2)``, the numbers
+    :func:`run_direction` gives for the tensor as one segment. ``g`` may be float16 for a
+    float32 ``w`` (widened on load)."""
+    if len(states) != 2:
+        raise ValueError(f"a direction pass takes two state arrays, got {len(states)}")
+    dtype = w.dtype
+    hpa = np.array(hyper, dtype)
+    g16 = g.dtype.char == "e" and dtype.char != "e"
+    key = (direction, hpa.shape[0], dtype, w.shape[0] >= PARALLEL_THRESHOLD, g16)
+    kernel = _tensor_directions.get(key)  # a cheap key: this runs on every LAMB step
+    if kernel is None:
+        kernel = _tensor_directions[key] = tensor_direction_kernel(*key)
+    return kernel(w, g.view(np.uint16) if g16 else g, states[0], states[1], hpa)
+
+
+_tensor_directions: dict = {}

@@ -159,11 +159,20 @@ class LAMB(Optimizer):
         only. ``beta^t`` is formed in double from the (rounded) beta; the kernels round it to
         their precision once and subtract it from 1 (MXNet: ``1 - powf(beta1, t)`` for float32
         weights, ``1 - pow(beta1, t)`` for float64)."""
+        r, (rs, c, b1, omb1, b2, omb2, eps) = self._constants(
+            "_lamb_constants", (self.beta1, self.beta2, self.epsilon, self.rescale_grad,
+                                self.clip_gradient, self.convention, self.mxnet_kernel),
+            self._step_constants)
+        p1, p2 = (b1 ** t, b2 ** t) if self.bias_correction else (0.0, 0.0)
+        return (rs, c, b1, omb1, b2, omb2, p1, p2, eps, r(wd), 0.0)
+
+    def _step_constants(self):
+        """``(r, (rs, c, b1, 1 - b1, b2, 1 - b2, eps))``: ``_r`` as a function of a float, and
+        the constants of a step as the convention rounds them."""
         r = self._r
         b1, b2 = r(self.beta1), r(self.beta2)
-        p1, p2 = (b1 ** t, b2 ** t) if self.bias_correction else (0.0, 0.0)
-        return (r(self.rescale_grad), self._clip_bound(), b1, 1.0 - b1, b2, 1.0 - b2, p1, p2,
-                r(self.epsilon), r(wd), 0.0)
+        return self._float_rounder(), (r(self.rescale_grad), self._clip_bound(), b1, 1.0 - b1,
+                                       b2, 1.0 - b2, r(self.epsilon))
 
     def _direction_pass(self, t, wd):
         return DirectionPass(_RULES[self.convention][0], self._pass_hyper(t, wd))
