@@ -138,3 +138,37 @@ def test_float16_master_step_in_one_pass_equals_widen_step_round(order, clip):
         twin.update(0, w32, g.astype(np.float32), h32)
         assert np.array_equal(w16, w32.astype(np.float16))
         assert np.array_equal(state[0], w32) and np.array_equal(state[1], h32)
+
+
+def _documented_row_sum(p):
+    """The CPU row kernels' float64 sum of squares (toolkit/backends/rows.py): column ``j`` into
+    running sum ``j % 4``, the last ``ncols % 4`` columns into sum 0, then
+    ``(s0 + s1) + (s2 + s3)``."""
+    s = [0.0, 0.0, 0.0, 0.0]
+    quads = len(p) // 4
+    for j in range(4 * quads):
+        s[j % 4] += float(p[j]) ** 2
+    for j in range(4 * quads, len(p)):
+        s[0] += float(p[j]) ** 2
+    return (s[0] + s[1]) + (s[2] + s[3])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_row_sum_is_in_the_documented_order(dtype):
+    """The vectorised row sum adds in the documented order, bit for bit (rows of every length
+    around the 4- and 16-element groups it loads), on data where the order shows."""
+    import numba
+
+    from toolkit.backends import rows
+
+    @numba.njit
+    def row_sum(x):
+        return rows._row_squares(x)
+    rng = np.random.default_rng(5)
+    differs = 0
+    for ncols in list(range(0, 40)) + [255, 256, 257, 1000]:
+        x = (rng.standard_normal(ncols) * 10.0 ** rng.uniform(-2, 2, ncols)).astype(dtype)
+        expected = _documented_row_sum(x)
+        assert row_sum(x) == expected, ncols
+        differs += expected != math.fsum(float(v) ** 2 for v in x)
+    assert differs > 10  # the data tells orders apart

@@ -36,8 +36,11 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+from llvmlite import ir
 from numba import prange, types
+from numba.core import cgutils
 from numba.core.errors import NumbaIRAssumptionWarning
+from numba.extending import intrinsic, register_jitable
 from numba.np.unsafe.ndarray import to_fixed_tuple
 
 from . import cpu
@@ -52,98 +55,189 @@ __all__ = ["GroupRows", "run_cpu", "run_cpu_segmented", "run_cuda", "run_cuda_se
 def _cpu_row(prep, reduce_row, apply, widen, narrow, mirror):
     """The step of one row (inlined into both loops): gradient row at ``gb`` (column stride
     ``g_cs``) updates history ``h[r]`` and the weight row at ``wb`` (column stride ``w_cs``).
-    Contiguous rows (both strides 1) run over slices from 0, which vectorise; other strides
-    index element by element. ``widen`` loads a gradient element (float16 bits widened exactly
-    for a float32 master, else as it is); with ``mirror`` the float16 copy ``o`` (uint16 bits,
-    the weight's shape and order) of each new weight element is written in the same pass."""
+    The row's preprocessed gradient is formed once into ``scratch`` (a loop that vectorises),
+    its float64 sum of squares taken from there in the documented order (:func:`_row_squares`,
+    on vector registers) and the weight updated from it. Contiguous rows (both strides 1) run
+    over slices from 0, which vectorise; other strides index element by element. ``widen``
+    loads a gradient element (float16 bits widened exactly for a float32 master, else as it
+    is); with ``mirror`` the float16 copy ``o`` (uint16 bits, the weight's shape and order) of
+    each new weight element is written in the same pass.
+
+    Returns ``(row, rows)``: ``rows`` runs a block of rows of C-ordered matrices with the same
+    arithmetic, software-pipelined."""
+    def history(h, r, ps, ncols, hp):
+        """Row ``r``'s new history from its preprocessed gradient ``ps``; its factor."""
+        hn, a = reduce_row(h[r], _row_squares(ps), np.float64(ncols), hp)
+        h[r] = hn
+        return a
+    history = cpu._inlined(history)
+
     def row(w, g, h, r, wb, gb, ncols, w_cs, g_cs, hp, o, scratch):
-        n = np.float64(ncols)
-        if w_cs == 1 and g_cs == 1:
+        ps = scratch[:ncols]
+        if g_cs == 1:
             gs = g[gb:gb + ncols]
+            for j in range(ncols):
+                ps[j] = prep(widen(gs[j]), hp)
+        else:  # strided: gathered once
+            for j in range(ncols):
+                ps[j] = prep(widen(g[gb + j * g_cs]), hp)
+        a = history(h, r, ps, ncols, hp)
+        if w_cs == 1:
             ws = w[wb:wb + ncols]
-            if mirror:  # widened and preprocessed once, in a loop that vectorises
-                ps = scratch[:ncols]
-                for j in range(ncols):
-                    ps[j] = prep(widen(gs[j]), hp)
-                hn, a = reduce_row(h[r], sum_ready(ps, hp), n, hp)
-                h[r] = hn
+            if mirror:
                 os = o[wb:wb + ncols]
                 for j in range(ncols):
                     x = apply(ws[j], ps[j], a, hp)
                     ws[j] = x
                     os[j] = narrow(x)
             else:
-                hn, a = reduce_row(h[r], sum_raw(gs, hp), n, hp)
-                h[r] = hn
                 for j in range(ncols):
-                    ws[j] = apply(ws[j], prep(gs[j], hp), a, hp)
-        else:  # strided: the row's preprocessed gradient gathered once
-            ps = scratch[:ncols]
-            for j in range(ncols):
-                ps[j] = prep(widen(g[gb + j * g_cs]), hp)
-            hn, a = reduce_row(h[r], sum_ready(ps, hp), n, hp)
-            h[r] = hn
+                    ws[j] = apply(ws[j], ps[j], a, hp)
+        else:
             for j in range(ncols):
                 i = wb + j * w_cs
                 x = apply(w[i], ps[j], a, hp)
                 w[i] = x
                 if mirror:
                     o[i] = narrow(x)
-    sum_raw, sum_ready = _row_sum(prep), _row_sum(cpu._inlined(cpu._by_value(_ready)))
-    return cpu._inlined(row)
+
+    def rows(w, g, h, rows_, dense, first, end, ncols, w_rs, g_rs, hp, o, scratch):
+        """Rows ``first`` to ``end - 1`` of C-ordered matrices (weight row ``rows_[k]``, or
+        ``k`` when ``dense``), software-pipelined: one loop preprocesses the gradient row of
+        ``k`` and applies row ``k - 1``'s step to its weight row, so the gradient and the
+        weight stream together as in an element-wise step (row by row, the gradient's loop,
+        the sum and the weight's loop each run alone and the memory waits between them).
+        Every row's arithmetic is :func:`row`'s, so the bits are the same."""
+        prev, cur = scratch[:ncols], scratch[ncols:2 * ncols]
+        gs = g[first * g_rs:first * g_rs + ncols]
+        for j in range(ncols):
+            prev[j] = prep(widen(gs[j]), hp)
+        r_prev = first if dense else rows_[first]
+        a_prev = history(h, r_prev, prev, ncols, hp)
+        for k in range(first + 1, end):
+            gs = g[k * g_rs:k * g_rs + ncols]
+            wb = r_prev * w_rs
+            ws = w[wb:wb + ncols]
+            if mirror:
+                os = o[wb:wb + ncols]
+                for j in range(ncols):
+                    cur[j] = prep(widen(gs[j]), hp)
+                    x = apply(ws[j], prev[j], a_prev, hp)
+                    ws[j] = x
+                    os[j] = narrow(x)
+            else:
+                for j in range(ncols):
+                    cur[j] = prep(widen(gs[j]), hp)
+                    ws[j] = apply(ws[j], prev[j], a_prev, hp)
+            r_prev = k if dense else rows_[k]
+            a_prev = history(h, r_prev, cur, ncols, hp)
+            prev, cur = cur, prev
+        wb = r_prev * w_rs
+        ws = w[wb:wb + ncols]
+        if mirror:
+            os = o[wb:wb + ncols]
+            for j in range(ncols):
+                x = apply(ws[j], prev[j], a_prev, hp)
+                ws[j] = x
+                os[j] = narrow(x)
+        else:
+            for j in range(ncols):
+                ws[j] = apply(ws[j], prev[j], a_prev, hp)
+    return cpu._inlined(row), cpu._inlined(rows)
 
 
-def _ready(p, hp):
-    return p
+@intrinsic
+def _square_lanes(typingctx, acc, x, n4):
+    """``acc`` (4 float64) plus ``float64(x[4j + l])**2`` into ``acc[l]`` for ``j`` in
+    ``range(n4)`` in order (``l`` = 0..3). The four running sums are one 4-wide float64
+    vector, so each sum's additions stay in element order and the loop runs on vector
+    instructions: written as four scalar sums in numba it stays scalar (numba turns LLVM's SLP
+    vectoriser off, and the loop vectoriser may not reorder float additions)."""
+    if not (isinstance(acc, types.UniTuple) and acc.count == 4 and acc.dtype == types.float64
+            and isinstance(x, types.Array) and x.ndim == 1 and x.layout == "C"
+            and x.dtype in (types.float32, types.float64)):
+        return None
+    sig = acc(acc, x, n4)
+
+    def codegen(context, builder, sig, args):
+        accv, xv, n4v = args
+        i32 = ir.IntType(32)
+        v4 = ir.VectorType(ir.DoubleType(), 4)
+        intp = context.get_value_type(types.intp)
+        aty = sig.args[1]
+        elt = context.get_value_type(aty.dtype)
+        data = context.make_array(aty)(context, builder, xv).data
+        total = ir.Constant(v4, None)
+        for lane in range(4):
+            total = builder.insert_element(total, builder.extract_value(accv, lane), i32(lane))
+        total = cgutils.alloca_once_value(builder, total)
+        align = elt.get_abi_size(context.target_data)
+        count = context.cast(builder, n4v, sig.args[2], types.intp)
+        with cgutils.for_range(builder, count, intp=intp) as loop:
+            p = builder.bitcast(builder.gep(data, [builder.mul(loop.index, intp(4))]),
+                                ir.VectorType(elt, 4).as_pointer())
+            part = builder.load(p, align=align)
+            if aty.dtype != types.float64:
+                part = builder.fpext(part, v4)
+            builder.store(builder.fadd(builder.load(total), builder.fmul(part, part)), total)
+        out = ir.Constant(context.get_value_type(sig.return_type), None)
+        v = builder.load(total)
+        for lane in range(4):
+            out = builder.insert_value(out, builder.extract_element(v, i32(lane)), lane)
+        return out
+    return sig, codegen
 
 
-def _row_sum(prep):
-    """``sum(src, hp)``: the float64 sum of ``prep(src[j], hp)**2`` over a row, column ``j``
-    into running sum ``j % 4`` (the last 0 to 3 columns into sum 0), added as ``(s0 + s1) +
-    (s2 + s3)``: the order of every row kernel."""
-    def row_sum(src, hp):
-        ncols = src.shape[0]
-        quads = ncols // 4
-        s0 = s1 = s2 = s3 = 0.0
-        for q in range(quads):
-            j = 4 * q
-            p0, p1 = np.float64(prep(src[j], hp)), np.float64(prep(src[j + 1], hp))
-            p2, p3 = np.float64(prep(src[j + 2], hp)), np.float64(prep(src[j + 3], hp))
-            s0 += p0 * p0
-            s1 += p1 * p1
-            s2 += p2 * p2
-            s3 += p3 * p3
-        for j in range(4 * quads, ncols):
-            p = np.float64(prep(src[j], hp))
-            s0 += p * p
-        return (s0 + s1) + (s2 + s3)
-    return cpu._inlined(row_sum)
+@register_jitable(inline="always")
+def _row_squares(src):
+    """The float64 sum of ``src[j]**2`` over a row, column ``j`` into running sum ``j % 4`` (the
+    last 0 to 3 columns into sum 0), added as ``(s0 + s1) + (s2 + s3)``: the order of every
+    CPU row kernel (:func:`_square_lanes` does all but the last columns). Defined in this
+    module, whose kernels refer to it by name, so that a change to it makes their on-disk
+    cache stale."""
+    ncols = src.shape[0]
+    quads = ncols // 4
+    z = 0.0
+    s0, s1, s2, s3 = _square_lanes((z, z, z, z), src, quads)
+    for j in range(4 * quads, ncols):
+        p = np.float64(src[j])
+        s0 += p * p
+    return (s0 + s1) + (s2 + s3)
 
 
 #: Rows per iteration of the parallel loop (each iteration allocates one scratch row).
 ROW_BLOCK = 16
 
 
-def _cpu_loop(row, n_hyper):
-    """The row loop of one tensor (``prange`` is ``range`` when serial)."""
+def _cpu_loop(steps, n_hyper):
+    """The row loop of one tensor (``prange`` is ``range`` when serial): C-ordered matrices a
+    block of rows at a time, software-pipelined; others row by row."""
+    row, pipelined = steps
+
     def loop(w, g, h, rows, dense, nk, ncols, w_rs, w_cs, g_rs, g_cs, hpa, o):
         hp = to_fixed_tuple(hpa, n_hyper)
         for bb in prange((nk + ROW_BLOCK - 1) // ROW_BLOCK):
-            scratch = np.empty(ncols, w.dtype)  # one per block of rows
+            scratch = np.empty(2 * ncols, w.dtype)  # one per block of rows
             b = np.int64(bb)  # a parallel loop's index is unsigned: keep row indices int64
-            for k in range(b * ROW_BLOCK, min(nk, (b + 1) * ROW_BLOCK)):
-                r = k if dense else rows[k]
-                row(w, g, h, r, r * w_rs, k * g_rs, ncols, w_cs, g_cs, hp, o, scratch)
+            first, end = b * ROW_BLOCK, min(nk, (b + 1) * ROW_BLOCK)
+            if w_cs == 1 and g_cs == 1:
+                pipelined(w, g, h, rows, dense, first, end, ncols, w_rs, g_rs, hp, o, scratch)
+            else:
+                for k in range(first, end):
+                    r = k if dense else rows[k]
+                    row(w, g, h, r, r * w_rs, k * g_rs, ncols, w_cs, g_cs, hp, o, scratch)
     return loop
 
 
-def _cpu_segmented_loop(row, n_hyper):
+def _cpu_segmented_loop(steps, n_hyper):
     """The row loop over flat buffers holding many C-ordered matrices (a Trainer's group): row
     ``r`` of the group belongs to segment ``row_seg[r]``, starts at element ``row_base[r]`` of
     the weight and of the gradient, and keeps its history in ``h[r]``; segment ``s`` has
     ``ncols_of[s]`` columns and reads ``(active, *hp)`` from ``table[s]``. Each row runs the
     same inlined step as a single tensor's, so the group's step equals the per-tensor steps bit
     for bit."""
+    row = steps[0]
+
     def loop(w, g, h, table, row_seg, row_base, ncols_of, o):
         n_rows = row_seg.shape[0]
         widest = 0
