@@ -241,3 +241,29 @@ def test_trainer_group_mixing_skipped_and_read_accumulators(tmp_path):
     step((0, 1), 3)
     for p, q in zip(together, alone):
         assert p.data().tobytes() == q.data().tobytes()
+
+
+def test_compiled_mxnet_step_scalars_equal_the_reference_trust_ratio():
+    """LARS's compiled float32 step scalars (toolkit/optimizers/lars.py) are
+    ``reference.lars.mxnet_trust_lr`` bit for bit, with the products MXNet's kernel forms,
+    over norms from 0 and float32's underflow to its overflow."""
+    import reference.lars as ref
+    from toolkit.optimizers import lars
+
+    scalars = lars._mxnet_scalars()
+    rng = np.random.default_rng(11)
+    f = np.float32
+    cases = [(0.1, 0.0, 4.0), (0.1, 4.0, 0.0), (0.1, 1e-50, 4.0), (0.1, 4.0, 1e-50),
+             (0.1, 1e40, 4.0), (0.1, 4.0, 1e40), (0.0, 4.0, 9.0), (-0.5, 4.0, 9.0)]
+    cases += [(10.0 ** rng.uniform(-4, 1), 10.0 ** rng.uniform(-46, 40),
+               10.0 ** rng.uniform(-46, 40)) for _ in range(2000)]
+    for k, (lr, ww, gg) in enumerate(cases):
+        eta, eps = 10.0 ** rng.uniform(-4, 0), [0.0, 1e-9, 1e-3][k % 3]
+        wd, rs, mu = [0.0, 1e-4, 0.3][k % 3], 10.0 ** rng.uniform(-3, 1), 0.9 * (k % 2)
+        with np.errstate(all="ignore"):
+            want = ref.mxnet_trust_lr(lr, ww, gg, eta=eta, eps=eps, wd=wd, rescale_grad=rs)
+            products = (float(f(want) * f(wd)), float(f(rs)), float(f(mu)),
+                        float(f(want) * f(rs)))
+        got = scalars(lr, ww, gg, eta, eps, wd, rs, mu)
+        assert np.array_equal(np.array(got), np.array((want,) + products), equal_nan=True), \
+            (lr, ww, gg)

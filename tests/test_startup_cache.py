@@ -10,7 +10,7 @@ import sys
 SCRIPT = """
 import numpy as np
 from toolkit import Parameter, Trainer, optimizer
-for name in ("adam", "sgld"):
+for name in ("adam", "sgld", "lars", "lamb"):
     for n in (64, 1 << 16):     # the serial and the parallel kernel
         opt = optimizer.create(name)
         w = np.ones(n, np.float32); s = opt.create_state(0, w)
