@@ -386,13 +386,15 @@ class _Work:
         self.flats = [self.w, self.grad] + state_leaves(self.s) + list(g.host_flats.values())
         #: the layout of each work array (``Group.layout``; a per-step copy takes its source's)
         self.layouts = [None, None] + inner_layouts + [None] * len(g.host_flats)
-        # id(view) -> (position in self.flats, member); member -> its views. When every work
-        # array is one of the group's own buffers (no per-step copies), both are kept across steps
+        # id(view) -> (position in self.flats, member); member -> its views; (member, layout)
+        # -> its views as a recorded call holds them. When every work array is one of the
+        # group's own buffers (no per-step copies), all three are kept across steps
         key = tuple(id(f) for f in self.flats)
         if all(k in g._persistent for k in key):
-            self.owner, self._member_views = g._member_cache.setdefault(key, ({}, {}))
+            self.owner, self._member_views, self._arrays_memo = g._member_cache.setdefault(
+                key, ({}, {}, {}))
         else:
-            self.owner, self._member_views = {}, {}
+            self.owner, self._member_views, self._arrays_memo = {}, {}, {}
         self.members = {}
         self.calls_from = {}
         # scalar-only steps: (t, lr, wd) -> the call planned for the first member with them
@@ -435,8 +437,9 @@ class _Work:
         with the same three records the same rule and hyperparameters on its own slices. The
         count is committed as ``_plan_step`` does."""
         opt = self.opt
-        t, lr, wd = opt.next_step(i)[:3]  # the public description of the step
-        key = (t, lr, wd)
+        # next_step's (t, lr, wd), without the oracle's extras (a scalar-only step reads none)
+        key = opt._step_scalars(i)
+        t, lr, wd = key
         known = self.by_scalars.get(key, False)
         if known is False or known is None:
             calls = self.recorder.calls
@@ -451,14 +454,23 @@ class _Work:
                     self.layout_of[k] = layout
         else:
             call, layout = known
-            views = self._views_of(k)[0]
+            calls = self.recorder.calls
             self.members[k] = None
-            self.calls_from[k] = len(self.recorder.calls)
-            self.recorder.calls.append(call[:2] + (views[layout[0]], views[layout[1]],
-                                                   tuple(views[j] for j in layout[2:]))
-                                       + call[5:])
+            self.calls_from[k] = len(calls)
+            calls.append(call[:2] + self._arrays_at(k, layout) + call[5:])
             self.layout_of[k] = layout
         opt._commit_count(i, t)
+
+    def _arrays_at(self, k, layout):
+        """``(weight, grad, states)`` of member ``k``'s views at the positions ``layout``, as a
+        recorded call holds them (made once per member and layout)."""
+        key = (k, layout)
+        got = self._arrays_memo.get(key)
+        if got is None:
+            views = self._views_of(k)[0]
+            got = self._arrays_memo[key] = (views[layout[0]], views[layout[1]],
+                                            tuple(views[j] for j in layout[2:]))
+        return got
 
     def _layout(self, calls, k):
         """Positions in ``self.flats`` of the arrays of member ``k``'s one recorded call, or
