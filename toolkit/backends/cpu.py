@@ -934,16 +934,23 @@ def tensor_norms_kernel(dtype, with_cum, parallel, g16=False):
             for c in prange(nc):
                 a = c * chunk
                 partial[c, 0], partial[c, 1] = sums(w, g, cum, a, min(a + chunk, n), b)
-            sw = 0.0
-            sg = 0.0
-            for c in range(nc):
-                sw += partial[c, 0]
-                sg += partial[c, 1]
-            return sw, sg
+            return _chunk_totals(partial)
         arr, garr = _norms_types(dtype, g16)
         sig = types.UniTuple(types.float64, 2)(arr, garr, arr, types.float64)
         return _compile(sig, parallel)(loop)
     return _cached(key, build)
+
+
+@register_jitable(inline="always")
+def _chunk_totals(partial):
+    """``(sum of partial[:, 0], sum of partial[:, 1])`` added in chunk order from 0.0: one
+    tensor's chunks, as :func:`_sum_partials` adds a segment's."""
+    s0 = 0.0
+    s1 = 0.0
+    for c in range(partial.shape[0]):
+        s0 += partial[c, 0]
+        s1 += partial[c, 1]
+    return s0, s1
 
 
 @numba.njit(types.void(types.int64[:, ::1], types.float64[:, ::1], types.float64[:, ::1]),
@@ -1092,12 +1099,7 @@ def tensor_direction_kernel(direction, n_hyper: int, dtype, parallel: bool, g16=
             for c in prange(nc):
                 a = c * chunk
                 partial[c, 0], partial[c, 1] = sums(w, g, s0, s1, a, min(a + chunk, n), hp)
-            sw = 0.0
-            su = 0.0
-            for c in range(nc):
-                sw += partial[c, 0]
-                su += partial[c, 1]
-            return sw, su
+            return _chunk_totals(partial)
         nb = _NUMBA_TYPES[dtype]
         arr = nb[::1]
         sig = types.UniTuple(types.float64, 2)(arr, types.uint16[::1] if g16 else arr, arr,

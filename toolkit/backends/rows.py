@@ -72,6 +72,20 @@ def _cpu_row(prep, reduce_row, apply, widen, narrow, mirror):
         return a
     history = cpu._inlined(history)
 
+    def apply_row(w, wb, ncols, ps, a, hp, o):
+        """The contiguous weight row at ``wb`` (and its float16 copy) from ``ps`` and ``a``."""
+        ws = w[wb:wb + ncols]
+        if mirror:
+            os = o[wb:wb + ncols]
+            for j in range(ncols):
+                x = apply(ws[j], ps[j], a, hp)
+                ws[j] = x
+                os[j] = narrow(x)
+        else:
+            for j in range(ncols):
+                ws[j] = apply(ws[j], ps[j], a, hp)
+    apply_row = cpu._inlined(apply_row)
+
     def row(w, g, h, r, wb, gb, ncols, w_cs, g_cs, hp, o, scratch):
         ps = scratch[:ncols]
         if g_cs == 1:
@@ -83,16 +97,7 @@ def _cpu_row(prep, reduce_row, apply, widen, narrow, mirror):
                 ps[j] = prep(widen(g[gb + j * g_cs]), hp)
         a = history(h, r, ps, ncols, hp)
         if w_cs == 1:
-            ws = w[wb:wb + ncols]
-            if mirror:
-                os = o[wb:wb + ncols]
-                for j in range(ncols):
-                    x = apply(ws[j], ps[j], a, hp)
-                    ws[j] = x
-                    os[j] = narrow(x)
-            else:
-                for j in range(ncols):
-                    ws[j] = apply(ws[j], ps[j], a, hp)
+            apply_row(w, wb, ncols, ps, a, hp, o)
         else:
             for j in range(ncols):
                 i = wb + j * w_cs
@@ -132,17 +137,7 @@ def _cpu_row(prep, reduce_row, apply, widen, narrow, mirror):
             r_prev = k if dense else rows_[k]
             a_prev = history(h, r_prev, cur, ncols, hp)
             prev, cur = cur, prev
-        wb = r_prev * w_rs
-        ws = w[wb:wb + ncols]
-        if mirror:
-            os = o[wb:wb + ncols]
-            for j in range(ncols):
-                x = apply(ws[j], prev[j], a_prev, hp)
-                ws[j] = x
-                os[j] = narrow(x)
-        else:
-            for j in range(ncols):
-                ws[j] = apply(ws[j], prev[j], a_prev, hp)
+        apply_row(w, r_prev * w_rs, ncols, prev, a_prev, hp, o)
     return cpu._inlined(row), cpu._inlined(rows)
 
 
