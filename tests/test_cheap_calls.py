@@ -11,11 +11,14 @@ import pytest
 from toolkit import optimizer
 
 
-def _passed(name="adam", **kw):
+def _passed(name="adam", *, state_from_twin=False, **kw):
+    """An optimizer after two steps, the second remembered. ``state_from_twin``: the state is
+    made by a twin optimizer, so that this one has made none and may still change the layout
+    of its state (an optimizer refuses that once it has made state: test_hyperparameters.py)."""
     opt = optimizer.create(name, **kw)
     w = np.ones(8, np.float32)
     g = np.full(8, 0.5, np.float32)
-    s = opt.create_state(0, w)
+    s = (optimizer.create(name, **kw) if state_from_twin else opt).create_state(0, w)
     opt.update(0, w, g, s)
     opt.update(0, w, g, s)        # the second call takes the remembered path
     return opt, w, g, s
@@ -55,7 +58,7 @@ def test_a_state_swapped_for_the_weight_itself_is_refused():
 
 
 def test_hyperparameters_that_change_the_state_layout_are_seen():
-    opt, w, g, s = _passed("sgd", momentum=0.9)
+    opt, w, g, s = _passed("sgd", state_from_twin=True, momentum=0.9)
     opt.momentum = 0.0            # now the optimizer keeps no state: the old one is refused
     with pytest.raises(TypeError, match="keeps no state"):
         opt.update(0, w, g, s)
@@ -80,7 +83,7 @@ def test_remembered_steps_compute_the_same_numbers():
 
 
 def test_a_state_layout_changed_by_a_subclass_template_is_seen():
-    opt, w, g, s = _passed("dcasgd", momentum=0.9)
+    opt, w, g, s = _passed("dcasgd", state_from_twin=True, momentum=0.9)
     opt.momentum = 0.0            # DCASGD's own template: now (None, w_prev)
     with pytest.raises(TypeError, match="expected None, got an array"):
         _unchanged(opt, w, s, lambda: opt.update(0, w, g, s))

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 
-from .base import Optimizer, check_nonneg, check_unit, register, scalar_only
+from .base import Optimizer, register, scalar_only
+from .validation import nonneg, unit
 
 __all__ = ["AdaDelta"]
 
@@ -75,9 +76,11 @@ class AdaDelta(Optimizer):
     reference_name = "adadelta"
     mxnet_kernel = False
 
+    domains = {"rho": unit(closed=True), "epsilon": nonneg()}
+
     def __init__(self, rho=0.90, epsilon=1e-5, **kwargs):
-        self.rho = check_unit("rho", rho, closed=True)
-        self.epsilon = check_nonneg("epsilon", epsilon)
+        self.rho = rho
+        self.epsilon = epsilon
         super().__init__(**kwargs)
 
     def state_slots(self):

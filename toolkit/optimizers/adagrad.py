@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import math
 
-from .base import Optimizer, check_nonneg, register, scalar_only
+from .base import Optimizer, register, scalar_only
+from .validation import nonneg
 
 __all__ = ["AdaGrad"]
 
@@ -69,8 +70,10 @@ class AdaGrad(Optimizer):
     reference_name = "adagrad"
     mxnet_kernel = False
 
+    domains = {"float_stable_eps": nonneg(keyword="eps")}
+
     def __init__(self, eps=1e-7, **kwargs):
-        self.float_stable_eps = check_nonneg("eps", eps)
+        self.float_stable_eps = eps
         super().__init__(**kwargs)
 
     def state_slots(self):

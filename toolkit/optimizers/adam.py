@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import math
 
-from .base import Optimizer, check_nonneg, check_unit, register, scalar_only
+from .base import Optimizer, register, scalar_only
+from .validation import flag, nonneg, unit
 
 __all__ = ["Adam"]
 
@@ -95,12 +96,13 @@ class Adam(Optimizer):
 
     reference_name = "adam"
 
+    domains = {"beta1": unit(), "beta2": unit(), "epsilon": nonneg(),
+               "lazy_update": flag(strict=False)}
+
     def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8,
                  lazy_update=True, **kwargs):
-        self.beta1 = check_unit("beta1", beta1)
-        self.beta2 = check_unit("beta2", beta2)
-        self.epsilon = check_nonneg("epsilon", epsilon)
-        self.lazy_update = bool(lazy_update)
+        self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
+        self.lazy_update = lazy_update
         super().__init__(learning_rate=learning_rate, **kwargs)
 
     def state_slots(self):

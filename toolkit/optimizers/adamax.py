@@ -16,7 +16,8 @@ guide::
 """
 from __future__ import annotations
 
-from .base import Optimizer, check_nonneg, check_unit, register, scalar_only
+from .base import Optimizer, register, scalar_only
+from .validation import nonneg, unit
 
 __all__ = ["Adamax"]
 
@@ -76,14 +77,16 @@ class Adamax(Optimizer):
     reference_name = "adamax"
     mxnet_kernel = False
 
+    domains = {"beta1": unit(), "beta2": unit(), "epsilon": nonneg(none=True)}
+
     def __init__(self, learning_rate=0.002, beta1=0.9, beta2=0.999, epsilon=None, **kwargs):
-        self.beta1 = check_unit("beta1", beta1)
-        self.beta2 = check_unit("beta2", beta2)
+        self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
         super().__init__(learning_rate=learning_rate, **kwargs)
-        if epsilon is not None and self.convention == "mxnet":
+
+    def check_relations(self):
+        if self.epsilon is not None and self.convention == "mxnet":
             raise ValueError("epsilon: MXNet's Adamax has no epsilon; use convention='guide' "
                              "to add one")
-        self.epsilon = None if epsilon is None else check_nonneg("epsilon", epsilon)
 
     def state_slots(self):
         return ("mean", "u")

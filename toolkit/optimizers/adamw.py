@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import math
 
-from .base import Optimizer, check_nonneg, check_unit, register, scalar_only
+from .base import Optimizer, register, scalar_only
+from .validation import nonneg, unit
 
 __all__ = ["AdamW"]
 
@@ -79,12 +80,11 @@ class AdamW(Optimizer):
 
     reference_name = "adamw"
 
+    domains = {"beta1": unit(), "beta2": unit(), "epsilon": nonneg(), "eta": nonneg()}
+
     def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, eta=1.0,
                  **kwargs):
-        self.beta1 = check_unit("beta1", beta1)
-        self.beta2 = check_unit("beta2", beta2)
-        self.epsilon = check_nonneg("epsilon", epsilon)
-        self.eta = check_nonneg("eta", eta)
+        self.beta1, self.beta2, self.epsilon, self.eta = beta1, beta2, epsilon, eta
         super().__init__(learning_rate=learning_rate, **kwargs)
 
     def state_slots(self):

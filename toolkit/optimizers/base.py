@@ -23,6 +23,9 @@ import numpy as np
 
 from ..backends import arrays, cpu
 from ..sparse import RowSparse
+from .validation import (Domain, callable_or_none, check_choice, check_int, check_nonneg,
+                         check_positive, check_unit, checked_attribute, choice, flag, integer,
+                         nonneg)
 
 __all__ = ["Optimizer", "StepInputs", "register", "create", "registry", "scalar_only",
            "BACKENDS", "CONVENTIONS"]
@@ -139,54 +142,6 @@ def create(name, **kwargs):
     return klass(**kwargs)
 
 
-# --------------------------------------------------------------------------------------------
-# hyperparameter checks: each raises a ValueError/TypeError that names the argument
-# --------------------------------------------------------------------------------------------
-def _real(name, x):
-    if isinstance(x, bool) or not isinstance(x, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(x).__name__} {x!r}")
-    x = float(x)
-    if not math.isfinite(x):
-        raise ValueError(f"{name} must be finite, got {x!r}")
-    return x
-
-
-def check_nonneg(name, x):
-    x = _real(name, x)
-    if x < 0:
-        raise ValueError(f"{name} must be >= 0, got {x!r}")
-    return x
-
-
-def check_positive(name, x):
-    x = _real(name, x)
-    if x <= 0:
-        raise ValueError(f"{name} must be > 0, got {x!r}")
-    return x
-
-
-def check_unit(name, x, *, closed=False):
-    """A decay/momentum factor: in [0, 1) (or [0, 1] when ``closed``)."""
-    x = _real(name, x)
-    if x < 0 or x > 1 or (x == 1 and not closed):
-        raise ValueError(f"{name} must be in [0, 1{']' if closed else ')'}, got {x!r}")
-    return x
-
-
-def check_int(name, x, minimum):
-    if isinstance(x, bool) or not isinstance(x, numbers.Integral):
-        raise TypeError(f"{name} must be an integer, got {type(x).__name__} {x!r}")
-    if x < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {x!r}")
-    return int(x)
-
-
-def check_choice(name, x, choices):
-    if x not in choices:
-        raise ValueError(f"{name} must be one of {tuple(choices)}, got {x!r}")
-    return x
-
-
 class StepInputs(NamedTuple):
     """What the next update of an index reads (:meth:`Optimizer.next_step`)."""
     t: int                   #: the per-index count after this step (1 on the first)
@@ -211,6 +166,28 @@ class Slot:
 
     def __hash__(self):
         return hash((self.name, self.shape, self.dtype))
+
+
+def _jsonable(value):
+    """A hyperparameter's value as JSON holds it: a learning-rate scheduler as its type and
+    configuration (``config()`` where it has one, else its repr)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    if callable(value):
+        config = value.config() if hasattr(value, "config") else repr(value)
+        return {"type": type(value).__name__, "config": config}
+    return repr(value)
+
+
+def _install_checked_attributes(cls):
+    """Turn each name in ``cls.domains`` (the class's own declaration) into a checked
+    attribute of ``cls``."""
+    for attr, domain in cls.__dict__.get("domains", {}).items():
+        if not isinstance(domain, Domain):
+            raise TypeError(f"{cls.__name__}.domains[{attr!r}] must be a Domain, got {domain!r}")
+        setattr(cls, attr, checked_attribute(attr, domain, Optimizer._after_hyperparameter_set))
 
 
 class Optimizer:
@@ -262,31 +239,89 @@ class Optimizer:
     #: a flat buffer of its own; either way a group steps in one call.
     state_like_weight = True
 
+    #: the hyperparameters this class adds, attribute name -> :class:`Domain`
+    #: (``toolkit.optimizers.validation``): each becomes a checked attribute, so the
+    #: constructor's ``self.beta1 = beta1`` and every later ``opt.beta1 = x`` run the same check
+    #: (:meth:`hyperparameter_domains` merges a class's with its bases').
+    domains = {
+        "lr": nonneg(keyword="learning_rate"),
+        "rescale_grad": nonneg(),
+        "wd": nonneg(),
+        "clip_gradient": nonneg(none="use None to disable clipping"),
+        "lr_scheduler": callable_or_none(),
+        "begin_num_update": integer(0),
+        "multi_precision": flag(),
+        "convention": choice(CONVENTIONS),
+        "backend": choice(BACKENDS, numeric=False),
+    }
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         if "elementwise_step" in cls.__dict__:
             raise TypeError(f"{cls.__name__} sets elementwise_step, which is now "
                             "state_like_weight (False: a state not shaped like the weight)")
+        _install_checked_attributes(cls)
+
+    @classmethod
+    def hyperparameter_domains(cls):
+        """Every checked hyperparameter of this class, attribute name -> :class:`Domain`:
+        the base class's first, then each subclass's in order."""
+        merged = {}
+        for klass in reversed(cls.__mro__):
+            merged.update(klass.__dict__.get("domains", {}))
+        return merged
+
+    def hyperparameters(self):
+        """Every setting that changes the numbers, by constructor keyword (``learning_rate``,
+        ``rescale_grad``, ``wd``, ``clip_gradient``, ``lr_scheduler``, ``begin_num_update``,
+        ``multi_precision``, ``convention`` and the optimizer's own), as JSON-able values: the
+        learning-rate scheduler as its type and configuration. Two optimizers of the same class
+        with equal ``hyperparameters()`` compute the same numbers from the same state."""
+        out = {}
+        for attr, domain in self.hyperparameter_domains().items():
+            if domain.numeric:
+                out[domain.keyword or attr] = _jsonable(getattr(self, attr))
+        return out
+
+    def check_relations(self):
+        """Checks that tie two hyperparameters together (LAMB's bounds): run when construction
+        ends and after every later assignment of a hyperparameter, which is undone when this
+        raises. Subclasses override it; the base class has none."""
+
+    def _after_hyperparameter_set(self, attr, old):
+        """Refuse an assignment after construction that breaks :meth:`check_relations` or that
+        changes the layout of state already made (SGD's momentum turned on once its state is
+        ``None``): the value is then put back."""
+        d = self.__dict__
+        if not d.get("_constructed"):
+            return
+        made = d.get("_state_layout")
+        if made is not None and self._template_key() != made:
+            domain = self.hyperparameter_domains()[attr]
+            name = domain.keyword or attr
+            raise ValueError(
+                f"{name} cannot change from {old!r} to {getattr(self, attr)!r}: that changes the "
+                f"state {type(self).__name__} keeps (slots {made[0]} -> {self.state_slots()}), "
+                "and this optimizer has already made state in the old layout. Create a new "
+                f"optimizer with {name}={getattr(self, attr)!r}, or set it before the first "
+                "create_state (a Trainer makes its states at construction)")
+        self.check_relations()
 
     def __init__(self, rescale_grad=1.0, param_idx2name=None, wd=0.0, clip_gradient=None,
                  learning_rate=None, lr_scheduler=None, sym=None, begin_num_update=0,
                  multi_precision=False, param_dict=None, backend="auto", convention="mxnet"):
-        self.rescale_grad = check_nonneg("rescale_grad", rescale_grad)
-        self.wd = check_nonneg("wd", wd)
-        self.clip_gradient = None if clip_gradient is None else check_nonneg(
-            "clip_gradient (use None to disable clipping)", clip_gradient)
+        self.rescale_grad = rescale_grad    # each a checked attribute (``domains``)
+        self.wd = wd
+        self.clip_gradient = clip_gradient
         if learning_rate is not None:
             learning_rate = check_nonneg("learning_rate", learning_rate)
-        if lr_scheduler is not None and not callable(lr_scheduler):
-            raise TypeError(f"lr_scheduler must be callable (an LRScheduler), got {lr_scheduler!r}")
+        self.lr_scheduler = lr_scheduler
         if sym is not None:
             raise ValueError("sym (symbolic graphs) is not supported; pass param_idx2name instead")
-        self.begin_num_update = check_int("begin_num_update", begin_num_update, 0)
-        if not isinstance(multi_precision, (bool, np.bool_)):
-            raise TypeError(f"multi_precision must be a bool, got {multi_precision!r}")
-        self.multi_precision = bool(multi_precision)
-        self.backend = check_choice("backend", backend, BACKENDS)
-        self.convention = check_choice("convention", convention, CONVENTIONS)
+        self.begin_num_update = begin_num_update
+        self.multi_precision = multi_precision
+        self.backend = backend
+        self.convention = convention
         if param_idx2name is None:
             param_idx2name = {}
         if not isinstance(param_idx2name, dict):
@@ -296,7 +331,6 @@ class Optimizer:
 
         # MXNet optimizer.py:109-116: lr 0.01 when neither is given; a given learning_rate
         # overwrites the scheduler's base_lr.
-        self.lr_scheduler = lr_scheduler
         if learning_rate is None and lr_scheduler is None:
             learning_rate = 0.01
         if lr_scheduler is not None and learning_rate is not None:
@@ -313,6 +347,8 @@ class Optimizer:
         self.wd_mult: dict = {}
         self.set_lr_mult({})
         self.set_wd_mult({})
+        self.check_relations()
+        self._constructed = True
 
     # ---------------------------------------------------------------------------------------
     # learning rate, multipliers, counts
@@ -430,11 +466,19 @@ class Optimizer:
         """Fresh state for ``weight``: None, an array, or a tuple (MXNet's shapes and order),
         of the weight's dtype, kind (numpy, CuPy, torch, numba device array) and device."""
         self._check_weight(weight)
+        self.state_made()
         slots = self.state_slots()
         if not slots:
             return None
         new = tuple(self._init_slot(name, weight) for name in slots)
         return new[0] if len(new) == 1 and not self._tuple_state() else new
+
+    def state_made(self):
+        """Record that state exists in the current layout (:meth:`create_state` calls it; a
+        subclass that makes its state otherwise calls it too): from then on an assignment
+        that would change the layout is refused."""
+        if self.__dict__.get("_state_layout") is None:
+            self._state_layout = self._template_key()
 
     def _tuple_state(self):
         """Whether a single-slot state is returned as a 1-tuple (RMSProp's ``(n,)``)."""
@@ -1042,3 +1086,6 @@ class Optimizer:
     def __repr__(self):
         return (f"{type(self).__name__}(learning_rate={self.lr!r}, wd={self.wd!r}, "
                 f"convention={self.convention!r}, backend={self.backend!r})")
+
+
+_install_checked_attributes(Optimizer)

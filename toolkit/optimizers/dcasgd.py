@@ -18,7 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..backends import arrays
-from .base import Optimizer, check_nonneg, check_unit, register, scalar_only
+from .base import Optimizer, register, scalar_only
+from .validation import nonneg, unit
 
 __all__ = ["DCASGD"]
 
@@ -80,9 +81,10 @@ class DCASGD(Optimizer):
     reference_name = "dcasgd"
     mxnet_kernel = False
 
+    domains = {"momentum": unit(), "lamda": nonneg()}
+
     def __init__(self, momentum=0.0, lamda=0.04, **kwargs):
-        self.momentum = check_unit("momentum", momentum)
-        self.lamda = check_nonneg("lamda", lamda)
+        self.momentum, self.lamda = momentum, lamda
         super().__init__(**kwargs)
 
     def state_slots(self):
@@ -90,6 +92,7 @@ class DCASGD(Optimizer):
 
     def create_state(self, index, weight):
         self._check_weight(weight)
+        self.state_made()
         mom = arrays.zeros_like(weight) if self.momentum != 0.0 else None
         return (mom, arrays.copy(weight))  # the weight's kind, device and memory order (F too)
 

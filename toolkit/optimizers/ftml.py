@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import math
 
-from .base import Optimizer, check_nonneg, check_unit, register, scalar_only
+from .base import Optimizer, register, scalar_only
+from .validation import nonneg, unit
 
 __all__ = ["FTML"]
 
@@ -61,10 +62,10 @@ class FTML(Optimizer):
     reference_name = "ftml"
     requires_positive_lr = True
 
+    domains = {"beta1": unit(), "beta2": unit(), "epsilon": nonneg()}
+
     def __init__(self, beta1=0.6, beta2=0.999, epsilon=1e-8, **kwargs):
-        self.beta1 = check_unit("beta1", beta1)
-        self.beta2 = check_unit("beta2", beta2)
-        self.epsilon = check_nonneg("epsilon", epsilon)
+        self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
         super().__init__(**kwargs)
 
     def state_slots(self):

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import math
 
-from .base import Optimizer, check_nonneg, register, scalar_only
+from .base import Optimizer, register, scalar_only
+from .validation import nonneg
 
 __all__ = ["Ftrl"]
 
@@ -80,14 +81,15 @@ class Ftrl(Optimizer):
     reference_name = "ftrl"
     requires_positive_lr = True
 
+    domains = {"lamda1": nonneg(), "beta": nonneg()}
+
     def __init__(self, lamda1=0.01, learning_rate=0.1, beta=1, **kwargs):
-        self.lamda1 = check_nonneg("lamda1", lamda1)
-        self.beta = check_nonneg("beta", beta)
+        self.lamda1, self.beta = lamda1, beta
         super().__init__(**kwargs)
         # MXNet does not forward learning_rate to the base class (MXNet 1.9.1
         # python/mxnet/optimizer/optimizer.py:1876-1880; docs/mxnet-facts.md, 1.1): a
         # scheduler's base_lr is not overwritten.
-        self.lr = check_nonneg("learning_rate", learning_rate)
+        self.lr = learning_rate
 
     def state_slots(self):
         return ("z", "n")

@@ -26,7 +26,8 @@ import math
 import numpy as np
 
 from ..backends import arrays, cpu
-from .base import Optimizer, check_nonneg, register
+from .base import Optimizer, register
+from .validation import nonneg
 
 __all__ = ["GroupAdaGrad"]
 
@@ -86,8 +87,10 @@ class GroupAdaGrad(Optimizer):
     mxnet_kernel = False      # MXNet's dense path is NDArray operations (Python ops)
     state_like_weight = False  # one history value per row: laid out per row in a Trainer
 
+    domains = {"float_stable_eps": nonneg(keyword="eps")}
+
     def __init__(self, eps=1e-5, **kwargs):
-        self.float_stable_eps = check_nonneg("eps", eps)
+        self.float_stable_eps = eps
         super().__init__(**kwargs)
 
     def state_slots(self):

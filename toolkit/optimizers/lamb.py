@@ -31,7 +31,8 @@ import numpy as np
 
 from ..backends import cpu
 from ..backends.rules import DirectionPass
-from .base import Optimizer, check_nonneg, check_unit, register
+from .base import Optimizer, register
+from .validation import flag, nonneg, unit
 
 __all__ = ["LAMB"]
 
@@ -94,14 +95,6 @@ _RULES = {"mxnet": (mxnet_direction_rule, mxnet_apply_rule),
           "guide": (guide_direction_rule, guide_apply_rule)}
 
 
-def _bound(name, x):
-    """A norm bound: None, or a finite number >= 0 (0 is "no bound", as MXNet passes only a
-    truthy bound to its operator)."""
-    if x is None:
-        return None
-    return check_nonneg(f"{name} (use None for no bound)", x)
-
-
 @register
 class LAMB(Optimizer):
     """LAMB (MXNet ``lamb``): Adam's direction scaled per tensor by a trust ratio.
@@ -130,20 +123,24 @@ class LAMB(Optimizer):
     #: MXNet's LAMB hands up to 45 indices to one aggregated kernel call (optimizer.py:1262)
     aggregate_num = 45
 
+    #: a norm bound is None or a finite number >= 0 (0 is "no bound", as MXNet passes only a
+    #: truthy bound to its operator)
+    domains = {"beta1": unit(), "beta2": unit(), "epsilon": nonneg(),
+               "lower_bound": nonneg(none="use None for no bound"),
+               "upper_bound": nonneg(none="use None for no bound"),
+               "bias_correction": flag()}
+
     def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-6,
                  lower_bound=None, upper_bound=None, bias_correction=True, **kwargs):
-        self.beta1 = check_unit("beta1", beta1)
-        self.beta2 = check_unit("beta2", beta2)
-        self.epsilon = check_nonneg("epsilon", epsilon)
-        self.lower_bound = _bound("lower_bound", lower_bound)
-        self.upper_bound = _bound("upper_bound", upper_bound)
+        self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
+        self.lower_bound, self.upper_bound = lower_bound, upper_bound
+        self.bias_correction = bias_correction
+        super().__init__(learning_rate=learning_rate, **kwargs)
+
+    def check_relations(self):
         if self.lower_bound and self.upper_bound and self.lower_bound > self.upper_bound:
             raise ValueError(f"lower_bound must not exceed upper_bound, got lower_bound="
                              f"{self.lower_bound!r} > upper_bound={self.upper_bound!r}")
-        if not isinstance(bias_correction, (bool, np.bool_)):
-            raise TypeError(f"bias_correction must be a bool, got {bias_correction!r}")
-        self.bias_correction = bool(bias_correction)
-        super().__init__(learning_rate=learning_rate, **kwargs)
 
     def state_slots(self):
         return ("mean", "var")

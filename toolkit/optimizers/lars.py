@@ -19,7 +19,8 @@ from __future__ import annotations
 import math
 
 from ..backends import cpu
-from .base import check_nonneg, check_unit, register
+from .base import register
+from .validation import flag, nonneg
 from .sgd import (SGD, guide_momentum_rule, guide_plain_rule, mxnet_momentum_rule,
                   mxnet_plain_rule)
 
@@ -51,14 +52,15 @@ class LARS(SGD):
 
     reference_name = "lars"
 
+    domains = {"eta": nonneg(), "eps": nonneg(), "momentum_correction": flag(strict=False)}
+
     def __init__(self, momentum=0.0, lazy_update=True, eta=0.001, eps=0, momentum_correction=True,
                  **kwargs):
-        self.eta = check_nonneg("eta", eta)
-        self.eps = check_nonneg("eps", eps)
-        self.momentum_correction = bool(momentum_correction)
+        self.eta, self.eps = eta, eps
+        self.momentum_correction = momentum_correction
         self.last_lr = None
         self.cur_lr = None
-        super().__init__(momentum=check_unit("momentum", momentum), lazy_update=lazy_update,
+        super().__init__(momentum=momentum, lazy_update=lazy_update,
                          **kwargs)
 
     def set_wd_mult(self, args_wd_mult):

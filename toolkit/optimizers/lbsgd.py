@@ -23,7 +23,8 @@ import numpy as np
 
 from ..backends import arrays, cpu
 from ..backends.rules import add_rule
-from .base import Optimizer, check_choice, check_int, check_unit, register
+from .base import Optimizer, register
+from .validation import choice, integer, unit
 from .sgd import guide_momentum_rule, guide_plain_rule, sgd_update_hyper
 
 __all__ = ["LBSGD", "lbmult"]
@@ -146,23 +147,32 @@ class LBSGD(Optimizer):
 
     reference_name = "lbsgd"
 
+    domains = {"momentum": unit(), "warmup_strategy": choice(STRATEGIES),
+               "warmup_epochs": integer(0), "batch_scale": integer(1),
+               "updates_per_epoch": integer(1), "begin_epoch": integer(0),
+               "num_epochs": integer(0)}
+
     def __init__(self, momentum=0.0, multi_precision=False, warmup_strategy="linear",
                  warmup_epochs=5, batch_scale=1, updates_per_epoch=32, begin_epoch=0,
                  num_epochs=60, **kwargs):
-        self.momentum = check_unit("momentum", momentum)
-        self.warmup_strategy = check_choice("warmup_strategy", warmup_strategy, STRATEGIES)
-        self.warmup_epochs = check_int("warmup_epochs", warmup_epochs, 0)
-        self.batch_scale = check_int("batch_scale", batch_scale, 1)
-        self.updates_per_epoch = check_int("updates_per_epoch", updates_per_epoch, 1)
-        self.begin_epoch = check_int("begin_epoch", begin_epoch, 0)
-        self.num_epochs = check_int("num_epochs", num_epochs, 0)
-        self.init_updates = self.begin_epoch * self.updates_per_epoch
+        self.momentum = momentum
+        self.warmup_strategy = warmup_strategy
+        self.warmup_epochs = warmup_epochs
+        self.batch_scale = batch_scale
+        self.updates_per_epoch = updates_per_epoch
+        self.begin_epoch = begin_epoch
+        self.num_epochs = num_epochs
         super().__init__(multi_precision=multi_precision, **kwargs)
         self._cum: dict = {}
         self._ncum: dict = {}
         #: indices whose accumulator is known to hold +0.0 everywhere (created here, or zeroed
         #: by a step since): with batch_scale 1 their steps neither read nor write it
         self._cum_zero: set = set()
+
+    @property
+    def init_updates(self):
+        """The update count an index's warmup starts from: ``begin_epoch * updates_per_epoch``."""
+        return self.begin_epoch * self.updates_per_epoch
 
     def state_slots(self):
         return ("mom",) if self.momentum != 0.0 else ()

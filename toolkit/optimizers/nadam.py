@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import math
 
-from .base import Optimizer, check_nonneg, check_unit, register
+from .base import Optimizer, register
+from .validation import nonneg, unit
 
 __all__ = ["Nadam"]
 
@@ -64,12 +65,13 @@ class Nadam(Optimizer):
     reference_name = "nadam"
     mxnet_kernel = False
 
+    domains = {"beta1": unit(), "beta2": unit(), "epsilon": nonneg(),
+               "schedule_decay": nonneg()}
+
     def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8,
                  schedule_decay=0.004, **kwargs):
-        self.beta1 = check_unit("beta1", beta1)
-        self.beta2 = check_unit("beta2", beta2)
-        self.epsilon = check_nonneg("epsilon", epsilon)
-        self.schedule_decay = check_nonneg("schedule_decay", schedule_decay)
+        self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
+        self.schedule_decay = schedule_decay
         super().__init__(learning_rate=learning_rate, **kwargs)
         if self.convention == "guide":
             raise ValueError("convention='guide' is not available for Nadam: the guide's "

@@ -16,7 +16,8 @@ guide, in the same stored-point form (proved equal to the look-ahead form of the
 from __future__ import annotations
 
 from ..backends import arrays
-from .base import Optimizer, check_unit, register, scalar_only
+from .base import Optimizer, register, scalar_only
+from .validation import unit
 from .sgd import guide_plain_rule, sgd_update_hyper, sgd_update_rule
 
 __all__ = ["NAG"]
@@ -76,8 +77,10 @@ class NAG(Optimizer):
 
     reference_name = "nag"
 
+    domains = {"momentum": unit()}
+
     def __init__(self, momentum=0.0, **kwargs):
-        self.momentum = check_unit("momentum", momentum)
+        self.momentum = momentum
         super().__init__(**kwargs)
 
     def state_slots(self):

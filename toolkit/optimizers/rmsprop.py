@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 
-from .base import Optimizer, check_nonneg, check_positive, check_unit, register, scalar_only
+from .base import Optimizer, register, scalar_only
+from .validation import flag, nonneg, positive, unit
 
 __all__ = ["RMSProp"]
 
@@ -102,6 +103,9 @@ class RMSProp(Optimizer):
 
     reference_name = "rmsprop"
 
+    domains = {"gamma1": unit(), "gamma2": unit(), "epsilon": nonneg(), "centered": flag(),
+               "clip_weights": positive(none=True)}
+
     def __init__(self, learning_rate=0.001, gamma1=_UNSET, gamma2=_UNSET, epsilon=1e-8,
                  centered=False, clip_weights=None, rho=_UNSET, momentum=_UNSET, **kwargs):
         if gamma1 is not _UNSET and rho is not _UNSET:
@@ -110,14 +114,9 @@ class RMSProp(Optimizer):
             raise TypeError("give gamma2 or its guide spelling momentum, not both")
         gamma1 = rho if rho is not _UNSET else (0.9 if gamma1 is _UNSET else gamma1)
         gamma2 = momentum if momentum is not _UNSET else (0.9 if gamma2 is _UNSET else gamma2)
-        self.gamma1 = check_unit("gamma1", gamma1)
-        self.gamma2 = check_unit("gamma2", gamma2)
-        self.epsilon = check_nonneg("epsilon", epsilon)
-        if not isinstance(centered, bool):
-            raise TypeError(f"centered must be a bool, got {centered!r}")
+        self.gamma1, self.gamma2, self.epsilon = gamma1, gamma2, epsilon
         self.centered = centered
-        self.clip_weights = None if clip_weights is None else check_positive("clip_weights",
-                                                                             clip_weights)
+        self.clip_weights = clip_weights
         super().__init__(learning_rate=learning_rate, **kwargs)
 
     def state_slots(self):

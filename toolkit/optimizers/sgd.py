@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..backends import arrays
-from .base import Optimizer, check_unit, register, scalar_only
+from .base import Optimizer, register, scalar_only
+from .validation import flag, unit
 
 __all__ = ["SGD"]
 
@@ -106,9 +107,11 @@ class SGD(Optimizer):
     #: aggregated kernel (docs/mxnet-facts.md, section 5)
     aggregate_num = 4
 
+    domains = {"momentum": unit(), "lazy_update": flag(strict=False)}
+
     def __init__(self, momentum=0.0, lazy_update=True, **kwargs):
-        self.momentum = check_unit("momentum", momentum)
-        self.lazy_update = bool(lazy_update)
+        self.momentum = momentum
+        self.lazy_update = lazy_update
         super().__init__(**kwargs)
 
     def state_slots(self):

@@ -16,7 +16,8 @@ from __future__ import annotations
 import math
 
 from ..backends.noise import stream_key, stream_of
-from .base import Optimizer, check_int, register
+from .base import Optimizer, register
+from .validation import integer
 
 __all__ = ["SGLD", "sgld_rule", "stream_key", "stream_of"]
 
@@ -57,8 +58,10 @@ class SGLD(Optimizer):
     reference_name = "sgld"
     mxnet_kernel = False
 
+    domains = {"seed": integer(0)}
+
     def __init__(self, seed=0, **kwargs):
-        self.seed = check_int("seed", seed, 0)
+        self.seed = seed
         super().__init__(**kwargs)
 
     def _check_weight(self, weight):

@@ -17,7 +17,8 @@ guide (the state holds the guide's ``v``)::
 """
 from __future__ import annotations
 
-from .base import Optimizer, check_nonneg, check_unit, register, scalar_only
+from .base import Optimizer, register, scalar_only
+from .validation import nonneg, unit
 
 __all__ = ["Signum"]
 
@@ -91,12 +92,15 @@ class Signum(Optimizer):
 
     reference_name = "signum"
 
+    domains = {"momentum": unit(), "wd_lh": nonneg()}
+
     def __init__(self, learning_rate=0.01, momentum=0.9, wd_lh=0.0, **kwargs):
-        self.momentum = check_unit("momentum", momentum)
-        self.wd_lh = check_nonneg("wd_lh", wd_lh)
+        self.momentum, self.wd_lh = momentum, wd_lh
+        super().__init__(learning_rate=learning_rate, **kwargs)
+
+    def check_relations(self):
         if self.momentum == 0.0 and self.wd_lh != 0.0:
             raise ValueError("wd_lh needs momentum > 0 (SignSGD has no wd_lh; MXNet fails too)")
-        super().__init__(learning_rate=learning_rate, **kwargs)
 
     def state_slots(self):
         return ("mom",) if self.momentum != 0.0 else ()

@@ -1,0 +1,143 @@
+"""Hyperparameters assigned after construction run the constructor's checks (issue 19, item 6):
+every declared domain refuses a bad value on assignment and keeps the old one; an assignment
+that would change the layout of state already made is refused with a message that says what to
+do; ``hyperparameters()`` lists every setting that changes the numbers."""
+from __future__ import annotations
+
+import inspect
+import math
+
+import numpy as np
+import pytest
+
+from toolkit import Parameter, Trainer, optimizer
+
+NAMES = sorted(optimizer.registry())
+#: constructor keywords that are not settings of the numbers
+NOT_NUMERIC = {"self", "args", "kwargs", "param_idx2name", "param_dict", "sym", "backend"}
+#: RMSProp's guide spellings of gamma1 and gamma2 (aliases, not settings of their own)
+ALIASES = {"rmsprop": {"rho", "momentum"}}
+
+
+def _bad_values(domain):
+    if domain.kind in ("nonneg", "positive", "unit"):
+        return [float("nan"), float("inf"), -1.0, "0.1"]
+    if domain.kind == "int":
+        return [domain.minimum - 1, 1.5, True]
+    if domain.kind == "choice":
+        return ["no such choice"]
+    if domain.kind == "flag":
+        return ["yes"] if domain.strict else []
+    return [3.0]   # "callable"
+
+
+CASES = [(name, attr, bad) for name in NAMES
+         for attr, domain in optimizer.registry()[name].hyperparameter_domains().items()
+         for bad in _bad_values(domain)]
+
+
+@pytest.mark.parametrize("name, attr, bad", CASES, ids=[f"{n}-{a}-{b!r}" for n, a, b in CASES])
+def test_a_bad_value_assigned_later_is_refused_and_the_old_one_kept(name, attr, bad):
+    opt = optimizer.create(name)
+    before = getattr(opt, attr)
+    with pytest.raises((ValueError, TypeError)):
+        setattr(opt, attr, bad)
+    assert getattr(opt, attr) is before
+
+
+def test_the_issues_reproducers():
+    opt = optimizer.Adam()
+    for attr, value in [("beta1", float("nan")), ("wd", float("nan")), ("lr", float("nan")),
+                        ("beta1", 1)]:
+        with pytest.raises(ValueError, match="finite|in \\[0, 1\\)"):
+            setattr(opt, attr, value)
+    w = np.ones(4, np.float32)
+    s = opt.create_state(0, w)
+    opt.update(0, w, np.full(4, 0.5, np.float32), s)    # the optimizer still steps
+    assert np.all(np.isfinite(w))
+
+
+def test_momentum_turned_on_after_a_trainers_states_exist_is_refused():
+    p = Parameter("w", init=np.ones(4, np.float32))
+    tr = Trainer([p], "sgd", {"learning_rate": 0.1})
+    with pytest.raises(ValueError, match="Create a new optimizer with momentum=0.9"):
+        tr.optimizer.momentum = 0.9
+    assert tr.optimizer.momentum == 0.0
+    p.grad()[:] = 1.0
+    tr.step(1)                                  # still a plain SGD step
+    assert np.array_equal(p.data(), np.full(4, np.float32(1) - np.float32(0.1), np.float32))
+
+
+def test_momentum_set_before_any_state_is_used():
+    opt = optimizer.SGD(learning_rate=0.1)
+    opt.momentum = 0.9
+    w = np.zeros(2, np.float32)
+    s = opt.create_state(0, w)
+    assert s is not None
+    g = np.ones(2, np.float32)
+    opt.update(0, w, g, s)
+    opt.update(0, w, g, s)
+    ref = optimizer.SGD(learning_rate=0.1, momentum=0.9)
+    w2 = np.zeros(2, np.float32)
+    s2 = ref.create_state(0, w2)
+    ref.update(0, w2, g, s2)
+    ref.update(0, w2, g, s2)
+    assert np.array_equal(w, w2)
+
+
+def test_a_layout_change_that_keeps_the_layout_is_allowed():
+    opt = optimizer.SGD(momentum=0.9)
+    opt.create_state(0, np.zeros(2, np.float32))
+    opt.momentum = 0.5                          # still one momentum buffer
+    assert opt.momentum == 0.5
+    rms = optimizer.RMSProp()
+    rms.create_state(0, np.zeros(2, np.float32))
+    with pytest.raises(ValueError, match="centered cannot change"):
+        rms.centered = True
+
+
+@pytest.mark.parametrize("make, attr, value, match", [
+    (lambda: optimizer.LAMB(lower_bound=1.0, upper_bound=2.0), "lower_bound", 3.0,
+     "must not exceed"),
+    (lambda: optimizer.Signum(momentum=0.9, wd_lh=0.1), "momentum", 0.0, "wd_lh needs"),
+    (lambda: optimizer.Adamax(epsilon=1e-8, convention="guide"), "convention", "mxnet",
+     "no epsilon"),
+])
+def test_relations_between_hyperparameters_hold_on_assignment(make, attr, value, match):
+    opt = make()
+    before = getattr(opt, attr)
+    with pytest.raises(ValueError, match=match):
+        setattr(opt, attr, value)
+    assert getattr(opt, attr) == before
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_hyperparameters_name_every_constructor_keyword(name):
+    klass = optimizer.registry()[name]
+    opt = klass()
+    keywords = set()
+    for c in klass.__mro__:
+        if "__init__" in c.__dict__:
+            keywords |= set(inspect.signature(c.__init__).parameters)
+    hp = opt.hyperparameters()
+    assert keywords - NOT_NUMERIC - ALIASES.get(name, set()) <= set(hp)
+    assert set(opt.reference_hyper()) <= set(hp)
+    import json
+    assert json.loads(json.dumps(hp)) == hp
+
+
+def test_hyperparameters_follow_assignments_and_the_scheduler():
+    from toolkit import lr_scheduler
+    opt = optimizer.Adam(lr_scheduler=lr_scheduler.FactorScheduler(step=3))
+    opt.beta1 = 0.5
+    hp = opt.hyperparameters()
+    assert hp["beta1"] == 0.5 and hp["lr_scheduler"]["type"] == "FactorScheduler"
+    assert hp != optimizer.Adam(lr_scheduler=lr_scheduler.FactorScheduler(step=2)).hyperparameters()
+
+
+def test_derived_settings_follow_their_sources():
+    opt = optimizer.LBSGD(begin_epoch=2, updates_per_epoch=10)
+    assert opt.init_updates == 20
+    opt.begin_epoch = 3
+    assert opt.init_updates == 30
+    assert not math.isnan(opt.learning_rate)

@@ -1,0 +1,203 @@
+"""Hyperparameter validation: the checks, and each optimizer's declared domains.
+
+An optimizer class declares the values each of its hyperparameters may take once, as data
+(``domains = {"beta1": unit(), "epsilon": nonneg()}``); :class:`~toolkit.optimizers.base.Optimizer`
+turns every declared name into a checked attribute, so the constructor and every later
+assignment (``opt.beta1 = float("nan")``) run the same check, and
+:meth:`~toolkit.optimizers.base.Optimizer.hyperparameters` lists them. Each check raises a
+``ValueError`` or ``TypeError`` that names the argument and the value, before anything is
+assigned.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+
+import numpy as np
+
+__all__ = ["Domain", "nonneg", "positive", "unit", "integer", "choice", "flag", "callable_or_none",
+           "check_nonneg", "check_positive", "check_unit", "check_int", "check_choice"]
+
+
+# --------------------------------------------------------------------------------------------
+# the checks: each raises a ValueError/TypeError that names the argument, else returns the value
+# --------------------------------------------------------------------------------------------
+def _real(name, x):
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(x).__name__} {x!r}")
+    x = float(x)
+    if not math.isfinite(x):
+        raise ValueError(f"{name} must be finite, got {x!r}")
+    return x
+
+
+def check_nonneg(name, x):
+    x = _real(name, x)
+    if x < 0:
+        raise ValueError(f"{name} must be >= 0, got {x!r}")
+    return x
+
+
+def check_positive(name, x):
+    x = _real(name, x)
+    if x <= 0:
+        raise ValueError(f"{name} must be > 0, got {x!r}")
+    return x
+
+
+def check_unit(name, x, *, closed=False):
+    """A decay/momentum factor: in [0, 1) (or [0, 1] when ``closed``)."""
+    x = _real(name, x)
+    if x < 0 or x > 1 or (x == 1 and not closed):
+        raise ValueError(f"{name} must be in [0, 1{']' if closed else ')'}, got {x!r}")
+    return x
+
+
+def check_int(name, x, minimum):
+    if isinstance(x, bool) or not isinstance(x, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(x).__name__} {x!r}")
+    if x < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {x!r}")
+    return int(x)
+
+
+def check_choice(name, x, choices):
+    if x not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {x!r}")
+    return x
+
+
+def _check_flag(name, x, strict):
+    if strict and not isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {x!r}")
+    return bool(x)
+
+
+def _check_callable(name, x):
+    if x is not None and not callable(x):
+        raise TypeError(f"{name} must be callable (an LRScheduler) or None, got {x!r}")
+    return x
+
+
+# --------------------------------------------------------------------------------------------
+# domains: what one hyperparameter may take, as data
+# --------------------------------------------------------------------------------------------
+class Domain:
+    """The values one hyperparameter may take.
+
+    ``kind`` is one of ``"nonneg"`` (a finite real >= 0), ``"positive"`` (> 0), ``"unit"``
+    ([0, 1), or [0, 1] when ``closed``), ``"int"`` (an integer >= ``minimum``), ``"choice"``
+    (one of ``choices``), ``"flag"`` (a bool; ``strict`` refuses anything but a bool, else any
+    value is taken for its truth), ``"callable"`` (a callable or None). ``none`` also admits
+    None: True, or a hint that error messages give (``"use None to disable clipping"``);
+    ``keyword`` is the constructor's name for it where the attribute is named otherwise
+    (AdaGrad's ``eps`` is kept as ``float_stable_eps``); ``numeric=False`` marks a setting that
+    does not change the numbers (the backend), which :meth:`Optimizer.hyperparameters` leaves out.
+    """
+
+    __slots__ = ("kind", "minimum", "closed", "choices", "strict", "none", "keyword", "numeric")
+
+    def __init__(self, kind, *, minimum=None, closed=False, choices=None, strict=True, none=None,
+                 keyword=None, numeric=True):
+        if kind not in _CHECKS:
+            raise ValueError(f"unknown domain kind {kind!r}; one of {tuple(_CHECKS)}")
+        self.kind, self.minimum, self.closed = kind, minimum, closed
+        self.choices = None if choices is None else tuple(choices)
+        self.strict, self.none, self.keyword, self.numeric = strict, none, keyword, numeric
+
+    def label(self, attr):
+        """How error messages name the hyperparameter held in attribute ``attr``."""
+        name = self.keyword or attr
+        return f"{name} ({self.none})" if isinstance(self.none, str) else name
+
+    def check(self, attr, value):
+        """``value`` as the optimizer keeps it, or a ValueError/TypeError naming it."""
+        if value is None and self.none is not None:
+            return None
+        return _CHECKS[self.kind](self, self.label(attr), value)
+
+    def __repr__(self):
+        shown = [f"{k}={getattr(self, k)!r}" for k in self.__slots__[1:]
+                 if getattr(self, k) != _DEFAULTS[k]]
+        return f"Domain({', '.join([repr(self.kind)] + shown)})"
+
+
+_DEFAULTS = {"minimum": None, "closed": False, "choices": None, "strict": True, "none": None,
+             "keyword": None, "numeric": True}
+
+_CHECKS = {
+    "nonneg": lambda d, name, x: check_nonneg(name, x),
+    "positive": lambda d, name, x: check_positive(name, x),
+    "unit": lambda d, name, x: check_unit(name, x, closed=d.closed),
+    "int": lambda d, name, x: check_int(name, x, d.minimum),
+    "choice": lambda d, name, x: check_choice(name, x, d.choices),
+    "flag": lambda d, name, x: _check_flag(name, x, d.strict),
+    "callable": lambda d, name, x: _check_callable(name, x),
+}
+
+
+def nonneg(**kw):
+    """A finite real >= 0."""
+    return Domain("nonneg", **kw)
+
+
+def positive(**kw):
+    """A finite real > 0."""
+    return Domain("positive", **kw)
+
+
+def unit(*, closed=False, **kw):
+    """A decay or momentum factor in [0, 1) ([0, 1] when ``closed``)."""
+    return Domain("unit", closed=closed, **kw)
+
+
+def integer(minimum, **kw):
+    """An integer (not a bool) >= ``minimum``."""
+    return Domain("int", minimum=minimum, **kw)
+
+
+def choice(choices, **kw):
+    """One of ``choices``."""
+    return Domain("choice", choices=choices, **kw)
+
+
+def flag(*, strict=True, **kw):
+    """A bool (``strict=False``: any value, taken for its truth, as MXNet does)."""
+    return Domain("flag", strict=strict, **kw)
+
+
+def callable_or_none(**kw):
+    """A callable (a learning-rate scheduler) or None."""
+    return Domain("callable", **kw)
+
+
+def storage(attr):
+    """Where a checked attribute keeps its value in the instance ``__dict__``."""
+    return "_hp_" + attr
+
+
+def checked_attribute(attr, domain, after_set):
+    """A property for hyperparameter ``attr``: reads are one C-level attribute lookup (as fast
+    as a plain attribute), assignments run ``domain.check`` first, then
+    ``after_set(optimizer, attr, old_value)``, which may refuse the new value (it is then put
+    back)."""
+    key = storage(attr)
+    missing = object()
+
+    def set_value(self, value):
+        value = domain.check(attr, value)
+        d = self.__dict__
+        old = d.get(key, missing)
+        d[key] = value
+        if old is missing:
+            return
+        try:
+            after_set(self, attr, old)
+        except BaseException:
+            d[key] = old
+            raise
+
+    return property(operator.attrgetter(key), set_value,
+                    doc=f"Hyperparameter ``{domain.keyword or attr}``: {domain!r}; checked on "
+                        "every assignment.")
