@@ -21,7 +21,8 @@ from reference.error_bound import Tracked, track, unit_roundoff
 
 from .backends.arrays import to_host
 
-__all__ = ["SAFETY", "normalised_error", "element_errors", "overflow_threshold", "finite_score", "compare", "reference_call", "step_errors",
+__all__ = ["SAFETY", "normalised_error", "element_errors", "overflow_threshold", "finite_score",
+           "compare", "reference_call", "step_errors",
            "trajectory_errors", "check_function"]
 
 #: The factor C of the bound |out - ref| <= C*E (see the module docstring).
@@ -72,7 +73,7 @@ def element_errors(out, ref, storage=None) -> np.ndarray:
     diff = np.where(np.isnan(diff), np.inf, diff)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(diff == 0, 0.0, diff / allowed)
-    ratio = np.where(np.isnan(ratio), np.inf, ratio)  # an infinite difference over an infinite bound
+    ratio = np.where(np.isnan(ratio), np.inf, ratio)  # an infinite difference over infinite E
     return np.where(tie, 0.0, ratio)
 
 
