@@ -152,18 +152,23 @@ def test_clip_after_weight_decay_fails_with_clipping_and_decay_on():
     assert h["clip_gradient"] is not None and h["wd"] > 0, r.summary
 
 
+#: momentum where a momentum bug shows at every step after the first (drawn momenta are often 0
+#: or tiny: with them a seed could miss the bug, seeds 1 and 6 did)
+MOMENTUM_ON = {"momentum": 0.9}
+
+
 def test_wrong_momentum_sign_fails_from_the_second_step():
     r = oracle.verify(make_sgd("wrong momentum sign"), "sgd", convention="guide",
-                      examples=EXAMPLES, seed=7)
+                      examples=EXAMPLES, seed=7, fixed=MOMENTUM_ON)
     assert not r.passed, r.summary
-    assert r.worst["step"] >= 2 and r.worst["hyperparameters"]["momentum"] > 0, r.summary
+    assert r.worst["step"] >= 2, r.summary
 
 
 def test_state_never_reset_fails():
     _SHARED.clear()
     r = oracle.verify(make_sgd("state never reset"), "sgd", convention="guide",
-                      examples=EXAMPLES, seed=8)
-    assert not r.passed and r.worst["hyperparameters"]["momentum"] > 0, r.summary
+                      examples=EXAMPLES, seed=8, fixed=MOMENTUM_ON)
+    assert not r.passed, r.summary
 
 
 def test_identify_reports_the_closest_convention_for_a_bug():

@@ -6,7 +6,9 @@ decades, aimed at branch points) and returns a :class:`VerifyReport`: ``passed``
 (normalised: 1.0 is the rigorous rounding bound of the dtype, ``toolkit.verify``), the worst case
 and a readable ``summary``. ``identify(make_step, optimizer)`` runs cases on which the
 conventions ("mxnet", "guide", "pytorch") give different results and names the one the
-implementation follows (:class:`IdentifyReport`).
+implementation follows (:class:`IdentifyReport`). Both draw their cases from a fixed seed
+(:data:`DEFAULT_SEED`: the same verdict on every run) unless another, or ``"random"``, is asked
+for, and record the seed and the versions they ran with (:func:`versions`) in the report.
 
 The user's side is one function::
 
@@ -16,8 +18,9 @@ The user's side is one function::
 It may use any framework and any precision: ``weight0`` and every ``grad`` are numpy arrays of
 ``dtype`` (copies: the function may keep or modify them; vectors, and matrices for
 ``groupadagrad``, whose update works row by row), and ``new_weight`` is anything
-``numpy.asarray`` accepts, a PyTorch tensor (on any device), or a CUDA array. A user's exception or
-an output of the wrong shape makes a failed report that says so; it never escapes.
+``numpy.asarray`` accepts, a PyTorch tensor (on any device), or a CUDA array. A user's exception,
+an output of the wrong shape, or complex or non-numeric values make a failed report that says so;
+it never escapes. ``fixed`` hyperparameters are checked by the optimizer's own constructor.
 
 Example::
 
