@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from reference.error_bound import track
-from toolkit.verify import finite_score, normalised_error, overflow_threshold
+from toolkit.verify import finite_score, normalised_error, overflow_threshold, overflowed
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
@@ -49,3 +49,43 @@ def test_finite_score_gives_target_a_finite_float():
     assert finite_score(0.5) == 0.5
     assert math.isfinite(finite_score(math.inf)) and math.isfinite(finite_score(math.nan))
     assert finite_score(math.inf) >= 1e308
+
+
+def test_overflowed_is_the_exact_infinity_only():
+    ref = track(np.array([2.2e39, 1.0]), np.float32)
+    assert overflowed(np.array([np.inf, 1.0], np.float32), ref)
+    assert not overflowed(np.array([-np.inf, 1.0], np.float32), ref)          # wrong sign
+    assert not overflowed(np.array([np.inf, 1.0], np.float32), track(np.array([1e38, 1.0]),
+                                                                     np.float32))
+    assert not overflowed(np.array([3e38, 1.0], np.float32), ref)
+
+
+def _dcasgd_run(large):
+    """The thorough profile's DCASGD regime (issue 19 item 12): learning_rate 1, rescale_grad
+    10, lamda 0.04, 24 weights of -1, gradients -1 but element 0 of some steps, five steps
+    repeated three times; the float64 trajectory leaves float32's range."""
+    from toolkit import optimizer
+    from toolkit.verify import trajectory_errors
+    grads = [-np.ones(24, np.float32) for _ in range(5)]
+    for k, x in large.items():
+        grads[k][0] = x
+    opt = optimizer.create("dcasgd", convention="mxnet", backend="cpu", momentum=0.0,
+                           lamda=0.04, learning_rate=1.0, wd=0.0, rescale_grad=10.0,
+                           clip_gradient=None)
+    w = -np.ones(24, np.float32)
+    state = opt.create_state(0, w)
+    with np.errstate(all="ignore"):
+        res = trajectory_errors(opt, 0, w, grads * 3, state)
+    return res, w
+
+
+@pytest.mark.parametrize("large", [{3: -100.0, 4: -1000.0}, {1: -100.0, 4: -1000.0},
+                                   {1: -100.0, 2: -1000.0}], ids=["inf-at-15", "inf-at-10",
+                                                                  "nan-after-inf"])
+def test_a_trajectory_that_leaves_the_range_is_compared_up_to_its_overflow(large):
+    """The reference reaches about 2e39 (or -5e38 one step before): the kernel's infinity is
+    exact, and a NaN after it (``inf - inf`` in DCASGD's ``w - w_prev``) is not compared with a
+    float64 reference that went on from a finite value."""
+    res, w = _dcasgd_run(large)
+    assert not np.all(np.isfinite(w))  # the kernel did leave the range
+    assert all(err <= 1.0 for err, _, _ in res.values()), res

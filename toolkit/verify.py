@@ -21,9 +21,9 @@ from reference.error_bound import Tracked, track, unit_roundoff
 
 from .backends.arrays import to_host
 
-__all__ = ["SAFETY", "normalised_error", "element_errors", "overflow_threshold", "finite_score",
-           "compare", "reference_call", "step_errors",
-           "trajectory_errors", "check_function"]
+__all__ = ["SAFETY", "normalised_error", "element_errors", "overflowed", "overflow_threshold",
+           "finite_score", "compare", "reference_call", "step_errors", "trajectory_errors",
+           "check_function"]
 
 #: The factor C of the bound |out - ref| <= C*E (see the module docstring).
 SAFETY = 4.0
@@ -75,6 +75,18 @@ def element_errors(out, ref, storage=None) -> np.ndarray:
         ratio = np.where(diff == 0, 0.0, diff / allowed)
     ratio = np.where(np.isnan(ratio), np.inf, ratio)  # an infinite difference over infinite E
     return np.where(tie, 0.0, ratio)
+
+
+def overflowed(out, ref, storage=None) -> bool:
+    """Whether some element of ``out`` is the infinity that a reference beyond the dtype's range
+    rounds to (exact by :func:`element_errors`). A free-running trajectory is compared up to
+    that step only: the implementation goes on from the infinity (and ``inf - inf`` is NaN) where
+    the float64 reference goes on from a finite value, and the bound models no overflow."""
+    out = np.asarray(out, dtype=np.float64)
+    v = ref.value
+    top = overflow_threshold(storage if storage is not None else _dtype_of(ref))
+    with np.errstate(invalid="ignore"):
+        return bool(np.any(np.isinf(out) & (np.sign(out) == np.sign(v)) & (np.abs(v) >= top)))
 
 
 def overflow_threshold(dtype) -> float:
@@ -179,7 +191,8 @@ def step_errors(opt, index, weight, grad, state, **update_kwargs):
 def trajectory_errors(opt, index, weight, grads, state):
     """Free-running: ``len(grads)`` updates of ``opt`` from ``(weight, state)`` against one
     oracle trajectory whose error bound accumulates. Returns the worst normalised error per
-    output over all steps."""
+    output over all steps, up to the step where an output correctly overflows to infinity
+    (:func:`overflowed`; the updates after it are still applied)."""
     w_host = to_host(weight)
     dtype = w_host.dtype if w_host.dtype != np.float16 else np.float32
     w_ref = track(w_host.astype(np.float64), dtype)
@@ -188,7 +201,11 @@ def trajectory_errors(opt, index, weight, grads, state):
               for n, a in zip(slots, opt.state_arrays(state))}
     worst: dict = {}
     ref = OPTIMIZERS[opt.reference_name]
+    left = False  # the trajectory left the dtype's range: nothing after it is comparable
     for grad in grads:
+        if left:
+            opt.update(index, weight, grad, state)
+            continue
         step = opt.next_step(index, w_host)
         # the oracle's own bookkeeping (from its previous step) wins over the optimizer's
         st_in = {**_tracked_extra(step.reference_state, dtype), **st_ref}
@@ -207,6 +224,7 @@ def trajectory_errors(opt, index, weight, grads, state):
         for k, v in compare(outputs, refs).items():
             if k not in worst or v[0] > worst[k][0]:
                 worst[k] = v
+        left = any(overflowed(outputs[k], refs[k]) for k in refs)
     return worst
 
 

@@ -273,7 +273,7 @@ def _describe(e):
 
 def _compare(outs, refs):
     """``(worst, step, element, expected, got)`` over the user's steps against a trajectory."""
-    from ..verify import element_errors
+    from ..verify import element_errors, overflowed
     worst = (0.0, None, None, None, None)
     for t, (out, ref) in enumerate(zip(outs, refs), start=1):
         with np.errstate(all="ignore"):
@@ -283,6 +283,8 @@ def _compare(outs, refs):
             i = int(np.argmax(per))
             worst = max(worst, (err, t, i, float(ref.value.reshape(-1)[i]),
                                 float(out.reshape(-1)[i])), key=lambda w: w[0])
+        if overflowed(out, ref):
+            break  # correctly rounded to infinity: the steps after it are not comparable
     return worst
 
 
