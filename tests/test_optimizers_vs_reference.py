@@ -11,12 +11,12 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, note, settings, target
+from hypothesis import example, given, note, settings, target
 from hypothesis import strategies as st
 
 from optim_db import DB, DTYPES, EXAMPLES, arrays_over_decades, np_dtype
 from toolkit import optimizer
-from toolkit.verify import step_errors, trajectory_errors
+from toolkit.verify import finite_score, step_errors, trajectory_errors
 
 CASES = [(info, conv, dtype) for info in DB for conv in info.conventions for dtype in DTYPES]
 # the reference backend is float64 arithmetic: it is checked on float64 weights
@@ -60,13 +60,41 @@ def test_each_step_matches_reference(case, backend, data):
         for name, (err, checked, ties) in res.items():
             worst = max(worst, err)
             assert err <= 1.0, f"{name}: normalised error {err:.3g} at step {k + 1}"
-    target(worst, label="worst normalised error")
+    target(finite_score(worst), label="worst normalised error")
+
+
+class Recorded:
+    """A recorded example of one case: stands in for ``st.data()``, giving each label's value
+    (an explicit example runs in every case of the matrix: the others skip it)."""
+
+    def __init__(self, case_id, **drawn):
+        self.case_id, self.drawn = case_id, drawn
+
+    def draw(self, strategy, label=None):
+        return self.drawn[label]
+
+
+def _grads_one_large(n, steps, large):
+    """``steps`` gradients of ``n`` values -1, element 0 of step k being ``large[k]``."""
+    out = [-np.ones(n) for _ in range(steps)]
+    for k, x in large.items():
+        out[k][0] = x
+    return out
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c[2] != "float16-mp"], ids=_ids)
 @settings(max_examples=max(EXAMPLES // 2, 4))
 @given(data=st.data())
+# issue 19: DCASGD grows to 2.2e39 by step 15, beyond float32's range: the kernel's +inf is the
+# correctly rounded result (it stopped the thorough profile with target(inf) before)
+@example(data=Recorded(
+    "dcasgd-mxnet-float32", hyper=dict(momentum=0.0, lamda=0.04),
+    common=dict(learning_rate=1.0, wd=0.0, rescale_grad=10.0, clip_gradient=None), shape=(24,),
+    w=-np.ones(24), steps=5,
+    **{f"g{k}": g for k, g in enumerate(_grads_one_large(24, 5, {3: -100.0, 4: -1000.0}))}))
 def test_trajectory_matches_reference(case, data):
+    if isinstance(data, Recorded) and data.case_id != _ids(case):
+        return  # a recorded example of another case
     info, conv, dtype = case
     opt, w, grads = _build(info, conv, dtype, data, "cpu")
     grads = grads * 3  # longer free-running trajectories
@@ -74,6 +102,6 @@ def test_trajectory_matches_reference(case, data):
     res = trajectory_errors(opt, 0, w, grads, state)
     note(str(res))
     worst = max(v[0] for v in res.values())
-    target(worst, label="worst normalised error")
+    target(finite_score(worst), label="worst normalised error")
     for name, (err, checked, ties) in res.items():
         assert err <= 1.0, f"{name}: normalised error {err:.3g}"

@@ -21,8 +21,9 @@ from reference.error_bound import Tracked, track, unit_roundoff
 
 from .backends.arrays import to_host
 
-__all__ = ["SAFETY", "normalised_error", "compare", "reference_call", "step_errors",
-           "trajectory_errors", "check_function"]
+__all__ = ["SAFETY", "normalised_error", "element_errors", "overflowed", "overflow_threshold",
+           "finite_score", "compare", "reference_call", "step_errors", "trajectory_errors",
+           "check_function"]
 
 #: The factor C of the bound |out - ref| <= C*E (see the module docstring).
 SAFETY = 4.0
@@ -35,7 +36,21 @@ def normalised_error(out, ref, storage=None) -> tuple[float, int, int]:
     (float16 weights without multi_precision: float32 arithmetic, float16 storage). That last
     rounding adds at most half an ulp of ``storage`` at the result, which the allowance adds to
     ``C*E`` exactly (nothing else is widened).
+
+    An infinite ``out`` stands for every value from the dtype's overflow threshold on: where the
+    reference lies beyond the range with the same sign it is exact (error 0), elsewhere it is as
+    far from the reference as the threshold is. The per-element errors: :func:`element_errors`.
     """
+    ratio = element_errors(out, ref, storage)
+    tie = ref.tie
+    worst = float(np.max(ratio)) if ratio.size else 0.0
+    return worst, int(ratio.size - np.count_nonzero(tie)), int(np.count_nonzero(tie))
+
+
+def element_errors(out, ref, storage=None) -> np.ndarray:
+    """The normalised error of every element of ``out`` against Tracked ``ref`` (the array
+    whose maximum :func:`normalised_error` reports): 0 at near ties, ``inf`` where the bound
+    cannot hold (a NaN against a number), never NaN."""
     out = np.asarray(out, dtype=np.float64)
     v, e, tie = ref.value, ref.err, ref.tie
     allowed = SAFETY * e
@@ -47,13 +62,56 @@ def normalised_error(out, ref, storage=None) -> tuple[float, int, int]:
             same |= np.isinf(rounded) & (out == rounded)
             ulp = np.spacing(np.abs(np.where(np.isfinite(rounded), rounded, 0)))
         allowed = allowed + 0.5 * ulp.astype(np.float64)  # halved in float64: no underflow
-    diff = np.where(same, 0.0, np.abs(out - v))
+    with np.errstate(invalid="ignore"):
+        diff = np.where(same, 0.0, np.abs(out - v))
+        # an infinity is every value from the overflow threshold on (round to nearest): it is
+        # as far from the reference as the threshold is, so it is exact when the reference lies
+        # beyond the dtype's range with the same sign (the correctly rounded result is inf)
+        top = overflow_threshold(storage if storage is not None else _dtype_of(ref))
+        gap = np.where(np.abs(v) >= top, 0.0, top - np.abs(v))
+        diff = np.where(np.isinf(out) & (np.sign(out) == np.sign(v)), gap, diff)
     diff = np.where(np.isnan(diff), np.inf, diff)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(diff == 0, 0.0, diff / allowed)
-    ratio = np.where(tie, 0.0, ratio)
-    worst = float(np.max(ratio)) if ratio.size else 0.0
-    return worst, int(ratio.size - np.count_nonzero(tie)), int(np.count_nonzero(tie))
+    ratio = np.where(np.isnan(ratio), np.inf, ratio)  # an infinite difference over infinite E
+    return np.where(tie, 0.0, ratio)
+
+
+def overflowed(out, ref, storage=None) -> bool:
+    """Whether some element of ``out`` is the infinity that a reference beyond the dtype's range
+    rounds to (exact by :func:`element_errors`). A free-running trajectory is compared up to
+    that step only: the implementation goes on from the infinity (and ``inf - inf`` is NaN) where
+    the float64 reference goes on from a finite value, and the bound models no overflow."""
+    out = np.asarray(out, dtype=np.float64)
+    v = ref.value
+    top = overflow_threshold(storage if storage is not None else _dtype_of(ref))
+    with np.errstate(invalid="ignore"):
+        return bool(np.any(np.isinf(out) & (np.sign(out) == np.sign(v)) & (np.abs(v) >= top)))
+
+
+def overflow_threshold(dtype) -> float:
+    """The smallest magnitude that ``dtype`` rounds to infinity (round to nearest): its largest
+    finite value plus half an ulp; ``inf`` for float64 (no float64 value is beyond its range)."""
+    dt = np.dtype(dtype)
+    big = np.finfo(dt).max
+    ulp = np.float64(big) - np.float64(np.nextafter(big, dt.type(0)))
+    with np.errstate(over="ignore"):
+        return float(np.float64(big) + ulp / 2)
+
+
+def _dtype_of(ref):
+    """The precision a Tracked value's bound is for (its unit roundoff names it)."""
+    for dt in (np.float16, np.float32):
+        if ref.u == unit_roundoff(dt):
+            return dt
+    return np.float64
+
+
+def finite_score(x) -> float:
+    """``x`` as a value ``hypothesis.target`` accepts (a finite float): an infinite or NaN
+    error is scored as the largest float, so the search still climbs towards it."""
+    x = float(x)
+    return x if np.isfinite(x) else float(np.finfo(np.float64).max)
 
 
 def compare(outputs: dict, refs: dict, storage=None) -> dict:
@@ -133,7 +191,8 @@ def step_errors(opt, index, weight, grad, state, **update_kwargs):
 def trajectory_errors(opt, index, weight, grads, state):
     """Free-running: ``len(grads)`` updates of ``opt`` from ``(weight, state)`` against one
     oracle trajectory whose error bound accumulates. Returns the worst normalised error per
-    output over all steps."""
+    output over all steps, up to the step where an output correctly overflows to infinity
+    (:func:`overflowed`; the updates after it are still applied)."""
     w_host = to_host(weight)
     dtype = w_host.dtype if w_host.dtype != np.float16 else np.float32
     w_ref = track(w_host.astype(np.float64), dtype)
@@ -142,7 +201,11 @@ def trajectory_errors(opt, index, weight, grads, state):
               for n, a in zip(slots, opt.state_arrays(state))}
     worst: dict = {}
     ref = OPTIMIZERS[opt.reference_name]
+    left = False  # the trajectory left the dtype's range: nothing after it is comparable
     for grad in grads:
+        if left:
+            opt.update(index, weight, grad, state)
+            continue
         step = opt.next_step(index, w_host)
         # the oracle's own bookkeeping (from its previous step) wins over the optimizer's
         st_in = {**_tracked_extra(step.reference_state, dtype), **st_ref}
@@ -161,6 +224,7 @@ def trajectory_errors(opt, index, weight, grads, state):
         for k, v in compare(outputs, refs).items():
             if k not in worst or v[0] > worst[k][0]:
                 worst[k] = v
+        left = any(overflowed(outputs[k], refs[k]) for k in refs)
     return worst
 
 

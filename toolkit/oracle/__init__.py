@@ -6,7 +6,9 @@ decades, aimed at branch points) and returns a :class:`VerifyReport`: ``passed``
 (normalised: 1.0 is the rigorous rounding bound of the dtype, ``toolkit.verify``), the worst case
 and a readable ``summary``. ``identify(make_step, optimizer)`` runs cases on which the
 conventions ("mxnet", "guide", "pytorch") give different results and names the one the
-implementation follows (:class:`IdentifyReport`).
+implementation follows (:class:`IdentifyReport`). Both draw their cases from a fixed seed
+(:data:`DEFAULT_SEED`: the same verdict on every run) unless another, or ``"random"``, is asked
+for, and record the seed and the versions they ran with (:func:`versions`) in the report.
 
 The user's side is one function::
 
@@ -16,8 +18,9 @@ The user's side is one function::
 It may use any framework and any precision: ``weight0`` and every ``grad`` are numpy arrays of
 ``dtype`` (copies: the function may keep or modify them; vectors, and matrices for
 ``groupadagrad``, whose update works row by row), and ``new_weight`` is anything
-``numpy.asarray`` accepts, a PyTorch tensor (on any device), or a CUDA array. A user's exception or
-an output of the wrong shape makes a failed report that says so; it never escapes.
+``numpy.asarray`` accepts, a PyTorch tensor (on any device), or a CUDA array. A user's exception,
+an output of the wrong shape, or complex or non-numeric values make a failed report that says so;
+it never escapes. ``fixed`` hyperparameters are checked by the optimizer's own constructor.
 
 Example::
 
@@ -44,6 +47,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
+import secrets
+import sys
 import traceback
 from dataclasses import dataclass, field
 
@@ -52,7 +58,7 @@ import numpy as np
 from . import space as _space
 
 __all__ = ["verify", "identify", "assert_matches_oracle", "VerifyReport", "IdentifyReport",
-           "conventions_of", "OracleMismatch"]
+           "conventions_of", "OracleMismatch", "DEFAULT_SEED", "FRAMEWORKS", "versions"]
 
 #: the order in which a convention is named when several match (ours first)
 ORDER = ("mxnet", "guide", "pytorch")
@@ -61,6 +67,10 @@ DISTINCT = 16.0
 #: weights and gradients: magnitudes 10**lo .. 10**hi per dtype (float16 keeps squares finite)
 RANGES = {"float16": ((-2, 1), (-2, 1)), "float32": ((-3, 2), (-4, 3)),
           "float64": ((-3, 2), (-4, 3))}
+#: the seed of ``verify`` and ``identify`` unless another is asked for: the same verdict every run
+DEFAULT_SEED = 0
+#: frameworks whose version a report records when the implementation has imported them
+FRAMEWORKS = ("torch", "jax", "tensorflow", "mxnet", "cupy")
 
 
 class OracleMismatch(AssertionError):
@@ -99,6 +109,86 @@ def _dtype(dtype):
     if dt.name not in RANGES:
         raise ValueError(f"dtype must be one of {tuple(RANGES)}, got {dtype!r}")
     return dt
+
+
+def _seed(seed):
+    """The int seed of a run: ``seed`` itself, or a fresh one for ``"random"`` (recorded in the
+    report, so the run can be repeated)."""
+    if isinstance(seed, str) and seed == "random":
+        return secrets.randbelow(2 ** 32)
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"seed must be an int >= 0 (default {DEFAULT_SEED}: the same cases and "
+                         f"verdict every run) or 'random' (a fresh seed, recorded in the "
+                         f"report), got {seed!r}")
+    return int(seed)
+
+
+def versions():
+    """``{package: version}`` a verdict depends on: the toolkit, hypothesis, numpy, and each of
+    :data:`FRAMEWORKS` that is imported (an implementation's framework, once it has run)."""
+    import hypothesis
+
+    from .. import __version__
+    out = {"toolkit": __version__, "hypothesis": hypothesis.__version__,
+           "numpy": np.__version__}
+    for name in FRAMEWORKS:
+        module = sys.modules.get(name)
+        version = getattr(module, "__version__", None) if module is not None else None
+        if version is not None:
+            out[name] = str(version)
+    return out
+
+
+def _optimizer_class(name):
+    """The toolkit optimizer class whose reference is ``name`` (its constructor's checks are
+    the oracle's checks of ``fixed`` and of every drawn case)."""
+    from .. import optimizer
+    reg = optimizer.registry()
+    klass = reg.get(name)
+    if klass is None or getattr(klass, "reference_name", None) != name:
+        klass = next((k for k in reg.values() if getattr(k, "reference_name", None) == name),
+                     None)
+    return klass
+
+
+def _check_fixed(name, fixed):
+    """``fixed`` as a dict, checked: known names (:func:`space.hyper_space`) and values the
+    optimizer's own constructor accepts, alone and together. A refused value is the
+    constructor's ValueError/TypeError, naming ``fixed[...]``."""
+    if fixed is None:
+        return {}
+    if not isinstance(fixed, dict):
+        raise TypeError(f"fixed must be a dict of hyperparameters (MXNet's names), got "
+                        f"{type(fixed).__name__} {fixed!r}")
+    fixed = dict(fixed)
+    _space.hyper_space(name, fixed)  # unknown names
+    klass = _optimizer_class(name)
+    if klass is None:
+        return fixed
+    try:
+        klass(**fixed)
+    except (ValueError, TypeError) as e:
+        for k, v in fixed.items():
+            try:
+                klass(**{k: v})
+            except (ValueError, TypeError) as alone:
+                raise type(alone)(f"fixed[{k!r}] = {v!r} is refused by "
+                                  f"{klass.__name__}: {alone}") from None
+        raise type(e)(f"fixed {fixed!r} is refused by {klass.__name__} (each value alone "
+                      f"is accepted): {e}") from None
+    return fixed
+
+
+def _constructible(klass, hyper):
+    """Whether the optimizer's constructor accepts ``hyper`` (a drawn case with ``fixed``
+    values: a combination it refuses is not drawn)."""
+    if klass is None:
+        return True
+    try:
+        klass(**hyper)
+    except (ValueError, TypeError):
+        return False
+    return True
 
 
 @dataclass
@@ -154,15 +244,24 @@ def _run_user(make_step, case, dtype):
     outs = []
     for t, g in enumerate(case.grads, start=1):
         try:
-            out = _to_numpy(step(g.astype(dtype)))
+            raw = step(g.astype(dtype))
         except Exception as e:  # noqa: BLE001
             return outs, f"step {t} raised {_describe(e)}"
+        try:
+            out = _to_numpy(raw)
+        except Exception as e:  # noqa: BLE001
+            return outs, (f"step {t} returned a {type(raw).__name__} that numpy cannot read "
+                          f"as an array: {_describe(e)}")
+        if out.dtype.kind == "c":
+            return outs, (f"step {t} returned complex values (dtype {out.dtype}); a weight is "
+                          f"real, and dropping the imaginary part would hide the error")
+        if out.dtype.kind != "f":
+            return outs, (f"step {t} returned a {type(raw).__name__} of dtype {out.dtype}, "
+                          f"not floating-point numbers")
         if out.shape != w0.shape:
             return outs, (f"step {t} returned shape {out.shape}; the weight's shape is "
                           f"{w0.shape}")
-        if out.dtype.kind not in "fc":
-            return outs, f"step {t} returned dtype {out.dtype}, not a floating array"
-        outs.append(np.array(out.real, dtype=np.float64))  # a copy: steps may reuse arrays
+        outs.append(np.array(out, dtype=np.float64))  # a copy: steps may reuse arrays
     return outs, None
 
 
@@ -174,28 +273,19 @@ def _describe(e):
 
 def _compare(outs, refs):
     """``(worst, step, element, expected, got)`` over the user's steps against a trajectory."""
-    from ..verify import normalised_error
+    from ..verify import element_errors, overflowed
     worst = (0.0, None, None, None, None)
     for t, (out, ref) in enumerate(zip(outs, refs), start=1):
         with np.errstate(all="ignore"):
-            err, _, _ = normalised_error(out, ref)
+            per = element_errors(out, ref).reshape(-1)
+        err = float(np.max(per)) if per.size else 0.0
         if err > worst[0] or worst[1] is None:
-            per = _per_element(out, ref)
             i = int(np.argmax(per))
             worst = max(worst, (err, t, i, float(ref.value.reshape(-1)[i]),
                                 float(out.reshape(-1)[i])), key=lambda w: w[0])
+        if overflowed(out, ref):
+            break  # correctly rounded to infinity: the steps after it are not comparable
     return worst
-
-
-def _per_element(out, ref):
-    from ..verify import SAFETY
-    v, e = ref.value.reshape(-1), ref.err.reshape(-1)
-    o = out.reshape(-1)
-    with np.errstate(all="ignore"):
-        d = np.where(np.isnan(o) & np.isnan(v), 0.0, np.abs(o - v))
-        d = np.where(np.isnan(d), np.inf, d)
-        r = np.where(d == 0, 0.0, d / (SAFETY * e))
-    return np.where(ref.tie.reshape(-1), 0.0, r)
 
 
 def _case_dict(case, upto=None):
@@ -212,7 +302,11 @@ class VerifyReport:
     """The verdict of :func:`verify`. ``max_error`` is normalised (<= 1: within the rigorous
     rounding bound of the dtype); ``worst`` the case with the largest error (hyperparameters,
     inputs up to the step, the step, the element, expected against got); ``failure`` the
-    user's exception or bad output, if any."""
+    user's exception or bad output (a complex or non-numeric result included), if any;
+    ``passes_under`` another convention the implementation passes on the same seed and number
+    of examples when it fails this one (then ``convention=passes_under`` is what to ask for);
+    ``seed`` the seed the cases were drawn with (``verify(..., seed=report.seed)`` repeats the
+    run) and ``versions`` the packages it ran with (:func:`versions`)."""
     optimizer: str
     convention: str
     dtype: str
@@ -221,24 +315,36 @@ class VerifyReport:
     examples: int
     worst: dict | None = None
     failure: str | None = None
+    passes_under: str | None = None
+    seed: int | None = None
+    versions: dict = field(default_factory=dict)
 
     @property
     def summary(self) -> str:
-        """The verdict in a few readable lines, with the worst case."""
+        """The verdict in a few readable lines, with the worst case, the convention it passes
+        instead (if any), the seed and the versions."""
         head = (f"{self.optimizer} ({self.convention} convention, {self.dtype}): "
                 f"{'PASSED' if self.passed else 'FAILED'} over {self.examples} example(s); "
                 f"worst normalised error {self.max_error:.3g} (1.0 is the rounding bound)")
         lines = [head]
+        if self.passes_under:
+            c = self.passes_under
+            lines.append(f"  it passes the {c!r} convention instead (same seed and examples): "
+                         f"ask for it with convention={c!r} (mxopt verify ... --convention {c})")
         if self.failure:
             lines.append(f"  your implementation failed: {self.failure}")
         if self.worst and self.worst.get("step") is not None and self.max_error > 0:
             w = self.worst
-            lines.append(f"  worst case: step {w['step']}, element {w['element']}: expected "
-                         f"{w['expected']!r}, got {w['got']!r}")
+            if w["element"] is None:  # the implementation failed outright at this step
+                lines.append(f"  failing case: step {w['step']}")
+            else:
+                lines.append(f"  worst case: step {w['step']}, element {w['element']}: "
+                             f"expected {w['expected']!r}, got {w['got']!r}")
             lines.append(f"  hyperparameters: {_fmt(w['hyperparameters'])}")
             lines.append(f"  weight0: {_short(w['weight0'])}")
             for k, g in enumerate(w["grads"], start=1):
                 lines.append(f"  grad {k}: {_short(g)}")
+        lines.append(_provenance(self.seed, self.versions))
         return "\n".join(lines)
 
     def __str__(self):
@@ -249,7 +355,14 @@ class VerifyReport:
         return {"optimizer": self.optimizer, "convention": self.convention,
                 "dtype": self.dtype, "passed": self.passed, "max_error": _finite(self.max_error),
                 "examples": self.examples, "worst": self.worst, "failure": self.failure,
-                "summary": self.summary}
+                "passes_under": self.passes_under, "seed": self.seed,
+                "versions": dict(self.versions), "summary": self.summary}
+
+
+def _provenance(seed, vers):
+    """The summary's last line: the seed (how to repeat the run) and the versions."""
+    return (f"  seed {seed} (seed={seed} repeats this run); "
+            + ", ".join(f"{k} {v}" for k, v in vers.items()))
 
 
 def _finite(x):
@@ -267,8 +380,10 @@ def _short(xs, n=6):
 
 
 def _case_strategy(name, fixed, dtype, max_size=8, max_steps=4):
+    from hypothesis import assume
     from hypothesis import strategies as st
     hyper_space = _space.hyper_space(name, fixed)
+    klass = _optimizer_class(name)
     (wlo, whi), (glo, ghi) = RANGES[dtype.name]
 
     def values(n, lo, hi):
@@ -283,6 +398,7 @@ def _case_strategy(name, fixed, dtype, max_size=8, max_steps=4):
     def cases(draw):
         hyper = {k: draw(v.strategy(), label=k) for k, v in hyper_space.items()}
         hyper = _space.fix_dependent(name, hyper)
+        assume(_constructible(klass, hyper))  # a fixed value beside a drawn one it excludes
         shape = draw(_space.shape_space(name, max_size).strategy(), label="shape")
         n = math.prod(shape)
         steps = draw(st.integers(1, max_steps), label="steps")
@@ -299,7 +415,7 @@ def _exact(x, dtype):
 
 
 def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float32",
-           examples=100, seed=None) -> VerifyReport:
+           examples=100, seed=DEFAULT_SEED) -> VerifyReport:
     """Check a user's optimizer against the oracle on ``examples`` hypothesis cases.
 
     Parameters
@@ -310,19 +426,22 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
         The registry name of the optimizer it implements ("adam", "sgd", ...; not "sgld").
     convention : {"mxnet", "guide", "pytorch"}
         Which equations to hold it to (``docs/conventions.md``); "pytorch" where the reference
-        has it (``conventions_of``).
+        has it (``conventions_of``). When the implementation fails it but passes another
+        convention, the report says which (``passes_under``).
     fixed : dict, optional
         Hyperparameters to pin instead of drawing (e.g. ``dict(wd=0.0, clip_gradient=None)``
-        for an implementation without weight decay or clipping).
+        for an implementation without weight decay or clipping). Checked as the optimizer's
+        own constructor checks them: a value it refuses (a NaN learning rate) is a ValueError
+        naming ``fixed[...]``.
     dtype : {"float16", "float32", "float64"}
         The precision of the inputs handed to the implementation and of the error bound.
     examples : int
         How many cases hypothesis draws (each a fresh ``make_step`` and 1 to 4 steps).
-    seed : int, optional
-        Makes the draw reproducible.
+    seed : int or "random"
+        The seed of the draw: by default :data:`DEFAULT_SEED`, so every run draws the same
+        cases and gives the same verdict (in any process). ``"random"`` draws a fresh seed;
+        the report records the seed used either way.
     """
-    from hypothesis import HealthCheck, Phase, given, settings, target
-    from hypothesis import seed as hseed
     ref = _module(optimizer)
     implemented, pytorch = conventions_of(optimizer)
     asked, convention = convention, _resolve(convention, implemented, pytorch, ref.NAME)
@@ -331,8 +450,29 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
         raise ValueError(f"examples must be an int >= 1, got {examples!r}")
     if not callable(make_step):
         raise TypeError("make_step must be callable: make_step(weight0, **hyper) -> step(grad)")
+    fixed = _check_fixed(ref.NAME, fixed)
+    seed = _seed(seed)
+    run = _verify_run(make_step, ref, convention, fixed, dt, examples, seed)
+    worst = max(run["worst"], 0.0)
+    passed = worst <= 1.0 and not run["failure"]
+    passes_under = None
+    if not passed and run["failure"] is None:
+        passes_under = _passing_convention(make_step, ref, convention, pytorch, implemented,
+                                           fixed, dt, examples, seed, run["seen"])
+    return VerifyReport(ref.NAME, asked, dt.name, passed=passed, max_error=worst,
+                        examples=run["n"], worst=run["record"], failure=run["failure"],
+                        passes_under=passes_under, seed=seed, versions=versions())
+
+
+def _verify_run(make_step, ref, convention, fixed, dt, examples, seed):
+    """One hypothesis run of ``verify``: ``{"worst", "record", "failure", "n", "seen"}``
+    (``seen``: every case with the user's outputs, for :func:`_passing_convention`)."""
+    from hypothesis import HealthCheck, Phase, given, settings, target
+    from hypothesis import seed as hseed
+
+    from ..verify import finite_score
     strategy = _case_strategy(ref.NAME, fixed, dt)
-    state = {"worst": -1.0, "record": None, "failure": None, "n": 0}
+    state = {"worst": -1.0, "record": None, "failure": None, "n": 0, "seen": []}
 
     def one(case):
         if state["failure"] is not None:
@@ -347,25 +487,39 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
                                "element": None, "expected": None, "got": None,
                                "error": "inf"}
             return
+        state["seen"].append((case, outs))
         err, t, i, expected, got = _compare(outs, refs)
-        target(min(err, 1e300), label="normalised error")
+        target(finite_score(err), label="normalised error")
         if err > state["worst"]:
             state["worst"] = err
             state["record"] = {**_case_dict(case, t), "step": t, "element": i,
                                "expected": expected, "got": got, "error": _finite(err)}
 
     run = given(case=strategy)(lambda case: one(case))
-    run = settings(max_examples=examples, deadline=None, database=None,
+    run = settings(max_examples=examples, deadline=None, database=None, derandomize=False,
                    phases=[Phase.explicit, Phase.generate, Phase.target],
-                   suppress_health_check=list(HealthCheck))(run)
-    if seed is not None:
-        run = hseed(seed)(run)
+                   suppress_health_check=list(HealthCheck))(run)  # whatever profile is loaded
+    run = hseed(seed)(run)
     with _without_local_constants():
         run()
-    worst = max(state["worst"], 0.0)
-    return VerifyReport(ref.NAME, asked, dt.name, passed=worst <= 1.0 and not
-                        state["failure"], max_error=worst, examples=state["n"],
-                        worst=state["record"], failure=state["failure"])
+    return state
+
+
+def _passing_convention(make_step, ref, convention, pytorch, implemented, fixed, dt, examples,
+                        seed, seen):
+    """The first other convention (in :data:`ORDER`) that the user's outputs of the failed
+    run ``seen`` all agree with and that a run of its own (same seed and examples) passes;
+    None if there is none."""
+    others = [c for c in ORDER if c in implemented and c != convention
+              and (c != "pytorch" or pytorch == "pytorch")]
+    for c in others:
+        if any(_compare(outs, _reference_trajectory(ref, case, c, dt))[0] > 1.0
+               for case, outs in seen):
+            continue  # already off on the cases drawn: no second run
+        again = _verify_run(make_step, ref, c, fixed, dt, examples, seed)
+        if again["failure"] is None and again["worst"] <= 1.0:
+            return c
+    return None
 
 
 @contextlib.contextmanager
@@ -420,8 +574,11 @@ def assert_matches_oracle(make_step, optimizer, **kwargs):
 class IdentifyReport:
     """The verdict of :func:`identify`: ``matches`` lists every convention the implementation
     agrees with on all cases; ``convention`` the one it follows (None if none); ``errors`` the
-    worst normalised error against each; ``closest`` the nearest convention when none matches;
-    ``indistinguishable`` pairs of conventions no case could tell apart (under ``fixed``)."""
+    worst normalised error against each (every convention of ``matches`` included: "pytorch"
+    has the error of the convention that is PyTorch's update); ``closest`` the nearest
+    convention when none matches; ``indistinguishable`` pairs of conventions no case could tell
+    apart (under ``fixed``); ``seed`` and ``versions`` what the run used (as
+    :class:`VerifyReport`)."""
     optimizer: str
     dtype: str
     matches: list
@@ -433,12 +590,15 @@ class IdentifyReport:
     indistinguishable: list = field(default_factory=list)
     failure: str | None = None
     worst: dict | None = None
+    seed: int | None = None
+    versions: dict = field(default_factory=dict)
 
     @property
     def summary(self) -> str:
         """The verdict in a few readable lines (the closest convention's worst case if none
         matches)."""
-        errs = ", ".join(f"{c} {_fmt_err(e)}" for c, e in self.errors.items())
+        errs = ", ".join(f"{c} {_fmt_err(e)}" for c, e in self.errors.items()
+                         if c != "pytorch" or self.pytorch == "pytorch")
         if self.failure:
             head = f"{self.optimizer}: could not run your implementation: {self.failure}"
         elif self.convention is not None:
@@ -463,6 +623,7 @@ class IdentifyReport:
             lines.append(f"  against {self.closest!r}: step {w['step']}, element {w['element']}:"
                          f" expected {w['expected']!r}, got {w['got']!r}; hyperparameters "
                          f"{_fmt(w['hyperparameters'])}")
+        lines.append(_provenance(self.seed, self.versions))
         return "\n".join(lines)
 
     def __str__(self):
@@ -475,7 +636,8 @@ class IdentifyReport:
                 "errors": {k: _finite(v) for k, v in self.errors.items()},
                 "cases": self.cases, "closest": self.closest, "pytorch": self.pytorch,
                 "indistinguishable": [list(p) for p in self.indistinguishable],
-                "failure": self.failure, "worst": self.worst, "summary": self.summary}
+                "failure": self.failure, "worst": self.worst, "seed": self.seed,
+                "versions": dict(self.versions), "summary": self.summary}
 
 
 def _fmt_err(e):
@@ -505,19 +667,24 @@ def _distance(a, b):
 
 
 def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, screen=400,
-             seed=0) -> IdentifyReport:
+             seed=DEFAULT_SEED) -> IdentifyReport:
     """Name the convention a user's implementation follows.
 
-    ``screen`` candidate cases are drawn (numpy generator ``seed``) and run through every
-    convention of the reference; those on which two conventions differ by more than
-    :data:`DISTINCT` bounds are kept (up to ``cases``, spread over the pairs), and the user's
-    implementation runs on them. See :func:`verify` for ``make_step``, ``fixed`` and ``dtype``.
+    ``screen`` candidate cases are drawn (numpy generator ``seed``: by default
+    :data:`DEFAULT_SEED`, the same cases every run; ``"random"`` for a fresh seed, recorded in
+    the report) and run through every convention of the reference; those on which two
+    conventions differ by more than :data:`DISTINCT` bounds are kept (up to ``cases``, spread
+    over the pairs), and the user's implementation runs on them. See :func:`verify` for
+    ``make_step``, ``fixed`` (checked the same way) and ``dtype``.
     """
     ref = _module(optimizer)
     implemented, pytorch = conventions_of(optimizer)
     dt = _dtype(dtype)
     if not callable(make_step):
         raise TypeError("make_step must be callable: make_step(weight0, **hyper) -> step(grad)")
+    fixed = _check_fixed(ref.NAME, fixed)
+    seed = _seed(seed)
+    klass = _optimizer_class(ref.NAME)
     rng = np.random.default_rng(seed)
     hyper_space = _space.hyper_space(ref.NAME, fixed)
     # "pytorch" is a convention of its own only where PyTorch's update is not one of ours
@@ -526,6 +693,8 @@ def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, scr
     scored = []  # (case, {conv: trajectory}, {pair: distance})
     for _ in range(screen):
         case = _sample_case(ref.NAME, hyper_space, dt, rng)
+        if not _constructible(klass, case.hyper):
+            continue  # a fixed value beside a drawn one it excludes
         trajs = {c: _reference_trajectory(ref, case, c, dt) for c in convs}
         if any(not np.all(np.isfinite(t[-1].value)) for t in trajs.values()):
             continue  # an overflow in the reference tells nothing about conventions
@@ -559,11 +728,14 @@ def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, scr
                 worst[c] = {**_case_dict(case, t), "step": t, "element": i,
                             "expected": expected, "got": got, "error": _finite(err)}
     matches = [c for c in convs if errors[c] <= 1.0 and failure is None]
-    if pytorch not in (None, "pytorch") and pytorch in matches:
-        matches.append("pytorch")  # PyTorch's update is that one of ours
-    named = next((c for c in ORDER if c in matches), None)
     closest = min(convs, key=lambda c: errors[c]) if convs else None
+    if pytorch not in (None, "pytorch") and pytorch in errors:
+        errors["pytorch"] = errors[pytorch]  # PyTorch's update is that one of ours
+        if pytorch in matches:
+            matches.append("pytorch")
+    named = next((c for c in ORDER if c in matches), None)
     return IdentifyReport(ref.NAME, dt.name, matches, named, errors, len(chosen),
                           closest=closest if named is None else None, pytorch=pytorch,
                           indistinguishable=indistinct, failure=failure,
-                          worst=worst.get(closest) if named is None else None)
+                          worst=worst.get(closest) if named is None else None, seed=seed,
+                          versions=versions())

@@ -112,7 +112,8 @@ def main_verify(argv):
     from . import verify
     return _run(lambda f, fixed: verify(f, args.optimizer, convention=args.convention,
                                         fixed=fixed, dtype=args.dtype, examples=args.examples,
-                                        seed=args.seed), args, lambda r: r.passed)
+                                        **({} if args.seed is None else {"seed": args.seed})),
+               args, lambda r: r.passed)  # no --seed: verify's fixed default seed
 
 
 def main_identify(argv):
