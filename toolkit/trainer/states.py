@@ -455,7 +455,7 @@ def _read(path, raw=None, bounds=None, identify=None):
     if m.dtype != np.uint8 or m.ndim != 1:
         _refuse(path, f"its metadata is {m.dtype}{m.shape}, not UTF-8 bytes")
     try:
-        meta = json.loads(m.tobytes().decode("utf-8"), parse_constant=_no_constant)
+        meta = json.loads(m.tobytes().decode("utf-8"))  # NaN, Infinity: refused field by field
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError too
         _refuse(path, f"its metadata is damaged ({type(exc).__name__}: {exc})")
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
@@ -489,10 +489,6 @@ def _read(path, raw=None, bounds=None, identify=None):
     if mine != check["value"]:
         _refuse(path, "its checksum does not match its contents (the file is corrupted)")
     return meta, loaded
-
-
-def _no_constant(token):
-    raise ValueError(f"{token} is not a JSON number")
 
 
 # ------------------------------------------------------------------------------------------

@@ -335,17 +335,19 @@ class Trainer:
     # states
     # ---------------------------------------------------------------------------------------
     def save_states(self, path):
-        """Write the optimizer state to ``path`` (``docs/trainer.md``: npz arrays + JSON
-        metadata, checksummed, no pickle), atomically. Distributed: rank 0 writes it."""
+        """Write the optimizer state of one whole step to ``path`` (``docs/trainer.md``: npz
+        arrays + JSON metadata, checksummed, no pickle), atomically; a symlink's target is
+        replaced. Safe while another thread steps. Distributed: rank 0 writes it."""
         if self._dist is not None:
             return self._dist.save_states(path)
         from .states import save
         save(self, path)
 
     def load_states(self, path):
-        """Restore the state saved by ``save_states``; a damaged, foreign or mismatched file is
-        refused and the trainer is left exactly as it was. Distributed: every rank loads rank
-        0's file."""
+        """Restore the state saved by ``save_states`` from ``path`` (a path or a binary file
+        object); a damaged, foreign, mismatched or malformed file is refused with ``ValueError``
+        and the trainer is left exactly as it was (``docs/trainer.md``, "What a states file is
+        checked for"). Distributed: every rank loads rank 0's file."""
         if self._dist is not None:
             return self._dist.load_states(path)
         from .states import load
