@@ -411,7 +411,10 @@ def _array(path, raw, info, limit):
     if count * dtype.itemsize != info.file_size - header:
         _refuse(path, f"member {info.filename!r} declares shape {shape} of {dtype} "
                       f"({count * dtype.itemsize} bytes) but holds {info.file_size - header}")
-    a = np.frombuffer(raw, dtype=dtype, count=count, offset=data + header)
+    try:
+        a = np.frombuffer(raw, dtype=dtype, count=count, offset=data + header)
+    except ValueError as exc:  # pragma: no cover - the bounds above leave nothing to refuse
+        _refuse(path, f"member {info.filename!r} cannot be read ({exc})")
     return a.reshape(shape[::-1]).T if fortran else a.reshape(shape)
 
 
