@@ -44,7 +44,7 @@ import zipfile
 import numpy as np
 
 from ..backends import arrays
-from ..optimizers.base import check_int, check_nonneg, check_positive
+from ..optimizers.base import check_nonneg
 from .buffers import state_leaves
 
 __all__ = ["save", "load", "read_bytes", "FORMAT", "VERSION", "READS"]
@@ -644,8 +644,7 @@ def _check_meta(path, meta, loaded, trainer, bounds):
         if type(lr) not in (int, float):
             raise TypeError(f"learning_rate must be a real number, got {type(lr).__name__} "
                             f"{lr!r}")
-        lr = (check_positive if getattr(opt, "requires_positive_lr", False)
-              else check_nonneg)("learning_rate", lr)
+        lr = check_nonneg("learning_rate", lr)  # the constructor's check
     except (TypeError, ValueError) as exc:
         _refuse(path, f"its learning rate is invalid ({exc})")
     # --- scheduler ------------------------------------------------------------------------
