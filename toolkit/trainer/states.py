@@ -119,7 +119,12 @@ def _collect(trainer, copies=True):
     opt = trainer._optimizer
     arrs = {}
     params = []
-    for i, p, leaves in _members(trainer):
+    members = _members(trainer)
+    if copies and any(arrays.describe(leaf).kind != arrays.HOST for _, _, leaves in members
+                      for leaf in leaves):
+        from numba import cuda  # a step's kernels may run on another thread's stream: wait
+        cuda.synchronize()
+    for i, p, leaves in members:
         entry = {"index": i, "name": p.name, "shape": list(p.shape), "dtype": p.dtype.name,
                  "state": []}
         for j, leaf in enumerate(leaves):
