@@ -654,3 +654,25 @@ def test_fuzz_random_member_sizes(data):
     meta = dict(meta, checksum={"algorithm": "sha256", "value": states._checksum(arrs, meta)})
     members["meta"] = _npy(np.frombuffer(json.dumps(meta).encode(), np.uint8))
     _check(_zip(members))
+
+
+def test_scheduler_config_is_the_constructor_arguments_as_json():
+    made = [lr_scheduler.FactorScheduler(step=3, factor=0.5, stop_factor_lr=1e-4, base_lr=1.0,
+                                         warmup_steps=2, warmup_begin_lr=0.5,
+                                         warmup_mode="constant"),
+            lr_scheduler.MultiFactorScheduler(step=[2, 5], factor=0.25, base_lr=0.5),
+            lr_scheduler.PolyScheduler(max_update=10, base_lr=0.2, pwr=1.5, final_lr=0.01,
+                                       warmup_steps=2),
+            lr_scheduler.CosineScheduler(max_update=10, base_lr=0.2, final_lr=0.01)]
+    for s in made:
+        config = s.config()
+        assert json.loads(json.dumps(config)) == config
+        again = getattr(lr_scheduler, config["type"])(**config["args"])
+        assert again.config() == config
+        for n in range(1, 12):
+            assert again(n) == s(n)
+        assert s.config() == config  # stepping changes the state, not the configuration
+    s = made[0]
+    Trainer([Parameter("w", init=np.zeros(2, np.float32))], "sgd",
+            {"learning_rate": 0.3, "lr_scheduler": s})
+    assert s.base_lr == 0.3 and s.config()["args"]["base_lr"] == 1.0
