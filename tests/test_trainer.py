@@ -288,7 +288,7 @@ def _resumed(name, kw, dtype, init, grads, split, tmp_path):
     ta, pa = _trained(name, kw, dtype, init, grads[:split])
     path = tmp_path / "trainer.states"
     ta.save_states(path)
-    assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]  # atomic: no leftovers
+    assert os.listdir(tmp_path) == ["trainer.states"]  # atomic: no temporary left behind
     tb, pb = _trained(name, kw, dtype, [p.data().copy() for p in pa], [])
     tb.load_states(path)
     for gs in grads[split:]:

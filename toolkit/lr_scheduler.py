@@ -267,6 +267,29 @@ class LRScheduler:
     def _check_state(self, state: dict) -> dict:
         return {"base_lr": _check_lr("state['base_lr']", state["base_lr"])}
 
+    # -- configuration ------------------------------------------------------------------------
+    def config(self) -> dict:
+        """The constructor's arguments, as a new JSON-serialisable ``dict``:
+        ``{"type": <class name>, "args": {<argument>: <value>, ...}}``.
+
+        Two schedulers with equal configurations compute the same schedule from the same state
+        (:meth:`state_dict`); ``type(s)(**s.config()["args"])`` builds a fresh one. ``base_lr``
+        is the constructor's value (where the warmup ramp ends), not the current, possibly
+        decayed or overwritten, ``base_lr`` attribute: that one is state. A states file stores
+        the configuration and a Trainer refuses a file whose scheduler configuration differs
+        from its own (``docs/trainer.md``). A subclass whose constructor takes arguments of its
+        own extends ``_config_args`` (or overrides this method) to add them.
+
+        Example:
+            >>> FactorScheduler(step=3, factor=0.5, base_lr=1.0).config()["args"]["step"]
+            3
+        """
+        return {"type": type(self).__name__, "args": dict(self._config_args())}
+
+    def _config_args(self):
+        return [("base_lr", self.warmup_final_lr), ("warmup_steps", self.warmup_steps),
+                ("warmup_begin_lr", self.warmup_begin_lr), ("warmup_mode", self.warmup_mode)]
+
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self._repr_args())
         return f"{type(self).__name__}({args})"
@@ -381,6 +404,10 @@ class FactorScheduler(LRScheduler):
         return [("step", self.step), ("factor", self.factor),
                 ("stop_factor_lr", self.stop_factor_lr)] + super()._repr_args()
 
+    def _config_args(self):
+        return [("step", self.step), ("factor", self.factor),
+                ("stop_factor_lr", self.stop_factor_lr)] + super()._config_args()
+
 
 # --------------------------------------------------------------------------------------------
 # MultiFactorScheduler
@@ -480,6 +507,9 @@ class MultiFactorScheduler(LRScheduler):
     def _repr_args(self):
         return [("step", list(self.step)), ("factor", self.factor)] + super()._repr_args()
 
+    def _config_args(self):
+        return [("step", list(self.step)), ("factor", self.factor)] + super()._config_args()
+
 
 # --------------------------------------------------------------------------------------------
 # Poly and Cosine: decay from the construction-time base lr to final_lr over [W, max_update]
@@ -507,6 +537,10 @@ class _DecayToFinal(LRScheduler):
 
     def _decay(self, num_update: int) -> float:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def _config_args(self):
+        return [("max_update", self.max_update), ("final_lr", self.final_lr)] + \
+            super()._config_args()
 
     def _repr_args(self):
         return [("max_update", self.max_update), ("base_lr", self.base_lr_orig),
@@ -582,6 +616,9 @@ class PolyScheduler(_DecayToFinal):
     def _repr_args(self):
         args = super()._repr_args()
         return args[:2] + [("pwr", self.power)] + args[2:]
+
+    def _config_args(self):
+        return [("pwr", self.power)] + super()._config_args()
 
 
 class CosineScheduler(_DecayToFinal):

@@ -10,6 +10,7 @@ per-parameter ``optimizer.update`` calls it replaces, bit for bit (``docs/traine
 from __future__ import annotations
 
 import numbers
+import threading
 
 import numpy as np
 
@@ -108,6 +109,7 @@ class Trainer:
                              "use grad_stype='default' for these parameters")
         self._optimizer = opt
         self._scale = opt.rescale_grad
+        self._lock = threading.Lock()  # a step, and save_states' copy, hold it (docs/trainer.md)
         self._build_groups()
         opt.param_dict = {i: p for i, p in enumerate(self._params)}
         for p in self._params:  # the parameters are this Trainer's now (the last one wins)
@@ -234,6 +236,10 @@ class Trainer:
     # the step
     # ---------------------------------------------------------------------------------------
     def _update(self, ignore_stale_grad):
+        with self._lock:  # save_states copies the state of one whole step, never half of one
+            self._update_unlocked(ignore_stale_grad)
+
+    def _update_unlocked(self, ignore_stale_grad):
         opt = self._optimizer
         taken = [p.name for p in self._params if p._trainer is not self and p.grad_req != "null"]
         if taken:
@@ -329,17 +335,19 @@ class Trainer:
     # states
     # ---------------------------------------------------------------------------------------
     def save_states(self, path):
-        """Write the optimizer state to ``path`` (``docs/trainer.md``: npz arrays + JSON
-        metadata, checksummed, no pickle), atomically. Distributed: rank 0 writes it."""
+        """Write the optimizer state of one whole step to ``path`` (``docs/trainer.md``: npz
+        arrays + JSON metadata, checksummed, no pickle), atomically; a symlink's target is
+        replaced. Safe while another thread steps. Distributed: rank 0 writes it."""
         if self._dist is not None:
             return self._dist.save_states(path)
         from .states import save
         save(self, path)
 
     def load_states(self, path):
-        """Restore the state saved by ``save_states``; a damaged, foreign or mismatched file is
-        refused and the trainer is left exactly as it was. Distributed: every rank loads rank
-        0's file."""
+        """Restore the state saved by ``save_states`` from ``path`` (a path or a binary file
+        object); a damaged, foreign, mismatched or malformed file is refused with ``ValueError``
+        and the trainer is left exactly as it was (``docs/trainer.md``, "What a states file is
+        checked for"). Distributed: every rank loads rank 0's file."""
         if self._dist is not None:
             return self._dist.load_states(path)
         from .states import load
