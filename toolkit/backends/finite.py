@@ -159,47 +159,49 @@ def finite_segments(flat_grad, offsets, chunks, stream=None):
 # CUDA (imported on first use: the CPU path never needs a driver)
 # --------------------------------------------------------------------------------------------
 _cuda_kernels: dict = {}
+cuda = None  # numba.cuda, bound on first use (the kernels below read it as a global)
+
+
+def _flat_flags(bits, mask, out):
+    """``out[b]``: whether block ``b``'s grid-stride share of ``bits`` holds a NaN or an
+    infinity."""
+    bad = False
+    i = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while i < bits.shape[0]:
+        if (bits[i] & mask) == mask:
+            bad = True
+        i += step
+    any_bad = cuda.syncthreads_or(bad)
+    if cuda.threadIdx.x == 0:
+        out[cuda.blockIdx.x] = 1 if any_bad else 0
+
+
+def _chunk_flags(bits, mask, chunks, out):
+    """``out[c]``: whether chunk ``c`` (row ``(start, end, segment)`` of ``chunks``) holds a
+    NaN or an infinity; the blocks take the chunks in turn."""
+    c = cuda.blockIdx.x
+    while c < chunks.shape[0]:
+        bad = False
+        i = chunks[c, 0] + cuda.threadIdx.x
+        while i < chunks[c, 1]:
+            if (bits[i] & mask) == mask:
+                bad = True
+            i += cuda.blockDim.x
+        any_bad = cuda.syncthreads_or(bad)
+        if cuda.threadIdx.x == 0:
+            out[c] = 1 if any_bad else 0
+        c += cuda.gridDim.x
 
 
 def _cuda_kernel(name):
+    global cuda
     kernel = _cuda_kernels.get(name)
-    if kernel is not None:
-        return kernel
-    from numba import cuda
-
-    if name == "flat":
-        def flat_flags(bits, mask, out):
-            """``out[b]``: whether block ``b``'s grid-stride share of ``bits`` holds a NaN or
-            an infinity."""
-            bad = False
-            i = cuda.grid(1)
-            step = cuda.gridsize(1)
-            while i < bits.shape[0]:
-                if (bits[i] & mask) == mask:
-                    bad = True
-                i += step
-            any_bad = cuda.syncthreads_or(bad)
-            if cuda.threadIdx.x == 0:
-                out[cuda.blockIdx.x] = 1 if any_bad else 0
-        kernel = cuda.jit(flat_flags)
-    else:
-        def chunk_flags(bits, mask, chunks, out):
-            """``out[c]``: whether chunk ``c`` (row ``(start, end, segment)`` of ``chunks``)
-            holds a NaN or an infinity; the blocks take the chunks in turn."""
-            c = cuda.blockIdx.x
-            while c < chunks.shape[0]:
-                bad = False
-                i = chunks[c, 0] + cuda.threadIdx.x
-                while i < chunks[c, 1]:
-                    if (bits[i] & mask) == mask:
-                        bad = True
-                    i += cuda.blockDim.x
-                any_bad = cuda.syncthreads_or(bad)
-                if cuda.threadIdx.x == 0:
-                    out[c] = 1 if any_bad else 0
-                c += cuda.gridDim.x
-        kernel = cuda.jit(chunk_flags)
-    _cuda_kernels[name] = kernel
+    if kernel is None:
+        from numba import cuda as numba_cuda
+        cuda = numba_cuda
+        kernel = _cuda_kernels[name] = numba_cuda.jit(
+            _flat_flags if name == "flat" else _chunk_flags)
     return kernel
 
 
