@@ -288,3 +288,21 @@ def test_trainer_row_sparse_parameter():
     ps[1].set_grad(np.ones(4, np.float32))
     assert t.step(1, skip_nonfinite=True) == ("emb",)
     assert (ps[0].data() == 1).all() and (ps[1].data() != 1).all()
+
+
+def test_a_step_that_raises_leaves_the_skipped_gradients_fresh():
+    """Nothing of a step that fails is kept: the non-finite gradients are not marked used and
+    ``skipped`` is not set, so the same step can be retried."""
+    t, ps = _trainer("ftml", {}, np.float32, False)
+    for p in ps:
+        p.set_grad(np.ones(p.shape, np.float32))
+    ps[1].grad()[0, 0] = np.nan
+    t.set_learning_rate(0.0)      # FTML divides by the learning rate: its step refuses 0
+    before = [p.data().copy() for p in ps]
+    with pytest.raises(ValueError, match="learning rate"):
+        t.step(1, skip_nonfinite=True)
+    assert t.skipped == () and t.optimizer.num_update == 0
+    assert all(p.data().tobytes() == b.tobytes() for p, b in zip(ps, before))
+    t.set_learning_rate(0.05)
+    assert t.step(1, skip_nonfinite=True) == ("p1",)      # the gradients are still fresh
+    assert t.optimizer.num_update == 1

@@ -289,17 +289,23 @@ class Trainer:
         self.last_step_launches = 0
         if not active:
             return
+        skipped = ()
         if self._guard_on:
             # one pass over the gradients (summed, in a distributed step: every rank reads the
-            # same bits and skips the same parameters); the skipped gradients count as used
+            # same bits and skips the same parameters)
             bad = self._nonfinite(active)
             if bad:
-                self.skipped = tuple(self._params[i].name for i in active if i in bad)
-                for i in bad:
-                    self._params[i]._fresh = False
+                skipped = [i for i in active if i in bad]
                 active = [i for i in active if i not in bad]
-                if not active:
-                    return
+        if active:
+            self._update_active(active)
+        # the skipped gradients count as used, as the updated ones, once the step went through
+        for i in skipped:
+            self._params[i]._fresh = False
+        self.skipped = tuple(self._params[i].name for i in skipped)
+
+    def _update_active(self, active):
+        """Update the parameters of ``active`` (indices in order), their gradients then used."""
         sparse = any(self._params[i].grad_stype == "row_sparse" for i in active)
         if self._backend == "reference" or sparse:
             self._dry_run(active)  # per-parameter steps write as they go: check them all first
