@@ -120,3 +120,26 @@ def test_from_rows_refuses_float_row_numbers():
     assert g.indices.tolist() == [1, 2]
     empty = RowSparse.from_rows([], np.ones((0, 3), np.float32), (4, 3))
     assert empty.nnz == 0
+
+
+def test_trainer_with_readonly_gradients_steps_as_writable():
+    """``set_grad`` of a read-only array, and of a row-sparse gradient with read-only values
+    (the per-parameter lazy step), through the Trainer."""
+    from toolkit import Parameter, Trainer
+
+    def run(readonly):
+        ps = [Parameter("emb", init=np.linspace(-1, 1, 24).reshape(8, 3).astype(np.float32),
+                        grad_stype="row_sparse"),
+              Parameter("w", init=np.linspace(1, 2, 5).astype(np.float32))]
+        t = Trainer(ps, "adam", {"learning_rate": 0.1, "lazy_update": True})
+        for step in range(3):
+            vals = np.full((2, 3), 0.25 * (step + 1), np.float32)
+            dense = np.linspace(-0.5, 0.5, 5).astype(np.float32) * (step + 1)
+            if readonly:
+                vals.flags.writeable = False
+                dense.flags.writeable = False
+            ps[0].set_grad(RowSparse([1, 6], vals, (8, 3)))
+            ps[1].set_grad(dense)
+            t.step(2)
+        return [p.data().tobytes() for p in ps]
+    assert run(True) == run(False)
