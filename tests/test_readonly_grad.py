@@ -143,3 +143,35 @@ def test_trainer_with_readonly_gradients_steps_as_writable():
             t.step(2)
         return [p.data().tobytes() for p in ps]
     assert run(True) == run(False)
+
+
+_CACHE_SCRIPT = """
+import numpy as np
+from toolkit import optimizer
+opt = optimizer.create("adam")
+w = np.ones(64, np.float32)
+g = np.ones(64, np.float32)
+g.flags.writeable = False
+opt.update(0, w, g, opt.create_state(0, w))
+"""
+
+
+def test_the_readonly_variant_is_cached_on_disk_under_its_own_name(tmp_path):
+    """A second process loads the read-only variant instead of compiling it, and the
+    variant has an index of its own (it never replaces the writable kernel's)."""
+    import os
+    import subprocess
+    import sys
+
+    def run():
+        env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), NUMBA_DEBUG_CACHE="1")
+        env.pop("NUMBA_ENABLE_CUDASIM", None)
+        out = subprocess.run([sys.executable, "-c", _CACHE_SCRIPT], env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        return out.stdout + out.stderr
+    assert "data saved" in run()
+    second = run()
+    assert [line for line in second.splitlines() if "data saved" in line] == []
+    names = [p.name for p in tmp_path.rglob("*.nbi")]
+    assert any(".serial.readonly" in n for n in names), names
