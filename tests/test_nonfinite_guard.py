@@ -313,3 +313,27 @@ def test_bench_reports_the_guarded_step():
     from toolkit import bench
     row = bench.trainer_case("cpu", [(8, 3), (40,)], 1, None)
     assert row["guarded_ms"] > 0 and row["guarded_of_floor"] > 0 and row["guard_cost"] > 0
+
+
+def test_reference_backend_trainer_skips_bit_for_bit():
+    """The per-parameter path (backend "reference") against its twin without the poisoned
+    gradient (stale, ``ignore_stale_grad=True``)."""
+    def run(guard):
+        ps = [Parameter(n, init=np.linspace(-1, 1, 6).astype(np.float32)) for n in "abc"]
+        t = Trainer(ps, "nadam", {"learning_rate": 0.1}, backend="reference")
+        out = []
+        for step in range(3):
+            for k, p in enumerate(ps):
+                g = np.linspace(-0.5, 0.5, 6).astype(np.float32) * (step + k + 1)
+                if step == 1 and k == 1:
+                    if not guard:
+                        continue
+                    g[2] = np.inf
+                p.set_grad(g)
+            out.append(t.step(2, skip_nonfinite=True) if guard else
+                       t.step(2, ignore_stale_grad=step == 1))
+        return out, [p.data().tobytes() for p in ps], t.optimizer.m_schedule
+    skipped, got, schedule = run(True)
+    assert skipped == [(), ("b",), ()]
+    _, want, want_schedule = run(False)
+    assert got == want and schedule == want_schedule
