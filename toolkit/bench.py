@@ -813,10 +813,10 @@ def make_trainer(device, shapes, rng):
     for p in params:
         p.set_grad(rng.standard_normal(p.shape).astype(np.float32))
 
-    def step():
+    def step(skip_nonfinite=False):
         for p in params:
             p.grad()  # the gradients are written in place (marked fresh)
-        trainer.step(1)
+        trainer.step(1, skip_nonfinite=skip_nonfinite)
     return trainer, step
 
 
@@ -872,7 +872,10 @@ def trainer_case(device, shapes, repeats, torch):
         floor = lambda: dst.copy_to_device(src)  # noqa: E731
     else:
         floor = cpu_floor(n, tr, False, rng.standard_normal(n, dtype=np.float32))
-    steps = {"toolkit": tk_step, "floor": floor}
+    # the same step with the non-finite guard: its one pre-pass reads the gradients (4 bytes
+    # per element more; on CUDA one device-to-host read of the flags)
+    steps = {"toolkit": tk_step, "floor": floor,
+             "guarded": lambda: tk_step(skip_nonfinite=True)}
     row = {"tensors": len(shapes), "elements": n, "bytes_per_element": 28,
            "repeats": repeats, "timing": "as the single-tensor cases (measure): interleaved, "
                                          "fastest of up to 3 steps per repetition, medians"}
@@ -886,6 +889,11 @@ def trainer_case(device, shapes, repeats, torch):
     row.update(toolkit_ms=t_tk * 1e3, toolkit_launches_per_step=trainer.last_step_launches,
                toolkit_GBps=28 * n / t_tk / 1e9, floor_ms=t_floor * 1e3,
                floor_GBps=28 * n / t_floor / 1e9, of_floor=paired(times["floor"], tk))
+    # skip_nonfinite=True: its time, its ratio to the floor of the unguarded traffic, and the
+    # guarded over the unguarded time (the pre-pass's cost; 32/28 if it ran at the floor)
+    row.update(guarded_ms=statistics.median(times["guarded"]) * 1e3,
+               guarded_of_floor=paired(times["floor"], times["guarded"]),
+               guard_cost=paired(times["guarded"], tk))
     if torch is not None:
         row.update(torch_ms=statistics.median(times["torch"]) * 1e3,
                    vs_torch=paired(times["torch"], tk))
@@ -1229,6 +1237,11 @@ def print_report(result, console):
                 f"; torch {r['torch_kind']} Adam {r['torch_ms']:.2f} ms -> "
                 f"{r['vs_torch']:.2f}x" if r.get("vs_torch") is not None else
                 "; torch not installed"))
+        if r.get("guarded_ms") is not None:
+            console.print(
+                f"  with skip_nonfinite=True (one pre-pass over the gradients): "
+                f"{r['guarded_ms']:.2f} ms, {r['guarded_of_floor']:.2f} of the floor, "
+                f"{r['guard_cost']:.2f}x the unguarded step")
 
     t3 = Table(title="targets")
     for col in ("target", "measured", "result"):

@@ -84,6 +84,10 @@ class RowSparse:
         the gradients of a row looked up twice. numpy arrays only."""
         rows = np.asarray(rows)
         values = np.asarray(values)
+        if rows.dtype == object or (rows.size and rows.dtype.kind not in "iu"):
+            # as the constructor refuses them: a float row number would be truncated
+            raise TypeError(f"rows must be integers, got dtype {rows.dtype}: pass whole row "
+                            f"numbers as an integer array (np.int64)")
         if rows.ndim != 1:
             raise ValueError(f"rows must be 1-D, got shape {rows.shape}")
         if values.shape[:1] != rows.shape:

@@ -21,18 +21,20 @@ from __future__ import annotations
 
 import threading
 import types as pytypes
+import warnings
 
 import numba
 import numpy as np
 from llvmlite import ir
 from numba import prange, types
 from numba.core import cgutils
+from numba.core.errors import NumbaIRAssumptionWarning
 from numba.extending import intrinsic, register_jitable
 from numba.np.unsafe.ndarray import to_fixed_tuple
 
 __all__ = ["COMPILE_OPTIONS", "PARALLEL_THRESHOLD", "elementwise_kernel", "run_elementwise",
            "lars_norms", "run_norms", "direction_norms", "run_direction", "DTYPES", "Launcher",
-           "LAUNCHER", "RowsLauncher", "rows_kernel"]
+           "LAUNCHER", "RowsLauncher", "rows_kernel", "readonly_variant", "call_readonly"]
 
 #: The compile options of every CPU kernel.
 COMPILE_OPTIONS = dict(error_model="numpy", fastmath=False, cache=True, nogil=True,
@@ -69,6 +71,48 @@ def _compile(sig, parallel):
         fn.__qualname__ = f"{fn.__qualname__}.{'parallel' if parallel else 'serial'}"
         return numba.njit([sig], parallel=bool(parallel), **COMPILE_OPTIONS)(fn)
     return wrap
+
+
+def readonly_variant(kernel, args):
+    """The variant of the compiled ``kernel`` (one explicit signature) that takes the numpy
+    arrays of ``args`` that are read-only (a gradient the caller made read-only, a row-sparse
+    gradient's values) as read-only arrays, or None when none of them is: numba refuses a
+    read-only array where the signature has a writable one. Compiled the first time it is asked
+    for, with the same policy and on-disk cache under its own name, and cached per process:
+    a start-up that sees only writable gradients compiles nothing more. A kernel that writes to
+    such an argument fails to compile (the callers check that weights and states are
+    writable first)."""
+    readonly = tuple(i for i, a in enumerate(args)
+                     if type(a) is np.ndarray and not a.flags.writeable)
+    if not readonly:
+        return None
+
+    def build():
+        (sig,) = kernel.nopython_signatures
+        argtys = list(sig.args)
+        for i in readonly:
+            argtys[i] = argtys[i].copy(readonly=True)
+        fn = kernel.py_func
+        fn = pytypes.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__,
+                                  fn.__closure__)
+        fn.__qualname__ = f"{kernel.py_func.__qualname__}.readonly"
+        with warnings.catch_warnings():
+            # the pedantic SSA check the writable variant was compiled under (rows.py says why)
+            warnings.simplefilter("ignore", NumbaIRAssumptionWarning)
+            return numba.njit([sig.return_type(*argtys)],
+                              parallel=bool(kernel.targetoptions.get("parallel")),
+                              **COMPILE_OPTIONS)(fn)
+    return _cached(("readonly", kernel, readonly), build)
+
+
+def call_readonly(kernel, *args):
+    """Call ``kernel`` through :func:`readonly_variant` after it refused ``args``; called
+    while that TypeError is being handled, it raises it again when no argument is read-only
+    (the refusal had another cause). The fast path stays ``kernel(*args)`` in a ``try``."""
+    variant = readonly_variant(kernel, args)
+    if variant is None:
+        raise  # noqa: PLE0704 - the caller's TypeError, as it was
+    return variant(*args)
 
 
 def _by_value(fn):
@@ -151,7 +195,10 @@ def run_elementwise(factory, weight, grad, states, hyper):
     kernel = _kernels.get((factory, len(states), hpa.shape[0], dtype, parallel))
     if kernel is None:
         kernel = elementwise_kernel(factory, len(states), hpa.shape[0], dtype, parallel)
-    kernel(weight, grad, *states, hpa)
+    try:
+        kernel(weight, grad, *states, hpa)
+    except TypeError:
+        call_readonly(kernel, weight, grad, *states, hpa)
 
 
 def _rows_loop(rule, n_state, n_hyper):
@@ -304,8 +351,12 @@ class RowsLauncher(Launcher):
         hpa = np.array(hyper, dtype)
         parallel = self.rows.shape[0] * ncols >= PARALLEL_THRESHOLD and self.rows.shape[0] > 1
         kernel = rows_kernel(factory, len(states), hpa.shape[0], dtype, parallel)
-        kernel(weight.reshape(-1), np.ascontiguousarray(grad).reshape(-1),
-               *(s.reshape(-1) for s in states), self.rows, ncols, hpa)
+        args = (weight.reshape(-1), np.ascontiguousarray(grad).reshape(-1),
+                *(s.reshape(-1) for s in states), self.rows, ncols, hpa)
+        try:
+            kernel(*args)
+        except TypeError:
+            call_readonly(kernel, *args)
 
     def run_noise_rule(self, factory, weight, grad, hyper, key, aux):
         raise NotImplementedError("a noise rule has no lazy row-sparse form")
@@ -397,8 +448,12 @@ def to_single(a16, out=None):
     if order is None or a16.dtype != np.float16 or out.dtype != np.float32:
         out[...] = a16
     elif a16.size:
-        _convert_kernel(False, a16.size >= PARALLEL_THRESHOLD)(
-            a16.reshape(-1, order=order).view(np.uint16), out.reshape(-1, order=order))
+        kernel = _convert_kernel(False, a16.size >= PARALLEL_THRESHOLD)
+        args = (a16.reshape(-1, order=order).view(np.uint16), out.reshape(-1, order=order))
+        try:
+            kernel(*args)
+        except TypeError:
+            call_readonly(kernel, *args)
     return out
 
 
@@ -462,7 +517,10 @@ class MirrorLauncher(Launcher):
         hpa = np.array(hyper, np.float32)
         kernel = mp_kernel(factory, len(states), hpa.shape[0],
                            w.shape[0] >= PARALLEL_THRESHOLD)
-        kernel(w, g.view(np.uint16), *states, w16.view(np.uint16), hpa)
+        try:
+            kernel(w, g.view(np.uint16), *states, w16.view(np.uint16), hpa)
+        except TypeError:
+            call_readonly(kernel, w, g.view(np.uint16), *states, w16.view(np.uint16), hpa)
         self.mirrored = True
 
     def run_rows(self, factory, weight, grad, history, rows, hyper):
@@ -588,7 +646,10 @@ def run_segmented(factory, weight, grad, states, table, chunks):
     """
     parallel = weight.shape[0] >= PARALLEL_THRESHOLD and chunks.shape[0] > 1
     kernel = segmented_kernel(factory, len(states), table.shape[1] - 1, weight.dtype, parallel)
-    kernel(weight, grad, *states, table, chunks)
+    try:
+        kernel(weight, grad, *states, table, chunks)
+    except TypeError:
+        call_readonly(kernel, weight, grad, *states, table, chunks)
 
 
 # --------------------------------------------------------------------------------------------
@@ -663,7 +724,11 @@ def run_noise(factory, weight, grad, hyper, key, aux):
     hp = tuple(dtype.type(h) for h in hyper)
     kernel = noise_kernel(factory, len(hp), len(aux), dtype,
                           weight.shape[0] >= NOISE_PARALLEL_THRESHOLD)
-    kernel(weight, grad, hp, np.uint64(key), tuple(float(a) for a in aux))
+    args = (weight, grad, hp, np.uint64(key), tuple(float(a) for a in aux))
+    try:
+        kernel(*args)
+    except TypeError:
+        call_readonly(kernel, *args)
 
 
 def run_noise_segmented(factory, weight, grad, table, keys, aux, offsets, chunks):
@@ -671,7 +736,10 @@ def run_noise_segmented(factory, weight, grad, table, keys, aux, offsets, chunks
     parallel = weight.shape[0] >= NOISE_PARALLEL_THRESHOLD and chunks.shape[0] > 1
     kernel = noise_segmented_kernel(factory, table.shape[1] - 1, aux.shape[1], weight.dtype,
                                     parallel)
-    kernel(weight, grad, table, keys, aux, offsets, chunks)
+    try:
+        kernel(weight, grad, table, keys, aux, offsets, chunks)
+    except TypeError:
+        call_readonly(kernel, weight, grad, table, keys, aux, offsets, chunks)
 
 
 def noise_mp_kernel(factory, n_hyper, n_aux, parallel):
@@ -705,8 +773,12 @@ def run_noise_mp(factory, weight, grad16, weight16, hyper, key, aux):
     hp = tuple(np.float32(h) for h in hyper)
     kernel = noise_mp_kernel(factory, len(hp), len(aux),
                              weight.shape[0] >= NOISE_PARALLEL_THRESHOLD)
-    kernel(weight, grad16.view(np.uint16), hp, np.uint64(key), tuple(float(a) for a in aux),
-           weight16.view(np.uint16))
+    args = (weight, grad16.view(np.uint16), hp, np.uint64(key), tuple(float(a) for a in aux),
+            weight16.view(np.uint16))
+    try:
+        kernel(*args)
+    except TypeError:
+        call_readonly(kernel, *args)
 
 
 # --------------------------------------------------------------------------------------------
@@ -989,7 +1061,11 @@ def lars_norms(weight, grad, cum, batch_scale):
     kernel = _tensor_norms.get(key)  # a cheap key: this runs on every LARS step
     if kernel is None:
         kernel = _tensor_norms[key] = tensor_norms_kernel(w.dtype, *key[1:])
-    return kernel(w, g.view(np.uint16) if g16 else g, w if c is None else c, float(batch_scale))
+    args = (w, g.view(np.uint16) if g16 else g, w if c is None else c, float(batch_scale))
+    try:
+        return kernel(*args)
+    except TypeError:
+        return call_readonly(kernel, *args)
 
 
 _tensor_norms: dict = {}
@@ -1002,7 +1078,11 @@ def run_norms(w, g, cum, table, chunks, out, with_cum):
     g16 = g.dtype == np.float16 and w.dtype != np.float16
     kernel = norms_kernel(w.dtype, with_cum,
                           w.shape[0] >= PARALLEL_THRESHOLD and chunks.shape[0] > 1, g16)
-    kernel(w, g.view(np.uint16) if g16 else g, cum, table, chunks, partial)
+    args = (w, g.view(np.uint16) if g16 else g, cum, table, chunks, partial)
+    try:
+        kernel(*args)
+    except TypeError:
+        call_readonly(kernel, *args)
     _sum_partials(chunks, partial, out)
 
 
@@ -1121,7 +1201,10 @@ def run_direction(direction, w, g, states, table, chunks, out):
     kernel = _kernels.get(("direction", direction, table.shape[1] - 1, w.dtype, parallel))
     if kernel is None:
         kernel = direction_kernel(direction, table.shape[1] - 1, w.dtype, parallel)
-    kernel(w, g, states[0], states[1], table, chunks, partial)
+    try:
+        kernel(w, g, states[0], states[1], table, chunks, partial)
+    except TypeError:
+        call_readonly(kernel, w, g, states[0], states[1], table, chunks, partial)
     _sum_partials(chunks, partial, out)
 
 
@@ -1139,7 +1222,11 @@ def direction_norms(direction, w, g, states, hyper):
     kernel = _tensor_directions.get(key)  # a cheap key: this runs on every LAMB step
     if kernel is None:
         kernel = _tensor_directions[key] = tensor_direction_kernel(*key)
-    return kernel(w, g.view(np.uint16) if g16 else g, states[0], states[1], hpa)
+    args = (w, g.view(np.uint16) if g16 else g, states[0], states[1], hpa)
+    try:
+        return kernel(*args)
+    except TypeError:
+        return call_readonly(kernel, *args)
 
 
 _tensor_directions: dict = {}

@@ -346,9 +346,13 @@ def run_cpu(factory, weight, grad, history, rows, hyper, mirror=None):
         kernel = cpu_kernel(factory, hpa.shape[0], dtype, parallel, mp)
     order = "C" if w_c else "F"
     g_flat = grad.reshape(-1, order="C" if g_c else "F")
-    kernel(weight.reshape(-1, order=order), g_flat.view(np.uint16) if mp else g_flat,
-           history.reshape(-1), rows_arr, dense, nk, ncols, w_rs, w_cs, g_rs, g_cs, hpa,
-           mirror.reshape(-1, order=order).view(np.uint16) if mp else _NO_COPY)
+    args = (weight.reshape(-1, order=order), g_flat.view(np.uint16) if mp else g_flat,
+            history.reshape(-1), rows_arr, dense, nk, ncols, w_rs, w_cs, g_rs, g_cs, hpa,
+            mirror.reshape(-1, order=order).view(np.uint16) if mp else _NO_COPY)
+    try:
+        kernel(*args)
+    except TypeError:  # a read-only gradient (or row-sparse values): its variant, compiled once
+        cpu.call_readonly(kernel, *args)
 
 
 def run_cuda(factory, w, g, h, rows, hyper, stream=0, mirror=None):

@@ -517,15 +517,26 @@ class Optimizer:
     # ---------------------------------------------------------------------------------------
     # update
     # ---------------------------------------------------------------------------------------
-    def update(self, index, weight, grad, state, *, stream=None):
+    def update(self, index, weight, grad, state, *, stream=None, skip_nonfinite=False):
         """Update ``weight`` and ``state`` in place from ``grad`` (the weight's dtype and kind).
 
         On the CUDA backend the step is enqueued on ``stream`` (a numba, CuPy or PyTorch stream,
         or a handle), else on the weight's own stream (the one CuPy exports; PyTorch's current
         stream for a tensor), and this returns without waiting.
 
-        ``grad`` may be a ``toolkit.RowSparse`` (see :meth:`row_sparse_mode`).
+        ``grad`` may be a ``toolkit.RowSparse`` (see :meth:`row_sparse_mode`); it is only read,
+        and may be a read-only array.
+
+        ``skip_nonfinite`` (default False: MXNet's behaviour, NaN and infinity propagate): when
+        True, ``grad`` is read once first, and if it holds a NaN or an infinity nothing is
+        updated (weight, state, this index's count and ``num_update`` stay as they were) and
+        this returns False; otherwise the update is made and this returns True. On CUDA the
+        check reads one small flag array back (the step's one synchronisation). Without it
+        this returns None, as MXNet's ``update`` does (docs/trainer.md, "Skipping non-finite
+        gradients").
         """
+        if skip_nonfinite is not False:
+            return self._guarded(False, index, weight, grad, state, stream, skip_nonfinite)
         if type(grad) is RowSparse:
             from . import row_sparse
             return row_sparse.update(self, index, weight, grad, state, multi_precision=False,
@@ -642,9 +653,13 @@ class Optimizer:
             return None
         return desc
 
-    def update_multi_precision(self, index, weight, grad, state, *, stream=None):
+    def update_multi_precision(self, index, weight, grad, state, *, stream=None,
+                               skip_nonfinite=False):
         """``update`` through the float32 master copy when the weight is float16 and
-        multi_precision is on; plain ``update`` otherwise."""
+        multi_precision is on; plain ``update`` otherwise. ``skip_nonfinite`` and the value
+        returned: as :meth:`update`'s."""
+        if skip_nonfinite is not False:
+            return self._guarded(True, index, weight, grad, state, stream, skip_nonfinite)
         if type(grad) is RowSparse:
             from . import row_sparse
             return row_sparse.update(self, index, weight, grad, state, multi_precision=True,
@@ -673,6 +688,59 @@ class Optimizer:
             self._apply(index, master, grad, inner, backend, m)
         if not launcher.mirrored:
             cpu.to_half_into(weight, master)
+
+    # --- the non-finite guard (toolkit/backends/finite.py) ----------------------------------
+    def _guarded(self, multi_precision, index, weight, grad, state, stream, skip_nonfinite):
+        """``update``/``update_multi_precision`` with ``skip_nonfinite=True``: True when the
+        update was made, False when ``grad`` holds a NaN or an infinity and nothing was
+        touched. A skipped call is checked as the update would have been (a bad argument
+        raises the same error either way)."""
+        if skip_nonfinite is not True:
+            raise TypeError(f"skip_nonfinite must be True or False, got {skip_nonfinite!r}")
+        from ..backends import finite
+        if type(grad) is not RowSparse and grad is not None and type(grad) is not np.ndarray \
+                and arrays.is_device_array(grad):
+            # the weight's stream: the step would run there, after what wrote the gradient
+            self._check_index(index)
+            w = self._check_weight(weight)
+            ok = finite.all_finite(grad, self._guard_stream(stream, w))
+        elif grad is None:
+            ok = True  # the update's own check says what is wrong
+        else:
+            ok = finite.all_finite(grad)
+        if ok:
+            step = self.update_multi_precision if multi_precision else self.update
+            step(index, weight, grad, state, stream=stream)
+            return True
+        self._check_skipped_update(multi_precision, index, weight, grad, state)
+        return False
+
+    @staticmethod
+    def _guard_stream(stream, w):
+        if w.kind != "cuda":
+            return None
+        from ..backends import cuda
+        return cuda.resolve_stream(stream, w)
+
+    def _check_skipped_update(self, multi_precision, index, weight, grad, state):
+        """The checks of the update a non-finite gradient skips: index, weight, gradient
+        (a ``RowSparse``'s rows and values, and the optimizer's row-sparse refusals), state and
+        the next step's scalars; nothing is written."""
+        self._check_index(index)
+        w = self._check_weight(weight)
+        self._resolve_backend(w)
+        if type(grad) is RowSparse:
+            _, g = grad.check(w)
+            self.row_sparse_mode(index)
+            name = "grad.values"
+        else:
+            g = self._check_grad(w, grad)
+            name = "grad"
+        if multi_precision and self.uses_master(weight):
+            self._check_master_state(state, w, g, name)
+        else:
+            self._check_state(state, w, self.create_state_template(w), others=((name, g),))
+        self._step_scalars(index)
 
     def _check_master_state(self, state, w, g, grad_name="grad"):
         """A multi-precision ``state`` against the described float16 weight ``w`` and

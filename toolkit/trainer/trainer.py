@@ -184,14 +184,22 @@ class Trainer:
         """Set the learning rate; raises (UserWarning, as MXNet) when a scheduler is set."""
         self._optimizer.set_learning_rate(lr)
 
-    def step(self, batch_size, ignore_stale_grad=False):
+    def step(self, batch_size, ignore_stale_grad=False, *, skip_nonfinite=False):
         """One training step: ``rescale_grad = scale / batch_size``, gradients all-reduced (a
-        no-op in one process), every parameter with a fresh gradient updated."""
+        no-op in one process), every parameter with a fresh gradient updated.
+
+        ``skip_nonfinite`` (default False: MXNet's behaviour, NaN and infinity propagate):
+        when True, every parameter whose (summed) gradient holds a NaN or an infinity is left
+        as it was (weight, state, count) while the others step, and the names of those
+        skipped are returned as a tuple and kept in :attr:`skipped` until the next step
+        (docs/trainer.md, "Skipping non-finite gradients"). Without it this returns None."""
+        guard = self._guard_flag(skip_nonfinite)
         self._set_rescale(batch_size)
+        self._begin_guard(guard)
         if self._dist is not None:
-            return self._dist.step(ignore_stale_grad)
+            return self._guarded_run(self._dist.step, ignore_stale_grad)
         self.allreduce_grads()
-        self._update(ignore_stale_grad)
+        return self._guarded_run(self._update, ignore_stale_grad)
 
     def allreduce_grads(self):
         """Sum gradients across devices (MXNet's kvstore pushpull). One process holds each
@@ -200,12 +208,43 @@ class Trainer:
         if self._dist is not None:
             self._dist.allreduce_grads()
 
-    def update(self, batch_size, ignore_stale_grad=False):
-        """The update half of ``step`` (after ``allreduce_grads``)."""
+    def update(self, batch_size, ignore_stale_grad=False, *, skip_nonfinite=False):
+        """The update half of ``step`` (after ``allreduce_grads``); ``skip_nonfinite`` and
+        the value returned: as ``step``'s (the decision reads the summed gradients)."""
+        guard = self._guard_flag(skip_nonfinite)
         self._set_rescale(batch_size)
+        self._begin_guard(guard)
         if self._dist is not None:
-            return self._dist.update(ignore_stale_grad)
-        self._update(ignore_stale_grad)
+            return self._guarded_run(self._dist.update, ignore_stale_grad)
+        return self._guarded_run(self._update, ignore_stale_grad)
+
+    # --- the non-finite guard ---------------------------------------------------------------
+    #: names of the parameters the last ``step``/``update`` with ``skip_nonfinite=True`` left
+    #: alone because their gradient held a NaN or an infinity (a tuple, index order); () after
+    #: any other step
+    skipped = ()
+    _guard_on = False
+
+    @staticmethod
+    def _guard_flag(skip_nonfinite):
+        if skip_nonfinite is not True and skip_nonfinite is not False:
+            raise TypeError(f"skip_nonfinite must be True or False, got {skip_nonfinite!r}")
+        return skip_nonfinite
+
+    def _begin_guard(self, guard):
+        self.skipped = ()
+        self._guard_on = guard
+
+    def _guarded_run(self, run, ignore_stale_grad):
+        """``run(ignore_stale_grad)`` (this Trainer's ``_update``, or the distributed store's
+        step or update, which calls it after the reduction) with the guard's setting read by
+        ``_update``; returns the skipped names when the guard is on."""
+        guard = self._guard_on
+        try:
+            run(ignore_stale_grad)
+        finally:
+            self._guard_on = False
+        return self.skipped if guard else None
 
     @property
     def kvstore(self):
@@ -256,6 +295,23 @@ class Trainer:
         self.last_step_launches = 0
         if not active:
             return
+        skipped = ()
+        if self._guard_on:
+            # one pass over the gradients (summed, in a distributed step: every rank reads the
+            # same bits and skips the same parameters)
+            bad = self._nonfinite(active)
+            if bad:
+                skipped = [i for i in active if i in bad]
+                active = [i for i in active if i not in bad]
+        if active:
+            self._update_active(active)
+        # the skipped gradients count as used, as the updated ones, once the step went through
+        for i in skipped:
+            self._params[i]._fresh = False
+        self.skipped = tuple(self._params[i].name for i in skipped)
+
+    def _update_active(self, active):
+        """Update the parameters of ``active`` (indices in order), their gradients then used."""
         sparse = any(self._params[i].grad_stype == "row_sparse" for i in active)
         if self._backend == "reference" or sparse:
             self._dry_run(active)  # per-parameter steps write as they go: check them all first
@@ -264,6 +320,31 @@ class Trainer:
             self._kernel_update(active)
         for i in active:
             self._params[i]._fresh = False
+
+    def _nonfinite(self, active):
+        """The set of indices of ``active`` whose gradient holds a NaN or an infinity: one
+        segmented pass per group over its flat gradient buffer (on CUDA, one device-to-host
+        read of a flag per chunk), a row-sparse gradient's values on their own."""
+        from ..backends import finite
+        wanted = set(active)
+        bad = set()
+        for g in self._groups:
+            ks = [k for k, (i, _) in enumerate(g.members) if i in wanted]
+            dense = [k for k in ks if g.members[k][1].grad_stype != "row_sparse"]
+            if dense:
+                stream = None
+                if g.device == "cuda":
+                    from ..backends import cuda
+                    stream = cuda.resolve_stream(None, arrays.describe(g.data))
+                ok = finite.finite_segments(g.grad, g.offsets, g.chunks, stream)
+                bad.update(g.members[k][0] for k in dense if not ok[k])
+            for k in ks:
+                i, p = g.members[k]
+                if p.grad_stype == "row_sparse" and not finite.all_finite(p._sparse_grad):
+                    # checked as the update would check it: a bad gradient raises all the same
+                    p._sparse_grad.check(arrays.describe(p._data, "weight"))
+                    bad.add(i)
+        return bad
 
     def _dry_run(self, active):
         """The scalars of every active index in order (each may raise), counts restored."""
