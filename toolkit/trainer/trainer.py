@@ -187,7 +187,7 @@ class Trainer:
         no-op in one process), every parameter with a fresh gradient updated."""
         self._set_rescale(batch_size)
         if self._dist is not None:
-            return self._dist.step(ignore_stale_grad)
+            return self._dist.step(ignore_stale_grad, batch_size)
         self.allreduce_grads()
         self._update(ignore_stale_grad)
 
