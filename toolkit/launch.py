@@ -183,6 +183,13 @@ def run_rank(argv):
             raise
         report("exit", code=code if isinstance(code, int) else 1,
                text=None if isinstance(code, int) else str(code))
+        running, mpi = _mpi_running()
+        if running:   # as python -m mpi4py: the others may wait in a collective
+            if not isinstance(code, int):
+                sys.stderr.write(f"{code}\n")
+            sys.stderr.flush()
+            sys.stdout.flush()
+            mpi.COMM_WORLD.Abort(code if isinstance(code, int) and 0 < code < 256 else 1)
         raise
     except BaseException as exc:  # noqa: BLE001 - reported, printed, then the job ends
         everywhere = bool(getattr(exc, "raised_on_every_rank", False))

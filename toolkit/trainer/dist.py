@@ -257,6 +257,49 @@ class _Guard:
         return False
 
 
+class _StartUpGuard:
+    """The watchdog of MPI's start-up. ``import mpi4py.MPI`` calls ``MPI_Init`` holding the GIL,
+    which waits for every rank: the watchdog thread cannot run meanwhile. A small shell process
+    keeps the time instead: unless this process closes its pipe first (start-up done, or this
+    process died), it prints why after ``timeout`` seconds and kills this process (SIGKILL),
+    which ends the job (mpiexec ends every rank when one is killed; so does ``mxopt launch``).
+    Nothing is started when MPI is already running, the watchdog is off, or there is no ``sh``."""
+
+    _SCRIPT = ('exec 3<&0 4>&2 2>/dev/null; sleep "$2" & s=$!; (cat <&3 >/dev/null; kill $s) & '
+               'if wait $s; then printf "%s\\n" "$1" >&4; kill -9 $PPID; fi')
+
+    def __init__(self, timeout, rank):
+        self.timeout, self.rank, self.proc = timeout, rank, None
+
+    def __enter__(self):
+        import shutil
+        import subprocess
+        mpi = sys.modules.get("mpi4py.MPI")
+        if not self.timeout or (mpi is not None and mpi.Is_initialized()):
+            return self
+        sh = shutil.which("sh")
+        if sh is None:  # pragma: no cover - no POSIX shell (mpi4py's wheels are POSIX only)
+            return self
+        msg = (f"mxopt dist: rank {self.rank}: MPI start-up (MPI_Init, at the import of "
+               f"mpi4py.MPI) did not complete within {self.timeout:g} s (another rank died, "
+               "exited or is stuck before starting MPI; raise MXOPT_DIST_TIMEOUT if a rank "
+               "legitimately takes longer to get there); ending this rank")
+        self.proc = subprocess.Popen([sh, "-c", self._SCRIPT, "sh", msg, repr(self.timeout)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+        return self
+
+    def __exit__(self, *exc):
+        import subprocess
+        if self.proc is not None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:  # pragma: no cover - a stuck shell
+                self.proc.kill()
+                self.proc.wait()
+        return False
+
+
 _dups: dict = {}
 _dog = None
 
@@ -351,7 +394,7 @@ class DistKVStore:
         self.timeout = _timeout_from_env()
         self.reduce_mode = _reduce_mode_from_env()
         self.watch = _watchdog(None, _rank_from_env(), self.timeout)
-        with self.watch("MPI start-up (MPI_Init, at the import of mpi4py.MPI)"):
+        with _StartUpGuard(self.timeout, _rank_from_env()):
             MPI = self.MPI = _mpi()
         self.watch.MPI = MPI
         base = _communicator if _communicator is not None else MPI.COMM_WORLD
