@@ -49,6 +49,8 @@ __all__ = ["main", "find_mpiexec", "command", "run_rank", "report", "SOCKET_ENV"
 
 #: environment variable holding the launcher's socket path in every rank
 SOCKET_ENV = "MXOPT_LAUNCH_SOCKET"
+#: "pid:fd" of the runner's socket, for the ``toolkit.launch`` a Trainer imports
+_FD_ENV = "MXOPT_LAUNCH_FD"
 #: seconds the launcher waits for the other ranks after one reports an error every rank raises
 EVERYWHERE_GRACE_S = 10.0
 #: seconds between a rank's failure and SIGTERM to mpiexec (lets its last output through)
@@ -118,12 +120,25 @@ def report(event, **info):
     ``"exit"`` or ``"abort"``, with JSON-able details); does nothing in a process the launcher
     did not start. The runner reports the script's end itself; a Trainer's watchdog reports the
     collective it gave up on before it aborts."""
-    if _channel is None:
-        return
+    channel = _channel
+    if channel is None:
+        # the runner runs this file as __main__: a Trainer's ``toolkit.launch`` is another copy
+        # of the module, which finds the runner's socket through the environment (this process
+        # only: a forked child has another pid)
+        pid, _, fd = os.environ.get(_FD_ENV, "").partition(":")
+        if pid != str(os.getpid()) or not fd.isdigit():
+            return
+        try:
+            channel = socket.socket(fileno=os.dup(int(fd)))
+        except OSError:
+            return
     try:
-        _channel.sendall((json.dumps(dict(info, event=event)) + "\n").encode("utf-8"))
+        channel.sendall((json.dumps(dict(info, event=event)) + "\n").encode("utf-8"))
     except OSError:
         pass
+    finally:
+        if channel is not _channel:
+            channel.close()   # this duplicate only: the runner's socket stays connected
 
 
 def _connect():
@@ -139,6 +154,7 @@ def _connect():
                          f"{path} ({exc}); this rank's failures will not end the job at once\n")
         return
     _channel = s
+    os.environ[_FD_ENV] = f"{os.getpid()}:{s.fileno()}"
     # a forked child must not keep the launcher's view of this rank alive
     os.register_at_fork(after_in_child=_forget_channel)
     report("hello", rank=_rank_from_env(), pid=os.getpid())
@@ -264,8 +280,14 @@ def _supervise(cmd, env, n):
     stop_at = None            # when to end the job
     proc = subprocess.Popen(cmd, env=env, start_new_session=True)
 
-    def read(key):
+    def fail(r):
         nonlocal failure, stop_at
+        if failure is None and _failed(r.end):
+            failure = r
+            everywhere = isinstance(r.end, dict) and r.end.get("everywhere")
+            stop_at = time.monotonic() + (EVERYWHERE_GRACE_S if everywhere else _FLUSH_S)
+
+    def read(key):
         r = key.data
         try:
             chunk = key.fileobj.recv(65536)
@@ -281,18 +303,15 @@ def _supervise(cmd, env, n):
                     continue
                 if msg.get("event") == "hello":
                     r.rank, r.pid = msg.get("rank"), msg.get("pid")
-                elif r.end is None or (isinstance(r.end, dict) and
-                                       r.end.get("event") == "abort"):
-                    r.end = msg
+                elif r.end is None:
+                    r.end = msg     # the first word on how the rank ends is the one kept
+                    fail(r)
             return
         sel.unregister(key.fileobj)
         key.fileobj.close()
         if r.end is None:
             r.end = "closed"
-        if failure is None and _failed(r.end):
-            failure = r
-            everywhere = isinstance(r.end, dict) and r.end.get("everywhere")
-            stop_at = time.monotonic() + (EVERYWHERE_GRACE_S if everywhere else _FLUSH_S)
+            fail(r)
 
     def pump(timeout):
         for key, _ in sel.select(timeout):
@@ -308,6 +327,14 @@ def _supervise(cmd, env, n):
                 read(key)
 
     terminated = False
+
+    def on_term(signum, frame):
+        raise _Stopped(signum)
+
+    try:
+        previous = {sig: signal.signal(sig, on_term) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    except ValueError:  # pragma: no cover - not the main thread: no handlers
+        previous = {}
     try:
         while proc.poll() is None:
             pump(0.1)
@@ -327,7 +354,12 @@ def _supervise(cmd, env, n):
         except subprocess.TimeoutExpired:
             _terminate(proc, ranks)
         return 130
+    except _Stopped as stop:   # the launcher was told to stop: so is the job
+        _terminate(proc, ranks)
+        return 128 + stop.signum
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         for key in list(sel.get_map().values()):
             key.fileobj.close()
         sel.close()
@@ -335,7 +367,7 @@ def _supervise(cmd, env, n):
     rc = proc.returncode
     if failure is not None:
         if not terminated:
-            sys.stderr.write(f"mxopt launch: {_describe_end(failure)}\n")
+            sys.stderr.write(f"mxopt launch: {_describe_end(failure)}; ending the job\n")
         return _status_of(failure.end)
     if rc != 0:
         return rc if 0 < rc < 256 else 1
@@ -345,6 +377,12 @@ def _supervise(cmd, env, n):
                          "report finishing their script; treating the job as failed\n")
         return 1
     return 0
+
+
+class _Stopped(Exception):
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
 
 
 def _terminate(proc, ranks):

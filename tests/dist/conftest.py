@@ -85,15 +85,22 @@ def run_mpi(n, *args, timeout=240, env=None, script=WORKER, launcher=False, plai
     full_env.update(env or {})
     full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
     t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=str(ROOT), env=full_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
     try:
-        proc = subprocess.run(cmd, cwd=str(ROOT), env=full_env, capture_output=True, text=True,
-                              timeout=timeout)
-        rc, out = proc.returncode, proc.stdout + proc.stderr
-    except subprocess.TimeoutExpired as exc:
+        out, _ = proc.communicate(timeout=timeout)
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        # SIGTERM: mpiexec (and mxopt launch, which forwards it) ends every rank; a SIGKILL
+        # would leave the ranks running (each is in a session of its own)
         rc = "timeout"
-        out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) \
-            else (exc.stdout or "")
-    return Job(rc, out, time.monotonic() - t0)
+        proc.terminate()
+        try:
+            out, _ = proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+    return Job(rc, out or "", time.monotonic() - t0)
 
 
 @pytest.fixture

@@ -200,17 +200,21 @@ def test_a_rank_failing_before_mpi_starts_ends_the_job_at_once(mpi, n):
     assert job.seconds < 30, job
 
 
-@pytest.mark.parametrize("how", ["raise", "sleep"])
-def test_mpi_start_up_and_comm_dup_run_under_the_watchdog(mpi, how):
-    """Plain mpiexec (no launcher): rank 1 fails before MPI_Init (rank 0 waits in MPI start-up),
-    or starts MPI and sleeps (rank 0 waits in the communicator's duplication); rank 0's watchdog
-    ends it after 5 s."""
+@pytest.mark.parametrize("how,launcher", [("raise", False), ("sleep", False), ("sleep", True)],
+                         ids=["raise-plain-mpiexec", "sleep-plain-mpiexec", "sleep-launch"])
+def test_mpi_start_up_and_comm_dup_run_under_the_watchdog(mpi, how, launcher):
+    """Rank 1 fails before MPI_Init (rank 0 waits in MPI start-up, plain mpiexec: nothing else
+    ends it), or starts MPI and sleeps (rank 0 waits in the communicator's duplication); rank
+    0's watchdog ends the job after 5 s, and the launcher names the collective."""
     from conftest import DIST_DIR
     args = ["sleep"] if how == "sleep" else []
-    job = mpi(2, *args, script=DIST_DIR / "early.py", plain=True, env=FAST, timeout=90)
+    job = mpi(2, *args, script=DIST_DIR / "early.py", plain=not launcher, launcher=launcher,
+              env=FAST, timeout=90)
     assert job.rc not in (0, "timeout"), job
     what = "duplicating the communicator" if how == "sleep" else "MPI start-up"
     assert f"mxopt dist: rank 0: {what}" in job.out and "within 5 s" in job.out, job
+    if launcher:
+        assert f"mxopt launch: rank 0 aborted: the watchdog: {what}" in job.out, job
     assert job.seconds < 40, job
 
 

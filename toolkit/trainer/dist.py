@@ -5,13 +5,16 @@ train.py``); every process builds the same Trainer. What a distributed Trainer d
 (``docs/distributed.md`` has the why and the measurements):
 
 * **construction**: every rank describes its Trainer (kvstore type, compression, optimizer,
-  convention, hyperparameters, backend, and each parameter's name, shape, dtype, device, grad_req
-  and multipliers); the descriptions are gathered on every rank and compared, so a mismatch raises
-  :class:`DistMismatchError` on **every** rank (never a hang in a later collective). Then rank
-  0's parameter values and optimizer state are broadcast into every rank's flat buffers, as
-  MXNet's kvstore ``init``/``broadcast`` gives every worker rank 0's weights.
-* **a step**: the ranks agree on which gradients are fresh (one small ``Allgather`` of the fresh
-  flags), then each (dtype, device) group's flat gradient buffer is summed across ranks: one
+  every setting of it that changes the numbers (:func:`_optimizer_settings`), backend, and each
+  parameter's name, shape, dtype, device, grad_req and multipliers); the descriptions are
+  gathered on every rank and compared, so a mismatch raises :class:`DistMismatchError` on
+  **every** rank, naming the setting and the ranks (never a hang in a later collective). Then
+  rank 0's parameter values and optimizer state are broadcast into every rank's flat buffers,
+  as MXNet's kvstore ``init``/``broadcast`` gives every worker rank 0's weights.
+* **a step**: the ranks agree on which gradients are fresh and on the step's settings (one small
+  ``Allgather`` of the fresh flags, ``ignore_stale_grad``, ``batch_size`` and an 8-byte digest of
+  the optimizer's settings; ranks that differ raise :class:`DistMismatchError` on every rank),
+  then each (dtype, device) group's flat gradient buffer is summed across ranks: one
   ``Reduce_scatter`` + one ``Allgatherv`` per group (each element is summed on exactly one rank
   and copied to the others, so every rank holds the same bits; a plain ``MPI_Allreduce`` does not
   promise that). With 2-bit compression each rank quantises its buffer and the packed codes are
@@ -23,10 +26,12 @@ train.py``); every process builds the same Trainer. What a distributed Trainer d
   **sum over workers** (the dist kvstore's pushpull, trainer.py:371-395). Gluon does not multiply
   by the number of workers (Module does: module/module.py:503-506), so pass the global batch
   (per-worker batch x ``num_workers``) to average over every sample.
-* **faults**: an uncaught exception on any rank aborts the whole MPI job (``MPI_Abort``, the
-  way ``python -m mpi4py`` does), and every collective of the Trainer runs under a watchdog
-  (``MXOPT_DIST_TIMEOUT`` seconds, default 600) that aborts the job when another rank never
-  arrives (it died, exited, or hangs).
+* **faults**: an uncaught exception on any rank aborts the whole MPI job (``MPI_Abort``), and
+  every collective of the Trainer, MPI's start-up and the communicator's duplication included,
+  runs under a watchdog (``MXOPT_DIST_TIMEOUT`` seconds, default 600) that aborts the job when
+  another rank never arrives (it died, exited, or hangs). ``mxopt launch`` (``toolkit.launch``)
+  also ends the job as soon as any rank ends abnormally (docs/distributed.md, "What ends a job,
+  and how fast").
 
 mpi4py is imported only when a distributed Trainer is built (``pip install "mxopt-toolkit[dist]"``).
 """
