@@ -266,10 +266,21 @@ def _status_of(end):
 
 def _supervise(cmd, env, n):
     """Run ``cmd`` (mpiexec), watching the ranks through a Unix socket; returns the status."""
-    folder = tempfile.mkdtemp(prefix="mxopt-launch-")
+    base = None   # a socket's path has ~100 bytes at most: a long TMPDIR falls back to /tmp
+    if len(tempfile.gettempdir()) > 60 and os.path.isdir("/tmp"):
+        base = "/tmp"
+    folder = tempfile.mkdtemp(prefix="mxopt-launch-", dir=base)
     path = os.path.join(folder, "ranks.sock")
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(path)
+    try:
+        server.bind(path)
+    except OSError as exc:   # e.g. a TMPDIR too long for a socket's path
+        server.close()
+        shutil.rmtree(folder, ignore_errors=True)
+        sys.stderr.write(f"mxopt launch: cannot listen on {path} ({exc}); running the ranks "
+                         "unwatched (a rank failing before MPI starts may leave the others "
+                         "waiting until their watchdog ends them); set TMPDIR to a short path\n")
+        return subprocess.call(cmd, env=env)
     server.listen(max(n, 16))
     server.setblocking(False)
     env = dict(env, **{SOCKET_ENV: path})
