@@ -834,14 +834,27 @@ def _differences(descs):
     return out
 
 
+def _jsonable(obj):
+    """How a value JSON cannot hold is compared: its repr, or its name when the repr would hold
+    its address (different on every rank)."""
+    text = repr(obj)
+    if " at 0x" not in text:
+        return text
+    named = obj if hasattr(obj, "__qualname__") else type(obj)
+    return f"<{getattr(named, '__module__', '?')}.{named.__qualname__}>"
+
+
 def _scheduler_settings(sched):
-    """A JSON-able description of an lr scheduler: its class and configuration."""
+    """A JSON-able description of an lr scheduler: its class and configuration (its repr, or,
+    when that would hold its address, its public attributes)."""
     kind = type(sched).__module__ + "." + type(sched).__qualname__
-    if type(sched).__repr__ is not object.__repr__:
-        return {"type": kind, "config": repr(sched)}
+    text = repr(sched)
+    if " at 0x" not in text:
+        return {"type": kind, "config": text}
     public = {k: v for k, v in sorted(vars(sched).items()) if not k.startswith("_")} \
         if hasattr(sched, "__dict__") else {}
-    return {"type": kind, "config": json.loads(json.dumps(public, default=repr))}
+    return {"type": kind, "name": _jsonable(sched),
+            "config": json.loads(json.dumps(public, default=_jsonable))}
 
 
 def _optimizer_settings(opt):
@@ -852,14 +865,14 @@ def _optimizer_settings(opt):
     multi_precision, convention, the lr scheduler's configuration and the class's own
     hyperparameters); this shim builds it from the public attributes that exist today."""
     if callable(getattr(opt, "hyperparameters", None)):
-        return json.loads(json.dumps(opt.hyperparameters(), sort_keys=True, default=repr))
+        return json.loads(json.dumps(opt.hyperparameters(), sort_keys=True, default=_jsonable))
     h = dict(opt.reference_hyper())
     h.update(learning_rate=opt.lr, rescale_grad=opt.rescale_grad, wd=opt.wd,
              clip_gradient=opt.clip_gradient, begin_num_update=opt.begin_num_update,
              multi_precision=opt.multi_precision, convention=opt.convention,
              lr_scheduler=None if opt.lr_scheduler is None else
              _scheduler_settings(opt.lr_scheduler))
-    return json.loads(json.dumps(h, sort_keys=True, default=repr))
+    return json.loads(json.dumps(h, sort_keys=True, default=_jsonable))
 
 
 def _settings_digest(opt):
