@@ -70,8 +70,10 @@ class Job:
 
 def run_mpi(n, *args, timeout=240, env=None, script=WORKER, launcher=False, plain=False):
     """Run ``script`` on ``n`` ranks; returns a :class:`Job` (exit status, output, seconds).
-    ``launcher``: through ``python -m toolkit launch``; ``plain``: ``mpiexec -n N python
-    script`` (without ``-m mpi4py``: the Trainer's own abort hook and watchdog must do)."""
+    Default: ``mpiexec`` with ``mxopt launch``'s per-rank runner but without the launcher
+    (``toolkit.launch.command``); ``launcher``: through ``python -m toolkit launch``;
+    ``plain``: ``mpiexec -n N python script`` (no runner: the Trainer's own abort hook and
+    watchdog must do)."""
     from toolkit.launch import command, find_mpiexec
     if plain:
         cmd = [find_mpiexec(), "-n", str(n), sys.executable, str(script)] + [str(a) for a in args]
