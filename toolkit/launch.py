@@ -1,26 +1,62 @@
-"""``mxopt launch -n N script.py [args]``: start N processes of a training script under MPI.
+"""``mxopt launch -n N script.py [args]``: start N processes of a training script under MPI, and
+end the whole job as soon as any rank fails.
 
 It runs the ``mpiexec`` of the installed MPI (the ``mpich`` wheel of the ``dist`` extra puts it
 beside this Python) as::
 
-    mpiexec -n N <this python> -m mpi4py script.py [args]
+    mpiexec -n N <this python> <this file> script.py [args]
 
-``-m mpi4py`` makes an uncaught exception on any rank abort the whole job (``MPI_Abort``), even
-before the script builds a Trainer. The exit status is mpiexec's: 0 when every rank succeeded.
+so every rank runs the script through this file's small runner (:func:`run_rank`), which first
+connects to a Unix socket the launcher listens on, then runs the script as ``python script.py``
+would (``sys.argv``, ``sys.path[0]``, ``__main__``). The runner tells the launcher how its script
+ended: normally, by an uncaught exception, or by ``sys.exit(code)``; a rank that ends without
+saying so (``os._exit``, a signal, a crash, ``MPI_Abort``) closes the socket by dying, which the
+launcher sees at once. Any rank that does not end normally ends the job: the launcher prints a
+line naming the rank and how it ended, sends SIGTERM to ``mpiexec`` (which ends every rank), and
+exits non-zero. This does not depend on MPI being started in the failing rank: MPICH's
+``mpiexec`` alone leaves the others waiting for ever when a rank exits with an error before
+``MPI_Init``, and exits 0 when a rank calls ``os._exit(0)`` while another waits in a collective
+(docs/distributed.md, "What ends a job, and how fast").
+
+An uncaught exception in a rank that has started MPI also calls ``MPI_Abort`` (as
+``python -m mpi4py script.py`` does), unless the exception is marked as raised by every rank at
+the same point (a Trainer's ``DistMismatchError``, a stale gradient, a failed checkpoint): then
+the launcher gives the other ranks :data:`EVERYWHERE_GRACE_S` seconds to print theirs and stop.
+
 ``--timeout S`` sets ``MXOPT_DIST_TIMEOUT`` (the watchdog of the Trainer's collectives) for the
 ranks. With Open MPI, ``--oversubscribe`` (more ranks than cores) and, as root,
 ``--allow-run-as-root`` are added; MPICH needs neither.
+
+This file imports only the standard library: each rank runs it by path before anything else.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import selectors
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import sysconfig
+import tempfile
+import time
 
-__all__ = ["main", "find_mpiexec", "command"]
+__all__ = ["main", "find_mpiexec", "command", "run_rank", "report", "SOCKET_ENV",
+           "EVERYWHERE_GRACE_S"]
+
+#: environment variable holding the launcher's socket path in every rank
+SOCKET_ENV = "MXOPT_LAUNCH_SOCKET"
+#: "pid:fd" of the runner's socket, for the ``toolkit.launch`` a Trainer imports
+_FD_ENV = "MXOPT_LAUNCH_FD"
+#: seconds the launcher waits for the other ranks after one reports an error every rank raises
+EVERYWHERE_GRACE_S = 10.0
+#: seconds between a rank's failure and SIGTERM to mpiexec (lets its last output through)
+_FLUSH_S = 0.3
+#: seconds mpiexec gets to end the ranks after SIGTERM before the launcher kills what is left
+_TERM_WAIT_S = 5.0
 
 
 def find_mpiexec():
@@ -62,15 +98,326 @@ def command(n, script, args, mpiexec=None):
         cmd.append("--oversubscribe")
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             cmd.append("--allow-run-as-root")
-    return cmd + [sys.executable, "-m", "mpi4py", script] + list(args)
+    return cmd + [sys.executable, os.path.abspath(__file__), script] + list(args)
+
+
+# -------------------------------------------------------------------------------------------
+# the rank side
+# -------------------------------------------------------------------------------------------
+_channel = None
+
+
+def _rank_from_env():
+    for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def report(event, **info):
+    """Tell the launcher how this rank is ending (``event``: ``"done"``, ``"exception"``,
+    ``"exit"`` or ``"abort"``, with JSON-able details); does nothing in a process the launcher
+    did not start. The runner reports the script's end itself; a Trainer's watchdog reports the
+    collective it gave up on before it aborts."""
+    channel = _channel
+    if channel is None:
+        # the runner runs this file as __main__: a Trainer's ``toolkit.launch`` is another copy
+        # of the module, which finds the runner's socket through the environment (this process
+        # only: a forked child has another pid)
+        pid, _, fd = os.environ.get(_FD_ENV, "").partition(":")
+        if pid != str(os.getpid()) or not fd.isdigit():
+            return
+        try:
+            channel = socket.socket(fileno=os.dup(int(fd)))
+        except OSError:
+            return
+    try:
+        channel.sendall((json.dumps(dict(info, event=event)) + "\n").encode("utf-8"))
+    except OSError:
+        pass
+    finally:
+        if channel is not _channel:
+            channel.close()   # this duplicate only: the runner's socket stays connected
+
+
+def _connect():
+    global _channel
+    path = os.environ.get(SOCKET_ENV)
+    if not path:
+        return
+    try:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(path)
+    except OSError as exc:
+        sys.stderr.write(f"mxopt launch: rank {_rank_from_env()}: cannot reach the launcher at "
+                         f"{path} ({exc}); this rank's failures will not end the job at once\n")
+        return
+    _channel = s
+    os.environ[_FD_ENV] = f"{os.getpid()}:{s.fileno()}"
+    # a forked child must not keep the launcher's view of this rank alive
+    os.register_at_fork(after_in_child=_forget_channel)
+    report("hello", rank=_rank_from_env(), pid=os.getpid())
+
+
+def _forget_channel():
+    global _channel
+    if _channel is not None:
+        try:
+            _channel.close()
+        except OSError:
+            pass
+    _channel = None
+
+
+def _mpi_running():
+    mpi = sys.modules.get("mpi4py.MPI")
+    try:
+        return mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized(), mpi
+    except Exception:  # noqa: BLE001 - a broken MPI: nothing to abort
+        return False, mpi
+
+
+def run_rank(argv):
+    """Run ``argv[0]`` (a script) with arguments ``argv[1:]`` as ``python script.py`` would,
+    reporting its end to the launcher; returns the exit status."""
+    import runpy
+    import traceback
+    if not argv:
+        sys.stderr.write("usage: python launch.py script.py [args]\n")
+        return 2
+    _connect()
+    script = argv[0]
+    sys.argv[:] = list(argv)
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code
+        if code is None or code == 0:
+            report("done")
+            raise
+        report("exit", code=code if isinstance(code, int) else 1,
+               text=None if isinstance(code, int) else str(code))
+        running, mpi = _mpi_running()
+        if running:   # as python -m mpi4py: the others may wait in a collective
+            if not isinstance(code, int):
+                sys.stderr.write(f"{code}\n")
+            sys.stderr.flush()
+            sys.stdout.flush()
+            mpi.COMM_WORLD.Abort(code if isinstance(code, int) and 0 < code < 256 else 1)
+        raise
+    except BaseException as exc:  # noqa: BLE001 - reported, printed, then the job ends
+        everywhere = bool(getattr(exc, "raised_on_every_rank", False))
+        report("exception", type=type(exc).__name__, everywhere=everywhere)
+        try:
+            sys.excepthook(type(exc), exc, exc.__traceback__)
+        except Exception:  # noqa: BLE001
+            traceback.print_exception(type(exc), exc, exc.__traceback__)
+        running, mpi = _mpi_running()
+        if running and not everywhere:
+            sys.stderr.flush()
+            sys.stdout.flush()
+            mpi.COMM_WORLD.Abort(1)
+        return 1
+    report("done")
+    return 0
+
+
+# -------------------------------------------------------------------------------------------
+# the launcher side
+# -------------------------------------------------------------------------------------------
+class _Rank:
+    def __init__(self):
+        self.rank = None
+        self.pid = None
+        self.buf = b""
+        self.end = None        # the reported end (a dict), or "closed" (died without one)
+
+
+def _describe_end(r):
+    end = r.end
+    who = f"rank {r.rank}" if r.rank is not None else "a rank"
+    if end == "closed":
+        return (f"{who} ended without finishing its script (os._exit, a signal, MPI_Abort or a "
+                "crash; its output above may say why)")
+    kind = end.get("event")
+    if kind == "exception":
+        return f"{who} stopped on an uncaught {end.get('type')} (its traceback is above)"
+    if kind == "exit":
+        return f"{who} exited with status {end.get('code')}" + \
+            (f" ({end['text']})" if end.get("text") else "")
+    if kind == "abort":
+        return f"{who} aborted: {end.get('reason', '')}"
+    return f"{who} ended ({kind})"
+
+
+def _failed(end):
+    return end == "closed" or end.get("event") != "done"
+
+
+def _status_of(end):
+    if isinstance(end, dict) and end.get("event") == "exit":
+        code = end.get("code")
+        if isinstance(code, int) and 0 < code < 256:
+            return code
+    return 1
+
+
+def _supervise(cmd, env, n):
+    """Run ``cmd`` (mpiexec), watching the ranks through a Unix socket; returns the status."""
+    base = None   # a socket's path has ~100 bytes at most: a long TMPDIR falls back to /tmp
+    if len(tempfile.gettempdir()) > 60 and os.path.isdir("/tmp"):
+        base = "/tmp"
+    folder = tempfile.mkdtemp(prefix="mxopt-launch-", dir=base)
+    path = os.path.join(folder, "ranks.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        server.bind(path)
+    except OSError as exc:   # e.g. a TMPDIR too long for a socket's path
+        server.close()
+        shutil.rmtree(folder, ignore_errors=True)
+        sys.stderr.write(f"mxopt launch: cannot listen on {path} ({exc}); running the ranks "
+                         "unwatched (a rank failing before MPI starts may leave the others "
+                         "waiting until their watchdog ends them); set TMPDIR to a short path\n")
+        return subprocess.call(cmd, env=env)
+    server.listen(max(n, 16))
+    server.setblocking(False)
+    env = dict(env, **{SOCKET_ENV: path})
+    sel = selectors.DefaultSelector()
+    sel.register(server, selectors.EVENT_READ, None)
+    ranks = []
+    failure = None            # the first rank that did not end normally
+    stop_at = None            # when to end the job
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+
+    def fail(r):
+        nonlocal failure, stop_at
+        if failure is None and _failed(r.end):
+            failure = r
+            everywhere = isinstance(r.end, dict) and r.end.get("everywhere")
+            stop_at = time.monotonic() + (EVERYWHERE_GRACE_S if everywhere else _FLUSH_S)
+
+    def read(key):
+        r = key.data
+        try:
+            chunk = key.fileobj.recv(65536)
+        except OSError:
+            chunk = b""
+        if chunk:
+            r.buf += chunk
+            while b"\n" in r.buf:
+                line, r.buf = r.buf.split(b"\n", 1)
+                try:
+                    msg = json.loads(line.decode("utf-8"))
+                except ValueError:
+                    continue
+                if msg.get("event") == "hello":
+                    r.rank, r.pid = msg.get("rank"), msg.get("pid")
+                elif r.end is None:
+                    r.end = msg     # the first word on how the rank ends is the one kept
+                    fail(r)
+            return
+        sel.unregister(key.fileobj)
+        key.fileobj.close()
+        if r.end is None:
+            r.end = "closed"
+            fail(r)
+
+    def pump(timeout):
+        for key, _ in sel.select(timeout):
+            if key.data is None:
+                try:
+                    conn, _ = server.accept()
+                except OSError:
+                    continue
+                r = _Rank()
+                ranks.append(r)
+                sel.register(conn, selectors.EVENT_READ, r)
+            else:
+                read(key)
+
+    terminated = False
+
+    def on_term(signum, frame):
+        raise _Stopped(signum)
+
+    try:
+        previous = {sig: signal.signal(sig, on_term) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    except ValueError:  # pragma: no cover - not the main thread: no handlers
+        previous = {}
+    try:
+        while proc.poll() is None:
+            pump(0.1)
+            if stop_at is not None and not terminated and time.monotonic() >= stop_at:
+                sys.stderr.write(f"mxopt launch: {_describe_end(failure)}; ending the job\n")
+                sys.stderr.flush()
+                terminated = True
+                _terminate(proc, ranks)
+        # what the ranks said just before mpiexec returned
+        deadline = time.monotonic() + 1.0
+        while len(sel.get_map()) > 1 and time.monotonic() < deadline:
+            pump(0.05)
+    except KeyboardInterrupt:  # pragma: no cover - interactive
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(_TERM_WAIT_S)
+        except subprocess.TimeoutExpired:
+            _terminate(proc, ranks)
+        return 130
+    except _Stopped as stop:   # the launcher was told to stop: so is the job
+        _terminate(proc, ranks)
+        return 128 + stop.signum
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for key in list(sel.get_map().values()):
+            key.fileobj.close()
+        sel.close()
+        shutil.rmtree(folder, ignore_errors=True)
+    rc = proc.returncode
+    if failure is not None:
+        if not terminated:
+            sys.stderr.write(f"mxopt launch: {_describe_end(failure)}; ending the job\n")
+        return _status_of(failure.end)
+    if rc != 0:
+        return rc if 0 < rc < 256 else 1
+    missing = n - sum(1 for r in ranks if r.end is not None and not _failed(r.end))
+    if missing:
+        sys.stderr.write(f"mxopt launch: mpiexec exited 0 but {missing} of {n} rank(s) did not "
+                         "report finishing their script; treating the job as failed\n")
+        return 1
+    return 0
+
+
+class _Stopped(Exception):
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _terminate(proc, ranks):
+    """SIGTERM to mpiexec (it ends every rank); after a while SIGKILL to whatever is left."""
+    try:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(_TERM_WAIT_S)
+    except subprocess.TimeoutExpired:
+        for pid in [r.pid for r in ranks if isinstance(r.pid, int)] + [proc.pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        proc.wait()
+    except OSError:  # pragma: no cover - already gone
+        pass
 
 
 def _parser():
     p = argparse.ArgumentParser(
         prog="mxopt launch",
         description="Run a training script on N MPI ranks (a Trainer with kvstore='dist_sync' "
-                    "trains data-parallel across them). Needs the dist extra: "
-                    "pip install 'mxopt-toolkit[dist]'.")
+                    "trains data-parallel across them); the job ends, non-zero, as soon as any "
+                    "rank fails. Needs the dist extra: pip install 'mxopt-toolkit[dist]'.")
     p.add_argument("-n", "--np", dest="n", type=int, required=True,
                    help="number of processes (ranks)")
     p.add_argument("--timeout", type=float, default=None,
@@ -94,6 +441,10 @@ def main(argv=None) -> int:
     if not os.path.isfile(ns.script):
         print(f"mxopt launch: no such script: {ns.script}", file=sys.stderr)
         return 2
+    if ns.timeout is not None and not (ns.timeout >= 0 and ns.timeout != float("inf")):
+        print(f"mxopt launch: --timeout must be a finite number >= 0, got {ns.timeout!r}",
+              file=sys.stderr)
+        return 2
     try:
         import mpi4py  # noqa: F401
     except ImportError:
@@ -112,7 +463,8 @@ def main(argv=None) -> int:
     env = dict(os.environ)
     if ns.timeout is not None:
         env["MXOPT_DIST_TIMEOUT"] = repr(float(ns.timeout))
-    try:
-        return subprocess.call(cmd, env=env)
-    except KeyboardInterrupt:  # pragma: no cover - interactive
-        return 130
+    return _supervise(cmd, env, ns.n)
+
+
+if __name__ == "__main__":   # a rank: python launch.py script.py [args]
+    sys.exit(run_rank(sys.argv[1:]))

@@ -70,8 +70,10 @@ class Job:
 
 def run_mpi(n, *args, timeout=240, env=None, script=WORKER, launcher=False, plain=False):
     """Run ``script`` on ``n`` ranks; returns a :class:`Job` (exit status, output, seconds).
-    ``launcher``: through ``python -m toolkit launch``; ``plain``: ``mpiexec -n N python
-    script`` (without ``-m mpi4py``: the Trainer's own abort hook and watchdog must do)."""
+    Default: ``mpiexec`` with ``mxopt launch``'s per-rank runner but without the launcher
+    (``toolkit.launch.command``); ``launcher``: through ``python -m toolkit launch``;
+    ``plain``: ``mpiexec -n N python script`` (no runner: the Trainer's own abort hook and
+    watchdog must do)."""
     from toolkit.launch import command, find_mpiexec
     if plain:
         cmd = [find_mpiexec(), "-n", str(n), sys.executable, str(script)] + [str(a) for a in args]
@@ -85,15 +87,22 @@ def run_mpi(n, *args, timeout=240, env=None, script=WORKER, launcher=False, plai
     full_env.update(env or {})
     full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
     t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=str(ROOT), env=full_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
     try:
-        proc = subprocess.run(cmd, cwd=str(ROOT), env=full_env, capture_output=True, text=True,
-                              timeout=timeout)
-        rc, out = proc.returncode, proc.stdout + proc.stderr
-    except subprocess.TimeoutExpired as exc:
+        out, _ = proc.communicate(timeout=timeout)
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        # SIGTERM: mpiexec (and mxopt launch, which forwards it) ends every rank; a SIGKILL
+        # would leave the ranks running (each is in a session of its own)
         rc = "timeout"
-        out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) \
-            else (exc.stdout or "")
-    return Job(rc, out, time.monotonic() - t0)
+        proc.terminate()
+        try:
+            out, _ = proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+    return Job(rc, out or "", time.monotonic() - t0)
 
 
 @pytest.fixture

@@ -179,3 +179,83 @@ def test_gpu_parameters_are_staged_through_host_buffers(mpi, tmp_path, worker_mo
         t.step(2)
     np.testing.assert_allclose(got[0]["a"], ps[0].data(), rtol=1e-6)
     assert np.array_equal(got[0]["b"], ps[1].data())
+
+
+# --- issue 19: what ends a job, and how fast ---------------------------------------------------
+# A watchdog of 5 s: each job must end well within the subprocess timeout (a regression fails
+# as "timeout" instead of hanging the suite).
+FAST = {"MXOPT_DIST_TIMEOUT": "5"}
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_rank_failing_before_mpi_starts_ends_the_job_at_once(mpi, n):
+    from conftest import DIST_DIR
+    job = mpi(n, script=DIST_DIR / "early.py", launcher=True, env=FAST, timeout=90)
+    assert job.rc not in (0, "timeout"), job
+    assert "rank 1 fails before MPI is started" in job.out, job
+    assert "mxopt launch: rank 1 stopped on an uncaught RuntimeError" in job.out, job
+    # the launcher ends the job when rank 1 reports, not the 5 s watchdog of the others
+    assert "did not complete within" not in job.out, job
+    assert "built a Trainer" not in job.out, job
+    assert job.seconds < 30, job
+
+
+@pytest.mark.parametrize("how,launcher", [("raise", False), ("sleep", False), ("sleep", True)],
+                         ids=["raise-plain-mpiexec", "sleep-plain-mpiexec", "sleep-launch"])
+def test_mpi_start_up_and_comm_dup_run_under_the_watchdog(mpi, how, launcher):
+    """Rank 1 fails before MPI_Init (rank 0 waits in MPI start-up, plain mpiexec: nothing else
+    ends it), or starts MPI and sleeps (rank 0 waits in the communicator's duplication); rank
+    0's watchdog ends the job after 5 s, and the launcher names the collective."""
+    from conftest import DIST_DIR
+    args = ["sleep"] if how == "sleep" else []
+    job = mpi(2, *args, script=DIST_DIR / "early.py", plain=not launcher, launcher=launcher,
+              env=FAST, timeout=90)
+    assert job.rc not in (0, "timeout"), job
+    what = "duplicating the communicator" if how == "sleep" else "MPI start-up"
+    assert f"mxopt dist: rank 0: {what}" in job.out and "within 5 s" in job.out, job
+    if launcher:
+        assert f"mxopt launch: rank 0 aborted: the watchdog: {what}" in job.out, job
+    assert job.seconds < 40, job
+
+
+@pytest.mark.parametrize("n,who", [(2, 1), (3, 0)])
+def test_a_rank_leaving_with_exit_status_0_fails_the_job_naming_it(mpi, n, who):
+    job = mpi(n, "leave", "-", who, launcher=True, env=FAST, timeout=90)
+    assert job.rc not in (0, "timeout"), job
+    assert f"mxopt launch: rank {who} ended without finishing its script" in job.out, job
+    assert "finished\n" not in job.out.replace("without finishing", ""), job
+    assert job.seconds < 30, job
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_ranks_with_different_settings_fail_on_every_rank(mpi, tmp_path, n):
+    job = mpi(n, "settings", tmp_path, env={"MXOPT_DIST_TIMEOUT": "30"}, timeout=120)
+    assert job.rc == 0, job
+    res = [json.loads((tmp_path / f"settings-rank{r}.json").read_text()) for r in range(n)]
+    last = n - 1
+    others = "ranks 0, 1" if n == 3 else "rank 0"
+    odd = f"rank {last}"
+    want = {
+        "build:learning_rate": f"the optimizer's learning_rate differs: 0.1 on {others}; 0.2 on "
+                               f"{odd}",
+        "build:rescale_grad": f"rescale_grad differs: 1.0 on {others}; 0.5 on {odd}",
+        "build:wd": f"wd differs: 0.01 on {others}; 0.02 on {odd}",
+        "build:clip_gradient": f"clip_gradient differs: None on {others}; 1.0 on {odd}",
+        "build:momentum": f"momentum differs: 0.9 on {others}; 0.8 on {odd}",
+        "build:lr_scheduler": "FactorScheduler(step=4",
+        "build:lr_scheduler_none": f"; None on {odd}",
+        "step:batch_size": f"batch_size differs: 4.0 on {others}; 8.0 on {odd}",
+        "step:set_learning_rate": f"learning_rate differs: 0.1 on {others}; 0.3 on {odd}",
+        "step:assigned_wd": f"wd differs: 0.01 on {others}; 0.5 on {odd}",
+        "step:ignore_stale_grad": f"ignore_stale_grad differs: False on {others}; True on {odd}",
+        "split:batch_size": f"rescale_grad (set by step's or update's batch_size) differs: 0.25 "
+                            f"on {others}; 0.125 on {odd}",
+    }
+    for r in range(n):
+        for case, text in want.items():
+            got = res[r][case]
+            assert text in got, (r, case, got)
+            assert f"seen on rank {r}; every rank raises this" in got, (r, case, got)
+        for case in ("batch_size", "set_learning_rate", "assigned_wd", "ignore_stale_grad"):
+            assert res[r]["unchanged:" + case] is True, (r, case)  # nothing was updated
+        assert res[r]["digest"] == res[0]["digest"]

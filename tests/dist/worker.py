@@ -1,5 +1,5 @@
-"""The script the distributed tests run on every rank (``mpiexec -n N python -m mpi4py
-worker.py MODE OUTDIR [args]``). Each mode writes ``OUTDIR/<mode>-rank<r>.npz`` (or prints) what
+"""The script the distributed tests run on every rank (``mpiexec -n N python toolkit/launch.py
+worker.py MODE OUTDIR [args]``: ``toolkit.launch.command``). Each mode writes ``OUTDIR/<mode>-rank<r>.npz`` (or prints) what
 the test then checks. Gradients are a pure function of (seed, step, rank, parameter), so the
 test can rebuild every rank's gradient in one process (:func:`grad_of`)."""
 import json
@@ -242,6 +242,101 @@ def mode_hello(outdir):
     p = Parameter("w", shape=(2,), init=1.0)
     t = Trainer([p], "sgd", kvstore="dist_device_sync")
     print(f"hello from rank {t.rank} of {t.num_workers} ({t.kvstore.type})", flush=True)
+
+
+def mode_leave(outdir, who):
+    """Rank ``who`` leaves with os._exit(0) after a step while the others go on stepping."""
+    p = Parameter("w", shape=(100,), init=1.0)
+    t = Trainer([p], "sgd", {"learning_rate": 0.1}, kvstore="dist_sync")
+    p.grad()[...] = 1.0
+    t.step(1)
+    if t.rank == int(who):
+        os._exit(0)
+    for _ in range(50):
+        p.grad()[...] = 1.0
+        t.step(1)
+    print(f"rank {t.rank} finished", flush=True)
+
+
+def _sched(step):
+    return lr_scheduler.FactorScheduler(step=step, factor=0.5, base_lr=0.1)
+
+
+def mode_settings(outdir):
+    """Each case: the last rank builds its Trainer (or takes a step) with one setting changed;
+    every rank records the DistMismatchError it raised (or "no error")."""
+    from toolkit.trainer.dist import DistMismatchError
+    import mpi4py.MPI as MPI
+    r, n = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+    odd = r == n - 1
+    base = {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01}
+    construction = {            # case: (what every other rank passes, what the last rank changes)
+        "learning_rate": ({}, {"learning_rate": 0.2}),
+        "rescale_grad": ({}, {"rescale_grad": 0.5}),
+        "wd": ({}, {"wd": 0.02}),
+        "clip_gradient": ({}, {"clip_gradient": 1.0}),
+        "momentum": ({}, {"momentum": 0.8}),
+        "lr_scheduler": ({"lr_scheduler": 3}, {"lr_scheduler": 4}),
+        "lr_scheduler_none": ({"lr_scheduler": 3}, {"lr_scheduler": None}),
+    }
+    result = {}
+    for case, (common, change) in construction.items():
+        kw = dict(base, **common)
+        if odd:
+            kw.update(change)
+        if kw.get("lr_scheduler") is not None:
+            kw["lr_scheduler"] = _sched(kw["lr_scheduler"])
+            kw.pop("learning_rate")
+        p = Parameter("w", shape=(4,), init=1.0)
+        try:
+            Trainer([p], "sgd", kw, kvstore="dist_sync")
+            result["build:" + case] = "no error"
+        except DistMismatchError as exc:
+            result["build:" + case] = str(exc)
+
+    def trainer():
+        p = Parameter("w", shape=(4,), init=1.0)
+        return p, Trainer([p], "sgd", dict(base), kvstore="dist_sync")
+
+    steps = {
+        "batch_size": lambda t: t.step(8 if odd else 4),
+        "set_learning_rate": lambda t: (t.set_learning_rate(0.3) if odd else None,
+                                        t.step(4)),
+        "assigned_wd": lambda t: (setattr(t.optimizer, "wd", 0.5) if odd else None,
+                                  t.step(4)),
+        "ignore_stale_grad": lambda t: t.step(4, ignore_stale_grad=odd),
+    }
+    for case, act in steps.items():
+        p, t = trainer()
+        p.grad()[...] = 1.0
+        t.step(4)                                   # one agreed step first
+        p.grad()[...] = 1.0
+        before = p.data().tolist()
+        try:
+            act(t)
+            result["step:" + case] = "no error"
+        except DistMismatchError as exc:
+            result["step:" + case] = str(exc)
+        result["unchanged:" + case] = p.data().tolist() == before
+    # split step: update's batch_size is compared at the next allreduce_grads
+    p, t = trainer()
+    p.grad()[...] = 1.0
+    t.allreduce_grads()
+    t.update(8 if odd else 4)
+    p.grad()[...] = 1.0
+    try:
+        t.allreduce_grads()
+        result["split:batch_size"] = "no error"
+    except DistMismatchError as exc:
+        result["split:batch_size"] = str(exc)
+    # the same settings everywhere still train, and agree
+    p, t = trainer()
+    for _ in range(3):
+        p.grad()[...] = 1.0 + r
+        t.step(4)
+    result["digest"] = t.kvstore.check_in_sync()
+    with open(os.path.join(outdir, f"settings-rank{r}.json"), "w") as f:
+        json.dump(result, f)
 
 
 if __name__ == "__main__":

@@ -5,13 +5,16 @@ train.py``); every process builds the same Trainer. What a distributed Trainer d
 (``docs/distributed.md`` has the why and the measurements):
 
 * **construction**: every rank describes its Trainer (kvstore type, compression, optimizer,
-  convention, hyperparameters, backend, and each parameter's name, shape, dtype, device, grad_req
-  and multipliers); the descriptions are gathered on every rank and compared, so a mismatch raises
-  :class:`DistMismatchError` on **every** rank (never a hang in a later collective). Then rank
-  0's parameter values and optimizer state are broadcast into every rank's flat buffers, as
-  MXNet's kvstore ``init``/``broadcast`` gives every worker rank 0's weights.
-* **a step**: the ranks agree on which gradients are fresh (one small ``Allgather`` of the fresh
-  flags), then each (dtype, device) group's flat gradient buffer is summed across ranks: one
+  every setting of it that changes the numbers (:func:`_optimizer_settings`), backend, and each
+  parameter's name, shape, dtype, device, grad_req and multipliers); the descriptions are
+  gathered on every rank and compared, so a mismatch raises :class:`DistMismatchError` on
+  **every** rank, naming the setting and the ranks (never a hang in a later collective). Then
+  rank 0's parameter values and optimizer state are broadcast into every rank's flat buffers,
+  as MXNet's kvstore ``init``/``broadcast`` gives every worker rank 0's weights.
+* **a step**: the ranks agree on which gradients are fresh and on the step's settings (one small
+  ``Allgather`` of the fresh flags, ``ignore_stale_grad``, ``batch_size`` and an 8-byte digest of
+  the optimizer's settings; ranks that differ raise :class:`DistMismatchError` on every rank),
+  then each (dtype, device) group's flat gradient buffer is summed across ranks: one
   ``Reduce_scatter`` + one ``Allgatherv`` per group (each element is summed on exactly one rank
   and copied to the others, so every rank holds the same bits; a plain ``MPI_Allreduce`` does not
   promise that). With 2-bit compression each rank quantises its buffer and the packed codes are
@@ -23,10 +26,12 @@ train.py``); every process builds the same Trainer. What a distributed Trainer d
   **sum over workers** (the dist kvstore's pushpull, trainer.py:371-395). Gluon does not multiply
   by the number of workers (Module does: module/module.py:503-506), so pass the global batch
   (per-worker batch x ``num_workers``) to average over every sample.
-* **faults**: an uncaught exception on any rank aborts the whole MPI job (``MPI_Abort``, the
-  way ``python -m mpi4py`` does), and every collective of the Trainer runs under a watchdog
-  (``MXOPT_DIST_TIMEOUT`` seconds, default 600) that aborts the job when another rank never
-  arrives (it died, exited, or hangs).
+* **faults**: an uncaught exception on any rank aborts the whole MPI job (``MPI_Abort``), and
+  every collective of the Trainer, MPI's start-up and the communicator's duplication included,
+  runs under a watchdog (``MXOPT_DIST_TIMEOUT`` seconds, default 600) that aborts the job when
+  another rank never arrives (it died, exited, or hangs). ``mxopt launch`` (``toolkit.launch``)
+  also ends the job as soon as any rank ends abnormally (docs/distributed.md, "What ends a job,
+  and how fast").
 
 mpi4py is imported only when a distributed Trainer is built (``pip install "mxopt-toolkit[dist]"``).
 """
@@ -41,6 +46,7 @@ import time
 
 import numpy as np
 
+from .. import launch as _launch
 from ..backends import arrays
 from . import compression as _compression
 from .buffers import state_leaves
@@ -61,6 +67,11 @@ _OTHER = ("horovod", "byteps", "nccl")
 REDUCE_MODES = ("scatter_gather", "reduce_bcast", "allreduce_bcast")
 
 DEFAULT_TIMEOUT = 600.0
+
+#: bytes a step's agreement carries beside one fresh flag per parameter: ignore_stale_grad (one
+#: byte), batch_size (float64) and the digest of the optimizer's settings (8 bytes)
+_HEADER = 17
+_UNKNOWN = 255    # ignore_stale_grad not given (allreduce_grads() on its own)
 
 
 class DistMismatchError(ValueError):
@@ -137,15 +148,29 @@ def use_communicator(comm):
     _communicator = comm
 
 
-def _abort(MPI, code=1):
+def _rank_from_env():
+    """This process's rank as the MPI launcher states it (before MPI is started), or "?"."""
+    for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return "?"
+
+
+def _abort(MPI, code=1, reason=None):
+    """End the job from this rank: tell ``mxopt launch`` why (when it started this rank), then
+    ``MPI_Abort`` (when MPI is running), then exit with ``code``."""
+    if reason is not None:
+        _launch.report("abort", reason=reason)
     sys.stderr.flush()
     sys.stdout.flush()
     # mpiexec forwards each rank's output asynchronously; MPI_Abort tears the job down at once,
     # so give the message just written a moment to reach the terminal
     time.sleep(0.5)
     try:
-        if MPI.Query_thread() >= MPI.THREAD_MULTIPLE or threading.current_thread() is \
-                threading.main_thread():
+        if MPI is not None and MPI.Is_initialized() and not MPI.Is_finalized() and (
+                MPI.Query_thread() >= MPI.THREAD_MULTIPLE or
+                threading.current_thread() is threading.main_thread()):
             MPI.COMM_WORLD.Abort(code)
     finally:
         os._exit(code)
@@ -202,12 +227,12 @@ class _Watchdog:
                 if left > 0:
                     self._cond.wait(left)
                     continue
+                what = f"{self._what} did not complete within {self.timeout:g} s"
                 sys.stderr.write(
-                    f"mxopt dist: rank {self.rank}: {self._what} did not complete within "
-                    f"{self.timeout:g} s (another rank died, exited or is stuck; raise "
-                    "MXOPT_DIST_TIMEOUT if a rank legitimately takes longer between steps); "
-                    "aborting the MPI job\n")
-                _abort(self.MPI, 1)
+                    f"mxopt dist: rank {self.rank}: {what} (another rank died, exited or is "
+                    "stuck; raise MXOPT_DIST_TIMEOUT if a rank legitimately takes longer "
+                    "between steps); aborting the MPI job\n")
+                _abort(self.MPI, 1, reason=f"the watchdog: {what}")
 
     def __call__(self, what):
         return _Guard(self, what)
@@ -234,6 +259,49 @@ class _Guard:
         if dog.timeout:
             with dog._cond:
                 dog._what = None
+        return False
+
+
+class _StartUpGuard:
+    """The watchdog of MPI's start-up. ``import mpi4py.MPI`` calls ``MPI_Init`` holding the GIL,
+    which waits for every rank: the watchdog thread cannot run meanwhile. A small shell process
+    keeps the time instead: unless this process closes its pipe first (start-up done, or this
+    process died), it prints why after ``timeout`` seconds and kills this process (SIGKILL),
+    which ends the job (mpiexec ends every rank when one is killed; so does ``mxopt launch``).
+    Nothing is started when MPI is already running, the watchdog is off, or there is no ``sh``."""
+
+    _SCRIPT = ('exec 3<&0 4>&2 2>/dev/null; sleep "$2" & s=$!; (cat <&3 >/dev/null; kill $s) & '
+               'if wait $s; then printf "%s\\n" "$1" >&4; kill -9 $PPID; fi')
+
+    def __init__(self, timeout, rank):
+        self.timeout, self.rank, self.proc = timeout, rank, None
+
+    def __enter__(self):
+        import shutil
+        import subprocess
+        mpi = sys.modules.get("mpi4py.MPI")
+        if not self.timeout or (mpi is not None and mpi.Is_initialized()):
+            return self
+        sh = shutil.which("sh")
+        if sh is None:  # pragma: no cover - no POSIX shell (mpi4py's wheels are POSIX only)
+            return self
+        msg = (f"mxopt dist: rank {self.rank}: MPI start-up (MPI_Init, at the import of "
+               f"mpi4py.MPI) did not complete within {self.timeout:g} s (another rank died, "
+               "exited or is stuck before starting MPI; raise MXOPT_DIST_TIMEOUT if a rank "
+               "legitimately takes longer to get there); ending this rank")
+        self.proc = subprocess.Popen([sh, "-c", self._SCRIPT, "sh", msg, repr(self.timeout)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+        return self
+
+    def __exit__(self, *exc):
+        import subprocess
+        if self.proc is not None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:  # pragma: no cover - a stuck shell
+                self.proc.kill()
+                self.proc.wait()
         return False
 
 
@@ -326,22 +394,28 @@ class DistKVStore:
     ``kv.rank``, ``kv.num_workers``, plus the statistics of the last reduction."""
 
     def __init__(self, trainer, kvtype, compression, update_on_kvstore):
-        MPI = self.MPI = _mpi()
+        # the watchdog first: MPI's start-up (MPI_Init, at the import of mpi4py.MPI) and the
+        # communicator's duplication wait for every rank, like any other collective
+        self.timeout = _timeout_from_env()
+        self.reduce_mode = _reduce_mode_from_env()
+        self.watch = _watchdog(None, _rank_from_env(), self.timeout)
+        with _StartUpGuard(self.timeout, _rank_from_env()):
+            MPI = self.MPI = _mpi()
+        self.watch.MPI = MPI
         base = _communicator if _communicator is not None else MPI.COMM_WORLD
         # one duplicate of the base communicator per process, shared by every distributed
         # Trainer (their collectives run in program order, the same on every rank): the
         # Trainer's traffic never mixes with the script's own, and no communicator leaks
-        self.comm = _duplicate(base)
+        with self.watch("duplicating the communicator (MPI_Comm_dup)"):
+            self.comm = _duplicate(base)
         self.type = kvtype
         self.rank = self.comm.Get_rank()
         self.num_workers = self.comm.Get_size()
+        self.watch.rank = self.rank
         self.compression = compression
         #: MXNet's default for a dense dist kvstore is True (the optimizer runs on the servers);
         #: here every rank runs it on the same summed gradient: the numbers are the same
         self.update_on_kvstore = True if update_on_kvstore is None else update_on_kvstore
-        self.reduce_mode = _reduce_mode_from_env()
-        self.timeout = _timeout_from_env()
-        self.watch = _watchdog(MPI, self.rank, self.timeout)
         self.last_step_bytes = {}
         self._pending = False
         self._f16_op = None
@@ -411,19 +485,14 @@ class DistKVStore:
 
     # --- construction -------------------------------------------------------------------------
     def _describe(self, trainer):
-        from .states import _hyper
         opt = trainer._optimizer
-        try:
-            hyper = _hyper(opt)
-        except (TypeError, ValueError):  # pragma: no cover - a custom optimizer's odd values
-            hyper = repr(sorted(opt.reference_hyper().items()))
         comp = None if self.compression is None else {
             "type": self.compression["type"], "threshold": self.compression["threshold"]}
         return {
             "kvstore": self.type, "compression": comp, "backend": trainer._backend,
             "update_on_kvstore": self.update_on_kvstore, "reduce": self.reduce_mode,
             "optimizer": type(opt).__module__ + "." + type(opt).__name__,
-            "convention": opt.convention, "hyperparameters": hyper,
+            "hyperparameters": _optimizer_settings(opt),
             "params": [{"name": p.name, "shape": list(p.shape), "dtype": p.dtype.name,
                         "device": p.device, "grad_req": p.grad_req,
                         "lr_mult": float(p.lr_mult), "wd_mult": float(p.wd_mult)}
@@ -435,19 +504,14 @@ class DistKVStore:
         texts = self._allgather_bytes(json.dumps(mine, sort_keys=True).encode("utf-8"),
                                       "comparing the ranks' Trainers")
         descs = [json.loads(t.decode("utf-8")) for t in texts]
-        problems = []
-        ref = descs[0]
-        for r, d in enumerate(descs[1:], start=1):
-            if d == ref:
-                continue
-            problems.extend(_differences(ref, d, r))
+        problems = _differences(descs)
         if problems:
             shown = "; ".join(problems[:8]) + ("; ..." if len(problems) > 8 else "")
             raise DistMismatchError(
                 f"the {self.num_workers} ranks do not hold the same Trainer (seen on rank "
                 f"{self.rank}; every rank raises this): {shown}. Build the same parameters "
                 "(names, shapes, dtypes, devices, grad_req, multipliers) and the same optimizer "
-                "on every rank")
+                "with the same settings on every rank")
 
     def _broadcast_initial(self, trainer):
         """Rank 0's weights and optimizer state into every rank's buffers (MXNet's kvstore
@@ -474,15 +538,21 @@ class DistKVStore:
             arrays.copy_from_host(a, host)
 
     # --- a step -----------------------------------------------------------------------------
-    def allreduce_grads(self, raise_stale=False):
-        """Agree on fresh gradients, then sum every group's gradient buffer across ranks.
+    def allreduce_grads(self, raise_stale=False, batch_size=None, ignore_stale_grad=None):
+        """Agree on fresh gradients and settings, then sum every group's gradient buffer across
+        ranks.
 
         The rule (the same decision on every rank): a parameter takes part in a step only when
         its gradient is fresh on **every** rank. ``raise_stale`` (``step`` without
         ``ignore_stale_grad``): any other parameter raises ``StaleGradientError`` on every rank
         before anything is reduced. Otherwise its gradient is zeroed on every rank, left out of
         the compression residual, and marked stale everywhere, so ``update`` skips it (with
-        ``ignore_stale_grad=True``) or raises (without)."""
+        ``ignore_stale_grad=True``) or raises (without).
+
+        The same message carries this rank's ``batch_size`` and ``ignore_stale_grad`` (``step``
+        gives them; ``allreduce_grads()`` alone does not know them yet) and an 8-byte digest of
+        the optimizer's settings; ranks that differ raise :class:`DistMismatchError` on every
+        rank, naming what differs and where, before anything is reduced."""
         from .trainer import StaleGradientError
         trainer = self._trainer
         if self._pending:
@@ -490,11 +560,19 @@ class DistKVStore:
                                "call update() before allreduce_grads() again (a second "
                                "reduction would sum them again)")
         live = [p for p in trainer._params if p.grad_req != "null"]
-        flags = np.array([1 if p._fresh else 0 for p in live], np.uint8)
-        every = np.zeros((self.num_workers, len(live)), np.uint8)
-        if live:
-            with self.watch("agreeing on fresh gradients"):
-                self.comm.Allgather(flags, every)
+        L = len(live)
+        mine = np.empty(L + _HEADER, np.uint8)
+        mine[:L] = [1 if p._fresh else 0 for p in live]
+        mine[L] = _UNKNOWN if ignore_stale_grad is None else (1 if ignore_stale_grad else 0)
+        mine[L + 1:L + 9] = np.array([np.nan if batch_size is None else batch_size],
+                                     np.float64).view(np.uint8)
+        mine[L + 9:L + 17] = _settings_digest(trainer._optimizer)
+        allm = np.zeros((self.num_workers, L + _HEADER), np.uint8)
+        with self.watch("agreeing on fresh gradients and settings"):
+            self.comm.Allgather(mine, allm)
+        if not (allm == allm[0]).all():
+            self._check_step_agreement(allm[:, L:])
+        every = allm[:, :L]
         fresh = every.all(axis=0) if live else np.zeros(0, bool)
         if raise_stale and not fresh.all():
             where = []
@@ -575,8 +653,45 @@ class DistKVStore:
             else:  # pragma: no cover
                 raise ValueError(mode)
 
-    def step(self, ignore_stale_grad):
-        self.allreduce_grads(raise_stale=not ignore_stale_grad)
+    def _check_step_agreement(self, headers):
+        """Raise on every rank when the ranks' per-step headers (ignore_stale_grad, batch_size,
+        settings digest) differ; every rank holds the same headers, so every rank decides the
+        same and, if the digests differ, takes part in the one extra exchange that names the
+        settings."""
+        problems = []
+        ignore = [int(h[0]) for h in headers]
+        known = [v for v in ignore if v != _UNKNOWN]
+        if any(v != known[0] for v in known):
+            problems.append("ignore_stale_grad differs: " + _spread(
+                [None if v == _UNKNOWN else bool(v) for v in ignore]))
+        batch = [float(h[1:9].view(np.float64)[0]) for h in headers]
+        given = [b for b in batch if not np.isnan(b)]
+        if any(b != given[0] for b in given):
+            problems.append("batch_size differs: " + _spread(
+                [None if np.isnan(b) else b for b in batch]))
+        if any(not np.array_equal(h[9:17], headers[0][9:17]) for h in headers):
+            texts = self._allgather_bytes(
+                json.dumps(_optimizer_settings(self._trainer._optimizer),
+                           sort_keys=True).encode("utf-8"),
+                "naming the settings that differ between the ranks")
+            settings = [json.loads(t.decode("utf-8")) for t in texts]
+            for name in sorted(set().union(*settings)):
+                vals = [d.get(name, "(not set)") for d in settings]
+                if any(not _same(v, vals[0]) for v in vals):
+                    note = " (set by step's or update's batch_size)" \
+                        if name == "rescale_grad" else ""
+                    problems.append(f"the optimizer's {name}{note} differs: {_spread(vals)}")
+        if problems:
+            raise DistMismatchError(
+                f"the {self.num_workers} ranks took this step with different settings (seen on "
+                f"rank {self.rank}; every rank raises this): {'; '.join(problems)}; nothing was "
+                "reduced or updated in this step. Give every rank the same batch_size, "
+                "ignore_stale_grad, learning rate and hyperparameters (with allreduce_grads() "
+                "and update(), update's batch_size is compared at the next allreduce_grads())")
+
+    def step(self, ignore_stale_grad, batch_size=None):
+        self.allreduce_grads(raise_stale=not ignore_stale_grad, batch_size=batch_size,
+                             ignore_stale_grad=bool(ignore_stale_grad))
         self.update(ignore_stale_grad)
 
     def update(self, ignore_stale_grad):
@@ -674,19 +789,93 @@ class DistKVStore:
                 f", reduce={self.reduce_mode!r})")
 
 
-def _differences(ref, d, r):
+def _ranks(ranks):
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+
+
+def _same(a, b):
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def _spread(values):
+    """``"0.1 on ranks 0, 2; 0.2 on rank 1"``: each distinct value (JSON-able) and its ranks."""
+    seen = {}
+    for r, v in enumerate(values):
+        seen.setdefault(json.dumps(v, sort_keys=True), (v, []))[1].append(r)
+    return "; ".join(f"{v!r} on {_ranks(rs)}" for v, rs in seen.values())
+
+
+def _differences(descs):
+    """What differs between the ranks' descriptions, each naming the setting and the ranks."""
     out = []
-    for key in sorted(set(ref) | set(d)):
-        if key == "params" or ref.get(key) == d.get(key):
+    keys = sorted(set().union(*descs))
+    for key in keys:
+        values = [d.get(key) for d in descs]
+        if key == "params" or all(_same(v, values[0]) for v in values):
             continue
-        out.append(f"{key} is {ref.get(key)!r} on rank 0 but {d.get(key)!r} on rank {r}")
-    pa, pb = ref.get("params", []), d.get("params", [])
-    if len(pa) != len(pb):
-        out.append(f"rank 0 has {len(pa)} parameters, rank {r} has {len(pb)}")
-    for a, b in zip(pa, pb):
-        if a != b:
-            what = [f"{k} {a.get(k)!r} vs {b.get(k)!r}" for k in sorted(set(a) | set(b))
-                    if a.get(k) != b.get(k)]
-            out.append(f"parameter {a.get('name')!r} (rank 0) / {b.get('name')!r} (rank {r}): "
-                       + ", ".join(what))
+        if key == "hyperparameters" and all(isinstance(v, dict) for v in values):
+            for name in sorted(set().union(*values)):
+                sub = [v.get(name, "(not set)") for v in values]
+                if any(not _same(x, sub[0]) for x in sub):
+                    out.append(f"the optimizer's {name} differs: {_spread(sub)}")
+            continue
+        out.append(f"{key} differs: {_spread(values)}")
+    plists = [d.get("params", []) for d in descs]
+    if any(len(pl) != len(plists[0]) for pl in plists):
+        out.append(f"the number of parameters differs: {_spread([len(pl) for pl in plists])}")
+    for k, row in enumerate(zip(*plists)):
+        if all(_same(x, row[0]) for x in row):
+            continue
+        for field in sorted(set().union(*row)):
+            vals = [x.get(field) for x in row]
+            if any(not _same(v, vals[0]) for v in vals):
+                out.append(f"parameter {k} ({row[0].get('name')!r} on rank 0): {field} differs: "
+                           f"{_spread(vals)}")
     return out
+
+
+def _jsonable(obj):
+    """How a value JSON cannot hold is compared: its repr, or its name when the repr would hold
+    its address (different on every rank)."""
+    text = repr(obj)
+    if " at 0x" not in text:
+        return text
+    named = obj if hasattr(obj, "__qualname__") else type(obj)
+    return f"<{getattr(named, '__module__', '?')}.{named.__qualname__}>"
+
+
+def _scheduler_settings(sched):
+    """A JSON-able description of an lr scheduler: its class and configuration (its repr, or,
+    when that would hold its address, its public attributes)."""
+    kind = type(sched).__module__ + "." + type(sched).__qualname__
+    text = repr(sched)
+    if " at 0x" not in text:
+        return {"type": kind, "config": text}
+    public = {k: v for k, v in sorted(vars(sched).items()) if not k.startswith("_")} \
+        if hasattr(sched, "__dict__") else {}
+    return {"type": kind, "name": _jsonable(sched),
+            "config": json.loads(json.dumps(public, default=_jsonable))}
+
+
+def _optimizer_settings(opt):
+    """Every setting of ``opt`` that changes the numbers, as a JSON-able dict.
+
+    TODO(lead): replace with ``opt.hyperparameters()`` when it lands on main (the public method
+    returning exactly this: learning_rate, rescale_grad, wd, clip_gradient, begin_num_update,
+    multi_precision, convention, the lr scheduler's configuration and the class's own
+    hyperparameters); this shim builds it from the public attributes that exist today."""
+    if callable(getattr(opt, "hyperparameters", None)):
+        return json.loads(json.dumps(opt.hyperparameters(), sort_keys=True, default=_jsonable))
+    h = dict(opt.reference_hyper())
+    h.update(learning_rate=opt.lr, rescale_grad=opt.rescale_grad, wd=opt.wd,
+             clip_gradient=opt.clip_gradient, begin_num_update=opt.begin_num_update,
+             multi_precision=opt.multi_precision, convention=opt.convention,
+             lr_scheduler=None if opt.lr_scheduler is None else
+             _scheduler_settings(opt.lr_scheduler))
+    return json.loads(json.dumps(h, sort_keys=True, default=_jsonable))
+
+
+def _settings_digest(opt):
+    """8 bytes that differ when ``_optimizer_settings(opt)`` differs (the per-step check)."""
+    text = json.dumps(_optimizer_settings(opt), sort_keys=True).encode("utf-8")
+    return np.frombuffer(hashlib.blake2b(text, digest_size=8).digest(), np.uint8)

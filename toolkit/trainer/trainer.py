@@ -197,7 +197,8 @@ class Trainer:
         self._set_rescale(batch_size)
         self._begin_guard(guard)
         if self._dist is not None:
-            return self._guarded_run(self._dist.step, ignore_stale_grad)
+            return self._guarded_run(
+                lambda stale: self._dist.step(stale, batch_size), ignore_stale_grad)
         self.allreduce_grads()
         return self._guarded_run(self._update, ignore_stale_grad)
 
