@@ -187,7 +187,7 @@ def _device(a):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m toolkit check", description=__doc__,
+    p = argparse.ArgumentParser(prog="mxopt check", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seed", type=int, default=None, help="seed of the random cases")
     p.add_argument("--cases", type=int, default=4, help="random cases per backend row")

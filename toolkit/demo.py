@@ -139,7 +139,7 @@ def plot(curves, path):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m toolkit demo", description=__doc__,
+    ap = argparse.ArgumentParser(prog="mxopt demo", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backend", choices=("cpu", "cuda"), default="cpu",
                     help="where the parameters live and the optimizer runs")
