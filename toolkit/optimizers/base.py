@@ -22,6 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..backends import arrays, cpu
+from . import aliases as _aliases
 from ..sparse import RowSparse
 
 __all__ = ["Optimizer", "StepInputs", "register", "create", "registry", "scalar_only",
@@ -267,6 +268,14 @@ class Optimizer:
         if "elementwise_step" in cls.__dict__:
             raise TypeError(f"{cls.__name__} sets elementwise_step, which is now "
                             "state_like_weight (False: a state not shaped like the weight)")
+
+    def __new__(cls, *args, **kwargs):
+        # another framework's keyword (lr, weight_decay, betas, eps, ...): a TypeError that names
+        # MXNet's, before anything is built (the one table: toolkit/optimizers/aliases.py)
+        _aliases.check_keywords(cls, kwargs)
+        self = super().__new__(cls)
+        self._given = dict(kwargs)  # the keywords given: repr shows them
+        return self
 
     def __init__(self, rescale_grad=1.0, param_idx2name=None, wd=0.0, clip_gradient=None,
                  learning_rate=None, lr_scheduler=None, sym=None, begin_num_update=0,
@@ -1040,5 +1049,33 @@ class Optimizer:
         return -1.0 if c is None else c
 
     def __repr__(self):
-        return (f"{type(self).__name__}(learning_rate={self.lr!r}, wd={self.wd!r}, "
-                f"convention={self.convention!r}, backend={self.backend!r})")
+        """``SGD(learning_rate=0.1, momentum=0.9, wd=0.0, convention='mxnet', backend='auto')``:
+        the learning rate, weight decay, convention and backend, and every other constructor
+        keyword (read from the constructors' signatures) that was given or now differs from its
+        default."""
+        always = {"learning_rate": self.lr, "wd": self.wd}
+        last = {"convention": self.convention, "backend": self.backend}
+        given = self.__dict__.get("_given", {})
+        shown = dict(always)
+        for name, default in _aliases.constructor_parameters(type(self)):
+            if name in always or name in last or name in _REPR_SKIP:
+                continue
+            value = self.__dict__.get(name, given.get(name, _REPR_SKIP))
+            if value is _REPR_SKIP:
+                continue
+            plain = isinstance(default, (bool, int, float, str, type(None)))
+            if name in given or (plain and _differs(value, default)):
+                shown[name] = value
+        shown.update(last)
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
+
+
+#: constructor keywords ``Optimizer.__repr__`` leaves out (not hyperparameters)
+_REPR_SKIP = frozenset({"param_idx2name", "param_dict", "sym"})
+
+
+def _differs(value, default):
+    try:
+        return bool(value != default)
+    except (TypeError, ValueError):  # an array: shown
+        return True
