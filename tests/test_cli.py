@@ -164,3 +164,18 @@ def test_every_usage_line_names_mxopt(command, capsys):
     assert code == 0
     out = capsys.readouterr().out
     assert out.startswith(f"usage: mxopt {command}"), out[:80]
+
+
+def test_check_piped_prints_a_line_per_row(capsys, monkeypatch):
+    """Not on a terminal (piped, CI): a progress line per proof and row on stderr as each
+    finishes, not minutes of silence."""
+    from toolkit import check
+    monkeypatch.setattr(check, "backend_rows", lambda with_cuda: [
+        ("sgd", "mxnet", "cpu", "float32"), ("adam", "guide", "reference", "float64")])
+    monkeypatch.setattr(check, "PROOFS", check.PROOFS[2:3])  # NAG's look-ahead proof: quick
+    assert _main(["check", "--seed", "3", "--cases", "1"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "1 proofs, then 2 optimizer x convention x backend x dtype rows against " \
+                     "the oracle"
+    assert [line.split(": worst")[0] for line in err[1:]] == [
+        "[1/3] proof nag", "[2/3] sgd mxnet cpu float32", "[3/3] adam guide reference float64"]
