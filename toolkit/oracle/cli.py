@@ -118,8 +118,8 @@ def main_verify(argv):
     ap = _parser("mxopt verify", "Check an optimizer implementation against the oracle.")
     ap.add_argument("--convention", default="mxnet", choices=("mxnet", "guide", "pytorch"),
                     help="the equations to check against: MXNet 1.9.1's numerics, the guide's "
-                         "equations, or PyTorch's (mxopt identify names the one you follow; "
-                         "default: %(default)s)")
+                         "equations, or PyTorch's; mxopt identify names the one you follow "
+                         "(default: %(default)s)")
     ap.add_argument("--examples", type=int, default=100,
                     help="random cases (hyperparameters, weights and gradients) to run "
                          "(default: %(default)s)")
