@@ -179,8 +179,11 @@ def _scratch_clone(tmp_path):
     if git is None or not os.path.exists(os.path.join(ROOT, ".git")):
         pytest.skip("not a git checkout (or no git)")
     clone = tmp_path / "clone"
-    run = lambda *a, cwd=ROOT: subprocess.run([git, *a], cwd=cwd, check=True, timeout=120,  # noqa: E731
-                                              capture_output=True, text=True).stdout
+
+    def run(*args, cwd=ROOT):
+        return subprocess.run([git, *args], cwd=cwd, check=True, timeout=120,
+                              capture_output=True, text=True).stdout
+
     run("clone", "-q", "--no-hardlinks", ROOT, str(clone))
     changed = run("diff", "HEAD", "--name-only").split() + run(
         "ls-files", "--others", "--exclude-standard").split()
