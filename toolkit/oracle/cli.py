@@ -85,8 +85,8 @@ def _parser(prog, what):
     ap.add_argument("--dtype", default="float32", choices=("float16", "float32", "float64"),
                     help="the precision your implementation is given (default: %(default)s)")
     ap.add_argument("--seed", type=int, default=None,
-                    help="seed of the random cases (default: verify draws a new one each "
-                         "run, identify uses 0)")
+                    help="seed of the random cases (default: the oracle's fixed default "
+                         "seed, the same cases every run)")
     ap.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     return ap
 
