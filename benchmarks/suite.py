@@ -3,10 +3,11 @@ float32 and float16 multi-precision, 2^12 to 2^26 elements, plus one Trainer ste
 161 tensors against torch's fused Adam. The logic lives in ``toolkit/bench.py`` (also
 ``python -m toolkit bench`` / ``mxopt bench``); see its docstring for the method.
 
-    python benchmarks/suite.py [--quick | --full] [--device cpu|cuda] [--out PATH.json]
+    python benchmarks/suite.py [--quick | --full] [--device cpu|cuda] [--out DIR | PATH.json]
 
-Writes benchmarks/results/suite_<device>.json and, beside it, suite_<device>_bandwidth.png and
-suite_<device>_ratios.png. The default run takes a few minutes on a 2-core machine.
+Writes suite_<device>.json and, beside it, suite_<device>_bandwidth.png and
+suite_<device>_ratios.png to the working directory or ``--out DIR`` (the recorded results:
+``--out benchmarks/results``). The default run takes a few minutes on a 2-core machine.
 """
 from __future__ import annotations
 

@@ -5,6 +5,10 @@ Never a timing assertion: benchmarks are not timed tests. Tiny sizes, one repeti
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -160,3 +164,61 @@ def test_cuda_refuses_the_simulator(monkeypatch, capsys):
     monkeypatch.setattr("toolkit.backends.cuda_available", lambda: (True, "simulator"))
     assert bench.main(["--device", "cuda"]) == 2
     assert "simulator" in capsys.readouterr().err
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: --quick narrowed to seconds: one setting, one small size, one repetition
+QUICK = ["--quick", "--optimizers", "sgd", "--sizes", "10", "--repeats", "1", "--batch-ms", "0.2",
+         "--no-resnet", "--no-torch", "--no-progress"]
+
+
+def _scratch_clone(tmp_path):
+    """A git clone of this checkout with the working tree's changes on top (committed in the
+    clone, so the code under test is this one and the clone starts clean)."""
+    git = shutil.which("git")
+    if git is None or not os.path.exists(os.path.join(ROOT, ".git")):
+        pytest.skip("not a git checkout (or no git)")
+    clone = tmp_path / "clone"
+
+    def run(*args, cwd=ROOT):
+        return subprocess.run([git, *args], cwd=cwd, check=True, timeout=120,
+                              capture_output=True, text=True).stdout
+
+    run("clone", "-q", "--no-hardlinks", ROOT, str(clone))
+    changed = run("diff", "HEAD", "--name-only").split() + run(
+        "ls-files", "--others", "--exclude-standard").split()
+    for path in changed:
+        src = os.path.join(ROOT, path)
+        if os.path.exists(src):
+            os.makedirs(os.path.dirname(os.path.join(clone, path)), exist_ok=True)
+            shutil.copy2(src, os.path.join(clone, path))
+        elif os.path.exists(os.path.join(clone, path)):
+            os.remove(os.path.join(clone, path))
+    run("add", "-A", cwd=clone)
+    run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m",
+        "the working tree", cwd=clone)
+    assert run("status", "--porcelain", cwd=clone) == ""
+    return clone, lambda: run("status", "--porcelain", "--untracked-files=all", cwd=clone)
+
+
+def test_quick_run_never_writes_over_the_recorded_results(tmp_path):
+    """`mxopt bench --quick` as a new user runs it in a fresh clone: the JSON and PNGs land in
+    --out, or in the working directory, and the clone's recorded benchmarks/results/ (and every
+    other tracked file) stay as committed."""
+    clone, status = _scratch_clone(tmp_path)
+    env = dict(os.environ, PYTHONPATH=str(clone))
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "toolkit", "bench", *QUICK]
+    done = subprocess.run(cmd + ["--out", str(out)], cwd=clone, env=env, timeout=600,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert status() == ""
+    assert sorted(os.listdir(out)) == ["suite_cpu.json", "suite_cpu_bandwidth.png",
+                                       "suite_cpu_ratios.png"]
+    assert f"wrote {out / 'suite_cpu.json'}" in " ".join(done.stdout.split())
+    # no --out: the working directory (here the clone's root: new files, nothing tracked touched)
+    done = subprocess.run(cmd, cwd=clone, env=env, timeout=600, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(status().splitlines()) == ["?? suite_cpu.json", "?? suite_cpu_bandwidth.png",
+                                             "?? suite_cpu_ratios.png"]
+    assert json.loads((clone / "suite_cpu.json").read_text())["config"]["sizes_log2"] == [10]

@@ -124,3 +124,58 @@ def test_check_json_rows_and_exit_code(capsys, monkeypatch):
     monkeypatch.setattr(check, "run_backend_row", lambda *a, **k: 2.0)
     assert _main(["check", "--json", "--cases", "1"]) == 1
     assert json.loads(capsys.readouterr().out)["rows"][0]["passed"] is False
+
+
+def test_version_prints_the_version(capsys):
+    from toolkit import __version__
+    assert _main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"mxopt {__version__}"
+
+
+def test_unknown_command_says_what_was_wrong(capsys):
+    assert _main(["nonsense"]) == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'nonsense'" in err and "verify" in err and "bench" in err
+    assert _main(["--bogus"]) == 2
+    assert "unrecognized option '--bogus'" in capsys.readouterr().err
+    assert _main(["--help"]) == 0
+    assert "commands:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["verify", "identify"])
+def test_oracle_commands_help_gives_text_and_defaults(command, capsys):
+    with pytest.raises(SystemExit) as exc:
+        _main([command, "--help"])
+    assert exc.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps to the terminal
+    assert out.startswith(f"usage: mxopt {command} ")
+    assert "(default: float32)" in out and "exit codes" in out
+    assert ("(default: mxnet)" in out) == (command == "verify")
+    assert "(default: 24)" in out or command == "verify"
+
+
+@pytest.mark.parametrize("command", ["check", "verify", "identify", "list", "regress", "accuracy",
+                                     "demo", "bench", "launch"])
+def test_every_usage_line_names_mxopt(command, capsys):
+    try:
+        code = _main([command, "--help"])
+    except SystemExit as exc:
+        code = exc.code
+    assert code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: mxopt {command}"), out[:80]
+
+
+def test_check_piped_prints_a_line_per_row(capsys, monkeypatch):
+    """Not on a terminal (piped, CI): a progress line per proof and row on stderr as each
+    finishes, not minutes of silence."""
+    from toolkit import check
+    monkeypatch.setattr(check, "backend_rows", lambda with_cuda: [
+        ("sgd", "mxnet", "cpu", "float32"), ("adam", "guide", "reference", "float64")])
+    monkeypatch.setattr(check, "PROOFS", check.PROOFS[2:3])  # NAG's look-ahead proof: quick
+    assert _main(["check", "--seed", "3", "--cases", "1"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "1 proofs, then 2 optimizer x convention x backend x dtype rows against " \
+                     "the oracle"
+    assert [line.split(": worst")[0] for line in err[1:]] == [
+        "[1/3] proof nag", "[2/3] sgd mxnet cpu float32", "[3/3] adam guide reference float64"]

@@ -35,3 +35,19 @@ def test_demo_command_writes_table_and_plot(tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for name in ("adam", "sgd", "ftrl"):
         assert name in out
+
+
+def test_demo_writes_its_plot_to_out_and_says_where(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "plots"
+    code = demo.main(["--epochs", "2", "--optimizers", "sgd", "--out", str(out)])
+    text = " ".join(capsys.readouterr().out.split())
+    assert code in (0, 1)  # two epochs may not train: the files are what is checked here
+    png = out / "mxopt-demo-loss.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert list(tmp_path.iterdir()) == [out]  # nothing in the working directory but --out
+    assert f"loss curves written to {png}" in text
+    assert "JIT compil" in text and "first step" in text  # the compile time is named, apart
+    demo.main(["--epochs", "1", "--optimizers", "sgd"])  # default: the working directory
+    assert (tmp_path / "mxopt-demo-loss.png").exists()
+    assert str(tmp_path / "mxopt-demo-loss.png") in " ".join(capsys.readouterr().out.split())

@@ -1,6 +1,6 @@
-"""The examples users read run: docstring examples of the public modules (doctest) and the
-README's Python snippets (the CPU ones; the GPU lines run in tests/cuda/test_docs_examples.py's
-kind of check on a GPU)."""
+"""The examples users read run: docstring examples of the public modules (doctest), the README's
+Python examples as written (the CPU ones everywhere, the GPU one where CuPy and a GPU are), and
+the README's promises a first-hour user checks (two commands, every optimizer named)."""
 from __future__ import annotations
 
 import doctest
@@ -30,15 +30,61 @@ def test_docstring_examples_run(name):
     assert result.failed == 0
 
 
-def test_readme_snippets_run(tmp_path, monkeypatch):
-    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+README = os.path.join(ROOT, "README.md")
+#: a README example for the GPU: it imports CuPy (its own block, never inside a CPU example)
+GPU_MARK = "import cupy"
+
+
+def _readme_blocks():
+    text = open(README, encoding="utf-8").read()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert len(blocks) >= 2
-    monkeypatch.chdir(tmp_path)  # the Trainer snippet writes a states file
-    for k, block in enumerate(blocks):
-        cpu_part = block.split("# the same optimizer on GPU arrays")[0]
-        exec(compile(cpu_part, f"README.md snippet {k}", "exec"), {"__name__": "__readme__"})
+    return [b for b in blocks if GPU_MARK not in b], [b for b in blocks if GPU_MARK in b]
+
+
+def test_readme_cpu_examples_run_as_written(tmp_path, monkeypatch, capsys):
+    """Every Python example of the README runs as written, each in a fresh namespace, on a
+    machine without a GPU, CuPy or PyTorch; the GPU example is its own block."""
+    cpu, gpu = _readme_blocks()
+    assert len(cpu) >= 4 and len(gpu) == 1
+    for block in cpu:
+        assert "cupy" not in block and "torch" not in block
+    monkeypatch.chdir(tmp_path)  # the Trainer example writes a states file
+    for k, block in enumerate(cpu):
+        exec(compile(block, f"README.md example {k}", "exec"), {"__name__": "__readme__"})
     assert (tmp_path / "adam.states").exists()
+
+
+def test_readme_gpu_example_runs_on_a_gpu():
+    from toolkit.backends import cuda_available
+    if importlib.util.find_spec("cupy") is None or not cuda_available()[0] or \
+            os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
+        pytest.skip("needs CuPy and a real GPU")
+    (block,) = _readme_blocks()[1]
+    exec(compile(block, "README.md GPU example", "exec"), {"__name__": "__readme__"})
+
+
+def test_readme_says_what_the_toolkit_does():
+    text = open(README, encoding="utf-8").read()
+    two = text.split("## Two commands\n", 1)[1].split("\n## ", 1)[0]
+    commands = [p for p in two.split("\n\n") if p.startswith("    ")]  # indented: code
+    assert [c.strip().split(" && ")[-1] for c in commands] == [  # exactly two: the job, the tests
+        "python -m toolkit check", "python -m pytest -q -p no:cacheprovider"]
+    intro = text.split("## Two commands", 1)[0]
+    from toolkit import optimizer
+    registry = optimizer.registry()
+    assert f"{len(registry)} optimizers" in intro
+    for klass in registry.values():  # every optimizer named (FTRL: its registry spelling)
+        assert klass.__name__ in intro or klass.__name__.upper() in intro, klass.__name__
+    assert "Signum/SignSGD" not in text and "momentum=0" in intro  # SignSGD is a setting
+    # the optimizers that refuse a row-sparse gradient are named as refusing it
+    refusing = []
+    for name, klass in sorted(registry.items()):
+        try:
+            klass().row_sparse_mode(0)
+        except ValueError:
+            refusing.append(klass.__name__)
+    assert refusing and f"{' and '.join(refusing)} refuse it" in " ".join(text.split())
+    assert "pip install torch --index-url https://download.pytorch.org/whl/cpu" in text
 
 
 @pytest.mark.parametrize("page", DOC_PAGES, ids=lambda p: os.path.relpath(p, ROOT))

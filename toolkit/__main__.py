@@ -14,6 +14,9 @@ accuracy   distribution of normalised error per optimizer x backend x dtype     
 demo       every optimizer trains softmax regression on scikit-learn digits            demo
 =========  ==========================================================================  =========
 
+``mxopt --version`` prints the version; an unknown command is a usage error that names it and
+lists the commands.
+
 Exit codes: 0 success, 1 a check failed (``verify``: not passed; ``identify``: no convention;
 ``check``, ``regress compare``, ``accuracy``: an error above its bound), 2 usage error.
 """
@@ -46,14 +49,42 @@ def _available():
             if importlib.util.find_spec(f"toolkit.{spec[0]}") is not None}
 
 
+def _parser(commands):
+    import argparse
+    from . import __version__
+    lines = "\n".join(f"  {name:9s} {spec[2]}" for name, spec in commands.items())
+    ap = argparse.ArgumentParser(
+        prog="mxopt", usage="mxopt [-h] [--version] <command> [options]   "
+                            "(or python -m toolkit <command>)",
+        description="The MXNet 1.x optimizers, their oracle and fast kernels.",
+        epilog=f"commands:\n{lines}\n\nmxopt <command> --help for a command's options",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", action="version", version=f"mxopt {__version__}")
+    ap.add_argument("command", choices=list(commands), metavar="<command>",
+                    help="one of the commands below")
+    return ap
+
+
 def _main(argv):
     commands = _available()
-    if not argv or argv[0] not in commands:
-        lines = "\n".join(f"  {name:9s} {spec[2]}" for name, spec in commands.items())
-        print(f"usage: mxopt <command> [options]   (or python -m toolkit <command>)\n\n"
-              f"commands:\n{lines}\n\nmxopt <command> --help for a command's options",
-              file=sys.stderr)
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    argv = list(argv)
+    if not argv or argv[0].startswith("-") or argv[0] not in commands:
+        # the command line before the command (--help, --version, or an unknown command):
+        # argparse says what was wrong ("invalid choice: ... (choose from ...)")
+        ap = _parser(commands)
+        if not argv:
+            ap.print_usage(sys.stderr)
+            print(f"\n{ap.epilog}", file=sys.stderr)
+            return 2
+        try:
+            if argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
+                ap.error(f"unrecognized option {argv[0]!r} (the command comes first: "
+                         f"mxopt <command> {argv[0]} ...)")
+            ap.parse_args(argv[:1])
+        except SystemExit as exc:
+            if exc.code:
+                print(ap.epilog, file=sys.stderr)
+            return int(exc.code or 0)
     module, function, _ = commands[argv[0]]
     main = getattr(importlib.import_module(f"toolkit.{module}"), function)
     return main(argv[1:])

@@ -414,7 +414,7 @@ def _print_table(result: AccuracyResult):
 def main(argv=None) -> int:
     """``accuracy``; returns the exit code (see the module docstring)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    p = argparse.ArgumentParser(prog="python -m toolkit accuracy",
+    p = argparse.ArgumentParser(prog="mxopt accuracy",
                                 description=__doc__.split("\n\n")[0].split(": ", 1)[-1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="exit codes: 0 every worst <= 1, 1 some worst > 1, "

@@ -31,10 +31,12 @@ faster). A many-tensor case steps ResNet-50's 161 parameter shapes (25.6 M float
 one Trainer step (Adam) against torch's fused Adam over the same list of tensors, interleaved.
 
 Output: a table of ratios, the per-call time at 2^12 (the "cheap call"), the targets met or not,
-JSON (``benchmarks/results/suite_<device>.json``) and two PNGs beside it (achieved bandwidth
-against size per optimizer, ratios at 2^24). Benchmarks are never timed tests.
+JSON (``suite_<device>.json`` in the working directory, or in ``--out DIR``) and two PNGs beside
+it (achieved bandwidth against size per optimizer, ratios at 2^24). The repository's recorded
+results (``benchmarks/results/``) are written only when asked: ``--out benchmarks/results``.
+Benchmarks are never timed tests.
 
-    python -m toolkit bench [--quick | --full] [--device cpu|cuda] [--out PATH.json]
+    python -m toolkit bench [--quick | --full] [--device cpu|cuda] [--out DIR | PATH.json]
 """
 from __future__ import annotations
 
@@ -62,12 +64,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def default_out(device):
-    """``benchmarks/results/suite_<device>.json`` of the checkout, else of the working directory."""
-    base = os.path.join(ROOT, "benchmarks")
-    if not os.path.isdir(base):
-        base = os.path.join(os.getcwd(), "benchmarks")
-    return os.path.join(base, "results", f"suite_{device}.json")
+def default_out(device, out=None):
+    """Where a run writes its JSON (the PNGs go beside it): ``out`` itself where it ends in
+    ``.json``, else ``suite_<device>.json`` in the directory ``out``, by default the working
+    directory. Never the checkout's recorded ``benchmarks/results/`` unless ``out`` names it."""
+    name = f"suite_{device}.json"
+    if out is None:
+        return os.path.join(os.getcwd(), name)
+    return out if out.endswith(".json") else os.path.join(out, name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1456,9 +1460,10 @@ def build_parser():
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--markdown", default=None, metavar="PATH",
                     help="also write the headline (machine, ratio table, targets) as Markdown")
-    ap.add_argument("--out", default=None,
-                    help="JSON path (default benchmarks/results/suite_<device>.json); the PNGs "
-                         "go beside it")
+    ap.add_argument("--out", default=None, metavar="DIR",
+                    help="directory for suite_<device>.json and its PNGs (default: the working "
+                         "directory; the repository's recorded results only when asked: --out "
+                         "benchmarks/results); a path ending in .json names the JSON itself")
     return ap
 
 
@@ -1509,7 +1514,7 @@ def main(argv=None) -> int:
                        use_torch=not args.no_torch, progress=not args.no_progress,
                        console=Console(stderr=True), kernel_cache=not args.no_kernel_cache)
     print_report(result, console)
-    out = args.out or default_out(args.device)
+    out = default_out(args.device, args.out)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w") as f:
         json.dump(result, f, indent=1)

@@ -9,11 +9,13 @@ Two parts, on fresh random cases each run (``--seed`` to repeat one):
 2. every optimizer x convention x backend x dtype against the oracle, per step from identical
    inputs, reporting the worst normalised error (``toolkit.verify``: 1.0 is the bound).
 
-Prints a table (``--json``: the rows as JSON) and exits 1 on any failure, 0 otherwise.
+Prints a table (``--json``: the rows as JSON) and exits 1 on any failure, 0 otherwise. Progress
+goes to stderr: a bar on a terminal, else (piped, in CI) a line per row as it finishes.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 import time
@@ -187,7 +189,7 @@ def _device(a):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m toolkit check", description=__doc__,
+    p = argparse.ArgumentParser(prog="mxopt check", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seed", type=int, default=None, help="seed of the random cases")
     p.add_argument("--cases", type=int, default=4, help="random cases per backend row")
@@ -197,7 +199,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     seed = args.seed if args.seed is not None else int(time.time_ns() % 2 ** 32)
     rng = np.random.default_rng(seed)
-    say = (lambda *a, **k: None) if args.json else print
+    say = (lambda *a, **k: None) if args.json else functools.partial(print, flush=True)
     say(f"toolkit check (seed {seed}); normalised error: 1.0 is the bound, lower is better\n")
     from .backends import cuda_available
     cuda_ok, cuda_why = cuda_available()
@@ -211,8 +213,21 @@ def main(argv=None):
     err_console = Console(stderr=True)
     columns = (TextColumn("{task.description:<36}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
-    with Progress(*columns, console=err_console, transient=True) as bar:
-        task = bar.add_task("proofs", total=len(PROOFS) + len(rows))
+    total, started = len(PROOFS) + len(rows), time.perf_counter()
+    # piped (not a terminal): no bar, a line per row on stderr as each finishes
+    lines = not err_console.is_terminal
+
+    def done(what, err):
+        bar.advance(task)
+        if lines:
+            print(f"[{len(table)}/{total}] {what}: worst {err:.3g} "
+                  f"({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+
+    if lines:
+        print(f"{len(PROOFS)} proofs, then {len(rows)} optimizer x convention x backend x dtype "
+              "rows against the oracle", file=sys.stderr, flush=True)
+    with Progress(*columns, console=err_console, transient=True, disable=lines) as bar:
+        task = bar.add_task("proofs", total=total)
         for name, conv, what, fn in PROOFS:
             bar.update(task, description=f"proof {name}")
             try:
@@ -220,7 +235,7 @@ def main(argv=None):
             except Exception as exc:  # a proof that crashes is a failure, reported as such
                 err, what = float("inf"), f"{what} [{type(exc).__name__}: {exc}]"
             table.append((name, conv, "oracle", "float64", what, err))
-            bar.advance(task)
+            done(f"proof {name}", err)
         for name, conv, backend, dtype in rows:
             bar.update(task, description=f"{name} {conv} {backend} {dtype}")
             try:
@@ -230,7 +245,7 @@ def main(argv=None):
                 err_console.print(f"{name} {conv} {backend} {dtype}: {type(exc).__name__}: "
                                   f"{exc}", markup=False)
             table.append((name, conv, backend, dtype, "per step vs oracle (resync)", err))
-            bar.advance(task)
+            done(f"{name} {conv} {backend} {dtype}", err)
     if args.json:
         import json
         rows_ = [{"optimizer": n, "convention": c, "backend": b, "dtype": d, "check": w,

@@ -824,7 +824,7 @@ def _print_report(rep: Report):
 
 
 def _parser():
-    p = argparse.ArgumentParser(prog="python -m toolkit regress",
+    p = argparse.ArgumentParser(prog="mxopt regress",
                                 description=__doc__.split("\n\n")[0].split(": ", 1)[-1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="exit codes: 0 same (or within the bound), 1 differences "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import math
 import numbers
 import operator
@@ -22,6 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..backends import arrays, cpu
+from . import aliases as _aliases
 from ..sparse import RowSparse
 from .validation import (Domain, callable_or_none, check_choice, check_int, check_nonneg,
                          check_positive, check_unit, checked_attribute, choice, flag, integer,
@@ -306,6 +308,14 @@ class Optimizer:
                 f"optimizer with {name}={getattr(self, attr)!r}, or set it before the first "
                 "create_state (a Trainer makes its states at construction)")
         self.check_relations()
+
+    def __new__(cls, *args, **kwargs):
+        # another framework's keyword (lr, weight_decay, betas, eps, ...): a TypeError that names
+        # MXNet's, before anything is built (the one table: toolkit/optimizers/aliases.py)
+        _aliases.check_keywords(cls, kwargs)
+        self = super().__new__(cls)
+        self._given = dict(kwargs)  # the keywords given: repr shows them
+        return self
 
     def __init__(self, rescale_grad=1.0, param_idx2name=None, wd=0.0, clip_gradient=None,
                  learning_rate=None, lr_scheduler=None, sym=None, begin_num_update=0,
@@ -1152,8 +1162,30 @@ class Optimizer:
         return -1.0 if c is None else c
 
     def __repr__(self):
-        return (f"{type(self).__name__}(learning_rate={self.lr!r}, wd={self.wd!r}, "
-                f"convention={self.convention!r}, backend={self.backend!r})")
+        """``SGD(learning_rate=0.1, wd=0.0, momentum=0.9, convention='mxnet', backend='auto')``:
+        the learning rate, weight decay, convention and backend, and every other hyperparameter
+        (the checked attributes, by constructor keyword) that was given or now differs from its
+        constructor's default."""
+        given = self.__dict__.get("_given", {})
+        defaults = dict(_aliases.constructor_parameters(type(self)))
+        shown = {"learning_rate": self.lr, "wd": self.wd}
+        for attr, domain in self.hyperparameter_domains().items():
+            name = domain.keyword or attr
+            if name in shown or name in ("convention", "backend"):
+                continue
+            value = getattr(self, attr)
+            default = defaults.get(name, inspect.Parameter.empty)
+            if name in given or _differs(value, default):
+                shown[name] = value
+        shown.update(convention=self.convention, backend=self.backend)
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
+
+
+def _differs(value, default):
+    try:
+        return bool(value != default)
+    except (TypeError, ValueError):  # an array: shown
+        return True
 
 
 _install_checked_attributes(Optimizer)

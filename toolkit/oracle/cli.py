@@ -73,16 +73,26 @@ def parse_fixed(items):
 
 
 def _parser(prog, what):
-    ap = argparse.ArgumentParser(prog=prog, description=what)
+    ap = argparse.ArgumentParser(prog=prog, description=what,
+                                 epilog=_EPILOG)
     ap.add_argument("target", help="module:function or path/to/file.py:function returning "
                                    "make_step(weight0, **hyperparameters) -> step(grad)")
-    ap.add_argument("optimizer", help="registry name of the optimizer it implements, e.g. adam")
+    ap.add_argument("optimizer", help="registry name of the optimizer it implements, e.g. adam "
+                                      "(mxopt list shows them all)")
     ap.add_argument("--fixed", action="append", metavar="NAME=VALUE",
-                    help="pin a hyperparameter (JSON value); repeatable")
-    ap.add_argument("--dtype", default="float32", choices=("float16", "float32", "float64"))
-    ap.add_argument("--seed", type=int, default=None)
-    ap.add_argument("--json", action="store_true", help="print the report as JSON")
+                    help="pin a hyperparameter (JSON value: --fixed wd=0 --fixed "
+                         "clip_gradient=null); repeatable")
+    ap.add_argument("--dtype", default="float32", choices=("float16", "float32", "float64"),
+                    help="the precision your implementation is given (default: %(default)s)")
+    ap.add_argument("--seed", type=int, default=None,
+                    help="seed of the random cases (default: the oracle's fixed default "
+                         "seed, the same cases every run)")
+    ap.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     return ap
+
+
+_EPILOG = ("exit codes: 0 passed (verify) or a convention named (identify), 1 not, "
+           "2 usage error")
 
 
 def _run(report_of, args, ok):
@@ -106,8 +116,13 @@ def _run(report_of, args, ok):
 def main_verify(argv):
     """``mxopt verify``: exit 0 passed, 1 failed, 2 usage error."""
     ap = _parser("mxopt verify", "Check an optimizer implementation against the oracle.")
-    ap.add_argument("--convention", default="mxnet", choices=("mxnet", "guide", "pytorch"))
-    ap.add_argument("--examples", type=int, default=100)
+    ap.add_argument("--convention", default="mxnet", choices=("mxnet", "guide", "pytorch"),
+                    help="the equations to check against: MXNet 1.9.1's numerics, the guide's "
+                         "equations, or PyTorch's; mxopt identify names the one you follow "
+                         "(default: %(default)s)")
+    ap.add_argument("--examples", type=int, default=100,
+                    help="random cases (hyperparameters, weights and gradients) to run "
+                         "(default: %(default)s)")
     args = ap.parse_args(argv)
     from . import verify
     return _run(lambda f, fixed: verify(f, args.optimizer, convention=args.convention,
@@ -119,7 +134,8 @@ def main_verify(argv):
 def main_identify(argv):
     """``mxopt identify``: exit 0 a convention named, 1 none, 2 usage error."""
     ap = _parser("mxopt identify", "Name the convention an optimizer implementation follows.")
-    ap.add_argument("--cases", type=int, default=24)
+    ap.add_argument("--cases", type=int, default=24,
+                    help="random cases run under every convention (default: %(default)s)")
     args = ap.parse_args(argv)
     from . import identify
     return _run(lambda f, fixed: identify(f, args.optimizer, fixed=fixed, dtype=args.dtype,
@@ -158,7 +174,7 @@ def listing():
 def main_list(argv):
     """``mxopt list``: optimizers, conventions and backends (exit 0)."""
     ap = argparse.ArgumentParser(prog="mxopt list", description=listing.__doc__)
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--json", action="store_true", help="print the listing as JSON on stdout")
     args = ap.parse_args(argv)
     data = listing()
     if args.json:

@@ -117,6 +117,19 @@ class Trainer:
         self._dist = None if dist_type is None else _dist.DistKVStore(
             self, dist_type, compression, update_on_kvstore)
 
+    def __repr__(self):
+        """``Trainer(Adam(...), 2 parameters in 1 group (float32 on cpu), kvstore='device',
+        backend='auto')``: the optimizer, the parameters and their (dtype, device) groups (one
+        kernel call each per step), the kvstore and the backend."""
+        n = len(self._params)
+        groups = ", ".join(f"{np.dtype(dtype).name} on {device}"
+                           for dtype, device in ((g.dtype, g.device) for g in self._groups))
+        frozen = sum(p.grad_req == "null" for p in self._params)
+        return (f"Trainer({self._optimizer!r}, {n} parameter{'s' * (n != 1)}"
+                f"{f' ({frozen} with grad_req null)' if frozen else ''} in "
+                f"{len(self._groups)} group{'s' * (len(self._groups) != 1)} ({groups}), "
+                f"kvstore={self._kvstore!r}, backend={self._backend!r})")
+
     # ---------------------------------------------------------------------------------------
     # construction
     # ---------------------------------------------------------------------------------------

@@ -1,0 +1,113 @@
+"""Other frameworks' keyword names and the MXNet names they mean: the one table.
+
+A user who writes PyTorch (``lr``, ``weight_decay``, ``betas``, ``eps``), Keras (``beta_1``,
+``clipvalue``) or optax habits into ``optimizer.create("adam", lr=0.01)`` gets a TypeError that
+names the MXNet keyword meant, instead of Python's bare "unexpected keyword argument". An
+optimizer accepts a keyword when some ``__init__`` of its class chain names it; only keywords it
+does not accept are looked up here, so AdaGrad's own ``eps`` and RMSProp's ``momentum`` pass.
+
+``KEYWORD_ALIASES`` maps a foreign keyword to the MXNet keywords it may mean, in order of
+preference (the first one the optimizer accepts is suggested). ``toolkit.torch`` (planned) reads
+the same table to accept those names.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+
+__all__ = ["KEYWORD_ALIASES", "constructor_parameters", "accepted_keywords", "check_keywords"]
+
+#: foreign keyword -> the MXNet keywords it may mean (the first one an optimizer accepts is named)
+KEYWORD_ALIASES = {
+    "lr": ("learning_rate",),
+    "weight_decay": ("wd",),
+    "betas": ("beta1", "beta2"),
+    "beta_1": ("beta1",),
+    "beta_2": ("beta2",),
+    "b1": ("beta1",),
+    "b2": ("beta2",),
+    "eps": ("epsilon",),
+    "epsilon": ("eps",),
+    "alpha": ("gamma1", "rho"),
+    "decay": ("gamma1", "rho"),
+    "clipvalue": ("clip_gradient",),
+    "clip_value": ("clip_gradient",),
+    "grad_clip": ("clip_gradient",),
+    "scheduler": ("lr_scheduler",),
+    "learning_rate_schedule": ("lr_scheduler",),
+}
+
+#: what to say where the optimizer has none of the candidates (a keyword with no MXNet meaning)
+_NO_EQUIVALENT = {
+    "momentum": "it keeps no momentum buffer",
+    "nesterov": "Nesterov momentum is the 'nag' optimizer: create('nag', momentum=...)",
+    "amsgrad": "MXNet 1.9.1 has no AMSGrad",
+    "foreach": "every update here is one fused kernel call already",
+    "fused": "every update here is one fused kernel call already",
+    "maximize": "negate the gradient (or use rescale_grad=-1.0)",
+    "dampening": "MXNet's momentum has no dampening",
+    "lr_decay": "use lr_scheduler (toolkit.lr_scheduler)",
+}
+
+
+@functools.lru_cache(maxsize=None)
+def constructor_parameters(klass):
+    """``((name, default), ...)``: the named parameters of every ``__init__`` along the class
+    chain, most derived first, as long as each passes ``**kwargs`` on (a name seen twice keeps
+    its most derived default; ``inspect.Parameter.empty`` where there is none)."""
+    out = {}
+    for base in klass.__mro__:
+        init = base.__dict__.get("__init__")
+        if init is None:
+            continue
+        if base is object:
+            break
+        params = list(inspect.signature(init).parameters.values())[1:]
+        for p in params:
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+                out.setdefault(p.name, p.default)
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return tuple(out.items())
+
+
+def accepted_keywords(klass):
+    """The keyword names ``klass(...)`` accepts (:func:`constructor_parameters`)."""
+    return frozenset(name for name, _ in constructor_parameters(klass))
+
+
+def _hint(klass, key, value, accepted):
+    """The sentence that names what ``key`` means for ``klass``, or None."""
+    cls = klass.__name__
+    if key == "betas" and {"beta1", "beta2"} <= accepted:
+        try:
+            b1, b2 = value
+            example = f"beta1={b1!r}, beta2={b2!r}"
+        except (TypeError, ValueError):
+            example = "beta1=0.9, beta2=0.999"
+        return f"MXNet's names are beta1 and beta2, given separately: {cls}({example})"
+    for name in KEYWORD_ALIASES.get(key, ()):
+        if name in accepted:
+            return f"MXNet's name is {name}: {cls}({name}={value!r})"
+    if key == "momentum" and "beta1" in accepted:
+        return f"{cls} takes no momentum: its first moment's decay is beta1"
+    if key in _NO_EQUIVALENT:
+        return f"{cls} takes no {key}: {_NO_EQUIVALENT[key]}"
+    if key in KEYWORD_ALIASES:
+        return (f"{cls} takes no {key} (MXNet's {' or '.join(KEYWORD_ALIASES[key])}); its "
+                f"keywords: {', '.join(sorted(accepted))}")
+    return None
+
+
+def check_keywords(klass, kwargs):
+    """Raise a TypeError that names the MXNet keyword meant for the first keyword of ``kwargs``
+    that ``klass`` does not accept and the table knows; return None otherwise (an unknown
+    keyword the table does not know is left to Python's own TypeError)."""
+    accepted = accepted_keywords(klass)
+    for key, value in kwargs.items():
+        if key in accepted:
+            continue
+        hint = _hint(klass, key, value, accepted)
+        if hint is not None:
+            raise TypeError(f"{klass.__name__}() got an unexpected keyword argument {key!r}; "
+                            f"{hint}")
