@@ -178,9 +178,18 @@ def _jsonable(value):
     if isinstance(value, np.generic):
         return value.item()
     if callable(value):
-        config = value.config() if hasattr(value, "config") else repr(value)
-        return {"type": type(value).__name__, "config": config}
-    return repr(value)
+        kind = type(value).__module__ + "." + type(value).__qualname__
+        if hasattr(value, "config"):
+            return {"type": kind, "config": value.config()}
+        text = repr(value)
+        if " at 0x" not in text:
+            return {"type": kind, "config": text}
+        # a repr that holds an address differs in every process: the public attributes instead
+        public = {k: _jsonable(v) for k, v in sorted(getattr(value, "__dict__", {}).items())
+                  if not k.startswith("_")}
+        return {"type": kind, "config": public}
+    text = repr(value)
+    return text if " at 0x" not in text else f"<{type(value).__module__}.{type(value).__qualname__}>"
 
 
 def _install_checked_attributes(cls):

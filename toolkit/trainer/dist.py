@@ -5,7 +5,7 @@ train.py``); every process builds the same Trainer. What a distributed Trainer d
 (``docs/distributed.md`` has the why and the measurements):
 
 * **construction**: every rank describes its Trainer (kvstore type, compression, optimizer,
-  every setting of it that changes the numbers (:func:`_optimizer_settings`), backend, and each
+  every setting of it that changes the numbers (``Optimizer.hyperparameters()``), backend, and each
   parameter's name, shape, dtype, device, grad_req and multipliers); the descriptions are
   gathered on every rank and compared, so a mismatch raises :class:`DistMismatchError` on
   **every** rank, naming the setting and the ranks (never a hang in a later collective). Then
@@ -492,7 +492,7 @@ class DistKVStore:
             "kvstore": self.type, "compression": comp, "backend": trainer._backend,
             "update_on_kvstore": self.update_on_kvstore, "reduce": self.reduce_mode,
             "optimizer": type(opt).__module__ + "." + type(opt).__name__,
-            "hyperparameters": _optimizer_settings(opt),
+            "hyperparameters": opt.hyperparameters(),
             "params": [{"name": p.name, "shape": list(p.shape), "dtype": p.dtype.name,
                         "device": p.device, "grad_req": p.grad_req,
                         "lr_mult": float(p.lr_mult), "wd_mult": float(p.wd_mult)}
@@ -671,7 +671,7 @@ class DistKVStore:
                 [None if np.isnan(b) else b for b in batch]))
         if any(not np.array_equal(h[9:17], headers[0][9:17]) for h in headers):
             texts = self._allgather_bytes(
-                json.dumps(_optimizer_settings(self._trainer._optimizer),
+                json.dumps(self._trainer.optimizer.hyperparameters(),
                            sort_keys=True).encode("utf-8"),
                 "naming the settings that differ between the ranks")
             settings = [json.loads(t.decode("utf-8")) for t in texts]
@@ -834,48 +834,7 @@ def _differences(descs):
     return out
 
 
-def _jsonable(obj):
-    """How a value JSON cannot hold is compared: its repr, or its name when the repr would hold
-    its address (different on every rank)."""
-    text = repr(obj)
-    if " at 0x" not in text:
-        return text
-    named = obj if hasattr(obj, "__qualname__") else type(obj)
-    return f"<{getattr(named, '__module__', '?')}.{named.__qualname__}>"
-
-
-def _scheduler_settings(sched):
-    """A JSON-able description of an lr scheduler: its class and configuration (its repr, or,
-    when that would hold its address, its public attributes)."""
-    kind = type(sched).__module__ + "." + type(sched).__qualname__
-    text = repr(sched)
-    if " at 0x" not in text:
-        return {"type": kind, "config": text}
-    public = {k: v for k, v in sorted(vars(sched).items()) if not k.startswith("_")} \
-        if hasattr(sched, "__dict__") else {}
-    return {"type": kind, "name": _jsonable(sched),
-            "config": json.loads(json.dumps(public, default=_jsonable))}
-
-
-def _optimizer_settings(opt):
-    """Every setting of ``opt`` that changes the numbers, as a JSON-able dict.
-
-    TODO(lead): replace with ``opt.hyperparameters()`` when it lands on main (the public method
-    returning exactly this: learning_rate, rescale_grad, wd, clip_gradient, begin_num_update,
-    multi_precision, convention, the lr scheduler's configuration and the class's own
-    hyperparameters); this shim builds it from the public attributes that exist today."""
-    if callable(getattr(opt, "hyperparameters", None)):
-        return json.loads(json.dumps(opt.hyperparameters(), sort_keys=True, default=_jsonable))
-    h = dict(opt.reference_hyper())
-    h.update(learning_rate=opt.lr, rescale_grad=opt.rescale_grad, wd=opt.wd,
-             clip_gradient=opt.clip_gradient, begin_num_update=opt.begin_num_update,
-             multi_precision=opt.multi_precision, convention=opt.convention,
-             lr_scheduler=None if opt.lr_scheduler is None else
-             _scheduler_settings(opt.lr_scheduler))
-    return json.loads(json.dumps(h, sort_keys=True, default=_jsonable))
-
-
 def _settings_digest(opt):
-    """8 bytes that differ when ``_optimizer_settings(opt)`` differs (the per-step check)."""
-    text = json.dumps(_optimizer_settings(opt), sort_keys=True).encode("utf-8")
+    """8 bytes that differ when ``opt.hyperparameters()`` differs (the per-step check)."""
+    text = json.dumps(opt.hyperparameters(), sort_keys=True).encode("utf-8")
     return np.frombuffer(hashlib.blake2b(text, digest_size=8).digest(), np.uint8)
