@@ -724,13 +724,12 @@ class DistKVStore:
     def load_states(self, path):
         """Rank 0 reads the file and sends its bytes to every rank; every rank loads the same
         bytes (files on other ranks are not read). A failure on any rank raises on every rank."""
-        from .states import load
+        from .states import load, read_bytes
         raw, error = None, None
         if self.rank == 0:
-            try:
-                with open(path, "rb") as f:
-                    raw = f.read()
-            except OSError as exc:
+            try:   # bounded by what this trainer's file can be, before it is read
+                raw = read_bytes(self._trainer, path)
+            except (OSError, ValueError, TypeError) as exc:
                 error = exc
         msg = self._bcast_bytes(b"" if error is None else
                                 f"{type(error).__name__}: {error}".encode("utf-8"),
@@ -738,8 +737,9 @@ class DistKVStore:
         if error is not None:
             raise _everywhere(error)
         if msg:
+            shown = os.fspath(path) if isinstance(path, (str, bytes, os.PathLike)) else path
             raise _everywhere(RuntimeError(f"load_states: rank 0 could not read "
-                                           f"{os.fspath(path)!r}: {msg.decode('utf-8')}"))
+                                           f"{shown!r}: {msg.decode('utf-8')}"))
         raw = self._bcast_bytes(raw, "load_states (receiving the file from rank 0)")
         local_error = None
         try:
