@@ -1,7 +1,7 @@
 """Hyperparameters assigned after construction run the constructor's checks (issue 19, item 6):
 every declared domain refuses a bad value on assignment and keeps the old one; an assignment
 that would change the layout of state already made is refused with a message that says what to
-do; ``hyperparameters()`` lists every setting that changes the numbers."""
+do; ``settings()`` lists every setting that changes the numbers."""
 from __future__ import annotations
 
 import inspect
@@ -119,7 +119,7 @@ def test_hyperparameters_name_every_constructor_keyword(name):
     for c in klass.__mro__:
         if "__init__" in c.__dict__:
             keywords |= set(inspect.signature(c.__init__).parameters)
-    hp = opt.hyperparameters()
+    hp = opt.settings()
     assert keywords - NOT_NUMERIC - ALIASES.get(name, set()) <= set(hp)
     assert set(opt.reference_hyper()) <= set(hp)
     import json
@@ -130,9 +130,9 @@ def test_hyperparameters_follow_assignments_and_the_scheduler():
     from toolkit import lr_scheduler
     opt = optimizer.Adam(lr_scheduler=lr_scheduler.FactorScheduler(step=3))
     opt.beta1 = 0.5
-    hp = opt.hyperparameters()
+    hp = opt.settings()
     assert hp["beta1"] == 0.5 and hp["lr_scheduler"]["type"] == "FactorScheduler"
-    assert hp != optimizer.Adam(lr_scheduler=lr_scheduler.FactorScheduler(step=2)).hyperparameters()
+    assert hp != optimizer.Adam(lr_scheduler=lr_scheduler.FactorScheduler(step=2)).settings()
 
 
 def test_derived_settings_follow_their_sources():

@@ -282,12 +282,12 @@ class Optimizer:
             merged.update(klass.__dict__.get("domains", {}))
         return merged
 
-    def hyperparameters(self):
+    def settings(self):
         """Every setting that changes the numbers, by constructor keyword (``learning_rate``,
         ``rescale_grad``, ``wd``, ``clip_gradient``, ``lr_scheduler``, ``begin_num_update``,
         ``multi_precision``, ``convention`` and the optimizer's own), as JSON-able values: the
         learning-rate scheduler as its type and configuration. Two optimizers of the same class
-        with equal ``hyperparameters()`` compute the same numbers from the same state."""
+        with equal ``settings()`` compute the same numbers from the same state."""
         out = {}
         for attr, domain in self.hyperparameter_domains().items():
             if domain.numeric:

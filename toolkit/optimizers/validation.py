@@ -4,7 +4,7 @@ An optimizer class declares the values each of its hyperparameters may take once
 (``domains = {"beta1": unit(), "epsilon": nonneg()}``); :class:`~toolkit.optimizers.base.Optimizer`
 turns every declared name into a checked attribute, so the constructor and every later
 assignment (``opt.beta1 = float("nan")``) run the same check, and
-:meth:`~toolkit.optimizers.base.Optimizer.hyperparameters` lists them. Each check raises a
+:meth:`~toolkit.optimizers.base.Optimizer.settings` lists them. Each check raises a
 ``ValueError`` or ``TypeError`` that names the argument and the value, before anything is
 assigned.
 """
@@ -93,7 +93,7 @@ class Domain:
     None: True, or a hint that error messages give (``"use None to disable clipping"``);
     ``keyword`` is the constructor's name for it where the attribute is named otherwise
     (AdaGrad's ``eps`` is kept as ``float_stable_eps``); ``numeric=False`` marks a setting that
-    does not change the numbers (the backend), which :meth:`Optimizer.hyperparameters` leaves out.
+    does not change the numbers (the backend), which :meth:`Optimizer.settings` leaves out.
     """
 
     __slots__ = ("kind", "minimum", "closed", "choices", "strict", "none", "keyword", "numeric")

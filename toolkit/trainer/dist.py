@@ -5,7 +5,7 @@ train.py``); every process builds the same Trainer. What a distributed Trainer d
 (``docs/distributed.md`` has the why and the measurements):
 
 * **construction**: every rank describes its Trainer (kvstore type, compression, optimizer,
-  every setting of it that changes the numbers (``Optimizer.hyperparameters()``), backend, and each
+  every setting of it that changes the numbers (``Optimizer.settings()``), backend, and each
   parameter's name, shape, dtype, device, grad_req and multipliers); the descriptions are
   gathered on every rank and compared, so a mismatch raises :class:`DistMismatchError` on
   **every** rank, naming the setting and the ranks (never a hang in a later collective). Then
@@ -492,7 +492,7 @@ class DistKVStore:
             "kvstore": self.type, "compression": comp, "backend": trainer._backend,
             "update_on_kvstore": self.update_on_kvstore, "reduce": self.reduce_mode,
             "optimizer": type(opt).__module__ + "." + type(opt).__name__,
-            "hyperparameters": opt.hyperparameters(),
+            "hyperparameters": opt.settings(),
             "params": [{"name": p.name, "shape": list(p.shape), "dtype": p.dtype.name,
                         "device": p.device, "grad_req": p.grad_req,
                         "lr_mult": float(p.lr_mult), "wd_mult": float(p.wd_mult)}
@@ -671,7 +671,7 @@ class DistKVStore:
                 [None if np.isnan(b) else b for b in batch]))
         if any(not np.array_equal(h[9:17], headers[0][9:17]) for h in headers):
             texts = self._allgather_bytes(
-                json.dumps(self._trainer.optimizer.hyperparameters(),
+                json.dumps(self._trainer.optimizer.settings(),
                            sort_keys=True).encode("utf-8"),
                 "naming the settings that differ between the ranks")
             settings = [json.loads(t.decode("utf-8")) for t in texts]
@@ -835,6 +835,6 @@ def _differences(descs):
 
 
 def _settings_digest(opt):
-    """8 bytes that differ when ``opt.hyperparameters()`` differs (the per-step check)."""
-    text = json.dumps(opt.hyperparameters(), sort_keys=True).encode("utf-8")
+    """8 bytes that differ when ``opt.settings()`` differs (the per-step check)."""
+    text = json.dumps(opt.settings(), sort_keys=True).encode("utf-8")
     return np.frombuffer(hashlib.blake2b(text, digest_size=8).digest(), np.uint8)
