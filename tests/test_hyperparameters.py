@@ -131,7 +131,7 @@ def test_hyperparameters_follow_assignments_and_the_scheduler():
     opt = optimizer.Adam(lr_scheduler=lr_scheduler.FactorScheduler(step=3))
     opt.beta1 = 0.5
     hp = opt.settings()
-    assert hp["beta1"] == 0.5 and hp["lr_scheduler"]["type"] == "FactorScheduler"
+    assert hp["beta1"] == 0.5 and hp["lr_scheduler"]["type"].endswith("FactorScheduler")
     assert hp != optimizer.Adam(lr_scheduler=lr_scheduler.FactorScheduler(step=2)).settings()
 
 
