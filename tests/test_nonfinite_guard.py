@@ -1,4 +1,4 @@
-"""The non-finite guard (issue 19, item 11; DESIGN sections 7 and 8; docs/trainer.md,
+"""The non-finite guard (issue 19, item 11; docs/trainer.md,
 "Skipping non-finite gradients"): ``skip_nonfinite=True`` skips every parameter whose gradient
 holds a NaN or an infinity, leaves its weight, state and counts exactly as they were, reports
 it, and steps the others bit for bit as if the skipped ones had not been there. The default

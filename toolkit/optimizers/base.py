@@ -1178,7 +1178,11 @@ class Optimizer:
         given = self.__dict__.get("_given", {})
         defaults = dict(_aliases.constructor_parameters(type(self)))
         shown = {"learning_rate": self.lr, "wd": self.wd}
-        for attr, domain in self.hyperparameter_domains().items():
+        own_first = {}      # the class's own hyperparameters first, then its bases'
+        for klass in type(self).__mro__:
+            for attr, domain in klass.__dict__.get("domains", {}).items():
+                own_first.setdefault(attr, domain)
+        for attr, domain in own_first.items():
             name = domain.keyword or attr
             if name in shown or name in ("convention", "backend"):
                 continue
