@@ -141,3 +141,57 @@ def test_derived_settings_follow_their_sources():
     opt.begin_epoch = 3
     assert opt.init_updates == 30
     assert not math.isnan(opt.learning_rate)
+
+
+# --- found by a hostile review of the change --------------------------------------------------
+def test_multi_precision_turned_on_after_state_exists_is_refused():
+    opt = optimizer.SGD(momentum=0.9)
+    opt.create_state_multi_precision(0, np.zeros(2, np.float16))
+    with pytest.raises(ValueError, match="multi_precision False -> True"):
+        opt.multi_precision = True
+    assert opt.multi_precision is False
+
+
+def test_nadams_guide_convention_is_refused_on_assignment_too():
+    opt = optimizer.Nadam()
+    with pytest.raises(ValueError, match="not available for Nadam"):
+        opt.convention = "guide"
+    assert opt.convention == "mxnet"
+
+
+def test_begin_num_update_moves_the_count_before_a_step_and_is_bounded_after():
+    opt = optimizer.Adam()
+    opt.begin_num_update = 5
+    assert opt.num_update == 5
+    w = np.zeros(2, np.float32)
+    s = opt.create_state(0, w)
+    opt.update(0, w, np.ones(2, np.float32), s)
+    with pytest.raises(ValueError, match="exceeds the update counts"):
+        opt.begin_num_update = 10
+    assert opt.begin_num_update == 5 and opt.num_update == 6
+
+
+def test_settings_tell_plain_function_schedules_apart():
+    a = optimizer.create("sgd", lr_scheduler=lambda n: 0.1).settings()
+    b = optimizer.create("sgd", lr_scheduler=lambda n: 0.9).settings()
+    assert a != b
+    assert a == optimizer.create("sgd", lr_scheduler=lambda n: 0.1).settings()
+
+
+@pytest.mark.parametrize("make, data", [
+    (optimizer.Nadam, {"m_schedule": -5.0}), (optimizer.Nadam, {"m_schedule": 2.0}),
+    (optimizer.LBSGD, {"ncum": [[0, True]], "cum": []}),
+    (optimizer.LBSGD, {"ncum": [[0, 2 ** 80]], "cum": []}),
+    (optimizer.LBSGD, {"ncum": [[0, 1], [0, 2]], "cum": []}),
+    (optimizer.LBSGD, {"ncum": [[1.5, 1]], "cum": []}),
+])
+def test_host_state_out_of_its_domain_is_refused(make, data):
+    with pytest.raises(ValueError):
+        make().check_host_state(data, {})
+
+
+def test_a_guarded_update_names_the_gradient_it_refuses():
+    opt = optimizer.SGD()
+    w = np.zeros(3, np.float32)
+    with pytest.raises(TypeError, match="^grad must be"):
+        opt.update(0, w, [1.0, 2.0, 3.0], opt.create_state(0, w), skip_nonfinite=True)

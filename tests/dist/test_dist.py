@@ -248,6 +248,8 @@ def test_ranks_with_different_settings_fail_on_every_rank(mpi, tmp_path, n):
         "step:set_learning_rate": f"learning_rate differs: 0.1 on {others}; 0.3 on {odd}",
         "step:assigned_wd": f"wd differs: 0.01 on {others}; 0.5 on {odd}",
         "step:ignore_stale_grad": f"ignore_stale_grad differs: False on {others}; True on {odd}",
+        "step:skip_nonfinite": f"skip_nonfinite differs: False on {others}; True on {odd}",
+        "step:lr_mult": f"parameter 'w''s lr_mult differs: 1.0 on {others}; 5.0 on {odd}",
         "split:batch_size": f"rescale_grad (set by step's or update's batch_size) differs: 0.25 "
                             f"on {others}; 0.125 on {odd}",
     }
@@ -256,6 +258,7 @@ def test_ranks_with_different_settings_fail_on_every_rank(mpi, tmp_path, n):
             got = res[r][case]
             assert text in got, (r, case, got)
             assert f"seen on rank {r}; every rank raises this" in got, (r, case, got)
-        for case in ("batch_size", "set_learning_rate", "assigned_wd", "ignore_stale_grad"):
+        for case in ("batch_size", "set_learning_rate", "assigned_wd", "ignore_stale_grad",
+                     "skip_nonfinite", "lr_mult"):
             assert res[r]["unchanged:" + case] is True, (r, case)  # nothing was updated
         assert res[r]["digest"] == res[0]["digest"]

@@ -305,6 +305,9 @@ def mode_settings(outdir):
         "assigned_wd": lambda t: (setattr(t.optimizer, "wd", 0.5) if odd else None,
                                   t.step(4)),
         "ignore_stale_grad": lambda t: t.step(4, ignore_stale_grad=odd),
+        "skip_nonfinite": lambda t: t.step(4, skip_nonfinite=odd),
+        "lr_mult": lambda t: (setattr(p, "lr_mult", 5.0) if odd else None,
+                              t.step(4)),
     }
     for case, act in steps.items():
         p, t = trainer()

@@ -128,6 +128,7 @@ def all_finite(grad, stream=None):
         if not d.contiguous:
             raise ValueError("skip_nonfinite needs a contiguous device gradient")
         return _cuda_all_finite(cuda.flat(d), cuda.resolve_stream(stream, d))
+    arrays.describe(grad, "grad")   # anything but an array is refused, naming the gradient
     return _host_all_finite(np.asarray(arrays.to_host(grad)))
 
 

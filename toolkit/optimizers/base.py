@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import inspect
 import math
 import numbers
@@ -179,15 +180,19 @@ def _jsonable(value):
         return value.item()
     if callable(value):
         kind = type(value).__module__ + "." + type(value).__qualname__
-        if hasattr(value, "config"):
-            return {"type": kind, "config": value.config()}
         text = repr(value)
+        if hasattr(value, "config"):
+            return {"type": kind, "config": value.config(), "repr": text}
+        code = getattr(value, "__code__", None)
+        if code is not None:   # a plain function: its name and what its code computes
+            body = repr((code.co_code, code.co_consts, code.co_names)).encode()
+            return {"type": kind, "name": getattr(value, "__qualname__", "?"),
+                    "code": hashlib.sha256(body).hexdigest()[:16]}
         if " at 0x" not in text:
             return {"type": kind, "config": text}
-        # a repr that holds an address differs in every process: the public attributes instead
-        public = {k: _jsonable(v) for k, v in sorted(getattr(value, "__dict__", {}).items())
-                  if not k.startswith("_")}
-        return {"type": kind, "config": public}
+        # a repr that holds an address differs in every process: the attributes instead
+        return {"type": kind, "config": {k: _jsonable(v) for k, v in
+                                         sorted(getattr(value, "__dict__", {}).items())}}
     text = repr(value)
     return text if " at 0x" not in text else f"<{type(value).__module__}.{type(value).__qualname__}>"
 
@@ -307,16 +312,35 @@ class Optimizer:
         if not d.get("_constructed"):
             return
         made = d.get("_state_layout")
-        if made is not None and self._template_key() != made:
+        if made is not None and self._state_layout_key() != made:
             domain = self.hyperparameter_domains()[attr]
             name = domain.keyword or attr
             raise ValueError(
                 f"{name} cannot change from {old!r} to {getattr(self, attr)!r}: that changes the "
-                f"state {type(self).__name__} keeps (slots {made[0]} -> {self.state_slots()}), "
+                f"state {type(self).__name__} keeps (slots {made[0][0]} -> {self.state_slots()}, "
+                f"multi_precision {made[1]} -> {self.multi_precision}), "
                 "and this optimizer has already made state in the old layout. Create a new "
                 f"optimizer with {name}={getattr(self, attr)!r}, or set it before the first "
                 "create_state (a Trainer makes its states at construction)")
+        if attr == "begin_num_update":
+            self._follow_begin_num_update(old)
         self.check_relations()
+
+    def _follow_begin_num_update(self, old):
+        """``begin_num_update`` is where the counts start: before any step it moves
+        ``num_update`` with it; after one, it may not exceed a count already taken (a states
+        file holds counts >= it)."""
+        new = self.begin_num_update
+        if not self._index_update_count and self.num_update == old:
+            self.num_update = new
+        elif new > min([self.num_update, *self._index_update_count.values()]):
+            raise ValueError(f"begin_num_update {new} exceeds the update counts already taken "
+                             f"(num_update {self.num_update}); set it before the first step")
+
+    def _state_layout_key(self):
+        """What the layout of state made now depends on: the template's key and whether a
+        float16 weight keeps a float32 master copy."""
+        return self._template_key(), self.multi_precision
 
     def __new__(cls, *args, **kwargs):
         # another framework's keyword (lr, weight_decay, betas, eps, ...): a TypeError that names
@@ -497,7 +521,7 @@ class Optimizer:
         subclass that makes its state otherwise calls it too): from then on an assignment
         that would change the layout is refused."""
         if self.__dict__.get("_state_layout") is None:
-            self._state_layout = self._template_key()
+            self._state_layout = self._state_layout_key()
 
     def _tuple_state(self):
         """Whether a single-slot state is returned as a 1-tuple (RMSProp's ``(n,)``)."""

@@ -237,8 +237,10 @@ class LBSGD(Optimizer):
             raise ValueError(f"LBSGD's host state must hold 'ncum' and 'cum', got {sorted(data)}")
         ncum = {}
         for k, n in data["ncum"]:
-            if not isinstance(n, int) or n < 0:
-                raise ValueError(f"LBSGD call count {n!r} is invalid")
+            if type(n) is not int or not 0 <= n <= 2 ** 53:
+                raise ValueError(f"LBSGD call count {n!r} is invalid (an integer in [0, 2**53])")
+            if type(k) not in (int, str) or k in ncum:
+                raise ValueError(f"LBSGD call count index {k!r} is invalid or repeated")
             ncum[k] = n
         cum = {}
         for k, name in data["cum"]:

@@ -73,6 +73,8 @@ class Nadam(Optimizer):
         self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
         self.schedule_decay = schedule_decay
         super().__init__(learning_rate=learning_rate, **kwargs)
+
+    def check_relations(self):
         if self.convention == "guide":
             raise ValueError("convention='guide' is not available for Nadam: the guide's "
                              "equations need the gradient at two points per step; use "
@@ -93,8 +95,8 @@ class Nadam(Optimizer):
     def check_host_state(self, data, host_arrays):
         m = data["m_schedule"]
         if set(data) != {"m_schedule"} or host_arrays or not isinstance(m, float) or \
-                not math.isfinite(m):
-            raise ValueError(f"Nadam's host state must be one finite m_schedule, got {data}")
+                not 0.0 <= m <= 1.0:   # a product of momentum factors in [0, 1), from 1.0
+            raise ValueError(f"Nadam's host state must be one m_schedule in [0, 1], got {data}")
 
         def commit():
             self.m_schedule = m

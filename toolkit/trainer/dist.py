@@ -566,7 +566,7 @@ class DistKVStore:
         mine[L] = _UNKNOWN if ignore_stale_grad is None else (1 if ignore_stale_grad else 0)
         mine[L + 1:L + 9] = np.array([np.nan if batch_size is None else batch_size],
                                      np.float64).view(np.uint8)
-        mine[L + 9:L + 17] = _settings_digest(trainer._optimizer)
+        mine[L + 9:L + 17] = _settings_digest(trainer)
         allm = np.zeros((self.num_workers, L + _HEADER), np.uint8)
         with self.watch("agreeing on fresh gradients and settings"):
             self.comm.Allgather(mine, allm)
@@ -671,16 +671,15 @@ class DistKVStore:
                 [None if np.isnan(b) else b for b in batch]))
         if any(not np.array_equal(h[9:17], headers[0][9:17]) for h in headers):
             texts = self._allgather_bytes(
-                json.dumps(self._trainer.optimizer.settings(),
-                           sort_keys=True).encode("utf-8"),
+                json.dumps(_step_settings(self._trainer), sort_keys=True).encode("utf-8"),
                 "naming the settings that differ between the ranks")
             settings = [json.loads(t.decode("utf-8")) for t in texts]
             for name in sorted(set().union(*settings)):
                 vals = [d.get(name, "(not set)") for d in settings]
                 if any(not _same(v, vals[0]) for v in vals):
                     note = " (set by step's or update's batch_size)" \
-                        if name == "rescale_grad" else ""
-                    problems.append(f"the optimizer's {name}{note} differs: {_spread(vals)}")
+                        if name == "the optimizer's rescale_grad" else ""
+                    problems.append(f"{name}{note} differs: {_spread(vals)}")
         if problems:
             raise DistMismatchError(
                 f"the {self.num_workers} ranks took this step with different settings (seen on "
@@ -834,7 +833,19 @@ def _differences(descs):
     return out
 
 
-def _settings_digest(opt):
-    """8 bytes that differ when ``opt.settings()`` differs (the per-step check)."""
-    text = json.dumps(opt.settings(), sort_keys=True).encode("utf-8")
+def _step_settings(trainer):
+    """What a step's numbers depend on beside the gradients, as one JSON-able dict: the
+    optimizer's settings, each parameter's multipliers (they may change after construction) and
+    whether the non-finite guard is on."""
+    out = {f"the optimizer's {k}": v for k, v in trainer.optimizer.settings().items()}
+    for p in trainer._params:
+        out[f"parameter {p.name!r}'s lr_mult"] = float(p.lr_mult)
+        out[f"parameter {p.name!r}'s wd_mult"] = float(p.wd_mult)
+    out["skip_nonfinite"] = bool(trainer._guard_on)
+    return out
+
+
+def _settings_digest(trainer):
+    """8 bytes that differ when :func:`_step_settings` differs (the per-step check)."""
+    text = json.dumps(_step_settings(trainer), sort_keys=True).encode("utf-8")
     return np.frombuffer(hashlib.blake2b(text, digest_size=8).digest(), np.uint8)

@@ -239,10 +239,16 @@ class Trainer:
     skipped = ()
     _guard_on = False
 
-    @staticmethod
-    def _guard_flag(skip_nonfinite):
+    def _guard_flag(self, skip_nonfinite):
         if skip_nonfinite is not True and skip_nonfinite is not False:
             raise TypeError(f"skip_nonfinite must be True or False, got {skip_nonfinite!r}")
+        if skip_nonfinite and self._dist is not None and self._dist.compression is not None:
+            # 2-bit compression quantises a NaN to 0 (and keeps it in the residual): the summed
+            # gradient the guard would read is finite, and the bad value is lost, not skipped
+            raise ValueError("skip_nonfinite=True does not work with gradient compression: the "
+                             "2-bit codes cannot carry a NaN or an infinity, so the summed "
+                             "gradient looks finite; train without compression_params to use "
+                             "the guard")
         return skip_nonfinite
 
     def _begin_guard(self, guard):
