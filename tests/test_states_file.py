@@ -676,3 +676,25 @@ def test_scheduler_config_is_the_constructor_arguments_as_json():
     Trainer([Parameter("w", init=np.zeros(2, np.float32))], "sgd",
             {"learning_rate": 0.3, "lr_scheduler": s})
     assert s.base_lr == 0.3 and s.config()["args"]["base_lr"] == 1.0
+
+
+def test_the_size_bound_follows_the_trainers_own_arrays(tmp_path):
+    """One large parameter beside many scalars: an Adam trainer keeps no host arrays, so its
+    file may be little more than its own state (found by a review: the bound once allowed a
+    host array as large as the largest parameter for every parameter)."""
+    t, _ = _build("adam", kw={"learning_rate": 0.1}, shapes=[(1 << 16,)] + [(1,)] * 60)
+    own = 2 * 4 * ((1 << 16) + 60)                  # mean and var, float32
+    blob = tmp_path / "big.states"
+    blob.write_bytes(b"PK\x03\x04" + bytes(3 * own))
+    with pytest.raises(ValueError, match="more than this trainer's states file can be"):
+        t.load_states(str(blob))
+
+
+def test_a_host_member_for_an_optimizer_without_host_arrays_is_named():
+    raw, _ = _good()
+    arrs, meta = _content(raw)
+    t, _ = _build()
+    before = _fingerprint(t)
+    with pytest.raises(ValueError, match="'host/x', which this trainer has no use for"):
+        t.load_states(io.BytesIO(_pack(dict(arrs, **{"host/x": arrs["state/0/0"]}), meta)))
+    assert _fingerprint(t) == before

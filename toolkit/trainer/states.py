@@ -291,21 +291,24 @@ class _Bounds:
             for j, leaf in enumerate(leaves):
                 d = arrays.describe(leaf)
                 self.state[f"state/{i}/{j}"] = (tuple(d.shape), np.dtype(d.dtype))
-        # host-side arrays (LBSGD's accumulators, one per parameter, made at its first step):
-        # at most one per parameter, each at most its largest parameter in 8-byte elements
-        self.host_count = max(len(members), len([n for n in live if n.startswith("host/")]))
-        self.host_each = 8 * max(sizes + [0]) + _MEMBER_OVERHEAD
-        for n, a in live.items():
-            if n.startswith("host/"):
-                d = arrays.describe(a)
-                nbytes = int(np.prod(d.shape, dtype=np.int64)) * np.dtype(d.dtype).itemsize
-                self.host_each = max(self.host_each, nbytes + _MEMBER_OVERHEAD)
+        # host-side arrays: the optimizer's ``host_buffers()`` (LBSGD's accumulators), one per
+        # name and parameter, each shaped like its parameter (at most 8-byte elements), and
+        # whatever it holds now; none for an optimizer that keeps none
+        per = len(trainer.optimizer.host_buffers())
+        held = [a for n, a in live.items() if n.startswith("host/")]
+        held_bytes = [int(np.prod(d.shape, dtype=np.int64)) * np.dtype(d.dtype).itemsize
+                      for d in map(arrays.describe, held)]
+        self.host_count = max(per * len(members), len(held))
+        self.host_each = max([8 * max(sizes + [0])] * bool(per) + held_bytes + [0]) \
+            + _MEMBER_OVERHEAD
+        host_total = max(per * 8 * sum(sizes), sum(held_bytes)) \
+            + self.host_count * _MEMBER_OVERHEAD
         own = len(json.dumps(meta, sort_keys=True).encode("utf-8")) + 200  # + the checksum
         self.meta = 2 * own + 65536 + 256 * len(members)
         state_bytes = sum(int(np.prod(s, dtype=np.int64)) * d.itemsize
                           for s, d in self.state.values())
         self.file = (state_bytes + len(self.state) * _MEMBER_OVERHEAD
-                     + self.host_count * self.host_each + self.meta + _MEMBER_OVERHEAD
+                     + host_total + self.meta + _MEMBER_OVERHEAD
                      + _ARCHIVE_OVERHEAD)
 
     def member(self, name):
@@ -316,7 +319,7 @@ class _Bounds:
         if name in self.state:
             shape, dtype = self.state[name]
             return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize + _NPY_HEADER_MAX
-        if name.startswith("host/") and len(name) > 5:
+        if name.startswith("host/") and len(name) > 5 and self.host_count:
             return self.host_each
         return None
 
@@ -478,6 +481,10 @@ def _read(path, raw=None, bounds=None, identify=None):
         _refuse(path, "it has no valid checksum")
     if identify is not None:  # a file for another optimizer or model: say so first
         identify(meta)
+    for info in infos:   # a member this trainer has no use for is named before any is read
+        name = info.filename[:-4]
+        if name != "meta" and bounds.member(name) is None:
+            _refuse(path, f"it holds {name!r}, which this trainer has no use for")
     if len(infos) > len(bounds.state) + bounds.host_count + 1:
         _refuse(path, f"it holds {len(infos)} members, more than this trainer's "
                       f"{len(bounds.state) + bounds.host_count + 1} at most")
@@ -486,10 +493,7 @@ def _read(path, raw=None, bounds=None, identify=None):
         name = info.filename[:-4]
         if name == "meta":
             continue
-        limit = bounds.member(name)
-        if limit is None:
-            _refuse(path, f"it holds {name!r}, which this trainer has no use for")
-        loaded[name] = _array(path, raw, info, limit)
+        loaded[name] = _array(path, raw, info, bounds.member(name))
     try:
         mine = _checksum(loaded, meta)
     except (ValueError, TypeError, RecursionError) as exc:
