@@ -1,7 +1,7 @@
 """Run on every rank by tests/dist/test_dist_nonfinite.py: a distributed step with
-``skip_nonfinite=True`` where a NaN or an infinity is on one rank only. Prints one JSON line
-per rank: the skipped names of each step and the SHA-256 of the final weights' bytes (short
-lines: two ranks' long lines can be interleaved in the job's output)."""
+``skip_nonfinite=True`` where a NaN or an infinity is on one rank only. Writes one JSON file
+per rank into the folder ``sys.argv[1]``: the skipped names of each step and the SHA-256 of the
+final weights' bytes."""
 import hashlib
 import json
 import os
@@ -29,7 +29,8 @@ for step in range(3):
             g[-1] = np.inf
         p.grad()[...] = g
     skipped.append(list(trainer.step(4, skip_nonfinite=True)))
-print("RESULT " + json.dumps({"rank": rank, "skipped": skipped,
-                              "num_update": trainer.optimizer.num_update,
-                              "weights": [hashlib.sha256(np.asarray(p.data()).tobytes()).hexdigest()
-                                          for p in params]}), flush=True)
+result = {"rank": rank, "skipped": skipped, "num_update": trainer.optimizer.num_update,
+          "weights": [hashlib.sha256(np.asarray(p.data()).tobytes()).hexdigest() for p in params]}
+# a file per rank: the ranks' printed lines can be interleaved in the job's output
+with open(os.path.join(sys.argv[1], f"nonfinite-rank{rank}.json"), "w") as f:
+    json.dump(result, f)
