@@ -252,6 +252,19 @@ def _describe_end(r):
     return f"{who} ended ({kind})"
 
 
+def _early_note(ranks, failure):
+    """Ranks that finished their script while the failing one still ran: a rank that leaves
+    early (``sys.exit(0)`` mid-training) leaves the others waiting in a collective."""
+    early = sorted(r.rank for r in ranks if r is not failure and r.rank is not None
+                   and isinstance(r.end, dict) and r.end.get("event") == "done")
+    if not early:
+        return ""
+    who = ", ".join(map(str, early))
+    return (f" (rank{'s' if len(early) > 1 else ''} {who} had already finished its script "
+            "while the others were still running: a rank that leaves early, for example by "
+            "sys.exit(0) mid-training, leaves the others waiting)")
+
+
 def _failed(end):
     return end == "closed" or end.get("event") != "done"
 
@@ -350,7 +363,8 @@ def _supervise(cmd, env, n):
         while proc.poll() is None:
             pump(0.1)
             if stop_at is not None and not terminated and time.monotonic() >= stop_at:
-                sys.stderr.write(f"mxopt launch: {_describe_end(failure)}; ending the job\n")
+                sys.stderr.write(f"mxopt launch: {_describe_end(failure)}"
+                         f"{_early_note(ranks, failure)}; ending the job\n")
                 sys.stderr.flush()
                 terminated = True
                 _terminate(proc, ranks)
@@ -378,7 +392,8 @@ def _supervise(cmd, env, n):
     rc = proc.returncode
     if failure is not None:
         if not terminated:
-            sys.stderr.write(f"mxopt launch: {_describe_end(failure)}; ending the job\n")
+            sys.stderr.write(f"mxopt launch: {_describe_end(failure)}"
+                         f"{_early_note(ranks, failure)}; ending the job\n")
         return _status_of(failure.end)
     if rc != 0:
         return rc if 0 < rc < 256 else 1

@@ -262,3 +262,12 @@ def test_ranks_with_different_settings_fail_on_every_rank(mpi, tmp_path, n):
                      "skip_nonfinite", "lr_mult"):
             assert res[r]["unchanged:" + case] is True, (r, case)  # nothing was updated
         assert res[r]["digest"] == res[0]["digest"]
+
+
+def test_a_rank_that_leaves_early_with_status_0_is_named(mpi):
+    """The others wait in the next step's collective until their watchdog ends the job; the
+    launcher's message names the rank that had already finished."""
+    from conftest import DIST_DIR
+    job = mpi(2, script=DIST_DIR / "leaves_early.py", launcher=True, env=FAST, timeout=90)
+    assert job.rc not in (0, "timeout"), job
+    assert "rank 1 had already finished its script" in job.out, job
