@@ -104,8 +104,7 @@ def test_list_shows_a_custom_optimizer_without_an_oracle(capsys):
         rows = {r["optimizer"]: r for r in json.loads(capsys.readouterr().out)["optimizers"]}
         assert rows["clilistprobe"]["oracle_conventions"] == []
     finally:
-        from toolkit.optimizers import base
-        base._REGISTRY.pop("clilistprobe")
+        optimizer.unregister("clilistprobe")
 
 
 def test_no_command_is_a_usage_error(capsys):

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import math
 
-from .base import Optimizer, register, scalar_only
+from .base import Optimizer, scalar_only
+from .registry import register
+from .spaces import Decades, Interval
+from .spec import BenchSetting, Spec
 from .validation import nonneg, unit
 
 __all__ = ["AdaDelta"]
@@ -53,6 +56,19 @@ def guide_rule(f):
     return rule
 
 
+SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+    name="adadelta", reference="reference.adadelta",
+    pytorch="pytorch", torch="Adadelta",
+    space={"rho": Interval(0.0, 0.999), "epsilon": Decades(-9, -3)},
+    uses_lr=False,
+    record={"rho": 0.9, "epsilon": 1e-05}, record_ulps=0,
+    layouts=({},),
+    trainer=({},),
+    demo={"rho": 0.9, "epsilon": 1e-05},
+    bench=(BenchSetting("adadelta", {}, torch=("Adadelta", {"rho": 0.9, "lr": 1.0}), quick=True),),
+)
+
+
 @register
 class AdaDelta(Optimizer):
     """AdaDelta (MXNet ``adadelta``; Zeiler 2012). ``learning_rate`` is accepted and ignored.
@@ -73,7 +89,7 @@ class AdaDelta(Optimizer):
         True
     """
 
-    reference_name = "adadelta"
+    spec = SPEC
     mxnet_kernel = False
 
     domains = {"rho": unit(closed=True), "epsilon": nonneg()}

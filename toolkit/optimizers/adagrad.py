@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import math
 
-from .base import Optimizer, register, scalar_only
+from .base import Optimizer, scalar_only
+from .registry import register
+from .spaces import Decades, OneOf
+from .spec import BenchSetting, Spec
 from .validation import nonneg
 
 __all__ = ["AdaGrad"]
@@ -46,6 +49,18 @@ def guide_rule(f):
     return rule
 
 
+SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+    name="adagrad", reference="reference.adagrad",
+    pytorch="pytorch", torch="Adagrad",
+    space={"eps": OneOf(1e-07, Decades(-10, -1))},
+    record={"eps": 1e-07}, record_ulps=0,
+    layouts=({"learning_rate": 0.1},),
+    trainer=({},),
+    demo={"learning_rate": 0.1},
+    bench=(BenchSetting("adagrad", {}, torch=("Adagrad", {}), quick=True),),
+)
+
+
 @register
 class AdaGrad(Optimizer):
     """AdaGrad (MXNet ``adagrad``, Duchi et al. 2011).
@@ -67,7 +82,7 @@ class AdaGrad(Optimizer):
         array([-0.1, -0.1])
     """
 
-    reference_name = "adagrad"
+    spec = SPEC
     mxnet_kernel = False
 
     domains = {"float_stable_eps": nonneg(keyword="eps")}

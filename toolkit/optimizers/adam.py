@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import math
 
-from .base import Optimizer, register, scalar_only
+from .base import Optimizer, scalar_only
+from .registry import register
+from .spaces import Decades, Interval
+from .spec import BenchSetting, Spec
 from .validation import flag, nonneg, unit
 
 __all__ = ["Adam"]
@@ -71,6 +74,19 @@ def guide_rule(f):
     return rule
 
 
+SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+    name="adam", reference="reference.adam",
+    pytorch="guide", torch="Adam",
+    space={"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999),
+           "epsilon": Decades(-10, -2)},
+    record={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-08}, record_ulps=1,
+    layouts=({"learning_rate": 0.01},),
+    trainer=({},),
+    demo={"learning_rate": 0.01},
+    bench=(BenchSetting("adam", {}, torch=("Adam", {}), quick=True),),
+)
+
+
 @register
 class Adam(Optimizer):
     """Adam (MXNet ``adam``).
@@ -94,7 +110,7 @@ class Adam(Optimizer):
         array([-0.1, -0.1, -0.1], dtype=float32)
     """
 
-    reference_name = "adam"
+    spec = SPEC
 
     domains = {"beta1": unit(), "beta2": unit(), "epsilon": nonneg(),
                "lazy_update": flag(strict=False)}

@@ -16,7 +16,10 @@ guide::
 """
 from __future__ import annotations
 
-from .base import Optimizer, register, scalar_only
+from .base import Optimizer, scalar_only
+from .registry import register
+from .spaces import Interval
+from .spec import BenchSetting, Spec
 from .validation import nonneg, unit
 
 __all__ = ["Adamax"]
@@ -53,6 +56,18 @@ def guide_rule(f):
     return rule
 
 
+SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+    name="adamax", reference="reference.adamax",
+    pytorch="pytorch", torch="Adamax",
+    space={"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999)},
+    record={"beta1": 0.9, "beta2": 0.999}, record_ulps=1,
+    layouts=({},),
+    trainer=({},),
+    demo={"learning_rate": 0.02},
+    bench=(BenchSetting("adamax", {}, torch=("Adamax", {}), quick=True),),
+)
+
+
 @register
 class Adamax(Optimizer):
     """Adamax (MXNet ``adamax``): Adam with the infinity norm.
@@ -74,7 +89,7 @@ class Adamax(Optimizer):
         array([-0.002,  0.   ])
     """
 
-    reference_name = "adamax"
+    spec = SPEC
     mxnet_kernel = False
 
     domains = {"beta1": unit(), "beta2": unit(), "epsilon": nonneg(none=True)}

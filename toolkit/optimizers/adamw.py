@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import math
 
-from .base import Optimizer, register, scalar_only
+from .base import Optimizer, scalar_only
+from .registry import register
+from .spaces import Decades, Interval, OneOf
+from .spec import BenchSetting, Spec
 from .validation import nonneg, unit
 
 __all__ = ["AdamW"]
@@ -53,6 +56,19 @@ def guide_rule(f):
     return rule
 
 
+SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+    name="adamw", reference="reference.adamw",
+    pytorch="pytorch", torch="AdamW",
+    space={"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999),
+           "epsilon": Decades(-10, -2), "eta": OneOf(1.0, Interval(0.0, 1.0))},
+    record={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-08, "eta": 0.5}, record_ulps=1,
+    layouts=({"learning_rate": 0.01, "eta": 0.5},),
+    trainer=({"eta": 0.5},),
+    demo={"learning_rate": 0.01, "wd": 0.01},
+    bench=(BenchSetting("adamw", {}, torch=("AdamW", {"weight_decay": 0.0}), quick=True),),
+)
+
+
 @register
 class AdamW(Optimizer):
     """AdamW (registry name ``adamw``): Adam with decoupled weight decay.
@@ -78,7 +94,7 @@ class AdamW(Optimizer):
         array([0.5, 0.5, 0.5], dtype=float32)
     """
 
-    reference_name = "adamw"
+    spec = SPEC
 
     domains = {"beta1": unit(), "beta2": unit(), "epsilon": nonneg(), "eta": nonneg()}
 

@@ -30,13 +30,11 @@ from .validation import (Domain, callable_or_none, check_choice, check_int, chec
                          check_positive, check_unit, checked_attribute, choice, flag, integer,
                          nonneg)
 
-__all__ = ["Optimizer", "StepInputs", "register", "create", "registry", "scalar_only",
+__all__ = ["Optimizer", "StepInputs", "scalar_only",
            "BACKENDS", "CONVENTIONS"]
 
 BACKENDS = ("auto", "reference", "cpu", "cuda")
 CONVENTIONS = ("mxnet", "guide")
-
-_REGISTRY: dict[str, type] = {}
 
 _FLOAT16 = np.dtype(np.float16)
 
@@ -111,38 +109,13 @@ def scalar_only(kernel_step):
     return kernel_step
 
 
-def register(klass):
-    """Register an optimizer class under its lower-case class name (MXNet's rule); a decorator.
+class _ReferenceName:
+    """``reference_name``, derived from the class's spec: the last part of ``spec.reference``
+    (a subclass without a spec of its own inherits its base's, as it inherits the rule)."""
 
-    Registering a second class under a taken name replaces it with a warning, as MXNet does.
-    """
-    if not (isinstance(klass, type) and issubclass(klass, Optimizer)):
-        raise TypeError(f"register expects an Optimizer subclass, got {klass!r}")
-    name = klass.__name__.lower()
-    if name in _REGISTRY and _REGISTRY[name] is not klass:
-        warnings.warn(f"optimizer {name!r} was already registered by "
-                      f"{_REGISTRY[name].__module__}.{_REGISTRY[name].__name__}; replacing it",
-                      UserWarning, stacklevel=2)
-    _REGISTRY[name] = klass
-    return klass
-
-
-def registry() -> dict:
-    """A copy of the registry: lower-case name -> class."""
-    return dict(_REGISTRY)
-
-
-def create(name, **kwargs):
-    """Create an optimizer by registry name (case-insensitive), e.g. ``create("adam", learning_rate=0.01)``."""
-    if isinstance(name, Optimizer):
-        return name
-    if not isinstance(name, str):
-        raise TypeError(f"optimizer name must be a string, got {type(name).__name__}")
-    klass = _REGISTRY.get(name.lower())
-    if klass is None:
-        raise ValueError(f"unknown optimizer {name!r}; known optimizers: "
-                         f"{', '.join(sorted(_REGISTRY))}")
-    return klass(**kwargs)
+    def __get__(self, obj, cls):
+        spec = getattr(cls, "spec", None)
+        return None if spec is None or spec.reference is None else spec.reference.rsplit(".", 1)[-1]
 
 
 class StepInputs(NamedTuple):
@@ -240,8 +213,12 @@ class Optimizer:
         MXNet 1.9.1's numerics or the guide's equations (``docs/conventions.md``).
     """
 
-    #: the name of this optimizer's reference module (``reference.<name>``); None for custom ones
-    reference_name = None
+    #: this optimizer's :class:`~toolkit.optimizers.spec.Spec`, declared beside the class
+    #: (None: registered with a bare one)
+    spec = None
+    #: the name of this optimizer's reference module (``reference.<name>``), from the nearest
+    #: spec along the class's bases; None for custom ones
+    reference_name = _ReferenceName()
     #: whether the update divides by the learning rate (FTRL, FTML): then lr must be > 0
     requires_positive_lr = False
     #: MXNet's ``aggregate_num``: how many indices its Updater hands to one aggregated
@@ -987,10 +964,14 @@ class Optimizer:
 
     def reference_module(self):
         """The oracle module of this optimizer (imported on first use), or None."""
-        if self.reference_name is None:
+        name = self.reference_name
+        if name is None:
             return None
+        spec = type(self).spec
+        if spec is not None and spec.reference is not None and spec.reference.endswith("." + name):
+            return spec.reference_module()
         import importlib
-        return importlib.import_module(f"reference.{self.reference_name}")
+        return importlib.import_module(f"reference.{name}")  # a class that names it itself
 
     def _reference_step(self, index, weight, grad, state, t, lr, wd):
         ref = self.reference_module()

@@ -18,7 +18,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..backends import arrays
-from .base import Optimizer, register, scalar_only
+from .base import Optimizer, scalar_only
+from .registry import register
+from .spaces import Decades, MOMENTUM, OneOf
+from .spec import BenchSetting, Spec
 from .validation import nonneg, unit
 
 __all__ = ["DCASGD"]
@@ -57,6 +60,19 @@ def momentum_rule(f):
     return rule
 
 
+SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+    name="dcasgd", reference="reference.dcasgd",
+    pytorch=None, torch=None,
+    space={"momentum": MOMENTUM, "lamda": OneOf(0.04, Decades(-3, 1))},
+    record={"momentum": 0.5, "lamda": 0.04}, record_ulps=0,
+    layouts=({"learning_rate": 0.1}, {"learning_rate": 0.1, "momentum": 0.9},),
+    trainer=({"momentum": 0.9}, {},),
+    demo={"learning_rate": 0.1, "momentum": 0.9},
+    bench=(BenchSetting("dcasgd", {"momentum": 0.0}),
+           BenchSetting("dcasgd mom", {"momentum": 0.9}, quick=True)),
+)
+
+
 @register
 class DCASGD(Optimizer):
     """Delay-compensated asynchronous SGD (MXNet ``dcasgd``).
@@ -78,7 +94,7 @@ class DCASGD(Optimizer):
         array([0.9, 0.9])
     """
 
-    reference_name = "dcasgd"
+    spec = SPEC
     mxnet_kernel = False
 
     domains = {"momentum": unit(), "lamda": nonneg()}

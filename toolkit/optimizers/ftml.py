@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import math
 
-from .base import Optimizer, register, scalar_only
+from .base import Optimizer, scalar_only
+from .registry import register
+from .spaces import Decades, Interval
+from .spec import BenchSetting, Spec
 from .validation import nonneg, unit
 
 __all__ = ["FTML"]
@@ -40,6 +43,20 @@ def ftml_rule(f):
     return rule
 
 
+SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+    name="ftml", reference="reference.ftml",
+    pytorch=None, torch=None,
+    space={"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999),
+           "epsilon": Decades(-10, -2)},
+    half_state_lr=0.1, half_state_reason="a float16 state (no master copy) holds about w/lr",
+    record={"beta1": 0.6, "beta2": 0.999, "epsilon": 1e-08}, record_ulps=1,
+    layouts=({},),
+    trainer=({},),
+    demo={"learning_rate": 0.01},
+    bench=(BenchSetting("ftml", {}, quick=True),),
+)
+
+
 @register
 class FTML(Optimizer):
     """Follow the Moving Leader (MXNet ``ftml``).
@@ -59,7 +76,7 @@ class FTML(Optimizer):
         array([-0.01, -0.01])
     """
 
-    reference_name = "ftml"
+    spec = SPEC
     requires_positive_lr = True
 
     domains = {"beta1": unit(), "beta2": unit(), "epsilon": nonneg()}

@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import math
 
-from .base import Optimizer, register, scalar_only
+from .base import Optimizer, scalar_only
+from .registry import register
+from .spaces import Decades, OneOf
+from .spec import BenchSetting, Spec
 from .validation import nonneg
 
 __all__ = ["Ftrl"]
@@ -54,6 +57,19 @@ def ftrl_rule(f):
     return rule
 
 
+SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+    name="ftrl", reference="reference.ftrl",
+    pytorch=None, torch=None,
+    space={"lamda1": OneOf(0.0, Decades(-4, 0)), "beta": OneOf(0.0, Decades(-2, 1))},
+    half_state_lr=0.1, half_state_reason="a float16 state (no master copy) holds about w/lr",
+    record={"lamda1": 0.01, "beta": 1.0}, record_ulps=0,
+    layouts=({},),
+    trainer=({},),
+    demo={"learning_rate": 0.5, "lamda1": 0.0001, "beta": 1.0},
+    bench=(BenchSetting("ftrl", {}, quick=True),),
+)
+
+
 @register
 class Ftrl(Optimizer):
     """FTRL-Proximal (MXNet ``ftrl``; McMahan et al. 2013).
@@ -78,7 +94,7 @@ class Ftrl(Optimizer):
         array([-0.0495,  0.    ])
     """
 
-    reference_name = "ftrl"
+    spec = SPEC
     requires_positive_lr = True
 
     domains = {"lamda1": nonneg(), "beta": nonneg()}

@@ -26,7 +26,10 @@ import math
 import numpy as np
 
 from ..backends import arrays, cpu
-from .base import Optimizer, register
+from .base import Optimizer
+from .registry import register
+from .spaces import Decades, OneOf
+from .spec import BenchSetting, Spec
 from .validation import nonneg
 
 __all__ = ["GroupAdaGrad"]
@@ -58,6 +61,20 @@ def row_rules(f):
     return prep, reduce_row, apply
 
 
+SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+    name="groupadagrad", reference="reference.groupadagrad",
+    pytorch=None, torch=None,
+    space={"eps": OneOf(1e-05, Decades(-10, -1))},
+    fixed={"wd": 0.0}, fixed_reason="MXNet 1.9.1 asserts wd == 0",
+    matrix=True,
+    record={"eps": 1e-05}, record_ulps=0,
+    layouts=({"learning_rate": 0.1},),
+    trainer=({"eps": 0.001},),
+    demo={"learning_rate": 0.1},
+    bench=(BenchSetting("groupadagrad", {}, quick=True),),
+)
+
+
 @register
 class GroupAdaGrad(Optimizer):
     """GroupAdaGrad (MXNet ``groupadagrad``): AdaGrad with one learning-rate accumulator per row.
@@ -83,7 +100,7 @@ class GroupAdaGrad(Optimizer):
         array([-0.42426407, -0.56568545], dtype=float32)
     """
 
-    reference_name = "groupadagrad"
+    spec = SPEC
     mxnet_kernel = False      # MXNet's dense path is NDArray operations (Python ops)
     state_like_weight = False  # one history value per row: laid out per row in a Trainer
 

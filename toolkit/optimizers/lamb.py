@@ -31,7 +31,10 @@ import numpy as np
 
 from ..backends import cpu
 from ..backends.rules import DirectionPass
-from .base import Optimizer, register
+from .base import Optimizer
+from .registry import register
+from .spaces import Decades, Interval, OneOf
+from .spec import BenchSetting, Spec
 from .validation import flag, nonneg, unit
 
 __all__ = ["LAMB"]
@@ -95,6 +98,23 @@ _RULES = {"mxnet": (mxnet_direction_rule, mxnet_apply_rule),
           "guide": (guide_direction_rule, guide_apply_rule)}
 
 
+SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+    name="lamb", reference="reference.lamb",
+    pytorch=None, torch=None,
+    space={"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999),
+           "epsilon": OneOf(1e-06, Decades(-10, -2)), "lower_bound": OneOf(None, Decades(-3, 0)),
+           "upper_bound": OneOf(None, Decades(0, 2)), "bias_correction": OneOf(True, False)},
+    record={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-06, "lower_bound": 0.5,
+            "upper_bound": 10.0, "bias_correction": True}, record_ulps=1,
+    layouts=({"learning_rate": 0.01},
+             {"learning_rate": 0.01, "lower_bound": 0.1, "upper_bound": 10.0, "bias_correction": False}),
+    trainer=({}, {"lower_bound": 0.5, "upper_bound": 2.0, "bias_correction": False},),
+    demo={"learning_rate": 0.02},
+    bench=(BenchSetting("lamb", {}, quick=True),),
+    first_pass=3,  # weight and both moments: the direction and the norms
+)
+
+
 @register
 class LAMB(Optimizer):
     """LAMB (MXNet ``lamb``): Adam's direction scaled per tensor by a trust ratio.
@@ -119,7 +139,7 @@ class LAMB(Optimizer):
         array([2.5, 4. ])
     """
 
-    reference_name = "lamb"
+    spec = SPEC
     #: MXNet's LAMB hands up to 45 indices to one aggregated kernel call (optimizer.py:1262)
     aggregate_num = 45
 

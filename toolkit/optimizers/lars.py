@@ -19,7 +19,9 @@ from __future__ import annotations
 import math
 
 from ..backends import cpu
-from .base import register
+from .registry import register
+from .spaces import Decades, MOMENTUM, OneOf
+from .spec import BenchSetting, Spec
 from .validation import flag, nonneg
 from .sgd import (SGD, guide_momentum_rule, guide_plain_rule, mxnet_momentum_rule,
                   mxnet_plain_rule)
@@ -27,6 +29,21 @@ from .sgd import (SGD, guide_momentum_rule, guide_plain_rule, mxnet_momentum_rul
 __all__ = ["LARS"]
 
 _UNSCALED_SUFFIXES = ("gamma", "beta", "bias")
+
+
+SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+    name="lars", reference="reference.lars",
+    pytorch=None, torch=None,
+    space={"momentum": MOMENTUM, "eta": OneOf(0.001, Decades(-3, 0)),
+           "eps": OneOf(0.0, Decades(-9, -3)), "momentum_correction": OneOf(True, False)},
+    record={"momentum": 0.9, "eta": 0.01, "eps": 1e-06,
+            "momentum_correction": True}, record_ulps=0,
+    layouts=({"learning_rate": 0.1}, {"learning_rate": 0.1, "momentum": 0.9},),
+    trainer=({"momentum": 0.9, "eta": 0.01}, {"eps": 0.001},),
+    demo={"learning_rate": 0.3, "momentum": 0.9, "eta": 0.02},
+    bench=(BenchSetting("lars mom", {"momentum": 0.9}, quick=True),),
+    first_pass=1,  # the weight, for its norm
+)
 
 
 @register
@@ -50,7 +67,7 @@ class LARS(SGD):
         array([3. , 1.5])
     """
 
-    reference_name = "lars"
+    spec = SPEC
 
     domains = {"eta": nonneg(), "eps": nonneg(), "momentum_correction": flag(strict=False)}
 

@@ -23,7 +23,10 @@ import numpy as np
 
 from ..backends import arrays, cpu
 from ..backends.rules import add_rule
-from .base import Optimizer, register
+from .base import Optimizer
+from .registry import register
+from .spaces import Ints, MOMENTUM, OneOf
+from .spec import BenchSetting, Spec
 from .validation import choice, integer, unit
 from .sgd import guide_momentum_rule, guide_plain_rule, sgd_update_hyper
 
@@ -123,6 +126,32 @@ def fresh_plain_rule(f):
     return rule
 
 
+def _lars_first_pass(opt, buffers):
+    """The 'lars' warm-up's first pass reads the weight and the accumulator (when it
+    accumulates) for the per-tensor norms; the other strategies make one pass."""
+    return 1 + buffers if opt.warmup_strategy == "lars" else 0
+
+
+SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+    name="lbsgd", reference="reference.lbsgd",
+    pytorch=None, torch=None,
+    space={"momentum": MOMENTUM, "warmup_strategy": OneOf("linear", "power2", "sqrt", "lars"),
+           "warmup_epochs": Ints(0, 3), "batch_scale": Ints(1, 3),
+           "updates_per_epoch": Ints(1, 4), "begin_epoch": Ints(0, 2)},
+    record={"momentum": 0.9, "warmup_strategy": "linear", "warmup_epochs": 1, "batch_scale": 2,
+            "updates_per_epoch": 4}, record_ulps=0,
+    layouts=({"learning_rate": 0.1}, {"learning_rate": 0.1, "momentum": 0.9},),
+    trainer=({"momentum": 0.9, "warmup_strategy": "lars"},
+             {"batch_scale": 2, "warmup_epochs": 1, "updates_per_epoch": 2}),
+    demo={"learning_rate": 0.1, "momentum": 0.9, "warmup_strategy": "linear", "warmup_epochs": 2,
+          "batch_scale": 1, "updates_per_epoch": 23},
+    bench=(BenchSetting("lbsgd", {"momentum": 0.0}),
+           BenchSetting("lbsgd mom", {"momentum": 0.9}, quick=True),
+           BenchSetting("lbsgd lars mom", {"momentum": 0.9, "warmup_strategy": "lars"})),
+    first_pass=_lars_first_pass,
+)
+
+
 @register
 class LBSGD(Optimizer):
     """Large-batch SGD (MXNet ``lbsgd``): SGD with warmup multipliers and optional LARS.
@@ -145,7 +174,7 @@ class LBSGD(Optimizer):
         array([0., 0.])
     """
 
-    reference_name = "lbsgd"
+    spec = SPEC
 
     domains = {"momentum": unit(), "warmup_strategy": choice(STRATEGIES),
                "warmup_epochs": integer(0), "batch_scale": integer(1),

@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import math
 
-from .base import Optimizer, register
+from .base import Optimizer
+from .registry import register
+from .spaces import Decades, Interval, OneOf
+from .spec import BenchSetting, Spec
 from .validation import nonneg, unit
 
 __all__ = ["Nadam"]
@@ -37,6 +40,21 @@ def mxnet_rule(f):
         m_bar = one_m_mu * (g / den_g) + mu_next * (m / den_m)
         return w - lr * m_bar / (math.sqrt(v / den_v) + eps), m, v
     return rule
+
+
+SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+    name="nadam", reference="reference.nadam",
+    conventions=("mxnet",),
+    pytorch="mxnet", torch="NAdam",
+    space={"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999),
+           "epsilon": Decades(-10, -2), "schedule_decay": OneOf(0.004, Interval(0.0, 0.1))},
+    record={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-08,
+            "schedule_decay": 0.004}, record_ulps=1,
+    layouts=({},),
+    trainer=({},),
+    demo={"learning_rate": 0.01},
+    bench=(BenchSetting("nadam", {}, torch=("NAdam", {}), quick=True),),
+)
 
 
 @register
@@ -62,7 +80,7 @@ class Nadam(Optimizer):
         True
     """
 
-    reference_name = "nadam"
+    spec = SPEC
     mxnet_kernel = False
 
     domains = {"beta1": unit(), "beta2": unit(), "epsilon": nonneg(),

@@ -16,7 +16,10 @@ guide, in the same stored-point form (proved equal to the look-ahead form of the
 from __future__ import annotations
 
 from ..backends import arrays
-from .base import Optimizer, register, scalar_only
+from .base import Optimizer, scalar_only
+from .registry import register
+from .spaces import MOMENTUM
+from .spec import BenchSetting, Spec
 from .validation import unit
 from .sgd import guide_plain_rule, sgd_update_hyper, sgd_update_rule
 
@@ -51,6 +54,19 @@ def guide_rule(f):
     return rule
 
 
+SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+    name="nag", reference="reference.nag",
+    pytorch="pytorch", torch="SGD",
+    space={"momentum": MOMENTUM},
+    record={"momentum": 0.9}, record_ulps=0,
+    layouts=({"learning_rate": 0.1}, {"learning_rate": 0.1, "momentum": 0.9},),
+    trainer=({"momentum": 0.9},),
+    demo={"learning_rate": 0.1, "momentum": 0.9, "wd": 0.0001},
+    bench=(BenchSetting("nag", {"momentum": 0.0}, torch=("SGD", {"momentum": 0.0})),
+           BenchSetting("nag mom", {"momentum": 0.9}, torch=("SGD", {"momentum": 0.9, "nesterov": True}), quick=True)),
+)
+
+
 @register
 class NAG(Optimizer):
     """Nesterov accelerated SGD (MXNet ``nag``), in the stored look-ahead form.
@@ -75,7 +91,7 @@ class NAG(Optimizer):
         array([-0.19, -0.19])
     """
 
-    reference_name = "nag"
+    spec = SPEC
 
     domains = {"momentum": unit()}
 

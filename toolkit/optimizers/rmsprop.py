@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import math
 
-from .base import Optimizer, register, scalar_only
+from .base import Optimizer, scalar_only
+from .registry import register
+from .spaces import Decades, Interval, OneOf
+from .spec import BenchSetting, Spec
 from .validation import flag, nonneg, positive, unit
 
 __all__ = ["RMSProp"]
@@ -76,6 +79,22 @@ def centered_rule(f):
 _UNSET = object()
 
 
+SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+    name="rmsprop", reference="reference.rmsprop",
+    pytorch="pytorch", torch="RMSprop",
+    space={"gamma1": Interval(0.0, 0.999), "gamma2": Interval(0.0, 0.99),
+           "epsilon": Decades(-10, -2), "centered": OneOf(False, True),
+           "clip_weights": OneOf(None, Decades(-1, 1))},
+    record={"gamma1": 0.9, "gamma2": 0.9, "epsilon": 1e-08, "centered": True,
+            "clip_weights": 2.0}, record_ulps=0,
+    layouts=({"learning_rate": 0.01}, {"learning_rate": 0.01, "centered": True},),
+    trainer=({}, {"centered": True, "clip_weights": 2.0},),
+    demo={"learning_rate": 0.005},
+    bench=(BenchSetting("rmsprop", {}, torch=("RMSprop", {"alpha": 0.9}), quick=True),
+           BenchSetting("rmsprop centered", {"centered": True}, torch=("RMSprop", {"alpha": 0.9, "centered": True, "momentum": 0.9}))),
+)
+
+
 @register
 class RMSProp(Optimizer):
     """RMSProp (MXNet ``rmsprop``; Tieleman and Hinton 2012), centered variant of Graves (2013).
@@ -101,7 +120,7 @@ class RMSProp(Optimizer):
         3
     """
 
-    reference_name = "rmsprop"
+    spec = SPEC
 
     domains = {"gamma1": unit(), "gamma2": unit(), "epsilon": nonneg(), "centered": flag(),
                "clip_weights": positive(none=True)}

@@ -16,7 +16,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..backends import arrays
-from .base import Optimizer, register, scalar_only
+from .base import Optimizer, scalar_only
+from .registry import register
+from .spaces import MOMENTUM
+from .spec import BenchSetting, Spec
 from .validation import flag, unit
 
 __all__ = ["SGD"]
@@ -78,6 +81,19 @@ def guide_plain_rule(f):
     return rule
 
 
+SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+    name="sgd", reference="reference.sgd",
+    pytorch="pytorch", torch="SGD",
+    space={"momentum": MOMENTUM},
+    record={"momentum": 0.9}, record_ulps=0,
+    layouts=({"learning_rate": 0.1}, {"learning_rate": 0.1, "momentum": 0.9},),
+    trainer=({"momentum": 0.0}, {"momentum": 0.9},),
+    demo={"learning_rate": 0.1, "momentum": 0.9, "wd": 0.0001},
+    bench=(BenchSetting("sgd", {"momentum": 0.0}, torch=("SGD", {"momentum": 0.0})),
+           BenchSetting("sgd mom", {"momentum": 0.9}, torch=("SGD", {"momentum": 0.9}), quick=True)),
+)
+
+
 @register
 class SGD(Optimizer):
     """Stochastic gradient descent with optional momentum (MXNet ``sgd``).
@@ -102,7 +118,7 @@ class SGD(Optimizer):
         array([0.95, 0.95, 0.95], dtype=float32)
     """
 
-    reference_name = "sgd"
+    spec = SPEC
     #: MXNET_OPTIMIZER_AGGREGATION_SIZE's default: MXNet 1.9.1 always runs SGD through its
     #: aggregated kernel (docs/mxnet-facts.md, section 5)
     aggregate_num = 4

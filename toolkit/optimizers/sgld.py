@@ -16,7 +16,10 @@ from __future__ import annotations
 import math
 
 from ..backends.noise import stream_key, stream_of
-from .base import Optimizer, register
+from .base import Optimizer
+from .registry import register
+from .spaces import Ints
+from .spec import BenchSetting, Spec
 from .validation import integer
 
 __all__ = ["SGLD", "sgld_rule", "stream_key", "stream_of"]
@@ -34,6 +37,18 @@ def sgld_rule(f):
         wi = w + neg_half_lr * (gi + wd * w)
         return wi + f(aux[0] * z)
     return rule
+
+
+SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+    name="sgld", reference="reference.sgld",
+    pytorch=None, torch=None,
+    space={"seed": Ints(0, 4294967296)},
+    record={"seed": 7}, record_ulps=1,
+    layouts=({"learning_rate": 0.01},),
+    trainer=({},),
+    demo={"learning_rate": 0.0001, "seed": 1}, full_data_gradient=True,
+    bench=(BenchSetting("sgld", {}, quick=True),),
+)
 
 
 @register
@@ -55,7 +70,7 @@ class SGLD(Optimizer):
         True
     """
 
-    reference_name = "sgld"
+    spec = SPEC
     mxnet_kernel = False
 
     domains = {"seed": integer(0)}

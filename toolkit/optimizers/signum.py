@@ -17,7 +17,10 @@ guide (the state holds the guide's ``v``)::
 """
 from __future__ import annotations
 
-from .base import Optimizer, register, scalar_only
+from .base import Optimizer, scalar_only
+from .registry import register
+from .spaces import Decades, MOMENTUM, OneOf
+from .spec import BenchSetting, Spec
 from .validation import nonneg, unit
 
 __all__ = ["Signum"]
@@ -67,6 +70,27 @@ def signsgd_guide_rule(f):
     return rule
 
 
+def _wd_lh_needs_momentum(hyper):
+    """``wd_lh`` is MXNet's decoupled weight decay of the momentum branch: 0 without momentum."""
+    if hyper.get("momentum") == 0.0 and "wd_lh" in hyper:
+        return dict(hyper, wd_lh=0.0)
+    return hyper
+
+
+SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+    name="signum", reference="reference.signum",
+    pytorch=None, torch=None,
+    space={"momentum": MOMENTUM, "wd_lh": OneOf(0.0, Decades(-4, -1))},
+    dependent=_wd_lh_needs_momentum,
+    record={"momentum": 0.9, "wd_lh": 0.01}, record_ulps=0,
+    layouts=({}, {"momentum": 0.0},),
+    trainer=({}, {"momentum": 0.0},),
+    demo={"learning_rate": 0.005, "momentum": 0.9},
+    bench=(BenchSetting("signum", {"momentum": 0.0}),
+           BenchSetting("signum mom", {"momentum": 0.9}, quick=True)),
+)
+
+
 @register
 class Signum(Optimizer):
     """Signum, and SignSGD when ``momentum=0`` (MXNet ``signum``).
@@ -90,7 +114,7 @@ class Signum(Optimizer):
         array([-0.01,  0.01,  0.  ])
     """
 
-    reference_name = "signum"
+    spec = SPEC
 
     domains = {"momentum": unit(), "wd_lh": nonneg()}
 

@@ -1,215 +1,95 @@
-"""The space the oracle draws from: every optimizer's hyperparameters and inputs, declared once.
+"""The space the oracle draws from: every optimizer's hyperparameters and inputs.
 
-A :class:`Space` is a small declarative description (decades, unit intervals, choices, exact
-values) that becomes either a hypothesis strategy (:meth:`Space.strategy`, for ``verify`` and for
-our own property tests, with shrinking and targeting) or a sampler driven by a numpy generator
-(:meth:`Space.sample`, for ``identify``, which screens many candidate cases cheaply). The values
-are aimed at branch points: momentum 0, exact zeros, ``clip_gradient`` off, 0 and on, epsilon over
-eight decades.
+The spaces are declared once, in each optimizer's spec (``Spec.space``, ``Spec.fixed``,
+``Spec.matrix``, ``Spec.dependent``; ``toolkit/optimizers/spec.py``) with the :class:`Space`
+primitives of ``toolkit.optimizers.spaces`` (re-exported here). This module combines them per
+optimizer: :data:`COMMON` plus the optimizer's own, pinned values applied, weight shapes. The
+values are aimed at branch points: momentum 0, exact zeros, ``clip_gradient`` off, 0 and on,
+epsilon over eight decades.
 
 Every optimizer's entry names the hyperparameters MXNet 1.9.1's constructor takes (the names a
-user's ``make_step`` receives), on top of :data:`COMMON`.
+user's ``make_step`` receives), on top of :data:`COMMON`. :data:`OWN`, :data:`MATRIX` and
+:data:`COMMON_FIXED` are live read-only views of the specs.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 
 import numpy as np
+
+from ..optimizers.spaces import (COMMON, Decades, Interval, Ints, Just, MOMENTUM, OneOf,  # noqa: F401
+                                 Shapes, Space)
 
 __all__ = ["Space", "Decades", "Interval", "Ints", "Just", "OneOf", "Shapes", "COMMON", "OWN",
            "COMMON_FIXED", "MATRIX", "common_space", "hyper_space", "shape_space", "weight_shape",
            "array_over_decades", "fix_dependent"]
 
 
-class Space:
-    """A set of values: ``strategy()`` gives a hypothesis strategy, ``sample(rng)`` one value."""
+class _FromSpecs(Mapping):
+    """A read-only view of one field of every registered optimizer's spec, read live (an
+    optimizer registered later is in it): ``{registry name: value}``, optimizers whose ``keep``
+    is false left out."""
 
-    def strategy(self):  # pragma: no cover - every subclass overrides
-        """A hypothesis strategy drawing from this space."""
-        raise NotImplementedError
+    def __init__(self, value, keep=lambda spec: True):
+        self._value, self._keep = value, keep
 
-    def sample(self, rng):  # pragma: no cover
-        """One value drawn with numpy generator ``rng``."""
-        raise NotImplementedError
+    def _table(self):
+        from ..optimizers import specs
+        return {n: self._value(s) for n, s in specs().items() if self._keep(s)}
 
+    def __getitem__(self, name):
+        return self._table()[name]
 
-@dataclass(frozen=True)
-class Decades(Space):
-    """Positive floats spread evenly over the decades ``10**lo .. 10**hi``."""
-    lo: float
-    hi: float
+    def __iter__(self):
+        return iter(self._table())
 
-    def strategy(self):
-        from hypothesis import strategies as st
-        return st.floats(self.lo, self.hi).map(lambda e: float(10.0 ** e))
-
-    def sample(self, rng):
-        return float(10.0 ** rng.uniform(self.lo, self.hi))
+    def __len__(self):
+        return len(self._table())
 
 
-@dataclass(frozen=True)
-class Interval(Space):
-    """Floats in ``[lo, hi]`` (momentum and decay factors)."""
-    lo: float
-    hi: float
+#: each optimizer's own hyperparameters (MXNet 1.9.1's constructor names): ``Spec.space``
+OWN = _FromSpecs(lambda s: dict(s.space), keep=lambda s: s.has_oracle)
 
-    def strategy(self):
-        from hypothesis import strategies as st
-        return st.floats(self.lo, self.hi)
+#: optimizers whose weight must be a matrix (``Spec.matrix``; GroupAdaGrad keeps one accumulator
+#: per row): their weights are drawn 2-D (:func:`shape_space`, :func:`weight_shape`)
+MATRIX = _FromSpecs(lambda s: True, keep=lambda s: s.matrix)
 
-    def sample(self, rng):
-        return float(rng.uniform(self.lo, self.hi))
+#: common hyperparameters an optimizer does not take freely (``Spec.fixed``; GroupAdaGrad refuses
+#: weight decay: MXNet 1.9.1 asserts wd == 0)
+COMMON_FIXED = _FromSpecs(lambda s: dict(s.fixed), keep=lambda s: bool(s.fixed))
 
 
-@dataclass(frozen=True)
-class Ints(Space):
-    """Integers in ``[lo, hi]``."""
-    lo: int
-    hi: int
-
-    def strategy(self):
-        from hypothesis import strategies as st
-        return st.integers(self.lo, self.hi)
-
-    def sample(self, rng):
-        return int(rng.integers(self.lo, self.hi + 1))
-
-
-@dataclass(frozen=True)
-class Just(Space):
-    """Exactly ``value``."""
-    value: object
-
-    def strategy(self):
-        from hypothesis import strategies as st
-        return st.just(self.value)
-
-    def sample(self, rng):
-        return self.value
-
-
-@dataclass(frozen=True)
-class OneOf(Space):
-    """One of several spaces or plain values (a plain value is :class:`Just` that value)."""
-    options: tuple = field(default=())
-
-    def __init__(self, *options):
-        object.__setattr__(self, "options",
-                           tuple(o if isinstance(o, Space) else Just(o) for o in options))
-
-    def strategy(self):
-        from hypothesis import strategies as st
-        return st.one_of(*[o.strategy() for o in self.options])
-
-    def sample(self, rng):
-        return self.options[int(rng.integers(len(self.options)))].sample(rng)
-
-
-@dataclass(frozen=True)
-class Shapes(Space):
-    """Weight shapes of 1 to ``max_size`` elements: vectors ``(n,)``, or with ``matrix`` 2-D
-    ``(rows, cols)``, 1 to 4 rows of 1 to ``max_size // rows`` columns (GroupAdaGrad's weights:
-    one accumulator per row)."""
-    max_size: int
-    matrix: bool = False
-
-    def strategy(self):
-        from hypothesis import strategies as st
-        if not self.matrix:
-            return st.integers(1, self.max_size).map(lambda n: (n,))
-        return st.integers(1, min(4, self.max_size)).flatmap(
-            lambda r: st.integers(1, max(1, self.max_size // r)).map(lambda c: (r, c)))
-
-    def sample(self, rng):
-        if not self.matrix:
-            return (int(rng.integers(1, self.max_size + 1)),)
-        r = int(rng.integers(1, min(4, self.max_size) + 1))
-        return (r, int(rng.integers(1, max(1, self.max_size // r) + 1)))
-
-
-_MOMENTUM = OneOf(0.0, Interval(0.0, 0.99))
-
-#: the hyperparameters every optimizer shares, on and off
-COMMON = {
-    "learning_rate": Decades(-4, 0),
-    "wd": OneOf(0.0, Decades(-5, -1)),
-    "rescale_grad": OneOf(1.0, Decades(-2, 1)),
-    "clip_gradient": OneOf(None, 0.0, Decades(-2, 1)),
-}
-
-#: each optimizer's own hyperparameters (MXNet 1.9.1's constructor names)
-OWN = {
-    "sgd": {"momentum": _MOMENTUM},
-    "nag": {"momentum": _MOMENTUM},
-    "adagrad": {"eps": OneOf(1e-7, Decades(-10, -1))},
-    "rmsprop": {"gamma1": Interval(0.0, 0.999), "gamma2": Interval(0.0, 0.99),
-                "epsilon": Decades(-10, -2), "centered": OneOf(False, True),
-                "clip_weights": OneOf(None, Decades(-1, 1))},
-    "adadelta": {"rho": Interval(0.0, 0.999), "epsilon": Decades(-9, -3)},
-    "adam": {"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999),
-             "epsilon": Decades(-10, -2)},
-    "adamax": {"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999)},
-    "nadam": {"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999),
-              "epsilon": Decades(-10, -2), "schedule_decay": OneOf(0.004, Interval(0.0, 0.1))},
-    "signum": {"momentum": _MOMENTUM, "wd_lh": OneOf(0.0, Decades(-4, -1))},
-    "lbsgd": {"momentum": _MOMENTUM,
-              "warmup_strategy": OneOf("linear", "power2", "sqrt", "lars"),
-              "warmup_epochs": Ints(0, 3), "batch_scale": Ints(1, 3),
-              "updates_per_epoch": Ints(1, 4), "begin_epoch": Ints(0, 2)},
-    "dcasgd": {"momentum": _MOMENTUM, "lamda": OneOf(0.04, Decades(-3, 1))},
-    "ftrl": {"lamda1": OneOf(0.0, Decades(-4, 0)), "beta": OneOf(0.0, Decades(-2, 1))},
-    "ftml": {"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999),
-             "epsilon": Decades(-10, -2)},
-    "sgld": {"seed": Ints(0, 2**32)},
-    "adamw": {"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999),
-              "epsilon": Decades(-10, -2), "eta": OneOf(1.0, Interval(0.0, 1.0))},
-    "lars": {"momentum": _MOMENTUM, "eta": OneOf(0.001, Decades(-3, 0)),
-             "eps": OneOf(0.0, Decades(-9, -3)), "momentum_correction": OneOf(True, False)},
-    "groupadagrad": {"eps": OneOf(1e-5, Decades(-10, -1))},
-    # the bounds on either side of 1, so lower_bound <= upper_bound always
-    "lamb": {"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999),
-             "epsilon": OneOf(1e-6, Decades(-10, -2)),
-             "lower_bound": OneOf(None, Decades(-3, 0)), "upper_bound": OneOf(None, Decades(0, 2)),
-             "bias_correction": OneOf(True, False)},
-}
-
-
-#: optimizers whose weight must be a matrix (GroupAdaGrad keeps one accumulator per row): their
-#: weights are drawn 2-D (:func:`shape_space`, :func:`weight_shape`)
-MATRIX = frozenset({"groupadagrad"})
-
-#: common hyperparameters an optimizer does not take freely: GroupAdaGrad refuses weight decay
-#: (MXNet 1.9.1 asserts wd == 0)
-COMMON_FIXED = {"groupadagrad": {"wd": 0.0}}
+def _spec(name):
+    from ..optimizers import spec_of
+    return spec_of(name)
 
 
 def common_space(name):
     """:data:`COMMON` for optimizer ``name``, with its :data:`COMMON_FIXED` values pinned."""
-    return {**COMMON, **{k: Just(v) for k, v in COMMON_FIXED.get(name, {}).items()}}
+    return {**COMMON, **{k: Just(v) for k, v in _spec(name).fixed.items()}}
 
 
 def shape_space(name, max_size):
     """The weight shapes drawn for optimizer ``name``: :class:`Shapes` of at most
     ``max_size`` elements, 2-D for the :data:`MATRIX` optimizers."""
-    return Shapes(max_size, name in MATRIX)
+    return Shapes(max_size, _spec(name).matrix)
 
 
 def weight_shape(name, size):
     """The fixed weight shape of ``size`` elements for optimizer ``name`` (recorded inputs):
     ``(size,)``, or for a :data:`MATRIX` optimizer two rows of ``size // 2`` (one row when
     ``size`` is odd)."""
-    if name not in MATRIX:
+    if not _spec(name).matrix:
         return (size,)
     rows = 2 if size >= 2 and size % 2 == 0 else 1
     return (rows, size // rows)
 
 
 def fix_dependent(name, hyper):
-    """Hyperparameters that only make sense together: Signum's ``wd_lh`` is MXNet's decoupled
-    weight decay of the momentum branch, so it is 0 without momentum."""
-    if name == "signum" and hyper.get("momentum") == 0.0 and "wd_lh" in hyper:
-        hyper = dict(hyper, wd_lh=0.0)
-    return hyper
+    """Hyperparameters that only make sense together (``Spec.dependent``; Signum's ``wd_lh`` is
+    MXNet's decoupled weight decay of the momentum branch, so it is 0 without momentum)."""
+    dependent = _spec(name).dependent
+    return hyper if dependent is None else dependent(hyper)
 
 
 def hyper_space(name, fixed=None):

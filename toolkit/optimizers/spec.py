@@ -1,0 +1,146 @@
+"""The one entry per optimizer: :class:`Spec`, everything the toolkit knows about it, as data.
+
+An optimizer's module declares its spec beside its class (``SPEC = Spec(...)`` and
+``spec = SPEC`` in the class body). Every table of the toolkit reads it through the registry
+(:func:`toolkit.optimizers.registry.specs`): the oracle's hyperparameter space, ``check``,
+``accuracy``, ``regress`` and the golden files, ``demo``, ``bench`` and its traffic model, the
+generic tests, the docs tables. A third party's optimizer declares a spec the same way and then
+runs everywhere (docs/custom-optimizer.md); one without a spec is registered with a bare one
+(:meth:`Spec.bare`): it steps and trains, and the tools that need an oracle skip it.
+
+What is *derived* is not declared: defaults, state slots and hyperparameter domains come from the
+class (its constructor, ``state_slots()`` and ``domains``), the values a validation test assigns
+from the domains (``Domain.invalid_examples``), the unfused numpy baseline of ``bench`` from the
+rule. The reference stays independent of the toolkit: a spec *names* its reference module
+(``"reference.adam"``), the reference never imports the toolkit.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
+
+from .spaces import Space
+
+__all__ = ["Spec", "BenchSetting", "CONVENTIONS"]
+
+#: the conventions the toolkit's kernels implement (the oracle also has "pytorch")
+CONVENTIONS = ("mxnet", "guide")
+
+
+def _frozen(mapping):
+    return MappingProxyType(dict(mapping or {}))
+
+
+@dataclass(frozen=True)
+class BenchSetting:
+    """One row of ``mxopt bench``: hyperparameters that change the traffic, the torch.optim
+    update that moves the same bytes (``(class name, kwargs)``, or None), and whether the row is
+    in ``--quick``. ``label`` defaults to the registry name."""
+    label: str
+    kwargs: Mapping = field(default_factory=dict)
+    torch: tuple | None = None
+    quick: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "kwargs", _frozen(self.kwargs))
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Everything the toolkit knows about one optimizer, declared once.
+
+    Identity and oracle
+        ``name``: the registry name (the class's lower-case name, MXNet's rule).
+        ``reference``: the module of its float64 oracle (``"reference.adam"``), or None.
+        ``conventions``: the conventions its kernels implement (Nadam: ``("mxnet",)``).
+        ``pytorch``: the PyTorch decision of its reference (``reference.<name>.PYTORCH``:
+        ``"pytorch"``, the convention PyTorch's update equals, or None); a test checks the two
+        agree. ``torch``: the ``torch.optim`` class of the same update family, or None.
+    What the oracle draws
+        ``space``: its own hyperparameters (MXNet's constructor names) as :class:`Space` s,
+        aimed at branch points. ``fixed``: common hyperparameters it does not take freely, with
+        ``fixed_reason`` (GroupAdaGrad: wd 0). ``matrix``: its weights are 2-D (one accumulator
+        per row). ``dependent``: ``hyper -> hyper``, fixes values that only make sense together.
+        ``uses_lr``: whether the learning rate enters the update (AdaDelta: no).
+        ``half_state_lr``: the least learning rate a float16 *state* (no master copy) needs to
+        stay in range, with ``half_state_reason`` (FTRL/FTML: the state grows like w/lr).
+    Fixed configurations (constructor keywords besides the common ones)
+        ``record``: switches on every state slot and branch (golden files, ``regress``,
+        start-up and interop tests); ``record_ulps``: the last-bit allowance of its float64
+        trajectory (1 where a step uses ``pow``/``exp``/``log``/``cos``, whose last bit may
+        differ between libm builds). ``layouts``: one per state layout (validation tests).
+        ``trainer``: the Trainer tests' configurations. ``demo``: ``mxopt demo``'s settings, and
+        ``full_data_gradient`` (SGLD: its noise is calibrated to the whole data set's gradient).
+        ``bench``: the rows of ``mxopt bench``.
+    Traffic model (``mxopt bench``'s floor)
+        ``first_pass``: arrays besides the gradient a first pass reads per element (per-tensor
+        norms, LAMB's direction), an int or ``f(optimizer, buffers) -> int``.
+    Docs
+        ``docs``: its page, ``docs/optimizers/<name>.md`` by default.
+    """
+    name: str
+    reference: str | None = None
+    conventions: tuple = CONVENTIONS
+    pytorch: str | None = None
+    torch: str | None = None
+    space: Mapping[str, Space] = field(default_factory=dict)
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    fixed_reason: str = ""
+    matrix: bool = False
+    dependent: Callable[[dict], dict] | None = None
+    uses_lr: bool = True
+    half_state_lr: float | None = None
+    half_state_reason: str = ""
+    record: Mapping = field(default_factory=dict)
+    record_ulps: int = 0
+    layouts: tuple = ({},)
+    trainer: tuple = ({},)
+    demo: Mapping = field(default_factory=dict)
+    full_data_gradient: bool = False
+    bench: tuple = ()
+    first_pass: int | Callable = 0
+    docs: str | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name or self.name != self.name.lower():
+            raise ValueError(f"Spec name must be a non-empty lower-case string, got {self.name!r}")
+        bad = [c for c in self.conventions if c not in CONVENTIONS]
+        if bad or not self.conventions:
+            raise ValueError(f"Spec {self.name!r}: conventions must be a non-empty subset of "
+                             f"{CONVENTIONS}, got {self.conventions!r}")
+        for key in ("space", "fixed", "record", "demo"):
+            object.__setattr__(self, key, _frozen(getattr(self, key)))
+        for key in ("layouts", "trainer"):
+            object.__setattr__(self, key, tuple(_frozen(c) for c in getattr(self, key)))
+        object.__setattr__(self, "bench", tuple(self.bench))
+        if self.docs is None and self.reference is not None:
+            object.__setattr__(self, "docs", f"docs/optimizers/{self.name}.md")
+
+    @classmethod
+    def bare(cls, name):
+        """The spec of an optimizer registered without one: a name and nothing to compare
+        it with (no reference, no space)."""
+        return cls(name=name)
+
+    @property
+    def has_oracle(self):
+        """Whether a reference module is named: ``check``, ``accuracy``, ``regress`` and the
+        oracle's ``verify``/``identify`` then know this optimizer."""
+        return self.reference is not None
+
+    def reference_module(self):
+        """The reference module, imported (None when the spec names none)."""
+        return None if self.reference is None else importlib.import_module(self.reference)
+
+    def first_pass_reads(self, opt, buffers=0):
+        """Arrays besides the gradient that a first pass over the elements reads, for the
+        optimizer ``opt`` built from this spec (0: one pass only)."""
+        fp = self.first_pass
+        return int(fp(opt, buffers) if callable(fp) else fp)
+
+    def bench_settings(self):
+        """This optimizer's ``mxopt bench`` rows; one plain row (no torch peer, not quick)
+        when the spec declares none."""
+        return self.bench or (BenchSetting(self.name),)
