@@ -841,7 +841,7 @@ def _step_settings(trainer):
     for p in trainer._params:
         out[f"parameter {p.name!r}'s lr_mult"] = float(p.lr_mult)
         out[f"parameter {p.name!r}'s wd_mult"] = float(p.wd_mult)
-    out["skip_nonfinite"] = bool(trainer._guard_on)
+    out["skip_nonfinite"] = bool(trainer.skipping_nonfinite)
     return out
 
 

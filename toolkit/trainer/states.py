@@ -211,7 +211,7 @@ def _write_npz(f, payload):
 
 def save(trainer, path):
     target = _save_target(path)
-    with trainer._lock:  # one consistent step: no step runs while the state is copied
+    with trainer.step_lock:  # one consistent step: no step runs while the state is copied
         meta, arrs = _collect(trainer)
     meta["checksum"] = {"algorithm": "sha256", "value": _checksum(arrs, meta)}
     payload = dict(arrs)
@@ -693,7 +693,7 @@ def load(trainer, path, raw=None):
     """Load the states file ``path`` (a path or a binary file object; or its bytes ``raw``,
     read elsewhere) into ``trainer``; ``ValueError`` (the trainer unchanged) for any file it
     does not accept."""
-    with trainer._lock:  # no step runs between the checks and the commit
+    with trainer.step_lock:  # no step runs between the checks and the commit
         bounds = _Bounds(trainer)
         meta, loaded = _read(path, raw, bounds,
                              lambda meta: (_check_identity(path, meta, trainer),
