@@ -497,6 +497,34 @@ def test_a_save_killed_mid_write_leaves_a_temporary_the_next_save_removes(tmp_pa
     assert os.listdir(tmp_path) == ["w.states"]
 
 
+@pytest.mark.parametrize("base", ["s" * 249 + ".state",             # 255 ASCII bytes
+                                  "\u00e9" * 124 + "-\u20ac.st"],         # 255 UTF-8 bytes
+                         ids=["ascii", "utf8"])
+def test_a_255_byte_name_can_be_saved_and_its_stale_temporaries_are_removed(base, tmp_path):
+    """The temporary's name must fit NAME_MAX (255 bytes, in the file system's encoding) too:
+    ``.<name>.mxopt-tmp-<pid>-<random>`` for a 250-byte name did not, and the save failed."""
+    assert len(os.fsencode(base)) == 255
+    t, params = _build()
+    _steps(t, params, 1)
+    target = tmp_path / base
+    t.save_states(target)
+    assert os.listdir(tmp_path) == [base]                  # saved, no temporary left
+    t.load_states(target)
+    prefix = states._temporary_prefix(str(tmp_path), base)
+    name = f"{prefix}{_dead_pid()}-0a1b2c3d4e5f"
+    assert name.startswith(".") and ".mxopt-tmp-" in name and len(os.fsencode(name)) <= 255
+    assert os.fsencode(name).decode("utf-8")                # whole characters only
+    other = states._temporary_prefix(str(tmp_path), base[:-1] + "x")  # another long name
+    assert other != prefix
+    others = f"{other}{_dead_pid()}-0a1b2c"
+    (tmp_path / name).write_bytes(b"partial")               # a save of this path killed
+    (tmp_path / others).write_bytes(b"partial")             # another path's
+    t.save_states(target)
+    assert sorted(os.listdir(tmp_path)) == sorted([base, others])
+    short = states._temporary_prefix(str(tmp_path), "trainer.states")
+    assert short == ".trainer.states.mxopt-tmp-"            # a short name keeps the plain form
+
+
 def test_load_states_takes_paths_and_binary_files_never_a_descriptor(tmp_path):
     t, params = _build()
     _steps(t, params, 1)

@@ -19,8 +19,9 @@ Format (version 2, ``docs/trainer.md``): a NumPy ``.npz`` archive (a zip of stor
 Version 1 (no scheduler configuration) is still read.
 
 Writing: the state is copied under the Trainer's step lock (one consistent step), written to a
-temporary file ``.<name>.mxopt-tmp-<pid>-<random>`` beside the target (a symlink's target),
-flushed and fsynced, renamed over the target, and the folder fsynced. Loading bounds the file and
+temporary file ``.<name>.mxopt-tmp-<pid>-<random>`` beside the target (a symlink's target; a
+name too long for that is cut and given a hash: ``_temporary_prefix``), flushed and fsynced,
+renamed over the target, and the folder fsynced. Loading bounds the file, its zip directory and
 every member by what this trainer expects before reading them, then reads and checks everything
 (zip structure, format, checksum, every metadata field's type and domain, optimizer,
 hyperparameters, parameters, scheduler configuration and state) before it changes anything; any
@@ -71,6 +72,8 @@ _CENTRAL_ENTRY_MAX = 160
 #: zip directory entries parsed beyond the members a trainer expects (see ``_Bounds.entries``)
 _NAMED_EXTRA = 16
 _TMP_MARK = ".mxopt-tmp-"
+#: the longest end of a temporary's name after the mark: ``<pid>-<12 hex digits>``
+_TMP_TAIL = 10 + 1 + 12
 _CHUNK = 1 << 20
 
 
@@ -187,10 +190,37 @@ def _pid_alive(pid):
     return True
 
 
-def _remove_stale_temporaries(folder, base):
-    """Remove ``.<base>.mxopt-tmp-<pid>-<random>`` files whose writer process has died (a save
-    killed mid-write leaves one)."""
-    pattern = re.compile(re.escape("." + base + _TMP_MARK) + r"([1-9]\d{0,9})-[0-9a-f]+\Z")
+def _name_max(folder):
+    """The longest file name, in bytes, that ``folder``'s file system takes (255 when it does
+    not say)."""
+    try:
+        n = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):  # pragma: no cover - no pathconf here
+        n = -1
+    return n if n > 0 else 255
+
+
+def _temporary_prefix(folder, base):
+    """What every temporary file of a save of ``base`` in ``folder`` starts with:
+    ``.<base>.mxopt-tmp-``, or, when the temporary's name would be longer than the file system
+    takes (NAME_MAX bytes, counted in the file system's encoding),
+    ``.<the start of base>~<16 hex digits of base's SHA-256>.mxopt-tmp-`` (still hidden, still
+    ours, and still one prefix per path)."""
+    room = _name_max(folder) - len(_TMP_MARK) - _TMP_TAIL
+    name = "." + base
+    if len(os.fsencode(name)) <= room:
+        return name + _TMP_MARK
+    digest = hashlib.sha256(os.fsencode(base)).hexdigest()[:16]
+    start = base[:max(room, 0)]
+    while start and len(os.fsencode(f".{start}~{digest}")) > room:
+        start = start[:-1]    # whole characters: a multi-byte one is kept whole or dropped
+    return f".{start}~{digest}{_TMP_MARK}"
+
+
+def _remove_stale_temporaries(folder, prefix):
+    """Remove the files ``<prefix><pid>-<random>`` (``_temporary_prefix``) whose writer process
+    has died (a save killed mid-write leaves one)."""
+    pattern = re.compile(re.escape(prefix) + r"([1-9]\d{0,9})-[0-9a-f]+\Z")
     try:
         names = os.listdir(folder)
     except OSError:
@@ -223,13 +253,13 @@ def save(trainer, path):
     payload = dict(arrs)
     payload["meta"] = np.frombuffer(json.dumps(meta, sort_keys=True).encode("utf-8"), np.uint8)
     folder = os.path.dirname(os.path.abspath(target))
-    base = os.path.basename(target)
-    _remove_stale_temporaries(folder, base)
+    prefix = _temporary_prefix(folder, os.path.basename(target))
+    _remove_stale_temporaries(folder, prefix)
     try:
         mode = stat.S_IMODE(os.stat(target).st_mode)  # a replaced file keeps its mode
     except FileNotFoundError:
         mode = None  # a new file: 0666 masked by the umask, as open() gives
-    tmp = os.path.join(folder, f".{base}{_TMP_MARK}{os.getpid()}-{secrets.token_hex(6)}")
+    tmp = os.path.join(folder, f"{prefix}{os.getpid()}-{secrets.token_hex(6)}")
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
     try:
         with os.fdopen(fd, "w+b") as f:
