@@ -722,13 +722,15 @@ class DistKVStore:
 
     def load_states(self, path):
         """Rank 0 reads the file and sends its bytes to every rank; every rank loads the same
-        bytes (files on other ranks are not read). A failure on any rank raises on every rank."""
+        bytes (files on other ranks are not read). A failure on any rank raises on every rank:
+        when rank 0 cannot read the file (any ``Exception``), it raises its own and every other
+        rank a ``RuntimeError`` naming rank 0's exception type and message."""
         from .states import load, read_bytes
         raw, error = None, None
         if self.rank == 0:
             try:   # bounded by what this trainer's file can be, before it is read
                 raw = read_bytes(self._trainer, path)
-            except (OSError, ValueError, TypeError) as exc:
+            except Exception as exc:  # noqa: BLE001 - any failure is told to every rank below
                 error = exc
         msg = self._bcast_bytes(b"" if error is None else
                                 f"{type(error).__name__}: {error}".encode("utf-8"),
