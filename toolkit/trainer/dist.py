@@ -47,6 +47,7 @@ import time
 import numpy as np
 
 from .. import launch as _launch
+from ..mpi_env import rank_from_env
 from ..backends import arrays
 from . import compression as _compression
 from .buffers import state_leaves
@@ -146,15 +147,6 @@ def use_communicator(comm):
     distributed Trainer built afterwards duplicates it."""
     global _communicator
     _communicator = comm
-
-
-def _rank_from_env():
-    """This process's rank as the MPI launcher states it (before MPI is started), or "?"."""
-    for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
-        value = os.environ.get(name, "")
-        if value.isdigit():
-            return int(value)
-    return "?"
 
 
 def _abort(MPI, code=1, reason=None):
@@ -398,8 +390,9 @@ class DistKVStore:
         # communicator's duplication wait for every rank, like any other collective
         self.timeout = _timeout_from_env()
         self.reduce_mode = _reduce_mode_from_env()
-        self.watch = _watchdog(None, _rank_from_env(), self.timeout)
-        with _StartUpGuard(self.timeout, _rank_from_env()):
+        rank = rank_from_env("?")   # MPI is not started yet: as the launcher states it
+        self.watch = _watchdog(None, rank, self.timeout)
+        with _StartUpGuard(self.timeout, rank):
             MPI = self.MPI = _mpi()
         self.watch.MPI = MPI
         base = _communicator if _communicator is not None else MPI.COMM_WORLD
