@@ -178,3 +178,41 @@ def test_check_piped_prints_a_line_per_row(capsys, monkeypatch):
                      "the oracle"
     assert [line.split(": worst")[0] for line in err[1:]] == [
         "[1/3] proof nag", "[2/3] sgd mxnet cpu float32", "[3/3] adam guide reference float64"]
+
+
+def test_the_launch_runner_reads_the_rank_with_the_librarys_one_definition_and_stays_light(
+        tmp_path, monkeypatch):
+    """``toolkit/launch.py``, run by path on each rank before the script, names the rank with
+    ``toolkit.mpi_env.rank_from_env`` (the one definition, shared with the distributed
+    Trainer) and imports neither the ``toolkit`` package (Numba) nor mpi4py nor NumPy."""
+    import os
+    import pathlib
+    import re
+    import subprocess
+    import sys
+    import toolkit.launch
+    import toolkit.mpi_env
+    import toolkit.trainer.dist
+    root = pathlib.Path(toolkit.__file__).resolve().parent
+    found = [(str(p.relative_to(root)), m) for p in sorted(root.rglob("*.py"))
+             for m in re.findall(r"^\s*def (_?rank_from_env)\(", p.read_text(), re.M)]
+    assert found == [("mpi_env.py", "rank_from_env")], found
+    assert toolkit.launch.rank_from_env is toolkit.mpi_env.rank_from_env
+    assert toolkit.trainer.dist.rank_from_env is toolkit.mpi_env.rank_from_env
+    script = tmp_path / "show.py"
+    script.write_text("import json, sys\nprint(json.dumps(sorted(sys.modules)))\n")
+    env = dict(os.environ, PMI_RANK="3", MXOPT_LAUNCH_SOCKET=str(tmp_path / "no-launcher"))
+    env.pop("OMPI_COMM_WORLD_RANK", None)
+    r = subprocess.run([sys.executable, str(root / "launch.py"), str(script)], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "mxopt launch: rank 3: cannot reach the launcher" in r.stderr, r.stderr
+    heavy = [m for m in json.loads(r.stdout)
+             if m.split(".")[0] in ("toolkit", "numba", "mpi4py", "numpy")]
+    assert heavy == [], heavy
+    for name in toolkit.mpi_env.RANK_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert toolkit.mpi_env.rank_from_env() is None and toolkit.mpi_env.rank_from_env("?") == "?"
+    for value, want in (("7", 7), ("", None), ("x", None), ("-1", None)):
+        monkeypatch.setenv("PMIX_RANK", value)
+        assert toolkit.mpi_env.rank_from_env("?") == ("?" if want is None else want)

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import stat
+import struct
 import subprocess
 import sys
 import threading
@@ -496,6 +497,34 @@ def test_a_save_killed_mid_write_leaves_a_temporary_the_next_save_removes(tmp_pa
     assert os.listdir(tmp_path) == ["w.states"]
 
 
+@pytest.mark.parametrize("base", ["s" * 249 + ".state",             # 255 ASCII bytes
+                                  "\u00e9" * 124 + "-\u20ac.st"],         # 255 UTF-8 bytes
+                         ids=["ascii", "utf8"])
+def test_a_255_byte_name_can_be_saved_and_its_stale_temporaries_are_removed(base, tmp_path):
+    """The temporary's name must fit NAME_MAX (255 bytes, in the file system's encoding) too:
+    ``.<name>.mxopt-tmp-<pid>-<random>`` for a 250-byte name did not, and the save failed."""
+    assert len(os.fsencode(base)) == 255
+    t, params = _build()
+    _steps(t, params, 1)
+    target = tmp_path / base
+    t.save_states(target)
+    assert os.listdir(tmp_path) == [base]                  # saved, no temporary left
+    t.load_states(target)
+    prefix = states._temporary_prefix(str(tmp_path), base)
+    name = f"{prefix}{_dead_pid()}-0a1b2c3d4e5f"
+    assert name.startswith(".") and ".mxopt-tmp-" in name and len(os.fsencode(name)) <= 255
+    assert os.fsencode(name).decode("utf-8")                # whole characters only
+    other = states._temporary_prefix(str(tmp_path), base[:-1] + "x")  # another long name
+    assert other != prefix
+    others = f"{other}{_dead_pid()}-0a1b2c"
+    (tmp_path / name).write_bytes(b"partial")               # a save of this path killed
+    (tmp_path / others).write_bytes(b"partial")             # another path's
+    t.save_states(target)
+    assert sorted(os.listdir(tmp_path)) == sorted([base, others])
+    short = states._temporary_prefix(str(tmp_path), "trainer.states")
+    assert short == ".trainer.states.mxopt-tmp-"            # a short name keeps the plain form
+
+
 def test_load_states_takes_paths_and_binary_files_never_a_descriptor(tmp_path):
     t, params = _build()
     _steps(t, params, 1)
@@ -698,3 +727,106 @@ def test_a_host_member_for_an_optimizer_without_host_arrays_is_named():
     with pytest.raises(ValueError, match="'host/x', which this trainer has no use for"):
         t.load_states(io.BytesIO(_pack(dict(arrs, **{"host/x": arrs["state/0/0"]}), meta)))
     assert _fingerprint(t) == before
+
+
+# ------------------------------------------------------------------------------------------
+# the zip directory is bounded before zipfile parses it (a review of issue 19)
+# ------------------------------------------------------------------------------------------
+_CENTRAL = struct.Struct("<4s6H3L5H2L")  # a zip central directory file header (46 bytes)
+_END = struct.Struct("<4s4H2LH")
+_END64_LOCATOR = struct.Struct("<4sLQL")
+_END64 = struct.Struct("<4sQ2H2L4Q")
+
+
+def _huge_directory(n, how):
+    """A sealed zip whose central directory holds ``n`` tiny entries (distinct names, no data),
+    its end records declaring them as ``how`` says: "saturated" (65535 entries, no zip64),
+    "zip64" (the true count in zip64 end records) or "one" (1 entry, the true directory
+    size)."""
+    head = b"PK\x03\x04" + bytes(26)
+    cd = b"".join(_CENTRAL.pack(b"PK\x01\x02", 20, 20, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0)
+                  + b"%05x" % k for k in range(n))
+    records = b""
+    count = {"saturated": 0xFFFF, "zip64": 0xFFFF, "one": 1}[how]
+    if how == "zip64":
+        at = len(head) + len(cd)
+        records = _END64.pack(b"PK\x06\x06", 44, 45, 45, 0, 0, n, n, len(cd), len(head)) + \
+            _END64_LOCATOR.pack(b"PK\x06\x07", 0, at, 1)
+    end = _END.pack(b"PK\x05\x06", 0, 0, count, count, len(cd), len(head), 64)
+    return _seal(head + cd + records + end + b"0" * 64)
+
+
+@pytest.mark.parametrize("how", ["saturated", "zip64", "one"])
+def test_a_directory_of_200k_tiny_entries_is_refused_before_zipfile_parses_it(how):
+    """zipfile makes one ZipInfo per entry of the whole central directory when it opens a zip;
+    the end records are read first, so a directory larger than this trainer's states can need
+    is refused with little memory (zipfile's parse of it took tens of MB)."""
+    t, _ = _build("adam", kw={"learning_rate": 0.1}, shapes=[(1 << 21,)])   # a 16 MB file
+    raw = _huge_directory(200_000, how)
+    assert len(raw) < states._Bounds(t).file  # within the file size bound: the directory's
+    before = _fingerprint(t)
+    tracemalloc.start()
+    try:
+        with _bounded(20), pytest.raises(ValueError, match="its zip directory (declares|takes)"):
+            states.load(t, "crafted.states", raw=raw)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 ** 20, peak
+    assert _fingerprint(t) == before
+
+
+def _with_zip64_end(raw, edit=None):
+    """``raw`` (a states file) with zip64 end records before its end record (as zipfile writes
+    for a directory beyond 4 GiB or 65535 entries), resealed; ``edit(fields)`` may change the
+    zip64 record's and locator's fields first."""
+    end = len(raw) - 64 - _END.size
+    _, _, _, _, entries, size, offset, _ = _END.unpack_from(raw, end)
+    f = {"record": [b"PK\x06\x06", 44, 45, 45, 0, 0, entries, entries, size, offset],
+         "locator": [b"PK\x06\x07", 0, end, 1]}
+    if edit is not None:
+        edit(f)
+    records = _END64.pack(*f["record"]) + _END64_LOCATOR.pack(*f["locator"])
+    tail = _END.pack(b"PK\x05\x06", 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 64)
+    return _seal(raw[:end] + records + tail + raw[-64:])
+
+
+def test_zip64_end_records_are_read_and_checked():
+    raw, _ = _good()
+    t, params = _build()
+    _steps(t, params, 1)
+    t.load_states(io.BytesIO(_with_zip64_end(raw)))            # a valid zip64 end: it loads
+    t2, params2 = _build()
+    _steps(t2, params2, 1)
+    t2.load_states(io.BytesIO(raw))
+    assert _fingerprint(t) == _fingerprint(t2)
+    bad = {
+        "damaged": lambda f: f["locator"].__setitem__(2, 3),   # the record is not where it says
+        "multi-disk": lambda f: f["record"].__setitem__(4, 1),
+        "entries": lambda f: (f["record"].__setitem__(6, 10 ** 6),
+                              f["record"].__setitem__(7, 10 ** 6)),
+        "size": lambda f: f["record"].__setitem__(8, 10 ** 9),
+        "offset": lambda f: f["record"].__setitem__(9, f["record"][9] + 1),
+    }
+    match = {"damaged": "zip64 end records are damaged", "multi-disk": "multi-disk",
+             "entries": "declares 1000000 members", "size": "takes 1000000000 bytes",
+             "offset": "does not end where its end records start"}
+    for case, edit in bad.items():
+        before = _fingerprint(t)
+        with pytest.raises(ValueError, match=match[case]):
+            t.load_states(io.BytesIO(_with_zip64_end(raw, edit)))
+        assert _fingerprint(t) == before
+
+
+def test_an_end_record_not_right_before_the_comment_is_refused():
+    raw, _ = _good()
+    t, _ = _build()
+    end = len(raw) - 64 - _END.size
+    short = bytearray(raw)
+    short[end + 20:end + 22] = struct.pack("<H", 0)             # declares no comment
+    with pytest.raises(ValueError, match="declares a 0-byte comment"):
+        t.load_states(io.BytesIO(_seal(bytes(short))))
+    late = bytearray(raw)
+    late[end + 16:end + 20] = b"PK\x05\x06"                     # a second signature after it
+    with pytest.raises(ValueError, match="not right before its 64-byte comment"):
+        t.load_states(io.BytesIO(_seal(bytes(late))))

@@ -754,3 +754,47 @@ def test_the_old_name_of_state_like_weight_is_refused():
     with pytest.raises(TypeError, match="state_like_weight"):
         class Old(optimizer.SGD):  # noqa: F841 - the class statement is the test
             elementwise_step = False
+
+
+def test_states_and_dist_use_the_trainers_public_seams_step_lock_and_skipping_nonfinite():
+    """``step_lock`` and ``skipping_nonfinite`` are the documented seams that save_states,
+    load_states and the distributed step read; no module but the Trainer's own touches the
+    private attributes behind them."""
+    import pathlib
+    import re
+    import threading
+    p = Parameter("w", init=np.zeros(3, np.float32))
+    t = Trainer([p], "sgd", {"learning_rate": 1.0})
+    assert isinstance(t.step_lock, type(threading.Lock())) and t.step_lock is t.step_lock
+    with pytest.raises(AttributeError):
+        t.step_lock = threading.Lock()
+    with pytest.raises(AttributeError):
+        t.skipping_nonfinite = True
+    seen = []
+
+    class Spy(optimizer.SGD):
+        def _kernel_step(self, index, weight, grad, state, t_, lr, wd):
+            seen.append((t.step_lock.locked(), t.skipping_nonfinite))
+            super()._kernel_step(index, weight, grad, state, t_, lr, wd)
+
+    t = Trainer([p], Spy(learning_rate=1.0))
+    for guard in (False, True):
+        p.set_grad(np.ones(3))
+        t.step(1, skip_nonfinite=guard)
+    assert seen == [(True, False), (True, True)]
+    assert not t.step_lock.locked() and t.skipping_nonfinite is False
+    # a step in another thread waits while the lock is held
+    p.set_grad(np.ones(3))
+    with t.step_lock:
+        worker = threading.Thread(target=t.step, args=(1,))
+        worker.start()
+        worker.join(0.3)
+        assert worker.is_alive() and np.array_equal(p.data(), -2 * np.ones(3, np.float32))
+    worker.join(10)
+    assert np.array_equal(p.data(), -3 * np.ones(3, np.float32))
+    root = pathlib.Path(__file__).resolve().parents[1] / "toolkit"
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "trainer.py" and path.parent.name == "trainer":
+            continue
+        found = re.findall(r"\._guard_on\b|\b\w*trainer\w*\._lock\b", path.read_text())
+        assert not found, f"{path} reaches into the Trainer's private {found}"

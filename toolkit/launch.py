@@ -27,7 +27,9 @@ the launcher gives the other ranks :data:`EVERYWHERE_GRACE_S` seconds to print t
 ranks. With Open MPI, ``--oversubscribe`` (more ranks than cores) and, as root,
 ``--allow-run-as-root`` are added; MPICH needs neither.
 
-This file imports only the standard library: each rank runs it by path before anything else.
+This file imports only the standard library and the toolkit's stdlib-only ``toolkit.mpi_env``
+(loaded by path when this file runs by path): each rank runs it before anything else, so it
+imports neither the ``toolkit`` package (Numba) nor mpi4py.
 """
 from __future__ import annotations
 
@@ -51,6 +53,24 @@ __all__ = ["main", "find_mpiexec", "command", "run_rank", "report", "SOCKET_ENV"
 SOCKET_ENV = "MXOPT_LAUNCH_SOCKET"
 #: "pid:fd" of the runner's socket, for the ``toolkit.launch`` a Trainer imports
 _FD_ENV = "MXOPT_LAUNCH_FD"
+
+
+def _library_module(name):
+    """The toolkit's stdlib-only module ``toolkit/<name>.py``, loaded by path: this file, run by
+    path on each rank, must not import the ``toolkit`` package (its import compiles Numba
+    kernels), and must not import mpi4py (MPI would start before the script runs)."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+    spec = importlib.util.spec_from_file_location(f"_mxopt_launch_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+if __package__:   # imported as toolkit.launch (the CLI, a Trainer)
+    from .mpi_env import rank_from_env
+else:             # run by path: the per-rank runner
+    rank_from_env = _library_module("mpi_env").rank_from_env
 #: seconds the launcher waits for the other ranks after one reports an error every rank raises
 EVERYWHERE_GRACE_S = 10.0
 #: seconds between a rank's failure and SIGTERM to mpiexec (lets its last output through)
@@ -107,14 +127,6 @@ def command(n, script, args, mpiexec=None):
 _channel = None
 
 
-def _rank_from_env():
-    for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
-        value = os.environ.get(name, "")
-        if value.isdigit():
-            return int(value)
-    return None
-
-
 def report(event, **info):
     """Tell the launcher how this rank is ending (``event``: ``"done"``, ``"exception"``,
     ``"exit"`` or ``"abort"``, with JSON-able details); does nothing in a process the launcher
@@ -150,14 +162,14 @@ def _connect():
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.connect(path)
     except OSError as exc:
-        sys.stderr.write(f"mxopt launch: rank {_rank_from_env()}: cannot reach the launcher at "
+        sys.stderr.write(f"mxopt launch: rank {rank_from_env()}: cannot reach the launcher at "
                          f"{path} ({exc}); this rank's failures will not end the job at once\n")
         return
     _channel = s
     os.environ[_FD_ENV] = f"{os.getpid()}:{s.fileno()}"
     # a forked child must not keep the launcher's view of this rank alive
     os.register_at_fork(after_in_child=_forget_channel)
-    report("hello", rank=_rank_from_env(), pid=os.getpid())
+    report("hello", rank=rank_from_env(), pid=os.getpid())
 
 
 def _forget_channel():

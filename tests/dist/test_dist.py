@@ -122,6 +122,25 @@ def test_save_on_rank0_load_everywhere_continues_bit_identically(mpi, tmp_path):
             assert np.array_equal(_bits(full[r][key]), _bits(full[0][key])), (r, key)
 
 
+def test_any_exception_reading_the_file_on_rank_0_raises_on_every_rank(mpi, tmp_path):
+    """Not only OSError, ValueError and TypeError: a RuntimeError from a file object, a
+    KeyError (a bug), a MemoryError on rank 0 reach the other ranks at once (they raise a
+    RuntimeError naming it), instead of leaving them waiting for the watchdog."""
+    job = mpi(2, "loadfail", tmp_path, env={"MXOPT_DIST_TIMEOUT": "30"}, timeout=120)
+    assert job.rc == 0, job
+    assert job.seconds < 25, job               # no rank waited for the 30 s watchdog
+    res = [json.loads((tmp_path / f"loadfail-rank{r}.json").read_text()) for r in range(2)]
+    want = {"runtime": "RuntimeError: the disk went away",
+            "keyerror": "KeyError: 'a bug in read_bytes'",
+            "memory": "MemoryError: no memory for the file"}
+    for case, text in want.items():
+        assert res[0][case] == text, (case, res[0][case])        # rank 0: its own exception
+        assert res[1][case].startswith("RuntimeError: load_states: rank 0 could not read "), \
+            (case, res[1][case])
+        assert res[1][case].endswith(text), (case, res[1][case])
+    assert res[0]["digest"] == res[1]["digest"]
+
+
 def test_stale_on_one_rank_is_stale_everywhere(mpi, tmp_path):
     job = mpi(2, "stale", tmp_path)
     assert job.rc == 0, job

@@ -184,6 +184,48 @@ def mode_resume(outdir, first, second):
     np.savez(os.path.join(outdir, f"resumed-rank{t.rank}.npz"), **snapshot(t, params))
 
 
+class _FailingFile:
+    """A binary file object whose read() fails with an exception that is not an OSError."""
+
+    def read(self, n=-1):
+        raise RuntimeError("the disk went away")
+
+
+def mode_loadfail(outdir):
+    """Rank 0 cannot read the states file, with exceptions beyond OSError/ValueError/TypeError:
+    every rank records what it raised, then the ranks train on together."""
+    import toolkit.trainer.states as states
+    params = make_params(5, False)
+    t = _ckpt_trainer(params)
+    result = {}
+    real = states.read_bytes
+
+    def buggy(trainer, source):
+        raise KeyError("a bug in read_bytes")
+
+    def exhausted(trainer, source):
+        raise MemoryError("no memory for the file")
+
+    cases = {"runtime": (_FailingFile(), None), "keyerror": ("ckpt.states", buggy),
+             "memory": ("ckpt.states", exhausted)}
+    for case, (source, fake) in cases.items():
+        if fake is not None and t.rank == 0:
+            states.read_bytes = fake
+        try:
+            t.load_states(source)
+            result[case] = "no error"
+        except Exception as exc:  # noqa: BLE001 - recorded for the test
+            result[case] = f"{type(exc).__name__}: {exc}"
+        finally:
+            states.read_bytes = real
+    for step in range(2):
+        write_grads(params, 5, step, t.rank)
+        t.step(BATCH * t.num_workers)
+    result["digest"] = t.kvstore.check_in_sync()
+    with open(os.path.join(outdir, f"loadfail-rank{t.rank}.json"), "w") as f:
+        json.dump(result, f)
+
+
 def mode_stale(outdir):
     from toolkit import StaleGradientError
     a, b = Parameter("a", shape=(4,), init=1.0), Parameter("b", shape=(4,), init=1.0)

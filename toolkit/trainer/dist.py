@@ -47,6 +47,7 @@ import time
 import numpy as np
 
 from .. import launch as _launch
+from ..mpi_env import rank_from_env
 from ..backends import arrays
 from . import compression as _compression
 from .buffers import state_leaves
@@ -146,15 +147,6 @@ def use_communicator(comm):
     distributed Trainer built afterwards duplicates it."""
     global _communicator
     _communicator = comm
-
-
-def _rank_from_env():
-    """This process's rank as the MPI launcher states it (before MPI is started), or "?"."""
-    for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
-        value = os.environ.get(name, "")
-        if value.isdigit():
-            return int(value)
-    return "?"
 
 
 def _abort(MPI, code=1, reason=None):
@@ -398,8 +390,9 @@ class DistKVStore:
         # communicator's duplication wait for every rank, like any other collective
         self.timeout = _timeout_from_env()
         self.reduce_mode = _reduce_mode_from_env()
-        self.watch = _watchdog(None, _rank_from_env(), self.timeout)
-        with _StartUpGuard(self.timeout, _rank_from_env()):
+        rank = rank_from_env("?")   # MPI is not started yet: as the launcher states it
+        self.watch = _watchdog(None, rank, self.timeout)
+        with _StartUpGuard(self.timeout, rank):
             MPI = self.MPI = _mpi()
         self.watch.MPI = MPI
         base = _communicator if _communicator is not None else MPI.COMM_WORLD
@@ -722,13 +715,15 @@ class DistKVStore:
 
     def load_states(self, path):
         """Rank 0 reads the file and sends its bytes to every rank; every rank loads the same
-        bytes (files on other ranks are not read). A failure on any rank raises on every rank."""
+        bytes (files on other ranks are not read). A failure on any rank raises on every rank:
+        when rank 0 cannot read the file (any ``Exception``), it raises its own and every other
+        rank a ``RuntimeError`` naming rank 0's exception type and message."""
         from .states import load, read_bytes
         raw, error = None, None
         if self.rank == 0:
             try:   # bounded by what this trainer's file can be, before it is read
                 raw = read_bytes(self._trainer, path)
-            except (OSError, ValueError, TypeError) as exc:
+            except Exception as exc:  # noqa: BLE001 - any failure is told to every rank below
                 error = exc
         msg = self._bcast_bytes(b"" if error is None else
                                 f"{type(error).__name__}: {error}".encode("utf-8"),
@@ -841,7 +836,7 @@ def _step_settings(trainer):
     for p in trainer._params:
         out[f"parameter {p.name!r}'s lr_mult"] = float(p.lr_mult)
         out[f"parameter {p.name!r}'s wd_mult"] = float(p.wd_mult)
-    out["skip_nonfinite"] = bool(trainer._guard_on)
+    out["skip_nonfinite"] = bool(trainer.skipping_nonfinite)
     return out
 
 

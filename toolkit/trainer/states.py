@@ -19,8 +19,9 @@ Format (version 2, ``docs/trainer.md``): a NumPy ``.npz`` archive (a zip of stor
 Version 1 (no scheduler configuration) is still read.
 
 Writing: the state is copied under the Trainer's step lock (one consistent step), written to a
-temporary file ``.<name>.mxopt-tmp-<pid>-<random>`` beside the target (a symlink's target),
-flushed and fsynced, renamed over the target, and the folder fsynced. Loading bounds the file and
+temporary file ``.<name>.mxopt-tmp-<pid>-<random>`` beside the target (a symlink's target; a
+name too long for that is cut and given a hash: ``_temporary_prefix``), flushed and fsynced,
+renamed over the target, and the folder fsynced. Loading bounds the file, its zip directory and
 every member by what this trainer expects before reading them, then reads and checks everything
 (zip structure, format, checksum, every metadata field's type and domain, optimizer,
 hyperparameters, parameters, scheduler configuration and state) before it changes anything; any
@@ -28,6 +29,7 @@ malformed or mismatched file raises ``ValueError`` and leaves the Trainer exactl
 """
 from __future__ import annotations
 
+import collections
 import copy
 import errno
 import hashlib
@@ -64,7 +66,14 @@ _MEMBER_OVERHEAD = 4096
 _NPY_HEADER_MAX = 2048
 #: the zip end records and the comment
 _ARCHIVE_OVERHEAD = 1024
+#: the most bytes one member's zip central directory entry takes: the fixed header (46), the
+#: name (at most 73: ``host/`` + 64 + ``.npy``) and a zip64 extra field (at most 28), rounded up
+_CENTRAL_ENTRY_MAX = 160
+#: zip directory entries parsed beyond the members a trainer expects (see ``_Bounds.entries``)
+_NAMED_EXTRA = 16
 _TMP_MARK = ".mxopt-tmp-"
+#: the longest end of a temporary's name after the mark: ``<pid>-<12 hex digits>``
+_TMP_TAIL = 10 + 1 + 12
 _CHUNK = 1 << 20
 
 
@@ -181,10 +190,37 @@ def _pid_alive(pid):
     return True
 
 
-def _remove_stale_temporaries(folder, base):
-    """Remove ``.<base>.mxopt-tmp-<pid>-<random>`` files whose writer process has died (a save
-    killed mid-write leaves one)."""
-    pattern = re.compile(re.escape("." + base + _TMP_MARK) + r"([1-9]\d{0,9})-[0-9a-f]+\Z")
+def _name_max(folder):
+    """The longest file name, in bytes, that ``folder``'s file system takes (255 when it does
+    not say)."""
+    try:
+        n = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):  # pragma: no cover - no pathconf here
+        n = -1
+    return n if n > 0 else 255
+
+
+def _temporary_prefix(folder, base):
+    """What every temporary file of a save of ``base`` in ``folder`` starts with:
+    ``.<base>.mxopt-tmp-``, or, when the temporary's name would be longer than the file system
+    takes (NAME_MAX bytes, counted in the file system's encoding),
+    ``.<the start of base>~<16 hex digits of base's SHA-256>.mxopt-tmp-`` (still hidden, still
+    ours, and still one prefix per path)."""
+    room = _name_max(folder) - len(_TMP_MARK) - _TMP_TAIL
+    name = "." + base
+    if len(os.fsencode(name)) <= room:
+        return name + _TMP_MARK
+    digest = hashlib.sha256(os.fsencode(base)).hexdigest()[:16]
+    start = base[:max(room, 0)]
+    while start and len(os.fsencode(f".{start}~{digest}")) > room:
+        start = start[:-1]    # whole characters: a multi-byte one is kept whole or dropped
+    return f".{start}~{digest}{_TMP_MARK}"
+
+
+def _remove_stale_temporaries(folder, prefix):
+    """Remove the files ``<prefix><pid>-<random>`` (``_temporary_prefix``) whose writer process
+    has died (a save killed mid-write leaves one)."""
+    pattern = re.compile(re.escape(prefix) + r"([1-9]\d{0,9})-[0-9a-f]+\Z")
     try:
         names = os.listdir(folder)
     except OSError:
@@ -211,19 +247,19 @@ def _write_npz(f, payload):
 
 def save(trainer, path):
     target = _save_target(path)
-    with trainer._lock:  # one consistent step: no step runs while the state is copied
+    with trainer.step_lock:  # one consistent step: no step runs while the state is copied
         meta, arrs = _collect(trainer)
     meta["checksum"] = {"algorithm": "sha256", "value": _checksum(arrs, meta)}
     payload = dict(arrs)
     payload["meta"] = np.frombuffer(json.dumps(meta, sort_keys=True).encode("utf-8"), np.uint8)
     folder = os.path.dirname(os.path.abspath(target))
-    base = os.path.basename(target)
-    _remove_stale_temporaries(folder, base)
+    prefix = _temporary_prefix(folder, os.path.basename(target))
+    _remove_stale_temporaries(folder, prefix)
     try:
         mode = stat.S_IMODE(os.stat(target).st_mode)  # a replaced file keeps its mode
     except FileNotFoundError:
         mode = None  # a new file: 0666 masked by the umask, as open() gives
-    tmp = os.path.join(folder, f".{base}{_TMP_MARK}{os.getpid()}-{secrets.token_hex(6)}")
+    tmp = os.path.join(folder, f"{prefix}{os.getpid()}-{secrets.token_hex(6)}")
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
     try:
         with os.fdopen(fd, "w+b") as f:
@@ -310,6 +346,13 @@ class _Bounds:
         self.file = (state_bytes + len(self.state) * _MEMBER_OVERHEAD
                      + host_total + self.meta + _MEMBER_OVERHEAD
                      + _ARCHIVE_OVERHEAD)
+        #: the most members a file may hold (state arrays, host arrays, the metadata)
+        self.members = len(self.state) + self.host_count + 1
+        #: the most entries (and bytes) of a zip central directory that zipfile is let parse:
+        #: the members, and a few more, so that a member this trainer has no use for is named
+        #: (``_NAMED_EXTRA``) before the member count is refused
+        self.entries = self.members + _NAMED_EXTRA
+        self.directory = self.entries * _CENTRAL_ENTRY_MAX
 
     def member(self, name):
         """The largest stored size (npy header included) of member ``name``, or None if this
@@ -368,6 +411,60 @@ def _read_bounded(source, limit):
 # loading: the archive
 # ------------------------------------------------------------------------------------------
 _LOCAL = struct.Struct("<4s5H3L2H")  # a zip local file header (30 bytes)
+# the end records (PKWARE's APPNOTE.TXT, 4.3.14 to 4.3.16): the end of central directory record
+# (signature, this disk, the directory's disk, entries on this disk, entries, directory size,
+# directory offset, comment length), the zip64 end of central directory locator (signature, the
+# zip64 record's disk, its offset, disks) and the zip64 end of central directory record
+# (signature, size of the rest, version made by, version needed, this disk, the directory's
+# disk, entries on this disk, entries, directory size, directory offset)
+_END = struct.Struct("<4s4H2LH")            # 22 bytes, then the comment
+_END64_LOCATOR = struct.Struct("<4sLQL")     # 20 bytes, right before the end record
+_END64 = struct.Struct("<4sQ2H2L4Q")         # 56 bytes, right before the locator
+
+
+def _check_directory(path, raw, bounds):
+    """The number of members the zip's end records declare, after checking those records and
+    that the central directory they describe is no larger than this trainer's states can need.
+    Read here, before ``zipfile`` parses the directory (it makes one object per entry for
+    every entry the declared directory size holds), so a file with a huge directory of tiny
+    entries is refused without allocating them."""
+    end = len(raw) - _SEAL - _END.size
+    # zipfile takes the last end-record signature within the file's last 64 KiB + 22 bytes; in
+    # a states file it is the record right before the 64-byte comment (the comment is hex)
+    if end < 0 or raw.rfind(b"PK\x05\x06", max(0, end - (1 << 16))) != end:
+        _refuse(path, "its zip end record is not right before its 64-byte comment, where "
+                      "save_states writes it")
+    _, disk, cd_disk, here, entries, size, offset, comment = _END.unpack_from(raw, end)
+    if comment != _SEAL:
+        _refuse(path, f"its zip end record declares a {comment}-byte comment, not {_SEAL}")
+    records = end                   # where the end records start (the directory ends there)
+    locator = end - _END64_LOCATOR.size
+    if locator >= 0 and raw[locator:locator + 4] == b"PK\x06\x07":
+        # zip64 (save_states writes it for a directory beyond 4 GiB or 65535 entries): zipfile
+        # then takes every count, size and offset from the zip64 record
+        _, record_disk, record, disks = _END64_LOCATOR.unpack_from(raw, locator)
+        if record_disk != 0 or disks != 1 or record != locator - _END64.size or record < 0 or \
+                raw[record:record + 4] != b"PK\x06\x06" or \
+                _END64.unpack_from(raw, record)[1] != _END64.size - 12:
+            _refuse(path, "its zip64 end records are damaged (the zip64 record is not right "
+                          "before its locator, or is not one)")
+        _, _, _, _, disk, cd_disk, here, entries, size, offset = _END64.unpack_from(raw, record)
+        records = record
+    if disk != 0 or cd_disk != 0 or here != entries:
+        _refuse(path, f"its zip end record describes a multi-disk archive (disk {disk}, "
+                      f"directory on disk {cd_disk}, {here} of {entries} entries on this disk)")
+    if entries > bounds.entries:
+        _refuse(path, f"its zip directory declares {entries} members, more than this trainer's "
+                      f"{bounds.members} at most")
+    if size > bounds.directory:
+        _refuse(path, f"its zip directory takes {size} bytes, more than the {bounds.directory} "
+                      f"that this trainer's {bounds.members} members can need")
+    if offset + size != records:
+        _refuse(path, f"its zip directory ({size} bytes from offset {offset}) does not end "
+                      f"where its end records start (offset {records})")
+    return entries
+
+
 _MEMBER_NAME = re.compile(r"(meta|state/(0|[1-9]\d{0,8})/(0|[1-9]\d{0,3})|host/[A-Za-z0-9_]{1,64})"
                           r"\.npy\Z")
 
@@ -447,15 +544,20 @@ def _read(path, raw=None, bounds=None, identify=None):
             hashlib.sha256(memoryview(raw)[:-_SEAL]).hexdigest().encode("ascii") != raw[-_SEAL:]:
         _refuse(path, "its whole-file checksum does not match (the file is truncated or "
                       "corrupted, or was not written by save_states)")
+    declared = _check_directory(path, raw, bounds)  # bounded before zipfile parses it
     try:
         with zipfile.ZipFile(io.BytesIO(raw)) as zf:
             infos = zf.infolist()
     except Exception as exc:  # noqa: BLE001 - zipfile's parser of untrusted bytes: any failure
         _refuse(path, f"it is damaged or not a {FORMAT} file ({type(exc).__name__}: {exc})")
+    if len(infos) != declared:
+        _refuse(path, f"its zip directory holds {len(infos)} entries, its end record declares "
+                      f"{declared}")
     names = [i.filename for i in infos]
     if len(set(names)) != len(names):
+        seen = collections.Counter(names)
         _refuse(path, f"it holds members more than once: "
-                      f"{sorted({n for n in names if names.count(n) > 1})[:20]}")
+                      f"{sorted(n for n, k in seen.items() if k > 1)[:20]}")
     for name in names:
         if _MEMBER_NAME.match(name) is None:
             _refuse(path, f"it holds a member {name[:100]!r} that is not part of a {FORMAT} "
@@ -485,9 +587,9 @@ def _read(path, raw=None, bounds=None, identify=None):
         name = info.filename[:-4]
         if name != "meta" and bounds.member(name) is None:
             _refuse(path, f"it holds {name!r}, which this trainer has no use for")
-    if len(infos) > len(bounds.state) + bounds.host_count + 1:
+    if len(infos) > bounds.members:
         _refuse(path, f"it holds {len(infos)} members, more than this trainer's "
-                      f"{len(bounds.state) + bounds.host_count + 1} at most")
+                      f"{bounds.members} at most")
     loaded = {}
     for info in infos:
         name = info.filename[:-4]
@@ -693,7 +795,7 @@ def load(trainer, path, raw=None):
     """Load the states file ``path`` (a path or a binary file object; or its bytes ``raw``,
     read elsewhere) into ``trainer``; ``ValueError`` (the trainer unchanged) for any file it
     does not accept."""
-    with trainer._lock:  # no step runs between the checks and the commit
+    with trainer.step_lock:  # no step runs between the checks and the commit
         bounds = _Bounds(trainer)
         meta, loaded = _read(path, raw, bounds,
                              lambda meta: (_check_identity(path, meta, trainer),

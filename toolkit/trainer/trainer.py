@@ -267,6 +267,23 @@ class Trainer:
         return self.skipped if guard else None
 
     @property
+    def skipping_nonfinite(self):
+        """True while a ``step`` or ``update`` called with ``skip_nonfinite=True`` runs, False
+        otherwise (read-only). A distributed step compares it across ranks with the step's
+        other settings (``docs/distributed.md``)."""
+        return self._guard_on
+
+    @property
+    def step_lock(self):
+        """The lock (a ``threading.Lock``, read-only) that every ``step`` and ``update`` holds
+        while it changes weights, state and counts. Holding it (``with trainer.step_lock:``)
+        keeps any step in another thread waiting, so what is read or replaced meanwhile is one
+        whole step's: ``save_states`` copies the state under it, ``load_states`` checks and
+        commits a file under it (``docs/trainer.md``, "States file"). It is not
+        reentrant: do not step, save or load while holding it."""
+        return self._lock
+
+    @property
     def kvstore(self):
         """The distributed kvstore (``type``, ``rank``, ``num_workers``), None in one process."""
         return self._dist
