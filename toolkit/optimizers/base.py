@@ -800,6 +800,14 @@ class Optimizer:
         return t, lr, self._get_wd(index)
 
     @property
+    def has_kernel(self):
+        """Whether this optimizer's step runs as a kernel (a built-in optimizer, or one with an
+        element-wise ``rule``): the Trainer then plans a whole group's step as one kernel call.
+        An optimizer that only overrides ``update`` (any Python code) has none: the Trainer
+        calls its ``update`` once per parameter (docs/custom-optimizer.md)."""
+        return type(self)._kernel_step is not Optimizer._kernel_step
+
+    @property
     def plans_by_scalars(self):
         """Whether this optimizer's step is :func:`scalar_only` (the Trainer's shortcut)."""
         return type(self)._kernel_step in _SCALAR_ONLY_STEPS
@@ -929,8 +937,9 @@ class Optimizer:
             self._kernel_step(index, weight, grad, state, t, lr, wd)
 
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
-        raise NotImplementedError(f"{type(self).__name__} has no kernel; override "
-                                  "_kernel_step, or give it a `rule` (see docs/custom-optimizer.md)")
+        raise NotImplementedError(f"{type(self).__name__} has no kernel: override `update`, or "
+                                  "derive it from ElementwiseOptimizer and give it a `rule` "
+                                  "(docs/custom-optimizer.md)")
 
     # --- host-side state (saved by the Trainer's states file) --------------------------------
     def host_state(self):
