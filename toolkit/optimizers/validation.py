@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+import sys
 
 import numpy as np
 
@@ -24,12 +25,28 @@ __all__ = ["Domain", "nonneg", "positive", "unit", "integer", "choice", "flag", 
 # the checks: each raises a ValueError/TypeError that names the argument, else returns the value
 # --------------------------------------------------------------------------------------------
 def _real(name, x):
+    """``x`` as a finite float: the one place a hyperparameter becomes a float."""
     if isinstance(x, bool) or not isinstance(x, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {type(x).__name__} {x!r}")
-    x = float(x)
+    try:
+        x = float(x)
+    except OverflowError:  # an int (or a Fraction) beyond float64's range: not finite either
+        raise ValueError(f"{name} must be finite, got {_abbreviated(x)}, beyond the float range "
+                         f"(largest {sys.float_info.max!r})") from None
     if not math.isfinite(x):
         raise ValueError(f"{name} must be finite, got {x!r}")
     return x
+
+
+def _abbreviated(x):
+    """``x`` for an error message: a huge int as its magnitude (its digits may be thousands
+    long, and Python refuses to print more than 4300 of them), anything else as its repr, cut
+    short."""
+    if isinstance(x, numbers.Integral):
+        x = int(x)
+        return f"an int of about {'-' if x < 0 else ''}1e+{int(math.log10(abs(x)))}"
+    text = repr(x)
+    return text if len(text) <= 60 else f"{text[:40]}...{text[-12:]} ({len(text)} characters)"
 
 
 def check_nonneg(name, x):
