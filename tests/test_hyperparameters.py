@@ -15,8 +15,6 @@ from toolkit import Parameter, Trainer, optimizer
 NAMES = sorted(optimizer.registry())
 #: constructor keywords that are not settings of the numbers
 NOT_NUMERIC = {"self", "args", "kwargs", "param_idx2name", "param_dict", "sym", "backend"}
-#: RMSProp's guide spellings of gamma1 and gamma2 (aliases, not settings of their own)
-ALIASES = {"rmsprop": {"rho", "momentum"}}
 
 
 def _bad_values(domain):
@@ -120,7 +118,8 @@ def test_hyperparameters_name_every_constructor_keyword(name):
         if "__init__" in c.__dict__:
             keywords |= set(inspect.signature(c.__init__).parameters)
     hp = opt.settings()
-    assert keywords - NOT_NUMERIC - ALIASES.get(name, set()) <= set(hp)
+    # an alias (RMSProp's rho for gamma1) is another name of a setting, not one of its own
+    assert keywords - NOT_NUMERIC - set(klass.hyperparameter_aliases()) <= set(hp)
     assert set(opt.reference_hyper()) <= set(hp)
     import json
     assert json.loads(json.dumps(hp)) == hp
@@ -195,3 +194,59 @@ def test_a_guarded_update_names_the_gradient_it_refuses():
     w = np.zeros(3, np.float32)
     with pytest.raises(TypeError, match="^grad must be"):
         opt.update(0, w, [1.0, 2.0, 3.0], opt.create_state(0, w), skip_nonfinite=True)
+
+
+# --------------------------------------------------------------------------------------------
+# every other name of a hyperparameter (AdaGrad's eps, RMSProp's rho and momentum) is checked
+# --------------------------------------------------------------------------------------------
+#: every alias of every optimizer, from the declared data (Domain.keyword and Domain.aliases)
+ALIAS_CASES = [(name, alias, attr) for name in NAMES
+               for alias, attr in optimizer.registry()[name].hyperparameter_aliases().items()]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_constructor_keyword_is_a_hyperparameter_or_an_alias_of_one(name):
+    """The alias table is complete: a keyword the constructor accepts for a hyperparameter is
+    its attribute, its declared keyword or a declared alias (so each is checked on assignment
+    below)."""
+    klass = optimizer.registry()[name]
+    from toolkit.optimizers.aliases import accepted_keywords
+    domains = klass.hyperparameter_domains()
+    names = set(domains) | {d.keyword for d in domains.values() if d.keyword}
+    assert accepted_keywords(klass) - NOT_NUMERIC - names <= set(klass.hyperparameter_aliases())
+    for alias, attr in klass.hyperparameter_aliases().items():
+        assert alias in accepted_keywords(klass) and attr in domains
+
+
+def _alias_bad_values(domain):
+    extra = [10 ** 400] if domain.kind in ("nonneg", "positive", "unit") else []
+    return _bad_values(domain) + extra
+
+
+@pytest.mark.parametrize("name, alias, attr", ALIAS_CASES,
+                         ids=[f"{n}-{a}" for n, a, _ in ALIAS_CASES])
+def test_an_alias_goes_through_the_check_of_its_hyperparameter(name, alias, attr):
+    """``opt.eps = nan`` on AdaGrad or ``opt.rho = 5`` on RMSProp is refused exactly as
+    ``opt.float_stable_eps = nan`` or ``opt.gamma1 = 5`` is, naming the alias, and the value is
+    kept; reading the alias gives the hyperparameter's value; a good value assigned under the
+    alias is the hyperparameter's value (its settings and repr follow)."""
+    klass = optimizer.registry()[name]
+    domain = klass.hyperparameter_domains()[attr]
+    opt = optimizer.create(name)
+    assert getattr(opt, alias) == getattr(opt, attr)
+    for bad in [*_alias_bad_values(domain), float("nan")]:
+        canonical = optimizer.create(name)
+        with pytest.raises((ValueError, TypeError)) as expected:
+            setattr(canonical, attr, bad)
+        before = getattr(opt, attr)
+        with pytest.raises(expected.type) as got:
+            setattr(opt, alias, bad)
+        assert alias in str(got.value)
+        assert getattr(opt, attr) is before and getattr(opt, alias) is before
+        assert alias not in vars(opt)   # no plain attribute beside the hyperparameter
+    assert domain.kind in ("nonneg", "positive", "unit")   # the good values below are for these
+    for good in (0.25, 0.5):
+        setattr(opt, alias, good)
+        assert getattr(opt, attr) == good == getattr(opt, alias)
+        assert opt.settings()[domain.keyword or attr] == good
+        assert optimizer.create(name, **{alias: good}).settings() == opt.settings()

@@ -179,6 +179,33 @@ def test_base_hyperparameters_type(name, key, value):
         optimizer.create(name, **{key: value})
 
 
+#: every declared real-valued hyperparameter of every optimizer, by constructor keyword and
+#: attribute (the domains, not a hand list: a new one is covered when it is declared)
+REAL_HYPER = [(name, domain.keyword or attr, attr)
+              for name, klass in sorted(optimizer.registry().items())
+              for attr, domain in klass.hyperparameter_domains().items()
+              if domain.kind in ("nonneg", "positive", "unit")]
+
+
+@pytest.mark.parametrize("name,key,attr", REAL_HYPER, ids=[f"{n}-{k}" for n, k, _ in REAL_HYPER])
+@pytest.mark.parametrize("huge", [10 ** 400, -10 ** 400, 10 ** 5000],
+                         ids=["1e400", "-1e400", "1e5000"])
+def test_an_int_beyond_float_range_is_a_clear_value_error(name, key, attr, huge):
+    """float(10**400) raises OverflowError: every real hyperparameter, given to the constructor
+    or assigned later, is refused with the ValueError a non-finite value gets, which names the
+    argument and the value (abbreviated: 10**5000 has more digits than Python prints)."""
+    digits = int(math.log10(abs(huge)))
+    with pytest.raises(ValueError, match=rf"{key}.* must be finite, got an int of about "
+                                         rf"-?1e\+{digits}\b") as info:
+        optimizer.create(name, **{key: huge})
+    assert len(str(info.value)) < 300
+    opt = optimizer.create(name)
+    before = getattr(opt, attr)
+    with pytest.raises(ValueError, match=rf"{key}.* must be finite, got an int of about "):
+        setattr(opt, attr, huge)
+    assert getattr(opt, attr) is before
+
+
 @pytest.mark.parametrize("name", OPT_NAMES)
 def test_begin_num_update_domain(name):
     with pytest.raises(ValueError):

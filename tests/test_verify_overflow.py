@@ -89,3 +89,102 @@ def test_a_trajectory_that_leaves_the_range_is_compared_up_to_its_overflow(large
     res, w = _dcasgd_run(large)
     assert not np.all(np.isfinite(w))  # the kernel did leave the range
     assert all(err <= 1.0 for err, _, _ in res.values()), res
+
+
+# --------------------------------------------------------------------------------------------
+# after an element correctly overflows, every other element is still compared (per element)
+# --------------------------------------------------------------------------------------------
+W0 = [3e38, 1.0, 2.0]            # element 0 leaves float32's range at the first step (lr 1)
+GRAD = [-1e38, 1.0, 1.0]
+
+
+def _sgd_kernel_run(wrong_after_overflow):
+    """The SGD kernel, free-running from W0; planted: once the weight holds an infinity, element
+    1 is off by 0.5 (an implementation that mishandles the other elements after one blew up)."""
+    from toolkit import optimizer
+    from toolkit.verify import trajectory_errors
+    opt = optimizer.create("sgd", backend="cpu", learning_rate=1.0)
+    update = opt.update
+
+    def planted(index, weight, grad, state, **kw):
+        blown = not np.all(np.isfinite(weight))
+        update(index, weight, grad, state, **kw)
+        if wrong_after_overflow and blown:
+            weight[1] += np.float32(0.5)
+    opt.update = planted
+    w = np.array(W0, np.float32)
+    state = opt.create_state(0, w)
+    with np.errstate(all="ignore"):
+        return trajectory_errors(opt, 0, w, [np.array(GRAD, np.float32)] * 3, state)
+
+
+def test_a_trajectory_compares_the_other_elements_after_an_overflow():
+    assert _sgd_kernel_run(False)["weight"][0] <= 1.0
+    assert _sgd_kernel_run(True)["weight"][0] > 1e3
+
+
+def _numpy_sgd(wrong_after_overflow):
+    def update(w, g, state, t):
+        with np.errstate(all="ignore"):
+            new = w - np.float32(1.0) * g   # no wd term: inf stays inf (MXNet's 0*inf is NaN)
+        if wrong_after_overflow and t >= 2:
+            new[1] += np.float32(0.5)
+        w[...] = new
+    return update
+
+
+def test_check_function_compares_the_other_elements_after_an_overflow():
+    """Resynchronised: a step that starts from the infinity gets no verdict on the elements that
+    depend on it (here element 0 only: inf - g or NaN are both what an overflowed value gives),
+    and the usual one on every other element."""
+    from toolkit.verify import check_function
+    grads = [np.array(GRAD, np.float32)] * 3
+    good = check_function(_numpy_sgd(False), "sgd", np.array(W0, np.float32), grads, lr=1.0)
+    assert all(r["weight"][0] <= 1.0 for r in good), good
+    assert [r["weight"][1] for r in good] == [3, 2, 2]   # element 0 not compared after step 1
+    bad = check_function(_numpy_sgd(True), "sgd", np.array(W0, np.float32), grads, lr=1.0)
+    assert bad[0]["weight"][0] <= 1.0 and bad[1]["weight"][0] > 1e3 and bad[2]["weight"][0] > 1e3
+
+
+#: learning rate 1 and rescale_grad 1e36: gradients above about 0.34 take their weight beyond
+#: float32's range at once, the smaller ones do not
+OVERFLOWING = {"momentum": 0.0, "wd": 0.0, "clip_gradient": None, "learning_rate": 1.0,
+               "rescale_grad": 1e36}
+
+
+def _make_sgd(freeze_after_overflow):
+    def make_step(w0, learning_rate, wd, rescale_grad, clip_gradient, momentum):
+        w = w0.copy()
+
+        def step(g):
+            if freeze_after_overflow and not np.all(np.isfinite(w)):
+                return w.copy()     # "the weights blew up": the others stop moving too
+            with np.errstate(all="ignore"):
+                w[...] = w - np.float32(learning_rate) * (np.float32(rescale_grad) * g)
+            return w.copy()
+        return step
+    return make_step
+
+
+def test_the_oracle_compares_the_other_elements_after_an_overflow():
+    from toolkit import oracle
+    good = oracle.verify(_make_sgd(False), "sgd", convention="guide", fixed=OVERFLOWING,
+                         examples=30)
+    assert good.passed, good.summary
+    bad = oracle.verify(_make_sgd(True), "sgd", convention="guide", fixed=OVERFLOWING,
+                        examples=30)
+    assert not bad.passed and bad.max_error > 1e3 and bad.worst["step"] >= 2, bad.summary
+    assert "guide" in oracle.identify(_make_sgd(False), "sgd", fixed=OVERFLOWING).matches
+    named = oracle.identify(_make_sgd(True), "sgd", fixed=OVERFLOWING)
+    assert named.matches == [] and named.convention is None, named.summary
+
+
+def test_overflow_mask_and_depends_are_per_element():
+    from toolkit.verify import depends, further_beyond, overflow_mask
+    ref = track(np.array([2.2e39, 1.0, -5e38]), np.float32)
+    out = np.array([np.inf, 1.0, np.inf], np.float32)
+    assert overflow_mask(out, ref).tolist() == [True, False, False]   # -5e38 -> -inf only
+    moved = further_beyond(ref, overflow_mask(out, ref))
+    assert moved.value.tolist() == [4.4e39, 1.0, -5e38]
+    assert depends(moved, ref).tolist() == [True, False, False]
+    assert not depends(np.array([np.nan]), np.array([np.nan]))[0]

@@ -21,16 +21,20 @@ from reference.error_bound import Tracked, track, unit_roundoff
 
 from .backends.arrays import to_host
 
-__all__ = ["SAFETY", "normalised_error", "element_errors", "overflowed", "overflow_threshold",
-           "finite_score", "compare", "reference_call", "step_errors", "trajectory_errors",
+__all__ = ["SAFETY", "normalised_error", "element_errors", "overflowed", "overflow_mask",
+           "overflow_threshold", "further_beyond", "depends", "finite_score", "compare", "reference_call", "step_errors", "trajectory_errors",
            "check_function"]
 
 #: The factor C of the bound |out - ref| <= C*E (see the module docstring).
 SAFETY = 4.0
 
 
-def normalised_error(out, ref, storage=None) -> tuple[float, int, int]:
+def normalised_error(out, ref, storage=None, skip=None) -> tuple[float, int, int]:
     """``(worst |out-ref|/(C*E), elements checked, near ties exempted)`` for a Tracked ``ref``.
+
+    ``skip``: a boolean mask of elements not compared (they depend on a value an earlier step
+    correctly rounded to infinity, whose exact value is only known to be beyond the range:
+    :func:`depends`); they count neither as checked nor as ties.
 
     ``storage``: a dtype narrower than the arithmetic that ``out`` was rounded to when stored
     (float16 weights without multi_precision: float32 arithmetic, float16 storage). That last
@@ -43,8 +47,14 @@ def normalised_error(out, ref, storage=None) -> tuple[float, int, int]:
     """
     ratio = element_errors(out, ref, storage)
     tie = ref.tie
+    if skip is not None:
+        skip = np.broadcast_to(np.asarray(skip, dtype=bool), ratio.shape)
+        ratio = np.where(skip, 0.0, ratio)
+        tie = tie & ~skip
+    skipped = int(np.count_nonzero(skip)) if skip is not None else 0
     worst = float(np.max(ratio)) if ratio.size else 0.0
-    return worst, int(ratio.size - np.count_nonzero(tie)), int(np.count_nonzero(tie))
+    return (worst, int(ratio.size - skipped - np.count_nonzero(tie)),
+            int(np.count_nonzero(tie)))
 
 
 def element_errors(out, ref, storage=None) -> np.ndarray:
@@ -79,14 +89,41 @@ def element_errors(out, ref, storage=None) -> np.ndarray:
 
 def overflowed(out, ref, storage=None) -> bool:
     """Whether some element of ``out`` is the infinity that a reference beyond the dtype's range
-    rounds to (exact by :func:`element_errors`). A free-running trajectory is compared up to
-    that step only: the implementation goes on from the infinity (and ``inf - inf`` is NaN) where
-    the float64 reference goes on from a finite value, and the bound models no overflow."""
+    rounds to (:func:`overflow_mask`)."""
+    return bool(np.any(overflow_mask(out, ref, storage)))
+
+
+def overflow_mask(out, ref, storage=None) -> np.ndarray:
+    """Per element of ``out``: whether it is the infinity that a reference beyond the dtype's
+    range rounds to (exact by :func:`element_errors`). In a free-running trajectory such an
+    element goes on from an infinity (and ``inf - inf`` is NaN) where the float64 reference goes
+    on from a finite value, and the bound models no overflow: every later element whose
+    reference depends on that value (:func:`depends`) is not compared; every other element is,
+    as usual."""
     out = np.asarray(out, dtype=np.float64)
     v = ref.value
     top = overflow_threshold(storage if storage is not None else _dtype_of(ref))
     with np.errstate(invalid="ignore"):
-        return bool(np.any(np.isinf(out) & (np.sign(out) == np.sign(v)) & (np.abs(v) >= top)))
+        return np.isinf(out) & (np.sign(out) == np.sign(v)) & (np.abs(v) >= top)
+
+
+def further_beyond(x, mask):
+    """Tracked ``x`` with the elements of ``mask`` doubled: another value beyond the range with
+    the same sign, as exact a stand-in for what the implementation's infinity means as the
+    reference's own value. A trajectory continued from it beside the reference's tells which
+    later elements depend on the overflowed ones (:func:`depends`)."""
+    with np.errstate(over="ignore"):
+        value = np.where(mask, 2.0 * x.value, x.value)
+    return Tracked(value, x.err, x.tie, u=x.u, tiny=x.tiny)
+
+
+def depends(a, b) -> np.ndarray:
+    """Per element: whether two reference values (Tracked or arrays), computed from inputs that
+    differ only in values beyond the range, differ (NaN equals NaN): the element depends on a
+    value whose exact size is unknown, and is not compared."""
+    a = a.value if isinstance(a, Tracked) else np.asarray(a, dtype=np.float64)
+    b = b.value if isinstance(b, Tracked) else np.asarray(b, dtype=np.float64)
+    return ~((a == b) | (np.isnan(a) & np.isnan(b)))
 
 
 def overflow_threshold(dtype) -> float:
@@ -114,9 +151,11 @@ def finite_score(x) -> float:
     return x if np.isfinite(x) else float(np.finfo(np.float64).max)
 
 
-def compare(outputs: dict, refs: dict, storage=None) -> dict:
-    """Normalised errors per named output: ``{name: (worst, checked, ties)}``."""
-    return {k: normalised_error(outputs[k], refs[k], storage) for k in refs}
+def compare(outputs: dict, refs: dict, storage=None, skip=None) -> dict:
+    """Normalised errors per named output: ``{name: (worst, checked, ties)}`` (``skip``: per
+    name, the elements not compared, as :func:`normalised_error`)."""
+    skip = skip or {}
+    return {k: normalised_error(outputs[k], refs[k], storage, skip.get(k)) for k in refs}
 
 
 def _tracked_extra(extra, dtype):
@@ -191,8 +230,11 @@ def step_errors(opt, index, weight, grad, state, **update_kwargs):
 def trajectory_errors(opt, index, weight, grads, state):
     """Free-running: ``len(grads)`` updates of ``opt`` from ``(weight, state)`` against one
     oracle trajectory whose error bound accumulates. Returns the worst normalised error per
-    output over all steps, up to the step where an output correctly overflows to infinity
-    (:func:`overflowed`; the updates after it are still applied)."""
+    output over all steps. Where an output correctly overflows to infinity (:func:`overflow_mask`)
+    the steps after it compare every element as usual except those whose reference depends on
+    the overflowed values: a second trajectory goes on beside the oracle's with those values
+    moved further beyond the range (:func:`further_beyond`), and the elements where the two
+    differ are not compared (:func:`depends`)."""
     w_host = to_host(weight)
     dtype = w_host.dtype if w_host.dtype != np.float16 else np.float32
     w_ref = track(w_host.astype(np.float64), dtype)
@@ -201,30 +243,43 @@ def trajectory_errors(opt, index, weight, grads, state):
               for n, a in zip(slots, opt.state_arrays(state))}
     worst: dict = {}
     ref = OPTIMIZERS[opt.reference_name]
-    left = False  # the trajectory left the dtype's range: nothing after it is comparable
+    shadow = None  # (weight, state) of the trajectory with the overflowed values moved further
     for grad in grads:
-        if left:
-            opt.update(index, weight, grad, state)
-            continue
         step = opt.next_step(index, w_host)
         # the oracle's own bookkeeping (from its previous step) wins over the optimizer's
-        st_in = {**_tracked_extra(step.reference_state, dtype), **st_ref}
-        w_ref, st_new = ref.step(w_ref, track(to_host(grad).astype(np.float64), dtype), st_in,
-                                 t=step.t, lr=step.lr, wd=step.wd,
-                                 rescale_grad=opt.rescale_grad,
-                                 clip_gradient=opt.clip_gradient, convention=opt.convention,
-                                 **opt.reference_hyper(), **step.reference_kwargs)
+        extra = _tracked_extra(step.reference_state, dtype)
+        g_ref = track(to_host(grad).astype(np.float64), dtype)
+
+        def oracle_step(w, st):
+            return ref.step(w, g_ref, {**extra, **st}, t=step.t, lr=step.lr, wd=step.wd,
+                            rescale_grad=opt.rescale_grad, clip_gradient=opt.clip_gradient,
+                            convention=opt.convention, **opt.reference_hyper(),
+                            **step.reference_kwargs)
+        w_ref, st_new = oracle_step(w_ref, st_ref)
         st_ref = {k: v for k, v in st_new.items()}
+        if shadow is not None:
+            with np.errstate(all="ignore"):
+                w_sh, sh_new = oracle_step(*shadow)
+            shadow = (w_sh, {k: v for k, v in sh_new.items()})
         opt.update(index, weight, grad, state)
         outputs = {"weight": to_host(weight)}
         refs = {"weight": w_ref}
         for name, a in zip(slots, opt.state_arrays(state)):
             outputs[name] = to_host(a)
             refs[name] = st_ref[name]
-        for k, v in compare(outputs, refs).items():
+        skip = {}
+        if shadow is not None:
+            skip = {k: depends(shadow[0] if k == "weight" else shadow[1][k], refs[k])
+                    for k in refs}
+        for k, v in compare(outputs, refs, skip=skip).items():
             if k not in worst or v[0] > worst[k][0]:
                 worst[k] = v
-        left = any(overflowed(outputs[k], refs[k]) for k in refs)
+        new = {k: overflow_mask(outputs[k], refs[k]) & ~skip.get(k, False) for k in refs}
+        if any(np.any(m) for m in new.values()):
+            w_sh, st_sh = shadow if shadow is not None else (w_ref, st_ref)
+            shadow = (further_beyond(w_sh, new["weight"]),
+                      {k: (further_beyond(v, new[k]) if k in new else v)
+                       for k, v in st_sh.items()})
     return worst
 
 
@@ -235,7 +290,10 @@ def check_function(update, name, weight, grads, *, dtype=None, convention="mxnet
     ``update(weight, grad, state, t)`` must update the numpy arrays ``weight`` and ``state``
     (a dict of arrays named as ``reference.<name>.STATE``) in place, in precision ``dtype``.
     Returns a list, per step, of ``{output: (worst normalised error, checked, ties)}``; a worst
-    value above 1 means the function does not compute the equations of ``convention``.
+    value above 1 means the function does not compute the equations of ``convention``. An
+    infinity in the weight or state a step starts from (an earlier step correctly rounded a
+    result beyond the range) is only known to be beyond the range: the elements whose result
+    depends on it are not compared, every other element is.
 
     Example::
 
@@ -254,18 +312,38 @@ def check_function(update, name, weight, grads, *, dtype=None, convention="mxnet
              if isinstance(v, np.ndarray)}
     extra = {k: v for k, v in ref.init_state(weight, **hyper).items() if not isinstance(v, np.ndarray)}
     results = []
+    # an infinite input (a value an earlier step correctly rounded to infinity) is only known to
+    # be beyond the range: the oracle runs from two stand-ins beyond it, and an element whose
+    # result differs between them depends on it and is not compared (every other one is)
+    far = overflow_threshold(dtype)
+    far = 2.0 * far if np.isfinite(far) else np.finfo(np.float64).max / 4
+
+    def tracked(a, size=1.0):
+        a = np.asarray(a, dtype=np.float64)
+        return track(np.where(np.isinf(a), np.sign(a) * far * size, a), dtype)
     for k, grad in enumerate(grads):
         t = t0 + k + 1
-        st_in = {n: track(a.astype(np.float64), dtype) for n, a in state.items()}
-        st_in.update(extra)
-        w_ref, st_ref = ref.step(track(weight.astype(np.float64), dtype),
-                                 track(np.asarray(grad, np.float64), dtype), st_in, t=t, lr=lr,
-                                 wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient,
-                                 convention=convention, **hyper)
+        runs = []
+        for size in (1.0, 2.0):
+            st_in = {n: tracked(a, size) for n, a in state.items()}
+            st_in.update(extra)
+            with np.errstate(all="ignore"):
+                runs.append(ref.step(tracked(weight, size),
+                                     track(np.asarray(grad, np.float64), dtype), st_in, t=t,
+                                     lr=lr, wd=wd, rescale_grad=rescale_grad,
+                                     clip_gradient=clip_gradient, convention=convention,
+                                     **hyper))
+            if not any(np.isinf(a).any() for a in (weight, *state.values())):
+                break  # all inputs finite: one run
+        (w_ref, st_ref) = runs[0]
         update(weight, grad, state, t)
         outputs = {"weight": weight, **state}
         refs = {"weight": w_ref, **{n: st_ref[n] for n in state}}
-        results.append(compare(outputs, refs))
+        skip = {}
+        if len(runs) == 2:
+            w2, st2 = runs[1]
+            skip = {n: depends(refs[n], w2 if n == "weight" else st2[n]) for n in refs}
+        results.append(compare(outputs, refs, skip=skip))
         extra = {k2: v for k2, v in st_ref.items() if k2 not in state and not isinstance(v, Tracked)}
     return results
 

@@ -26,9 +26,9 @@ import numpy as np
 from ..backends import arrays, cpu
 from . import aliases as _aliases
 from ..sparse import RowSparse
-from .validation import (Domain, callable_or_none, check_choice, check_int, check_nonneg,
-                         check_positive, check_unit, checked_attribute, choice, flag, integer,
-                         nonneg)
+from .validation import (AliasAttribute, Domain, alias_attribute, callable_or_none,
+                         check_choice, check_int, check_nonneg, check_positive, check_unit,
+                         checked_attribute, choice, flag, integer, nonneg)
 
 __all__ = ["Optimizer", "StepInputs", "scalar_only",
            "BACKENDS", "CONVENTIONS"]
@@ -172,11 +172,19 @@ def _jsonable(value):
 
 def _install_checked_attributes(cls):
     """Turn each name in ``cls.domains`` (the class's own declaration) into a checked
-    attribute of ``cls``."""
-    for attr, domain in cls.__dict__.get("domains", {}).items():
+    attribute of ``cls``, and each of its other names (the keyword, the aliases) into an
+    :class:`AliasAttribute` of it, unless the class chain defines that name otherwise (the
+    ``learning_rate`` property, a hyperparameter of that name)."""
+    own = cls.__dict__.get("domains", {})
+    for attr, domain in own.items():
         if not isinstance(domain, Domain):
             raise TypeError(f"{cls.__name__}.domains[{attr!r}] must be a Domain, got {domain!r}")
         setattr(cls, attr, checked_attribute(attr, domain, Optimizer._after_hyperparameter_set))
+    for attr, domain in own.items():
+        for name in domain.other_names(attr):
+            if name in own or not isinstance(getattr(cls, name, AliasAttribute()), AliasAttribute):
+                continue
+            setattr(cls, name, alias_attribute(name, attr))
 
 
 class Optimizer:
@@ -263,6 +271,19 @@ class Optimizer:
         for klass in reversed(cls.__mro__):
             merged.update(klass.__dict__.get("domains", {}))
         return merged
+
+    @classmethod
+    def hyperparameter_aliases(cls):
+        """Every other name a hyperparameter of this class goes by that is an attribute of it,
+        alias -> attribute (AdaGrad's ``eps`` -> ``float_stable_eps``, RMSProp's ``rho`` ->
+        ``gamma1``): reading the alias gives the attribute's value, assigning it runs the
+        attribute's check (``Domain.keyword`` and ``Domain.aliases``)."""
+        out = {}
+        for attr, domain in cls.hyperparameter_domains().items():
+            for name in domain.other_names(attr):
+                if isinstance(getattr(cls, name, None), AliasAttribute):
+                    out[name] = attr
+        return out
 
     def settings(self):
         """Every setting that changes the numbers, by constructor keyword (``learning_rate``,

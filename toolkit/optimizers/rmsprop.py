@@ -122,7 +122,10 @@ class RMSProp(Optimizer):
 
     spec = SPEC
 
-    domains = {"gamma1": unit(), "gamma2": unit(), "epsilon": nonneg(), "centered": flag(),
+    # rho and momentum: the guide's spellings of gamma1 and gamma2 (constructor keywords, and
+    # attributes that read and assign them)
+    domains = {"gamma1": unit(aliases=("rho",)), "gamma2": unit(aliases=("momentum",)),
+               "epsilon": nonneg(), "centered": flag(),
                "clip_weights": positive(none=True)}
 
     def __init__(self, learning_rate=0.001, gamma1=_UNSET, gamma2=_UNSET, epsilon=1e-8,

@@ -13,10 +13,11 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+import sys
 
 import numpy as np
 
-__all__ = ["Domain", "nonneg", "positive", "unit", "integer", "choice", "flag", "callable_or_none",
+__all__ = ["Domain", "AliasAttribute", "alias_attribute", "nonneg", "positive", "unit", "integer", "choice", "flag", "callable_or_none",
            "check_nonneg", "check_positive", "check_unit", "check_int", "check_choice"]
 
 
@@ -24,12 +25,28 @@ __all__ = ["Domain", "nonneg", "positive", "unit", "integer", "choice", "flag", 
 # the checks: each raises a ValueError/TypeError that names the argument, else returns the value
 # --------------------------------------------------------------------------------------------
 def _real(name, x):
+    """``x`` as a finite float: the one place a hyperparameter becomes a float."""
     if isinstance(x, bool) or not isinstance(x, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {type(x).__name__} {x!r}")
-    x = float(x)
+    try:
+        x = float(x)
+    except OverflowError:  # an int (or a Fraction) beyond float64's range: not finite either
+        raise ValueError(f"{name} must be finite, got {_abbreviated(x)}, beyond the float range "
+                         f"(largest {sys.float_info.max!r})") from None
     if not math.isfinite(x):
         raise ValueError(f"{name} must be finite, got {x!r}")
     return x
+
+
+def _abbreviated(x):
+    """``x`` for an error message: a huge int as its magnitude (its digits may be thousands
+    long, and Python refuses to print more than 4300 of them), anything else as its repr, cut
+    short."""
+    if isinstance(x, numbers.Integral):
+        x = int(x)
+        return f"an int of about {'-' if x < 0 else ''}1e+{int(math.log10(abs(x)))}"
+    text = repr(x)
+    return text if len(text) <= 60 else f"{text[:40]}...{text[-12:]} ({len(text)} characters)"
 
 
 def check_nonneg(name, x):
@@ -92,30 +109,49 @@ class Domain:
     value is taken for its truth), ``"callable"`` (a callable or None). ``none`` also admits
     None: True, or a hint that error messages give (``"use None to disable clipping"``);
     ``keyword`` is the constructor's name for it where the attribute is named otherwise
-    (AdaGrad's ``eps`` is kept as ``float_stable_eps``); ``numeric=False`` marks a setting that
-    does not change the numbers (the backend), which :meth:`Optimizer.settings` leaves out.
+    (AdaGrad's ``eps`` is kept as ``float_stable_eps``); ``aliases`` are further names the
+    constructor accepts for it (RMSProp's guide spelling ``rho`` of ``gamma1``). The keyword and
+    every alias are attributes too (:func:`alias_attribute`): reading one gives the value,
+    assigning one runs this check and sets the value (the keyword is not made an attribute
+    where the class defines that name itself: ``learning_rate``, the scheduler's current
+    value). ``numeric=False`` marks a setting that does not change the numbers (the backend),
+    which :meth:`Optimizer.settings` leaves out.
     """
 
-    __slots__ = ("kind", "minimum", "closed", "choices", "strict", "none", "keyword", "numeric")
+    __slots__ = ("kind", "minimum", "closed", "choices", "strict", "none", "keyword", "aliases",
+                 "numeric")
 
     def __init__(self, kind, *, minimum=None, closed=False, choices=None, strict=True, none=None,
-                 keyword=None, numeric=True):
+                 keyword=None, aliases=(), numeric=True):
         if kind not in _CHECKS:
             raise ValueError(f"unknown domain kind {kind!r}; one of {tuple(_CHECKS)}")
+        if isinstance(aliases, str) or not all(isinstance(a, str) for a in aliases):
+            raise TypeError(f"aliases must be a tuple of names, got {aliases!r}")
         self.kind, self.minimum, self.closed = kind, minimum, closed
         self.choices = None if choices is None else tuple(choices)
         self.strict, self.none, self.keyword, self.numeric = strict, none, keyword, numeric
+        self.aliases = tuple(aliases)
 
-    def label(self, attr):
-        """How error messages name the hyperparameter held in attribute ``attr``."""
+    def label(self, attr, alias=None):
+        """How error messages name the hyperparameter held in attribute ``attr`` (given as
+        ``alias``: that name, and the keyword it stands for)."""
         name = self.keyword or attr
+        if alias is not None and alias != name:
+            name = f"{alias} (an alias of {name})"
         return f"{name} ({self.none})" if isinstance(self.none, str) else name
 
-    def check(self, attr, value):
-        """``value`` as the optimizer keeps it, or a ValueError/TypeError naming it."""
+    def other_names(self, attr):
+        """The names besides ``attr`` that the hyperparameter goes by: the keyword, then the
+        aliases."""
+        names = ([self.keyword] if self.keyword and self.keyword != attr else []) + list(self.aliases)
+        return tuple(dict.fromkeys(names))
+
+    def check(self, attr, value, alias=None):
+        """``value`` as the optimizer keeps it, or a ValueError/TypeError naming it (by
+        ``alias`` where it was given under that name)."""
         if value is None and self.none is not None:
             return None
-        return _CHECKS[self.kind](self, self.label(attr), value)
+        return _CHECKS[self.kind](self, self.label(attr, alias), value)
 
     def __repr__(self):
         shown = [f"{k}={getattr(self, k)!r}" for k in self.__slots__[1:]
@@ -124,7 +160,7 @@ class Domain:
 
 
 _DEFAULTS = {"minimum": None, "closed": False, "choices": None, "strict": True, "none": None,
-             "keyword": None, "numeric": True}
+             "keyword": None, "aliases": (), "numeric": True}
 
 _CHECKS = {
     "nonneg": lambda d, name, x: check_nonneg(name, x),
@@ -201,3 +237,24 @@ def checked_attribute(attr, domain, after_set):
     return property(operator.attrgetter(key), set_value,
                     doc=f"Hyperparameter ``{domain.keyword or attr}``: {domain!r}; checked on "
                         "every assignment.")
+
+
+class AliasAttribute(property):
+    """The property :func:`alias_attribute` makes (a class tells its aliases from its own
+    attributes by this type)."""
+
+
+def alias_attribute(alias, attr):
+    """A property for ``alias``, another name of hyperparameter ``attr``: reading it gives the
+    value of ``attr``; assigning it runs the check of ``attr``'s domain (the most derived
+    class's, an error naming ``alias``) and then assigns ``attr`` (its own check, relations and
+    layout checks included), so no name of a hyperparameter escapes its checks."""
+    key = storage(attr)
+
+    def set_value(self, value):
+        domain = type(self).hyperparameter_domains()[attr]
+        setattr(self, attr, domain.check(attr, value, alias))
+
+    return AliasAttribute(operator.attrgetter(key), set_value,
+                          doc=f"Another name of hyperparameter ``{attr}``: reads and assigns it "
+                              "(checked on every assignment).")

@@ -205,10 +205,15 @@ def _split(ref, hyper):
             own)
 
 
-def _reference_trajectory(ref, case, convention, dtype):
+def _reference_trajectory(ref, case, convention, dtype, moved=None):
     """The Tracked weight after every step of ``case`` under ``convention`` (free-running: the
-    bound accumulates from step to step, as the user's state is not visible)."""
+    bound accumulates from step to step, as the user's state is not visible). ``moved``:
+    ``{step: mask}``, weight elements moved further beyond the range after that step
+    (:func:`toolkit.verify.further_beyond`), for :func:`_compare`."""
     from reference.error_bound import Tracked, track
+
+    from ..verify import further_beyond
+    moved = moved or {}
     lr, wd, rs, c, own = _split(ref, case.hyper)
     w = track(case.weight, dtype)
     state = {k: (track(v, dtype) if isinstance(v, np.ndarray) else v)
@@ -219,7 +224,10 @@ def _reference_trajectory(ref, case, convention, dtype):
             w, state = ref.step(w, track(g, dtype), state, t=t, lr=lr, wd=wd, rescale_grad=rs,
                                 clip_gradient=c, convention=convention, **own)
             state = {k: v for k, v in state.items()}
-            out.append(w if isinstance(w, Tracked) else track(w, dtype))
+            w = w if isinstance(w, Tracked) else track(w, dtype)
+            if t in moved:
+                w = further_beyond(w, moved[t])
+            out.append(w)
     return out
 
 
@@ -271,20 +279,29 @@ def _describe(e):
     return f"{type(e).__name__}: {e}{where}"
 
 
-def _compare(outs, refs):
-    """``(worst, step, element, expected, got)`` over the user's steps against a trajectory."""
-    from ..verify import element_errors, overflowed
+def _compare(outs, refs, rerun):
+    """``(worst, step, element, expected, got)`` over the user's steps against a trajectory.
+    Where the user's weight correctly overflows to infinity, the later steps compare every
+    element except those whose reference depends on the overflowed values: ``rerun(moved)``
+    (:func:`_reference_trajectory` with ``moved``) gives the trajectory with those values moved
+    further beyond the range, and the elements where it differs are not compared."""
+    from ..verify import depends, element_errors, overflow_mask
     worst = (0.0, None, None, None, None)
+    moved, shadow = {}, None
     for t, (out, ref) in enumerate(zip(outs, refs), start=1):
+        skip = (depends(shadow[t - 1], ref) if shadow is not None
+                else np.zeros(ref.shape, dtype=bool))
         with np.errstate(all="ignore"):
-            per = element_errors(out, ref).reshape(-1)
+            per = np.where(skip, 0.0, element_errors(out, ref)).reshape(-1)
         err = float(np.max(per)) if per.size else 0.0
         if err > worst[0] or worst[1] is None:
             i = int(np.argmax(per))
             worst = max(worst, (err, t, i, float(ref.value.reshape(-1)[i]),
                                 float(out.reshape(-1)[i])), key=lambda w: w[0])
-        if overflowed(out, ref):
-            break  # correctly rounded to infinity: the steps after it are not comparable
+        new = overflow_mask(out, ref) & ~skip
+        if np.any(new) and t < len(outs):
+            moved[t] = new
+            shadow = rerun(dict(moved))
     return worst
 
 
@@ -488,7 +505,8 @@ def _verify_run(make_step, ref, convention, fixed, dt, examples, seed):
                                "error": "inf"}
             return
         state["seen"].append((case, outs))
-        err, t, i, expected, got = _compare(outs, refs)
+        err, t, i, expected, got = _compare(
+            outs, refs, lambda moved: _reference_trajectory(ref, case, convention, dt, moved))
         target(finite_score(err), label="normalised error")
         if err > state["worst"]:
             state["worst"] = err
@@ -513,7 +531,9 @@ def _passing_convention(make_step, ref, convention, pytorch, implemented, fixed,
     others = [c for c in ORDER if c in implemented and c != convention
               and (c != "pytorch" or pytorch == "pytorch")]
     for c in others:
-        if any(_compare(outs, _reference_trajectory(ref, case, c, dt))[0] > 1.0
+        if any(_compare(outs, _reference_trajectory(ref, case, c, dt),
+                        lambda moved, case=case, c=c: _reference_trajectory(ref, case, c, dt,
+                                                                            moved))[0] > 1.0
                for case, outs in seen):
             continue  # already off on the cases drawn: no second run
         again = _verify_run(make_step, ref, c, fixed, dt, examples, seed)
@@ -722,7 +742,9 @@ def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, scr
             errors = {c: math.inf for c in convs}
             break
         for c in convs:
-            err, t, i, expected, got = _compare(outs, trajs[c])
+            err, t, i, expected, got = _compare(
+                outs, trajs[c],
+                lambda moved, case=case, c=c: _reference_trajectory(ref, case, c, dt, moved))
             if err > errors[c] or worst[c] is None:
                 errors[c] = max(errors[c], err)
                 worst[c] = {**_case_dict(case, t), "step": t, "element": i,
