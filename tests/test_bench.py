@@ -1,4 +1,4 @@
-"""``mxopt bench`` (toolkit/bench.py): a tiny run's JSON structure, table, plots and exit codes.
+"""``mxopt bench`` (toolkit/bench/): a tiny run's JSON structure, table, plots and exit codes.
 
 Never a timing assertion: benchmarks are not timed tests. Tiny sizes, one repetition.
 """
@@ -40,7 +40,7 @@ def test_tiny_run_json_structure(tiny_run):
         assert key in r["machine"]
     assert {"numpy", "numba", "toolkit"} <= set(r["machine"]["versions"])
     assert r["config"]["sizes_log2"] == [10, 12]
-    assert r["config"]["settings"] == ["sgd", "sgd mom", "adam"]
+    assert r["config"]["settings"] == ["adam", "sgd", "sgd mom"]  # registry-name order
     # 3 settings x 2 dtypes x 2 sizes
     assert len(r["cases"]) == 12
     for c in r["cases"]:
@@ -50,6 +50,9 @@ def test_tiny_run_json_structure(tiny_run):
             m = c["impls"][impl]
             assert m["median_s"] > 0 and len(m["times_s"]) == 1 and m["calls_per_subbatch"] >= 1
         assert c["ratios"]["of_floor"] > 0 and c["ratios"]["vs_numpy"] > 0
+    # the numpy column says which baseline it is: the reference's float64 step
+    assert r["numpy_baseline"]["kind"] == "reference-float64"
+    assert "float64" in r["numpy_baseline"]["what"] and "float64" in r["definitions"]["numpy"]
     adam = {(c["dtype"], c["log2n"]): c for c in r["cases"] if c["setting"] == "adam"}
     assert adam[("float32", 12)]["bytes_per_element"] == 28         # w, g, m, v: 16 read, 12 written
     assert adam[("float16-mp", 12)]["bytes_per_element"] == 2 + 2 + 8 * 3  # g16, w16, master, m, v
@@ -82,6 +85,12 @@ def test_tiny_run_table_and_plots(tiny_run):
     assert "wrote" in text
     md = open(str(out) + ".md").read()
     assert "| adam |" in md and "| target | measured | result |" in md
+    assert "| vs numpy f64 ref |" in md and "backend='reference'" in md
+    assert "vs numpy f64 ref" in text
+    # a JSON recorded before the baseline was derived says so when reported again
+    old = json.loads(out.read_text())
+    del old["numpy_baseline"]
+    assert "| vs numpy f32 |" in bench.markdown_summary(old)
     stem = str(out)[:-len(".json")]
     for suffix in ("_bandwidth.png", "_ratios.png"):
         with open(stem + suffix, "rb") as f:
@@ -89,7 +98,8 @@ def test_tiny_run_table_and_plots(tiny_run):
 
 
 def test_without_torch_says_so_and_goes_on(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(bench, "import_torch", lambda: (None, "torch is not installed (test)"))
+    monkeypatch.setattr(bench.peers, "import_torch",
+                        lambda: (None, "torch is not installed (test)"))
     out = tmp_path / "s.json"
     assert bench.main(["--sizes", "10", "--optimizers", "adagrad", "--dtypes", "float32",
                        "--repeats", "1", "--batch-ms", "0.1", "--no-resnet", "--no-plot",
@@ -116,29 +126,80 @@ def test_trainer_case_structure():
         (True, False) if torch is not None else (None,))
 
 
-def test_every_setting_has_a_numpy_form_and_a_floor():
-    """Every optimizer setting builds: the toolkit's state, a numpy form with as many state
-    arrays as the optimizer keeps, and a floor kernel for its traffic (without timing)."""
+def test_every_setting_has_a_numpy_baseline_and_a_floor():
+    """Every optimizer has a setting (read from its spec), and every setting builds: the
+    toolkit's state, the numpy baseline (derived from the reference module: it steps the
+    weight as the toolkit does) and a floor kernel for its traffic (without timing)."""
     from toolkit import optimizer
     names = {s.name for s in bench.SETTINGS}
     builtin = {k for k, c in optimizer.registry().items() if c.__module__.startswith("toolkit.")}
     assert names == builtin  # every optimizer of the toolkit has a setting
-    n = 2 * bench.ROW_COLS                      # GroupAdaGrad: two rows
+    assert [s.label for s in bench.SETTINGS] == [
+        b.label for spec in optimizer.specs().values() for b in spec.bench_settings()]
+    n = 2 * bench.ROW_COLS                      # a matrix weight: two rows
     w = np.linspace(-1, 1, n, dtype=np.float32)
     g = np.linspace(1, -0.5, n, dtype=np.float32) + np.float32(0.01)  # no exact zero
     for s in bench.SETTINGS:
         opt = bench.make_optimizer(s, "cpu")
         tr = bench.traffic(s, False)
-        n_state, step = bench.numpy_step(s, opt)
-        assert n_state == tr.rw - 1, s.label
         shape = bench.weight_shape(s, n)
-        opt.update(0, w.copy().reshape(shape), g.reshape(shape),
-                   opt.create_state(0, w.copy().reshape(shape)))
-        ww, st = w.copy(), [np.zeros(n, np.float32) for _ in range(n_state)]
-        step(ww, g, st)
-        assert ww.dtype == np.float32 and np.isfinite(ww).all(), s.label
+        wk = w.copy().reshape(shape)
+        opt.update(0, wk, g.reshape(shape), opt.create_state(0, w.copy().reshape(shape)))
+        for half in (False, True):
+            ww = (w.astype(np.float16) if half else w.copy()).reshape(shape)
+            gg = (g.astype(np.float16) if half else g).reshape(shape)
+            step = bench.numpy_baseline(s, half, ww, gg)
+            assert callable(step), (s.label, step)
+            step()
+            assert ww.dtype == (np.float16 if half else np.float32), s.label
+            assert np.isfinite(ww).all() and not np.array_equal(ww, w.reshape(shape)), s.label
+            if not half:  # the reference's step, rounded to float32: the kernel's to a few ulps
+                np.testing.assert_allclose(ww, wk, rtol=1e-5, atol=1e-6, err_msg=s.label)
         bench.cpu_floor(n, tr, False, g)()
         bench.cpu_floor(n, bench.traffic(s, True), True, g.astype(np.float16))()
+
+
+def test_traffic_reads_the_spec():
+    """The traffic model comes from the spec: the host buffers a step touches
+    (``traffic_buffers``: LBSGD's accumulator only where ``batch_scale`` > 1 fills it) and the
+    first pass (``first_pass``: LBSGD's 'lars' norms read the weight, and the accumulator when
+    it accumulates)."""
+    def tr(**kw):
+        t = bench.traffic(bench.Setting("t", "lbsgd", dict(momentum=0.9, **kw), None), False)
+        return t.rw, t.first_reads, t.bytes
+    assert tr() == (2, 0, 4 + 8 * 2)                                  # w, mom
+    assert tr(batch_scale=2) == (3, 0, 4 + 8 * 3)                     # w, mom, accumulator
+    assert tr(warmup_strategy="lars") == (2, 1, 4 + 8 * 2 + 4 + 4)    # + w, g read first
+    assert tr(warmup_strategy="lars", batch_scale=2) == (3, 2, 4 + 8 * 3 + 8 + 4)
+
+
+def test_a_plug_in_optimizer_is_benchmarked_from_its_spec():
+    """An optimizer registered after ``toolkit.bench`` was imported has its spec's rows in
+    ``SETTINGS`` and its traffic from the spec; without a reference module its numpy baseline
+    is "n/a" with the reason (the numpy baseline is derived from the reference, never written)."""
+    from toolkit import optimizer
+    from toolkit.optimizer import BenchSetting, Spec
+
+    class BenchPlugIn(optimizer.SGD):
+        spec = Spec(name="benchplugin", bench=(BenchSetting("benchplugin mom", {"momentum": 0.9}),
+                                               BenchSetting("benchplugin", {"momentum": 0.0},
+                                                            quick=True)),
+                    first_pass=1, traffic_buffers=0)
+    optimizer.register(BenchPlugIn)
+    try:
+        rows = [s for s in bench.SETTINGS if s.name == "benchplugin"]
+        assert [s.label for s in rows] == ["benchplugin mom", "benchplugin"]
+        assert [s.label for s in bench.select_settings(["benchplugin"], quick=True)] == [
+            "benchplugin mom", "benchplugin"]
+        assert "benchplugin" in [s.label for s in bench.select_settings(quick=True)]
+        tr = bench.traffic(rows[0], False)
+        assert (tr.rw, tr.first_reads, tr.bytes) == (2, 1, 4 + 16 + 4 + 4)
+        w = np.ones(8, np.float32)
+        why = bench.numpy_baseline(rows[0], False, w, w)
+        assert isinstance(why, str) and why.startswith("n/a") and "reference" in why
+    finally:
+        optimizer.unregister("benchplugin")
+    assert "benchplugin" not in {s.name for s in bench.SETTINGS}
 
 
 def test_exit_codes(capsys, monkeypatch):

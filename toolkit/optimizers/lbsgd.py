@@ -132,6 +132,12 @@ def _lars_first_pass(opt, buffers):
     return 1 + buffers if opt.warmup_strategy == "lars" else 0
 
 
+def _accumulator_traffic(opt):
+    """The accumulator is read and written only where ``batch_scale`` > 1: with 1 every call
+    steps and it stays zero (the fresh rules neither read nor write it)."""
+    return len(opt.host_buffers()) if opt.batch_scale > 1 else 0
+
+
 SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
     name="lbsgd", reference="reference.lbsgd",
     pytorch=None, torch=None,
@@ -148,7 +154,7 @@ SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.p
     bench=(BenchSetting("lbsgd", {"momentum": 0.0}),
            BenchSetting("lbsgd mom", {"momentum": 0.9}, quick=True),
            BenchSetting("lbsgd lars mom", {"momentum": 0.9, "warmup_strategy": "lars"})),
-    first_pass=_lars_first_pass,
+    first_pass=_lars_first_pass, traffic_buffers=_accumulator_traffic,
 )
 
 

@@ -11,8 +11,9 @@ runs everywhere (docs/custom-optimizer.md); one without a spec is registered wit
 What is *derived* is not declared: defaults, state slots and hyperparameter domains come from the
 class (its constructor, ``state_slots()`` and ``domains``), the values a validation test assigns
 from the domains (``Domain.invalid_examples``), the unfused numpy baseline of ``bench`` from the
-rule. The reference stays independent of the toolkit: a spec *names* its reference module
-(``"reference.adam"``), the reference never imports the toolkit.
+reference module (its float64 numpy step, run through ``backend="reference"``). The reference
+stays independent of the toolkit: a spec *names* its reference module (``"reference.adam"``),
+the reference never imports the toolkit.
 """
 from __future__ import annotations
 
@@ -77,6 +78,10 @@ class Spec:
     Traffic model (``mxopt bench``'s floor)
         ``first_pass``: arrays besides the gradient a first pass reads per element (per-tensor
         norms, LAMB's direction), an int or ``f(optimizer, buffers) -> int``.
+        ``traffic_buffers``: how many of the optimizer's ``host_buffers()`` (arrays shaped like
+        the weight kept outside ``state``) one step reads and writes per element, an int or
+        ``f(optimizer) -> int``; None: all of them (LBSGD: none with ``batch_scale`` 1, where
+        the accumulator stays zero and the step never touches it).
     Docs
         ``docs``: its page, ``docs/optimizers/<name>.md`` by default.
     """
@@ -101,6 +106,7 @@ class Spec:
     full_data_gradient: bool = False
     bench: tuple = ()
     first_pass: int | Callable = 0
+    traffic_buffers: int | Callable | None = None
     docs: str | None = None
 
     def __post_init__(self):
@@ -139,6 +145,14 @@ class Spec:
         optimizer ``opt`` built from this spec (0: one pass only)."""
         fp = self.first_pass
         return int(fp(opt, buffers) if callable(fp) else fp)
+
+    def buffers_moved(self, opt):
+        """How many host buffers (``opt.host_buffers()``) one step of ``opt``, built from this
+        spec, reads and writes per element (``traffic_buffers``; all of them by default)."""
+        tb = self.traffic_buffers
+        if tb is None:
+            return len(opt.host_buffers())
+        return int(tb(opt) if callable(tb) else tb)
 
     def bench_settings(self):
         """This optimizer's ``mxopt bench`` rows; one plain row (no torch peer, not quick)

@@ -1,0 +1,160 @@
+"""``mxopt bench``'s CPU floor: a parallel Numba kernel that reads and writes the same arrays as
+the optimizer's step (grad read; weight and every state slot read and written; the float16
+weight written from the float32 master; the host buffers a step touches; a first pass's reads),
+with trivial arithmetic. Serial below the toolkit's ``PARALLEL_THRESHOLD``, as the toolkit.
+(The CUDA floor is a device-to-device copy of the same bytes: ``toolkit.bench.cases``.)
+"""
+from __future__ import annotations
+
+import types as pytypes
+
+import numba
+import numpy as np
+from numba import prange
+
+__all__ = ["floor_kernel", "cpu_floor"]
+
+
+# ``g`` is the float32 grad, or a float16 grad viewed as uint16 (converted, not decoded: only the
+# bytes matter); ``o`` the float16 weight viewed as uint16, written only.
+def _floor1(g, a0):
+    for i in prange(a0.shape[0]):
+        x = np.float32(g[i])
+        a0[i] = a0[i] + x
+
+
+def _floor2(g, a0, a1):
+    for i in prange(a0.shape[0]):
+        x = np.float32(g[i])
+        a0[i] = a0[i] + x
+        a1[i] = a1[i] + x
+
+
+def _floor3(g, a0, a1, a2):
+    for i in prange(a0.shape[0]):
+        x = np.float32(g[i])
+        a0[i] = a0[i] + x
+        a1[i] = a1[i] + x
+        a2[i] = a2[i] + x
+
+
+def _floor4(g, a0, a1, a2, a3):
+    for i in prange(a0.shape[0]):
+        x = np.float32(g[i])
+        a0[i] = a0[i] + x
+        a1[i] = a1[i] + x
+        a2[i] = a2[i] + x
+        a3[i] = a3[i] + x
+
+
+def _floor16_1(g, o, a0):
+    for i in prange(a0.shape[0]):
+        h = g[i]
+        x = np.float32(h)
+        a0[i] = a0[i] + x
+        o[i] = h
+
+
+def _floor16_2(g, o, a0, a1):
+    for i in prange(a0.shape[0]):
+        h = g[i]
+        x = np.float32(h)
+        a0[i] = a0[i] + x
+        a1[i] = a1[i] + x
+        o[i] = h
+
+
+def _floor16_3(g, o, a0, a1, a2):
+    for i in prange(a0.shape[0]):
+        h = g[i]
+        x = np.float32(h)
+        a0[i] = a0[i] + x
+        a1[i] = a1[i] + x
+        a2[i] = a2[i] + x
+        o[i] = h
+
+
+def _floor16_4(g, o, a0, a1, a2, a3):
+    for i in prange(a0.shape[0]):
+        h = g[i]
+        x = np.float32(h)
+        a0[i] = a0[i] + x
+        a1[i] = a1[i] + x
+        a2[i] = a2[i] + x
+        a3[i] = a3[i] + x
+        o[i] = h
+
+
+def _floor_read1(a, g):
+    """A first pass (LARS's norms): weight and grad read (fastmath: a vectorised sum)."""
+    s = np.float32(0)
+    for i in prange(a.shape[0]):
+        s += a[i] + np.float32(g[i])
+    return s
+
+
+def _floor_read2(a, g, c):
+    """A first pass (LBSGD's 'lars' norms): weight, grad and accumulator read."""
+    s = np.float32(0)
+    for i in prange(a.shape[0]):
+        s += a[i] + np.float32(g[i]) + c[i]
+    return s
+
+
+def _floor_read3(a, g, c, d):
+    """A first pass (LAMB's direction): weight, grad and both moments read."""
+    s = np.float32(0)
+    for i in prange(a.shape[0]):
+        s += a[i] + np.float32(g[i]) + c[i] + d[i]
+    return s
+
+
+_FLOOR_SOURCES = {(1, False): _floor1, (2, False): _floor2, (3, False): _floor3,
+                  (4, False): _floor4, (1, True): _floor16_1, (2, True): _floor16_2,
+                  (3, True): _floor16_3, (4, True): _floor16_4, ("read", 1): _floor_read1,
+                  ("read", 2): _floor_read2, ("read", 3): _floor_read3}
+_floor_kernels: dict = {}
+
+
+def floor_kernel(key, parallel):
+    """The compiled floor ``key`` (rw count and float16 flag, or "read"); the serial variant is a
+    copy under another name, so that numba's on-disk cache keeps the two apart."""
+    k = (key, bool(parallel))
+    if k not in _floor_kernels:
+        fn = _FLOOR_SOURCES[key]
+        if not parallel:
+            fn = pytypes.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_serial",
+                                      fn.__defaults__, fn.__closure__)
+            fn.__qualname__ = fn.__name__
+        _floor_kernels[k] = numba.njit(parallel=bool(parallel), error_model="numpy",
+                                       fastmath=(key[0] == "read"), cache=True, nogil=True)(fn)
+    return _floor_kernels[k]
+
+
+def cpu_floor(n, tr, half, g):
+    """The CPU floor's step for ``n`` elements of a setting of traffic ``tr`` (its own arrays;
+    ``g`` the shared grad)."""
+    from ..backends.cpu import PARALLEL_THRESHOLD
+    if tr.rw > 4:
+        raise ValueError(f"no floor kernel for {tr.rw} read-write arrays")
+    if tr.first_reads > 3:
+        raise ValueError(f"no floor kernel for a first pass reading {tr.first_reads} arrays "
+                         "besides the gradient")
+    parallel = n >= PARALLEL_THRESHOLD
+    arrays = [np.zeros(n, np.float32) for _ in range(tr.rw)]
+    gv = g.view(np.uint16) if half else g
+    kernel = floor_kernel((tr.rw, half), parallel)
+    if half:
+        o = np.zeros(n, np.uint16)
+        args = (gv, o, *arrays)
+    else:
+        args = (gv, *arrays)
+    if not tr.norm_pass:
+        return lambda: kernel(*args)
+    read = floor_kernel(("read", tr.first_reads), parallel)
+    first = (arrays[0], gv) + tuple(arrays[1:tr.first_reads])
+
+    def step():
+        read(*first)
+        kernel(*args)
+    return step

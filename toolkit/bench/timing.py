@@ -1,0 +1,119 @@
+"""``mxopt bench``'s timing: interleaved repetitions of batches of calls, so that what else the
+machine does meanwhile falls on every implementation alike (:func:`measure`), and the
+ratios' medians over repetitions (:func:`paired`)."""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+
+import numpy as np
+
+__all__ = ["measure", "paired", "device_sync", "sync_device", "timed", "interleaved", "SUBBATCHES",
+           "LONG_BUDGET_S", "NO_PRECALL_S"]
+
+
+def device_sync(device):
+    """A function that waits for the device (every stream of the context), or nothing to do."""
+    if device == "cuda":
+        from numba import cuda
+        return cuda.synchronize
+    return lambda: None
+
+
+#: sub-batches per repetition: the fastest is kept
+SUBBATCHES = 3
+#: a repetition times fewer sub-batches of a step when 3 would take longer than this
+LONG_BUDGET_S = 0.06
+#: no untimed call before a step this long: a thread pool's spin (under a millisecond) is lost
+#: in it
+NO_PRECALL_S = 0.02
+
+
+def measure(steps, repeats, batch_s, sync, seed=0, max_calls=20000,
+            untimed_first_call_skip=("numpy",)):
+    """Per-call seconds of every step, one list per step with one entry per repetition.
+
+    Each step is called once (compilation, first touch), then timed to size its sub-batches:
+    ``k`` calls, about ``batch_s``/3 of them (at least one call). Then ``repeats`` + 1
+    repetitions (the first is a warm-up) each time every step, in a shuffled order, so that the
+    machine's other work falls on all of them alike. A repetition times 3 sub-batches of a step
+    (fewer where 3 would take over 60 ms: one for a call of 60 ms or more) and keeps the fastest
+    sub-batch's time per call: what a busy machine adds to a call (a descheduled thread, a
+    parallel region waiting for a timeslice) is only ever a delay. Before each step's
+    sub-batches it is called once untimed (not the single-threaded numpy one, nor a step of
+    20 ms or more): Numba's and torch's OpenMP thread pools spin for a while after a parallel region,
+    and on a machine with few cores the pool that ran last slows the first call of the other;
+    the untimed call also wakes a pool that went to sleep. Returns ``(times, calls)`` with
+    ``calls[name] = (k, sub-batches)``."""
+    rng = np.random.default_rng(seed)
+    calls = {}
+    skip = set(untimed_first_call_skip)
+    for name, step in steps.items():
+        step()
+        sync()
+        best = math.inf
+        for _ in range(3):
+            t0 = time.perf_counter()
+            step()
+            sync()
+            best = min(best, time.perf_counter() - t0)
+            if best > batch_s:
+                break
+        k = int(max(1, min(max_calls, (batch_s / SUBBATCHES) // max(best, 1e-7))))
+        m = int(max(1, min(SUBBATCHES, LONG_BUDGET_S // (k * best))))
+        calls[name] = (k, m)
+        if best >= NO_PRECALL_S:
+            skip.add(name)
+    names = list(steps)
+    times = {name: [] for name in names}
+    for rep in range(repeats + 1):
+        for j in rng.permutation(len(names)):
+            name = names[j]
+            step, (k, m) = steps[name], calls[name]
+            if name not in skip:
+                step()   # untimed: wakes this runtime's threads, lets the last one's spin out
+            dt = math.inf
+            for _ in range(m):
+                sync()
+                t0 = time.perf_counter()
+                for _ in range(k):
+                    step()
+                sync()
+                dt = min(dt, (time.perf_counter() - t0) / k)
+            if rep:
+                times[name].append(dt)
+    return times, calls
+
+
+def paired(num, den):
+    """Median over repetitions of ``num[r]/den[r]``."""
+    return statistics.median(a / b for a, b in zip(num, den))
+
+
+def sync_device(device):
+    """Wait for the device (every stream of the context); nothing to do on the CPU."""
+    if device == "cuda":
+        from numba import cuda
+        cuda.synchronize()
+
+
+def timed(step, device):
+    """Seconds one call of ``step`` takes, the device synchronised before and after."""
+    sync_device(device)
+    t0 = time.perf_counter()
+    step()
+    sync_device(device)
+    return time.perf_counter() - t0
+
+
+def interleaved(steps, device, repeats, warmup=3):
+    """Each repetition times every step once, in turn, so that what the machine does
+    meanwhile falls on all of them alike; returns the list of times per step."""
+    times = [[] for _ in steps]
+    for k in range(repeats + warmup):
+        for j, step in enumerate(steps):
+            t = timed(step, device)
+            if k >= warmup:
+                times[j].append(t)
+    return times
