@@ -18,10 +18,17 @@ def digits():
     return demo.load_digits()
 
 
-@pytest.mark.parametrize("name", sorted(demo.SETTINGS))
+def test_every_optimizer_has_demo_settings():
+    """The demo's optimizers are those whose spec declares settings: every registered one."""
+    from toolkit import optimizer
+    assert list(demo.settings()) == list(optimizer.specs())
+    assert all(demo.settings()[n] == dict(s.demo) for n, s in optimizer.specs().items())
+
+
+@pytest.mark.parametrize("name", sorted(demo.settings()))
 def test_every_optimizer_trains(name, digits):
     train_set, test_set = digits
-    losses, accuracy = demo.train(name, demo.SETTINGS[name], train_set, test_set, epochs=12,
+    losses, accuracy = demo.train(name, demo.settings()[name], train_set, test_set, epochs=12,
                                   batch=64, device="cpu")
     assert losses[-1] < 0.5 * losses[0], losses
     assert accuracy >= demo.TRAINED, accuracy

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import functools
 import importlib.metadata
 import os
 import platform
@@ -35,27 +34,13 @@ def storage_dtype(dtype: str):
     return np.dtype(np.float16) if dtype.startswith("float16") else np.dtype(dtype)
 
 
-@functools.lru_cache(maxsize=None)
 def optimizer_conventions() -> dict:
-    """``{registry name: conventions}`` of the toolkit's built-in optimizers (those with a
-    reference module), in registry order; a convention an optimizer refuses (Nadam "guide") is
-    left out."""
-    from reference import OPTIMIZERS
-
-    from . import optimizer
-    out = {}
-    for name, klass in optimizer.registry().items():
-        if getattr(klass, "reference_name", None) not in OPTIMIZERS:
-            continue  # a custom optimizer: nothing to compare it with
-        convs = []
-        for conv in CONVENTIONS:
-            try:
-                optimizer.create(name, convention=conv)
-            except ValueError:
-                continue
-            convs.append(conv)
-        out[name] = tuple(convs)
-    return out
+    """``{registry name: conventions}`` of the optimizers with an oracle (their spec names a
+    reference module: ``specs(oracle=True)``), sorted by name; the conventions are the spec's
+    (``Spec.conventions``: Nadam's kernels implement "mxnet" only). Read live: an optimizer
+    registered later (a plug-in) is in it."""
+    from .optimizers.registry import specs
+    return {name: tuple(spec.conventions) for name, spec in specs(oracle=True).items()}
 
 
 def select_optimizers(names) -> list:
@@ -69,7 +54,11 @@ def select_optimizers(names) -> list:
     for n in names:
         key = str(n).lower()
         if key not in known:
-            raise UsageError(f"unknown optimizer {n!r}; known: {', '.join(sorted(known))}")
+            from .optimizers.registry import specs
+            what = (f"optimizer {n!r} has no oracle (its spec names no reference module: "
+                    "nothing to compare it with)" if key in specs() else
+                    f"unknown optimizer {n!r}")
+            raise UsageError(f"{what}; known: {', '.join(sorted(known))}")
         if key not in out:
             out.append(key)
     return out

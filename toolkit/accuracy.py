@@ -41,7 +41,7 @@ from ._support import (UsageError, choose_backends, optimizer_conventions, progr
                        to_device)
 from .verify import step_errors
 
-__all__ = ["measure", "draw_case", "Row", "AccuracyResult", "plot", "main", "DEFAULT_CASES"]
+__all__ = ["measure", "draw_case", "draw_hyper", "Row", "AccuracyResult", "plot", "main", "DEFAULT_CASES"]
 
 DEFAULT_CASES = 100
 #: errors below this are drawn at it (exact results have error 0)
@@ -49,73 +49,26 @@ PLOT_FLOOR = 1e-4
 
 
 # ----------------------------------------------------------------------------------------------
-# random cases (the ideas of tests/optim_db.py, drawn with numpy instead of hypothesis)
+# random cases (drawn with numpy from the specs' spaces, as ``identify`` does)
 # ----------------------------------------------------------------------------------------------
-def _dec(rng, lo, hi):
-    return float(10.0 ** rng.uniform(lo, hi))
-
-
-def _unit(rng, lo=0.0, hi=0.999):
-    return float(rng.uniform(lo, hi))
-
-
-def _momentum(rng):
-    return 0.0 if rng.random() < 0.25 else _unit(rng, 0.0, 0.99)
-
-
-def _pick(rng, *options):
-    """One of ``options``; a callable option is called with ``rng``."""
-    o = options[int(rng.integers(len(options)))]
-    return o(rng) if callable(o) else o
-
-
-def _signum(rng):
-    m = _momentum(rng)
-    return {"momentum": m, "wd_lh": 0.0 if m == 0 else _pick(rng, 0.0, lambda r: _dec(r, -4, -1))}
-
-
-#: each optimizer's own hyperparameters, aimed at branch points (momentum 0, exact zeros,
-#: beta2 < beta1^2, clip bounds on and off)
-HYPER = {
-    "sgd": lambda r: {"momentum": _momentum(r)},
-    "nag": lambda r: {"momentum": _momentum(r)},
-    "adagrad": lambda r: {"eps": _pick(r, 1e-7, lambda q: _dec(q, -10, -1))},
-    "rmsprop": lambda r: {"gamma1": _unit(r), "gamma2": _unit(r, 0.0, 0.99),
-                          "epsilon": _dec(r, -10, -2), "centered": bool(r.random() < 0.5),
-                          "clip_weights": _pick(r, None, lambda q: _dec(q, -1, 1))},
-    "adadelta": lambda r: {"rho": _unit(r), "epsilon": _dec(r, -9, -3)},
-    "adam": lambda r: {"beta1": _unit(r, 0.0, 0.99), "beta2": _unit(r, 0.0, 0.9999),
-                       "epsilon": _dec(r, -10, -2)},
-    "adamax": lambda r: {"beta1": _unit(r, 0.0, 0.99), "beta2": _unit(r, 0.0, 0.9999)},
-    "nadam": lambda r: {"beta1": _unit(r, 0.0, 0.99), "beta2": _unit(r, 0.0, 0.9999),
-                        "epsilon": _dec(r, -10, -2),
-                        "schedule_decay": _pick(r, 0.004, lambda q: _unit(q, 0.0, 0.1))},
-    "signum": _signum,
-    "lbsgd": lambda r: {"momentum": _momentum(r),
-                        "warmup_strategy": _pick(r, "linear", "power2", "sqrt", "lars"),
-                        "warmup_epochs": int(r.integers(0, 4)),
-                        "batch_scale": int(r.integers(1, 4)),
-                        "updates_per_epoch": int(r.integers(1, 5)),
-                        "begin_epoch": int(r.integers(0, 3))},
-    "dcasgd": lambda r: {"momentum": _momentum(r),
-                         "lamda": _pick(r, 0.04, lambda q: _dec(q, -3, 1))},
-    "ftrl": lambda r: {"lamda1": _pick(r, 0.0, lambda q: _dec(q, -4, 0)),
-                       "beta": _pick(r, 0.0, lambda q: _dec(q, -2, 1))},
-    "ftml": lambda r: {"beta1": _unit(r, 0.0, 0.99), "beta2": _unit(r, 0.0, 0.9999),
-                       "epsilon": _dec(r, -10, -2)},
-    "sgld": lambda r: {"seed": int(r.integers(0, 2 ** 32))},
-    "adamw": lambda r: {"beta1": _unit(r, 0.0, 0.99), "beta2": _unit(r, 0.0, 0.9999),
-                        "epsilon": _dec(r, -10, -2),
-                        "eta": _pick(r, 1.0, lambda q: _unit(q, 0.0, 1.0))},
-    "lars": lambda r: {"momentum": _momentum(r), "eta": _pick(r, 0.001, lambda q: _dec(q, -3, 0)),
-                       "eps": _pick(r, 0.0, lambda q: _dec(q, -9, -3))},
-    "groupadagrad": lambda r: {"eps": _pick(r, 1e-5, lambda q: _dec(q, -10, -1))},
-    "lamb": lambda r: {"beta1": _unit(r, 0.0, 0.99), "beta2": _unit(r, 0.0, 0.9999),
-                       "epsilon": _pick(r, 1e-6, lambda q: _dec(q, -10, -2)),
-                       "lower_bound": _pick(r, None, lambda q: _dec(q, -3, 0)),
-                       "upper_bound": _pick(r, None, lambda q: _dec(q, 0, 2)),
-                       "bias_correction": _pick(r, True, False)},
-}
+def draw_hyper(rng, name, dtype):
+    """The constructor keywords of one random case of optimizer ``name``: the common
+    hyperparameters (``toolkit.oracle.space.common_space``: ``COMMON`` with the spec's ``fixed``
+    pinned, GroupAdaGrad's wd 0), then the optimizer's own from its spec's ``space`` (aimed at
+    branch points: momentum 0, exact zeros, clip bounds on and off), made consistent by its
+    ``dependent`` (Signum's wd_lh needs momentum). A float16 *state* without a master copy
+    (``dtype`` "float16") draws the learning rate from ``Spec.half_state_lr`` up (FTRL/FTML:
+    the state grows like w/lr)."""
+    from .oracle import space
+    from .optimizers.registry import spec_of
+    spec = spec_of(name)
+    kw = {k: s.sample(rng) for k, s in space.common_space(name).items()}
+    kw.update({k: s.sample(rng) for k, s in spec.space.items()})
+    kw = space.fix_dependent(name, kw)
+    if dtype == "float16" and spec.half_state_lr is not None and "learning_rate" not in spec.fixed:
+        # from the least rate the state needs up to 1 (COMMON's top)
+        kw["learning_rate"] = space.Decades(math.log10(spec.half_state_lr), 0).sample(rng)
+    return kw
 
 
 def _array(rng, n, lo, hi):
@@ -132,16 +85,9 @@ def draw_case(rng, name, dtype):
     like w/lr. Shapes and pinned hyperparameters come from ``toolkit.oracle.space`` (GroupAdaGrad:
     matrices, and wd 0)."""
     from .oracle import space
-    hyper = HYPER[name](rng) if name in HYPER else {}
-    kw = {"learning_rate": _dec(rng, -4, 0),
-          "wd": _pick(rng, 0.0, lambda r: _dec(r, -5, -1)),
-          "rescale_grad": _pick(rng, 1.0, lambda r: _dec(r, -2, 1)),
-          "clip_gradient": _pick(rng, None, 0.0, lambda r: _dec(r, -2, 1)), **hyper}
-    kw.update(space.COMMON_FIXED.get(name, {}))
+    kw = draw_hyper(rng, name, dtype)
     plain16 = dtype == "float16"
     f16 = dtype.startswith("float16")
-    if plain16 and name in ("ftrl", "ftml"):
-        kw["learning_rate"] = _dec(rng, -1, 0)
     shape = space.shape_space(name, 32).sample(rng)
     n = math.prod(shape)
     lo_w, hi_w = (-2, 1 if plain16 else 2) if f16 else (-4, 2)

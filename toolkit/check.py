@@ -143,13 +143,10 @@ PROOFS = [
 def backend_rows(with_cuda=False):
     """(optimizer, convention, backend, dtype) rows; the CUDA rows add float16 without
     multi_precision (the CPU covers it through the same float32 kernels)."""
+    from ._support import optimizer_conventions
     rows = []
-    for name, klass in sorted(optimizer.registry().items()):
-        if klass.__module__.split(".")[-1] != name and name not in ("ftrl",):
-            continue
-        for conv in ("mxnet", "guide"):
-            if name == "nadam" and conv == "guide":
-                continue
+    for name, convs in optimizer_conventions().items():  # every optimizer with an oracle
+        for conv in convs:
             for backend in ("cpu", "reference") + (("cuda",) if with_cuda else ()):
                 for dtype in DTYPES + (("float16",) if backend == "cuda" else ()):
                     if backend == "reference" and dtype != "float64":
@@ -160,6 +157,7 @@ def backend_rows(with_cuda=False):
 
 def run_backend_row(rng, name, conv, backend, dtype, cases=4, steps=4):
     from .oracle import space
+    spec = optimizer.spec_of(name)
     worst = 0.0
     for _ in range(cases):
         kw = dict(convention=conv, backend=backend, multi_precision=dtype == "float16-mp",
@@ -167,9 +165,10 @@ def run_backend_row(rng, name, conv, backend, dtype, cases=4, steps=4):
                   wd=float(rng.choice([0.0, 10 ** rng.uniform(-4, -1)])),
                   rescale_grad=float(rng.choice([1.0, 10 ** rng.uniform(-1, 1)])),
                   clip_gradient=[None, float(10 ** rng.uniform(-1, 1))][int(rng.integers(2))])
-        if dtype == "float16" and name in ("ftrl", "ftml"):
-            kw["learning_rate"] = float(10 ** rng.uniform(-1, 0))  # float16 state holds ~w/lr
-        kw.update(space.COMMON_FIXED.get(name, {}))  # GroupAdaGrad: wd 0
+        if dtype == "float16" and spec.half_state_lr is not None:
+            # a float16 state without a master copy (FTRL/FTML: it holds about w/lr)
+            kw["learning_rate"] = float(10 ** rng.uniform(math.log10(spec.half_state_lr), 0))
+        kw.update(spec.fixed)  # GroupAdaGrad: wd 0
         opt = optimizer.create(name, **kw)
         dt = np.float16 if dtype.startswith("float16") else np.dtype(dtype).type
         to = _device if backend == "cuda" else (lambda a: a)

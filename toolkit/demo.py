@@ -25,34 +25,23 @@ import time
 
 import numpy as np
 
-#: sensible settings per optimizer (registry name -> optimizer_params)
-SETTINGS = {
-    "sgd": {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-4},
-    "nag": {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-4},
-    "adagrad": {"learning_rate": 0.1},
-    "rmsprop": {"learning_rate": 0.005},
-    "adadelta": {"rho": 0.9, "epsilon": 1e-5},
-    "adam": {"learning_rate": 0.01},
-    "adamax": {"learning_rate": 0.02},
-    "nadam": {"learning_rate": 0.01},
-    "signum": {"learning_rate": 0.005, "momentum": 0.9},
-    "lbsgd": {"learning_rate": 0.1, "momentum": 0.9, "warmup_strategy": "linear",
-              "warmup_epochs": 2, "batch_scale": 1, "updates_per_epoch": 23},
-    "dcasgd": {"learning_rate": 0.1, "momentum": 0.9},
-    "ftrl": {"learning_rate": 0.5, "lamda1": 1e-4, "beta": 1.0},
-    "ftml": {"learning_rate": 0.01},
-    "sgld": {"learning_rate": 1e-4, "seed": 1},
-    "adamw": {"learning_rate": 0.01, "wd": 0.01},
-    "lars": {"learning_rate": 0.3, "momentum": 0.9, "eta": 0.02},
-    "groupadagrad": {"learning_rate": 0.1},
-    "lamb": {"learning_rate": 0.02},
-}
+def settings():
+    """``{registry name: optimizer_params}``: the optimizers with demo settings (a user's
+    sensible choice, ``Spec.demo``), sorted by name. An optimizer whose spec declares none is
+    not in the demo."""
+    from .optimizers.registry import specs
+    return {name: dict(spec.demo) for name, spec in specs().items() if spec.demo}
 
-#: optimizers that need the gradient of the whole data set's loss: SGLD's noise (sqrt(lr) per
-#: step) is calibrated to the posterior of all N examples (Welling and Teh 2011), so its gradient
-#: is the batch sum times N/batch_size (rescale_grad = N). With the mean gradient it samples a
-#: posterior N times too hot, and the noise swamps the drift (measured: test accuracy 11%).
-FULL_DATA_GRADIENT = {"sgld"}
+
+def full_data_gradient(name):
+    """Whether optimizer ``name`` needs the gradient of the whole data set's loss
+    (``Spec.full_data_gradient``): SGLD's noise (sqrt(lr) per step) is calibrated to the
+    posterior of all N examples (Welling and Teh 2011), so its gradient is the batch sum times
+    N/batch_size (rescale_grad = N). With the mean gradient it samples a posterior N times too
+    hot, and the noise swamps the drift (measured: test accuracy 11%)."""
+    from .optimizers.registry import spec_of
+    return spec_of(name).full_data_gradient
+
 
 #: the test accuracy a user would call trained, for this model and data set
 TRAINED = 0.90
@@ -90,15 +79,15 @@ def softmax_loss_grad(w, b, x, y):
 def train(name, params_kw, train_set, test_set, epochs, batch, device, progress=None, task=None):
     from . import Parameter, Trainer
     from .backends import arrays
-    from .oracle import space
+    from .optimizers.registry import spec_of
     (x, y), (xt, yt) = train_set, test_set
     w = Parameter("softmax_weight", shape=(10, x.shape[1]), device=device)
     # an optimizer that takes matrices only (GroupAdaGrad: one accumulator per row) gets the
     # bias as a column, one row per class
-    b_shape = (10, 1) if name in space.MATRIX else (10,)
+    b_shape = (10, 1) if spec_of(name).matrix else (10,)
     b = Parameter("softmax_bias", shape=b_shape, wd_mult=0.0, device=device)
     kw = dict(params_kw)
-    if name in FULL_DATA_GRADIENT:
+    if full_data_gradient(name):
         kw["rescale_grad"] = float(len(y))
     trainer = Trainer([w, b], name, kw)
     rng = np.random.default_rng(1)
@@ -151,8 +140,10 @@ def main(argv=None):
                     help="where the parameters live and the optimizer runs")
     ap.add_argument("--epochs", type=int, default=30)
     ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--optimizers", default=",".join(SETTINGS),
-                    help="comma-separated registry names (default: all)")
+    known = settings()
+    ap.add_argument("--optimizers", default=",".join(known),
+                    help="comma-separated registry names (default: every optimizer whose spec "
+                         "has demo settings)")
     ap.add_argument("--out", default=".", metavar="DIR",
                     help="directory for the PNG (default: the working directory)")
     ap.add_argument("--plot", default="mxopt-demo-loss.png",
@@ -160,9 +151,10 @@ def main(argv=None):
                          "%(default)s)")
     args = ap.parse_args(argv)
     names = [n.strip().lower() for n in args.optimizers.split(",") if n.strip()]
-    unknown = [n for n in names if n not in SETTINGS]
+    unknown = [n for n in names if n not in known]
     if unknown:
-        ap.error(f"unknown optimizer(s) {unknown}; choose from {sorted(SETTINGS)}")
+        ap.error(f"unknown optimizer(s) {unknown} (or without demo settings in its spec); "
+                 f"choose from {sorted(known)}")
     if args.backend == "cuda":
         from .backends import cuda_available
         ok, why = cuda_available()
@@ -186,10 +178,10 @@ def main(argv=None):
         for name in names:
             task = progress.add_task(name, total=args.epochs)
             t0 = time.perf_counter()  # one step on a throw-away model: compiles the kernels
-            train(name, SETTINGS[name], warm_up, test_set, 1, args.batch_size, args.backend)
+            train(name, known[name], warm_up, test_set, 1, args.batch_size, args.backend)
             first[name] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            curves[name] = train(name, SETTINGS[name], train_set, test_set, args.epochs,
+            curves[name] = train(name, known[name], train_set, test_set, args.epochs,
                                  args.batch_size, args.backend, progress, task)
             seconds[name] = time.perf_counter() - t0
     table = Table(title="final training loss and test accuracy")
@@ -200,10 +192,10 @@ def main(argv=None):
     for name, (losses, acc) in curves.items():
         ok = acc >= TRAINED and losses[-1] < losses[0]
         failed += [] if ok else [name]
-        settings = ", ".join(f"{k}={v}" for k, v in SETTINGS[name].items())
-        if name in FULL_DATA_GRADIENT:
-            settings += ", rescale_grad=N"
-        table.add_row(name, settings, f"{losses[0]:.4f}", f"{losses[-1]:.4f}",
+        shown = ", ".join(f"{k}={v}" for k, v in known[name].items())
+        if full_data_gradient(name):
+            shown += ", rescale_grad=N"
+        table.add_row(name, shown, f"{losses[0]:.4f}", f"{losses[-1]:.4f}",
                       f"[{'green' if ok else 'red'}]{acc:.1%}[/]", f"{first[name]:.2f}",
                       f"{seconds[name]:.2f}")
     console.print(table)

@@ -60,7 +60,8 @@ from ._support import (DTYPES, UsageError, choose_backends, cuda_status, optimiz
                        storage_dtype, to_device)
 
 __all__ = ["FORMAT", "VERSION", "RegressFileError", "Report", "EntryResult", "ArrayChange",
-           "record", "compare", "load", "write", "new_entry", "run_entry", "fill_entry",
+           "record", "compare", "load", "write", "new_entry", "hyper_for", "common_for",
+           "reference_hyper", "run_entry", "fill_entry",
            "document", "encode", "decode", "ulp_distance", "main"]
 
 FORMAT = "mxopt-regress"
@@ -72,40 +73,46 @@ DEFAULT_SIZE = 8
 #: seed of the recorded inputs (per optimizer and convention: crc32 of "name/convention" added)
 SEED = 20261123
 
-#: each recorded optimizer's own hyperparameters (toolkit constructor names): non-default
-#: settings that switch on every state slot and branch that has one
-CONFIGS = {
-    "sgd": {"momentum": 0.9}, "nag": {"momentum": 0.9}, "adagrad": {"eps": 1e-7},
-    "rmsprop": {"gamma1": 0.9, "gamma2": 0.9, "epsilon": 1e-8, "centered": True,
-                "clip_weights": 2.0},
-    "adadelta": {"rho": 0.9, "epsilon": 1e-5},
-    "adam": {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8},
-    "adamax": {"beta1": 0.9, "beta2": 0.999},
-    "nadam": {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "schedule_decay": 0.004},
-    "signum": {"momentum": 0.9, "wd_lh": 0.01},
-    "lbsgd": {"momentum": 0.9, "warmup_strategy": "linear", "warmup_epochs": 1,
-              "batch_scale": 2, "updates_per_epoch": 4},
-    "dcasgd": {"momentum": 0.5, "lamda": 0.04},
-    "ftrl": {"lamda1": 0.01, "beta": 1.0},
-    "ftml": {"beta1": 0.6, "beta2": 0.999, "epsilon": 1e-8},
-    "sgld": {"seed": 7},
-    "adamw": {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "eta": 0.5},
-    "lars": {"momentum": 0.9, "eta": 0.01, "eps": 1e-6, "momentum_correction": True},
-    "groupadagrad": {"eps": 1e-5},
-    "lamb": {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-6, "lower_bound": 0.5,
-             "upper_bound": 10.0, "bias_correction": True},
-}
 #: hyperparameters every optimizer shares (``lr`` is the constructor's ``learning_rate``);
-#: an optimizer's pinned ones replace them (GroupAdaGrad's wd 0: :func:`common_for`)
+#: an optimizer's pinned ones replace them (GroupAdaGrad's wd 0: :func:`common_for`). Each
+#: optimizer's own hyperparameters are its spec's ``record`` (:func:`hyper_for`).
 COMMON = {"lr": 0.05, "wd": 0.01, "rescale_grad": 0.5, "clip_gradient": 2.0}
 
 
-def common_for(name):
-    """:data:`COMMON` for optimizer ``name`` (``toolkit.oracle.space.COMMON_FIXED`` applied)."""
-    from .oracle import space
-    return {**COMMON, **space.COMMON_FIXED.get(name, {})}
-#: reference-backend hyperparameters that select SGLD's noise, not a state slot
+def _spec(name):
+    from .optimizers.registry import spec_of
+    return spec_of(name)
+
+
+def hyper_for(name):
+    """Optimizer ``name``'s own recorded hyperparameters (toolkit constructor names): its spec's
+    ``record``, non-default settings that switch on every state slot and branch that has one."""
+    return dict(_spec(name).record)
+
+
+def common_for(name, common=None):
+    """``common`` (default :data:`COMMON`) for optimizer ``name``, with the common
+    hyperparameters its spec pins (``Spec.fixed``; ``learning_rate`` is ``lr`` here) applied."""
+    fixed = {("lr" if k == "learning_rate" else k): v for k, v in _spec(name).fixed.items()}
+    return {**(COMMON if common is None else common), **fixed}
+
+
+#: reference-backend hyperparameters that select a noise draw (SGLD's), not a state slot: the
+#: seed, and the stream, which is the parameter index (``reference.noise``)
 _NOISE_KEYS = ("seed", "stream")
+#: the parameter index every kernel entry updates (``update_multi_precision(0, ...)``)
+_INDEX = 0
+
+
+def reference_hyper(hyper):
+    """``hyper`` as the keywords of the oracle's ``step`` for a "reference" entry: where it
+    names a noise seed, the stream is named too (0, the index the kernel entries update), so
+    the entry says which draw it holds (:func:`new_entry` applies it)."""
+    hyper = dict(hyper or {})
+    if "seed" in hyper and "stream" not in hyper:
+        hyper["stream"] = _INDEX
+    return hyper
+
 
 _UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 _SINT = {2: np.int16, 4: np.int32, 8: np.int64}
@@ -201,7 +208,8 @@ def new_entry(optimizer, convention, backend, dtype, *, w0, grads, hyper=None, c
 
     ``w0`` and ``grads`` are cast to the weight's storage dtype; ``hyper`` are the optimizer's
     own hyperparameters (the toolkit constructor's names; for backend "reference" the oracle's
-    ``step`` keywords), ``common`` is ``{"lr", "wd", "rescale_grad", "clip_gradient"}``.
+    ``step`` keywords, a noise stream named where a seed is: :func:`reference_hyper`),
+    ``common`` is ``{"lr", "wd", "rescale_grad", "clip_gradient"}``.
     """
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
@@ -213,7 +221,8 @@ def new_entry(optimizer, convention, backend, dtype, *, w0, grads, hyper=None, c
     grads = [np.asarray(g, dtype=np.float64).astype(sd) for g in grads]
     return {"id": entry_id(optimizer, convention, backend, dtype), "optimizer": optimizer,
             "convention": convention, "backend": backend, "dtype": dtype, "ulps": int(ulps),
-            "hyper": dict(hyper or {}), "common": dict(COMMON if common is None else common),
+            "hyper": reference_hyper(hyper) if backend == "reference" else dict(hyper or {}),
+            "common": dict(COMMON if common is None else common),
             "encoding": encoding, "shape": list(w0.shape), "arrays": {},
             "w0": encode(w0, encoding), "grads": [encode(g, encoding) for g in grads],
             "steps": []}
@@ -229,8 +238,7 @@ def _inputs(entry):
 
 
 def _run_reference(entry, w0, grads):
-    from reference import OPTIMIZERS
-    ref = OPTIMIZERS[entry["optimizer"]]
+    ref = _spec(entry["optimizer"]).reference_module()
     hyper = entry["hyper"]
     state_hyper = {k: v for k, v in hyper.items() if k not in _NOISE_KEYS}
     slots = ref.state_slots(**state_hyper)
@@ -502,7 +510,7 @@ def record(path, *, optimizers=None, backends=None, dtypes=None, steps=DEFAULT_S
         for name, conv, b, d in rows:
             bar.update(f"{name} {conv} {b} {d}", advance=0)
             w, grads = recorded_inputs(name, conv, steps, size)
-            e = new_entry(name, conv, b, d, w0=w, grads=grads, hyper=CONFIGS.get(name, {}),
+            e = new_entry(name, conv, b, d, w0=w, grads=grads, hyper=hyper_for(name),
                           common=common_for(name))
             entries.setdefault(name, []).append(fill_entry(e))
             bar.update(advance=1)
@@ -665,12 +673,11 @@ def _compare_entry(entry, outputs, allowed):
 def _known_now(entry):
     """None when the toolkit (or the oracle) still has the entry's optimizer and convention,
     else why not."""
-    from reference import OPTIMIZERS
+    convs = optimizer_conventions().get(entry["optimizer"])
     if entry["backend"] == "reference":
-        if entry["optimizer"] not in OPTIMIZERS:
+        if convs is None:
             return f"the oracle has no optimizer {entry['optimizer']!r}"
         return None
-    convs = optimizer_conventions().get(entry["optimizer"])
     if convs is None:
         return f"the toolkit has no optimizer {entry['optimizer']!r}"
     if entry["convention"] not in convs:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference import OPTIMIZERS
 from reference.error_bound import Tracked, track, unit_roundoff
 
 from .backends.arrays import to_host
@@ -164,11 +163,31 @@ def _tracked_extra(extra, dtype):
             for k, v in extra.items()}
 
 
+def _reference_of(opt):
+    """The oracle module of toolkit optimizer ``opt`` (the one its spec names: a plug-in's may
+    live outside the ``reference`` package)."""
+    ref = opt.reference_module()
+    if ref is None:
+        raise ValueError(f"{type(opt).__name__} has no oracle (its spec names no reference "
+                         "module): nothing to check it against")
+    return ref
+
+
+def _reference_of_name(name):
+    """The oracle module of registry name ``name`` (its spec's ``reference``)."""
+    from .optimizers.registry import specs
+    spec = specs(oracle=True).get(str(name).lower())
+    if spec is None:
+        raise ValueError(f"unknown optimizer {name!r} (or one without an oracle); the oracle "
+                         f"knows {', '.join(specs(oracle=True))}")
+    return spec.reference_module()
+
+
 def reference_call(opt, index, weight, grad, state, step, dtype):
     """Run the oracle for the step ``step`` (``opt.next_step(index, weight)``) of toolkit
     optimizer ``opt`` on Tracked copies of its inputs. ``state`` is the toolkit state before the
     step. Returns ``(w_ref, state_ref_dict)``."""
-    ref = OPTIMIZERS[opt.reference_name]
+    ref = _reference_of(opt)
     st = {name: track(np.asarray(a, dtype=np.float64), dtype)
           for name, a in zip(opt.state_slots(), opt.state_arrays(state))}
     st.update(_tracked_extra(step.reference_state, dtype))
@@ -242,7 +261,7 @@ def trajectory_errors(opt, index, weight, grads, state):
     st_ref = {n: track(to_host(a).astype(np.float64), dtype)
               for n, a in zip(slots, opt.state_arrays(state))}
     worst: dict = {}
-    ref = OPTIMIZERS[opt.reference_name]
+    ref = _reference_of(opt)
     shadow = None  # (weight, state) of the trajectory with the overflowed values moved further
     for grad in grads:
         step = opt.next_step(index, w_host)
@@ -306,7 +325,7 @@ def check_function(update, name, weight, grads, *, dtype=None, convention="mxnet
         >>> all(r["weight"][0] <= 1 for r in res)
         True
     """
-    ref = OPTIMIZERS[name]
+    ref = _reference_of_name(name)
     dtype = np.dtype(dtype or weight.dtype)
     state = {k: np.asarray(v, dtype=dtype) for k, v in ref.init_state(weight, **hyper).items()
              if isinstance(v, np.ndarray)}

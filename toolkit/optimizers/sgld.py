@@ -42,7 +42,7 @@ def sgld_rule(f):
 SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
     name="sgld", reference="reference.sgld",
     pytorch=None, torch=None,
-    space={"seed": Ints(0, 4294967296)},
+    space={"seed": Ints(0, 4294967296)}, noise=True,
     record={"seed": 7}, record_ulps=1,
     layouts=({"learning_rate": 0.01},),
     trainer=({},),

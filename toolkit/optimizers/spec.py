@@ -67,6 +67,10 @@ class Spec:
         ``uses_lr``: whether the learning rate enters the update (AdaDelta: no).
         ``half_state_lr``: the least learning rate a float16 *state* (no master copy) needs to
         stay in range, with ``half_state_reason`` (FTRL/FTML: the state grows like w/lr).
+        ``noise``: its update adds random noise (SGLD: the counter-based draws of
+        ``reference.noise``, keyed by a seed and the parameter index); ``toolkit.verify`` and
+        ``check`` compare it through those draws, the oracle's ``verify``/``identify`` (which
+        run a user's implementation with its own draws) refuse it.
     Fixed configurations (constructor keywords besides the common ones)
         ``record``: switches on every state slot and branch (golden files, ``regress``,
         start-up and interop tests); ``record_ulps``: the last-bit allowance of its float64
@@ -98,6 +102,7 @@ class Spec:
     uses_lr: bool = True
     half_state_lr: float | None = None
     half_state_reason: str = ""
+    noise: bool = False
     record: Mapping = field(default_factory=dict)
     record_ulps: int = 0
     layouts: tuple = ({},)

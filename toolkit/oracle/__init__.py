@@ -81,18 +81,19 @@ class OracleMismatch(AssertionError):
 # the reference side
 # --------------------------------------------------------------------------------------------
 def _module(name):
-    import reference
+    from ..optimizers.registry import specs
     if not isinstance(name, str):
         raise TypeError(f"optimizer must be a registry name such as 'adam', got {name!r}")
-    ref = reference.OPTIMIZERS.get(name.lower())
-    if ref is None:
+    spec = specs(oracle=True).get(name.lower())
+    if spec is None:
         raise ValueError(f"unknown optimizer {name!r}; the oracle knows "
-                         f"{', '.join(sorted(reference.OPTIMIZERS))}")
-    if ref.NAME == "sgld":
-        raise ValueError("sgld adds Gaussian noise to every step, so its result cannot be "
-                         "compared with an implementation's own draws; verify the deterministic "
-                         "part as sgd, or use toolkit.verify with the noise of reference.noise")
-    return ref
+                         f"{', '.join(specs(oracle=True))}")
+    if spec.noise:
+        raise ValueError(f"{spec.name} adds random noise to every step, so its result cannot be "
+                         "compared with an implementation's own draws; verify its deterministic "
+                         "part as the optimizer without the noise (sgld: sgd), or use "
+                         "toolkit.verify with the noise of reference.noise")
+    return spec.reference_module()
 
 
 def conventions_of(name):
@@ -140,15 +141,10 @@ def versions():
 
 
 def _optimizer_class(name):
-    """The toolkit optimizer class whose reference is ``name`` (its constructor's checks are
-    the oracle's checks of ``fixed`` and of every drawn case)."""
+    """The toolkit optimizer class registered under ``name``, whose spec names the reference
+    (its constructor's checks are the oracle's checks of ``fixed`` and of every drawn case)."""
     from .. import optimizer
-    reg = optimizer.registry()
-    klass = reg.get(name)
-    if klass is None or getattr(klass, "reference_name", None) != name:
-        klass = next((k for k in reg.values() if getattr(k, "reference_name", None) == name),
-                     None)
-    return klass
+    return optimizer.registry().get(name)
 
 
 def _check_fixed(name, fixed):

@@ -149,19 +149,16 @@ def listing():
     and the backends with the reason one is missing."""
     from .. import optimizer
     from ..backends import cuda_available
-    from . import conventions_of
     rows = []
-    import reference
-    for name, klass in sorted(optimizer.registry().items()):
-        module = reference.OPTIMIZERS.get(getattr(klass, "reference_name", None))
-        if module is None:  # a custom optimizer registered by the user: no oracle
-            rows.append({"optimizer": name, "class": klass.__name__,
-                         "kernel_conventions": ("mxnet", "guide"), "oracle_conventions": (),
-                         "pytorch": None})
+    for name, klass in optimizer.registry().items():
+        spec = optimizer.spec_of(name)
+        row = {"optimizer": name, "class": klass.__name__,
+               "kernel_conventions": tuple(spec.conventions)}
+        if not spec.has_oracle:  # a custom optimizer registered by the user: no oracle
+            rows.append({**row, "oracle_conventions": (), "pytorch": None})
             continue
-        kernel = ("mxnet",) if name == "nadam" else ("mxnet", "guide")
-        rows.append({"optimizer": name, "class": klass.__name__, "kernel_conventions": kernel,
-                     "oracle_conventions": tuple(module.CONVENTIONS),
+        module = spec.reference_module()
+        rows.append({**row, "oracle_conventions": tuple(module.CONVENTIONS),
                      "pytorch": module.PYTORCH})
     import numba
     ok, why = cuda_available()

@@ -25,33 +25,13 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.abspath(os.path.join(HERE, "..", "..", "..")))
 
-from reference import OPTIMIZERS  # noqa: E402
 from toolkit import regress  # noqa: E402
 from toolkit._support import optimizer_conventions  # noqa: E402
+from toolkit.optimizer import spec_of, specs  # noqa: E402
 from toolkit.oracle import space  # noqa: E402
 
-#: hyperparameters of each golden trajectory, and its ulp allowance (pow/exp/log/cos involved)
-CONFIGS = {
-    "sgd": ({"momentum": 0.9}, 0), "nag": ({"momentum": 0.9}, 0), "adagrad": ({"eps": 1e-7}, 0),
-    "rmsprop": ({"gamma1": 0.9, "gamma2": 0.9, "epsilon": 1e-8, "centered": True,
-                 "clip_weights": 2.0}, 0),
-    "adadelta": ({"rho": 0.9, "epsilon": 1e-5}, 0),
-    "adam": ({"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8}, 1),
-    "adamax": ({"beta1": 0.9, "beta2": 0.999}, 1),
-    "nadam": ({"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "schedule_decay": 0.004}, 1),
-    "signum": ({"momentum": 0.9, "wd_lh": 0.01}, 0),
-    "lbsgd": ({"momentum": 0.9, "warmup_strategy": "linear", "warmup_epochs": 1,
-               "batch_scale": 2, "updates_per_epoch": 4}, 0),
-    "dcasgd": ({"momentum": 0.5, "lamda": 0.04}, 0),
-    "ftrl": ({"lamda1": 0.01, "beta": 1.0}, 0),
-    "ftml": ({"beta1": 0.6, "beta2": 0.999, "epsilon": 1e-8}, 1),
-    "sgld": ({"seed": 7, "stream": 0}, 1),
-    "adamw": ({"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "eta": 0.5}, 1),
-    "lars": ({"momentum": 0.9, "eta": 0.01, "eps": 1e-6, "momentum_correction": True}, 0),
-    "groupadagrad": ({"eps": 1e-5}, 0),
-    "lamb": ({"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-6, "lower_bound": 0.5,
-              "upper_bound": 10.0, "bias_correction": True}, 1),
-}
+#: the common hyperparameters of every golden trajectory; each optimizer's own are its spec's
+#: ``record``, with its ulp allowance ``record_ulps`` (pow/exp/log/cos involved)
 COMMON = {"lr": 0.05, "wd": 0.01, "rescale_grad": 0.5, "clip_gradient": 2.0}
 STEPS, N = 5, 6
 
@@ -69,13 +49,13 @@ def inputs():
 def entry(name, convention):
     """One trajectory; the inputs shaped for the optimizer (GroupAdaGrad's matrices: two rows of
     three) and its pinned common hyperparameters applied (GroupAdaGrad's wd 0)."""
-    hyper, ulps = CONFIGS[name]
+    spec = spec_of(name)
     w, grads = inputs()
     shape = space.weight_shape(name, N)
-    common = {**COMMON, **space.COMMON_FIXED.get(name, {})}
+    common = regress.common_for(name, COMMON)
     e = regress.new_entry(name, convention, "reference", "float64", w0=w.reshape(shape),
-                          grads=[g.reshape(shape) for g in grads], hyper=hyper, common=common,
-                          ulps=ulps, encoding="float.hex")
+                          grads=[g.reshape(shape) for g in grads], hyper=spec.record,
+                          common=common, ulps=spec.record_ulps, encoding="float.hex")
     return regress.fill_entry(e)
 
 
@@ -84,14 +64,20 @@ def main():
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--force", action="store_true", help="overwrite existing golden files")
     p.add_argument("--only", help="comma-separated optimizers (default: all)")
+    p.add_argument("--out", default=HERE, metavar="DIR",
+                   help="folder to write the files to (default: this one; another one to check "
+                        "that the generator reproduces these files byte for byte)")
     args = p.parse_args()
-    assert set(CONFIGS) == set(OPTIMIZERS), "every optimizer of the oracle needs a golden config"
-    names = args.only.split(",") if args.only else list(CONFIGS)
+    known = list(specs(oracle=True))  # every optimizer with an oracle
+    names = args.only.split(",") if args.only else known
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        sys.exit(f"unknown optimizer(s) {unknown}; known: {', '.join(known)}")
     scope = {"optimizers": None, "backends": ["reference"], "dtypes": ["float64"],
              "steps": STEPS, "size": N, "layout": "folder"}
     command = "python tests/data/golden/generate.py " + " ".join(sys.argv[1:])
     for name in names:
-        path = os.path.join(HERE, f"{name}.json")
+        path = os.path.join(args.out, f"{name}.json")
         if os.path.exists(path) and not args.force:
             sys.exit(f"{path} exists; refusing to overwrite golden data without --force")
         doc = regress.document([entry(name, c) for c in optimizer_conventions()[name]],
