@@ -998,7 +998,8 @@ class Optimizer:
         if name is None:
             return None
         spec = type(self).spec
-        if spec is not None and spec.reference is not None and spec.reference.endswith("." + name):
+        if spec is not None and spec.reference is not None and \
+                spec.reference.rsplit(".", 1)[-1] == name:
             return spec.reference_module()
         import importlib
         return importlib.import_module(f"reference.{name}")  # a class that names it itself
