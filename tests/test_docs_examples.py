@@ -93,7 +93,14 @@ def test_docs_python_blocks_run(page, tmp_path, monkeypatch, capsys):
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     monkeypatch.chdir(tmp_path)
     namespace = {"__name__": "__docs__"}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # a page re-registers its example classes
-        for k, block in enumerate(blocks):
-            exec(compile(block, f"{os.path.relpath(page, ROOT)} block {k}", "exec"), namespace)
+    from toolkit import optimizer
+    before = optimizer.registry()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # a page re-registers its example classes
+            for k, block in enumerate(blocks):
+                exec(compile(block, f"{os.path.relpath(page, ROOT)} block {k}", "exec"),
+                     namespace)
+    finally:  # the page's example optimizers do not outlive it
+        for name in set(optimizer.registry()) - set(before):
+            optimizer.unregister(name)
