@@ -761,7 +761,7 @@ def test_multi_precision_on_float32_is_plain_update():
 # ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("shape", [(), (4,), (2, 3, 4), (1, 1, 1)])
 def test_groupadagrad_refuses_a_weight_that_is_not_2d(shape):
-    opt, w, g, state = primed("groupadagrad")
+    opt, w, g, state = primed("groupadagrad-0")
     before = snapshot(opt, w, g, state)
     bad_w, bad_g = np.ones(shape, np.float32), np.ones(shape, np.float32)
     with pytest.raises(ValueError, match="2-D weight"):
@@ -776,7 +776,7 @@ def test_groupadagrad_refuses_a_weight_that_is_not_2d(shape):
 
 @pytest.mark.parametrize("bad_shape", [(3,), (3, 4), (4, 1), (1, 3), (3, 1, 1)])
 def test_groupadagrad_refuses_a_history_of_the_wrong_shape(bad_shape):
-    opt, w, g, state = primed("groupadagrad")   # w is (3, 4): the history is (3, 1)
+    opt, w, g, state = primed("groupadagrad-0")   # w is (3, 4): the history is (3, 1)
     assert state.shape == (3, 1)
     bad = np.zeros(bad_shape, np.float32)
     assert_fails_unchanged(opt, w, g, state, lambda: opt.update(0, w, g, bad), ValueError,
