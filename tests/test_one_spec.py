@@ -14,9 +14,11 @@
 
   - ``tests/data/mxnet/``: the generators of the recorded MXNet data run under MXNet 1.9.1 in
     their own environment (no toolkit to import) and record what they ran, as provenance.
-  - a display that a test of the same file checks against the registry: the display's first line
-    carries ``# checked against the registry by <test name>``, and ``<test name>`` must be a
-    function defined in that file (the scanner verifies it, so a marker cannot outlive its test).
+  - a display that a test checks against the registry: the display's first line carries
+    ``# checked against the registry by <test name>``, and ``<test name>`` must be a function
+    defined in that file (the scanner verifies it, so a marker cannot outlive its test); a
+    script that a test imports (``tests/dist/worker.py``) names the test's file as well:
+    ``... by tests/dist/test_dist.py::<test name>``.
 
 * Every spec's docs page exists; ``docs/optimizers.md`` and ``docs/optimizers/README.md`` list in
   their tables exactly the registered optimizers with a reference (one row each, linking the
@@ -41,7 +43,7 @@ SCANNED = ("toolkit", "reference", "tests", "benchmarks")
 #: the MXNet 1.9.1 generators: they run in MXNet's environment, not the toolkit's (see above)
 EXEMPT_DIRS = (os.path.join("tests", "data", "mxnet"),)
 THRESHOLD = 4
-MARKER = re.compile(r"#\s*checked against the registry by\s+([A-Za-z_][A-Za-z0-9_]*)")
+MARKER = re.compile(r"#\s*checked against the registry by\s+(?:([\w./-]+\.py)::)?([A-Za-z_]\w*)")
 
 
 def builtin_names():
@@ -83,20 +85,35 @@ def _split_names(node, names):
     return set()
 
 
+def _functions(tree):
+    return {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef,
+                                                            ast.AsyncFunctionDef))}
+
+
+def _defined_in(path):
+    """The functions defined in the repository's file ``path`` (none if it does not exist)."""
+    full = os.path.join(ROOT, path)
+    if not os.path.isfile(full):
+        return set()
+    with open(full, encoding="utf-8") as f:
+        return _functions(ast.parse(f.read(), filename=path))
+
+
 def scan_source(source, path, names):
     """``[(line, what)]``: every name list of ``source`` that is not exempt."""
     tree = ast.parse(source, filename=path)
     lines = source.splitlines()
-    tests = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef,
-                                                              ast.AsyncFunctionDef))}
+    tests = _functions(tree)
     found = []
 
     def report(node, held, kind):
         line = lines[node.lineno - 1] if node.lineno <= len(lines) else ""
         mark = MARKER.search(line)
-        if mark and mark.group(1) in tests:
-            return
-        why = (f" (marked, but {path} defines no {mark.group(1)})" if mark else "")
+        if mark:
+            where, test = mark.group(1) or path, mark.group(2)
+            if test in (tests if mark.group(1) is None else _defined_in(where)):
+                return
+        why = (f" (marked, but {where} defines no {test})" if mark else "")
         found.append((node.lineno, f"{kind} of {len(held)} optimizer names "
                                    f"({', '.join(sorted(held))}){why}"))
 
@@ -215,6 +232,12 @@ def test_scanner_marker_needs_the_named_test_in_the_same_file():
             pass
         """)
     assert [line for line, _ in scan_source(moved, "x.py", names)] == [2]
+    # a test in another file: that file must define it
+    here = os.path.relpath(os.path.abspath(__file__), ROOT)
+    elsewhere = f"X = {_some()!r}  # checked against the registry by {here}::"
+    assert scan_source(elsewhere + "test_scanner_marker_needs_the_named_test_in_the_same_file",
+                       "x.py", names) == []
+    assert [line for line, _ in scan_source(elsewhere + "test_nothing_here", "x.py", names)] == [1]
 
 
 # ------------------------------------------------------------------------------------------------
