@@ -51,7 +51,7 @@ import numpy as np
 import pytest
 
 import reference
-from reference import adadelta, nadam, nag, sgd
+from reference import adadelta, nadam
 from reference._util import KNOWN_CONVENTIONS
 from reference.error_bound import Tracked, tiny
 from toolkit.optimizer import spec_of, specs
@@ -258,7 +258,7 @@ def test_pytorch_branch_runs_on_tracked(mod, case):
 # where the pytorch convention agrees with another one (documented relations)
 # ------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("mod", [sgd, nag], ids=_ids)
+@pytest.mark.parametrize("mod", [reference.sgd, reference.nag], ids=_ids)
 def test_constant_lr_momentum_is_the_guide_trajectory(mod):
     """torch's buffer ``b`` excludes lr; with a constant lr the guide's ``v`` is ``-lr*b`` and the
     weights are the same (up to rounding: the Tracked criterion of agreement)."""
@@ -277,7 +277,7 @@ def test_constant_lr_momentum_is_the_guide_trajectory(mod):
                       <= SLACK * (v_from_b.err + sg["mom"].err))
 
 
-@pytest.mark.parametrize("mod", [sgd, nag], ids=_ids)
+@pytest.mark.parametrize("mod", [reference.sgd, reference.nag], ids=_ids)
 def test_first_step_buffer_is_the_gradient(mod):
     """torch sets the momentum buffer to ``g`` on the first step (not ``mu*b + (1-dampening)*g``);
     with dampening 0 and a zero buffer this is the same value, exactly."""
