@@ -1,8 +1,11 @@
 """Start-up cost per optimizer: the cold compile (empty numba cache) and the warm time to the
-first update (a second process, kernels loaded from the on-disk cache), each in a fresh process.
+first update (a second process, kernels loaded from the on-disk cache), each in a fresh process,
+for every registered optimizer with a reference, in its ``Spec.record`` configuration (every
+state slot and branch on).
 
-Each measurement is one process that imports the toolkit and times the first ``update`` of a
-2^12 float32 tensor (the serial kernel) and then of a 2^16 one (the parallel kernel), with
+Each measurement is one process that imports the toolkit and times the first ``update`` that
+steps (with the calls before it: LBSGD's ``batch_scale`` accumulates first) of a 2^12 float32
+tensor (the serial kernel) and then of a 2^16 one (the parallel kernel), with
 ``NUMBA_CACHE_DIR`` pointing at a folder of this run: empty for "cold", filled by the cold run
 for "warm". Prints a table and writes ``benchmarks/results/startup_cpu.json``.
 
@@ -19,23 +22,25 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-NAMES = ["sgd", "nag", "adagrad", "rmsprop", "adadelta", "adam", "adamax", "nadam", "signum",
-         "lbsgd", "dcasgd", "ftrl", "ftml", "sgld"]
-
 CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
 import numpy as np
 from toolkit import optimizer
 t1 = time.perf_counter()
+from toolkit.oracle.space import weight_shape
 name = sys.argv[1]
-kw = {"momentum": 0.9} if name in ("sgd", "nag", "lbsgd", "dcasgd", "signum") else {}
+kw = dict(optimizer.spec_of(name).record)  # every state slot and branch on
 out = {"import_s": t1 - t0}
 for label, n in (("serial_s", 1 << 12), ("parallel_s", 1 << 16)):
     opt = optimizer.create(name, **kw)
-    w = np.ones(n, np.float32); s = opt.create_state(0, w)
+    shape = weight_shape(name, n)  # 2-D where the optimizer takes matrices only
+    w = np.ones(shape, np.float32); s = opt.create_state(0, w)
     a = time.perf_counter()
-    opt.update(0, w, np.ones(n, np.float32), s)
+    for _ in range(8):  # the first update that steps (LBSGD's batch_scale accumulates first)
+        opt.update(0, w, np.ones(shape, np.float32), s)
+        if not (w == 1).all():
+            break
     out[label] = time.perf_counter() - a
 print(json.dumps(out))
 """
@@ -59,7 +64,8 @@ def main(argv=None):
     rows = []
     print(f"{'optimizer':10s} {'cold first update':>18s} {'warm first update':>18s} "
           f"{'import':>8s}   (serial 2^12 + parallel 2^16 kernels)")
-    for name in args.only or NAMES:
+    from toolkit.optimizer import specs
+    for name in args.only or list(specs(oracle=True)):
         with tempfile.TemporaryDirectory() as cache:
             cold = _child(name, cache)
             warm = _child(name, cache)

@@ -43,16 +43,32 @@ and yield a rigorous first-order bound on the rounding error of any implementati
 
 ``import reference`` needs numpy only; ``reference.argmin`` (the FTRL/FTML argmin proofs) needs scipy.
 """
+import importlib as _importlib
+import pkgutil as _pkgutil
+import re as _re
+
 from . import error_bound, noise  # noqa: F401
-from . import (adadelta, adagrad, adam, adamax, adamw, dcasgd, lars, ftml, ftrl, lbsgd, nadam, nag,  # noqa: F401
-               rmsprop, sgd, sgld, signum)
-from . import groupadagrad  # noqa: F401
-from . import lamb  # noqa: F401
 
-_MODULES = (sgd, nag, adagrad, rmsprop, adadelta, adam, adamax, nadam, signum, lbsgd, dcasgd,
-            ftrl, ftml, sgld, adamw, lars, groupadagrad, lamb)
+_DECLARES_NAME = _re.compile(r"^NAME\s*=", _re.MULTILINE)
 
-#: registry name -> reference module
-OPTIMIZERS = {m.NAME: m for m in _MODULES}
 
-__all__ = ["OPTIMIZERS", "error_bound", "noise"] + [m.NAME for m in _MODULES]
+def _optimizer_modules():
+    """The optimizer modules of the package: every public module that declares ``NAME``, found
+    by reading its source first, so that a helper module with other dependencies
+    (``reference.argmin``: scipy) is not imported; a new optimizer is one new module."""
+    for info in sorted(_pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith("_") or info.ispkg:
+            continue
+        origin = info.module_finder.find_spec(f"{__name__}.{info.name}").origin
+        with open(origin, encoding="utf-8") as f:
+            if not _DECLARES_NAME.search(f.read()):
+                continue
+        module = _importlib.import_module(f"{__name__}.{info.name}")
+        if getattr(module, "NAME", None) is not None:
+            yield module
+
+
+#: registry name -> reference module, sorted by name
+OPTIMIZERS = {m.NAME: m for m in _optimizer_modules()}
+
+__all__ = ["OPTIMIZERS", "error_bound", "noise"] + list(OPTIMIZERS)

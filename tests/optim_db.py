@@ -1,10 +1,13 @@
 """The optimizer database that drives the generic tests (in the manner of PyTorch's OptimizerInfo).
 
-One entry per optimizer: its registry name, a hypothesis strategy for its own hyperparameters
-(aimed at branch points: momentum 0, exact zeros, beta2 < beta1^2, ...), the conventions it
-supports as a toolkit step, its common hyperparameters (GroupAdaGrad's weight decay pinned to 0)
-and its weight shapes (matrices for GroupAdaGrad, vectors for the others), all from the space
-the oracle draws from (``toolkit.oracle.space``).
+One entry per registered optimizer with an oracle, read from its spec
+(``toolkit.optimizer.specs(oracle=True)``): its registry name, a hypothesis strategy for its own
+hyperparameters (``Spec.space``, aimed at branch points: momentum 0, exact zeros,
+beta2 < beta1^2, ...), the conventions it supports as a toolkit step (``Spec.conventions``),
+whether the learning rate enters its update (``Spec.uses_lr``), its common hyperparameters
+(``Spec.fixed`` pinned: GroupAdaGrad's weight decay 0) and its weight shapes (``Spec.matrix``:
+matrices for GroupAdaGrad, vectors for the others), as the oracle draws them
+(``toolkit.oracle.space``).
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
+from toolkit.optimizer import specs
 from toolkit.oracle import space
 
 DTYPES = ("float16-mp", "float32", "float64")
@@ -45,23 +49,21 @@ class OptimizerInfo:
     shapes: st.SearchStrategy = None
 
 
-def _own(name):
-    """The optimizer's own hyperparameters, from the space the oracle draws from."""
-    return st.fixed_dictionaries({k: v.strategy() for k, v in space.OWN[name].items()}).map(
-        lambda h: space.fix_dependent(name, h))
+def _own(spec):
+    """The optimizer's own hyperparameters, from the space the oracle draws from (its spec's)."""
+    return st.fixed_dictionaries({k: v.strategy() for k, v in spec.space.items()}).map(
+        lambda h: space.fix_dependent(spec.name, h))
 
 
 def _common(name):
     return st.fixed_dictionaries({k: v.strategy() for k, v in space.common_space(name).items()})
 
 
-DB = [OptimizerInfo(name, _own(name),
-                    conventions=("mxnet",) if name == "nadam" else ("mxnet", "guide"),
-                    uses_lr=name != "adadelta", common=_common(name),
+#: one entry per registered optimizer with an oracle, sorted by name (its spec: ``specs()``)
+DB = [OptimizerInfo(name, _own(spec), conventions=tuple(spec.conventions),
+                    uses_lr=spec.uses_lr, common=_common(name),
                     shapes=space.shape_space(name, MAX_SIZE).strategy())
-      for name in ("sgd", "nag", "adagrad", "rmsprop", "adadelta", "adam", "adamax", "nadam",
-                   "signum", "lbsgd", "dcasgd", "ftrl", "ftml", "sgld", "adamw", "lars",
-                   "groupadagrad", "lamb")]
+      for name, spec in specs(oracle=True).items()]
 
 BY_NAME = {info.name: info for info in DB}
 

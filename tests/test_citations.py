@@ -10,12 +10,17 @@ can open instead: the project's own docs (``docs/mxnet-facts.md``, ``docs/optimi
 * Every line of the MXNet optimizer guide cited as ``guide:L`` (or ``guide line(s) L``) is quoted
   in ``docs/conventions.md``, section "The optimizer guide and guide:L", so the citation resolves
   inside the repository.
-* Every registry name has its page in ``docs/optimizers/``, linked from ``docs/optimizers.md``.
+* Every registered optimizer with a reference has its page (``Spec.docs``, in
+  ``docs/optimizers/``), linked from ``docs/optimizers.md``.
 """
 from __future__ import annotations
 
 import os
 import re
+
+import pytest
+
+from toolkit.optimizer import specs
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -34,9 +39,6 @@ _INTERNAL = re.compile(
         "optimizer-" + r"guide\.(txt|md)",        # the internal copies of the guide
     ]),
     re.IGNORECASE)
-
-REGISTRY = ("sgd", "nag", "adagrad", "rmsprop", "adadelta", "adam", "adamax", "nadam", "signum",
-            "lbsgd", "dcasgd", "ftrl", "ftml", "sgld", "adamw", "lars", "groupadagrad", "lamb")
 
 
 def _files():
@@ -103,13 +105,16 @@ def test_every_cited_guide_line_is_quoted():
                          + "\n".join(missing))
 
 
-def test_every_optimizer_has_a_linked_page():
+@pytest.mark.parametrize("spec", list(specs(oracle=True).values()), ids=lambda s: s.name)
+def test_every_optimizer_has_a_linked_page(spec):
+    """Every registered optimizer with a reference has its page (``Spec.docs``), linked from
+    docs/optimizers.md, with the four sections."""
     index = open(os.path.join(ROOT, "docs", "optimizers.md"), encoding="utf-8").read()
-    for name in REGISTRY:
-        page = os.path.join(ROOT, "docs", "optimizers", f"{name}.md")
-        assert os.path.exists(page), f"docs/optimizers/{name}.md is missing"
-        assert f"(optimizers/{name}.md)" in index, f"docs/optimizers.md does not link {name}.md"
-        text = open(page, encoding="utf-8").read()
-        for heading in ("## Constructor", "## State", "## Update", "## Differences"):
-            assert heading in text, f"docs/optimizers/{name}.md has no '{heading}' section"
+    page = os.path.join(ROOT, spec.docs)
+    assert os.path.exists(page), f"{spec.docs} is missing"
+    link = os.path.relpath(spec.docs, "docs").replace(os.sep, "/")
+    assert f"({link})" in index, f"docs/optimizers.md does not link {link}"
+    text = open(page, encoding="utf-8").read()
+    for heading in ("## Constructor", "## State", "## Update", "## Differences"):
+        assert heading in text, f"{spec.docs} has no '{heading}' section"
     assert os.path.exists(os.path.join(ROOT, "docs", "optimizers", "README.md"))

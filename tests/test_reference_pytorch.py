@@ -5,6 +5,7 @@ Two groups of tests.
 Without torch (always run):
 
 * every reference module declares ``CONVENTIONS`` and ``PYTORCH`` consistently, with the values
+  its spec declares (``Spec.pytorch``), as
   decided in docs/conventions.md ("The PyTorch convention (oracle only)");
 * a module without a pytorch convention refuses it with a ValueError that names the module and
   the conventions it has; Nadam's "guide" is still a NotImplementedError;
@@ -50,22 +51,15 @@ import numpy as np
 import pytest
 
 import reference
-from reference import adadelta, adam, nadam, nag, sgd
+from reference import adadelta, nadam
 from reference._util import KNOWN_CONVENTIONS
 from reference.error_bound import Tracked, tiny
+from toolkit.optimizer import spec_of, specs
 
 MODULES = tuple(reference.OPTIMIZERS.values())
 OWN = tuple(m for m in MODULES if m.PYTORCH == "pytorch")
 ALIAS = tuple(m for m in MODULES if m.PYTORCH not in (None, "pytorch"))
 WITHOUT = tuple(m for m in MODULES if m.PYTORCH is None)
-
-#: the decision per optimizer (docs/conventions.md, "The PyTorch convention (oracle only)")
-EXPECTED_PYTORCH = {
-    "sgd": "pytorch", "nag": "pytorch", "adagrad": "pytorch", "rmsprop": "pytorch",
-    "adadelta": "pytorch", "adamax": "pytorch", "adam": "guide", "nadam": "mxnet",
-    "signum": None, "ftrl": None, "ftml": None, "dcasgd": None, "sgld": None, "lbsgd": None,
-    "adamw": "pytorch", "lars": None, "groupadagrad": None, "lamb": None,
-}
 
 U64 = 2.0 ** -53
 SLACK = 2.0
@@ -93,8 +87,10 @@ def _err(x):
 # the attributes and the refusal (no torch needed)
 # ------------------------------------------------------------------------------------------------
 
-def test_expected_table_covers_every_module():
-    assert set(EXPECTED_PYTORCH) == set(reference.OPTIMIZERS)
+def test_every_module_has_its_spec():
+    """The decision per optimizer is its spec's ``pytorch`` (docs/conventions.md, "The PyTorch
+    convention (oracle only)"): the modules are exactly the references the specs name."""
+    assert set(reference.OPTIMIZERS) == set(specs(oracle=True))
 
 
 @pytest.mark.parametrize("mod", MODULES, ids=_ids)
@@ -102,7 +98,7 @@ def test_conventions_and_pytorch_attributes(mod):
     assert isinstance(mod.CONVENTIONS, tuple) and mod.CONVENTIONS
     assert set(mod.CONVENTIONS) <= set(KNOWN_CONVENTIONS)
     assert "mxnet" in mod.CONVENTIONS
-    assert mod.PYTORCH == EXPECTED_PYTORCH[mod.NAME]
+    assert mod.PYTORCH == spec_of(mod.NAME).pytorch
     assert ("pytorch" in mod.CONVENTIONS) == (mod.PYTORCH is not None)
     if mod.PYTORCH not in (None, "pytorch"):
         assert mod.PYTORCH in mod.CONVENTIONS
@@ -185,7 +181,7 @@ def test_alias_runs_that_branch_bit_for_bit(mod, setting):
 
 #: per optimizer with its own branch: hyperparameters, wd, the learning rate of each step and the
 #: gradient scale of each step, chosen so that the pytorch convention's defining difference acts
-DISTINGUISH = {
+DISTINGUISH = {  # checked against the registry by test_every_own_branch_has_a_distinguishing_case
     # the buffer excludes lr: a learning rate that changes between steps
     "sgd": dict(hyper=dict(momentum=0.9), wd=0.0, lrs=[0.1, 0.02, 0.3, 0.05], scales=[1.0] * 4),
     "nag": dict(hyper=dict(momentum=0.9), wd=0.0, lrs=[0.1, 0.02, 0.3, 0.05], scales=[1.0] * 4),
@@ -262,7 +258,7 @@ def test_pytorch_branch_runs_on_tracked(mod, case):
 # where the pytorch convention agrees with another one (documented relations)
 # ------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("mod", [sgd, nag], ids=_ids)
+@pytest.mark.parametrize("mod", [reference.sgd, reference.nag], ids=_ids)
 def test_constant_lr_momentum_is_the_guide_trajectory(mod):
     """torch's buffer ``b`` excludes lr; with a constant lr the guide's ``v`` is ``-lr*b`` and the
     weights are the same (up to rounding: the Tracked criterion of agreement)."""
@@ -281,7 +277,7 @@ def test_constant_lr_momentum_is_the_guide_trajectory(mod):
                       <= SLACK * (v_from_b.err + sg["mom"].err))
 
 
-@pytest.mark.parametrize("mod", [sgd, nag], ids=_ids)
+@pytest.mark.parametrize("mod", [reference.sgd, reference.nag], ids=_ids)
 def test_first_step_buffer_is_the_gradient(mod):
     """torch sets the momentum buffer to ``g`` on the first step (not ``mu*b + (1-dampening)*g``);
     with dampening 0 and a zero buffer this is the same value, exactly."""
@@ -381,7 +377,7 @@ CHANGING = [0.1, 0.03, 0.2, 0.2, 0.05, 0.12]
 CONSTANT = [0.05] * 6
 
 #: (optimizer, hyperparameters, wd, learning rates per step, rescale_grad, clip_gradient)
-TORCH_CASES = [
+TORCH_CASES = [  # checked against the registry by test_every_torch_optimizer_has_cases
     ("sgd", dict(), 0.0, CHANGING, 1.0, None),
     ("sgd", dict(), 0.1, CONSTANT, 1.0, None),
     ("sgd", dict(momentum=0.9), 0.0, CHANGING, 1.0, None),
@@ -432,6 +428,12 @@ def _assert_close(actual, expected, what):
     expected = np.asarray(expected, dtype=np.float64)
     np.testing.assert_allclose(actual, expected, rtol=RTOL,
                                atol=RTOL * float(np.max(np.abs(expected))), err_msg=what)
+
+
+def test_every_torch_optimizer_has_cases():
+    """Every optimizer whose spec names a PyTorch decision is run against torch.optim."""
+    assert ({c[0] for c in TORCH_CASES}
+            == {name for name, spec in specs(oracle=True).items() if spec.pytorch is not None})
 
 
 @pytest.mark.parametrize("foreach", [False, True], ids=["single", "foreach"])

@@ -13,7 +13,7 @@ import pytest
 from toolkit import Parameter, StaleGradientError, Trainer, lr_scheduler, optimizer
 from toolkit.backends import cpu
 from trainer_util import (CONFIGS, SHAPES, config_id, conventions, expected_calls, host_leaves,
-                          twin_run)
+                          shapes_for, twin_run)
 
 CASES = [(cfg, conv) for cfg in CONFIGS for conv in conventions(cfg[0])]
 
@@ -246,14 +246,22 @@ def test_set_data_of_a_multi_precision_parameter_moves_its_master():
 # --------------------------------------------------------------------------------------------
 # states file
 # --------------------------------------------------------------------------------------------
-SAVE_CONFIGS = [
-    ("adam", lambda: {"learning_rate": 0.1,
-                      "lr_scheduler": lr_scheduler.FactorScheduler(step=2, factor=0.5, base_lr=0.1)}),
-    ("sgd", lambda: {"momentum": 0.9, "multi_precision": True}),
-    ("nadam", lambda: {}),
-    ("lbsgd", lambda: {"batch_scale": 3, "momentum": 0.9, "warmup_strategy": "lars"}),
-    ("sgld", lambda: {"seed": 5}),
-    ("ftml", lambda: {"lr_scheduler": lr_scheduler.CosineScheduler(max_update=40, base_lr=0.01)}),
+#: the scheduled Adam of the file tests below
+ADAM_SCHEDULED = lambda: {"learning_rate": 0.1,  # noqa: E731
+                          "lr_scheduler": lr_scheduler.FactorScheduler(step=2, factor=0.5,
+                                                                       base_lr=0.1)}
+#: save and load over every optimizer with every state slot and branch on (``Spec.record``)
+SAVE_CONFIGS = [(name, lambda kw=dict(spec.record): dict(kw))
+                for name, spec in optimizer.specs(oracle=True).items()]
+#: and over what a file keeps besides the optimizer's state: the schedulers' positions, the
+#: float32 master copies, LBSGD's accumulation buffers (mid-batch, with its LARS norms)
+SAVE_FEATURES = [
+    ("adam", ADAM_SCHEDULED, "factor-scheduler"),
+    ("adam", lambda: {"lr_scheduler": lr_scheduler.CosineScheduler(max_update=40, base_lr=0.01)},
+     "cosine-scheduler"),
+    ("sgd", lambda: {"momentum": 0.9, "multi_precision": True}, "multi-precision"),
+    ("lbsgd", lambda: {"batch_scale": 3, "momentum": 0.9, "warmup_strategy": "lars"},
+     "accumulating-lars"),
 ]
 
 
@@ -267,16 +275,18 @@ def _trained(name, kw, dtype, init, grads):
     return t, params
 
 
-def _data(rng, dtype, steps):
-    init = [rng.standard_normal(s).astype(dtype) for s in SHAPES[:3]]
-    grads = [[rng.standard_normal(s).astype(dtype) for s in SHAPES[:3]] for _ in range(steps)]
+def _data(rng, dtype, steps, shapes=SHAPES[:3]):
+    init = [rng.standard_normal(s).astype(dtype) for s in shapes]
+    grads = [[rng.standard_normal(s).astype(dtype) for s in shapes] for _ in range(steps)]
     return init, grads
 
 
-@pytest.mark.parametrize("name,kw", SAVE_CONFIGS, ids=[c[0] for c in SAVE_CONFIGS])
+@pytest.mark.parametrize("name,kw", [c[:2] for c in SAVE_CONFIGS + SAVE_FEATURES],
+                         ids=[c[0] if len(c) == 2 else f"{c[0]}-{c[2]}"
+                              for c in SAVE_CONFIGS + SAVE_FEATURES])
 def test_save_load_continues_bit_identically(name, kw, tmp_path):
     dtype = "float16" if kw().get("multi_precision") else "float32"
-    init, grads = _data(np.random.default_rng(3), dtype, 8)
+    init, grads = _data(np.random.default_rng(3), dtype, 8, shapes_for(name)[:3])
     ta, tb = _resumed(name, kw, dtype, init, grads, 4, tmp_path)
     assert ta.learning_rate == tb.learning_rate
 
@@ -370,7 +380,7 @@ def _damaged_files(good: bytes, tmp_path):
 
 def test_damaged_foreign_and_pickle_files_are_refused_and_nothing_changes(tmp_path):
     init, grads = _data(np.random.default_rng(4), "float32", 3)
-    kw = SAVE_CONFIGS[0][1]
+    kw = ADAM_SCHEDULED
     t, _ = _trained("adam", kw, "float32", init, grads)
     path = tmp_path / "good.states"
     t.save_states(path)
@@ -392,17 +402,17 @@ def test_damaged_foreign_and_pickle_files_are_refused_and_nothing_changes(tmp_pa
 
 
 @pytest.mark.parametrize("change, match", [
-    (lambda: ("sgd", SAVE_CONFIGS[0][1], SHAPES[:3]), "optimizer"),
+    (lambda: ("sgd", ADAM_SCHEDULED, SHAPES[:3]), "optimizer"),
     (lambda: ("adam", lambda: {"learning_rate": 0.1, "beta1": 0.8,
                                "lr_scheduler": lr_scheduler.FactorScheduler(step=2, factor=0.5)}),
      "beta1"),
     (lambda: ("adam", lambda: {"learning_rate": 0.1}, SHAPES[:3]), "scheduler"),
-    (lambda: ("adam", SAVE_CONFIGS[0][1], [(3, 4), (6,), (2, 2, 3)]), "parameter 1"),
-    (lambda: ("adam", SAVE_CONFIGS[0][1], SHAPES[:2]), "does not have"),
+    (lambda: ("adam", ADAM_SCHEDULED, [(3, 4), (6,), (2, 2, 3)]), "parameter 1"),
+    (lambda: ("adam", ADAM_SCHEDULED, SHAPES[:2]), "does not have"),
 ])
 def test_mismatched_files_are_refused(change, match, tmp_path):
     init, grads = _data(np.random.default_rng(5), "float32", 2)
-    t, _ = _trained("adam", SAVE_CONFIGS[0][1], "float32", init, grads)
+    t, _ = _trained("adam", ADAM_SCHEDULED, "float32", init, grads)
     path = tmp_path / "s.states"
     t.save_states(path)
     spec = change()

@@ -13,42 +13,17 @@ import pytest
 
 from toolkit import lr_scheduler, optimizer
 from toolkit.backends import cuda_available
+from toolkit.optimizers.aliases import accepted_keywords
 
-# name -> constructor kwargs: one configuration per state layout of every optimizer
-CONFIGS = {
-    "sgd": ("sgd", {"learning_rate": 0.1}),
-    "sgd_mom": ("sgd", {"learning_rate": 0.1, "momentum": 0.9}),
-    "nag": ("nag", {"learning_rate": 0.1}),
-    "nag_mom": ("nag", {"learning_rate": 0.1, "momentum": 0.9}),
-    "adagrad": ("adagrad", {"learning_rate": 0.1}),
-    "rmsprop": ("rmsprop", {"learning_rate": 0.01}),
-    "rmsprop_centered": ("rmsprop", {"learning_rate": 0.01, "centered": True}),
-    "adadelta": ("adadelta", {}),
-    "adam": ("adam", {"learning_rate": 0.01}),
-    "adamax": ("adamax", {}),
-    "nadam": ("nadam", {}),
-    "signum": ("signum", {}),
-    "signsgd": ("signum", {"momentum": 0.0}),
-    "lbsgd": ("lbsgd", {"learning_rate": 0.1}),
-    "lbsgd_mom": ("lbsgd", {"learning_rate": 0.1, "momentum": 0.9}),
-    "dcasgd": ("dcasgd", {"learning_rate": 0.1}),
-    "dcasgd_mom": ("dcasgd", {"learning_rate": 0.1, "momentum": 0.9}),
-    "ftrl": ("ftrl", {}),
-    "ftml": ("ftml", {}),
-    "sgld": ("sgld", {"learning_rate": 0.01}),
-    "adamw": ("adamw", {"learning_rate": 0.01, "eta": 0.5}),
-    "lars": ("lars", {"learning_rate": 0.1}),
-    "lars_mom": ("lars", {"learning_rate": 0.1, "momentum": 0.9}),
-    "groupadagrad": ("groupadagrad", {"learning_rate": 0.1}),
-    "lamb": ("lamb", {"learning_rate": 0.01}),
-    "lamb_bounds": ("lamb", {"learning_rate": 0.01, "lower_bound": 0.1, "upper_bound": 10.0,
-                             "bias_correction": False}),
-}
-OPT_NAMES = sorted({name for name, _ in CONFIGS.values()})
-#: configurations that take 2-D weights only (one history value per row)
-MATRIX_ONLY = {"groupadagrad"}
-#: configurations that refuse weight decay at update time
-NO_WD = {"groupadagrad"}
+#: config id -> (name, constructor kwargs): one configuration per state layout of every
+#: optimizer (``Spec.layouts``, in its order), ids ``<name>-<index>``
+CONFIGS = {f"{name}-{i}": (name, dict(kw)) for name, spec in optimizer.specs(oracle=True).items()
+           for i, kw in enumerate(spec.layouts)}
+OPT_NAMES = list(optimizer.specs())
+#: configurations that take 2-D weights only (``Spec.matrix``: one history value per row)
+MATRIX_ONLY = {c for c, (name, _) in CONFIGS.items() if optimizer.spec_of(name).matrix}
+#: configurations that refuse weight decay at update time (``Spec.fixed``)
+NO_WD = {c for c, (name, _) in CONFIGS.items() if "wd" in optimizer.spec_of(name).fixed}
 DETERMINISTIC = [k for k in CONFIGS]  # SGLD's noise is seeded: deterministic too
 
 
@@ -112,7 +87,14 @@ def test_unknown_optimizer_name_lists_known_names():
         assert name in msg
 
 
-@pytest.mark.parametrize("spelling", ["SGD", "Adam", "ADAGRAD", "RmsProp", "ftrl", "FTML", "NaDaM"])
+def _spellings():
+    """Every registered optimizer by its class name, in upper case and in mixed case."""
+    for name, klass in optimizer.registry().items():
+        yield from (klass.__name__, name.upper(),
+                    "".join(c.upper() if i % 2 else c for i, c in enumerate(name)))
+
+
+@pytest.mark.parametrize("spelling", list(_spellings()))
 def test_create_is_case_insensitive(spelling):
     opt = optimizer.create(spelling)
     assert type(opt).__name__.lower() == spelling.lower()
@@ -214,6 +196,11 @@ def test_begin_num_update_domain(name):
         optimizer.create(name, begin_num_update=1.5)
 
 
+#: the optimizers whose epsilon must be a finite real >= 0 (their declared domains)
+EPSILON = [name for name, klass in optimizer.registry().items()
+           if getattr(klass.hyperparameter_domains().get("epsilon"), "kind", None) == "nonneg"
+           and klass.hyperparameter_domains()["epsilon"].none is None]
+
 UNIT = [-0.1, 1.0, 1.5, float("nan"), float("inf")]  # outside [0, 1)
 
 SPECIFIC_BAD = (
@@ -238,9 +225,7 @@ SPECIFIC_BAD = (
     + [("rmsprop", "rho", v) for v in UNIT] + [("rmsprop", "momentum", v) for v in UNIT]
     # AdaDelta's rho may be 1 (closed interval), but nothing outside [0, 1]
     + [("adadelta", "rho", v) for v in (-0.1, 1.5, float("nan"))]
-    + [(n, "epsilon", v) for n in ("adam", "nadam", "ftml", "rmsprop", "adadelta", "adamw",
-                                   "lamb")
-       for v in (-1e-8, float("nan"), float("inf"))]
+    + [(n, "epsilon", v) for n in EPSILON for v in (-1e-8, float("nan"), float("inf"))]
     + [(n, "eps", v) for n in ("adagrad", "groupadagrad") for v in (-1e-7, float("nan"))]
     + [("ftrl", "lamda1", v) for v in (-0.01, float("nan"))]
     + [("ftrl", "beta", v) for v in (-1.0, float("inf"))]
@@ -262,13 +247,25 @@ def test_optimizer_specific_domain(name, key, value):
         optimizer.create(name, **{key: value})
 
 
-@pytest.mark.parametrize("name,key,value", [("lbsgd", "batch_scale", 2.0),
-                                            ("lbsgd", "batch_scale", True),
-                                            ("rmsprop", "centered", 1),
-                                            ("sgd", "multi_precision", "yes"),
-                                            ("lamb", "bias_correction", 1),
-                                            ("lamb", "lower_bound", "0.5"),
-                                            ("adam", "beta1", "0.9")])
+#: values of the wrong type for each kind of domain (a strict flag takes a bool only)
+WRONG_TYPE = {"nonneg": ("0.5",), "positive": ("0.5",), "unit": ("0.5", "0.9"),
+              "int": (2.0, True), "flag": (1, "yes")}
+
+
+def _wrong_types():
+    """Every registered optimizer's every constructor keyword with a declared domain, with a
+    value of the wrong type for it (``Optimizer.hyperparameter_domains``)."""
+    for name, klass in optimizer.registry().items():
+        accepted = accepted_keywords(klass)
+        for attr, domain in klass.hyperparameter_domains().items():
+            key = domain.keyword or attr
+            if key not in accepted or (domain.kind == "flag" and not domain.strict):
+                continue
+            for value in WRONG_TYPE.get(domain.kind, ()):
+                yield name, key, value
+
+
+@pytest.mark.parametrize("name,key,value", list(_wrong_types()))
 def test_optimizer_specific_types(name, key, value):
     with pytest.raises(TypeError):
         optimizer.create(name, **{key: value})
@@ -567,7 +564,7 @@ def test_bad_state(config):
                 if isinstance(a, np.ndarray)] == arrays_before, label
 
 
-@pytest.mark.parametrize("config", [c for c in CONFIGS if c != "sgld"])
+@pytest.mark.parametrize("config", [c for c in CONFIGS if CONFIGS[c][0] != "sgld"])
 def test_bad_multi_precision_state(config):
     opt = make(config, multi_precision=True)
     w, g = rng_arrays(dtype=np.float16)
@@ -693,7 +690,7 @@ def run_steps(config, w, grads, dtype_state=None, **extra):
     return w, state
 
 
-@pytest.mark.parametrize("config", [c for c in CONFIGS if c != "sgld"])
+@pytest.mark.parametrize("config", [c for c in CONFIGS if CONFIGS[c][0] != "sgld"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_f_contiguous_weight_matches_c_contiguous(config, dtype):
     rng = np.random.default_rng(1)
@@ -732,7 +729,7 @@ def test_0d_and_nd_weights(config, shape):
     w, state = run_steps(config, w0.copy(), grads)
     assert w.shape == shape
     # same numbers as the flattened weight: element-wise optimizers do not care about the shape
-    if config not in ("sgld",) and not (config.startswith("lbsgd")):
+    if CONFIGS[config][0] not in ("sgld", "lbsgd"):
         wflat, _ = run_steps(config, w0.reshape(-1).copy(), [g.reshape(-1) for g in grads])
         assert np.array_equal(w.reshape(-1), wflat)
     assert np.all(np.isfinite(w))
@@ -791,7 +788,7 @@ def test_multi_precision_on_float32_is_plain_update():
 # ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("shape", [(), (4,), (2, 3, 4), (1, 1, 1)])
 def test_groupadagrad_refuses_a_weight_that_is_not_2d(shape):
-    opt, w, g, state = primed("groupadagrad")
+    opt, w, g, state = primed("groupadagrad-0")
     before = snapshot(opt, w, g, state)
     bad_w, bad_g = np.ones(shape, np.float32), np.ones(shape, np.float32)
     with pytest.raises(ValueError, match="2-D weight"):
@@ -806,7 +803,7 @@ def test_groupadagrad_refuses_a_weight_that_is_not_2d(shape):
 
 @pytest.mark.parametrize("bad_shape", [(3,), (3, 4), (4, 1), (1, 3), (3, 1, 1)])
 def test_groupadagrad_refuses_a_history_of_the_wrong_shape(bad_shape):
-    opt, w, g, state = primed("groupadagrad")   # w is (3, 4): the history is (3, 1)
+    opt, w, g, state = primed("groupadagrad-0")   # w is (3, 4): the history is (3, 1)
     assert state.shape == (3, 1)
     bad = np.zeros(bad_shape, np.float32)
     assert_fails_unchanged(opt, w, g, state, lambda: opt.update(0, w, g, bad), ValueError,

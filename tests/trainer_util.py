@@ -5,7 +5,7 @@ import numpy as np
 
 from toolkit import Parameter, Trainer, optimizer
 from toolkit.backends import arrays
-from toolkit.oracle import space
+from toolkit.optimizer import spec_of, specs
 
 SHAPES = [(3, 4), (5,), (2, 2, 3), (1,), (7,)]
 #: the parameters of an optimizer that takes matrices only (GroupAdaGrad: one history value per
@@ -13,28 +13,20 @@ SHAPES = [(3, 4), (5,), (2, 2, 3), (1,), (7,)]
 #: (8 threads), so its threads take several columns
 MATRIX_SHAPES = [(3, 4), (5, 1), (2, 19), (1, 3), (4, 2)]
 
-#: one configuration per optimizer x state layout, with both conventions where they exist
-CONFIGS = [
-    ("sgd", {"momentum": 0.0}), ("sgd", {"momentum": 0.9}), ("nag", {"momentum": 0.9}),
-    ("adagrad", {}), ("rmsprop", {}), ("rmsprop", {"centered": True, "clip_weights": 2.0}),
-    ("adadelta", {}), ("adam", {}), ("adamax", {}), ("nadam", {}), ("signum", {}),
-    ("signum", {"momentum": 0.0}), ("lbsgd", {"momentum": 0.9, "warmup_strategy": "lars"}),
-    ("lbsgd", {"batch_scale": 2, "warmup_epochs": 1, "updates_per_epoch": 2}),
-    ("dcasgd", {"momentum": 0.9}), ("dcasgd", {}), ("ftrl", {}), ("ftml", {}), ("sgld", {}),
-    ("adamw", {"eta": 0.5}), ("lars", {"momentum": 0.9, "eta": 0.01}), ("lars", {"eps": 1e-3}),
-    ("groupadagrad", {"eps": 1e-3}),
-    ("lamb", {}), ("lamb", {"lower_bound": 0.5, "upper_bound": 2.0, "bias_correction": False}),
-]
+#: one configuration per optimizer x state layout (``Spec.trainer``, in its order), optimizers
+#: sorted by name; the test cases add both conventions where they exist (:func:`conventions`)
+CONFIGS = [(name, dict(kw)) for name, spec in specs(oracle=True).items() for kw in spec.trainer]
 
 
 def shapes_for(name):
     """The parameters' shapes for optimizer ``name``: SHAPES, or MATRIX_SHAPES for one that
-    takes matrices only (``toolkit.oracle.space.MATRIX``)."""
-    return MATRIX_SHAPES if name in space.MATRIX else SHAPES
+    takes matrices only (``Spec.matrix``)."""
+    return MATRIX_SHAPES if spec_of(name).matrix else SHAPES
 
 
 def conventions(name):
-    return ("mxnet",) if name == "nadam" else ("mxnet", "guide")
+    """The conventions the optimizer's kernels implement (``Spec.conventions``)."""
+    return tuple(spec_of(name).conventions)
 
 
 def config_id(cfg):
@@ -53,15 +45,18 @@ SKIP = {1: (2,)}
 
 def expected_calls(name, kw, convention):
     """``(segmented calls over the 3 steps, kernel calls of the last step)`` of a
-    :func:`twin_run`: one segmented call per step, and LARS (``lars``, LBSGD's 'lars') adds its
-    one norms reduction, LAMB its one first pass (the moments and the norms).
+    :func:`twin_run`: one segmented call per step, and an optimizer with a first pass
+    (``Spec.first_pass``: LARS and LBSGD's 'lars' their norms, LAMB its moments and norms) adds
+    that one reduction call.
     LBSGD with batch_scale (MXNet's accumulation): after the skip, p2 finishes its batch while
     the others start a new one; members in different phases run different rules, one call each,
     so the last step makes no segmented call and one call per member (docs/trainer.md).
     GroupAdaGrad (a row rule, its history laid out per row) runs one segmented call too."""
     if name == "lbsgd" and kw.get("batch_scale", 1) > 1 and convention == "mxnet":
         return 2, len(SHAPES)
-    return 3, 1 + (kw.get("warmup_strategy") == "lars" or name in ("lars", "lamb"))
+    first_pass = spec_of(name).first_pass_reads(optimizer.create(name, convention=convention,
+                                                                 **kw))
+    return 3, 1 + (first_pass > 0)
 
 
 def twin_run(name, kw, convention, dtype="float32", mp=False, steps=3, device="cpu",
@@ -72,7 +67,7 @@ def twin_run(name, kw, convention, dtype="float32", mp=False, steps=3, device="c
     rng = np.random.default_rng(seed)
     shapes = shapes_for(name)
     init = [rng.standard_normal(s).astype(dtype) for s in shapes]
-    wd = space.COMMON_FIXED.get(name, {}).get("wd", 0.01)  # GroupAdaGrad refuses weight decay
+    wd = spec_of(name).fixed.get("wd", 0.01)  # GroupAdaGrad refuses weight decay
     common = dict(learning_rate=0.05, wd=wd, rescale_grad=2.0, clip_gradient=3.0,
                   convention=convention, multi_precision=mp, **kw)
     params = [Parameter(f"p{i}_weight", init=a, dtype=dtype, lr_mult=LR_MULT[i],

@@ -19,8 +19,10 @@ pytestmark = pytest.mark.skipif(SIMULATOR, reason="CuPy and PyTorch need a real 
                                                   "simulator has no foreign device arrays")
 HAS_CUPY = importlib.util.find_spec("cupy") is not None
 HAS_TORCH = importlib.util.find_spec("torch") is not None
-NAMES = ["sgd", "nag", "adagrad", "rmsprop", "adadelta", "adam", "adamax", "nadam", "signum",
-         "lbsgd", "dcasgd", "ftrl", "ftml", "sgld"]
+#: every registered optimizer with a reference, in its record configuration (every state
+#: slot and branch on: ``Spec.record``)
+NAMES = list(optimizer.specs(oracle=True))
+
 
 
 def _torch_cuda():
@@ -53,8 +55,7 @@ def test_every_optimizer_on_foreign_arrays_matches_the_oracle(name, lib):
         torch = _torch_cuda()
         to = lambda a: torch.from_numpy(a).cuda()  # noqa: E731
         kind = torch.Tensor
-    kw = {"momentum": 0.9} if name in ("sgd", "nag", "lbsgd", "dcasgd", "signum") else {}
-    opt = optimizer.create(name, learning_rate=0.01, **kw)
+    opt = optimizer.create(name, **{"learning_rate": 0.01, **optimizer.spec_of(name).record})
     w = to(w0)
     state = opt.create_state(0, w)
     for a in (state if isinstance(state, tuple) else (state,)):

@@ -47,7 +47,24 @@ def _single_process(worker, cid, n):
     return worker.snapshot(t, params)
 
 
-@pytest.mark.parametrize("cid", ["sgd-mom", "adam", "nadam", "lbsgd-lars"])
+def test_worker_configs(worker_module):
+    """The worker's configurations name registered optimizers, each built from its keywords,
+    each with a distinct id that the rank test below runs, and a first-pass reduction
+    (``Spec.first_pass``) among them."""
+    from toolkit.optimizer import create, spec_of, specs
+    ids = [c[0] for c in worker_module.CONFIGS]
+    assert len(set(ids)) == len(ids) and set(ids) == set(RANK_CASES)
+    first_pass = False
+    for _, name, kw, _ in worker_module.CONFIGS:
+        assert name in specs(oracle=True)
+        first_pass |= spec_of(name).first_pass_reads(create(name, **kw)) > 0
+    assert first_pass
+
+
+RANK_CASES = ["sgd-mom", "adam", "nadam", "lbsgd-lars"]
+
+
+@pytest.mark.parametrize("cid", RANK_CASES)
 def test_ranks_bit_identical_and_equal_to_one_process(trained, cid, worker_module):
     n, out = trained
     ranks = [_load(out / f"train-{cid}-rank{r}.npz") for r in range(n)]

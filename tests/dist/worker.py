@@ -16,8 +16,10 @@ from toolkit import Parameter, Trainer, lr_scheduler  # noqa: E402
 SHAPES = [(3, 4), (5,), (2, 2, 3), (7,), (300,)]
 BATCH = 4   # per rank: step(BATCH * num_workers) averages over every sample
 
-#: (id, optimizer, keywords, one float64 parameter too)
-CONFIGS = [
+#: (id, optimizer, keywords, one float64 parameter too): a deliberate choice of the facts a
+#: distributed step must keep (momentum with weight decay, a float64 parameter beside float32
+#: ones, optimizer-level state (Nadam's m_schedule), a first-pass reduction (LARS's norms))
+CONFIGS = [  # checked against the registry by tests/dist/test_dist.py::test_worker_configs
     ("sgd-mom", "sgd", {"learning_rate": 0.05, "momentum": 0.9, "wd": 0.01}, False),
     ("adam", "adam", {"learning_rate": 0.01, "wd": 0.001}, True),
     ("nadam", "nadam", {"learning_rate": 0.01}, False),
