@@ -170,3 +170,12 @@ def test_the_oracle_refuses_a_noisy_optimizer_by_its_spec():
     for name in noisy:
         with pytest.raises(ValueError, match="noise"):
             oracle.verify(lambda w, **h: (lambda g: w), name)
+
+
+def test_every_proof_names_a_registered_optimizer():
+    """check's algorithm-specific proofs (one function each) name optimizers with an oracle,
+    and conventions they have (or "both")."""
+    known = optimizer.specs(oracle=True)
+    for name, conv, _, fn in check.PROOFS:
+        assert name in known and callable(fn)
+        assert conv == "both" or conv in reference.OPTIMIZERS[name].CONVENTIONS

@@ -130,7 +130,7 @@ def proof_sgld_noise(rng):
     return float(np.max(np.abs(w - z) / (4 * np.spacing(np.abs(z)))))
 
 
-PROOFS = [
+PROOFS = [  # checked against the registry by tests/test_spec_tools.py::test_every_proof_names_a_registered_optimizer
     ("ftrl", "guide", "closed form == scipy argmin (brentq), rel/1e-9", proof_ftrl_argmin),
     ("ftml", "guide", "closed form == scipy argmin (trust-exact), rel/1e-8", proof_ftml_argmin),
     ("nag", "guide", "stored-point == look-ahead form, rel/1e-12", proof_nag_lookahead),
