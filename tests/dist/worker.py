@@ -139,7 +139,12 @@ def mode_fault(outdir, what):
             os.kill(os.getpid(), signal.SIGKILL)
         if what == "exit":
             sys.exit(3)
-    for _ in range(50):
+    _step_to_the_end(t, p)
+
+
+def _step_to_the_end(t, p, steps=50):
+    """The ranks that stay step on, then say they finished."""
+    for _ in range(steps):
         p.grad()[...] = 1.0
         t.step(1)
     print(f"rank {t.rank} finished", flush=True)
@@ -296,10 +301,7 @@ def mode_leave(outdir, who):
     t.step(1)
     if t.rank == int(who):
         os._exit(0)
-    for _ in range(50):
-        p.grad()[...] = 1.0
-        t.step(1)
-    print(f"rank {t.rank} finished", flush=True)
+    _step_to_the_end(t, p)
 
 
 def _sched(step):

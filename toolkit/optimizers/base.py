@@ -706,6 +706,8 @@ class Optimizer:
             return row_sparse.update(self, index, weight, grad, state, multi_precision=True,
                                      stream=stream)
         if not self.uses_master(weight):
+            if stream is None:  # MXNet's signature: a subclass's own ``update`` need not take it
+                return self.update(index, weight, grad, state)
             return self.update(index, weight, grad, state, stream=stream)
         self._check_index(index)
         w = self._check_weight(weight)

@@ -350,11 +350,10 @@ class Trainer:
     def _update_active(self, active):
         """Update the parameters of ``active`` (indices in order), their gradients then used."""
         sparse = any(self._params[i].grad_stype == "row_sparse" for i in active)
-        if not self._optimizer.has_kernel:
-            self._dry_run(active)  # its own update, one parameter at a time
-            self._own_update(active)
-        elif self._backend == "reference" or sparse:
-            self._dry_run(active)  # per-parameter steps write as they go: check them all first
+        if self._backend == "reference" or sparse or not self._optimizer.has_kernel:
+            # per-parameter steps write as they go: check them all first (an optimizer without
+            # a kernel, one that overrides ``update`` only, steps this way too)
+            self._dry_run(active)
             self._per_parameter_update(active)
         else:
             self._kernel_update(active)
@@ -403,7 +402,8 @@ class Trainer:
 
     def _per_parameter_update(self, active):
         """One ``update_multi_precision`` per parameter, in index order: the reference backend,
-        and steps with a row-sparse gradient (each has rows of its own)."""
+        steps with a row-sparse gradient (each has rows of its own), and an optimizer without
+        a kernel (its own ``update``)."""
         opt = self._optimizer
         backend = opt.backend
         # the Trainer picks the backend: the parameters' arrays say where they live
@@ -417,21 +417,6 @@ class Trainer:
                 self.last_step_launches += 1
         finally:
             opt.backend = backend
-
-    def _own_update(self, active):
-        """An optimizer without a kernel (one that overrides ``update`` only): its ``update``
-        (``update_multi_precision`` where it overrides that too) once per parameter, in index
-        order, on the parameter's weight, gradient and state (views of the group's buffers)."""
-        opt = self._optimizer
-        from ..optimizers.base import Optimizer
-        own_mp = type(opt).update_multi_precision is not Optimizer.update_multi_precision
-        step = opt.update_multi_precision if own_mp else opt.update
-        for i in active:
-            g, k = self._where[i]
-            p = self._params[i]
-            grad = p._sparse_grad if p.grad_stype == "row_sparse" else p._grad
-            step(i, p._data, grad, g.member_state(k))
-            self.last_step_launches += 1
 
     def _kernel_update(self, active):
         opt = self._optimizer
