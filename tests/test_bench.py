@@ -280,6 +280,12 @@ def test_quick_run_never_writes_over_the_recorded_results(tmp_path):
     # no --out: the working directory (here the clone's root: new files, nothing tracked touched)
     done = subprocess.run(cmd, cwd=clone, env=env, timeout=600, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert sorted(status().splitlines()) == ["?? suite_cpu.json", "?? suite_cpu_bandwidth.png",
-                                             "?? suite_cpu_ratios.png"]
+    # the three new files, ignored by the checkout's .gitignore (the clone stays clean)
+    assert status() == ""
+    assert sorted(p.name for p in clone.iterdir() if p.name.startswith("suite_cpu")) == [
+        "suite_cpu.json", "suite_cpu_bandwidth.png", "suite_cpu_ratios.png"]
+    ignored = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=clone,
+                             capture_output=True, text=True, timeout=60).stdout.splitlines()
+    assert {"!! suite_cpu.json", "!! suite_cpu_bandwidth.png", "!! suite_cpu_ratios.png"} <= set(
+        ignored)
     assert json.loads((clone / "suite_cpu.json").read_text())["config"]["sizes_log2"] == [10]
