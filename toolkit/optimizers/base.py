@@ -25,12 +25,13 @@ import numpy as np
 
 from ..backends import arrays, cpu
 from . import aliases as _aliases
+from .bookkeeping import Bookkeeping, StepScalars
 from ..sparse import RowSparse
 from .validation import (AliasAttribute, Domain, alias_attribute, callable_or_none,
                          check_choice, check_int, check_nonneg, check_positive, check_unit,
                          checked_attribute, choice, flag, integer, nonneg)
 
-__all__ = ["Optimizer", "StepInputs", "scalar_only",
+__all__ = ["Optimizer", "StepInputs", "StepScalars", "scalar_only",
            "BACKENDS", "CONVENTIONS"]
 
 BACKENDS = ("auto", "reference", "cpu", "cuda")
@@ -187,7 +188,7 @@ def _install_checked_attributes(cls):
             setattr(cls, name, alias_attribute(name, attr))
 
 
-class Optimizer:
+class Optimizer(Bookkeeping):
     """Base class of all optimizers (MXNet 1.9.1's ``mxnet.optimizer.Optimizer``).
 
     Parameters
@@ -390,111 +391,6 @@ class Optimizer:
         self.set_wd_mult({})
         self.check_relations()
         self._constructed = True
-
-    # ---------------------------------------------------------------------------------------
-    # learning rate, multipliers, counts
-    # ---------------------------------------------------------------------------------------
-    @property
-    def learning_rate(self):
-        """The current base learning rate (the scheduler's value at ``num_update`` if set)."""
-        if self.lr_scheduler is not None:
-            return self.lr_scheduler(self.num_update)
-        return self.lr
-
-    def set_learning_rate(self, lr):
-        """Set the base learning rate. With an lr_scheduler this raises UserWarning, as MXNet."""
-        if self.lr_scheduler is not None:
-            raise UserWarning("LRScheduler of the optimizer has already been defined. "
-                              "Note that set_learning_rate can mutate the value of the learning "
-                              "rate of the optimizer only when the LRScheduler of the optimizer "
-                              "is undefined.")
-        self.lr = check_nonneg("learning_rate", lr)
-
-    def set_lr_mult(self, args_lr_mult):
-        """Per-index (or per-name) learning-rate multipliers; replaces earlier ones."""
-        if not isinstance(args_lr_mult, dict):
-            raise TypeError("set_lr_mult expects a dict of index or name to multiplier")
-        mult = {k: check_nonneg(f"lr_mult[{k!r}]", v) for k, v in args_lr_mult.items()}
-        self.lr_mult = mult
-
-    def set_wd_mult(self, args_wd_mult):
-        """Per-index (or per-name) weight-decay multipliers; replaces earlier ones.
-
-        As in MXNet, every name of ``param_idx2name`` that ends neither in ``_weight`` nor in
-        ``_gamma`` first gets multiplier 0 (biases and batch-norm betas are not decayed).
-        """
-        if not isinstance(args_wd_mult, dict):
-            raise TypeError("set_wd_mult expects a dict of index or name to multiplier")
-        mult = {}
-        for name in self.idx2name.values():
-            if not (name.endswith("_weight") or name.endswith("_gamma")):
-                mult[name] = 0.0
-        mult.update({k: check_nonneg(f"wd_mult[{k!r}]", v) for k, v in args_wd_mult.items()})
-        self.wd_mult = mult
-
-    def _mult(self, index, table, attr):
-        pd = self.param_dict
-        if type(pd) is dict:
-            p = pd.get(index) if pd else None
-        else:
-            p = pd.get(index) if isinstance(pd, dict) else None
-        if p is not None and hasattr(p, attr):
-            return float(getattr(p, attr))
-        if not table:  # no multipliers (the common case): neither lookup below can match
-            return 1.0
-        if index in table:
-            return table[index]
-        name = self.idx2name.get(index)
-        if name is not None and name in table:
-            return table[name]
-        return 1.0
-
-    def _get_lr(self, index, num_update=None):
-        """The learning rate of ``index``: schedule (at ``num_update``) times its multiplier."""
-        if self.lr_scheduler is not None:
-            n = self.num_update if num_update is None else num_update
-            lr = self.lr_scheduler(n)
-        else:
-            lr = self.lr
-        pd = self.param_dict
-        if self.lr_mult or type(pd) is not dict or pd:
-            lr = lr * self._mult(index, self.lr_mult, "lr_mult")
-        else:  # no multipliers at all (the common case): _mult's 1.0 without the call
-            lr = lr * 1.0
-        if type(lr) is float and 0.0 <= lr < math.inf:  # the common case, without an ABC check
-            return lr
-        if not (isinstance(lr, numbers.Real) and math.isfinite(lr) and lr >= 0):
-            raise ValueError(f"the learning rate for index {index!r} is {lr!r}; it must be "
-                             "finite and >= 0 (check the lr_scheduler and lr_mult)")
-        return float(lr)
-
-    def _get_wd(self, index):
-        pd = self.param_dict
-        if self.wd_mult or type(pd) is not dict or pd:
-            return self.wd * self._mult(index, self.wd_mult, "wd_mult")
-        return self.wd * 1.0  # no multipliers at all: _mult's 1.0 without the call
-
-    def _next_count(self, index):
-        """``(t, num_update)`` after this index's next update, without committing them."""
-        t = self._index_update_count.get(index, self.begin_num_update) + 1
-        n = self.num_update
-        return t, (t if t > n else n)  # max(n, t)
-
-    def _lr_count(self, num_update_after):
-        """The ``num_update`` the schedule is read at: MXNet increments the count first."""
-        return num_update_after
-
-    def _commit_count(self, index, t):
-        self._index_update_count[index] = t
-        if t > self.num_update:  # num_update = max(num_update, t)
-            self.num_update = t
-
-    def _update_count(self, index):
-        """MXNet's ``_update_count``: add 1 to the count of ``index`` (or of each index of a
-        list) and update ``num_update``. For custom optimizers that override ``update`` (the
-        guide's recipe, after MXNet's NAG source); built-in updates count by themselves."""
-        for i in (index if isinstance(index, (list, tuple)) else [index]):
-            self._commit_count(i, self._next_count(i)[0])
 
     # ---------------------------------------------------------------------------------------
     # state
@@ -813,15 +709,6 @@ class Optimizer:
         return StepInputs(t, lr, wd, dict(self._reference_extra(index, weight)),
                           dict(self._reference_call_kwargs(index, t)))
 
-    def _step_scalars(self, index):
-        """``(t, lr, wd)`` of this index's next step, checked, without committing anything."""
-        t, num_update = self._next_count(index)
-        lr = self._get_lr(index, self._lr_count(num_update))
-        if self.requires_positive_lr and not lr > 0:
-            raise ValueError(f"{type(self).__name__} divides by the learning rate; it must be "
-                             f"> 0, got {lr} for index {index!r}")
-        return t, lr, self._get_wd(index)
-
     @property
     def has_kernel(self):
         """Whether this optimizer's step runs as a kernel (a built-in optimizer, or one with an
@@ -834,6 +721,20 @@ class Optimizer:
     def plans_by_scalars(self):
         """Whether this optimizer's step is :func:`scalar_only` (the Trainer's shortcut)."""
         return type(self)._kernel_step in _SCALAR_ONLY_STEPS
+
+    @property
+    def takes_norms(self):
+        """Whether this optimizer's steps may ask for per-tensor norms first
+        (:meth:`norm_inputs` is its own)."""
+        return type(self).norm_inputs is not Optimizer.norm_inputs
+
+    def launch_step(self, index, weight, grad, state, t, lr, wd, launcher):
+        """The kernel step of ``index`` with the scalars ``(t, lr, wd)`` (from
+        :meth:`step_scalars`) through ``launcher`` (a backend launcher, or the Trainer's
+        recorder), on arrays the caller has validated; nothing is committed (the caller commits
+        the counts of the whole step with :meth:`commit_counts`)."""
+        with self._launching(launcher):
+            self._kernel_step(index, weight, grad, state, t, lr, wd)
 
     def _plan_step(self, index, weight, grad, state, launcher):
         """One kernel step of ``index`` through ``launcher`` (the Trainer's recorder, or a real

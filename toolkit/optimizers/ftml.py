@@ -91,7 +91,6 @@ class FTML(Optimizer):
     def reference_hyper(self):
         return {"beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon}
 
-    @scalar_only
     def _step_constants(self):
         """``(r, rs, c, b1, b2, (b1, 1 - b1, b2, 1 - b2), eps, guide)``: ``_r`` as a function
         of a float, and the constants of a step as the convention rounds them."""
@@ -101,6 +100,7 @@ class FTML(Optimizer):
                 (b1, 1.0 - b1, b2, 1.0 - b2), self.epsilon,
                 0.0 if self.convention == "mxnet" else 1.0)
 
+    @scalar_only
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         r, rs, c, b1, b2, betas, eps, guide = self._constants(
             "_ftml_constants", (self.beta1, self.beta2, self.epsilon, self.rescale_grad,

@@ -119,7 +119,6 @@ class Ftrl(Optimizer):
     def reference_hyper(self):
         return {"lamda1": self.lamda1, "beta": self.beta}
 
-    @scalar_only
     def _step_constants(self):
         """``(r, (rs, c, lamda1, beta, guide))``: ``_r`` as a function of a float, and the
         constants of a step as the convention rounds them."""
@@ -127,6 +126,7 @@ class Ftrl(Optimizer):
         return self._float_rounder(), (r(self.rescale_grad), self._clip_bound(), r(self.lamda1),
                                        r(self.beta), 0.0 if self.convention == "mxnet" else 1.0)
 
+    @scalar_only
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         r, constants = self._constants(
             "_ftrl_constants", (self.rescale_grad, self.clip_gradient, self.lamda1, self.beta,

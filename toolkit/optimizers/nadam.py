@@ -90,6 +90,9 @@ class Nadam(Optimizer):
                  schedule_decay=0.004, **kwargs):
         self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
         self.schedule_decay = schedule_decay
+        # the running product starts at 1 once (MXNet's __init__): not in check_relations,
+        # which runs again after every later assignment (a Trainer sets rescale_grad each step)
+        self.m_schedule = 1.0
         super().__init__(learning_rate=learning_rate, **kwargs)
 
     def check_relations(self):
@@ -98,7 +101,6 @@ class Nadam(Optimizer):
                              "equations need the gradient at two points per step; use "
                              "reference.nadam.step_lookahead with a gradient function, or "
                              "convention='mxnet'")
-        self.m_schedule = 1.0
 
     def state_slots(self):
         return ("m", "v")

@@ -132,7 +132,6 @@ class Signum(Optimizer):
     def reference_hyper(self):
         return {"momentum": self.momentum, "wd_lh": self.wd_lh}
 
-    @scalar_only
     def _step_constants(self):
         """``(r, rs, c, mu, 1 - mu, wd_lh, direction)``: ``_r`` as a function of a float, and
         the constants of a step as the convention rounds them."""
@@ -141,6 +140,7 @@ class Signum(Optimizer):
         return (self._float_rounder(), r(self.rescale_grad), self._clip_bound(), mu, 1.0 - mu,
                 r(self.wd_lh), -1.0 if self.convention == "mxnet" else 1.0)
 
+    @scalar_only
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         r, rs, c, mu, one_minus_mu, wd_lh, direction = self._constants(
             "_signum_constants", (self.momentum, self.wd_lh, self.rescale_grad,

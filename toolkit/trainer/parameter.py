@@ -80,8 +80,8 @@ class Parameter:
             raise TypeError(f"dtype must be float16, float32 or float64, got {dtype!r}") from None
         if self.dtype not in arrays.FLOAT_DTYPES:
             raise TypeError(f"dtype must be float16, float32 or float64, got {self.dtype}")
-        self.lr_mult = _check_mult("lr_mult", lr_mult)
-        self.wd_mult = _check_mult("wd_mult", wd_mult)
+        self._lr_mult = _check_mult("lr_mult", lr_mult)
+        self._wd_mult = _check_mult("wd_mult", wd_mult)
         if grad_req not in GRAD_REQS:
             raise ValueError(f"grad_req must be one of {GRAD_REQS}, got {grad_req!r}")
         self._grad_req = grad_req
@@ -99,7 +99,8 @@ class Parameter:
         self.shape = _check_shape(shape)
         self._data = None
         self._grad = None
-        self._fresh = False
+        self._fresh_own = False
+        self._fresh_at = None  # (flags, position) while a Trainer holds it
         if init is not None or self.shape is not None:
             self._data = self._new_array(self._initial(init))
             self._grad = self._new_array(np.zeros(self.shape, self.dtype)) \
@@ -108,6 +109,56 @@ class Parameter:
     def __repr__(self):
         return (f"Parameter({self.name!r}, shape={self.shape}, dtype={self.dtype.name}, "
                 f"device={self.device!r})")
+
+    # --- multipliers ------------------------------------------------------------------------
+    @property
+    def lr_mult(self):
+        """This parameter's learning-rate multiplier (MXNet's ``Parameter.lr_mult``)."""
+        return self._lr_mult
+
+    @lr_mult.setter
+    def lr_mult(self, value):
+        self._lr_mult = value
+        _bump_multipliers()
+
+    @property
+    def wd_mult(self):
+        """This parameter's weight-decay multiplier (MXNet's ``Parameter.wd_mult``)."""
+        return self._wd_mult
+
+    @wd_mult.setter
+    def wd_mult(self, value):
+        self._wd_mult = value
+        _bump_multipliers()
+
+    # --- freshness --------------------------------------------------------------------------
+    @property
+    def _fresh(self):
+        """Whether the gradient was written since the last update (kept in the holding
+        Trainer's array of flags, so that a step reads all of them at once)."""
+        at = self._fresh_at
+        if at is None:
+            return self._fresh_own
+        return bool(at[0][at[1]])
+
+    @_fresh.setter
+    def _fresh(self, value):
+        at = self._fresh_at
+        if at is None:
+            self._fresh_own = bool(value)
+        else:
+            at[0][at[1]] = value
+
+    def hold(self, trainer, flags, position):
+        """The Trainer's hook: ``trainer`` steps this parameter from now on (the last one
+        built with it wins), and keeps its freshness at ``flags[position]`` (a numpy bool
+        array), carried over from where it was kept before."""
+        fresh = self._fresh
+        self._fresh_at = (flags, position)
+        self._fresh = fresh
+        self._trainer = trainer
+        global _HOLDS
+        _HOLDS += 1
 
     @property
     def grad_req(self):
@@ -241,6 +292,28 @@ class Parameter:
         self._sparse_grad = None
         if self._grad is not None:
             _copy_into(self._grad, np.zeros(self.shape, self.dtype))
+
+
+#: how many times a multiplier of any Parameter was set, and how many times a Trainer took a
+#: Parameter (read by ``multipliers_version`` and ``holds_version``: a Trainer caches what it
+#: derives from them)
+_MULTIPLIERS = 0
+_HOLDS = 0
+
+
+def _bump_multipliers():
+    global _MULTIPLIERS
+    _MULTIPLIERS += 1
+
+
+def multipliers_version():
+    """A number that changes whenever any Parameter's ``lr_mult`` or ``wd_mult`` is set."""
+    return _MULTIPLIERS
+
+
+def holds_version():
+    """A number that changes whenever a Trainer takes a Parameter (:meth:`Parameter.hold`)."""
+    return _HOLDS
 
 
 def _copy_into(dst, host):

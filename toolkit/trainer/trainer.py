@@ -19,7 +19,7 @@ from ..backends import arrays, cpu
 from ..backends.rules import DirectionPass
 from . import compression as _compression, dist as _dist
 from .buffers import Group, Recorder, map_state, state_leaves
-from .parameter import Parameter
+from .parameter import Parameter, holds_version, multipliers_version
 
 __all__ = ["Trainer", "StaleGradientError", "ParamsError", "KVSTORES"]
 
@@ -111,9 +111,18 @@ class Trainer:
         self._scale = opt.rescale_grad
         self._lock = threading.Lock()  # a step, and save_states' copy, hold it (docs/trainer.md)
         self._build_groups()
-        opt.param_dict = {i: p for i, p in enumerate(self._params)}
-        for p in self._params:  # the parameters are this Trainer's now (the last one wins)
-            p._trainer = self
+        opt.param_dict = self._param_dict = {i: p for i, p in enumerate(self._params)}
+        # every parameter's freshness in one array (a step reads them all at once); the
+        # parameters are this Trainer's now (the last one built with them wins)
+        self._fresh_flags = np.zeros(len(self._params), bool)
+        for i, p in enumerate(self._params):
+            p.hold(self, self._fresh_flags, i)
+        self._holds_seen = holds_version()
+        #: the indices of the parameters with a gradient (grad_req is fixed while held)
+        self._live = np.array([i for i, p in enumerate(self._params) if p.grad_req != "null"],
+                              np.int64)
+        self._any_sparse = any(p.grad_stype == "row_sparse" for p in self._params)
+        self._mults = (None, None)  # (multipliers_version, (lr_mult, wd_mult) arrays)
         self._dist = None if dist_type is None else _dist.DistKVStore(
             self, dist_type, compression, update_on_kvstore)
 
@@ -316,49 +325,94 @@ class Trainer:
             self._update_unlocked(ignore_stale_grad)
 
     def _update_unlocked(self, ignore_stale_grad):
-        opt = self._optimizer
-        taken = [p.name for p in self._params if p._trainer is not self and p.grad_req != "null"]
-        if taken:
-            raise RuntimeError(f"parameter(s) {taken} now belong to a newer Trainer (a parameter "
-                               "is stepped by the last Trainer built with it); step that one")
-        live = [(i, p) for i, p in enumerate(self._params) if p.grad_req != "null"]
-        stale = [p.name for _, p in live if not p._fresh]
-        if stale and not ignore_stale_grad:
+        if holds_version() != self._holds_seen:  # a Trainer took parameters since last checked
+            taken = [p.name for p in self._params
+                     if p._trainer is not self and p.grad_req != "null"]
+            if taken:
+                raise RuntimeError(f"parameter(s) {taken} now belong to a newer Trainer (a "
+                                   "parameter is stepped by the last Trainer built with it); "
+                                   "step that one")
+            self._holds_seen = holds_version()
+        live = self._live
+        fresh = self._fresh_flags[live]
+        if not ignore_stale_grad and not fresh.all():
+            stale = [self._params[i].name for i in live[~fresh].tolist()]
             raise StaleGradientError(
                 f"gradient of parameter(s) {stale} has not been written since the last step "
                 "(write into param.grad() or call param.set_grad() first, or pass "
                 "ignore_stale_grad=True to skip them); nothing was updated")
-        active = [i for i, p in live if p._fresh]
+        active = live[fresh]  # indices, increasing
         self.last_step_launches = 0
-        if not active:
+        if not active.size:
             return
-        skipped = ()
+        skipped = []
         if self._guard_on:
             # one pass over the gradients (summed, in a distributed step: every rank reads the
             # same bits and skips the same parameters)
-            bad = self._nonfinite(active)
+            bad = self._nonfinite(active.tolist())
             if bad:
-                skipped = [i for i in active if i in bad]
-                active = [i for i in active if i not in bad]
-        if active:
+                skipped = sorted(bad)
+                active = active[~np.isin(active, skipped)]
+        if active.size:
             self._update_active(active)
         # the skipped gradients count as used, as the updated ones, once the step went through
-        for i in skipped:
-            self._params[i]._fresh = False
+        self._fresh_flags[np.asarray(skipped, np.int64)] = False
         self.skipped = tuple(self._params[i].name for i in skipped)
 
     def _update_active(self, active):
-        """Update the parameters of ``active`` (indices in order), their gradients then used."""
-        sparse = any(self._params[i].grad_stype == "row_sparse" for i in active)
-        if self._backend == "reference" or sparse or not self._optimizer.has_kernel:
+        """Update the parameters of ``active`` (an int64 array of indices, increasing), their
+        gradients then used."""
+        opt = self._optimizer
+        sparse = self._any_sparse and any(self._params[i].grad_stype == "row_sparse"
+                                          for i in active.tolist())
+        if self._backend == "reference" or sparse or not opt.has_kernel:
             # per-parameter steps write as they go: check them all first (an optimizer without
             # a kernel, one that overrides ``update`` only, steps this way too)
-            self._dry_run(active)
-            self._per_parameter_update(active)
+            self._dry_run(active.tolist())
+            self._per_parameter_update(active.tolist())
+        elif opt.plans_by_scalars and not opt.takes_norms:
+            self._vectorised_update(active)
         else:
-            self._kernel_update(active)
-        for i in active:
-            self._params[i]._fresh = False
+            self._kernel_update(active.tolist())
+        self._fresh_flags[active] = False
+
+    def _multipliers(self):
+        """``(lr_mult, wd_mult)``: float64 arrays by index of what the optimizer's
+        ``param_dict`` gives each index (the parameters' ``lr_mult`` and ``wd_mult``), kept
+        until a multiplier is set; None when the optimizer's ``param_dict`` is no longer the
+        one this Trainer gave it (then the optimizer reads each index's)."""
+        pd = self._optimizer.param_dict
+        if pd is not self._param_dict or len(pd) != len(self._params) or \
+                list(pd.values()) != self._params:
+            return None
+        version, mults = self._mults
+        if version != multipliers_version():
+            version = multipliers_version()
+            mults = (np.array([float(p.lr_mult) for p in self._params], np.float64),
+                     np.array([float(p.wd_mult) for p in self._params], np.float64))
+            self._mults = (version, mults)
+        return mults
+
+    def _vectorised_update(self, active):
+        """The step of an optimizer whose launch is a function of ``(t, lr, wd)`` alone
+        (``Optimizer.plans_by_scalars``): the scalars of every index as arrays
+        (``Optimizer.step_scalars``), one planned launch per distinct ``(t, lr, wd)`` of a group,
+        and a table of rows indexed by member: no Python work per parameter."""
+        opt = self._optimizer
+        scalars = opt.step_scalars(active, multipliers=self._multipliers())
+        works = []
+        for g in self._groups:
+            # the active members of g, and where their scalars are in ``scalars``
+            ks = np.flatnonzero(np.isin(g.indices, active, assume_unique=True))
+            if not ks.size:
+                continue
+            at = np.searchsorted(active, g.indices[ks])
+            w = _Work(g, opt)
+            w.plan_scalars(ks, g.indices[ks], scalars.t[at], scalars.lr[at], scalars.wd[at])
+            works.append(w)
+        opt.commit_counts(active, scalars.t)
+        for w in works:
+            self.last_step_launches += w.execute()
 
     def _nonfinite(self, active):
         """The set of indices of ``active`` whose gradient holds a NaN or an infinity: one
@@ -428,15 +482,11 @@ class Trainer:
             if any(v is not None for v in norms.values()):
                 for w in work.values():  # LARS: every tensor's norms in one reduction per group
                     self.last_step_launches += w.precompute_norms(norms)
-            by_scalars = opt.plans_by_scalars
             for i in active:  # index order: shared optimizer state (num_update, Nadam's schedule)
                 g, k = self._where[i]
                 w = work[id(g)]
-                if by_scalars:
-                    w.plan_by_scalars(i, k)
-                else:
-                    wv, gv, sv = w.member(k)
-                    opt._plan_step(i, wv, gv, sv, w.recorder)
+                wv, gv, sv = w.member(k)
+                opt._plan_step(i, wv, gv, sv, w.recorder)
         except BaseException:
             opt.__dict__.clear()
             opt.__dict__.update(saved)
@@ -515,21 +565,19 @@ class _Work:
         self.flats = [self.w, self.grad] + state_leaves(self.s) + list(g.host_flats.values())
         #: the layout of each work array (``Group.layout``; a per-step copy takes its source's)
         self.layouts = [None, None] + inner_layouts + [None] * len(g.host_flats)
-        # id(view) -> (position in self.flats, member); member -> its views; (member, layout)
-        # -> its views as a recorded call holds them. When every work array is one of the
-        # group's own buffers (no per-step copies), all three are kept across steps
+        # id(view) -> (position in self.flats, member), and member -> its views. When every
+        # work array is one of the group's own buffers (no per-step copies), both are kept
+        # across steps
         key = tuple(id(f) for f in self.flats)
         if all(k in g._persistent for k in key):
-            self.owner, self._member_views, self._arrays_memo = g._member_cache.setdefault(
-                key, ({}, {}, {}))
+            self.owner, self._member_views = g._member_cache.setdefault(key, ({}, {}))
         else:
-            self.owner, self._member_views, self._arrays_memo = {}, {}, {}
+            self.owner, self._member_views = {}, {}
         self.members = {}
         self.calls_from = {}
-        # scalar-only steps: (t, lr, wd) -> the call planned for the first member with them
-        # and its positions in self.flats (None: not a single call on the member's slices)
-        self.by_scalars: dict = {}
-        self.layout_of: dict = {}   # member -> positions of its recorded call, when known
+        #: a vectorised plan (``plan_scalars``): (factory, positions in self.flats, members,
+        #: their float64 rows), or None
+        self.vector = None
 
     def _launcher_for(self, w, mirror):
         if self.g.device == "cuda":
@@ -560,46 +608,46 @@ class _Work:
         self.calls_from[k] = len(self.recorder.calls)
         return wv, gv, sv
 
-    def plan_by_scalars(self, i, k):
-        """Plan member ``k`` (index ``i``) of a :func:`~toolkit.optimizers.base.scalar_only`
-        optimizer: its step is planned once per distinct ``(t, lr, wd)``, and every other member
-        with the same three records the same rule and hyperparameters on its own slices. The
-        count is committed as ``_plan_step`` does."""
+    def plan_scalars(self, ks, indices, t, lr, wd):
+        """Plan members ``ks`` (increasing positions; their optimizer indices ``indices``) of
+        an optimizer whose launch is a function of ``(t, lr, wd)`` alone, with those scalars
+        (arrays, one entry per member): one planned launch per distinct ``(t, lr, wd)``, told
+        apart by their bits. When each is one rule call on its member's slices of the same flat
+        buffers, every member takes the row of its ``(t, lr, wd)`` and :meth:`execute` runs one
+        segmented call from that table (made with numpy, no Python work per member); else
+        every member is planned on its own."""
         opt = self.opt
-        # next_step's (t, lr, wd), without the oracle's extras (a scalar-only step reads none)
-        key = opt._step_scalars(i)
-        t, lr, wd = key
-        known = self.by_scalars.get(key, False)
-        if known is False or known is None:
-            calls = self.recorder.calls
-            n0 = len(calls)
-            wv, gv, sv = self.member(k)
-            with opt._launching(self.recorder):
-                opt._kernel_step(i, wv, gv, sv, t, lr, wd)
-            if known is False:
-                layout = self._layout(calls[n0:], k)
-                self.by_scalars[key] = None if layout is None else (calls[n0], layout)
-                if layout is not None:
-                    self.layout_of[k] = layout
+        key = np.stack([t, lr.view(np.int64), wd.view(np.int64)], axis=1)
+        if (key == key[0]).all():
+            first, inverse = [0], None
         else:
-            call, layout = known
-            calls = self.recorder.calls
-            self.members[k] = None
-            self.calls_from[k] = len(calls)
-            calls.append(call[:2] + self._arrays_at(k, layout) + call[5:])
-            self.layout_of[k] = layout
-        opt._commit_count(i, t)
-
-    def _arrays_at(self, k, layout):
-        """``(weight, grad, states)`` of member ``k``'s views at the positions ``layout``, as a
-        recorded call holds them (made once per member and layout)."""
-        key = (k, layout)
-        got = self._arrays_memo.get(key)
-        if got is None:
-            views = self._views_of(k)[0]
-            got = self._arrays_memo[key] = (views[layout[0]], views[layout[1]],
-                                            tuple(views[j] for j in layout[2:]))
-        return got
+            _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
+            first, inverse = first.tolist(), inverse.reshape(-1)
+        calls = self.recorder.calls
+        planned = []
+        for j in first:
+            k, n0 = int(ks[j]), len(calls)
+            wv, gv, sv = self.member(k)
+            opt.launch_step(int(indices[j]), wv, gv, sv, int(t[j]), float(lr[j]), float(wd[j]),
+                            self.recorder)
+            planned.append((calls[n0:], self._layout(calls[n0:], k)))
+        (call0,), layout = planned[0] if len(planned[0][0]) == 1 else ((None,), None)
+        if layout is not None and call0[0] == "rule" and self._fits("rule", layout) and all(
+                len(c) == 1 and c[0][0] == "rule" and c[0][1] is call0[1] and lay == layout
+                and len(c[0][5]) == len(call0[5]) for c, lay in planned):
+            rows = np.array([c[0][5] for c, _ in planned], np.float64)
+            self.vector = (call0[1], layout, ks, rows if inverse is None else rows[inverse])
+            if self.after is not None:  # it rounds back the members updated
+                self.members = dict.fromkeys(ks.tolist())
+            return
+        # not one rule call per member on its slices: every member planned on its own
+        del calls[:]
+        self.members.clear()
+        self.calls_from.clear()
+        for j, k in enumerate(ks.tolist()):
+            wv, gv, sv = self.member(k)
+            opt.launch_step(int(indices[j]), wv, gv, sv, int(t[j]), float(lr[j]), float(wd[j]),
+                            self.recorder)
 
     def _layout(self, calls, k):
         """Positions in ``self.flats`` of the arrays of member ``k``'s one recorded call, or
@@ -693,7 +741,14 @@ class _Work:
         of kernel calls."""
         launches = 0
         calls = self.recorder.calls
-        if calls:
+        if self.vector is not None:
+            factory, layout, ks, rows = self.vector
+            table = np.zeros((len(self.g.members), 1 + rows.shape[1]), self._compute_dtype())
+            table[ks, 0] = 1
+            table[ks, 1:] = rows  # each float64 rounded to the dtype, as a single call does
+            self._launch_table("rule", factory, [self.flats[j] for j in layout], table)
+            launches = 1
+        elif calls:
             plan = self._segmented_plan()
             if plan is not None:
                 self._run_segmented(*plan)
@@ -738,12 +793,10 @@ class _Work:
             call = calls[self.calls_from[k]]
             if call[1] is not factory:
                 return None
-            pos = self.layout_of.get(k)
-            if pos is None:
-                owners = [self.owner.get(id(a)) for a in (call[2], call[3]) + tuple(call[4])]
-                if any(o is None or o[1] != k for o in owners):
-                    return None
-                pos = tuple(o[0] for o in owners)
+            owners = [self.owner.get(id(a)) for a in (call[2], call[3]) + tuple(call[4])]
+            if any(o is None or o[1] != k for o in owners):
+                return None
+            pos = tuple(o[0] for o in owners)
             if layout is None:
                 layout = pos
             elif pos != layout:
@@ -770,23 +823,31 @@ class _Work:
                 return False
         return all(lay is None or np.array_equal(lay[0], g.offsets) for lay in like_weight)
 
+    def _compute_dtype(self):
+        return np.dtype(np.float32) if self.g.dtype == np.float16 else np.dtype(self.g.dtype)
+
     def _run_segmented(self, kind, factory, flats, rows):
-        g = self.g
-        compute = np.dtype(np.float32) if g.dtype == np.float16 else g.dtype
-        n = len(g.members)
+        n = len(self.g.members)
         first = next(iter(rows.values()))
-        table = np.zeros((n, 1 + len(first[0])), compute)
+        table = np.zeros((n, 1 + len(first[0])), self._compute_dtype())
         ks = list(rows)
         table[ks, 0] = 1
         # one conversion of all rows: each float64 rounded to the dtype, as a single call does
         table[ks, 1:] = np.array([rows[k][0] for k in ks], np.float64)
-        w, grad, states = flats[0], flats[1], flats[2:]
+        keys = aux = None
         if kind == "noise":
             keys = np.zeros(n, np.uint64)
             aux = np.zeros((n, len(first[2])), np.float64)
             for k, row in rows.items():
                 keys[k] = np.uint64(row[1])
                 aux[k] = row[2]
+        self._launch_table(kind, factory, flats, table, keys, aux)
+
+    def _launch_table(self, kind, factory, flats, table, keys=None, aux=None):
+        """One segmented call of ``kind`` over the flat buffers ``flats`` (weight, grad,
+        states) with one ``(active, *hp)`` row of ``table`` per member."""
+        g = self.g
+        w, grad, states = flats[0], flats[1], flats[2:]
         if g.device == "cuda":
             from ..backends import cuda
             d = arrays.describe

@@ -1,0 +1,278 @@
+"""The vectorised step plan (DESIGN section 4, "A step is a plan, then a launch").
+
+* ``Optimizer.step_scalars(indices)`` gives, as arrays, the ``(t, lr, wd)`` that the per-index
+  loop (``next_step`` of each index, its count committed before the next) gives, bit for bit:
+  every optimizer and convention, schedules (with warmup), ``begin_num_update``, indices
+  stepped before (so that ``t`` and ``num_update`` differ along the list), multipliers from
+  tables (by index and by name) and from ``param_dict``; it commits nothing, and
+  ``commit_counts`` commits what the loop commits. Where the loop raises, it raises the same.
+* A Trainer step through that plan equals the per-parameter updates bit for bit, with a
+  schedule, multipliers, a stale parameter skipped and a parameter skipped by the non-finite
+  guard (the plain case is test_trainer.py's twin test).
+* The Trainer's step of a scalar-only optimizer does no Python work per parameter: the Python
+  calls a step makes do not grow with the number of parameters (counted, not timed).
+"""
+from __future__ import annotations
+
+import gc
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from toolkit import Parameter, Trainer, lr_scheduler, optimizer
+from toolkit.optimizer import specs
+
+NAMES = sorted(specs(oracle=True))
+
+
+def _schedule(kind, warmup):
+    if kind is None:
+        return None
+    if kind == "factor":
+        return lr_scheduler.FactorScheduler(step=2, factor=0.5, base_lr=0.1, warmup_steps=warmup)
+    if kind == "multifactor":
+        return lr_scheduler.MultiFactorScheduler(step=[2, 5], factor=0.5, base_lr=0.1,
+                                                 warmup_steps=warmup)
+    if kind == "poly":
+        return lr_scheduler.PolyScheduler(max_update=9, base_lr=0.1, pwr=2,
+                                          warmup_steps=warmup)
+    return lr_scheduler.CosineScheduler(max_update=9, base_lr=0.1, warmup_steps=warmup)
+
+
+SCHEDULES = [None, "factor", "multifactor", "poly", "cosine"]
+
+
+class _Holder:
+    """A ``param_dict`` entry: what gluon's Parameter gives ``_get_lr``."""
+
+    def __init__(self, lr_mult, wd_mult):
+        self.lr_mult, self.wd_mult = lr_mult, wd_mult
+
+
+def _bits(a):
+    return np.asarray(a, np.float64).view(np.int64)
+
+
+def _loop(opt, idx):
+    """The definition: ``next_step`` index by index, each count committed before the next."""
+    out = []
+    for i in idx:
+        t, lr, wd = opt.next_step(i)[:3]
+        out.append((t, lr, wd))
+        opt._commit_count(i, t)
+    return out
+
+
+@st.composite
+def plans(draw):
+    name = draw(st.sampled_from(NAMES))
+    conv = draw(st.sampled_from(specs()[name].conventions))
+    n = draw(st.integers(1, 12))
+    kw = dict(convention=conv, wd=draw(st.sampled_from([0.0, 0.01, 1e-3])),
+              begin_num_update=draw(st.integers(0, 3)))
+    if name == "groupadagrad":
+        kw["wd"] = 0.0
+    sched = draw(st.sampled_from(SCHEDULES))
+    if sched is not None:
+        kw["lr_scheduler"] = _schedule(sched, draw(st.integers(0, 3)))
+    else:
+        kw["learning_rate"] = draw(st.sampled_from([0.1, 0.05, 1e-3]))
+    names = {i: f"p{i}_{draw(st.sampled_from(['weight', 'bias']))}" for i in range(n)}
+    mults = draw(st.sampled_from(["none", "tables", "param_dict"]))
+    prior = draw(st.lists(st.integers(0, n - 1), max_size=3 * n))  # indices stepped before
+    subset = sorted(draw(st.sets(st.integers(0, n - 1), min_size=1)))
+    lr_vals = st.sampled_from([0.5, 1.0, 1.25, 2.0])
+    wd_vals = st.sampled_from([0.0, 0.5, 1.0])
+    tables = (draw(st.dictionaries(st.integers(0, n - 1) | st.sampled_from(list(names.values())),
+                                   lr_vals, max_size=n)),
+              draw(st.dictionaries(st.integers(0, n - 1) | st.sampled_from(list(names.values())),
+                                   wd_vals, max_size=n)))
+    holders = [_Holder(draw(lr_vals), draw(wd_vals)) for _ in range(n)]
+    return name, kw, names, mults, prior, subset, tables, holders
+
+
+def _make(name, kw, names, mults, tables, holders):
+    kw = dict(kw)
+    if "lr_scheduler" in kw:  # a fresh schedule per optimizer: they keep state
+        s = kw["lr_scheduler"]
+        kw["lr_scheduler"] = type(s).__new__(type(s))
+        kw["lr_scheduler"].__dict__.update({k: (list(v) if isinstance(v, list) else v)
+                                            for k, v in s.__dict__.items()})
+    opt = optimizer.create(name, param_idx2name=names, **kw)
+    if mults == "tables":
+        opt.set_lr_mult(tables[0])
+        opt.set_wd_mult(tables[1])
+    elif mults == "param_dict":
+        opt.param_dict = dict(enumerate(holders))
+    return opt
+
+
+@given(plans())
+def test_step_scalars_are_the_per_index_loops_bit_for_bit(plan):
+    name, kw, names, mults, prior, subset, tables, holders = plan
+    vec = _make(name, kw, names, mults, tables, holders)
+    ref = _make(name, kw, names, mults, tables, holders)
+    for i in prior:  # the same history on both: counts differ along the list
+        for opt in (vec, ref):
+            opt._commit_count(i, opt.next_step(i).t)
+    counts = (dict(vec._index_update_count), vec.num_update)
+    got = vec.step_scalars(np.array(subset, np.int64))
+    assert (dict(vec._index_update_count), vec.num_update) == counts  # nothing committed
+    want = _loop(ref, subset)
+    assert got.t.dtype == np.int64 and got.t.tolist() == [w[0] for w in want]
+    assert np.array_equal(_bits(got.lr), _bits([w[1] for w in want]))
+    assert np.array_equal(_bits(got.wd), _bits([w[2] for w in want]))
+    vec.commit_counts(subset, got.t)
+    assert (vec._index_update_count, vec.num_update) == (ref._index_update_count,
+                                                         ref.num_update)
+
+
+def test_the_vectorised_path_is_taken_where_it_applies():
+    """Not the per-index fallback in the common cases (else the test above proves nothing about
+    the vectorised code): with the toolkit's schedules and multipliers of every kind."""
+    for sched in SCHEDULES:
+        opt = optimizer.create("adam", lr_scheduler=_schedule(sched, 2),
+                               **({} if sched else {"learning_rate": 0.1}))
+        opt.set_lr_mult({0: 2.0})
+        opt._scalars_per_index = None  # calling it fails
+        opt.step_scalars([0, 1, 2])
+
+
+@pytest.mark.parametrize("name", ["ftrl", "adam"])
+def test_refusals_are_the_per_index_loops(name):
+    """A value the loop refuses (FTRL divides by the learning rate; a NaN multiplier) raises the
+    loop's error, naming the first index it would, and commits nothing."""
+    opt = optimizer.create(name, learning_rate=0.1)
+    opt.param_dict = {0: _Holder(1.0, 1.0), 1: _Holder(0.0 if name == "ftrl" else float("nan"),
+                                                        1.0), 2: _Holder(1.0, 1.0)}
+    with pytest.raises(ValueError) as vec:
+        opt.step_scalars([0, 1, 2])
+    with pytest.raises(ValueError) as loop:
+        _loop(opt, [0, 1, 2])
+    assert str(vec.value) == str(loop.value) and "index 1" in str(vec.value)
+
+
+class _CountingSchedule:
+    """A schedule of the user's own that counts how often it is read: MXNet reads it once per
+    index, and so does the plan."""
+
+    def __init__(self):
+        self.base_lr, self.calls = 0.1, 0
+
+    def __call__(self, num_update):
+        self.calls += 1
+        return 0.1 / num_update
+
+
+def test_a_schedule_of_the_users_own_is_read_once_per_index():
+    opt = optimizer.create("sgd", lr_scheduler=_CountingSchedule())
+    got = opt.step_scalars(range(5))
+    assert opt.lr_scheduler.calls == 5
+    assert got.lr.tolist() == [0.1] * 5
+
+
+# --------------------------------------------------------------------------------------------
+# the Trainer
+# --------------------------------------------------------------------------------------------
+SHAPES = [(3, 4), (5,), (2, 3), (1,), (7,), (4,)]
+MATRIX = [(3, 4), (5, 1), (2, 3), (1, 3), (7, 2), (4, 1)]
+LR_MULT = (1.0, 1.25, 1.0, 1.25, 1.5, 1.0)
+WD_MULT = (0.0, 0.5, 0.0, 0.5, 1.0, 0.0)
+STALE = {1: (2,)}       # step 1: parameter 2 has no new gradient (ignore_stale_grad)
+NONFINITE = {2: (3,)}   # step 2: parameter 3's gradient holds a NaN (skip_nonfinite)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_planned_step_equals_per_parameter_updates_with_schedule_and_skips(name):
+    for conv in specs()[name].conventions:
+        rng = np.random.default_rng(1)
+        shapes = MATRIX if specs()[name].matrix else SHAPES
+        init = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+        wd = specs()[name].fixed.get("wd", 0.01)
+        common = dict(wd=wd, rescale_grad=1.0, clip_gradient=3.0, convention=conv)
+        params = [Parameter(f"p{i}_weight", init=a, lr_mult=LR_MULT[i], wd_mult=WD_MULT[i])
+                  for i, a in enumerate(init)]
+        trainer = Trainer(params, name, dict(common, lr_scheduler=_schedule("factor", 2)))
+        twin = optimizer.create(name, lr_scheduler=_schedule("factor", 2), **common)
+        twin.param_dict = dict(enumerate(params))
+        ws = [a.copy() for a in init]
+        ss = [twin.create_state(i, w) for i, w in enumerate(ws)]
+        for step in range(6):
+            grads = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+            for i in NONFINITE.get(step, ()):
+                grads[i].flat[0] = np.nan
+            for i, (p, g) in enumerate(zip(params, grads)):
+                if i not in STALE.get(step, ()):
+                    p.set_grad(g)
+            skipped = trainer.step(1, ignore_stale_grad=True, skip_nonfinite=True)
+            assert skipped == tuple(params[i].name for i in NONFINITE.get(step, ()))
+            for i, g in enumerate(grads):
+                if i not in STALE.get(step, ()) and i not in NONFINITE.get(step, ()):
+                    twin.update(i, ws[i], g, ss[i])
+            for i, p in enumerate(params):
+                assert np.array_equal(p.data(), ws[i]), (conv, step, p.name)
+        assert trainer.optimizer._index_update_count == twin._index_update_count
+        assert trainer.optimizer.num_update == twin.num_update
+
+
+def _python_calls(fn):
+    """How many Python functions run while ``fn()`` does (the garbage collector held off:
+    when it runs, and the finalisers it calls, is not the step's work)."""
+    count = [0]
+
+    def prof(frame, event, arg):
+        if event == "call":
+            count[0] += 1
+    gc.collect()
+    gc.disable()
+    sys.setprofile(prof)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+        gc.enable()
+    return count[0]
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if optimizer.create(n).plans_by_scalars])
+def test_a_step_does_no_python_work_per_parameter(name):
+    """The Python calls of a step (second and later: the first lays out caches) are the same for
+    10 and 300 parameters, with multipliers set, once a multiplier changed (read once), and on
+    a step that skips a stale parameter."""
+    def run(n):
+        shape = (2, 3) if specs()[name].matrix else (6,)
+        params = [Parameter(f"p{i}", init=np.full(shape, 0.5, np.float32),
+                            lr_mult=1.0 + (i % 3)) for i in range(n)]
+        trainer = Trainer(params, name, {"learning_rate": 0.1, "wd": 0.0})
+        counts = []
+        for step in range(4):
+            if step == 2:
+                params[1].lr_mult = 3.0
+            for p in params[1:] if step == 3 else params:
+                p.grad()[...] = 0.25
+            counts.append(_python_calls(lambda: trainer.step(1, ignore_stale_grad=True)))
+            assert trainer.last_step_launches == 1
+        return counts[1:]
+    run(5)  # the same values once before: memoised roundings then cost the same in both runs
+    small, large = run(10), run(300)
+    assert small[0] == large[0] and small[2] == large[2], (small, large)
+    # a changed multiplier reads the parameters' multipliers once: one property read each
+    assert large[1] - small[1] == 2 * (300 - 10)
+
+
+def test_setting_a_hyperparameter_keeps_nadams_momentum_schedule():
+    """Found by the planned-step test above: Nadam's running product ``m_schedule`` was reset to
+    1 by every later hyperparameter assignment (its reset sat in ``check_relations``), so a
+    Trainer, which sets ``rescale_grad`` each step, restarted it every step. MXNet sets it once,
+    in ``__init__``."""
+    opt = optimizer.create("nadam", learning_rate=0.1)
+    w, g = np.ones(3, np.float32), np.full(3, 0.5, np.float32)
+    state = opt.create_state(0, w)
+    opt.update(0, w, g, state)
+    after_one = opt.m_schedule
+    assert after_one < 1.0
+    opt.rescale_grad = 0.5
+    opt.wd = 0.01
+    assert opt.m_schedule == after_one

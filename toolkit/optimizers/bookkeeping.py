@@ -1,0 +1,275 @@
+"""MXNet's bookkeeping of an optimizer: the learning rate and its schedule, the per-index and
+per-name multipliers, the per-index counts ``t`` and ``num_update`` (MXNet 1.9.1
+python/mxnet/optimizer/optimizer.py: ``_get_lr``, ``_get_wd``, ``_update_count``), index by index
+and, for a step of many indices at once, as arrays.
+
+A step of index ``i`` reads three scalars (``Optimizer.next_step``): the count ``t`` after it,
+the learning rate (schedule at ``num_update``, times ``lr_mult``) and the weight decay (times
+``wd_mult``). MXNet computes them one index at a time, in index order, committing each count
+before the next index is read, so ``num_update`` (and with it the schedule) grows along the way.
+:meth:`Bookkeeping.step_scalars` computes the same numbers for a whole sorted list of indices
+as arrays, bit for bit:
+
+* ``t = count + 1`` (``begin_num_update + 1`` for an index never stepped);
+* ``num_update`` after index ``j`` is ``max(num_update, t_0, ..., t_j)``, a running maximum;
+* the schedule is read once per distinct ``num_update``, in increasing order as the per-index
+  loop reads it (the toolkit's schedulers give the same value for the same count however often
+  they are asked; a schedule of the user's own is read once per index, as MXNet does);
+* ``lr = base * lr_mult`` and ``wd = wd * wd_mult`` are float64 products: the products Python's
+  floats form one at a time.
+
+Where any of this cannot be shown to be the per-index computation (a subclass that overrides a
+piece of the bookkeeping, a base rate that is not a Python float, a value the per-index checks
+refuse), ``step_scalars`` runs the per-index computation (counts put back afterwards), which
+also raises its errors. Nothing there writes to the optimizer; ``commit_counts`` does, once the
+step is planned. ``Optimizer`` derives from :class:`Bookkeeping`.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import NamedTuple
+
+import numpy as np
+
+from .validation import check_nonneg
+
+__all__ = ["Bookkeeping", "StepScalars"]
+
+
+class StepScalars(NamedTuple):
+    """The scalars of one step of many indices (:meth:`Bookkeeping.step_scalars`), one entry
+    per index, in the order the indices were given."""
+    t: np.ndarray    #: int64: each index's count after this step
+    lr: np.ndarray   #: float64: learning rate with schedule and multiplier
+    wd: np.ndarray   #: float64: weight decay with multiplier
+
+
+#: the methods whose definitions here ``step_scalars`` vectorises
+_VECTORISED = ("_step_scalars", "_next_count", "_lr_count", "_get_lr", "_get_wd", "_mult",
+               "_commit_count")
+
+
+def _builtin_schedule(sched):
+    """Whether ``sched`` is one of the toolkit's schedulers: a function of the count it is
+    given, whatever it was given before, so that reading it once per distinct count is reading
+    it once per index."""
+    from .. import lr_scheduler
+    cls = type(sched)
+    return (isinstance(sched, lr_scheduler.LRScheduler)
+            and cls.__module__ == lr_scheduler.__name__
+            and cls.__call__ is lr_scheduler.LRScheduler.__call__)
+
+
+def _as_list(indices):
+    return indices.tolist() if isinstance(indices, np.ndarray) else list(indices)
+
+
+class Bookkeeping:
+    """Learning rate, schedule, multipliers and counts (the attributes ``lr``,
+    ``lr_scheduler``, ``wd``, ``lr_mult``, ``wd_mult``, ``param_dict``, ``idx2name``,
+    ``begin_num_update``, ``num_update``, ``_index_update_count``, ``requires_positive_lr``
+    are ``Optimizer``'s)."""
+
+    @property
+    def learning_rate(self):
+        """The current base learning rate (the scheduler's value at ``num_update`` if set)."""
+        if self.lr_scheduler is not None:
+            return self.lr_scheduler(self.num_update)
+        return self.lr
+
+    def set_learning_rate(self, lr):
+        """Set the base learning rate. With an lr_scheduler this raises UserWarning, as MXNet."""
+        if self.lr_scheduler is not None:
+            raise UserWarning("LRScheduler of the optimizer has already been defined. "
+                              "Note that set_learning_rate can mutate the value of the learning "
+                              "rate of the optimizer only when the LRScheduler of the optimizer "
+                              "is undefined.")
+        self.lr = check_nonneg("learning_rate", lr)
+
+    def set_lr_mult(self, args_lr_mult):
+        """Per-index (or per-name) learning-rate multipliers; replaces earlier ones."""
+        if not isinstance(args_lr_mult, dict):
+            raise TypeError("set_lr_mult expects a dict of index or name to multiplier")
+        mult = {k: check_nonneg(f"lr_mult[{k!r}]", v) for k, v in args_lr_mult.items()}
+        self.lr_mult = mult
+
+    def set_wd_mult(self, args_wd_mult):
+        """Per-index (or per-name) weight-decay multipliers; replaces earlier ones.
+
+        As in MXNet, every name of ``param_idx2name`` that ends neither in ``_weight`` nor in
+        ``_gamma`` first gets multiplier 0 (biases and batch-norm betas are not decayed).
+        """
+        if not isinstance(args_wd_mult, dict):
+            raise TypeError("set_wd_mult expects a dict of index or name to multiplier")
+        mult = {}
+        for name in self.idx2name.values():
+            if not (name.endswith("_weight") or name.endswith("_gamma")):
+                mult[name] = 0.0
+        mult.update({k: check_nonneg(f"wd_mult[{k!r}]", v) for k, v in args_wd_mult.items()})
+        self.wd_mult = mult
+
+    def _mult(self, index, table, attr):
+        pd = self.param_dict
+        if type(pd) is dict:
+            p = pd.get(index) if pd else None
+        else:
+            p = pd.get(index) if isinstance(pd, dict) else None
+        if p is not None and hasattr(p, attr):
+            return float(getattr(p, attr))
+        if not table:  # no multipliers (the common case): neither lookup below can match
+            return 1.0
+        if index in table:
+            return table[index]
+        name = self.idx2name.get(index)
+        if name is not None and name in table:
+            return table[name]
+        return 1.0
+
+    def _get_lr(self, index, num_update=None):
+        """The learning rate of ``index``: schedule (at ``num_update``) times its multiplier."""
+        if self.lr_scheduler is not None:
+            n = self.num_update if num_update is None else num_update
+            lr = self.lr_scheduler(n)
+        else:
+            lr = self.lr
+        pd = self.param_dict
+        if self.lr_mult or type(pd) is not dict or pd:
+            lr = lr * self._mult(index, self.lr_mult, "lr_mult")
+        else:  # no multipliers at all (the common case): _mult's 1.0 without the call
+            lr = lr * 1.0
+        if type(lr) is float and 0.0 <= lr < math.inf:  # the common case, without an ABC check
+            return lr
+        if not (isinstance(lr, numbers.Real) and math.isfinite(lr) and lr >= 0):
+            raise ValueError(f"the learning rate for index {index!r} is {lr!r}; it must be "
+                             "finite and >= 0 (check the lr_scheduler and lr_mult)")
+        return float(lr)
+
+    def _get_wd(self, index):
+        pd = self.param_dict
+        if self.wd_mult or type(pd) is not dict or pd:
+            return self.wd * self._mult(index, self.wd_mult, "wd_mult")
+        return self.wd * 1.0  # no multipliers at all: _mult's 1.0 without the call
+
+    def _next_count(self, index):
+        """``(t, num_update)`` after this index's next update, without committing them."""
+        t = self._index_update_count.get(index, self.begin_num_update) + 1
+        n = self.num_update
+        return t, (t if t > n else n)  # max(n, t)
+
+    def _lr_count(self, num_update_after):
+        """The ``num_update`` the schedule is read at: MXNet increments the count first."""
+        return num_update_after
+
+    def _commit_count(self, index, t):
+        self._index_update_count[index] = t
+        if t > self.num_update:  # num_update = max(num_update, t)
+            self.num_update = t
+
+    def _update_count(self, index):
+        """MXNet's ``_update_count``: add 1 to the count of ``index`` (or of each index of a
+        list) and update ``num_update``. For custom optimizers that override ``update`` (the
+        guide's recipe, after MXNet's NAG source); built-in updates count by themselves."""
+        for i in (index if isinstance(index, (list, tuple)) else [index]):
+            self._commit_count(i, self._next_count(i)[0])
+
+
+    def _step_scalars(self, index):
+        """``(t, lr, wd)`` of this index's next step, checked, without committing anything."""
+        t, num_update = self._next_count(index)
+        lr = self._get_lr(index, self._lr_count(num_update))
+        if self.requires_positive_lr and not lr > 0:
+            raise ValueError(f"{type(self).__name__} divides by the learning rate; it must be "
+                             f"> 0, got {lr} for index {index!r}")
+        return t, lr, self._get_wd(index)
+
+    # --- many indices at once ---------------------------------------------------------------
+    def step_scalars(self, indices, *, multipliers=None):
+        """:class:`StepScalars` of the next step of every index of ``indices`` (ints in
+        increasing order), as the per-index loop (``next_step`` of each, its count committed
+        before the next) computes them, bit for bit; nothing is committed (see
+        :meth:`commit_counts`). Raises what that loop raises, for the first index it would.
+
+        ``multipliers``: None, or ``(lr_mult, wd_mult)``: float64 arrays indexed by index,
+        holding the multiplier each index takes (the Trainer keeps them for its parameters,
+        whose ``lr_mult`` and ``wd_mult`` attributes are what ``param_dict`` gives); None reads
+        them index by index."""
+        idx = _as_list(indices)
+        n = len(idx)
+        cls = type(self)
+        if n == 0 or any(getattr(cls, m) is not getattr(Bookkeeping, m) for m in _VECTORISED):
+            return self._scalars_per_index(idx)
+        counts = self._index_update_count
+        try:
+            c = np.fromiter(map(counts.__getitem__, idx), np.int64, n)
+        except KeyError:  # an index never stepped starts at begin_num_update
+            start = self.begin_num_update
+            c = np.fromiter((counts.get(i, start) for i in idx), np.int64, n)
+        t = c + 1
+        sched = self.lr_scheduler
+        if sched is None:
+            base = self.lr
+            if type(base) is not float:
+                return self._scalars_per_index(idx)
+        elif _builtin_schedule(sched):
+            num_update = np.maximum.accumulate(np.maximum(t, self.num_update))
+            distinct = np.unique(num_update)  # increasing: the order the loop reads them in
+            values = [sched(v) for v in distinct.tolist()]
+            if any(type(v) is not float for v in values):
+                return self._scalars_per_index(idx)
+            base = np.array(values, np.float64)[np.searchsorted(distinct, num_update)]
+        else:  # a schedule of the user's own: read once per index, as MXNet does
+            return self._scalars_per_index(idx)
+        wd = self.wd
+        if type(wd) is not float:
+            return self._scalars_per_index(idx)
+        if multipliers is None:
+            lr_mult = np.fromiter((self._mult(i, self.lr_mult, "lr_mult") for i in idx),
+                                  np.float64, n)
+            wd_mult = np.fromiter((self._mult(i, self.wd_mult, "wd_mult") for i in idx),
+                                  np.float64, n)
+        else:
+            where = np.asarray(idx, np.int64)
+            lr_mult, wd_mult = multipliers[0][where], multipliers[1][where]
+        lr = base * lr_mult
+        with np.errstate(invalid="ignore"):
+            ok = bool(np.all(lr >= 0.0)) and bool(np.all(lr < math.inf))
+            if self.requires_positive_lr:
+                ok = ok and bool(np.all(lr > 0.0))
+        if not ok:  # the per-index loop raises the error that names the index
+            return self._scalars_per_index(idx)
+        return StepScalars(t, lr, wd * wd_mult)
+
+    def _scalars_per_index(self, idx):
+        """:meth:`step_scalars` the way it is defined: index by index, each count committed
+        before the next index is read, and the counts put back afterwards."""
+        n = len(idx)
+        t = np.empty(n, np.int64)
+        lr = np.empty(n, np.float64)
+        wd = np.empty(n, np.float64)
+        saved = (dict(self._index_update_count), self.num_update)
+        try:
+            for j, i in enumerate(idx):
+                tj, lr[j], wd[j] = self._step_scalars(i)
+                t[j] = tj
+                self._commit_count(i, tj)
+        finally:
+            self._index_update_count, self.num_update = saved
+        return StepScalars(t, lr, wd)
+
+    def commit_counts(self, indices, t):
+        """Commit the counts ``t`` (from :meth:`step_scalars`) of a step of ``indices``, as
+        the per-index loop commits them one by one: each index's count, and ``num_update`` the
+        largest count seen."""
+        idx = _as_list(indices)
+        if not idx:
+            return
+        ts = t.tolist()
+        if type(self)._commit_count is not Bookkeeping._commit_count:
+            for i, tj in zip(idx, ts):
+                self._commit_count(i, tj)
+            return
+        self._index_update_count.update(zip(idx, ts))
+        top = max(ts)
+        if top > self.num_update:
+            self.num_update = top
