@@ -17,7 +17,7 @@ from toolkit import bench
 from toolkit.__main__ import _main
 
 TINY = ["--sizes", "10,12", "--optimizers", "adam,sgd", "--repeats", "1", "--batch-ms", "0.2",
-        "--no-resnet", "--no-progress"]
+        "--no-resnet", "--no-many", "--no-progress"]
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def test_tiny_run_json_structure(tiny_run):
     by = {t["key"]: t for t in r["targets"]}
     assert by["floor_f32"]["met"] is None and "not measured" in by["floor_f32"]["why"]
     assert by["cheap_call"]["met"] in (True, False) and by["cheap_call"]["measured"] > 0
-    assert r["resnet50"] is None
+    assert r["resnet50"] is None and r["many_tensors"] is None
     assert r["wall_s"] > 0
 
 
@@ -124,6 +124,29 @@ def test_trainer_case_structure():
     targets = bench.evaluate_targets("cpu", [], row)
     assert targets[-1]["key"] == "resnet50" and targets[-1]["met"] in (
         (True, False) if torch is not None else (None,))
+
+
+def test_many_tensor_case_structure():
+    """The many-tensor case: the step without the marking of the gradients, the host time
+    against its budget (50 us + 0.2 us per parameter), and its three targets."""
+    shapes = bench.resnet.many_tensor_shapes(40, 16)
+    assert shapes == [(16,)] * 40 and len(bench.resnet.many_tensor_shapes()) == 2000
+    torch, _ = bench.import_torch()
+    row = bench.trainer_case("cpu", shapes, 1, torch)
+    assert row["tensors"] == 40 and row["elements"] == 640
+    assert 0 < row["step_ms"] <= row["toolkit_ms"] and row["marking_ms"] > 0
+    assert row["step_of_floor"] > 0 and row["host_us"] > 0
+    assert row["host_budget_us"] == pytest.approx(50 + 0.2 * 40)
+    if torch is not None:
+        assert row["step_vs_torch"] > 0
+        assert row.get("step_vs_deepspeed", 1) > 0 and ("deepspeed" in row or
+                                                         "deepspeed_version" in row)
+    targets = {t["key"]: t for t in bench.evaluate_targets("cpu", [], None, row)}
+    assert targets["many_floor"]["measured"] == row["step_of_floor"]
+    assert targets["many_host"]["met"] == (row["host_us"] <= row["host_budget_us"])
+    assert targets["many_torch"]["met"] in ((True, False) if torch is not None else (None,))
+    lines = bench.report.trainer_lines({"many_tensors": row})
+    assert lines and "host time" in lines[0]
 
 
 def test_every_setting_has_a_numpy_baseline_and_a_floor():

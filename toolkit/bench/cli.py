@@ -46,6 +46,8 @@ def build_parser():
                     help="calls per timed batch: enough for about this many ms")
     ap.add_argument("--resnet-repeats", type=int, default=20)
     ap.add_argument("--no-resnet", action="store_true", help="skip the ResNet-50 Trainer case")
+    ap.add_argument("--no-many", action="store_true",
+                    help="skip the many-tensor Trainer case (2000 tensors of 1024)")
     ap.add_argument("--no-torch", action="store_true", help="do not compare against torch")
     ap.add_argument("--no-kernel-cache", action="store_true",
                     help="compile the toolkit's CPU kernels in this process instead of loading "
@@ -105,7 +107,8 @@ def main(argv=None) -> int:
     result = run_suite(device=args.device, settings=settings, sizes=sizes, dtypes=dtypes,
                        repeats=repeats, batch_ms=args.batch_ms, resnet=not args.no_resnet,
                        resnet_repeats=(5 if args.quick else args.resnet_repeats),
-                       use_torch=not args.no_torch, progress=not args.no_progress,
+                       use_torch=not args.no_torch, many=not args.no_many,
+                       progress=not args.no_progress,
                        console=Console(stderr=True), kernel_cache=not args.no_kernel_cache)
     print_report(result, console)
     out = default_out(args.device, args.out)

@@ -110,6 +110,9 @@ def print_report(result, console):
                 f"{r['guarded_ms']:.2f} ms, {r['guarded_of_floor']:.2f} of the floor, "
                 f"{r['guard_cost']:.2f}x the unguarded step")
 
+    for line in trainer_lines(result):
+        console.print(line)
+
     t3 = Table(title="targets")
     for col in ("target", "measured", "result"):
         t3.add_column(col)
@@ -124,6 +127,27 @@ def print_report(result, console):
         t3.add_row(tg["target"], _fmt(tg["measured"]), res)
     console.print(t3)
     console.print(f"wall time {result['wall_s']:.0f} s")
+
+
+def trainer_lines(result):
+    """The many-tensor case in sentences (none when it did not run)."""
+    r = result.get("many_tensors")
+    if not r:
+        return []
+    out = [f"{r['tensors']} tensors of {r['elements'] // r['tensors']} float32, one Trainer step "
+           f"(Adam): {r['step_ms']:.3f} ms without marking the gradients ({r['marking_ms']:.3f} ms), "
+           f"{r['toolkit_launches_per_step']} kernel call(s), {r['step_of_floor']:.2f} of the "
+           f"floor ({r['floor_ms']:.3f} ms at {r['floor_GBps']:.0f} GB/s); host time "
+           f"{r['host_us']:.0f} us (budget {r['host_budget_us']:.0f} us)"]
+    if r.get("step_vs_torch") is not None:
+        out.append(f"  torch {r['torch_kind']} Adam {r['torch_ms']:.3f} ms: "
+                   f"{r['step_vs_torch']:.2f}x")
+    if r.get("step_vs_deepspeed") is not None:
+        out.append(f"  DeepSpeedCPUAdam {r['deepspeed_ms']:.3f} ms: "
+                   f"{r['step_vs_deepspeed']:.2f}x")
+    elif r.get("deepspeed"):
+        out.append(f"  DeepSpeed: {r['deepspeed']}")
+    return out
 
 
 def markdown_summary(result):
@@ -177,6 +201,7 @@ def markdown_summary(result):
                       f"GB/s, {r['of_floor']:.2f} of the floor" + (
                           f"; torch {r['torch_kind']} Adam {r['torch_ms']:.2f} ms: "
                           f"{r['vs_torch']:.2f}x." if r.get("vs_torch") is not None else ".")]
+    lines += [""] + trainer_lines(result)
     lines += ["", "| target | measured | result |", "|---|--:|---|"]
     for t in result["targets"]:
         if t["met"] is None:

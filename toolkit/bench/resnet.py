@@ -1,6 +1,17 @@
-"""``mxopt bench``'s many-tensor case: ResNet-50's 161 parameter shapes (25.6 M float32 values),
-one Trainer step (Adam) against torch's fused Adam over the same list of tensors and the floor of
-the same traffic, interleaved."""
+"""``mxopt bench``'s Trainer cases: one Trainer step (Adam) over many tensors against torch's
+fused Adam over the same list of tensors, DeepSpeed's CPU Adam where it is installed, and the
+floor of the same traffic, interleaved. Two lists of tensors: ResNet-50's 161 parameter shapes
+(25.6 M float32 values), and 2000 tensors of 1024 values (:func:`many_tensor_shapes`), where
+the step's host work per tensor is what shows.
+
+Host time (``host_us``): the same Trainer step over as many tensors of one value each, timed
+alone (the kernel's share is a few microseconds: an upper bound of the host's work), against
+the budget of 50 us + 0.2 us per parameter.
+Marking (``marking_ms``): a Trainer step reads which gradients were written since the last
+one; the benchmark writes them in place and marks them with ``param.grad()``, as a training
+loop does. ``toolkit_ms`` includes that marking; ``step_ms`` is ``toolkit_ms`` less the
+marking's median, measured interleaved with it, and the ratios ``step_of_floor`` and
+``step_vs_torch`` use it (torch's step does not include writing ``.grad`` either)."""
 from __future__ import annotations
 
 import statistics
@@ -11,7 +22,11 @@ from .floor import cpu_floor
 from .settings import Traffic
 from .timing import device_sync, measure, paired
 
-__all__ = ["resnet50_shapes", "make_trainer", "make_torch", "trainer_case"]
+__all__ = ["resnet50_shapes", "many_tensor_shapes", "make_trainer", "make_torch",
+           "make_deepspeed", "trainer_case", "host_time_us", "HOST_BUDGET_US"]
+
+#: the host budget of one Trainer step: (fixed us, us per parameter)
+HOST_BUDGET_US = (50.0, 0.2)
 
 
 def resnet50_shapes():
@@ -30,6 +45,11 @@ def resnet50_shapes():
     return shapes
 
 
+def many_tensor_shapes(count=2000, size=1024):
+    """``count`` tensors of ``size`` values (2000 of 1024: 2 M float32)."""
+    return [(size,)] * count
+
+
 def make_trainer(device, shapes, rng):
     """The Trainer (Adam) over ``shapes`` with gradients in place, and its step."""
     from .. import Parameter, Trainer
@@ -44,6 +64,15 @@ def make_trainer(device, shapes, rng):
             p.grad()  # the gradients are written in place (marked fresh)
         trainer.step(1, skip_nonfinite=skip_nonfinite)
     return trainer, step
+
+
+def _marking(trainer):
+    """The marking half of a benchmark step: every gradient handed out (marked written)."""
+    def mark():
+        for p in params:
+            p.grad()
+    params = [trainer.optimizer.param_dict[i] for i in range(len(trainer.optimizer.param_dict))]
+    return mark
 
 
 def make_torch(device, shapes, rng):
@@ -64,6 +93,49 @@ def make_torch(device, shapes, rng):
     return opt.step, kind, torch.__version__
 
 
+def make_deepspeed(shapes, rng):
+    """DeepSpeed's ``DeepSpeedCPUAdam`` over tensors of ``shapes`` and its step, or a string
+    saying why there is none (not installed, or its C++ op did not build: it builds on first use
+    with ninja and a compiler)."""
+    import importlib.util
+    if importlib.util.find_spec("deepspeed") is None:
+        return "deepspeed is not installed"
+    try:
+        import torch
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+        ps = [torch.tensor(rng.standard_normal(s).astype(np.float32) * 0.01,
+                           requires_grad=True) for s in shapes]
+        for p in ps:
+            p.grad = torch.tensor(rng.standard_normal(p.shape).astype(np.float32))
+        opt = DeepSpeedCPUAdam(ps, lr=1e-3)
+        opt.step()
+    except Exception as e:  # noqa: BLE001 - a peer that does not build is reported, not fatal
+        return f"DeepSpeedCPUAdam unavailable: {type(e).__name__}: {e}"[:300]
+    import deepspeed
+    return opt.step, deepspeed.__version__
+
+
+def host_time_us(device, count, steps=200):
+    """Median microseconds of one Trainer step (Adam) over ``count`` tensors of one value each,
+    the marking done before each step and not timed: the host's work of a step over ``count``
+    parameters, with a kernel of a few microseconds (an upper bound)."""
+    import time
+    rng = np.random.default_rng(0)
+    trainer, _ = make_trainer(device, [(1,)] * count, rng)
+    mark = _marking(trainer)
+    sync = device_sync(device)
+    times = []
+    for k in range(steps + 5):
+        mark()
+        sync()
+        t0 = time.perf_counter()
+        trainer.step(1)
+        sync()
+        if k >= 5:  # the first steps lay out caches
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e6
+
+
 def trainer_case(device, shapes, repeats, torch):
     """One Trainer step (Adam) over ``shapes`` against torch's fused Adam over the same tensors
     and the floor of the same traffic (28 bytes per element), interleaved; a JSON-able dict."""
@@ -80,7 +152,7 @@ def trainer_case(device, shapes, repeats, torch):
         floor = cpu_floor(n, tr, False, rng.standard_normal(n, dtype=np.float32))
     # the same step with the non-finite guard: its one pre-pass reads the gradients (4 bytes
     # per element more; on CUDA one device-to-host read of the flags)
-    steps = {"toolkit": tk_step, "floor": floor,
+    steps = {"toolkit": tk_step, "floor": floor, "marking": _marking(trainer),
              "guarded": lambda: tk_step(skip_nonfinite=True)}
     row = {"tensors": len(shapes), "elements": n, "bytes_per_element": 28,
            "repeats": repeats, "timing": "as the single-tensor cases (measure): interleaved, "
@@ -89,12 +161,25 @@ def trainer_case(device, shapes, repeats, torch):
         torch_step_, kind, tv = make_torch(device, shapes, rng)
         steps["torch"] = torch_step_
         row.update(torch_kind=kind, torch_version=tv)
+    if device == "cpu" and torch is not None:
+        ds = make_deepspeed(shapes, rng)
+        if isinstance(ds, str):
+            row["deepspeed"] = ds
+        else:
+            steps["deepspeed"] = ds[0]
+            row["deepspeed_version"] = ds[1]
     times, _ = measure(steps, repeats, 0.005, device_sync(device), untimed_first_call_skip=())
     tk = times["toolkit"]
     t_tk, t_floor = statistics.median(tk), statistics.median(times["floor"])
     row.update(toolkit_ms=t_tk * 1e3, toolkit_launches_per_step=trainer.last_step_launches,
                toolkit_GBps=28 * n / t_tk / 1e9, floor_ms=t_floor * 1e3,
                floor_GBps=28 * n / t_floor / 1e9, of_floor=paired(times["floor"], tk))
+    marking = statistics.median(times["marking"])
+    step_times = [max(a - marking, 1e-9) for a in tk]
+    row.update(marking_ms=marking * 1e3, step_ms=statistics.median(step_times) * 1e3,
+               step_of_floor=paired(times["floor"], step_times),
+               host_us=host_time_us(device, len(shapes)),
+               host_budget_us=HOST_BUDGET_US[0] + HOST_BUDGET_US[1] * len(shapes))
     # skip_nonfinite=True: its time, its ratio to the floor of the unguarded traffic, and the
     # guarded over the unguarded time (the pre-pass's cost; 32/28 if it ran at the floor)
     row.update(guarded_ms=statistics.median(times["guarded"]) * 1e3,
@@ -102,7 +187,11 @@ def trainer_case(device, shapes, repeats, torch):
                guard_cost=paired(times["guarded"], tk))
     if torch is not None:
         row.update(torch_ms=statistics.median(times["torch"]) * 1e3,
-                   vs_torch=paired(times["torch"], tk))
+                   vs_torch=paired(times["torch"], tk),
+                   step_vs_torch=paired(times["torch"], step_times))
+        if "deepspeed" in times:
+            row.update(deepspeed_ms=statistics.median(times["deepspeed"]) * 1e3,
+                       step_vs_deepspeed=paired(times["deepspeed"], step_times))
     else:
         row["torch"] = "not installed"
     return row

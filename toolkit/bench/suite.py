@@ -13,7 +13,7 @@ import numba
 
 from . import peers
 from .cases import base_arrays, cpu_case, cuda_case
-from .resnet import resnet50_shapes, trainer_case
+from .resnet import many_tensor_shapes, resnet50_shapes, trainer_case
 from .settings import CHEAP, DEFAULT_SIZES, DTYPES, HEADLINE, all_settings, traffic
 from .timing import device_sync, measure, paired
 
@@ -92,12 +92,21 @@ TARGETS = {
              ("resnet50", "ResNet-50 Trainer step (Adam): >= 1.0x torch fused Adam", "resnet",
               1.0)),
 }
+#: the many-tensor case's targets (both devices): 2000 tensors of 1024 float32, one Trainer
+#: step (Adam), marking excluded (``step_*``: see toolkit/bench/resnet.py)
+MANY_TARGETS = (
+    ("many_floor", "2000 tensors of 1024, Trainer step (Adam): within 1.5x its floor",
+     "many_floor", 1 / 1.5),
+    ("many_torch", "2000 tensors of 1024, Trainer step (Adam): >= 5x torch fused Adam",
+     "many_torch", 5.0),
+    ("many_host", "2000 tensors: host time per step <= 50 us + 0.2 us per parameter (450 us)",
+     "many_host", 450.0))
 TORCH_TARGET = {"cpu": ("adam", "sgd", "sgd mom", "adagrad"), "cuda": ("adam",)}
 
 
-def evaluate_targets(device, cases, resnet):
+def evaluate_targets(device, cases, resnet, many=None):
     out = []
-    for key, what, kind, thr in TARGETS[device]:
+    for key, what, kind, thr in TARGETS[device] + (MANY_TARGETS if many else ()):
         t = {"key": key, "target": what, "threshold": thr, "measured": None, "met": None,
              "detail": {}}
         if kind in ("of_floor_min", "vs_torch_min"):
@@ -134,6 +143,18 @@ def evaluate_targets(device, cases, resnet):
                 t["met"] = t["measured"] >= thr
             else:
                 t["why"] = "not measured in this run (needs the ResNet-50 case and torch)"
+        elif kind == "many_floor":
+            t["measured"] = many["step_of_floor"]
+            t["met"] = t["measured"] >= thr
+        elif kind == "many_torch":
+            if many.get("step_vs_torch") is not None:
+                t["measured"] = many["step_vs_torch"]
+                t["met"] = t["measured"] >= thr
+            else:
+                t["why"] = "not measured in this run (needs torch)"
+        elif kind == "many_host":
+            t["measured"] = many["host_us"]
+            t["met"] = t["measured"] <= many["host_budget_us"]
         out.append(t)
     return out
 
@@ -151,7 +172,7 @@ def disable_kernel_cache():
 
 
 def run_suite(device="cpu", settings=None, sizes=None, dtypes=DTYPES, repeats=5, batch_ms=5.0,
-              resnet=True, resnet_shapes=None, resnet_repeats=20, use_torch=True,
+              resnet=True, resnet_shapes=None, resnet_repeats=20, use_torch=True, many=True,
               progress=True, console=None, kernel_cache=True):
     """Run the suite and return its results (a JSON-able dict); prints nothing but progress."""
     import warnings
@@ -159,12 +180,12 @@ def run_suite(device="cpu", settings=None, sizes=None, dtypes=DTYPES, repeats=5,
         # float16 weights of long runs overflow to inf (the float32 master is what is stepped)
         warnings.simplefilter("ignore", RuntimeWarning)
         return _run_suite(device, settings, sizes, dtypes, repeats, batch_ms, resnet,
-                          resnet_shapes, resnet_repeats, use_torch, progress, console,
+                          resnet_shapes, resnet_repeats, use_torch, many, progress, console,
                           kernel_cache)
 
 
 def _run_suite(device, settings, sizes, dtypes, repeats, batch_ms, resnet, resnet_shapes,
-               resnet_repeats, use_torch, progress, console, kernel_cache):
+               resnet_repeats, use_torch, many, progress, console, kernel_cache):
     t_start = time.perf_counter()
     if not kernel_cache and not disable_kernel_cache():
         raise RuntimeError("toolkit.backends.cpu.COMPILE_OPTIONS not found: cannot turn the "
@@ -184,7 +205,7 @@ def _run_suite(device, settings, sizes, dtypes, repeats, batch_ms, resnet, resne
     columns = (TextColumn("{task.description:36s}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     with Progress(*columns, console=console, disable=not progress, transient=False) as bar:
-        task = bar.add_task("bench", total=len(jobs) + (1 if resnet else 0))
+        task = bar.add_task("bench", total=len(jobs) + (1 if resnet else 0) + (1 if many else 0))
         base_key, base = None, None
         for log2n, dtype, setting in jobs:
             half = dtype == "float16"
@@ -227,6 +248,11 @@ def _run_suite(device, settings, sizes, dtypes, repeats, batch_ms, resnet, resne
             shapes = resnet50_shapes() if resnet_shapes is None else resnet_shapes
             resnet_row = trainer_case(device, shapes, resnet_repeats, torch)
             bar.advance(task)
+        many_row = None
+        if many:
+            bar.update(task, description="2000 tensors Trainer step")
+            many_row = trainer_case(device, many_tensor_shapes(), resnet_repeats, torch)
+            bar.advance(task)
     result = {
         "suite": "mxopt bench", "device": device,
         "machine": machine_info(device, torch),
@@ -257,8 +283,9 @@ def _run_suite(device, settings, sizes, dtypes, repeats, batch_ms, resnet, resne
                                          if "median_s" in v}
                           for c in cases if c["log2n"] == CHEAP and c["dtype"] == "float32"},
         "resnet50": resnet_row,
+        "many_tensors": many_row,
     }
-    result["targets"] = evaluate_targets(device, cases, resnet_row)
+    result["targets"] = evaluate_targets(device, cases, resnet_row, many_row)
     result["wall_s"] = time.perf_counter() - t_start
     cores = result["machine"]["cores_usable"] or 1
     loads = [x[0] for x in (load_before, result["load_average_after"]) if x]

@@ -88,7 +88,6 @@ class Group:
     def __init__(self, key, members, optimizer):
         self.dtype, self.device = key
         self.members = members                      # [(index, Parameter)] in index order
-        self.indices = np.array([i for i, _ in members], np.int64)  # the same indices, increasing
         sizes = [int(np.prod(p.shape, dtype=np.int64)) for _, p in members]
         self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         self.size = int(self.offsets[-1])

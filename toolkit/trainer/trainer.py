@@ -184,9 +184,14 @@ class Trainer:
             keyed.setdefault((p.dtype, p.device), []).append((i, p))
         self._groups = [Group(key, members, self._optimizer) for key, members in keyed.items()]
         self._where = {}
-        for g in self._groups:
+        #: by index: the position of its group in self._groups and its position in that group
+        #: (-1 for a parameter outside the groups)
+        self._group_of = np.full(len(self._params), -1, np.int64)
+        self._member_of = np.full(len(self._params), -1, np.int64)
+        for n, g in enumerate(self._groups):
             for k, (i, p) in enumerate(g.members):
                 self._where[i] = (g, k)
+                self._group_of[i], self._member_of[i] = n, k
         self.last_step_launches = 0
 
     # ---------------------------------------------------------------------------------------
@@ -401,14 +406,15 @@ class Trainer:
         opt = self._optimizer
         scalars = opt.step_scalars(active, multipliers=self._multipliers())
         works = []
-        for g in self._groups:
-            # the active members of g, and where their scalars are in ``scalars``
-            ks = np.flatnonzero(np.isin(g.indices, active, assume_unique=True))
+        groups = self._group_of[active]
+        for n, g in enumerate(self._groups):
+            # where the active members of g are in ``active`` (and ``scalars``), and in g
+            at = np.flatnonzero(groups == n) if len(self._groups) > 1 else slice(None)
+            ks = self._member_of[active[at]]
             if not ks.size:
                 continue
-            at = np.searchsorted(active, g.indices[ks])
             w = _Work(g, opt)
-            w.plan_scalars(ks, g.indices[ks], scalars.t[at], scalars.lr[at], scalars.wd[at])
+            w.plan_scalars(ks, active[at], scalars.t[at], scalars.lr[at], scalars.wd[at])
             works.append(w)
         opt.commit_counts(active, scalars.t)
         for w in works:
