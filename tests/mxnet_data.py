@@ -120,6 +120,12 @@ def load_facts():
     return _decode(_read("facts"))["facts"]
 
 
+def default_lr(name):
+    """MXNet 1.9.1's default learning rate of optimizer ``name``, as measured
+    (``facts.json``'s ``optimizer_defaults``: ``mx.optimizer.create(name).lr``)."""
+    return load_facts()["optimizer_defaults"]["value"][name]["lr"]
+
+
 def initial_weights(case):
     """``{index: initial weight array}`` for a decoded case."""
     return {p["index"]: p["weight"] for p in case["init"]}
