@@ -157,7 +157,7 @@ def _python_files():
 #: recorded (tests/mxnet_data.py), or a reference module's own test data per convention.
 PENDING = {os.path.join(*p.split("/")) for p in (
     "tests/test_oracle.py",
-    "tests/test_row_sparse.py", "tests/cuda/test_cuda_contract.py",
+    "tests/cuda/test_cuda_contract.py",
     "tests/cuda/test_cuda_row_sparse.py")}
 
 
