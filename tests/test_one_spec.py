@@ -156,7 +156,6 @@ def _python_files():
 #: list only shrinks. Most are parametrisations of MXNet facts over the optimizers MXNet 1.9.1
 #: recorded (tests/mxnet_data.py), or a reference module's own test data per convention.
 PENDING = {os.path.join(*p.split("/")) for p in (
-    "tests/test_oracle.py",
     "tests/cuda/test_cuda_contract.py",
     "tests/cuda/test_cuda_row_sparse.py")}
 
