@@ -57,10 +57,26 @@ def _read(name):
         return json.load(f)
 
 
-# Optimizer files written by tests/data/mxnet/generate.py (other JSON files in that folder,
-# e.g. lr_scheduler.json, come from other generators and have other formats).
-OPTIMIZERS = ("sgd", "nag", "adagrad", "rmsprop", "adadelta", "adam", "adamax", "nadam",
-              "signum", "lbsgd", "dcasgd", "ftrl", "ftml", "sgld")
+GENERATOR = "tests/data/mxnet/generate.py"
+
+
+def _written_by_generate():
+    """The optimizers whose data file ``tests/data/mxnet/generate.py`` wrote, sorted: the files
+    of this folder whose provenance names that generator and that hold an ``optimizer`` (the
+    other JSON files, e.g. ``lr_scheduler.json`` or ``generate_more.py``'s ``lamb.json``, come
+    from other generators and have other formats). Read from the files, so the recorded data,
+    not a list written here, says which optimizers MXNet 1.9.1 ran through ``generate.py``."""
+    found = []
+    for entry in sorted(os.listdir(DATA_DIR)):
+        if entry.endswith(".json"):
+            data = _read(entry[:-len(".json")])
+            if data.get("provenance", {}).get("generator") == GENERATOR and "optimizer" in data:
+                found.append(data["optimizer"])
+    return tuple(found)
+
+
+#: the optimizers of ``generate.py``'s data files, sorted
+OPTIMIZERS = _written_by_generate()
 
 
 def available():
@@ -102,6 +118,12 @@ def load_provenance(name="facts"):
 def load_facts():
     """``{key: {"description", "value", ...}}`` from ``facts.json``."""
     return _decode(_read("facts"))["facts"]
+
+
+def default_lr(name):
+    """MXNet 1.9.1's default learning rate of optimizer ``name``, as measured
+    (``facts.json``'s ``optimizer_defaults``: ``mx.optimizer.create(name).lr``)."""
+    return load_facts()["optimizer_defaults"]["value"][name]["lr"]
 
 
 def initial_weights(case):

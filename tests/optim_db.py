@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
-from toolkit.optimizer import specs
+from toolkit.optimizer import create, registry, spec_of, specs
 from toolkit.oracle import space
 
 DTYPES = ("float16-mp", "float32", "float64")
@@ -86,3 +86,41 @@ def arrays_over_decades(draw, n, lo, hi, zeros=True):
 
 def np_dtype(dtype):
     return np.float16 if dtype == "float16-mp" else np.dtype(dtype).type
+
+
+def is_builtin(name):
+    """Whether ``name`` is registered by the toolkit itself (not by a test or a user)."""
+    klass = registry().get(name)
+    return klass is not None and klass.__module__.startswith("toolkit.optimizers.")
+
+
+def step_kinds(name, kw=None):
+    """The paths a step of ``optimizer.create(name, **kw)`` takes, read from its class and its
+    spec: ``"<n> states"`` (``state_slots()``), ``"noise"`` (``Spec.noise``), ``"first pass"``
+    (``Spec.first_pass_reads``: per-tensor norms or LAMB's direction), ``"row rule"`` (a state
+    not shaped like the weight), and ``"kernel"`` or ``"python op"`` (MXNet's kind,
+    ``mxnet_kernel``). A test that samples configurations checks that they cover the kinds it
+    means to, so a sample needs no edit when an optimizer is added."""
+    opt = create(name, **(kw or {}))
+    spec, klass = spec_of(name), type(opt)
+    kinds = {f"{len(opt.state_slots())} states", "kernel" if klass.mxnet_kernel else "python op"}
+    if spec.noise:
+        kinds.add("noise")
+    if spec.first_pass_reads(opt):
+        kinds.add("first pass")
+    if not klass.state_like_weight:
+        kinds.add("row rule")
+    return frozenset(kinds)
+
+
+def all_step_kinds():
+    """Every kind of :func:`step_kinds` that a built-in optimizer's fixed configurations
+    (``Spec.record`` and ``Spec.layouts``) take."""
+    return frozenset().union(*(step_kinds(name, dict(config))
+                               for name, spec in specs().items() if is_builtin(name)
+                               for config in (spec.record,) + spec.layouts))
+
+
+def kinds_of(cases):
+    """The union of :func:`step_kinds` over ``[(name, kwargs, ...), ...]``."""
+    return frozenset().union(*(step_kinds(case[0], case[1]) for case in cases))

@@ -3,6 +3,7 @@ passed and skips re-checking them only while nothing a check reads has changed; 
 below is refused with the same error as on a first call, and nothing is written."""
 from __future__ import annotations
 
+import inspect
 import math
 
 import numpy as np
@@ -89,11 +90,38 @@ def test_a_state_layout_changed_by_a_subclass_template_is_seen():
         _unchanged(opt, w, s, lambda: opt.update(0, w, g, s))
 
 
-@pytest.mark.parametrize("name, attr, value", [
+#: hyperparameters set between two steps of an optimizer whose step keeps constants made from them
+SET_BETWEEN = [  # checked against the registry by test_every_optimizer_keeping_constants_has_cases
     ("adam", "beta1", 0.5), ("adam", "epsilon", 1e-3), ("adam", "clip_gradient", 1e-4),
     ("adam", "rescale_grad", 3.0), ("adamw", "convention", "guide"), ("adamw", "eta", 0.5),
     ("adamw", "beta2", 0.9), ("ftrl", "lamda1", 1e-4), ("ftrl", "beta", 3.0),
-    ("signum", "wd_lh", 0.1), ("ftml", "beta1", 0.5)])
+    ("signum", "wd_lh", 0.1), ("ftml", "beta1", 0.5)]
+
+#: optimizers keeping constants that no case above can show: the step of ``_passed`` (a uniform
+#: weight and gradient) does not depend on the kept constants
+INVISIBLE = {"lamb": "the trust ratio scales a uniform direction to the weight's norm"}
+
+
+def _keeps_constants(klass):
+    """Whether the class's step keeps constants made from its hyperparameters (it builds them
+    through ``Optimizer._constants``, which remembers them between steps)."""
+    return "self._constants(" in inspect.getsource(klass)
+
+
+def test_every_optimizer_keeping_constants_has_cases():
+    """Every registered optimizer whose step keeps constants has a case below or a reason why
+    not, each case with one of its checked hyperparameters (a renamed one fails here, not as an
+    AttributeError there)."""
+    registered = optimizer.registry()
+    assert not INVISIBLE.keys() & {name for name, _, _ in SET_BETWEEN}
+    assert ({name for name, _, _ in SET_BETWEEN} | INVISIBLE.keys()
+            == {name for name, klass in registered.items()
+                if klass.__module__.startswith("toolkit.optimizers.") and _keeps_constants(klass)})
+    for name, attr, _ in SET_BETWEEN:
+        assert attr in registered[name].hyperparameter_domains(), (name, attr)
+
+
+@pytest.mark.parametrize("name, attr, value", SET_BETWEEN)
 def test_a_hyperparameter_set_between_steps_is_used_by_the_next_one(name, attr, value):
     """The constants a step keeps (rounded hyperparameters) follow every attribute they are
     made from: the next step equals that of a fresh optimizer with the new value."""

@@ -8,7 +8,9 @@ Hyperparameters in the numeric checks are chosen exactly representable in float3
 identity and a
 float64 numpy formula must agree to rounding.
 """
+import ast
 import math
+import re
 import warnings
 
 import numpy as np
@@ -18,6 +20,10 @@ import mxnet_data
 from toolkit import lr_scheduler, optimizer
 
 FACTS = mxnet_data.load_facts()
+
+#: the optimizers MXNet 1.9.1 ran through generate.py (its data files) whose update adds no noise
+#: (``Spec.noise``: SGLD's facts have tests of their own): what the tables below cover
+RECORDED = frozenset(n for n in mxnet_data.OPTIMIZERS if not optimizer.spec_of(n).noise)
 
 
 def fact(key):
@@ -47,9 +53,26 @@ def quiet(factory, *args, **kwargs):
 # ------------------------------------------------------------------------------------------
 CLIP_GRADS = [2.0, 1.0, 0.8, 1.3, -3.0, 0.4, -1.1, 0.0]
 
+#: the configurations whose first step from w = 0 is w = -lr*g, where the clipping order shows
+SGD_LIKE = [  # checked against the registry by test_sgd_like_are_those_stepping_minus_lr_g
+    ("sgd", {}), ("sgd", {"momentum": 0.5}), ("nag", {}), ("lbsgd", {}), ("dcasgd", {})]
 
-@pytest.mark.parametrize("name,kw", [("sgd", {}), ("sgd", {"momentum": 0.5}), ("nag", {}),
-                                     ("lbsgd", {}), ("dcasgd", {})])
+
+def _first_step_is_minus_lr_g(name, kw):
+    g = np.array(CLIP_GRADS)
+    w, _ = one_step(optimizer.create(name, learning_rate=1.0, **kw), np.zeros_like(g), g)
+    return np.array_equal(w, -g)
+
+
+def test_sgd_like_are_those_stepping_minus_lr_g():
+    """SGD_LIKE holds every recorded optimizer whose plain first step is ``-lr*g``, and only
+    those (a configuration that stops being one fails here, not silently in the test below)."""
+    assert all(_first_step_is_minus_lr_g(name, kw) for name, kw in SGD_LIKE)
+    assert ({name for name, _ in SGD_LIKE}
+            == {name for name in RECORDED if _first_step_is_minus_lr_g(name, {})})
+
+
+@pytest.mark.parametrize("name,kw", SGD_LIKE)
 def test_clip_applies_to_rescaled_grad(name, kw):
     """clip(rs*grad, c), never rs*clip(grad, c): rs=0.5, c=0.6, lr=1 from w=0 gives -clip(0.5*g)."""
     opt = optimizer.create(name, learning_rate=1.0, rescale_grad=0.5, clip_gradient=0.6, **kw)
@@ -70,11 +93,22 @@ def test_nd_clip_bound_is_float32():
     assert list(-w) == got
 
 
-KERNEL_OPTS = [("sgd", {}), ("sgd", {"momentum": 0.5}), ("nag", {"momentum": 0.5}),
-               ("rmsprop", {}), ("rmsprop", {"centered": True}), ("adam", {}),
-               ("signum", {}), ("ftml", {}), ("ftrl", {}), ("lbsgd", {"momentum": 0.5})]
-PYOP_OPTS = [("adagrad", {}), ("adadelta", {}), ("adamax", {}), ("nadam", {}), ("dcasgd", {}),
-             ("dcasgd", {"momentum": 0.5})]
+KERNEL_OPTS = [  # checked against the registry by test_clip_tables_split_by_mxnet_kernel
+    ("sgd", {}), ("sgd", {"momentum": 0.5}), ("nag", {"momentum": 0.5}), ("rmsprop", {}),
+    ("rmsprop", {"centered": True}), ("adam", {}), ("signum", {}), ("ftml", {}), ("ftrl", {}),
+    ("lbsgd", {"momentum": 0.5})]
+PYOP_OPTS = [  # checked against the registry by test_clip_tables_split_by_mxnet_kernel
+    ("adagrad", {}), ("adadelta", {}), ("adamax", {}), ("nadam", {}), ("dcasgd", {}),
+    ("dcasgd", {"momentum": 0.5})]
+
+
+def test_clip_tables_split_by_mxnet_kernel():
+    """MXNet's kernel optimizers (``Optimizer.mxnet_kernel``) gate clipping on a truthy bound,
+    its Python-op ones on ``is not None``: the two tables are exactly the recorded optimizers
+    of each kind."""
+    kinds = {name: optimizer.registry()[name].mxnet_kernel for name in RECORDED}
+    assert {name for name, _ in KERNEL_OPTS} == {n for n, kernel in kinds.items() if kernel}
+    assert {name for name, _ in PYOP_OPTS} == {n for n, kernel in kinds.items() if not kernel}
 
 
 @pytest.mark.parametrize("name,kw", KERNEL_OPTS)
@@ -123,10 +157,20 @@ def test_adagrad_clip_zero_mxnet_vs_guide():
 # ------------------------------------------------------------------------------------------
 W_EXACT = np.array([1.0, 2.0, -4.0, 0.5, -0.25])
 
-WD_INSIDE = [("adam", {}), ("rmsprop", {}), ("rmsprop", {"centered": True}), ("ftml", {}),
-             ("adamax", {}), ("nadam", {})]
-WD_OUTSIDE = [("sgd", {}), ("sgd", {"momentum": 0.5}), ("nag", {"momentum": 0.5}), ("lbsgd", {}),
-              ("dcasgd", {}), ("adagrad", {}), ("adadelta", {}), ("signum", {}), ("ftrl", {})]
+WD_INSIDE = [  # checked against the registry by test_wd_tables_split_the_recorded_optimizers
+    ("adam", {}), ("rmsprop", {}), ("rmsprop", {"centered": True}), ("ftml", {}), ("adamax", {}),
+    ("nadam", {})]
+WD_OUTSIDE = [  # checked against the registry by test_wd_tables_split_the_recorded_optimizers
+    ("sgd", {}), ("sgd", {"momentum": 0.5}), ("nag", {"momentum": 0.5}), ("lbsgd", {}),
+    ("dcasgd", {}), ("adagrad", {}), ("adadelta", {}), ("signum", {}), ("ftrl", {})]
+
+
+def test_wd_tables_split_the_recorded_optimizers():
+    """Each recorded optimizer puts its weight decay inside the gradient or not: the two tables
+    hold every one of them, each in one table only."""
+    inside = {name for name, _ in WD_INSIDE}
+    outside = {name for name, _ in WD_OUTSIDE}
+    assert not inside & outside and inside | outside == RECORDED
 
 
 @pytest.mark.parametrize("name,kw", WD_INSIDE)
@@ -526,10 +570,16 @@ def test_nadam_m_schedule_shared_across_indices():
 # ------------------------------------------------------------------------------------------
 # 1.7 state dtype = weight dtype (MXNet's float32-only state is a bug we fix)
 # ------------------------------------------------------------------------------------------
-ALL_CONFIGS = [("sgd", {"momentum": 0.5}), ("nag", {"momentum": 0.5}), ("adagrad", {}),
-               ("rmsprop", {}), ("rmsprop", {"centered": True}), ("adadelta", {}), ("adam", {}),
-               ("adamax", {}), ("nadam", {}), ("signum", {}), ("lbsgd", {"momentum": 0.5}),
-               ("dcasgd", {}), ("dcasgd", {"momentum": 0.5}), ("ftrl", {}), ("ftml", {})]
+#: configurations with a state (SGD and NAG with momentum)
+ALL_CONFIGS = [  # checked against the registry by test_state_configs_cover_the_recorded_optimizers
+    ("sgd", {"momentum": 0.5}), ("nag", {"momentum": 0.5}), ("adagrad", {}), ("rmsprop", {}),
+    ("rmsprop", {"centered": True}), ("adadelta", {}), ("adam", {}), ("adamax", {}), ("nadam", {}),
+    ("signum", {}), ("lbsgd", {"momentum": 0.5}), ("dcasgd", {}), ("dcasgd", {"momentum": 0.5}),
+    ("ftrl", {}), ("ftml", {})]
+
+
+def test_state_configs_cover_the_recorded_optimizers():
+    assert {name for name, _ in ALL_CONFIGS} == RECORDED
 
 
 def arrays_of(state):
@@ -554,9 +604,14 @@ def test_state_dtype_is_weight_dtype(name, kw, dtype):
 
 
 def test_mxnet_float32_only_state_was_an_error_there():
+    """MXNet refused a float64 weight for the optimizers its data records as ``<name>_float64``
+    errors; each of them is one the state-dtype test above runs in float64."""
     errs = fact("errors")
-    for name in ("adagrad", "rmsprop", "adadelta", "ftrl"):
+    float64 = {key[:-len("_float64")] for key in errs if key.endswith("_float64")}
+    assert len(float64) == 4
+    for name in float64:
         assert errs[f"{name}_float64"]["type"] == "MXNetError"
+    assert float64 <= {name for name, _ in ALL_CONFIGS}
 
 
 # ------------------------------------------------------------------------------------------
@@ -577,14 +632,34 @@ def describe(state, w16):
     return "(" + ", ".join(describe(s, w16) for s in state) + ")"
 
 
-MP_CASES = [("sgd(momentum=0.9)", "sgd", {"momentum": 0.9}), ("sgd", "sgd", {}),
-            ("nag(momentum=0.9)", "nag", {"momentum": 0.9}), ("adam", "adam", {}),
-            ("adagrad", "adagrad", {}), ("rmsprop", "rmsprop", {}),
-            ("rmsprop(centered=True)", "rmsprop", {"centered": True}),
-            ("adadelta", "adadelta", {}), ("adamax", "adamax", {}), ("nadam", "nadam", {}),
-            ("signum", "signum", {}), ("signum(momentum=0.0)", "signum", {"momentum": 0.0}),
-            ("lbsgd(momentum=0.9)", "lbsgd", {"momentum": 0.9}), ("dcasgd", "dcasgd", {}),
-            ("ftrl", "ftrl", {}), ("ftml", "ftml", {}), ("sgld", "sgld", {})]
+def _config(key):
+    """A facts key as a configuration: ``"rmsprop(centered=True)"`` -> ``("rmsprop",
+    {"centered": True})``."""
+    name, _, args = key.partition("(")
+    kw = {}
+    for item in filter(None, args.rstrip(")").split(",")):
+        k, v = item.split("=")
+        kw[k.strip()] = ast.literal_eval(v.strip())
+    return name, kw
+
+
+def _master_slot(layout):
+    """Where a layout (``"(None, w32:float32)"``) keeps the float32 master weight at its top
+    level: SGD, NAG and LARS second, after the momentum; the others first."""
+    depth, top = 0, [""]
+    for ch in layout[1:-1]:
+        depth += (ch == "(") - (ch == ")")
+        if ch == "," and depth == 0:
+            top.append("")
+        else:
+            top[-1] += ch
+    return [item.strip() for item in top].index("w32:float32")
+
+
+#: every configuration whose create_state_multi_precision layout MXNet 1.9.1 recorded, read from
+#: facts.json (its key ``lbsgd(momentum=0.9).create_state`` is LBSGD's create_state instead)
+MP_CASES = [(key, *_config(key)) for key in fact("multi_precision_state_layout")
+            if re.fullmatch(r"\w+(\([^()]*\))?", key)]
 
 
 @pytest.mark.parametrize("key,name,kw", MP_CASES)
@@ -594,12 +669,13 @@ def test_multi_precision_state_layout(key, name, kw):
     w16 = np.linspace(-1, 1, 5).astype(np.float16)
     state = opt.create_state_multi_precision(0, w16)
     assert describe(state, w16) == want
-    # SGD and NAG: (mom32 | None, w32); the others: (w32, inner)
-    master = state[1] if name in ("sgd", "nag") else state[0]
+    # SGD, NAG and LARS: (mom32 | None, w32); the others: (w32, inner)
+    master = state[_master_slot(want)]
     assert master.dtype == np.float32 and np.array_equal(master, w16.astype(np.float32))
 
 
-@pytest.mark.parametrize("key,name,kw", [c for c in MP_CASES if c[1] != "sgld"])
+@pytest.mark.parametrize("key,name,kw", [c for c in MP_CASES
+                                         if not optimizer.spec_of(c[1]).noise])
 def test_multi_precision_update_matches_float32(key, name, kw):
     rng = np.random.default_rng(4)
     w16 = rng.standard_normal(9).astype(np.float16)
@@ -613,7 +689,7 @@ def test_multi_precision_update_matches_float32(key, name, kw):
         opt.update_multi_precision(0, w16, g16, state)
         ref.update(0, w32, g16.astype(np.float32), s32)
         assert np.array_equal(w16, w32.astype(np.float16))
-    master = state[1] if name in ("sgd", "nag") else state[0]
+    master = state[_master_slot(fact("multi_precision_state_layout")[key])]
     assert np.array_equal(master, w32)
 
 
@@ -647,8 +723,8 @@ def test_dcasgd_momentum_works():
 def test_registry_names_cover_mxnet_guide_optimizers():
     mx = set(fact("registry_names"))
     ours = set(optimizer.registry())
-    assert {"adadelta", "adagrad", "adam", "adamax", "dcasgd", "ftml", "ftrl", "lbsgd", "nadam",
-            "nag", "rmsprop", "sgd", "sgld", "signum"} <= ours & mx
+    assert len(mxnet_data.OPTIMIZERS) == 14
+    assert set(mxnet_data.OPTIMIZERS) <= ours & mx  # those MXNet ran through generate.py
     # MXNet: "Cannot find optimizer adamw" (only the operator mx.nd.contrib.adamw_update); the
     # toolkit's adamw is built on that operator (docs/optimizers/adamw.md)
     assert "adamw" not in mx and "adamw" in ours

@@ -10,6 +10,7 @@ import zipfile
 import numpy as np
 import pytest
 
+import optim_db
 from toolkit import Parameter, RowSparse, Trainer, optimizer
 from toolkit.backends import cpu, finite
 
@@ -70,9 +71,11 @@ def test_finite_segments_one_flag_per_segment(dtype):
 # --------------------------------------------------------------------------------------------
 # Optimizer.update
 # --------------------------------------------------------------------------------------------
-GUARDED = [("sgd", {"momentum": 0.9}), ("adam", {}), ("nadam", {}), ("ftml", {}),
-           ("lbsgd", {"momentum": 0.9, "warmup_strategy": "lars"}), ("sgld", {}), ("lamb", {}),
-           ("ftrl", {}), ("groupadagrad", {})]
+#: a sample of configurations that covers every kind of step (optim_db.step_kinds)
+GUARDED = [  # checked against the registry by test_samples_cover_every_kind_of_step
+    ("sgd", {"momentum": 0.9}), ("adam", {}), ("nadam", {}), ("ftml", {}),
+    ("lbsgd", {"momentum": 0.9, "warmup_strategy": "lars"}), ("sgld", {}), ("lamb", {}),
+    ("ftrl", {}), ("groupadagrad", {})]
 
 
 def _leaves(state):
@@ -186,9 +189,19 @@ def test_a_skipped_call_is_checked_as_the_update_would_be():
 # Trainer.step
 # --------------------------------------------------------------------------------------------
 SHAPES = [(3, 4), (cpu.CHUNK + 9, 2), (5, 1), (2, 7), (40, 3)]   # one spans several chunks
-TRAINER = [("sgd", {"momentum": 0.9}), ("adam", {}), ("nadam", {}), ("sgld", {}),
-           ("lbsgd", {"momentum": 0.9, "warmup_strategy": "lars"}), ("lamb", {}),
-           ("groupadagrad", {"eps": 1e-3}), ("ftrl", {})]
+TRAINER = [  # checked against the registry by test_samples_cover_every_kind_of_step
+    ("sgd", {"momentum": 0.9}), ("adam", {}), ("nadam", {}), ("sgld", {}),
+    ("lbsgd", {"momentum": 0.9, "warmup_strategy": "lars"}), ("lamb", {}),
+    ("groupadagrad", {"eps": 1e-3}), ("ftrl", {}), ("ftml", {})]
+
+
+def test_samples_cover_every_kind_of_step():
+    """Each sample names built-in optimizers and covers every kind of step their specs and
+    classes show (states 0 to 3, noise, a first pass, a row rule, MXNet's kernels and Python
+    ops): an optimizer of a new kind needs a case."""
+    for sample in (GUARDED, TRAINER):
+        assert all(optim_db.is_builtin(name) for name, _ in sample)
+        assert optim_db.kinds_of(sample) >= optim_db.all_step_kinds()
 
 
 def _trainer(name, kw, dtype, mp):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import optim_db
 from toolkit import RowSparse, optimizer
 from toolkit.backends import cpu
 
@@ -45,22 +46,46 @@ def _same(a, b):
         assert x.tobytes() == y.tobytes()
 
 
-# one tensor: a rule with 0, 1, 2 and 3 states, a noise rule, LARS norms, LAMB's direction pass;
+#: one tensor: a rule with 0, 1, 2 and 3 states, a noise rule, a first pass (LAMB's direction),
+#: MXNet's kernels and Python ops: every kind of dense step (optim_db.step_kinds)
+DENSE = [  # checked against the registry by test_samples_cover_their_kinds_of_step
+    ("sgd", {"momentum": 0.9}), ("adam", {}), ("ftrl", {}), ("sgld", {}), ("lbsgd", {}),
+    ("lamb", {}), ("ftml", {})]
+#: float16 gradients widened on load: an element-wise rule, a noise rule, LARS's norms and
+#: LAMB's direction pass
+MULTI_PRECISION = [  # checked against the registry by test_samples_cover_their_kinds_of_step
+    ("adam", {}), ("sgld", {}), ("lars", {}), ("lamb", {})]
+#: row-sparse gradients stepped lazily: MXNet's kernels and Python ops, and a row rule
+ROWS = [  # checked against the registry by test_samples_cover_their_kinds_of_step
+    ("adam", {"lazy_update": True}), ("sgd", {"lazy_update": True, "momentum": 0.9}),
+    ("groupadagrad", {}), ("adagrad", {})]
+
+
+def test_samples_cover_their_kinds_of_step():
+    """Each sample names built-in optimizers and covers the kinds of step it is for, as their
+    specs and classes show them: a new kind needs a case."""
+    for sample in (DENSE, MULTI_PRECISION, ROWS):
+        assert all(optim_db.is_builtin(name) for name, _ in sample)
+    assert optim_db.kinds_of(DENSE) >= optim_db.all_step_kinds() - {"row rule"}
+    assert optim_db.kinds_of(MULTI_PRECISION) >= {"noise", "first pass", "kernel", "python op"}
+    assert optim_db.kinds_of(ROWS) >= {"row rule", "kernel", "python op"}
+    assert all(optimizer.create(name, **kw).row_sparse_mode(0) == "lazy" for name, kw in ROWS)
+
+
 # serial (64) and parallel (2^16) kernels
 @pytest.mark.parametrize("n", [64, 1 << 16])
-@pytest.mark.parametrize("name", ["sgd", "adam", "ftrl", "sgld", "lbsgd", "lamb"])
-def test_dense_readonly_gradient_steps_as_writable(name, n):
-    kw = {"momentum": 0.9} if name == "sgd" else {}
+@pytest.mark.parametrize("name,kw", DENSE, ids=[name for name, _ in DENSE])
+def test_dense_readonly_gradient_steps_as_writable(name, kw, n):
     for dtype in (np.float32, np.float64):
         _same(_steps(name, (n,), dtype, False, **kw), _steps(name, (n,), dtype, True, **kw))
 
 
-@pytest.mark.parametrize("name", ["adam", "sgld", "lars", "lamb"])
-def test_multi_precision_readonly_float16_gradient_steps_as_writable(name):
+@pytest.mark.parametrize("name,kw", MULTI_PRECISION, ids=[name for name, _ in MULTI_PRECISION])
+def test_multi_precision_readonly_float16_gradient_steps_as_writable(name, kw):
     """The float16 gradient is widened on load by the multi-precision kernel."""
     for n in (64, 1 << 16):
-        _same(_steps(name, (n,), np.float16, False, mp=True),
-              _steps(name, (n,), np.float16, True, mp=True))
+        _same(_steps(name, (n,), np.float16, False, mp=True, **kw),
+              _steps(name, (n,), np.float16, True, mp=True, **kw))
 
 
 def test_float16_without_master_readonly_gradient():
@@ -68,9 +93,7 @@ def test_float16_without_master_readonly_gradient():
     _same(_steps("adam", (64,), np.float16, False), _steps("adam", (64,), np.float16, True))
 
 
-@pytest.mark.parametrize("name,kw", [("adam", {"lazy_update": True}),
-                                     ("sgd", {"lazy_update": True, "momentum": 0.9}),
-                                     ("groupadagrad", {}), ("adagrad", {})])
+@pytest.mark.parametrize("name,kw", ROWS)
 @pytest.mark.parametrize("mp", [False, True])
 def test_row_sparse_readonly_values_step_as_writable(name, kw, mp):
     dtype = np.float16 if mp else np.float32

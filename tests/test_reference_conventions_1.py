@@ -18,6 +18,7 @@ grows where a sum cancels, e.g. AdaDelta's ``w_new - w``). A listed difference i
 """
 from __future__ import annotations
 
+import importlib
 import math
 
 import numpy as np
@@ -26,10 +27,14 @@ from hypothesis import assume, example, given, note, target
 from hypothesis import strategies as st
 
 import mxnet_data
-from reference import adadelta, adagrad, adam, adamax, nag, rmsprop, sgd
+from reference import adadelta, adagrad, adam, adamax, nag, rmsprop, sgd  # checked against the registry by test_modules_share_the_recorded_optimizers
 from reference.error_bound import Tracked, tiny, track
+from toolkit.optimizer import spec_of
 
-MODULES = (sgd, nag, adagrad, rmsprop, adadelta, adam, adamax)
+#: this file's share of the optimizers MXNet 1.9.1 ran through tests/data/mxnet/generate.py;
+#: tests/test_reference_conventions_2.py tests the others
+MODULES = (  # checked against the registry by test_modules_share_the_recorded_optimizers
+    sgd, nag, adagrad, rmsprop, adadelta, adam, adamax)
 BY_NAME = {m.NAME: m for m in MODULES}
 U64 = 2.0 ** -53
 SLACK = 2.0
@@ -93,7 +98,7 @@ def common(clip=("none", "zero", "pos"), wd=True, rescale=True):
     })
 
 
-HYPER_ST = {
+HYPER_ST = {  # checked against the registry by test_tables_cover_the_modules
     "sgd": st.fixed_dictionaries({"momentum": st.one_of(st.just(0.0), st.floats(0.0, 0.99))}),
     "nag": st.fixed_dictionaries({"momentum": st.one_of(st.just(0.0), st.floats(0.0, 0.99))}),
     "adagrad": st.fixed_dictionaries({"eps": st.one_of(st.just(1e-7), decades(-10, -1))}),
@@ -209,11 +214,11 @@ def assert_near(actual, expected, scale):
 # (d) interface, purity, slots; (c) Tracked
 # ------------------------------------------------------------------------------------------------
 
-EXPECTED_STATE = {
+EXPECTED_STATE = {  # checked against the registry by test_tables_cover_the_modules
     "sgd": ("mom",), "nag": ("mom",), "adagrad": ("history",), "rmsprop": ("n", "g", "delta"),
     "adadelta": ("acc_g", "acc_delta"), "adam": ("mean", "var"), "adamax": ("mean", "u"),
 }
-EXPECTED_HYPER = {
+EXPECTED_HYPER = {  # checked against the registry by test_tables_cover_the_modules
     "sgd": {"momentum": 0.0}, "nag": {"momentum": 0.0}, "adagrad": {"eps": 1e-7},
     "rmsprop": {"learning_rate": 0.001, "gamma1": 0.9, "gamma2": 0.9, "epsilon": 1e-8,
                 "centered": False, "clip_weights": None},
@@ -246,14 +251,35 @@ def test_interface(mod):
         assert np.array_equal(a[0], b[0])
 
 
-@pytest.mark.parametrize("name,hyper,slots", [
+#: each state layout of each reference (momentum 0 or not, RMSProp centered or not)
+SLOT_CASES = [  # checked against the registry by test_tables_cover_the_modules
     ("sgd", {}, ()), ("sgd", {"momentum": 0.9}, ("mom",)),
     ("nag", {}, ()), ("nag", {"momentum": 0.5}, ("mom",)),
     ("adagrad", {}, ("history",)),
     ("rmsprop", {}, ("n",)), ("rmsprop", {"centered": True}, ("n", "g", "delta")),
     ("adadelta", {}, ("acc_g", "acc_delta")), ("adam", {}, ("mean", "var")),
     ("adamax", {}, ("mean", "u")),
-])
+]
+
+
+def test_modules_share_the_recorded_optimizers():
+    """This file and tests/test_reference_conventions_2.py test the references of the optimizers
+    MXNet 1.9.1 ran through generate.py (tests/data/mxnet/), each in one file only; each module
+    here is the reference its optimizer's spec names."""
+    other = set(importlib.import_module("test_reference_conventions_2").MODULES)
+    assert len(mxnet_data.OPTIMIZERS) == 14
+    assert not set(BY_NAME) & other and set(BY_NAME) | other == set(mxnet_data.OPTIMIZERS)
+    assert all(spec_of(name).reference == mod.__name__ for name, mod in BY_NAME.items())
+
+
+def test_tables_cover_the_modules():
+    """The per-optimizer tables of this file hold exactly its modules."""
+    for table in (HYPER_ST, EXPECTED_STATE, EXPECTED_HYPER):
+        assert set(table) == set(BY_NAME)
+    assert {name for name, _, _ in SLOT_CASES} == set(BY_NAME)
+
+
+@pytest.mark.parametrize("name,hyper,slots", SLOT_CASES)
 def test_state_slots_and_init(name, hyper, slots):
     mod = BY_NAME[name]
     assert mod.state_slots(**hyper) == slots
@@ -916,9 +942,6 @@ def test_adamax_wd_before_clip_differs(p):
 # (e) golden MXNet 1.9.1 data
 # ------------------------------------------------------------------------------------------------
 
-#: MXNet's default learning rates (optimizer.py constructors; the base default is 0.01)
-MX_LR = {"sgd": 0.01, "nag": 0.01, "adagrad": 0.01, "rmsprop": 0.001, "adadelta": 0.01,
-         "adam": 0.001, "adamax": 0.002}
 
 
 def dmlc_parse(s, T):
@@ -981,8 +1004,7 @@ def test_dmlc_parse_emulation_matches_measured_samples():
 
 
 def _golden_cases():
-    names = [n for n in ("sgd", "nag", "adagrad", "rmsprop", "adadelta", "adam", "adamax")
-             if n in mxnet_data.available()]
+    names = [n for n in BY_NAME if n in mxnet_data.available()]
     out = []
     for n in names:
         for case in mxnet_data.load_cases(n):
@@ -994,7 +1016,7 @@ def _golden_cases():
 def _split_kwargs(case):
     kw = dict(case["kwargs"])
     name = case["optimizer"]
-    com = {"lr": kw.pop("learning_rate", MX_LR[name]), "wd": kw.pop("wd", 0.0),
+    com = {"lr": kw.pop("learning_rate", mxnet_data.default_lr(name)), "wd": kw.pop("wd", 0.0),
            "rescale_grad": kw.pop("rescale_grad", 1.0), "clip_gradient": kw.pop("clip_gradient", None)}
     for k in ("multi_precision", "begin_num_update"):
         kw.pop(k, None)

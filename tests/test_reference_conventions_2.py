@@ -18,10 +18,14 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 import mxnet_data
-from reference import dcasgd, ftml, ftrl, lbsgd, nadam, sgld, signum
+from reference import dcasgd, ftml, ftrl, lbsgd, nadam, sgld, signum  # checked against the registry by tests/test_reference_conventions_1.py::test_modules_share_the_recorded_optimizers
 from reference.error_bound import Tracked, error, ties, track, unit_roundoff, value
+from toolkit.optimizer import registry
 
-MODULES = {m.NAME: m for m in (nadam, signum, lbsgd, dcasgd, ftrl, ftml, sgld)}
+#: this file's share of the optimizers MXNet 1.9.1 ran through tests/data/mxnet/generate.py
+#: (tests/test_reference_conventions_1.py tests the others and checks the two shares)
+MODULES = {m.NAME: m for m in (  # checked against the registry by tests/test_reference_conventions_1.py::test_modules_share_the_recorded_optimizers
+    nadam, signum, lbsgd, dcasgd, ftrl, ftml, sgld)}
 F64 = np.float64
 
 
@@ -64,7 +68,7 @@ def commons(draw, clip=st.one_of(st.none(), st.just(0.0), decades(-3, 2)),
     return c
 
 
-HYPERS = {
+HYPERS = {  # checked against the registry by test_tables_cover_the_modules
     "nadam": st.fixed_dictionaries({
         "beta1": unit(0.0, 0.99), "beta2": unit(0.5, 0.9999), "epsilon": decades(-10, -3),
         "schedule_decay": st.one_of(st.just(0.004), unit(0.0, 0.1))}),
@@ -894,8 +898,20 @@ def test_sgld_conventions_agree(p, seed):
 # MXNet 1.9.1 parity (golden data written by tests/data/mxnet/generate.py)
 # ------------------------------------------------------------------------------------------------
 
-_DEFAULT_LR = {"nadam": 0.001, "signum": 0.01, "ftrl": 0.1}
-_PYTHON_OPS = {"nadam", "dcasgd", "sgld"}
+#: MXNet's Python-op optimizers: their lr, wd, rescale_grad and own hyperparameters are doubles
+_PYTHON_OPS = {name for name in MODULES if not registry()[name].mxnet_kernel}
+
+#: whether the reference reproduces MXNet's float64 golden cases bit for bit (as measured; the
+#: others are within the Tracked bound: a scalar parsed an ulp apart, or pow/exp in the step)
+F64_BIT_FOR_BIT = {  # checked against the registry by test_tables_cover_the_modules
+    "nadam": False, "signum": True, "lbsgd": True, "dcasgd": True, "ftrl": False, "ftml": True,
+    "sgld": False}
+
+
+def test_tables_cover_the_modules():
+    """The per-optimizer tables of this file hold exactly its modules."""
+    for table in (HYPERS, F64_BIT_FOR_BIT):
+        assert set(table) == set(MODULES)
 
 
 def _dmlc_parser():
@@ -937,7 +953,7 @@ def test_mxnet_golden(name, case_id, monkeypatch):
     mod = MODULES[name]
     case = mxnet_data.load_case(case_id)
     kw = dict(case["kwargs"])
-    lr = kw.get("learning_rate", _DEFAULT_LR.get(name, 0.01))
+    lr = kw.get("learning_rate", mxnet_data.default_lr(name))
     common = dict(wd=kw.get("wd", 0.0), rescale_grad=kw.get("rescale_grad", 1.0),
                   clip_gradient=kw.get("clip_gradient"))
     hyper = {k: v for k, v in kw.items() if k not in _BASE}
@@ -997,7 +1013,7 @@ def test_mxnet_golden(name, case_id, monkeypatch):
         W[i] = mx_w.astype(F64)
         S[i] = {k: (value(v) if isinstance(v, Tracked) else v) for k, v in s_new.items()}
         S[i].update({k: v.astype(F64) for k, v in mx_states.items()})
-    if dtype == F64 and (parse_case or name in ("signum", "lbsgd", "dcasgd", "ftml")):
+    if dtype == F64 and (parse_case or F64_BIT_FOR_BIT[name]):
         assert exact, "float64 cases of these optimizers are bit for bit"
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import mxnet_data
+import optim_db
 from toolkit import RowSparse, optimizer
 
 SPARSE = mxnet_data._decode(mxnet_data._read("sparse"))
@@ -56,8 +57,35 @@ def test_cpu_kernels_reproduce_mxnet(case):
                 np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
-LAZY = [("sgd", {}), ("sgd", dict(momentum=0.9)), ("adam", {}), ("adam", dict(clip_gradient=0.5)),
-        ("adagrad", dict(wd=0.0)), ("ftrl", {}), ("nag", {}), ("groupadagrad", dict(wd=0.0))]
+#: configurations stepped lazily (``row_sparse_mode``: only the rows present)
+LAZY = [  # checked against the registry by test_samples_cover_every_row_sparse_mode
+    ("sgd", {}), ("sgd", dict(momentum=0.9)), ("adam", {}), ("adam", dict(clip_gradient=0.5)),
+    ("adagrad", dict(wd=0.0)), ("ftrl", {}), ("nag", {}), ("groupadagrad", dict(wd=0.0))]
+#: configurations that update every row: the standard update and MXNet's dense fallback
+EVERY_ROW = [  # checked against the registry by test_samples_cover_every_row_sparse_mode
+    ("sgd", dict(lazy_update=False)), ("adam", dict(lazy_update=False)), ("rmsprop", {}),
+    ("signum", {}), ("nadam", {}), ("nag", dict(momentum=0.9)), ("sgld", {}), ("ftml", {}),
+    ("adamax", {}), ("adadelta", {}), ("dcasgd", {}), ("adamw", {}), ("lamb", {})]
+
+
+def _mode(name, kw=None):
+    """``row_sparse_mode`` of ``create(name, **kw)``, or ``"refused"`` (a ValueError)."""
+    try:
+        return optimizer.create(name, **(kw or {})).row_sparse_mode(0)
+    except ValueError:
+        return "refused"
+
+
+def test_samples_cover_every_row_sparse_mode():
+    """Every built-in optimizer whose default steps lazily is in LAZY; every one that updates
+    every row by default is in EVERY_ROW, with the non-lazy configurations of the lazy ones that
+    have one; the others refuse a row-sparse gradient (LARS and LBSGD: not implemented)."""
+    builtins = [name for name in optimizer.registry() if optim_db.is_builtin(name)]
+    assert {name for name, kw in LAZY} == {n for n in builtins if _mode(n) == "lazy"}
+    assert all(_mode(name, kw) == "lazy" for name, kw in LAZY)
+    assert {name for name, kw in EVERY_ROW} >= {n for n in builtins if _mode(n) == "dense"}
+    assert all(_mode(name, kw) in ("standard", "dense") for name, kw in EVERY_ROW)
+    assert all(_mode(n) in ("lazy", "dense", "refused") for n in builtins)
 
 
 def _problem(dtype, order="C", shape=(37, 3, 2)):
@@ -99,12 +127,7 @@ def test_lazy_update_is_dense_update_of_present_rows(name, kw, dtype, order, bac
         assert np.array_equal(x[rows], y)
 
 
-@pytest.mark.parametrize("name,kw", [("sgd", dict(lazy_update=False)),
-                                     ("adam", dict(lazy_update=False)),
-                                     ("rmsprop", {}), ("signum", {}), ("nadam", {}),
-                                     ("nag", dict(momentum=0.9)), ("sgld", {}), ("ftml", {}),
-                                     ("adamax", {}), ("adadelta", {}), ("dcasgd", {}),
-                                     ("adamw", {})])
+@pytest.mark.parametrize("name,kw", EVERY_ROW)
 def test_standard_and_fallback_update_every_row(name, kw):
     """Not lazy: every row is updated as by the dense gradient (equal to the dense update under
     "guide", whose arithmetic has no sparse variant, and for the fallbacks)."""

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
+import optim_db
 import toolkit.backends as backends
 from conftest import SIMULATOR
 from reference import noise
@@ -236,10 +237,31 @@ def test_multi_precision_device_state_is_checked():
 # --------------------------------------------------------------------------------------------
 # state of the weight's kind; float16; SGLD; custom rules; streams
 # --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["sgd", "nag", "dcasgd", "rmsprop", "adam", "ftml"])
-def test_create_state_returns_device_arrays_of_the_weights_device(name):
-    opt = optimizer.create(name, momentum=0.9) if name in ("sgd", "nag", "dcasgd") else \
-        optimizer.create(name)
+#: states of one, two and three arrays (DCASGD's w_prev a copy of the weight), of MXNet's
+#: kernels and Python ops
+STATES = [  # checked against the registry by test_samples_cover_their_kinds_of_step
+    ("sgd", {"momentum": 0.9}), ("nag", {"momentum": 0.9}), ("dcasgd", {"momentum": 0.9}),
+    ("rmsprop", {}), ("adam", {}), ("ftml", {})]
+#: float16 weights: states of none to two arrays, a noise rule, MXNet's kernels and Python ops
+FLOAT16 = [  # checked against the registry by test_samples_cover_their_kinds_of_step
+    ("sgd", {"momentum": 0.9}), ("adam", {}), ("rmsprop", {}), ("ftrl", {}),
+    ("lbsgd", {"momentum": 0.9}), ("sgld", {})]
+
+
+def test_samples_cover_their_kinds_of_step():
+    """Each sample names built-in optimizers and covers the kinds of step it is for, as their
+    specs and classes show them (tests/optim_db.py's step_kinds)."""
+    for sample in (STATES, FLOAT16):
+        assert all(optim_db.is_builtin(name) for name, _ in sample)
+    assert optim_db.kinds_of(STATES) >= {"1 states", "2 states", "3 states", "kernel",
+                                         "python op"}
+    assert optim_db.kinds_of(FLOAT16) >= {"0 states", "1 states", "2 states", "noise", "kernel",
+                                          "python op"}
+
+
+@pytest.mark.parametrize("name,kw", STATES, ids=[name for name, _ in STATES])
+def test_create_state_returns_device_arrays_of_the_weights_device(name, kw):
+    opt = optimizer.create(name, **kw)
     w = dev(RNG.standard_normal(6).astype(np.float32))
     state = opt.create_state(0, w)
     flat = state if isinstance(state, tuple) else (state,)
@@ -251,12 +273,11 @@ def test_create_state_returns_device_arrays_of_the_weights_device(name):
         assert np.array_equal(host(state[1]), host(w))  # w_prev starts as a copy of the weight
 
 
-@pytest.mark.parametrize("name", ["sgd", "adam", "rmsprop", "ftrl", "lbsgd", "sgld"])
+@pytest.mark.parametrize("name,kw", FLOAT16, ids=[name for name, _ in FLOAT16])
 @pytest.mark.parametrize("mp", [False, True])
-def test_float16_on_cuda_matches_cpu(name, mp):
+def test_float16_on_cuda_matches_cpu(name, kw, mp):
     """float16 weights: with multi_precision through the float32 master (one kernel writes both),
     without it in float32 arithmetic rounded to float16 on store, as on the CPU."""
-    kw = {"momentum": 0.9} if name in ("sgd", "lbsgd") else {}
     w = RNG.standard_normal(20).astype(np.float16)
     grads = [RNG.standard_normal(20).astype(np.float16) for _ in range(3)]
     outs = []

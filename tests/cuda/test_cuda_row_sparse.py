@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
+import optim_db
 from toolkit import RowSparse, optimizer
 
 SHAPE = (29, 3, 2)
@@ -26,11 +27,26 @@ def _host(state):
     return state.copy_to_host()
 
 
+#: the lazy row kernel (MXNet's kernels and a Python op), the standard update and the dense
+#: fallback
+CASES = [  # checked against the registry by test_cases_cover_every_mode_and_kind
+    ("sgd", {}), ("sgd", dict(momentum=0.9)), ("adam", {}), ("adam", dict(clip_gradient=0.5)),
+    ("adagrad", {}), ("ftrl", {}), ("sgd", dict(lazy_update=False)), ("rmsprop", {})]
+
+
+def test_cases_cover_every_mode_and_kind():
+    """The cases name built-in optimizers and take each row-sparse mode, the lazy one with both
+    of MXNet's kinds (tests/optim_db.py's step_kinds)."""
+    assert all(optim_db.is_builtin(name) for name, _ in CASES)
+    modes = {optimizer.create(name, **kw).row_sparse_mode(0) for name, kw in CASES}
+    assert modes == {"lazy", "standard", "dense"}
+    lazy = [(name, kw) for name, kw in CASES
+            if optimizer.create(name, **kw).row_sparse_mode(0) == "lazy"]
+    assert optim_db.kinds_of(lazy) >= {"kernel", "python op"}
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("name,kw", [("sgd", {}), ("sgd", dict(momentum=0.9)), ("adam", {}),
-                                     ("adam", dict(clip_gradient=0.5)), ("adagrad", {}),
-                                     ("ftrl", {}), ("sgd", dict(lazy_update=False)),
-                                     ("rmsprop", {})])
+@pytest.mark.parametrize("name,kw", CASES)
 def test_cuda_row_sparse_equals_cpu(name, kw, dtype):
     w, values = _data(dtype)
     kw = dict(kw, learning_rate=0.1, rescale_grad=0.7, wd=0.0 if name == "adagrad" else 0.02)
