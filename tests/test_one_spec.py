@@ -150,13 +150,6 @@ def _python_files():
                     yield os.path.join(dirpath, name)
 
 
-#: test files whose per-optimizer test data are not yet read from the specs: their offenders are
-#: listed by :func:`test_pending_files_still_need_converting` instead of failing the scan, and a
-#: file that no longer needs it must leave this list, so the list only shrinks. Empty since
-#: issue 20's fourteen were converted (their tables read the specs, or are marked and checked).
-PENDING = frozenset()
-
-
 def _offenders():
     names = builtin_names()
     found = {}
@@ -170,15 +163,8 @@ def _offenders():
     return found
 
 
-def test_pending_files_still_need_converting():
-    found = _offenders()
-    done = sorted(p for p in PENDING if p not in found)
-    assert not done, f"no list of optimizer names left in {done}: remove them from PENDING"
-    print("\n".join(h for p in sorted(PENDING) for h in found[p]))
-
-
 def test_no_list_of_optimizer_names_outside_the_specs():
-    offenders = [h for rel, hits in _offenders().items() if rel not in PENDING for h in hits]
+    offenders = [h for hits in _offenders().values() for h in hits]
     assert not offenders, (
         "read these from toolkit.optimizer.specs() (a per-optimizer fact is a Spec field), or "
         "mark a list that a test of the same file checks against the registry with "
