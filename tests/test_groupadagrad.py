@@ -11,7 +11,7 @@ import pytest
 
 import reference.groupadagrad as ref
 from toolkit import optimizer
-from toolkit.backends import cpu
+from toolkit.backends import jit
 
 
 def _by_rows(w, g, h, lr, eps, rs=1.0, c=None):
@@ -107,7 +107,7 @@ def test_parallel_and_serial_row_kernels_agree_bit_for_bit(monkeypatch):
     g = (rng.standard_normal((96, 40)) * 10.0 ** rng.uniform(-3, 2, (96, 40))).astype(np.float32)
     out = []
     for threshold in (1, 1 << 30):  # parallel, then serial
-        monkeypatch.setattr(cpu, "PARALLEL_THRESHOLD", threshold)
+        monkeypatch.setattr(jit, "PARALLEL_THRESHOLD", threshold)
         opt = optimizer.create("groupadagrad", learning_rate=0.05)
         w = w0.copy()
         h = opt.create_state(0, w)

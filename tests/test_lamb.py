@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from toolkit import optimizer
-from toolkit.backends import cpu
+from toolkit.backends import cpu, order
 from toolkit.optimizers import lamb
 
 
@@ -17,7 +17,7 @@ def documented_sum(x):
     ``DIRECTION_CHUNK`` elements; in a chunk element ``j`` goes into running sum
     ``j % DIRECTION_LANES`` in element order, the sums are added pairwise
     (``s[l] += s[l + h]``, ``h = LANES/2, ..., 1``); the chunks are added in order."""
-    lanes, chunk = cpu.DIRECTION_LANES, cpu.DIRECTION_CHUNK
+    lanes, chunk = order.DIRECTION_LANES, order.DIRECTION_CHUNK
     total = 0.0
     for a in range(0, max(x.size, 1), chunk):
         s = np.zeros(lanes)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from toolkit import optimizer
-from toolkit.backends import cpu
+from toolkit.backends import cpu, jit, order
 
 
 def _chunk_sums(w, y):
@@ -28,14 +28,14 @@ def _chunk_sums(w, y):
 
 
 def _oracle(w, g, cum=None, bs=0.0):
-    """``(sum w^2, sum gm^2)`` of one flat tensor: chunks of ``cpu.CHUNK`` added in order from
+    """``(sum w^2, sum gm^2)`` of one flat tensor: chunks of ``order.CHUNK`` added in order from
     0.0; ``gm = (cum + g)/bs`` in the arithmetic dtype (``g`` when ``cum`` is None or ``bs`` is
     0; a float16 ``g`` widened to float32 first)."""
     g = g.astype(w.dtype)
     gm = g if cum is None or bs == 0 else (cum + g) / w.dtype.type(bs)
     ww = gg = 0.0
-    for a in range(0, w.shape[0], cpu.CHUNK):
-        sw, sg = _chunk_sums(w[a:a + cpu.CHUNK], gm[a:a + cpu.CHUNK])
+    for a in range(0, w.shape[0], order.CHUNK):
+        sw, sg = _chunk_sums(w[a:a + order.CHUNK], gm[a:a + order.CHUNK])
         ww += sw
         gg += sg
     return ww, gg
@@ -52,8 +52,8 @@ def _arrays(n, dtype, seed):
     return w, g, c
 
 
-SIZES = [0, 1, 3, 4, 5, 17, 63, 64, 67, cpu.CHUNK - 1, cpu.CHUNK + 5,
-         cpu.PARALLEL_THRESHOLD, 3 * cpu.CHUNK + 7]
+SIZES = [0, 1, 3, 4, 5, 17, 63, 64, 67, order.CHUNK - 1, order.CHUNK + 5,
+         jit.PARALLEL_THRESHOLD, 3 * order.CHUNK + 7]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -65,7 +65,7 @@ def test_tensor_norms_follow_the_documented_order(n, dtype):
         assert cpu.lars_norms(w, g, c, bs) == _oracle(w, g, c, bs)
 
 
-@pytest.mark.parametrize("n", [5, 67, cpu.CHUNK + 5, cpu.PARALLEL_THRESHOLD + 3])
+@pytest.mark.parametrize("n", [5, 67, order.CHUNK + 5, jit.PARALLEL_THRESHOLD + 3])
 def test_float16_gradient_is_widened_on_load(n):
     """A float16 gradient (multi-precision) gives the norms of its float32 copy, bit for
     bit, without the copy."""
@@ -97,12 +97,12 @@ def test_segmented_norms_equal_the_tensor_norms(dtype):
     """A Trainer's group: every member's norms equal its own ``lars_norms`` bit for bit (same
     chunks, same order), inactive members are left at 0, and a member with ``batch_scale`` 0 in
     a group with accumulators takes the norms of its gradient."""
-    sizes = [5, cpu.CHUNK + 3, 1, 2 * cpu.CHUNK, 4099, cpu.PARALLEL_THRESHOLD + 1]
+    sizes = [5, order.CHUNK + 3, 1, 2 * order.CHUNK, 4099, jit.PARALLEL_THRESHOLD + 1]
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     w, g, c = _arrays(int(offsets[-1]), dtype, 3)
     table = np.array([[1.0, 2.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [1.0, 3.0], [1.0, 0.0]])
     out = np.full((len(sizes), 2), -1.0)
-    cpu.run_norms(w, g, c, table, cpu.chunk_table(offsets), out, True)
+    cpu.run_norms(w, g, c, table, order.chunk_table(offsets), out, True)
     for k in range(len(sizes)):
         a, b = offsets[k], offsets[k + 1]
         if table[k, 0] == 0:
@@ -112,7 +112,7 @@ def test_segmented_norms_equal_the_tensor_norms(dtype):
         expect = cpu.lars_norms(w[a:b], g[a:b], c[a:b] if bs else None, bs)
         assert tuple(out[k]) == expect
     out2 = np.zeros((len(sizes), 2))
-    cpu.run_norms(w, g, w, np.ones((len(sizes), 2)), cpu.chunk_table(offsets), out2, False)
+    cpu.run_norms(w, g, w, np.ones((len(sizes), 2)), order.chunk_table(offsets), out2, False)
     for k in range(len(sizes)):
         a, b = offsets[k], offsets[k + 1]
         assert tuple(out2[k]) == cpu.lars_norms(w[a:b], g[a:b], None, 0)
@@ -120,7 +120,7 @@ def test_segmented_norms_equal_the_tensor_norms(dtype):
 
 def test_order_does_not_depend_on_the_thread_count():
     import numba
-    w, g, c = _arrays(5 * cpu.CHUNK + 3, np.float32, 4)
+    w, g, c = _arrays(5 * order.CHUNK + 3, np.float32, 4)
     expect = cpu.lars_norms(w, g, c, 3)
     before = numba.get_num_threads()
     try:
@@ -141,7 +141,7 @@ CASES = [({"momentum": 0.9, "warmup_strategy": "lars"}, {}),
 def _run(kw, common, dtype, mp, skip, steps=4):
     opt = optimizer.create("lbsgd", learning_rate=0.1, multi_precision=mp, **kw, **common)
     rng = np.random.default_rng(7)
-    n = cpu.PARALLEL_THRESHOLD + 9
+    n = jit.PARALLEL_THRESHOLD + 9
     w = rng.standard_normal(n).astype(dtype)
     w[::11] = 0.0
     state = opt.create_state_multi_precision(0, w) if mp else opt.create_state(0, w)
@@ -214,7 +214,7 @@ def test_trainer_group_mixing_skipped_and_read_accumulators(tmp_path):
     hyper = {"learning_rate": 0.1, "momentum": 0.9, "warmup_strategy": "lars"}
     rng = np.random.default_rng(11)
     inits = [rng.standard_normal(40).astype(np.float32),
-             rng.standard_normal(cpu.CHUNK + 70).astype(np.float32)]
+             rng.standard_normal(order.CHUNK + 70).astype(np.float32)]
     grads = [[rng.standard_normal(x.shape[0]).astype(np.float32) for x in inits]
              for _ in range(4)]
     together = [Parameter(f"p{k}_weight", init=x.copy()) for k, x in enumerate(inits)]

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from reference import noise as spec
 from toolkit import optimizer
 from toolkit.backends import noise
-from toolkit.backends.cpu import COMPILE_OPTIONS, _inlined
+from toolkit.backends.jit import COMPILE_OPTIONS, inlined
 
 TWO53 = 2.0 ** 53
 
@@ -156,7 +156,7 @@ def compiled():
     """log53 and cos_0_2pi compiled as the CPU backend compiles them, in loops over arrays, and
     the same loops with numba's math.log / math.cos (the same libm as Python's math)."""
     opts = dict(error_model="numpy", fastmath=False)
-    log_, cos_ = _inlined(noise._fresh(noise.log53)), _inlined(noise._fresh(noise.cos_0_2pi))
+    log_, cos_ = inlined(noise._fresh(noise.log53)), inlined(noise._fresh(noise.cos_0_2pi))
 
     @numba.njit(**opts)
     def ours(m, x, out_log, out_cos):
@@ -239,7 +239,7 @@ def test_cpu_draws_within_four_ulp_of_the_specification():
 def test_loop_vectorises():
     """The noise loop compiled with the backend's options is vectorised: no call to a scalar
     log or cos remains and the arithmetic is on vectors of doubles."""
-    normal = noise.generator(_inlined, "cpu")
+    normal = noise.generator(inlined, "cpu")
     opts = {k: v for k, v in COMPILE_OPTIONS.items() if k != "cache"}
 
     @numba.njit(**opts)

@@ -12,7 +12,7 @@ import pytest
 
 import optim_db
 from toolkit import Parameter, RowSparse, Trainer, optimizer
-from toolkit.backends import cpu, finite
+from toolkit.backends import finite, jit, order
 
 BAD = (np.nan, np.inf, -np.inf)
 
@@ -21,7 +21,7 @@ BAD = (np.nan, np.inf, -np.inf)
 # the pre-pass kernels
 # --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
-@pytest.mark.parametrize("n", [1, 100, cpu.PARALLEL_THRESHOLD + 3])
+@pytest.mark.parametrize("n", [1, 100, jit.PARALLEL_THRESHOLD + 3])
 def test_all_finite_finds_every_nan_and_infinity(dtype, n):
     a = np.linspace(-1, 1, n).astype(dtype)
     info = np.finfo(dtype)
@@ -50,12 +50,12 @@ def test_all_finite_other_layouts_and_kinds():
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 def test_finite_segments_one_flag_per_segment(dtype):
-    sizes = [3, cpu.CHUNK * 2 + 5, 1, 7, cpu.CHUNK]     # segments over several chunks
+    sizes = [3, order.CHUNK * 2 + 5, 1, 7, order.CHUNK]     # segments over several chunks
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     flat = np.ones(int(offsets[-1]), dtype)
-    chunks = cpu.chunk_table(offsets)
+    chunks = order.chunk_table(offsets)
     assert finite.finite_segments(flat, offsets, chunks).tolist() == [True] * 5
-    flat[int(offsets[1]) + cpu.CHUNK + 2] = np.inf       # segment 1, its second chunk
+    flat[int(offsets[1]) + order.CHUNK + 2] = np.inf       # segment 1, its second chunk
     flat[int(offsets[4]) - 1] = np.nan                   # the last element of segment 3
     flat[int(offsets[5]) - 1] = -np.inf                  # the last element of the buffer
     assert finite.finite_segments(flat, offsets, chunks).tolist() == [
@@ -64,7 +64,7 @@ def test_finite_segments_one_flag_per_segment(dtype):
     small = np.ones(40, dtype)
     small[17] = np.nan
     off = np.array([0, 10, 20, 40])
-    assert finite.finite_segments(small, off, cpu.chunk_table(off, 4)).tolist() == [
+    assert finite.finite_segments(small, off, order.chunk_table(off, 4)).tolist() == [
         True, False, True]
 
 
@@ -188,7 +188,7 @@ def test_a_skipped_call_is_checked_as_the_update_would_be():
 # --------------------------------------------------------------------------------------------
 # Trainer.step
 # --------------------------------------------------------------------------------------------
-SHAPES = [(3, 4), (cpu.CHUNK + 9, 2), (5, 1), (2, 7), (40, 3)]   # one spans several chunks
+SHAPES = [(3, 4), (order.CHUNK + 9, 2), (5, 1), (2, 7), (40, 3)]   # one spans several chunks
 TRAINER = [  # checked against the registry by test_samples_cover_every_kind_of_step
     ("sgd", {"momentum": 0.9}), ("adam", {}), ("nadam", {}), ("sgld", {}),
     ("lbsgd", {"momentum": 0.9, "warmup_strategy": "lars"}), ("lamb", {}),

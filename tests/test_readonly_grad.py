@@ -10,7 +10,7 @@ import pytest
 
 import optim_db
 from toolkit import RowSparse, optimizer
-from toolkit.backends import cpu
+from toolkit.backends import cpu, jit
 
 
 def _arrays(shape, dtype):
@@ -113,7 +113,7 @@ def test_no_readonly_variant_without_a_readonly_argument():
     """Writable arguments never ask for a read-only variant (nothing is compiled for them)."""
     kernel = cpu.elementwise_kernel(_sgd_factory, 0, 1, np.float32, False)
     args = (np.ones(4, np.float32), np.ones(4, np.float32), np.ones(1, np.float32))
-    assert cpu.readonly_variant(kernel, args) is None
+    assert jit.readonly_variant(kernel, args) is None
 
 
 def _sgd_factory(ftype):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from toolkit.backends import arrays, cpu
+from toolkit.backends import arrays, cpu, order
 from toolkit.backends import cuda as cuda_backend
 
 
@@ -19,7 +19,7 @@ def test_member_with_batch_scale_0_takes_its_gradient_norms():
     w, g, c = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
     table = np.array([[1.0, 2.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     host = np.zeros((len(sizes), 2))
-    cpu.run_norms(w, g, c, table, cpu.chunk_table(offsets), host, True)
+    cpu.run_norms(w, g, c, table, order.chunk_table(offsets), host, True)
     d = arrays.describe
     dev = cuda_backend.run_norms(d(cuda.to_device(w)), d(cuda.to_device(g)),
                                  d(cuda.to_device(c)), table, offsets)

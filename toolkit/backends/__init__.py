@@ -1,10 +1,28 @@
 """Backends: ``cpu`` (Numba kernels) and ``cuda`` (numba-cuda kernels), with the array contract
 both share (``arrays``). ``cuda`` is imported lazily, so the CPU path never needs numba-cuda or a
-GPU driver."""
+GPU driver.
+
+The modules import downward only (tests/test_layers.py checks the graph, imports inside functions
+included):
+
+* ``jit`` (the CPU compile policy and kernel cache), ``arrays`` (the kind-neutral array
+  contract), ``half`` (float16 bits), ``rules`` (shared element-wise rules), ``noise``;
+* ``order`` (chunking and reduction order, shared by both kinds), ``cuda_device`` (the CUDA
+  compile policy, streams, views, launch);
+* the kernel families: ``rows`` (row kernels on the CPU, and the dispatch of a group's row step
+  to ``cuda_rows``), ``cuda_rows``, ``finite``;
+* one launcher per kind over its own kernel families: ``cpu`` and ``cuda``.
+
+``arrays`` reaches the CUDA backend's allocation and copies through the operations ``cuda``
+registers (:func:`toolkit.backends.arrays.register_kind`); this package registers the loader
+that imports ``cuda`` the first time a device array needs them.
+"""
 from __future__ import annotations
 
 import importlib.util
 import os
+
+from . import arrays
 
 __all__ = ["cuda_available", "CUDA_EXTRA_HINT"]
 
@@ -43,3 +61,11 @@ def cuda_available():
         return _cached
     _cached = (True, "a CUDA GPU is available")
     return _cached
+
+
+def _load_cuda():
+    """Import the CUDA backend (it registers its device-array operations with ``arrays``)."""
+    from . import cuda  # noqa: F401
+
+
+arrays.register_loader(arrays.DEVICE, _load_cuda)

@@ -9,9 +9,12 @@ runs: floating dtype, writeable, contiguous (C or Fortran order; state arrays in
 order), matching shapes and dtypes, one kind and one device for all arrays of a step, and no
 overlap between weight, gradient and state arrays.
 
-This module never imports numba-cuda: device arrays are described from their interface alone.
-The only device facts it cannot read from the interface (which device a pointer lives on) it asks
-``toolkit.backends.cuda`` for, and only when a device array is present.
+This module is kind-neutral and imports no backend: device arrays are described from their
+interface alone. What it cannot do from the interface (which device a pointer lives on;
+allocating, converting and copying a numba device array) it asks the operations registered for
+the device kind (:func:`register_kind`): the CUDA backend registers its own when it is imported,
+and ``toolkit.backends`` registers a loader that imports it the first time a device array needs
+them.
 """
 from __future__ import annotations
 
@@ -22,7 +25,8 @@ import numpy as np
 
 __all__ = ["ArrayDesc", "HOST", "DEVICE", "FLOAT_DTYPES", "describe", "is_device_array",
            "check_weight", "check_grad", "check_state_array", "check_disjoint", "kind_name",
-           "zeros_like", "copy", "astype", "to_host", "copy_from_host"]
+           "zeros_like", "copy", "astype", "to_host", "copy_from_host", "register_kind",
+           "register_loader", "kind_ops"]
 
 HOST, DEVICE = "host", "cuda"
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
@@ -201,9 +205,44 @@ def kind_name(d: ArrayDesc) -> str:
     return "a numpy.ndarray" if d.kind == HOST else f"a CUDA array ({d.library})"
 
 
+# --------------------------------------------------------------------------------------------
+# the operations a device kind provides (registered from above: this module imports no backend)
+# --------------------------------------------------------------------------------------------
+_ops: dict = {}
+_loaders: dict = {}
+
+
+def register_kind(kind, ops):
+    """Register the operations on device arrays of ``kind`` (:data:`DEVICE`) that need the
+    device's own library: an object with ``device_of(desc)`` (the device ordinal),
+    ``zeros(desc, dtype, shape=None)``, ``convert_into(dst_desc, src_desc)``,
+    ``copy_from_host(desc, host)`` and ``to_host(desc)``. The backend of that kind calls it when
+    it is imported."""
+    _ops[kind] = ops
+
+
+def register_loader(kind, load):
+    """``load()`` imports the backend that registers ``kind``'s operations; called the first
+    time they are needed (so the CPU path never imports a device library)."""
+    _loaders[kind] = load
+
+
+def kind_ops(kind=DEVICE):
+    """The operations registered for ``kind`` (loading its backend the first time)."""
+    ops = _ops.get(kind)
+    if ops is None:
+        load = _loaders.get(kind)
+        if load is not None:
+            load()
+            ops = _ops.get(kind)
+        if ops is None:
+            raise RuntimeError(f"no backend registered the operations of {kind!r} arrays "
+                               "(import toolkit.backends first)")
+    return ops
+
+
 def _device_of(d: ArrayDesc):
-    from . import cuda  # only reached with device arrays present
-    return cuda.device_of(d)
+    return kind_ops(d.kind).device_of(d)  # only reached with device arrays present
 
 
 # --------------------------------------------------------------------------------------------
@@ -307,8 +346,7 @@ def zeros_like(a, dtype=None):
         import torch
         return torch.zeros_like(a, dtype=_torch_dtype(torch, dtype),
                                 memory_format=torch.preserve_format)
-    from . import cuda
-    return cuda.zeros(d, dtype)
+    return kind_ops(d.kind).zeros(d, dtype)
 
 
 def zeros(shape, dtype, like):
@@ -325,8 +363,7 @@ def zeros(shape, dtype, like):
     if d.library == "torch":
         import torch
         return torch.zeros(tuple(shape), dtype=_torch_dtype(torch, dtype), device=like.device)
-    from . import cuda
-    return cuda.zeros(d, dtype, shape=tuple(shape))
+    return kind_ops(d.kind).zeros(d, dtype, shape=tuple(shape))
 
 
 def copy(a):
@@ -349,9 +386,9 @@ def astype(a, dtype):
                                memory_format=torch.preserve_format)
         out.copy_(a)
         return out
-    from . import cuda
-    out = cuda.zeros(d, dtype)
-    cuda.convert_into(describe(out), d)
+    ops = kind_ops(d.kind)
+    out = ops.zeros(d, dtype)
+    ops.convert_into(describe(out), d)
     return out
 
 
@@ -373,8 +410,7 @@ def copy_from_host(dst, host):
         dst.copy_to_device(np.ascontiguousarray(host) if d.order == "C" else
                            np.asfortranarray(host))
     else:
-        from . import cuda
-        cuda.copy_from_host(d, host)
+        kind_ops(d.kind).copy_from_host(d, host)
 
 
 def to_host(a):
@@ -390,8 +426,7 @@ def to_host(a):
         return a.get()
     if hasattr(a, "copy_to_host"):
         return a.copy_to_host()
-    from . import cuda
-    return cuda.to_host(d)
+    return kind_ops(d.kind).to_host(d)
 
 
 def host_view(d: ArrayDesc):

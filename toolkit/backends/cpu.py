@@ -12,128 +12,29 @@ promote the loop to float64: constants the rule needs are made by the factory as
 
 The same rule source is compiled here with ``numba.njit(inline="always")`` into a loop over the
 flattened arrays: a serial loop below :data:`PARALLEL_THRESHOLD` elements and a ``prange`` loop
-above it. Compile policy (docs/backends.md, "How the CPU kernels are compiled"), in one place:
-explicit signatures, ``error_model="numpy"`` (the python error model blocks vectorisation), no
-fastmath, on-disk cache.
-Kernels are compiled lazily, once per (rule, dtype, serial/parallel).
+above it. The compile policy and the kernel cache are :mod:`toolkit.backends.jit`'s (explicit
+signatures, ``error_model="numpy"``, no fastmath, on-disk cache); the chunking and the reduction
+order of the segmented loops and the float64 sums are :mod:`toolkit.backends.order`'s, shared
+with the CUDA backend. Kernels are compiled lazily, once per (rule, dtype, serial/parallel).
 """
 from __future__ import annotations
 
-import threading
-import types as pytypes
-import warnings
-
-import numba
 import numpy as np
 from llvmlite import ir
 from numba import prange, types
 from numba.core import cgutils
-from numba.core.errors import NumbaIRAssumptionWarning
 from numba.extending import intrinsic, register_jitable
 from numba.np.unsafe.ndarray import to_fixed_tuple
 
-__all__ = ["COMPILE_OPTIONS", "PARALLEL_THRESHOLD", "elementwise_kernel", "run_elementwise",
-           "lars_norms", "run_norms", "direction_norms", "run_direction", "DTYPES", "Launcher",
-           "LAUNCHER", "RowsLauncher", "rows_kernel", "readonly_variant", "call_readonly"]
+from . import rows as row_kernels
+from . import jit
+from .jit import (KERNELS, NUMBA_TYPES, by_value, cached, call_readonly, compile_kernel,
+                  inlined)
+from .order import CHUNK, DIRECTION_CHUNK, DIRECTION_LANES, sum_partials
+from .order import chunk_table  # noqa: F401 - read as cpu.chunk_table by trainer.py's _Work
 
-#: The compile options of every CPU kernel.
-COMPILE_OPTIONS = dict(error_model="numpy", fastmath=False, cache=True, nogil=True,
-                       boundscheck=False)
-
-#: Below this many elements a parallel loop costs more than it saves (docs/backends.md, "How the
-#: CPU kernels are compiled": the break-even measured on a 2-core machine lies between 2**15 and
-#: 2**16).
-PARALLEL_THRESHOLD = 1 << 15
-
-#: Arithmetic dtypes with compiled kernels.
-DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-
-_NUMBA_TYPES = {np.dtype(np.float32): types.float32, np.dtype(np.float64): types.float64}
-
-
-def _cached(key, build):
-    """The kernel under ``key``, built by ``build()`` the first time (once, under the lock)."""
-    kernel = _kernels.get(key)
-    if kernel is None:
-        with _lock:
-            kernel = _kernels.get(key)
-            if kernel is None:
-                kernel = _kernels[key] = build()
-    return kernel
-
-
-def _compile(sig, parallel):
-    """The decorator that compiles a kernel with :data:`COMPILE_OPTIONS`. The serial and the
-    parallel variant of a loop are one Python function, and numba's on-disk cache keys a kernel
-    by its code and closure but not by ``parallel``: each variant gets its own qualified name,
-    hence its own cache index, so neither is ever loaded for the other."""
-    def wrap(fn):
-        fn.__qualname__ = f"{fn.__qualname__}.{'parallel' if parallel else 'serial'}"
-        return numba.njit([sig], parallel=bool(parallel), **COMPILE_OPTIONS)(fn)
-    return wrap
-
-
-def readonly_variant(kernel, args):
-    """The variant of the compiled ``kernel`` (one explicit signature) that takes the numpy
-    arrays of ``args`` that are read-only (a gradient the caller made read-only, a row-sparse
-    gradient's values) as read-only arrays, or None when none of them is: numba refuses a
-    read-only array where the signature has a writable one. Compiled the first time it is asked
-    for, with the same policy and on-disk cache under its own name, and cached per process:
-    a start-up that sees only writable gradients compiles nothing more. A kernel that writes to
-    such an argument fails to compile (the callers check that weights and states are
-    writable first)."""
-    readonly = tuple(i for i, a in enumerate(args)
-                     if type(a) is np.ndarray and not a.flags.writeable)
-    if not readonly:
-        return None
-
-    def build():
-        (sig,) = kernel.nopython_signatures
-        argtys = list(sig.args)
-        for i in readonly:
-            argtys[i] = argtys[i].copy(readonly=True)
-        fn = kernel.py_func
-        fn = pytypes.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__,
-                                  fn.__closure__)
-        fn.__qualname__ = f"{kernel.py_func.__qualname__}.readonly"
-        with warnings.catch_warnings():
-            # the pedantic SSA check the writable variant was compiled under (rows.py says why)
-            warnings.simplefilter("ignore", NumbaIRAssumptionWarning)
-            return numba.njit([sig.return_type(*argtys)],
-                              parallel=bool(kernel.targetoptions.get("parallel")),
-                              **COMPILE_OPTIONS)(fn)
-    return _cached(("readonly", kernel, readonly), build)
-
-
-def call_readonly(kernel, *args):
-    """Call ``kernel`` through :func:`readonly_variant` after it refused ``args``; called
-    while that TypeError is being handled, it raises it again when no argument is read-only
-    (the refusal had another cause). The fast path stays ``kernel(*args)`` in a ``try``."""
-    variant = readonly_variant(kernel, args)
-    if variant is None:
-        raise  # noqa: PLE0704 - the caller's TypeError, as it was
-    return variant(*args)
-
-
-def _by_value(fn):
-    """A copy of module-level function ``fn`` that is not the object its module exports, so
-    that a kernel closing over it is cached under its code (pickled by value) rather than its
-    name: a changed ``fn`` then changes the cache key instead of loading a stale kernel."""
-    return pytypes.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__,
-                                fn.__closure__)
-
-
-def _inlined(fn):
-    """``fn`` made callable from compiled code and inlined there, as ``njit(inline="always")``
-    does, but kept a plain Python function: a kernel closes over it, and numba's on-disk cache
-    keys a closure by the pickled bytes of what it closes over. A plain function pickles to the
-    same bytes in every process (its code and constants); a jitted dispatcher does not (it
-    carries a per-process id), which made every process recompile every kernel and add files
-    to the cache. The key also changes when a rule's code changes, so a stale kernel is never
-    loaded."""
-    return register_jitable(inline="always")(fn)
-_lock = threading.Lock()
-_kernels: dict = {}
+__all__ = ["elementwise_kernel", "run_elementwise", "lars_norms", "run_norms", "direction_norms",
+           "run_direction", "Launcher", "LAUNCHER", "RowsLauncher", "rows_kernel"]
 
 
 def _loop(rule, n_state, n_hyper):
@@ -171,14 +72,14 @@ def elementwise_kernel(factory, n_state: int, n_hyper: int, dtype, parallel: boo
     key = (factory, n_state, n_hyper, dtype, bool(parallel))
 
     def build():
-        nb = _NUMBA_TYPES[dtype]
+        nb = NUMBA_TYPES[dtype]
         arr = nb[::1]
         sig = types.void(arr, arr, *([arr] * n_state), arr)
-        rule = _inlined(factory(dtype.type))
-        kernel = _compile(sig, parallel)(
+        rule = inlined(factory(dtype.type))
+        kernel = compile_kernel(sig, parallel)(
             _loop(rule, n_state, n_hyper))
         return kernel
-    return _cached(key, build)
+    return cached(key, build)
 
 
 def run_elementwise(factory, weight, grad, states, hyper):
@@ -190,9 +91,9 @@ def run_elementwise(factory, weight, grad, states, hyper):
     """
     dtype = weight.dtype
     hpa = np.array(hyper, dtype)
-    parallel = weight.shape[0] >= PARALLEL_THRESHOLD
+    parallel = weight.shape[0] >= jit.PARALLEL_THRESHOLD
     # elementwise_kernel's own key, looked up first: a compiled kernel without the call
-    kernel = _kernels.get((factory, len(states), hpa.shape[0], dtype, parallel))
+    kernel = KERNELS.get((factory, len(states), hpa.shape[0], dtype, parallel))
     if kernel is None:
         kernel = elementwise_kernel(factory, len(states), hpa.shape[0], dtype, parallel)
     try:
@@ -251,24 +152,11 @@ def rows_kernel(factory, n_state: int, n_hyper: int, dtype, parallel: bool):
     key = ("rows", factory, n_state, n_hyper, dtype, bool(parallel))
 
     def build():
-        arr = _NUMBA_TYPES[dtype][::1]
+        arr = NUMBA_TYPES[dtype][::1]
         sig = types.void(arr, arr, *([arr] * n_state), types.int64[::1], types.int64, arr)
-        return _compile(sig, parallel)(_rows_loop(_inlined(factory(dtype.type)), n_state,
+        return compile_kernel(sig, parallel)(_rows_loop(inlined(factory(dtype.type)), n_state,
                                                   n_hyper))
-    return _cached(key, build)
-
-
-_rows = None
-
-
-def _rows_module():
-    """:mod:`toolkit.backends.rows` (it imports this module, so it is imported on first use),
-    kept: an import statement in a step costs more than the step's bookkeeping."""
-    global _rows
-    if _rows is None:
-        from . import rows
-        _rows = rows
-    return _rows
+    return cached(key, build)
 
 
 class Launcher:
@@ -313,7 +201,7 @@ class Launcher:
         and history row ``rows[k]`` (row ``k`` when ``rows`` is None); a gradient of another
         dtype (float16 for a float32 master) is converted first."""
         g = grad if grad.dtype == weight.dtype else grad.astype(weight.dtype)
-        _rows_module().run_cpu(factory, weight, g, history, rows, hyper)
+        row_kernels.run_cpu(factory, weight, g, history, rows, hyper)
 
     @staticmethod
     def zeros_like(a, dtype=None):
@@ -349,7 +237,7 @@ class RowsLauncher(Launcher):
             return
         dtype = weight.dtype
         hpa = np.array(hyper, dtype)
-        parallel = self.rows.shape[0] * ncols >= PARALLEL_THRESHOLD and self.rows.shape[0] > 1
+        parallel = self.rows.shape[0] * ncols >= jit.PARALLEL_THRESHOLD and self.rows.shape[0] > 1
         kernel = rows_kernel(factory, len(states), hpa.shape[0], dtype, parallel)
         args = (weight.reshape(-1), np.ascontiguousarray(grad).reshape(-1),
                 *(s.reshape(-1) for s in states), self.rows, ncols, hpa)
@@ -416,15 +304,15 @@ def _convert_kernel(to_half: bool, parallel: bool):
 
     def build():
         from . import half
-        convert = _inlined(_by_value(half.single_to_half if to_half else half.half_to_single))
+        convert = inlined(by_value(half.single_to_half if to_half else half.half_to_single))
 
         def loop(src, out):
             for i in prange(src.shape[0]):
                 out[i] = convert(src[i])
         f32, u16 = types.float32[::1], types.uint16[::1]
         sig = types.void(f32, u16) if to_half else types.void(u16, f32)
-        return _compile(sig, parallel)(loop)
-    return _cached(key, build)
+        return compile_kernel(sig, parallel)(loop)
+    return cached(key, build)
 
 
 def _same_flat_order(a, b):
@@ -448,7 +336,7 @@ def to_single(a16, out=None):
     if order is None or a16.dtype != np.float16 or out.dtype != np.float32:
         out[...] = a16
     elif a16.size:
-        kernel = _convert_kernel(False, a16.size >= PARALLEL_THRESHOLD)
+        kernel = _convert_kernel(False, a16.size >= jit.PARALLEL_THRESHOLD)
         args = (a16.reshape(-1, order=order).view(np.uint16), out.reshape(-1, order=order))
         try:
             kernel(*args)
@@ -465,7 +353,7 @@ def to_half_into(out16, a32):
     if order is None or a32.dtype != np.float32 or out16.dtype != np.float16:
         np.copyto(out16, a32, casting="same_kind")
     elif a32.size:
-        _convert_kernel(True, a32.size >= PARALLEL_THRESHOLD)(
+        _convert_kernel(True, a32.size >= jit.PARALLEL_THRESHOLD)(
             a32.reshape(-1, order=order), out16.reshape(-1, order=order).view(np.uint16))
 
 
@@ -477,12 +365,12 @@ def mp_kernel(factory, n_state: int, n_hyper: int, parallel: bool):
         from . import half
         f32, u16 = types.float32[::1], types.uint16[::1]
         sig = types.void(f32, u16, *([f32] * n_state), u16, f32)
-        rule = _inlined(factory(np.float32))
-        kernel = _compile(sig, parallel)(
-            _mp_loop(rule, n_state, n_hyper, _inlined(_by_value(half.half_to_single)),
-                     _inlined(_by_value(half.single_to_half))))
+        rule = inlined(factory(np.float32))
+        kernel = compile_kernel(sig, parallel)(
+            _mp_loop(rule, n_state, n_hyper, inlined(by_value(half.half_to_single)),
+                     inlined(by_value(half.single_to_half))))
         return kernel
-    return _cached(key, build)
+    return cached(key, build)
 
 
 class MirrorLauncher(Launcher):
@@ -516,7 +404,7 @@ class MirrorLauncher(Launcher):
         w16 = self._flat(self.weight16, self.weight16, ())[0]
         hpa = np.array(hyper, np.float32)
         kernel = mp_kernel(factory, len(states), hpa.shape[0],
-                           w.shape[0] >= PARALLEL_THRESHOLD)
+                           w.shape[0] >= jit.PARALLEL_THRESHOLD)
         try:
             kernel(w, g.view(np.uint16), *states, w16.view(np.uint16), hpa)
         except TypeError:
@@ -532,7 +420,7 @@ class MirrorLauncher(Launcher):
             (weight.flags.f_contiguous and w16.flags.f_contiguous)
         if weight is not self.master or grad.dtype != np.float16 or not same_order:
             return super().run_rows(factory, weight, self._widened(grad), history, rows, hyper)
-        _rows_module().run_cpu(factory, weight, grad, history, rows, hyper, mirror=w16)
+        row_kernels.run_cpu(factory, weight, grad, history, rows, hyper, mirror=w16)
         self.mirrored = True
 
     def run_noise_rule(self, factory, weight, grad, hyper, key, aux):
@@ -555,22 +443,6 @@ class MirrorLauncher(Launcher):
 # --------------------------------------------------------------------------------------------
 # segmented kernels: many tensors in one call (the Trainer's flat buffers)
 # --------------------------------------------------------------------------------------------
-#: Elements per chunk of a segmented loop: a chunk lies inside one segment, and the parallel loop
-#: hands out chunks.
-CHUNK = 1 << 14
-
-
-def chunk_table(offsets, chunk=CHUNK):
-    """``(n_chunks, 3)`` int64 rows ``(start, end, segment)`` covering ``[offsets[s],
-    offsets[s+1])`` for every segment ``s`` in pieces of at most ``chunk`` elements."""
-    rows = []
-    for s in range(len(offsets) - 1):
-        a, b = int(offsets[s]), int(offsets[s + 1])
-        for start in range(a, b, chunk):
-            rows.append((start, min(start + chunk, b), s))
-    return np.array(rows, dtype=np.int64).reshape(-1, 3)
-
-
 def _segmented_loop(rule, n_state, n_hyper):
     """The loop of a rule over chunks; segment ``s`` reads its hyperparameters from row ``s`` of
     ``table`` (column 0: 1 to update the segment, 0 to skip it; the rest: the rule's ``hp``),
@@ -628,23 +500,23 @@ def segmented_kernel(factory, n_state: int, n_hyper: int, dtype, parallel: bool)
     key = ("segmented", factory, n_state, n_hyper, dtype, bool(parallel))
 
     def build():
-        nb = _NUMBA_TYPES[dtype]
+        nb = NUMBA_TYPES[dtype]
         arr = nb[::1]
         sig = types.void(arr, arr, *([arr] * n_state), nb[:, ::1], types.int64[:, ::1])
-        rule = _inlined(factory(dtype.type))
-        kernel = _compile(sig, parallel)(
+        rule = inlined(factory(dtype.type))
+        kernel = compile_kernel(sig, parallel)(
             _segmented_loop(rule, n_state, n_hyper))
         return kernel
-    return _cached(key, build)
+    return cached(key, build)
 
 
 def run_segmented(factory, weight, grad, states, table, chunks):
     """One call of ``factory``'s rule over flat buffers holding many tensors.
 
     ``weight``, ``grad``, ``states``: 1-D C-contiguous arrays of one dtype; ``table``: the
-    per-segment ``(active, *hp)`` rows in that dtype; ``chunks``: :func:`chunk_table` rows.
+    per-segment ``(active, *hp)`` rows in that dtype; ``chunks``: :func:`toolkit.backends.order.chunk_table` rows.
     """
-    parallel = weight.shape[0] >= PARALLEL_THRESHOLD and chunks.shape[0] > 1
+    parallel = weight.shape[0] >= jit.PARALLEL_THRESHOLD and chunks.shape[0] > 1
     kernel = segmented_kernel(factory, len(states), table.shape[1] - 1, weight.dtype, parallel)
     try:
         kernel(weight, grad, *states, table, chunks)
@@ -657,7 +529,7 @@ def run_segmented(factory, weight, grad, states, table, chunks):
 # --------------------------------------------------------------------------------------------
 def _normal():
     from . import noise
-    return noise.generator(_inlined, "cpu")
+    return noise.generator(inlined, "cpu")
 
 
 #: A noise rule's loop is compute-bound (about 4 ns per draw and core: two SplitMix64 hashes, a
@@ -675,18 +547,18 @@ def noise_kernel(factory, n_hyper, n_aux, dtype, parallel):
     key_ = ("noise", factory, n_hyper, n_aux, dtype, bool(parallel))
 
     def build():
-        rule = _inlined(factory(dtype.type))
+        rule = inlined(factory(dtype.type))
         normal = _normal()
 
         def loop(w, g, hp, key, aux):
             for i in prange(w.shape[0]):
                 w[i] = rule(w[i], g[i], normal(key, np.uint64(i)), hp, aux)
-        nb = _NUMBA_TYPES[dtype]
+        nb = NUMBA_TYPES[dtype]
         sig = types.void(nb[::1], nb[::1], types.UniTuple(nb, n_hyper), types.uint64,
                          types.UniTuple(types.float64, n_aux))
-        kernel = _compile(sig, parallel)(loop)
+        kernel = compile_kernel(sig, parallel)(loop)
         return kernel
-    return _cached(key_, build)
+    return cached(key_, build)
 
 
 def noise_segmented_kernel(factory, n_hyper, n_aux, dtype, parallel):
@@ -696,7 +568,7 @@ def noise_segmented_kernel(factory, n_hyper, n_aux, dtype, parallel):
     key_ = ("noise-segmented", factory, n_hyper, n_aux, dtype, bool(parallel))
 
     def build():
-        rule = _inlined(factory(dtype.type))
+        rule = inlined(factory(dtype.type))
         normal = _normal()
 
         def loop(w, g, table, keys, aux, offsets, chunks):
@@ -710,12 +582,12 @@ def noise_segmented_kernel(factory, n_hyper, n_aux, dtype, parallel):
                     for i in range(wc.shape[0]):
                         z = normal(keys[s], np.uint64(first + i))
                         wc[i] = rule(wc[i], gc[i], z, hp, a)
-        nb = _NUMBA_TYPES[dtype]
+        nb = NUMBA_TYPES[dtype]
         sig = types.void(nb[::1], nb[::1], nb[:, ::1], types.uint64[::1],
                          types.float64[:, ::1], types.int64[::1], types.int64[:, ::1])
-        kernel = _compile(sig, parallel)(loop)
+        kernel = compile_kernel(sig, parallel)(loop)
         return kernel
-    return _cached(key_, build)
+    return cached(key_, build)
 
 
 def run_noise(factory, weight, grad, hyper, key, aux):
@@ -750,10 +622,10 @@ def noise_mp_kernel(factory, n_hyper, n_aux, parallel):
 
     def build():
         from . import half
-        rule = _inlined(factory(np.float32))
+        rule = inlined(factory(np.float32))
         normal = _normal()
-        widen = _inlined(_by_value(half.half_to_single))
-        narrow = _inlined(_by_value(half.single_to_half))
+        widen = inlined(by_value(half.half_to_single))
+        narrow = inlined(by_value(half.single_to_half))
 
         def loop(w, g16, hp, key, aux, w16):
             for i in prange(w.shape[0]):
@@ -763,8 +635,8 @@ def noise_mp_kernel(factory, n_hyper, n_aux, parallel):
         f32, u16 = types.float32, types.uint16[::1]
         sig = types.void(f32[::1], u16, types.UniTuple(f32, n_hyper), types.uint64,
                          types.UniTuple(types.float64, n_aux), u16)
-        return _compile(sig, parallel)(loop)
-    return _cached(key_, build)
+        return compile_kernel(sig, parallel)(loop)
+    return cached(key_, build)
 
 
 def run_noise_mp(factory, weight, grad16, weight16, hyper, key, aux):
@@ -923,7 +795,7 @@ def _norms_sums(dtype, with_cum, g16):
     the last elements."""
     from .half import half_to_single
     f = dtype.type
-    widen = _inlined(_by_value(half_to_single) if g16 else _by_value(_as_is))
+    widen = inlined(by_value(half_to_single) if g16 else by_value(_as_is))
 
     def sums(w, g, cum, a, b, bs):
         m = b - a
@@ -944,17 +816,17 @@ def _norms_sums(dtype, with_cum, g16):
             v = np.float64(y)
             g0 += v * v
         return (w0 + w1) + (w2 + w3), (g0 + g1) + (g2 + g3)
-    return _inlined(sums)
+    return inlined(sums)
 
 
 def _norms_types(dtype, g16):
-    nb = _NUMBA_TYPES[dtype]
+    nb = NUMBA_TYPES[dtype]
     return nb[::1], (types.uint16[::1] if g16 else nb[::1])
 
 
 def norms_kernel(dtype, with_cum, parallel, g16=False):
     """``loop(w, g, cum, table, chunks, partial)``: for each chunk ``c`` (rows of
-    :func:`chunk_table`: ``start, end, segment``) of a segment ``s`` with ``table[s, 0]`` set,
+    :func:`toolkit.backends.order.chunk_table`: ``start, end, segment``) of a segment ``s`` with ``table[s, 0]`` set,
     ``partial[c] = (sum w^2, sum gm^2)`` over its elements, accumulated in float64 in four
     running sums (element ``i`` of the chunk into sum ``i % 4``, the tail into sum 0) added as
     ``(s0 + s1) + (s2 + s3)`` (:func:`_norms_sums`),
@@ -981,13 +853,13 @@ def norms_kernel(dtype, with_cum, parallel, g16=False):
         arr, garr = _norms_types(dtype, g16)
         sig = types.void(arr, garr, arr, types.float64[:, ::1], types.int64[:, ::1],
                          types.float64[:, ::1])
-        return _compile(sig, parallel)(loop)
-    return _cached(key, build)
+        return compile_kernel(sig, parallel)(loop)
+    return cached(key, build)
 
 
 def tensor_norms_kernel(dtype, with_cum, parallel, g16=False):
     """``loop(w, g, cum, bs) -> (sum w^2, sum gm^2)`` of one tensor in one call: the sums of
-    :func:`norms_kernel` over the chunks of :func:`single_chunks` (in parallel), added in chunk
+    :func:`norms_kernel` over the chunks of :func:`toolkit.backends.order.single_chunks` (in parallel), added in chunk
     order from 0.0 as :func:`run_norms` adds them, so the same numbers, bit for bit, without
     the tables and the second call."""
     dtype = np.dtype(dtype)
@@ -1009,14 +881,14 @@ def tensor_norms_kernel(dtype, with_cum, parallel, g16=False):
             return _chunk_totals(partial)
         arr, garr = _norms_types(dtype, g16)
         sig = types.UniTuple(types.float64, 2)(arr, garr, arr, types.float64)
-        return _compile(sig, parallel)(loop)
-    return _cached(key, build)
+        return compile_kernel(sig, parallel)(loop)
+    return cached(key, build)
 
 
 @register_jitable(inline="always")
 def _chunk_totals(partial):
     """``(sum of partial[:, 0], sum of partial[:, 1])`` added in chunk order from 0.0: one
-    tensor's chunks, as :func:`_sum_partials` adds a segment's."""
+    tensor's chunks, as :func:`toolkit.backends.order.sum_partials` adds a segment's."""
     s0 = 0.0
     s1 = 0.0
     for c in range(partial.shape[0]):
@@ -1025,25 +897,6 @@ def _chunk_totals(partial):
     return s0, s1
 
 
-@numba.njit(types.void(types.int64[:, ::1], types.float64[:, ::1], types.float64[:, ::1]),
-            **COMPILE_OPTIONS)
-def _sum_partials(chunks, partial, out):
-    """``out[s] = sum of partial[c]`` over segment ``s``'s chunks, in chunk order."""
-    out[:, :] = 0.0
-    for c in range(chunks.shape[0]):
-        s = chunks[c, 2]
-        out[s, 0] += partial[c, 0]
-        out[s, 1] += partial[c, 1]
-
-
-def single_chunks(n, chunk=CHUNK):
-    """The :func:`chunk_table` of one segment of ``n`` elements (vectorised)."""
-    starts = np.arange(0, max(n, 1), chunk, dtype=np.int64)
-    rows = np.empty((starts.shape[0], 3), np.int64)
-    rows[:, 0] = starts
-    rows[:, 1] = np.minimum(starts + chunk, n)
-    rows[:, 2] = 0
-    return rows
 
 def lars_norms(weight, grad, cum, batch_scale):
     """``(sum w^2, sum gm^2)`` of one tensor (``gm = (cum + grad)/batch_scale`` when ``cum`` is
@@ -1057,7 +910,7 @@ def lars_norms(weight, grad, cum, batch_scale):
         g = np.asarray(grad, order=order).reshape(-1, order=order)
         c = None if cum is None else cum.reshape(-1, order="A")
     g16 = g.dtype.char == "e" and w.dtype.char != "e"
-    key = (w.dtype.char, c is not None, w.shape[0] >= PARALLEL_THRESHOLD, g16)
+    key = (w.dtype.char, c is not None, w.shape[0] >= jit.PARALLEL_THRESHOLD, g16)
     kernel = _tensor_norms.get(key)  # a cheap key: this runs on every LARS step
     if kernel is None:
         kernel = _tensor_norms[key] = tensor_norms_kernel(w.dtype, *key[1:])
@@ -1073,30 +926,22 @@ _tensor_norms: dict = {}
 
 def run_norms(w, g, cum, table, chunks, out, with_cum):
     """The segmented norms of flat buffers into ``out`` (see :func:`norms_kernel`); ``chunks``
-    is the buffers' :func:`chunk_table`; ``g`` may be float16 for float32 ``w``."""
+    is the buffers' :func:`toolkit.backends.order.chunk_table`; ``g`` may be float16 for float32 ``w``."""
     partial = np.zeros((chunks.shape[0], 2))
     g16 = g.dtype == np.float16 and w.dtype != np.float16
     kernel = norms_kernel(w.dtype, with_cum,
-                          w.shape[0] >= PARALLEL_THRESHOLD and chunks.shape[0] > 1, g16)
+                          w.shape[0] >= jit.PARALLEL_THRESHOLD and chunks.shape[0] > 1, g16)
     args = (w, g.view(np.uint16) if g16 else g, cum, table, chunks, partial)
     try:
         kernel(*args)
     except TypeError:
         call_readonly(kernel, *args)
-    _sum_partials(chunks, partial, out)
+    sum_partials(chunks, partial, out)
 
 
 # --------------------------------------------------------------------------------------------
 # two-pass steps (LAMB): pass 1 reduces |w|^2 and |u|^2 per tensor, writing nothing
 # --------------------------------------------------------------------------------------------
-#: Elements per chunk of the direction pass, and the running sums a chunk is split into. The
-#: CUDA kernel reduces with the same numbers (one block of DIRECTION_LANES threads per chunk),
-#: so the float64 sums are the same on both backends, bit for bit, and for a tensor alone or
-#: inside a Trainer's group.
-DIRECTION_CHUNK = 1 << 12
-DIRECTION_LANES = 1 << 8
-
-
 def _direction_sums(direction, dtype, g16):
     """``sums(w, g, s0, s1, a, b, hp) -> (sum w^2, sum u^2)`` over elements ``a:b`` (one chunk)
     in float64, ``u`` from the ``direction`` rule: element ``j`` of the chunk adds into running
@@ -1105,8 +950,8 @@ def _direction_sums(direction, dtype, g16):
     float16 gradient as its uint16 bits, widened exactly on load (a float32 master's step)."""
     from .half import half_to_single
     lanes = DIRECTION_LANES
-    toward = _inlined(direction(dtype.type))
-    widen = _inlined(_by_value(half_to_single) if g16 else _by_value(_as_is))
+    toward = inlined(direction(dtype.type))
+    widen = inlined(by_value(half_to_single) if g16 else by_value(_as_is))
 
     def sums(w, g, s0, s1, a, b, hp):
         wc, gc, x0, x1 = w[a:b], g[a:b], s0[a:b], s1[a:b]
@@ -1128,12 +973,12 @@ def _direction_sums(direction, dtype, g16):
                 su[lane] += su[lane + h]
             h //= 2
         return sw[0], su[0]
-    return _inlined(sums)
+    return inlined(sums)
 
 
 def direction_kernel(direction, n_hyper: int, dtype, parallel: bool):
     """``loop(w, g, s0, s1, table, chunks, partial)``: for each chunk ``c`` (rows
-    ``(start, end, segment)`` of :func:`chunk_table` with :data:`DIRECTION_CHUNK`) of a segment
+    ``(start, end, segment)`` of :func:`toolkit.backends.order.chunk_table` with :data:`DIRECTION_CHUNK`) of a segment
     ``s`` with ``table[s, 0]`` set, ``partial[c] = (sum w^2, sum u^2)`` in float64, in the
     order of :func:`_direction_sums`. :func:`run_direction` adds a segment's partials in chunk
     order. No array but ``partial`` is written."""
@@ -1150,12 +995,12 @@ def direction_kernel(direction, n_hyper: int, dtype, parallel: bool):
                     hp = to_fixed_tuple(table[s, 1:], n_hyper)
                     partial[c, 0], partial[c, 1] = sums(w, g, s0, s1, chunks[c, 0],
                                                         chunks[c, 1], hp)
-        nb = _NUMBA_TYPES[dtype]
+        nb = NUMBA_TYPES[dtype]
         arr = nb[::1]
         sig = types.void(arr, arr, arr, arr, nb[:, ::1], types.int64[:, ::1],
                          types.float64[:, ::1])
-        return _compile(sig, parallel)(loop)
-    return _cached(key, build)
+        return compile_kernel(sig, parallel)(loop)
+    return cached(key, build)
 
 
 def tensor_direction_kernel(direction, n_hyper: int, dtype, parallel: bool, g16=False):
@@ -1180,32 +1025,32 @@ def tensor_direction_kernel(direction, n_hyper: int, dtype, parallel: bool, g16=
                 a = c * chunk
                 partial[c, 0], partial[c, 1] = sums(w, g, s0, s1, a, min(a + chunk, n), hp)
             return _chunk_totals(partial)
-        nb = _NUMBA_TYPES[dtype]
+        nb = NUMBA_TYPES[dtype]
         arr = nb[::1]
         sig = types.UniTuple(types.float64, 2)(arr, types.uint16[::1] if g16 else arr, arr,
                                                arr, arr)
-        return _compile(sig, parallel)(loop)
-    return _cached(key, build)
+        return compile_kernel(sig, parallel)(loop)
+    return cached(key, build)
 
 
 def run_direction(direction, w, g, states, table, chunks, out):
     """Pass 1 of a two-pass step over flat buffers (:func:`direction_kernel`; ``states``: two
     arrays, read only): ``out[s] = (sum w^2, sum u^2)`` of every active segment.
     ``table``: the ``(active, *hp)`` rows in the arrays' dtype; ``chunks``: their
-    :func:`chunk_table` with :data:`DIRECTION_CHUNK`."""
+    :func:`toolkit.backends.order.chunk_table` with :data:`DIRECTION_CHUNK`."""
     if len(states) != 2:
         raise ValueError(f"a direction pass takes two state arrays, got {len(states)}")
     partial = np.zeros((chunks.shape[0], 2))
-    parallel = w.shape[0] >= PARALLEL_THRESHOLD and chunks.shape[0] > 1
+    parallel = w.shape[0] >= jit.PARALLEL_THRESHOLD and chunks.shape[0] > 1
     # direction_kernel's own key, looked up first: a compiled kernel without the call
-    kernel = _kernels.get(("direction", direction, table.shape[1] - 1, w.dtype, parallel))
+    kernel = KERNELS.get(("direction", direction, table.shape[1] - 1, w.dtype, parallel))
     if kernel is None:
         kernel = direction_kernel(direction, table.shape[1] - 1, w.dtype, parallel)
     try:
         kernel(w, g, states[0], states[1], table, chunks, partial)
     except TypeError:
         call_readonly(kernel, w, g, states[0], states[1], table, chunks, partial)
-    _sum_partials(chunks, partial, out)
+    sum_partials(chunks, partial, out)
 
 
 def direction_norms(direction, w, g, states, hyper):
@@ -1218,7 +1063,7 @@ def direction_norms(direction, w, g, states, hyper):
     dtype = w.dtype
     hpa = np.array(hyper, dtype)
     g16 = g.dtype.char == "e" and dtype.char != "e"
-    key = (direction, hpa.shape[0], dtype, w.shape[0] >= PARALLEL_THRESHOLD, g16)
+    key = (direction, hpa.shape[0], dtype, w.shape[0] >= jit.PARALLEL_THRESHOLD, g16)
     kernel = _tensor_directions.get(key)  # a cheap key: this runs on every LAMB step
     if kernel is None:
         kernel = _tensor_directions[key] = tensor_direction_kernel(*key)

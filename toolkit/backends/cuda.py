@@ -28,190 +28,34 @@ at a time: it checks indexing and logic, not FMA, float16 hardware or races).
 """
 from __future__ import annotations
 
-import os
+import sys
 import threading
 import warnings
-import weakref
 
 import numba
 import numpy as np
 from numba import cuda, types
 from numba.cuda.core.errors import NumbaPerformanceWarning
 
-from . import arrays, rules
+from . import arrays, cuda_rows, rules
 from .arrays import ArrayDesc
+from .cuda_device import (COMPILE_OPTIONS, NUMBA_TYPES, SIMULATOR, THREADS,
+                          block_cap, compute_dtype, device_of, flat, launch, launch_config,
+                          resolve_stream, row_tuple, single_device)
+from .order import DIRECTION_CHUNK, DIRECTION_LANES, single_chunks, sum_partials
+from .order import chunk_table as host_chunks
 
 __all__ = ["SIMULATOR", "COMPILE_OPTIONS", "THREADS", "Launcher", "elementwise_kernel",
            "launch_config", "device_of", "resolve_stream", "zeros", "convert_into", "to_host",
            "lars_norms", "run_norms", "flat", "direction_norms", "run_direction"]
 
-SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
-
-#: The compile options of every CUDA kernel (the simulator ignores them).
-COMPILE_OPTIONS = dict(fastmath=False, cache=not SIMULATOR)
-
-#: Threads per block of the element-wise kernels; blocks are capped at BLOCKS_PER_SM per
-#: multiprocessor (a grid-stride loop covers the rest). The simulator runs each thread as a Python
-#: thread, so it gets a small grid (still two blocks, so the stride is exercised).
-THREADS = 16 if SIMULATOR else 256
-BLOCKS_PER_SM = 16
-
 #: The fixed grid of the sum-of-squares reduction: fixed (not derived from the device) so the
 #: float64 partial sums are added in the same order on every GPU, run after run.
 REDUCE_BLOCKS, REDUCE_THREADS = (2, 16) if SIMULATOR else (256, 256)
 
-if SIMULATOR:
-    def row_tuple(row, n):
-        """The first ``n`` values of a table row as a tuple (the simulator runs Python)."""
-        return tuple(row[:n])
-else:
-    from numba.cuda.np.unsafe.ndarray import to_fixed_tuple as row_tuple
-
-_NB = {np.dtype(np.float16): types.float16, np.dtype(np.float32): types.float32,
-       np.dtype(np.float64): types.float64}
 _lock = threading.Lock()
 _kernels: dict = {}
 _device_rules: dict = {}
-_streams: dict = {}
-_max_blocks: dict = {}
-
-
-def compute_dtype(dtype):
-    """The arithmetic dtype for a storage dtype: float32 for float16, else the dtype itself."""
-    dtype = np.dtype(dtype)
-    return np.dtype(np.float32) if dtype == np.float16 else dtype
-
-
-# --------------------------------------------------------------------------------------------
-# devices, streams, views
-# --------------------------------------------------------------------------------------------
-_n_devices: list = []
-
-
-def single_device():
-    """Whether this process sees one GPU (then every device pointer is on device 0)."""
-    if SIMULATOR:
-        return True
-    if not _n_devices:
-        _n_devices.append(len(cuda.gpus))
-    return _n_devices[0] == 1
-
-
-def device_of(d: ArrayDesc):
-    """The ordinal of the CUDA device that holds ``d``'s memory (0 under the simulator)."""
-    if d.ptr == 0 or single_device():
-        return 0
-    from numba.cuda.cudadrv import driver
-    cuda.current_context()
-    attr = driver.binding.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-    return int(driver.driver.cuPointerGetAttribute(attr, driver.binding.CUdeviceptr(d.ptr)))
-
-
-def _stream_handle(s):
-    if isinstance(s, (int, np.integer)):
-        return int(s)
-    for attr in ("ptr", "cuda_stream", "handle"):  # CuPy, PyTorch, numba
-        h = getattr(s, attr, None)
-        if h is not None:
-            h = getattr(h, "value", h)
-            return int(h) if h is not None else 0
-    raise TypeError(f"stream must be a numba Stream, a CuPy or PyTorch stream, or an integer "
-                    f"handle, got {type(s).__name__}")
-
-
-def resolve_stream(stream, weight: ArrayDesc):
-    """The stream a step is enqueued on: ``stream`` if given, else the one the weight exports
-    (CuPy: its current stream), else for a PyTorch tensor PyTorch's current stream on its device
-    (PyTorch's interface exports none), else the default stream.
-
-    Handles follow the CUDA array interface: 1 is the legacy default stream, 2 the per-thread
-    default stream.
-    """
-    if SIMULATOR:
-        return 0
-    if stream is None:
-        stream = weight.stream
-        if stream is None and weight.library == "torch":
-            # PyTorch's interface (version 2) exports no stream: its current stream it is,
-            # else a kernel on the legacy default stream would race PyTorch's non-blocking
-            # side streams
-            import torch
-            stream = torch.cuda.current_stream(weight.obj.device).cuda_stream
-    if isinstance(stream, cuda.cudadrv.driver.Stream):
-        return stream
-    h = 0 if stream is None else _stream_handle(stream)
-    s = _streams.get(h)
-    if s is None:
-        if h in (0, 1):
-            s = cuda.default_stream() if h == 0 else cuda.legacy_default_stream()
-        elif h == 2:
-            s = cuda.per_thread_default_stream()
-        else:
-            s = cuda.external_stream(h)
-        _streams[h] = s
-    return s
-
-
-_flat_views: dict = {}
-_FLAT_CACHE = 4096
-
-
-def flat(d: ArrayDesc):
-    """A 1-D device array over ``d``'s memory in memory order, without a copy or a sync.
-
-    Views are cached per (owner, pointer, length, dtype) while the owner lives (a weak
-    reference), so a training loop does not rebuild them every step; a view does not keep the
-    owner's memory alive (the caller holds the owner during the launch).
-    """
-    n = d.size
-    if SIMULATOR:
-        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-        return FakeCUDAArray(arrays.host_view(d)[:n])
-    key = (id(d.obj), d.lo, n, d.dtype.str)
-    hit = _flat_views.get(key)
-    if hit is not None and hit[0]() is d.obj:
-        return hit[1]
-    desc = {"shape": (n,), "typestr": d.dtype.str, "data": (d.lo, False), "version": 3,
-            "strides": None, "stream": None}
-    try:
-        ref = weakref.ref(d.obj)
-    except TypeError:  # an owner without weak references: a fresh view that holds it
-        return cuda.from_cuda_array_interface(desc, owner=d.obj, sync=False)
-    view = cuda.from_cuda_array_interface(desc, owner=None, sync=False)
-    with _lock:
-        if len(_flat_views) >= _FLAT_CACHE:
-            dead = [k for k, (r, _) in list(_flat_views.items()) if r() is None]
-            for k in dead or list(_flat_views):
-                _flat_views.pop(k, None)
-        _flat_views[key] = (ref, view)
-    return view
-
-
-def launch(kernel, blocks, threads, stream, *args):
-    """``kernel[blocks, threads, stream](*args)``. Small tensors need only a few blocks: numba's
-    low-occupancy warning (below 128 blocks) is silenced for these launches only."""
-    if blocks >= 128:
-        kernel[blocks, threads, stream](*args)
-        return
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", NumbaPerformanceWarning)
-        kernel[blocks, threads, stream](*args)
-
-
-def launch_config(n: int):
-    """``(blocks, threads)`` of a grid-stride element-wise kernel over ``n`` elements."""
-    if SIMULATOR:
-        return min(-(-n // THREADS), 2), THREADS
-    return min(-(-n // THREADS), _block_cap()), THREADS
-
-
-def _block_cap():
-    dev_id = 0 if single_device() else cuda.get_current_device().id
-    cap = _max_blocks.get(dev_id)
-    if cap is None:
-        dev = cuda.get_current_device()
-        cap = _max_blocks[dev_id] = dev.MULTIPROCESSOR_COUNT * BLOCKS_PER_SM
-    return cap
 
 
 # --------------------------------------------------------------------------------------------
@@ -313,8 +157,8 @@ def elementwise_kernel(factory, storage: tuple, compute, n_hyper: int, mirror: b
         if kernel is None:
             rule = device_rule(factory, compute)
             n_state = len(storage) - 3
-            arrs = [_NB[s][::1] for s in storage]
-            hp = types.UniTuple(_NB[compute], n_hyper)
+            arrs = [NUMBA_TYPES[s][::1] for s in storage]
+            hp = types.UniTuple(NUMBA_TYPES[compute], n_hyper)
             sig = types.void(*arrs[:-1], hp, arrs[-1], types.int64[::1], types.int64)
             src = _source(rule, n_state, compute.type, bool(mirror), bool(by_rows))
             kernel = _kernels[key] = cuda.jit(sig, **COMPILE_OPTIONS)(src)
@@ -387,7 +231,7 @@ def _norms_kernels(dx, dy, dc, with_cum):
             if k is None:
                 partial, final = _norms_sources(compute_dtype(dx).type, bool(with_cum))
                 out3 = types.float64[:, :, ::1]
-                sig = types.void(_NB[dx][::1], _NB[dy][::1], _NB[dc][::1], types.float64[:, ::1],
+                sig = types.void(NUMBA_TYPES[dx][::1], NUMBA_TYPES[dy][::1], NUMBA_TYPES[dc][::1], types.float64[:, ::1],
                                  types.int64[::1], out3)
                 k = _kernels[key] = (
                     cuda.jit(sig, **COMPILE_OPTIONS)(partial),
@@ -492,7 +336,6 @@ def _direction_source(toward, n_hyper, f, lanes, threads):
 def direction_kernel(direction, storage: tuple, compute, n_hyper: int):
     """The compiled first pass of a two-pass step (cached per process); ``storage``: the dtypes
     of ``(w, g, s0, s1)``."""
-    from .cpu import DIRECTION_LANES
     compute = np.dtype(compute)
     storage = tuple(np.dtype(s) for s in storage)
     key = ("direction", direction, storage, compute, n_hyper)
@@ -504,7 +347,7 @@ def direction_kernel(direction, storage: tuple, compute, n_hyper: int):
         if kernel is None:
             src = _direction_source(device_rule(direction, compute), n_hyper, compute.type,
                                     DIRECTION_LANES, DIRECTION_THREADS or DIRECTION_LANES)
-            sig = types.void(*[_NB[s][::1] for s in storage], _NB[compute][:, ::1],
+            sig = types.void(*[NUMBA_TYPES[s][::1] for s in storage], NUMBA_TYPES[compute][:, ::1],
                              types.int64[:, ::1], types.float64[:, ::1])
             kernel = _kernels[key] = cuda.jit(sig, **COMPILE_OPTIONS)(src)
     return kernel
@@ -517,7 +360,6 @@ def run_direction(direction, w: ArrayDesc, g: ArrayDesc, states, table, chunks,
     the host ``(active, *hp)`` rows (compute dtype); ``chunks`` and ``host_chunks``: the device
     and host copies of the chunk table (``DIRECTION_CHUNK``). The per-chunk sums are added on the
     host in chunk order (as on the CPU); copying them back is the one synchronisation."""
-    from .cpu import DIRECTION_LANES, _sum_partials
     if len(states) != 2:
         raise ValueError(f"a direction pass takes two state arrays, got {len(states)}")
     out = np.zeros((table.shape[0], 2))
@@ -529,20 +371,19 @@ def run_direction(direction, w: ArrayDesc, g: ArrayDesc, states, table, chunks,
         s.dtype for s in states), compute, table.shape[1] - 1)
     dev_table = cuda.to_device(np.ascontiguousarray(table, compute), stream=stream)
     partial = cuda.to_device(np.zeros((n_chunks, 2)), stream=stream)
-    blocks = min(n_chunks, 2) if SIMULATOR else min(n_chunks, _block_cap())
+    blocks = min(n_chunks, 2) if SIMULATOR else min(n_chunks, block_cap())
     launch(kernel, blocks, DIRECTION_THREADS or DIRECTION_LANES, stream, flat(w), flat(g),
            flat(states[0]),
            flat(states[1]), dev_table, chunks, partial)
     host = partial.copy_to_host(stream=stream)
     if not SIMULATOR:
         stream.synchronize() if hasattr(stream, "synchronize") else cuda.synchronize()
-    _sum_partials(np.ascontiguousarray(host_chunks, np.int64), host, out)
+    sum_partials(np.ascontiguousarray(host_chunks, np.int64), host, out)
     return out
 
 
 def direction_norms(direction, w: ArrayDesc, g: ArrayDesc, states, hyper, stream=0):
     """:func:`run_direction` over one tensor: ``(sum w^2, sum u^2)``."""
-    from .cpu import DIRECTION_CHUNK, single_chunks
     compute = compute_dtype(w.dtype)
     table = np.array([(1.0,) + tuple(hyper)], compute)
     host_chunks = single_chunks(w.size, DIRECTION_CHUNK)
@@ -695,11 +536,10 @@ class Launcher:
         """A row rule (:mod:`toolkit.backends.rows`), one launch: gradient row ``k`` updates
         weight and history row ``rows[k]`` (row ``k`` when ``rows`` is None); this launcher's
         own ``rows`` go up once per step."""
-        from . import rows as row_kernels
         w = self._describe(weight, "weight")
         if rows is not None and rows is self.rows:
             rows = self._device_rows()
-        self._in_device(row_kernels.run_cuda, factory, w, self._describe(grad, "grad"),
+        self._in_device(cuda_rows.run, factory, w, self._describe(grad, "grad"),
                         self._describe(history, "state['history']"), rows, hyper,
                         stream=self.stream, mirror=self._mirror_for(w))
 
@@ -827,8 +667,8 @@ def segmented_kernel(factory, storage: tuple, compute, n_hyper: int, mirror: boo
         kernel = _kernels.get(key)
         if kernel is None:
             rule = device_rule(factory, compute)
-            arrs = [_NB[s][::1] for s in storage]
-            sig = types.void(*arrs[:-1], _NB[compute][:, ::1], types.int64[:, ::1], arrs[-1])
+            arrs = [NUMBA_TYPES[s][::1] for s in storage]
+            sig = types.void(*arrs[:-1], NUMBA_TYPES[compute][:, ::1], types.int64[:, ::1], arrs[-1])
             src = _segmented_source(rule, len(storage) - 3, n_hyper, compute.type, bool(mirror))
             kernel = _kernels[key] = cuda.jit(sig, **COMPILE_OPTIONS)(src)
     return kernel
@@ -866,7 +706,6 @@ class TableUpload:
 
 def chunk_table(offsets):
     """The device-side chunk rows ``(start, end, segment)`` of a segmented kernel."""
-    from .cpu import chunk_table as host_chunks
     return host_chunks(offsets, CHUNK)
 
 
@@ -884,7 +723,7 @@ def run_segmented(factory, w: ArrayDesc, g: ArrayDesc, states, table, upload: Ta
     storage = (w.dtype, g.dtype) + tuple(s.dtype for s in states) + (m.dtype,)
     kernel = segmented_kernel(factory, storage, compute, table.shape[1] - 1, mirror is not None)
     n_chunks = chunks.shape[0]
-    blocks = min(n_chunks, 2) if SIMULATOR else min(n_chunks, _block_cap())
+    blocks = min(n_chunks, 2) if SIMULATOR else min(n_chunks, block_cap())
     k, dev_table = upload.upload(table, stream)
     args = [flat(w), flat(g)] + [flat(s) for s in states] + [dev_table, chunks, flat(m)]
     launch(kernel, blocks, THREADS, stream, *args)
@@ -939,14 +778,14 @@ def _noise_kernel(kind, factory, w, g, m, compute, n_hyper, n_aux, mirror):
                 single, segmented = _noise_sources(rule, compute.type, bool(mirror), n_hyper,
                                                    n_aux)
                 if kind == "single":
-                    sig = types.void(_NB[w][::1], _NB[g][::1],
-                                     types.UniTuple(_NB[compute], n_hyper), types.uint64,
-                                     types.UniTuple(types.float64, n_aux), _NB[m][::1])
+                    sig = types.void(NUMBA_TYPES[w][::1], NUMBA_TYPES[g][::1],
+                                     types.UniTuple(NUMBA_TYPES[compute], n_hyper), types.uint64,
+                                     types.UniTuple(types.float64, n_aux), NUMBA_TYPES[m][::1])
                     src = single
                 else:
-                    sig = types.void(_NB[w][::1], _NB[g][::1], _NB[compute][:, ::1],
+                    sig = types.void(NUMBA_TYPES[w][::1], NUMBA_TYPES[g][::1], NUMBA_TYPES[compute][:, ::1],
                                      types.uint64[::1], types.float64[:, ::1], types.int64[::1],
-                                     types.int64[:, ::1], _NB[m][::1])
+                                     types.int64[:, ::1], NUMBA_TYPES[m][::1])
                     src = segmented
                 kernel = _kernels[key] = cuda.jit(sig, **COMPILE_OPTIONS)(src)
     return kernel
@@ -978,9 +817,14 @@ def run_noise_segmented(factory, w: ArrayDesc, g: ArrayDesc, table, keys, aux, u
     kernel = _noise_kernel("segmented", factory, w.dtype, g.dtype, m.dtype, compute,
                            table.shape[1] - 1, aux.shape[1], mirror is not None)
     n_chunks = chunks.shape[0]
-    blocks = min(n_chunks, 2) if SIMULATOR else min(n_chunks, _block_cap())
+    blocks = min(n_chunks, 2) if SIMULATOR else min(n_chunks, block_cap())
     sent = [u.upload(a, stream) for u, a in zip(uploads, (table, keys, aux))]
     launch(kernel, blocks, THREADS, stream, flat(w), flat(g), sent[0][1], sent[1][1],
            sent[2][1], offsets, chunks, flat(m))
     for u, (k, _) in zip(uploads, sent):
         u.launched(k, stream)
+
+
+# the operations on numba device arrays that the kind-neutral array contract asks for
+# (this module itself: device_of, zeros, convert_into, copy_from_host, to_host, read when called)
+arrays.register_kind(arrays.DEVICE, sys.modules[__name__])

@@ -7,10 +7,11 @@ applies ``reduce_row`` to the row's state and shares the row's factor through sh
 then every thread updates its columns. Loads are converted to the compute type (float32 for
 float16 storage); with a ``mirror`` the float16 twin of a float32 master weight is written in the
 same pass. Plain ``@cuda.jit`` (shared arrays and ``syncthreads`` only), with the CUDA backend's
-compile policy and kernel cache (``toolkit.backends.cuda``).
+compile policy (:mod:`toolkit.backends.cuda_device`) and a kernel cache of its own.
 
-This module imports numba-cuda: :mod:`toolkit.backends.rows` imports it only when a CUDA step
-runs.
+This module imports numba-cuda: :mod:`toolkit.backends.rows` (the dispatch of a Trainer's row
+step) and the CUDA launcher (:mod:`toolkit.backends.cuda`) import it only when a CUDA step runs.
+It imports only the layers below it (``cuda_device``, ``jit``), never the launcher.
 """
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ import numba
 import numpy as np
 from numba import cuda, types
 
-from . import cuda as backend
-from .cuda import row_tuple
+from . import cuda_device as backend
+from .cuda_device import row_tuple
+from .jit import KernelCache
 
 __all__ = ["THREADS", "kernel_for", "run", "run_segmented"]
 
@@ -100,26 +102,20 @@ def _segmented_source(row, nb_compute, threads, n_hyper):
     return kernel
 
 
-def _compiled(key, build):
-    """The kernel under ``key`` in the CUDA backend's cache, built by ``build()`` once."""
-    kernel = backend._kernels.get(key)
-    if kernel is None:
-        with backend._lock:
-            kernel = backend._kernels.get(key)
-            if kernel is None:
-                kernel = backend._kernels[key] = build()
-    return kernel
+#: The row kernels, and apart from them (a kernel's build asks for its row function) the row
+#: device functions, each built once per process.
+_KERNELS = KernelCache()
+_ROWS = KernelCache()
 
 
 def _row_of(factory, compute, mirror):
     """The row device function of ``factory`` for ``compute`` (cached per process)."""
     key = ("rows-device", factory, compute, bool(mirror))
-    row = backend._kernels.get(key)
-    if row is None:
+
+    def build():
         prep, reduce_row, apply = (cuda.jit(device=True)(fn) for fn in factory(compute.type))
-        row = backend._kernels[key] = _row_source(prep, reduce_row, apply, compute.type,
-                                                  bool(mirror), THREADS)
-    return row
+        return _row_source(prep, reduce_row, apply, compute.type, bool(mirror), THREADS)
+    return _ROWS.cached(key, build)
 
 
 def kernel_for(factory, storage: tuple, compute, n_hyper: int, mirror: bool, segmented=False):
@@ -133,8 +129,8 @@ def kernel_for(factory, storage: tuple, compute, n_hyper: int, mirror: bool, seg
 
     def build():
         row = _row_of(factory, compute, mirror)
-        nb = backend._NB[compute]
-        arrs = [backend._NB[s][::1] for s in storage]
+        nb = backend.NUMBA_TYPES[compute]
+        arrs = [backend.NUMBA_TYPES[s][::1] for s in storage]
         i64 = types.int64
         if segmented:
             sig = types.void(arrs[0], arrs[1], arrs[2], nb[:, ::1], i64[::1], i64[::1],
@@ -145,7 +141,7 @@ def kernel_for(factory, storage: tuple, compute, n_hyper: int, mirror: bool, seg
                              i64, i64, i64, types.UniTuple(nb, n_hyper), arrs[3])
             src = _source(row, nb, THREADS)
         return cuda.jit(sig, **backend.COMPILE_OPTIONS)(src)
-    return _compiled(key, build)
+    return _KERNELS.cached(key, build)
 
 
 _ALL_ROWS: list = []
@@ -180,7 +176,7 @@ def run(factory, w, g, h, rows, hyper, stream=0, mirror=None):
     w_rs, w_cs = _strides(w.shape, w.order == "C")
     g_rs, g_cs = _strides(g.shape, g.order == "C")
     hp = tuple(compute.type(x) for x in hyper)
-    blocks = min(nk, 2) if backend.SIMULATOR else min(nk, backend._block_cap())
+    blocks = min(nk, 2) if backend.SIMULATOR else min(nk, backend.block_cap())
     backend.launch(kernel, blocks, THREADS, stream, backend.flat(w), backend.flat(g),
                    backend.flat(h), dev_rows, dense, nk, ncols, w_rs, w_cs, g_rs, g_cs, hp,
                    backend.flat(m))
@@ -199,7 +195,7 @@ def run_segmented(factory, w, g, h, table, upload, layout, stream=0, mirror=None
     kernel = kernel_for(factory, (w.dtype, g.dtype, h.dtype, m.dtype), compute,
                         table.shape[1] - 1, mirror is not None, segmented=True)
     row_seg, row_base, ncols_of = layout.device_tables()
-    blocks = min(n_rows, 2) if backend.SIMULATOR else min(n_rows, backend._block_cap())
+    blocks = min(n_rows, 2) if backend.SIMULATOR else min(n_rows, backend.block_cap())
     k, dev_table = upload.upload(table, stream)
     backend.launch(kernel, blocks, THREADS, stream, backend.flat(w), backend.flat(g),
                    backend.flat(h), dev_table, row_seg, row_base, ncols_of, backend.flat(m))

@@ -8,8 +8,8 @@ is a NaN or an infinity exactly when its exponent bits are all ones, an integer 
 vectorises and has no float exceptions. Float16, float32 and float64 are read as their
 uint16, uint32 and uint64 bits.
 
-CPU: Numba kernels under the CPU backend's compile policy (``cpu.COMPILE_OPTIONS``, explicit
-signatures, on-disk cache), serial below ``cpu.PARALLEL_THRESHOLD`` elements and parallel
+CPU: Numba kernels under the CPU backend's compile policy (``jit.COMPILE_OPTIONS``, explicit
+signatures, on-disk cache), serial below ``jit.PARALLEL_THRESHOLD`` elements and parallel
 above, compiled the first time the guard is used (a start-up without it compiles nothing).
 CUDA: one kernel per pass writes one flag per block (one tensor) or per chunk (a group),
 reduced in the block by ``syncthreads_or``; the flags come back in one device-to-host copy,
@@ -24,7 +24,7 @@ import numba
 import numpy as np
 from numba import prange, types
 
-from . import cpu
+from . import jit
 
 __all__ = ["all_finite", "finite_segments", "BITS"]
 
@@ -51,7 +51,7 @@ def _compiled(key, fn, sig, parallel):
                 fn = pytypes.FunctionType(fn.__code__, fn.__globals__, fn.__name__)
                 fn.__qualname__ = f"{fn.__name__}.{'parallel' if parallel else 'serial'}"
                 kernel = _kernels[key] = numba.njit(
-                    [sig], parallel=bool(parallel), **cpu.COMPILE_OPTIONS)(fn)
+                    [sig], parallel=bool(parallel), **jit.COMPILE_OPTIONS)(fn)
     return kernel
 
 
@@ -105,7 +105,7 @@ def _host_all_finite(a):
     bits, mask = got
     if bits.shape[0] == 0:
         return True
-    parallel = bits.shape[0] >= cpu.PARALLEL_THRESHOLD
+    parallel = bits.shape[0] >= jit.PARALLEL_THRESHOLD
     nb = _NB[bits.dtype]
     kernel = _compiled(("all", bits.dtype, parallel), _all_finite_bits,
                        types.boolean(nb[::1], nb), parallel)
@@ -135,7 +135,7 @@ def all_finite(grad, stream=None):
 def finite_segments(flat_grad, offsets, chunks, stream=None):
     """One bool per segment of a flat gradient buffer (segment ``s``: elements
     ``offsets[s]:offsets[s+1]``): True when all its elements are finite. ``chunks``: the
-    buffer's chunk table (``cpu.chunk_table`` rows on the host; for a numba device buffer the
+    buffer's chunk table (``order.chunk_table`` rows on the host; for a numba device buffer the
     device table of ``cuda.chunk_table(offsets)``)."""
     n_seg = len(offsets) - 1
     if type(flat_grad) is np.ndarray:
@@ -146,7 +146,7 @@ def finite_segments(flat_grad, offsets, chunks, stream=None):
         bits, mask = got
         flags = np.zeros(n_seg, np.uint8)
         if chunks.shape[0]:
-            parallel = bits.shape[0] >= cpu.PARALLEL_THRESHOLD and chunks.shape[0] > 1
+            parallel = bits.shape[0] >= jit.PARALLEL_THRESHOLD and chunks.shape[0] > 1
             nb = _NB[bits.dtype]
             kernel = _compiled(("segments", bits.dtype, parallel), _segment_flags,
                                types.void(nb[::1], nb, types.int64[:, ::1], types.uint8[::1]),

@@ -24,8 +24,8 @@ gradient row ``k`` to weight row ``k`` for every row (the dense step). Rows not 
 read or written. The weight may be C- or Fortran-ordered (its elements are addressed through
 its row and column strides); the state is ``(rows, 1)``.
 
-CPU: one ``prange`` over the rows above :data:`toolkit.backends.cpu.PARALLEL_THRESHOLD` elements,
-serial below, with the CPU backend's compile policy (``cpu.COMPILE_OPTIONS``, explicit signatures,
+CPU: one ``prange`` over the rows above :data:`toolkit.backends.jit.PARALLEL_THRESHOLD` elements,
+serial below, with the CPU backend's compile policy (``jit.COMPILE_OPTIONS``, explicit signatures,
 kernels cached per (rule, dtype, serial/parallel)). CUDA (:mod:`toolkit.backends.cuda_rows`,
 imported only when a CUDA step runs): one block per row, plain ``@cuda.jit``; float16 storage is
 computed in float32, and a float16 twin of a float32 master weight (``mirror``) is written in
@@ -43,7 +43,7 @@ from numba.core.errors import NumbaIRAssumptionWarning
 from numba.extending import intrinsic, register_jitable
 from numba.np.unsafe.ndarray import to_fixed_tuple
 
-from . import cpu
+from . import jit
 
 __all__ = ["GroupRows", "run_cpu", "run_cpu_segmented", "run_cuda", "run_cuda_segmented",
            "cpu_kernel"]
@@ -70,7 +70,7 @@ def _cpu_row(prep, reduce_row, apply, widen, narrow, mirror):
         hn, a = reduce_row(h[r], _row_squares(ps), np.float64(ncols), hp)
         h[r] = hn
         return a
-    history = cpu._inlined(history)
+    history = jit.inlined(history)
 
     def apply_row(w, wb, ncols, ps, a, hp, o):
         """The contiguous weight row at ``wb`` (and its float16 copy) from ``ps`` and ``a``."""
@@ -84,7 +84,7 @@ def _cpu_row(prep, reduce_row, apply, widen, narrow, mirror):
         else:
             for j in range(ncols):
                 ws[j] = apply(ws[j], ps[j], a, hp)
-    apply_row = cpu._inlined(apply_row)
+    apply_row = jit.inlined(apply_row)
 
     def row(w, g, h, r, wb, gb, ncols, w_cs, g_cs, hp, o, scratch):
         ps = scratch[:ncols]
@@ -138,7 +138,7 @@ def _cpu_row(prep, reduce_row, apply, widen, narrow, mirror):
             a_prev = history(h, r_prev, cur, ncols, hp)
             prev, cur = cur, prev
         apply_row(w, r_prev * w_rs, ncols, prev, a_prev, hp, o)
-    return cpu._inlined(row), cpu._inlined(rows)
+    return jit.inlined(row), jit.inlined(rows)
 
 
 @intrinsic
@@ -261,7 +261,7 @@ def cpu_kernel(factory, n_hyper: int, dtype, parallel: bool, mp=False):
     key = ("rows", factory, n_hyper, dtype, bool(parallel), bool(mp))
 
     def build():
-        arr = cpu._NUMBA_TYPES[dtype][::1]
+        arr = jit.NUMBA_TYPES[dtype][::1]
         i64, u16 = types.int64, types.uint16[::1]
         sig = types.void(arr, u16 if mp else arr, arr, i64[::1], types.boolean, i64, i64, i64,
                          i64, i64, i64, arr, u16)
@@ -271,16 +271,16 @@ def cpu_kernel(factory, n_hyper: int, dtype, parallel: bool, mp=False):
             # check of numba's own IR, not a fault: tests/test_groupadagrad.py checks this
             # kernel bit for bit against the float32 step and numpy's rounding)
             warnings.simplefilter("ignore", NumbaIRAssumptionWarning)
-            return cpu._compile(sig, parallel)(_cpu_loop(_row_of(factory, dtype, mp),
+            return jit.compile_kernel(sig, parallel)(_cpu_loop(_row_of(factory, dtype, mp),
                                                          n_hyper))
-    return cpu._cached(key, build)
+    return jit.cached(key, build)
 
 
 def _row_of(factory, dtype, mp=False):
     from . import half
-    prep, reduce_row, apply = (cpu._inlined(fn) for fn in factory(dtype.type))
-    widen = cpu._inlined(cpu._by_value(half.half_to_single) if mp else cpu._by_value(_as_is))
-    narrow = cpu._inlined(cpu._by_value(half.single_to_half))
+    prep, reduce_row, apply = (jit.inlined(fn) for fn in factory(dtype.type))
+    widen = jit.inlined(jit.by_value(half.half_to_single) if mp else jit.by_value(_as_is))
+    narrow = jit.inlined(jit.by_value(half.single_to_half))
     return _cpu_row(prep, reduce_row, apply, widen, narrow, bool(mp))
 
 
@@ -294,13 +294,13 @@ def cpu_segmented_kernel(factory, n_hyper: int, dtype, parallel: bool):
     key = ("rows-segmented", factory, n_hyper, dtype, bool(parallel))
 
     def build():
-        arr = cpu._NUMBA_TYPES[dtype][::1]
+        arr = jit.NUMBA_TYPES[dtype][::1]
         i64 = types.int64[::1]
-        sig = types.void(arr, arr, arr, cpu._NUMBA_TYPES[dtype][:, ::1], i64, i64, i64,
+        sig = types.void(arr, arr, arr, jit.NUMBA_TYPES[dtype][:, ::1], i64, i64, i64,
                          types.uint16[::1])
-        return cpu._compile(sig, parallel)(_cpu_segmented_loop(_row_of(factory, dtype),
+        return jit.compile_kernel(sig, parallel)(_cpu_segmented_loop(_row_of(factory, dtype),
                                                                n_hyper))
-    return cpu._cached(key, build)
+    return jit.cached(key, build)
 
 
 def _strides(shape, c_order):
@@ -338,10 +338,10 @@ def run_cpu(factory, weight, grad, history, rows, hyper, mirror=None):
     w_rs, w_cs = _strides(weight.shape, w_c)
     g_rs, g_cs = _strides(grad.shape, g_c)
     hpa = np.array(hyper, dtype)
-    parallel = nk * ncols >= cpu.PARALLEL_THRESHOLD and nk > 1
+    parallel = nk * ncols >= jit.PARALLEL_THRESHOLD and nk > 1
     mp = mirror is not None
     # cpu_kernel's own key, looked up first: a compiled kernel without the call
-    kernel = cpu._kernels.get(("rows", factory, hpa.shape[0], dtype, parallel, mp))
+    kernel = jit.KERNELS.get(("rows", factory, hpa.shape[0], dtype, parallel, mp))
     if kernel is None:
         kernel = cpu_kernel(factory, hpa.shape[0], dtype, parallel, mp)
     order = "C" if w_c else "F"
@@ -352,7 +352,7 @@ def run_cpu(factory, weight, grad, history, rows, hyper, mirror=None):
     try:
         kernel(*args)
     except TypeError:  # a read-only gradient (or row-sparse values): its variant, compiled once
-        cpu.call_readonly(kernel, *args)
+        jit.call_readonly(kernel, *args)
 
 
 def run_cuda(factory, w, g, h, rows, hyper, stream=0, mirror=None):
@@ -404,7 +404,7 @@ def run_cpu_segmented(factory, weight, grad, history, table, layout: GroupRows):
     ``(n_segments, 1 + n_hyper)`` rows ``(active, *hp)`` in the weight's dtype."""
     if layout.n_rows == 0:
         return
-    parallel = layout.size >= cpu.PARALLEL_THRESHOLD and layout.n_rows > 1
+    parallel = layout.size >= jit.PARALLEL_THRESHOLD and layout.n_rows > 1
     kernel = cpu_segmented_kernel(factory, table.shape[1] - 1, weight.dtype, parallel)
     kernel(weight, grad, history.reshape(-1), np.ascontiguousarray(table), layout.row_seg,
            layout.row_base, layout.ncols_of, _NO_COPY)

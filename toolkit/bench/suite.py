@@ -163,8 +163,8 @@ def disable_kernel_cache():
     """Compile the toolkit's CPU kernels in this process instead of loading them from numba's
     on-disk cache (a diagnostic: it changes no kernel, only where it comes from). Returns
     whether it could."""
-    from ..backends import cpu
-    opts = getattr(cpu, "COMPILE_OPTIONS", None)
+    from ..backends import jit
+    opts = getattr(jit, "COMPILE_OPTIONS", None)
     if not isinstance(opts, dict):
         return False
     opts["cache"] = False
@@ -188,7 +188,7 @@ def _run_suite(device, settings, sizes, dtypes, repeats, batch_ms, resnet, resne
                resnet_repeats, use_torch, many, progress, console, kernel_cache):
     t_start = time.perf_counter()
     if not kernel_cache and not disable_kernel_cache():
-        raise RuntimeError("toolkit.backends.cpu.COMPILE_OPTIONS not found: cannot turn the "
+        raise RuntimeError("toolkit.backends.jit.COMPILE_OPTIONS not found: cannot turn the "
                            "kernel cache off")
     settings = list(all_settings() if settings is None else settings)
     sizes = list(DEFAULT_SIZES[device] if sizes is None else sizes)

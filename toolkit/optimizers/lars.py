@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from ..backends import cpu
+from ..backends import cpu, jit
 from .registry import register
 from .spaces import Decades, MOMENTUM, OneOf
 from .spec import BenchSetting, Spec
@@ -188,7 +188,7 @@ def _mxnet_scalars():
     rounded factors, as MXNet's kernel forms them. Compiled float32 arithmetic is IEEE single
     precision, as numpy's float32 scalars are: the same bits, in one call instead of a dozen
     numpy scalar operations (about 1.5 us of a 2^12 step)."""
-    return cpu._cached("lars-mxnet-scalars", _compile_mxnet_scalars)
+    return jit.cached("lars-mxnet-scalars", _compile_mxnet_scalars)
 
 
 def _compile_mxnet_scalars():
@@ -209,4 +209,4 @@ def _compile_mxnet_scalars():
                 lr_k = ((lr32 * f32(eta)) * wn) / ((rs32 * gn + wd32 * wn) + f32(eps))
         return (f64(lr_k), f64(lr_k * wd32), f64(rs32), f64(f32(mu)), f64(lr_k * rs32))
     sig = types.UniTuple(f64, 5)(f64, f64, f64, f64, f64, f64, f64, f64)
-    return numba.njit([sig], **cpu.COMPILE_OPTIONS)(scalars)
+    return numba.njit([sig], **jit.COMPILE_OPTIONS)(scalars)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backends import cpu
+from ..backends import cpu, jit
 
 __all__ = ["update", "MODES"]
 
@@ -88,7 +88,7 @@ def update(opt, index, weight, grad, state, *, multi_precision, stream=None):
                 opt._apply(index, weight, grad.values, state, "cuda", w, stream=stream,
                            known=known, rows=rows)
         return None
-    if backend == "cpu" and not master and w.dtype in cpu.DTYPES and w.c_contiguous:
+    if backend == "cpu" and not master and w.dtype in jit.DTYPES and w.c_contiguous:
         with opt._row_sparse_step("lazy"), opt._launching(cpu.RowsLauncher(rows)):
             opt._apply(index, weight, grad.values, state, backend, w)
         return None

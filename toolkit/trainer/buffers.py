@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backends import arrays, cpu
+from ..backends import arrays, order
 
 __all__ = ["Group", "Recorder", "map_state"]
 
@@ -137,7 +137,7 @@ class Group:
             self.offsets_device = cuda.cuda.to_device(self.offsets)
             self.uploads = [cuda.TableUpload((len(members), 1), np.float32) for _ in range(3)]
         else:
-            self.chunks = cpu.chunk_table(self.offsets)
+            self.chunks = order.chunk_table(self.offsets)
 
     # --- helpers ---------------------------------------------------------------------------
     def _alloc(self, host):

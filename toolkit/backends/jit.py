@@ -1,0 +1,150 @@
+"""The compile policy and the kernel cache of the Numba CPU kernels, in one place.
+
+Every CPU kernel of :mod:`toolkit.backends` (element-wise, rows, segmented, noise, norms,
+non-finite checks) and of an optimizer module that compiles its own host helper is compiled
+through here: explicit signatures, :data:`COMPILE_OPTIONS` (``error_model="numpy"``: the python
+error model blocks vectorisation; no fastmath; numba's on-disk cache), a serial loop below
+:data:`PARALLEL_THRESHOLD` elements and a ``prange`` loop above it (docs/backends.md, "How the
+CPU kernels are compiled"). Compiled kernels are kept per process in a :class:`KernelCache`
+(:data:`KERNELS` for the CPU; the CUDA modules keep their own).
+
+numba's on-disk cache keys a kernel by its code and by the pickled bytes of what it closes over.
+A kernel therefore closes over plain Python functions (:func:`inlined`, :func:`by_value`), never
+over jitted dispatchers: a plain function pickles to the same bytes in every process, so a new
+process loads every kernel from the cache (tests/test_startup_cache.py).
+
+This module is the bottom of the backends: it imports numba and numpy, nothing of the toolkit.
+"""
+from __future__ import annotations
+
+import threading
+import types as pytypes
+import warnings
+
+import numba
+import numpy as np
+from numba import types
+from numba.core.errors import NumbaIRAssumptionWarning
+from numba.extending import register_jitable
+
+__all__ = ["COMPILE_OPTIONS", "PARALLEL_THRESHOLD", "DTYPES", "NUMBA_TYPES", "KernelCache",
+           "KERNELS", "cached", "compile_kernel", "readonly_variant", "call_readonly",
+           "by_value", "inlined"]
+
+#: The compile options of every CPU kernel.
+COMPILE_OPTIONS = dict(error_model="numpy", fastmath=False, cache=True, nogil=True,
+                       boundscheck=False)
+
+#: Below this many elements a parallel loop costs more than it saves (docs/backends.md, "How the
+#: CPU kernels are compiled": the break-even measured on a 2-core machine lies between 2**15 and
+#: 2**16).
+PARALLEL_THRESHOLD = 1 << 15
+
+#: Arithmetic dtypes with compiled CPU kernels.
+DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+#: The numba scalar type of each arithmetic dtype.
+NUMBA_TYPES = {np.dtype(np.float32): types.float32, np.dtype(np.float64): types.float64}
+
+
+class KernelCache:
+    """Compiled kernels of one process, each built once under a lock.
+
+    ``get(key)`` is the plain dict lookup (the hot path of a step: a kernel that is compiled
+    already costs one lookup); ``cached(key, build)`` builds a missing one."""
+
+    def __init__(self):
+        self._kernels: dict = {}
+        self._lock = threading.Lock()
+        self.get = self._kernels.get
+
+    def cached(self, key, build):
+        """The kernel under ``key``, built by ``build()`` the first time (once, under the lock)."""
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            with self._lock:
+                kernel = self._kernels.get(key)
+                if kernel is None:
+                    kernel = self._kernels[key] = build()
+        return kernel
+
+
+#: The CPU kernels (and host helpers) of every module, keyed by what they compile.
+KERNELS = KernelCache()
+
+
+def cached(key, build):
+    """The CPU kernel under ``key`` in :data:`KERNELS`, built by ``build()`` the first time."""
+    return KERNELS.cached(key, build)
+
+
+def compile_kernel(sig, parallel):
+    """The decorator that compiles a kernel with :data:`COMPILE_OPTIONS`. The serial and the
+    parallel variant of a loop are one Python function, and numba's on-disk cache keys a kernel
+    by its code and closure but not by ``parallel``: each variant gets its own qualified name,
+    hence its own cache index, so neither is ever loaded for the other."""
+    def wrap(fn):
+        fn.__qualname__ = f"{fn.__qualname__}.{'parallel' if parallel else 'serial'}"
+        return numba.njit([sig], parallel=bool(parallel), **COMPILE_OPTIONS)(fn)
+    return wrap
+
+
+def readonly_variant(kernel, args):
+    """The variant of the compiled ``kernel`` (one explicit signature) that takes the numpy
+    arrays of ``args`` that are read-only (a gradient the caller made read-only, a row-sparse
+    gradient's values) as read-only arrays, or None when none of them is: numba refuses a
+    read-only array where the signature has a writable one. Compiled the first time it is asked
+    for, with the same policy and on-disk cache under its own name, and cached per process:
+    a start-up that sees only writable gradients compiles nothing more. A kernel that writes to
+    such an argument fails to compile (the callers check that weights and states are
+    writable first)."""
+    readonly = tuple(i for i, a in enumerate(args)
+                     if type(a) is np.ndarray and not a.flags.writeable)
+    if not readonly:
+        return None
+
+    def build():
+        (sig,) = kernel.nopython_signatures
+        argtys = list(sig.args)
+        for i in readonly:
+            argtys[i] = argtys[i].copy(readonly=True)
+        fn = kernel.py_func
+        fn = pytypes.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__,
+                                  fn.__closure__)
+        fn.__qualname__ = f"{kernel.py_func.__qualname__}.readonly"
+        with warnings.catch_warnings():
+            # the pedantic SSA check the writable variant was compiled under (rows.py says why)
+            warnings.simplefilter("ignore", NumbaIRAssumptionWarning)
+            return numba.njit([sig.return_type(*argtys)],
+                              parallel=bool(kernel.targetoptions.get("parallel")),
+                              **COMPILE_OPTIONS)(fn)
+    return cached(("readonly", kernel, readonly), build)
+
+
+def call_readonly(kernel, *args):
+    """Call ``kernel`` through :func:`readonly_variant` after it refused ``args``; called
+    while that TypeError is being handled, it raises it again when no argument is read-only
+    (the refusal had another cause). The fast path stays ``kernel(*args)`` in a ``try``."""
+    variant = readonly_variant(kernel, args)
+    if variant is None:
+        raise  # noqa: PLE0704 - the caller's TypeError, as it was
+    return variant(*args)
+
+
+def by_value(fn):
+    """A copy of module-level function ``fn`` that is not the object its module exports, so
+    that a kernel closing over it is cached under its code (pickled by value) rather than its
+    name: a changed ``fn`` then changes the cache key instead of loading a stale kernel."""
+    return pytypes.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__,
+                                fn.__closure__)
+
+
+def inlined(fn):
+    """``fn`` made callable from compiled code and inlined there, as ``njit(inline="always")``
+    does, but kept a plain Python function: a kernel closes over it, and numba's on-disk cache
+    keys a closure by the pickled bytes of what it closes over. A plain function pickles to the
+    same bytes in every process (its code and constants); a jitted dispatcher does not (it
+    carries a per-process id), which made every process recompile every kernel and add files
+    to the cache. The key also changes when a rule's code changes, so a stale kernel is never
+    loaded."""
+    return register_jitable(inline="always")(fn)
