@@ -188,8 +188,6 @@ def describe(graph, component):
     return "\n".join(lines)
 
 
-@pytest.mark.xfail(strict=True, reason="today's cycles: backends arrays/cpu/cuda/cuda_rows/rows "
-                   "and trainer <-> dist (the next commits remove them, and this mark)")
 def test_toolkit_imports_have_no_cycle():
     graph = import_graph("toolkit")
     found = cycles(graph)
