@@ -23,6 +23,13 @@ row kernel (``cpu.RowsLauncher``); anything else on the host (float16 storage, a
 copy, Fortran order, the reference backend) gathers the present rows, runs the dense update on
 them, and writes them back; on CUDA a row kernel updates the rows in place (``rows`` of the
 CUDA launcher). Everything is checked before anything is written.
+
+Shares private members within its package: this module is the row-sparse half of
+``Optimizer.update`` (``base.py``), kept apart for its size, and runs that method's own checks
+(``_check_index``, ``_check_weight``, ``_check_state``, ``_check_master_state``,
+``_resolve_backend``) and launch context (``_launching``, ``_row_sparse_step``, ``_apply``) on the
+optimizer it is given; they are not a seam for other packages (tests/test_layers.py allows this by
+rule: every member it uses is defined in ``toolkit/optimizers/``).
 """
 from __future__ import annotations
 

@@ -51,6 +51,7 @@ from ..mpi_env import rank_from_env
 from ..backends import arrays
 from . import compression as _compression
 from .buffers import state_leaves
+from .errors import DistMismatchError, StaleGradientError
 
 __all__ = ["SYNC", "ASYNC", "kvstore_type", "DistKVStore", "DistMismatchError", "REDUCE_MODES",
            "bytes_model"]
@@ -73,12 +74,6 @@ DEFAULT_TIMEOUT = 600.0
 #: byte), batch_size (float64) and the digest of the optimizer's settings (8 bytes)
 _HEADER = 17
 _UNKNOWN = 255    # ignore_stale_grad not given (allreduce_grads() on its own)
-
-
-class DistMismatchError(ValueError):
-    """The ranks' Trainers differ (parameters, optimizer or settings); raised on every rank."""
-
-    raised_on_every_rank = True
 
 
 def _everywhere(exc):
@@ -417,14 +412,14 @@ class DistKVStore:
             _install_abort_hook(MPI, self.rank)
         self._check_same(trainer)
         if compression is not None:
-            bad = sorted({np.dtype(g.dtype).name for g in trainer._groups
+            bad = sorted({np.dtype(g.dtype).name for g in trainer.groups
                           if np.dtype(g.dtype) != np.float32})
             if bad:
                 raise _everywhere(ValueError(
                     f"2-bit gradient compression needs float32 gradients (MXNet 1.9.1's "
                     f"quantiser is float32 only); this Trainer has {bad} parameters: pass "
                     "compression_params=None"))
-        self._groups = [_GroupComm(self, g) for g in trainer._groups]
+        self._groups = [_GroupComm(self, g) for g in trainer.groups]
         self._broadcast_initial(trainer)
 
     # --- helpers --------------------------------------------------------------------------
@@ -478,18 +473,18 @@ class DistKVStore:
 
     # --- construction -------------------------------------------------------------------------
     def _describe(self, trainer):
-        opt = trainer._optimizer
+        opt = trainer.optimizer
         comp = None if self.compression is None else {
             "type": self.compression["type"], "threshold": self.compression["threshold"]}
         return {
-            "kvstore": self.type, "compression": comp, "backend": trainer._backend,
+            "kvstore": self.type, "compression": comp, "backend": trainer.backend,
             "update_on_kvstore": self.update_on_kvstore, "reduce": self.reduce_mode,
             "optimizer": type(opt).__module__ + "." + type(opt).__name__,
             "hyperparameters": opt.settings(),
             "params": [{"name": p.name, "shape": list(p.shape), "dtype": p.dtype.name,
                         "device": p.device, "grad_req": p.grad_req,
                         "lr_mult": float(p.lr_mult), "wd_mult": float(p.wd_mult)}
-                       for p in trainer._params],
+                       for p in trainer.parameters],
         }
 
     def _check_same(self, trainer):
@@ -516,9 +511,9 @@ class DistKVStore:
             flats = [g.data] + state_leaves(g.state) + list(g.host_flats.values())
             for flat in flats:
                 self._bcast_array(flat, f"broadcasting rank 0's {g.dtype} parameters")
-        for p in trainer._params:   # parameters without a gradient are outside the groups
+        for p in trainer.parameters:   # parameters without a gradient are outside the groups
             if p.grad_req == "null":
-                self._bcast_array(p._data, f"broadcasting rank 0's parameter {p.name!r}")
+                self._bcast_array(p.data(), f"broadcasting rank 0's parameter {p.name!r}")
 
     def _bcast_array(self, a, what):
         host = a if isinstance(a, np.ndarray) else np.ascontiguousarray(arrays.to_host(a))
@@ -546,16 +541,15 @@ class DistKVStore:
         gives them; ``allreduce_grads()`` alone does not know them yet) and an 8-byte digest of
         the optimizer's settings; ranks that differ raise :class:`DistMismatchError` on every
         rank, naming what differs and where, before anything is reduced."""
-        from .trainer import StaleGradientError
         trainer = self._trainer
         if self._pending:
             raise RuntimeError("the gradients were already all-reduced and not applied yet: "
                                "call update() before allreduce_grads() again (a second "
                                "reduction would sum them again)")
-        live = [p for p in trainer._params if p.grad_req != "null"]
+        live = [p for p in trainer.parameters if p.grad_req != "null"]
         L = len(live)
         mine = np.empty(L + _HEADER, np.uint8)
-        mine[:L] = [1 if p._fresh else 0 for p in live]
+        mine[:L] = [1 if p.grad_fresh else 0 for p in live]
         mine[L] = _UNKNOWN if ignore_stale_grad is None else (1 if ignore_stale_grad else 0)
         mine[L + 1:L + 9] = np.array([np.nan if batch_size is None else batch_size],
                                      np.float64).view(np.uint8)
@@ -581,7 +575,7 @@ class DistKVStore:
         skipped = {id(p) for p, f in zip(live, fresh) if not f}
         for p in live:
             if id(p) in skipped:
-                p._fresh = False
+                p.mark_grad_stale()
         stats = {"groups": len(self._groups), "payload_bytes": 0, "uncompressed_bytes": 0,
                  "ring_model_bytes": 0, "uncompressed_ring_model_bytes": 0, "seconds": 0.0}
         t0 = time.perf_counter()
@@ -690,7 +684,7 @@ class DistKVStore:
         if not self._pending:
             raise RuntimeError("a distributed Trainer's update() applies the gradients summed by "
                                "allreduce_grads(): call allreduce_grads() first (or step())")
-        self._trainer._update(ignore_stale_grad)
+        self._trainer.apply_update(ignore_stale_grad)
         self._pending = False
 
     # --- states -------------------------------------------------------------------------------
@@ -758,10 +752,10 @@ class DistKVStore:
             g = gc.g
             for flat in [g.data] + state_leaves(g.state) + list(g.host_flats.values()):
                 h.update(np.ascontiguousarray(arrays.to_host(flat)).tobytes())
-        for p in t._params:
+        for p in t.parameters:
             if p.grad_req == "null":
-                h.update(np.ascontiguousarray(arrays.to_host(p._data)).tobytes())
-        opt = t._optimizer
+                h.update(np.ascontiguousarray(arrays.to_host(p.data())).tobytes())
+        opt = t.optimizer
         h.update(json.dumps([opt.num_update, sorted((str(k), v) for k, v in
                                                     opt._index_update_count.items())]).encode())
         return h.hexdigest()
@@ -833,7 +827,7 @@ def _step_settings(trainer):
     optimizer's settings, each parameter's multipliers (they may change after construction) and
     whether the non-finite guard is on."""
     out = {f"the optimizer's {k}": v for k, v in trainer.optimizer.settings().items()}
-    for p in trainer._params:
+    for p in trainer.parameters:
         out[f"parameter {p.name!r}'s lr_mult"] = float(p.lr_mult)
         out[f"parameter {p.name!r}'s wd_mult"] = float(p.wd_mult)
     out["skip_nonfinite"] = bool(trainer.skipping_nonfinite)

@@ -241,6 +241,19 @@ class Parameter:
         self._fresh = True
         return self._grad
 
+    @property
+    def grad_fresh(self):
+        """Whether the gradient was written (``grad()`` handed out, ``set_grad``) since this
+        parameter's last update: the next step updates it only then (read-only; see
+        :meth:`mark_grad_stale`)."""
+        return self._fresh
+
+    def mark_grad_stale(self):
+        """Count the gradient as not written since the last update, as an update does. A
+        distributed step calls it on every rank for a gradient that is stale on some rank, so
+        that every rank skips it (or refuses the step) alike."""
+        self._fresh = False
+
     def set_data(self, value):
         """Copy ``value`` (an array of this shape, host or device) into the weight, in place:
         views handed out before stay valid."""

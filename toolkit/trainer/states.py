@@ -115,7 +115,7 @@ def _hyper(opt):
 def _members(trainer):
     """``[(index, parameter, [state leaf, ...])]`` of the trainer's stepped parameters."""
     out = []
-    for g in trainer._groups:
+    for g in trainer.groups:
         for k, (i, p) in enumerate(g.members):
             out.append((i, p, state_leaves(g.views[k])))
     out.sort(key=lambda e: e[0])
@@ -125,7 +125,7 @@ def _members(trainer):
 def _collect(trainer, copies=True):
     """``(meta, arrays)`` of the trainer's current state. With ``copies`` the arrays are host
     copies that no later step changes; without, ``arrays`` maps each name to the live array."""
-    opt = trainer._optimizer
+    opt = trainer.optimizer
     arrs = {}
     params = []
     members = _members(trainer)
@@ -643,7 +643,7 @@ def _entry_shape(path, what, x):
 
 def _check_identity(path, meta, trainer):
     """The file is for this trainer's optimizer (name, convention, hyperparameters)."""
-    opt = trainer._optimizer
+    opt = trainer.optimizer
     version = meta["version"]
     missing = sorted(_KEYS[version] - set(meta))
     unknown = sorted(set(meta) - _KEYS[version] - {"format", "version"})
@@ -723,7 +723,7 @@ def _check_params(path, meta, trainer, bounds, loaded=None):
 def _check_meta(path, meta, loaded, trainer, bounds):
     """Every field of ``meta`` checked for type and domain and against ``trainer``; returns
     ``(targets, counts, num_update, lr, scheduler_state, commit_host)``."""
-    opt = trainer._optimizer
+    opt = trainer.optimizer
     version = meta["version"]
     _check_identity(path, meta, trainer)
     targets = _check_params(path, meta, trainer, bounds, loaded)
@@ -734,7 +734,7 @@ def _check_meta(path, meta, loaded, trainer, bounds):
     if not isinstance(pairs, list):
         _refuse(path, f"its index_update_count is {type(pairs).__name__}, not a list of "
                       "[index, count] pairs")
-    known = range(len(trainer._params))
+    known = range(len(trainer.parameters))
     counts = {}
     for pair in pairs:
         if not isinstance(pair, list) or len(pair) != 2:
@@ -803,7 +803,7 @@ def load(trainer, path, raw=None):
         targets, counts, num_update, lr, sched_state, commit_host = _check_meta(
             path, meta, loaded, trainer, bounds)
         # --- commit: everything has been checked ---------------------------------------------
-        opt = trainer._optimizer
+        opt = trainer.optimizer
         for leaf, a in targets:
             arrays.copy_from_host(leaf, a)
         opt._index_update_count = counts

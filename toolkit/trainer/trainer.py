@@ -19,22 +19,13 @@ from ..backends import arrays, cpu
 from ..backends.rules import DirectionPass
 from . import compression as _compression, dist as _dist
 from .buffers import Group, Recorder, map_state, state_leaves
+from .errors import ParamsError, StaleGradientError
 from .parameter import Parameter, holds_version, multipliers_version
 
 __all__ = ["Trainer", "StaleGradientError", "ParamsError", "KVSTORES"]
 
 #: kvstore types a single process trains with; "device" and "local" are the same here
 KVSTORES = ("device", "local", None)
-
-
-class StaleGradientError(RuntimeError, UserWarning):
-    """A parameter's gradient was not written since its last update (MXNet raises a
-    ``UserWarning`` here; this is one, and a ``RuntimeError`` too)."""
-
-
-class ParamsError(TypeError, ValueError):
-    """``params`` is not a list or dict of Parameters (a ``TypeError``, and the ``ValueError``
-    MXNet raises here: ``Trainer.__init__`` in python/mxnet/gluon/trainer.py at tag 1.9.1)."""
 
 
 class Trainer:
@@ -311,6 +302,42 @@ class Trainer:
     def rank(self):
         """This worker's rank (MXNet's ``kv.rank``); 0 in one process."""
         return 0 if self._dist is None else self._dist.rank
+
+    # --- what the distributed kvstore and the states file read (public, documented) ---------
+    @property
+    def parameters(self):
+        """The parameters, in optimizer-index order (a tuple: position ``i`` is the
+        optimizer's index ``i``; a dict given to the constructor is sorted by key), those with
+        ``grad_req == "null"`` included."""
+        params = self._parameters
+        if params is None:
+            params = self._parameters = tuple(self._params)
+        return params
+
+    _parameters = None
+
+    @property
+    def groups(self):
+        """The (dtype, device) groups of the parameters that take gradients, one kernel call
+        each per step (a tuple of ``toolkit.trainer.buffers.Group``: ``dtype``, ``device``,
+        ``members`` as ``(index, Parameter)`` pairs, and the group's flat ``data``, ``grad``
+        and ``state`` buffers)."""
+        return tuple(self._groups)
+
+    @property
+    def backend(self):
+        """The ``backend`` setting this Trainer was built with ("auto", "cpu", "cuda" or
+        "reference")."""
+        return self._backend
+
+    def apply_update(self, ignore_stale_grad=False):
+        """Update every parameter with a fresh gradient from the gradients as they are now:
+        the optimizer half of a step, without the gradients' reduction and without setting
+        ``rescale_grad`` (``step`` and ``update`` do both first). Holds :attr:`step_lock`;
+        raises ``StaleGradientError`` for a stale gradient unless ``ignore_stale_grad``; with
+        the non-finite guard of the ``step``/``update`` it runs under, skips what it skips.
+        The distributed kvstore calls it once the ranks' gradients are summed."""
+        self._update(ignore_stale_grad)
 
     def _set_rescale(self, batch_size):
         if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Real) or \
