@@ -20,7 +20,9 @@ The two are the same update: mxnet with ``epsilon`` equals guide with ``epsilon/
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
+from . import gradient
 from .base import Optimizer, scalar_only
 from .registry import register
 from .spaces import Decades, Interval
@@ -30,20 +32,47 @@ from .validation import flag, nonneg, unit
 __all__ = ["Adam"]
 
 
+class MxnetRow(NamedTuple):
+    """The scalars of :func:`mxnet_rule` (and :func:`mxnet_square_rule`), rounded to the
+    weight's dtype: packed on the host, read by name in the kernel."""
+    lr_t: float   #: lr*sqrt(1 - beta2^t)/(1 - beta1^t), formed in float64
+    wd: float
+    rs: float     #: rescale_grad
+    c: float      #: clip_gradient, negative for none
+    b1: float
+    omb1: float   #: 1 - beta1
+    b2: float
+    omb2: float   #: 1 - beta2
+    eps: float
+
+
+class GuideRow(NamedTuple):
+    """The scalars of :func:`guide_rule`."""
+    lr: float
+    wd: float
+    rs: float
+    c: float
+    b1: float
+    omb1: float
+    b2: float
+    omb2: float
+    eps: float
+    bc1: float    #: 1 - beta1^t
+    bc2: float    #: 1 - beta2^t
+
+
 def _mxnet_rule(f, square_first):
-    zero = f(0)
+    grad_of = gradient.decayed_then_clipped(f)
 
     def rule(w, grad, m, v, hp):
-        lr_t, wd, rs, c, b1, omb1, b2, omb2, eps = hp
-        g = rs * grad + wd * w
-        if c >= zero:
-            g = min(max(g, -c), c)
-        m = b1 * m + omb1 * g
+        p = MxnetRow(*hp)
+        g = grad_of(grad, w, p.rs, p.wd, p.c)
+        m = p.b1 * m + p.omb1 * g
         if square_first:  # a closure constant: the compiled rule keeps one branch
-            v = b2 * v + omb2 * (g * g)
+            v = p.b2 * v + p.omb2 * (g * g)
         else:
-            v = b2 * v + (omb2 * g) * g
-        return w - (lr_t * m) / (math.sqrt(v) + eps), m, v
+            v = p.b2 * v + (p.omb2 * g) * g
+        return w - (p.lr_t * m) / (math.sqrt(v) + p.eps), m, v
     return rule
 
 
@@ -60,17 +89,14 @@ def mxnet_square_rule(f):
 
 
 def guide_rule(f):
-    zero = f(0)
+    grad_of = gradient.clipped_then_decayed(f)
 
     def rule(w, grad, m, v, hp):
-        lr, wd, rs, c, b1, omb1, b2, omb2, eps, bc1, bc2 = hp
-        g = rs * grad
-        if c >= zero:
-            g = min(max(g, -c), c)
-        g = g + wd * w
-        m = b1 * m + omb1 * g
-        v = b2 * v + omb2 * (g * g)
-        return w - lr / (math.sqrt(v / bc2) + eps) * (m / bc1), m, v
+        p = GuideRow(*hp)
+        g = grad_of(grad, w, p.rs, p.wd, p.c)
+        m = p.b1 * m + p.omb1 * g
+        v = p.b2 * v + p.omb2 * (g * g)
+        return w - p.lr / (math.sqrt(v / p.bc2) + p.eps) * (m / p.bc1), m, v
     return rule
 
 
@@ -132,12 +158,13 @@ class Adam(Optimizer):
         return {"beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon}
 
     def _step_constants(self):
-        """``(r, (rs, c, b1, 1 - b1, b2, 1 - b2, eps))``: ``_r`` as a function of a float,
-        and the constants of a step as the convention rounds them."""
+        """``(r, constants)``: ``_r`` as a function of a float, and the constants of a step as
+        the convention rounds them, by name (the fields both rows share)."""
         r = self._r
         b1, b2 = r(self.beta1), r(self.beta2)
-        return self._float_rounder(), (r(self.rescale_grad), self._clip_bound(), b1, 1.0 - b1,
-                                       b2, 1.0 - b2, r(self.epsilon))
+        return self._float_rounder(), dict(rs=r(self.rescale_grad), c=self._clip_bound(),
+                                           b1=b1, omb1=1.0 - b1, b2=b2, omb2=1.0 - b2,
+                                           eps=r(self.epsilon))
 
     @scalar_only
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
@@ -145,16 +172,16 @@ class Adam(Optimizer):
             "_adam_constants", (self.beta1, self.beta2, self.epsilon, self.rescale_grad,
                                 self.clip_gradient, self.convention, self.mxnet_kernel),
             self._step_constants)
-        b1, b2 = constants[2], constants[4]
-        common = (r(wd),) + constants
         if self.convention == "mxnet":
             # MXNet computes lr_t in Python doubles from the unrounded betas, then the kernel
             # parameter rounds it to float32 (docs/mxnet-facts.md, 3).
             lr_t = lr * math.sqrt(1.0 - self.beta2 ** t) / (1.0 - self.beta1 ** t)
             sparse = self._row_sparse_numerics
-            square = sparse == "standard" or (sparse == "lazy" and common[2] >= 0)
+            square = sparse == "standard" or (sparse == "lazy" and constants["c"] >= 0)
             self._run_rule(mxnet_square_rule if square else mxnet_rule, weight, grad,
-                           state, (r(lr_t),) + common)
+                           state, MxnetRow(lr_t=r(lr_t), wd=r(wd), **constants))
         else:
             self._run_rule(guide_rule, weight, grad, state,
-                           (lr,) + common + (1.0 - b1 ** t, 1.0 - b2 ** t))
+                           GuideRow(lr=lr, wd=r(wd), **constants,
+                                    bc1=1.0 - constants["b1"] ** t,
+                                    bc2=1.0 - constants["b2"] ** t))

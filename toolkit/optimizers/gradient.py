@@ -1,0 +1,69 @@
+"""The gradient preprocessing of the rules, written once: rescale, clip, and where weight decay
+enters. Every rule that does one of these calls the helper instead of spelling it out.
+
+Each helper is made for a float type ``f`` (as a rule is, ``factory(f) -> rule``) and returned
+inlined (``toolkit.backends.jit.inlined``): a rule calls it on every backend (the CPU loops
+inline it; CUDA compiles it into the rule's device function; the simulator calls it), and it is
+a fresh function per factory call, so a kernel's on-disk cache key follows its code as it
+follows the rule's. The arithmetic is exactly the spelled-out form's (same operations, same
+order), so no number moves:
+
+* :func:`rescaled`: ``clip(rs*grad, c)`` (no clipping when ``c < 0``, the "no clip" value a
+  convention's constants give);
+* :func:`decayed_then_clipped`: ``clip(rs*grad + wd*w, c)`` (MXNet's kernels that fold the
+  weight decay into the gradient before clipping: Adam, Adamax, RMSProp, FTML);
+* :func:`clipped_then_decayed`: ``clip(rs*grad, c) + wd*w`` (the guide's ``G``);
+* :func:`clip`: ``min(max(g, -c), c)`` when ``c >= 0``.
+"""
+from __future__ import annotations
+
+from ..backends.jit import inlined
+
+__all__ = ["clip", "rescaled", "decayed_then_clipped", "clipped_then_decayed"]
+
+
+def clip(f):
+    """``clip(g, c)``: ``g`` limited to ``[-c, c]`` when ``c >= 0``, else ``g``."""
+    zero = f(0)
+
+    def clip_(g, c):
+        if c >= zero:
+            return min(max(g, -c), c)
+        return g
+    return inlined(clip_)
+
+
+def rescaled(f):
+    """``rescaled(grad, rs, c) = clip(rs*grad, c)``."""
+    zero = f(0)
+
+    def rescaled_(grad, rs, c):
+        g = rs * grad
+        if c >= zero:
+            g = min(max(g, -c), c)
+        return g
+    return inlined(rescaled_)
+
+
+def decayed_then_clipped(f):
+    """``decayed_then_clipped(grad, w, rs, wd, c) = clip(rs*grad + wd*w, c)``."""
+    zero = f(0)
+
+    def decayed_then_clipped_(grad, w, rs, wd, c):
+        g = rs * grad + wd * w
+        if c >= zero:
+            g = min(max(g, -c), c)
+        return g
+    return inlined(decayed_then_clipped_)
+
+
+def clipped_then_decayed(f):
+    """``clipped_then_decayed(grad, w, rs, wd, c) = clip(rs*grad, c) + wd*w``."""
+    zero = f(0)
+
+    def clipped_then_decayed_(grad, w, rs, wd, c):
+        g = rs * grad
+        if c >= zero:
+            g = min(max(g, -c), c)
+        return g + wd * w
+    return inlined(clipped_then_decayed_)
