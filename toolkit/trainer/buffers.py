@@ -10,11 +10,13 @@ bit for bit.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ..backends import arrays, order
 
-__all__ = ["Group", "Recorder", "map_state"]
+__all__ = ["Group", "Recorder", "Call", "map_state"]
 
 
 def map_state(state, f):
@@ -38,6 +40,19 @@ def state_leaves(state):
     return [state]
 
 
+class Call(NamedTuple):
+    """One kernel call a step would make, as the :class:`Recorder` keeps it."""
+    kind: str             #: "rule" (``run_rule``), "noise" (``run_noise_rule``), "rows"
+    factory: object       #: the rule factory
+    weight: object
+    grad: object
+    states: tuple         #: the state arrays ("rows": the per-row history)
+    hyper: tuple          #: the rule's row of hyperparameters
+    key: object = None    #: "noise": the stream key of the draws
+    aux: tuple = ()       #: "noise": the float64 scalars beside the row
+    rows: object = None   #: "rows": the rows of a lazy row-sparse step, or None (every row)
+
+
 class Recorder:
     """A launcher that records the rules a step would run instead of running them."""
 
@@ -56,13 +71,15 @@ class Recorder:
         return self.real.zeros_like(a, dtype)
 
     def run_rule(self, factory, weight, grad, states, hyper):
-        self.calls.append(("rule", factory, weight, grad, tuple(states), tuple(hyper)))
+        self.calls.append(Call("rule", factory, weight, grad, tuple(states), tuple(hyper)))
 
     def run_noise_rule(self, factory, weight, grad, hyper, key, aux):
-        self.calls.append(("noise", factory, weight, grad, (), tuple(hyper), key, tuple(aux)))
+        self.calls.append(Call("noise", factory, weight, grad, (), tuple(hyper), key=key,
+                               aux=tuple(aux)))
 
     def run_rows(self, factory, weight, grad, history, rows, hyper):
-        self.calls.append(("rows", factory, weight, grad, (history,), tuple(hyper), rows))
+        self.calls.append(Call("rows", factory, weight, grad, (history,), tuple(hyper),
+                               rows=rows))
 
     def lars_norms(self, weight, grad, cum, batch_scale):
         """The norms the Trainer computed for the whole group before planning."""

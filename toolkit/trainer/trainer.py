@@ -665,11 +665,12 @@ class _Work:
                             self.recorder)
             planned.append((calls[n0:], self._layout(calls[n0:], k)))
         (call0,), layout = planned[0] if len(planned[0][0]) == 1 else ((None,), None)
-        if layout is not None and call0[0] == "rule" and self._fits("rule", layout) and all(
-                len(c) == 1 and c[0][0] == "rule" and c[0][1] is call0[1] and lay == layout
-                and len(c[0][5]) == len(call0[5]) for c, lay in planned):
-            rows = np.array([c[0][5] for c, _ in planned], np.float64)
-            self.vector = (call0[1], layout, ks, rows if inverse is None else rows[inverse])
+        if layout is not None and call0.kind == "rule" and self._fits("rule", layout) and all(
+                len(c) == 1 and c[0].kind == "rule" and c[0].factory is call0.factory
+                and lay == layout and len(c[0].hyper) == len(call0.hyper)
+                for c, lay in planned):
+            rows = np.array([c[0].hyper for c, _ in planned], np.float64)
+            self.vector = (call0.factory, layout, ks, rows if inverse is None else rows[inverse])
             if self.after is not None:  # it rounds back the members updated
                 self.members = dict.fromkeys(ks.tolist())
             return
@@ -687,7 +688,8 @@ class _Work:
         None when it recorded other than one call on its own slices."""
         if len(calls) != 1:
             return None
-        owners = [self.owner.get(id(a)) for a in (calls[0][2], calls[0][3]) + tuple(calls[0][4])]
+        call = calls[0]
+        owners = [self.owner.get(id(a)) for a in (call.weight, call.grad) + tuple(call.states)]
         if any(o is None or o[1] != k for o in owners):
             return None
         return tuple(o[0] for o in owners)
@@ -791,14 +793,15 @@ class _Work:
                     end = self._next_start(k)
                     real = self._real_launcher(k)
                     for call in calls[self.calls_from[k]:end]:
-                        if call[0] == "rule":
-                            real.run_rule(*call[1:6])
-                        elif call[0] == "rows":
-                            real.run_rows(call[1], call[2], call[3], call[4][0], call[6],
-                                          call[5])
+                        if call.kind == "rule":
+                            real.run_rule(call.factory, call.weight, call.grad, call.states,
+                                          call.hyper)
+                        elif call.kind == "rows":
+                            real.run_rows(call.factory, call.weight, call.grad, call.states[0],
+                                          call.rows, call.hyper)
                         else:
-                            real.run_noise_rule(call[1], call[2], call[3], call[5], call[6],
-                                                call[7])
+                            real.run_noise_rule(call.factory, call.weight, call.grad,
+                                                call.hyper, call.key, call.aux)
                         launches += 1
         if self.after is not None:
             self.after()
@@ -814,19 +817,20 @@ class _Work:
         return min(later) if later else len(self.recorder.calls)
 
     def _segmented_plan(self):
-        """``(kind, factory, flats, rows)`` when the recorded calls fit one segmented call:
-        one call per member, the same rule, on member ``k``'s slices of the same flat buffers."""
+        """``(kind, factory, flats, calls)`` (``calls``: member -> its :class:`Call`) when the
+        recorded calls fit one segmented call: one call per member, the same rule, on member
+        ``k``'s slices of the same flat buffers."""
         calls = self.recorder.calls
-        if len(calls) != len(self.members) or len({c[0] for c in calls}) != 1:
+        if len(calls) != len(self.members) or len({c.kind for c in calls}) != 1:
             return None
-        kind, factory = calls[0][0], calls[0][1]
+        kind, factory = calls[0].kind, calls[0].factory
         layout = None
         rows = {}
         for k in sorted(self.members):
             call = calls[self.calls_from[k]]
-            if call[1] is not factory:
+            if call.factory is not factory:
                 return None
-            owners = [self.owner.get(id(a)) for a in (call[2], call[3]) + tuple(call[4])]
+            owners = [self.owner.get(id(a)) for a in (call.weight, call.grad) + tuple(call.states)]
             if any(o is None or o[1] != k for o in owners):
                 return None
             pos = tuple(o[0] for o in owners)
@@ -834,11 +838,11 @@ class _Work:
                 layout = pos
             elif pos != layout:
                 return None
-            if kind == "rows" and call[6] is not None:
+            if kind == "rows" and call.rows is not None:
                 return None  # a lazy row-sparse step: rows of its own
-            rows[k] = call[5:]  # (hyper,), (hyper, key, aux) or (hyper, None)
-        if len({len(r[0]) for r in rows.values()}) != 1 or (
-                kind == "noise" and len({len(r[2]) for r in rows.values()}) != 1):
+            rows[k] = call
+        if len({len(c.hyper) for c in rows.values()}) != 1 or (
+                kind == "noise" and len({len(c.aux) for c in rows.values()}) != 1):
             return None
         if not self._fits(kind, layout):
             return None
@@ -862,18 +866,18 @@ class _Work:
     def _run_segmented(self, kind, factory, flats, rows):
         n = len(self.g.members)
         first = next(iter(rows.values()))
-        table = np.zeros((n, 1 + len(first[0])), self._compute_dtype())
+        table = np.zeros((n, 1 + len(first.hyper)), self._compute_dtype())
         ks = list(rows)
         table[ks, 0] = 1
         # one conversion of all rows: each float64 rounded to the dtype, as a single call does
-        table[ks, 1:] = np.array([rows[k][0] for k in ks], np.float64)
+        table[ks, 1:] = np.array([rows[k].hyper for k in ks], np.float64)
         keys = aux = None
         if kind == "noise":
             keys = np.zeros(n, np.uint64)
-            aux = np.zeros((n, len(first[2])), np.float64)
+            aux = np.zeros((n, len(first.aux)), np.float64)
             for k, row in rows.items():
-                keys[k] = np.uint64(row[1])
-                aux[k] = row[2]
+                keys[k] = np.uint64(row.key)
+                aux[k] = row.aux
         self._launch_table(kind, factory, flats, table, keys, aux)
 
     def _launch_table(self, kind, factory, flats, table, keys=None, aux=None):
