@@ -1,6 +1,6 @@
 """Benchmark suite: every optimizer against its memory-traffic floor, unfused numpy and PyTorch,
 float32 and float16 multi-precision, 2^12 to 2^26 elements, plus one Trainer step over ResNet-50's
-161 tensors against torch's fused Adam. The logic lives in the package ``toolkit/bench/`` (also
+161 tensors against torch's fused Adam. The logic lives in the package ``toolkit/tools/bench/`` (also
 ``python -m toolkit bench`` / ``mxopt bench``); see its docstring for the method.
 
     python benchmarks/suite.py [--quick | --full] [--device cpu|cuda] [--out DIR | PATH.json]
@@ -15,10 +15,10 @@ import os
 import sys
 
 try:
-    from toolkit.bench import main
+    from toolkit.tools.bench import main
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from toolkit.bench import main
+    from toolkit.tools.bench import main
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

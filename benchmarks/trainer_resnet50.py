@@ -31,7 +31,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, os.path.dirname(HERE))
 
 # the shapes, the two steps and the interleaved timing are shared with the suite (mxopt bench)
-from toolkit.bench import (interleaved, make_torch, make_trainer,  # noqa: E402,F401
+from toolkit.tools.bench import (interleaved, make_torch, make_trainer,  # noqa: E402,F401
                            resnet50_shapes, timed)
 
 

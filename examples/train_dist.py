@@ -1,5 +1,5 @@
 """Data-parallel training on several MPI ranks: the demo's softmax regression on scikit-learn's
-digits (``toolkit/demo.py``), each rank on its own shard of every global batch.
+digits (``toolkit/tools/demo.py``), each rank on its own shard of every global batch.
 
     mxopt launch -n 2 examples/train_dist.py                # or: mpiexec -n 2 python this.py
     mxopt launch -n 2 examples/train_dist.py --compress 0.01 --epochs 5 --checkpoint /tmp/ck
@@ -19,7 +19,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from toolkit import Parameter, Trainer  # noqa: E402
-from toolkit.demo import load_digits, softmax_loss_grad  # noqa: E402
+from toolkit.tools.demo import load_digits, softmax_loss_grad  # noqa: E402
 
 
 def main(argv=None):

@@ -1,4 +1,4 @@
-"""``toolkit.accuracy``: the normalised-error report (tiny runs: two optimizers, a few cases)."""
+"""``toolkit.tools.accuracy``: the normalised-error report (tiny runs: two optimizers, a few cases)."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from toolkit import accuracy
+from toolkit.tools import accuracy
 
 pytest.importorskip("rich")
 pytest.importorskip("matplotlib")

@@ -1,4 +1,4 @@
-"""``mxopt bench`` (toolkit/bench/): a tiny run's JSON structure, table, plots and exit codes.
+"""``mxopt bench`` (toolkit/tools/bench/): a tiny run's JSON structure, table, plots and exit codes.
 
 Never a timing assertion: benchmarks are not timed tests. Tiny sizes, one repetition.
 """
@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from toolkit import bench
+from toolkit.tools import bench
 from toolkit.__main__ import _main
 
 TINY = ["--sizes", "10,12", "--optimizers", "adam,sgd", "--repeats", "1", "--batch-ms", "0.2",
@@ -197,7 +197,7 @@ def test_traffic_reads_the_spec():
 
 
 def test_a_plug_in_optimizer_is_benchmarked_from_its_spec():
-    """An optimizer registered after ``toolkit.bench`` was imported has its spec's rows in
+    """An optimizer registered after ``toolkit.tools.bench`` was imported has its spec's rows in
     ``SETTINGS`` and its traffic from the spec; without a reference module its numpy baseline
     is "n/a" with the reason (the numpy baseline is derived from the reference, never written)."""
     from toolkit import optimizer

@@ -115,7 +115,7 @@ def test_no_command_is_a_usage_error(capsys):
 
 
 def test_check_json_rows_and_exit_code(capsys, monkeypatch):
-    from toolkit import check
+    from toolkit.tools import check
     monkeypatch.setattr(check, "backend_rows", lambda with_cuda: [("sgd", "mxnet", "cpu",
                                                                    "float32")])
     monkeypatch.setattr(check, "PROOFS", [])
@@ -170,7 +170,7 @@ def test_every_usage_line_names_mxopt(command, capsys):
 def test_check_piped_prints_a_line_per_row(capsys, monkeypatch):
     """Not on a terminal (piped, CI): a progress line per proof and row on stderr as each
     finishes, not minutes of silence."""
-    from toolkit import check
+    from toolkit.tools import check
     monkeypatch.setattr(check, "backend_rows", lambda with_cuda: [
         ("sgd", "mxnet", "cpu", "float32"), ("adam", "guide", "reference", "float64")])
     monkeypatch.setattr(check, "PROOFS", check.PROOFS[2:3])  # NAG's look-ahead proof: quick

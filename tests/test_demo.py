@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 
-from toolkit import demo
+from toolkit.tools import demo
 
 missing = [m for m in ("sklearn", "matplotlib", "rich") if importlib.util.find_spec(m) is None]
 pytestmark = pytest.mark.skipif(bool(missing), reason=f"the demo extra is not installed: "

@@ -1,6 +1,6 @@
 """Golden float64 trajectories of the oracle, recomputed bit for bit (tests/data/golden/).
 
-The files are in the regression format of ``toolkit.regress`` (``backend: "reference"``; see
+The files are in the regression format of ``toolkit.tools.regress`` (``backend: "reference"``; see
 ``docs/regression-testing.md``), so ``python -m toolkit regress compare tests/data/golden`` runs
 the same check from the command line. A failure here means the reference's numerics changed. If
 that was deliberate, regenerate with ``python tests/data/golden/generate.py --force`` and say why
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from reference import OPTIMIZERS
-from toolkit import regress
+from toolkit.tools import regress
 
 HERE = os.path.join(os.path.dirname(__file__), "data", "golden")
 NAMES = sorted(f[:-5] for f in os.listdir(HERE) if f.endswith(".json"))

@@ -197,6 +197,16 @@ def test_toolkit_imports_have_no_cycle():
         + "\n".join(f"cycle through {', '.join(c)}:\n{describe(graph, c)}" for c in found))
 
 
+def test_the_library_and_the_oracle_import_no_tool():
+    """The tools (``toolkit/tools/``: the mxopt subcommands) sit on top: nothing outside them
+    imports them but the command line's dispatcher (``toolkit/__main__.py``)."""
+    graph = import_graph("toolkit")
+    up = [f"{module} imports {target} (line {line})" for module, edges in sorted(graph.items())
+          if not module.startswith("toolkit.tools") and module != "toolkit.__main__"
+          for target, line in sorted(edges.items()) if target.startswith("toolkit.tools")]
+    assert not up, "a tool imported from below:\n" + "\n".join(up)
+
+
 def test_reference_imports_nothing_from_toolkit():
     offenders = []
     for module, path in sorted(_modules("reference").items()):
@@ -362,7 +372,7 @@ def private_uses(package="toolkit"):
                                                         level=node.level),
                                          module, is_package, known) or (None,)
                     if target is not None and target.rpartition(".")[2] == alias.name:
-                        continue  # a private module of the package (toolkit._support)
+                        continue  # a private module of the package (toolkit.tools._support)
                     if shared(alias.name):
                         continue
                     found.setdefault((path, alias.name), []).append(node.lineno)

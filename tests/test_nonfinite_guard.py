@@ -323,7 +323,7 @@ def test_a_step_that_raises_leaves_the_skipped_gradients_fresh():
 
 def test_bench_reports_the_guarded_step():
     """``mxopt bench``'s Trainer case times the guarded step beside the plain one."""
-    from toolkit import bench
+    from toolkit.tools import bench
     row = bench.trainer_case("cpu", [(8, 3), (40,)], 1, None)
     assert row["guarded_ms"] > 0 and row["guarded_of_floor"] > 0 and row["guard_cost"] > 0
 

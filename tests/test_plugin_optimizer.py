@@ -128,7 +128,7 @@ def test_it_is_registered_with_its_spec_only_inside_the_fixture(qhm):
 
 
 def test_check_runs_its_rows_against_its_oracle(qhm):
-    from toolkit import check
+    from toolkit.tools import check
     rows = [r for r in check.backend_rows(with_cuda=False) if r[0] == NAME]
     assert {(c, b) for _, c, b, _ in rows} == {("mxnet", "cpu"), ("mxnet", "reference")}
     rng = np.random.default_rng(1)
@@ -281,7 +281,7 @@ def test_the_oracle_verifies_and_identifies_an_implementation_of_it(qhm):
 
 
 def test_accuracy_and_regress_run_it_from_its_spec(qhm, tmp_path):
-    from toolkit import accuracy, regress
+    from toolkit.tools import accuracy, regress
     res = accuracy.measure([NAME], backends=["cpu"], dtypes=["float32", "float64"], cases=5,
                            progress=False)
     assert res.ok and len(res.rows) == 2
@@ -293,7 +293,7 @@ def test_accuracy_and_regress_run_it_from_its_spec(qhm, tmp_path):
 
 
 def test_bench_measures_it_from_its_spec(qhm, tmp_path):
-    from toolkit import bench
+    from toolkit.tools import bench
     settings = bench.select_settings([NAME])
     assert [s.label for s in settings] == [NAME]
     result = bench.run_suite("cpu", settings=settings, sizes=(10,), dtypes=("float32",),

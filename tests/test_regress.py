@@ -1,4 +1,4 @@
-"""``toolkit.regress``: record golden trajectories, compare them bit for bit, report changes.
+"""``toolkit.tools.regress``: record golden trajectories, compare them bit for bit, report changes.
 
 Small on purpose: two optimizers, two dtypes, three steps of four elements.
 """
@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
-from toolkit import regress
+from toolkit.tools import regress
 
 OPTS, DTYPES, STEPS, SIZE = ["sgd", "adam"], ["float32", "float16-mp"], 3, 4
 

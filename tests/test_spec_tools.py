@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 import reference
-from toolkit import accuracy, check, optimizer, regress, verify
-from toolkit._support import optimizer_conventions, select_optimizers
+from toolkit import optimizer, verify
+from toolkit.tools import accuracy, check, regress
+from toolkit.tools._support import optimizer_conventions, select_optimizers
 
 PLUGIN = "toolsaplugsgd"
 REF = "toolsa_plugins.ref_sgd"

@@ -26,19 +26,19 @@ import sys
 
 #: command -> (module, function, one line)
 COMMANDS = {
-    "check": ("check", "main",
+    "check": ("tools.check", "main",
               "the oracle's proofs and every optimizer x backend x dtype against the oracle"),
     "verify": ("oracle.cli", "main_verify",
                "check your optimizer (module:function) against the oracle"),
     "identify": ("oracle.cli", "main_identify",
                  "name the convention (mxnet, guide, pytorch) your optimizer follows"),
     "list": ("oracle.cli", "main_list", "optimizers, conventions and backends available here"),
-    "regress": ("regress", "main", "record golden trajectories, or compare against them"),
-    "accuracy": ("accuracy", "main",
+    "regress": ("tools.regress", "main", "record golden trajectories, or compare against them"),
+    "accuracy": ("tools.accuracy", "main",
                  "normalised error per optimizer x backend x dtype: table and plot"),
-    "demo": ("demo", "main",
+    "demo": ("tools.demo", "main",
              "every optimizer trains softmax regression on scikit-learn digits (Trainer)"),
-    "bench": ("bench", "main",
+    "bench": ("tools.bench", "main",
               "benchmark suite: every optimizer against its memory floor, numpy and torch"),
     "launch": ("launch", "main", "run a training script on N MPI ranks (kvstore='dist_sync')"),
 }

@@ -543,7 +543,7 @@ def _without_local_constants():
     """Hypothesis (6.13x and later) now and then draws a number it found written in the source
     of a module loaded from outside site-packages, so the cases of ``verify(seed=...)`` would
     change with which of the caller's modules happen to be imported (measured: importing
-    ``toolkit.accuracy`` turned a failing verify into a passing one). For the duration of a
+    ``toolkit.tools.accuracy`` turned a failing verify into a passing one). For the duration of a
     verify, that pool is empty, so a seed draws the same cases in every process. Uses a private
     hook of hypothesis; where it is absent, nothing is changed."""
     try:

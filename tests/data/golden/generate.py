@@ -1,6 +1,6 @@
 """Generate the golden float64 trajectories of the oracle (one JSON file per optimizer).
 
-The files are in the regression format of ``toolkit.regress`` (``format: "mxopt-regress"``,
+The files are in the regression format of ``toolkit.tools.regress`` (``format: "mxopt-regress"``,
 ``docs/regression-testing.md``), with ``backend: "reference"``: per convention, a short
 trajectory of ``reference.<name>.step`` in float64, its inputs (initial weight, gradients,
 hyperparameters) and, after every step, the weight and every state array as exact hex strings
@@ -25,8 +25,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.abspath(os.path.join(HERE, "..", "..", "..")))
 
-from toolkit import regress  # noqa: E402
-from toolkit._support import optimizer_conventions  # noqa: E402
+from toolkit.tools import regress  # noqa: E402
+from toolkit.tools._support import optimizer_conventions  # noqa: E402
 from toolkit.optimizer import spec_of, specs  # noqa: E402
 from toolkit.oracle import space  # noqa: E402
 

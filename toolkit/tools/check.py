@@ -22,8 +22,8 @@ import time
 
 import numpy as np
 
-from . import optimizer
-from .verify import step_errors
+from .. import optimizer
+from ..verify import step_errors
 
 DTYPES = ("float16-mp", "float32", "float64")
 
@@ -156,7 +156,7 @@ def backend_rows(with_cuda=False):
 
 
 def run_backend_row(rng, name, conv, backend, dtype, cases=4, steps=4):
-    from .oracle import space
+    from ..oracle import space
     spec = optimizer.spec_of(name)
     worst = 0.0
     for _ in range(cases):
@@ -202,7 +202,7 @@ def main(argv=None):
     rng = np.random.default_rng(seed)
     say = (lambda *a, **k: None) if args.json else functools.partial(print, flush=True)
     say(f"toolkit check (seed {seed}); normalised error: 1.0 is the bound, lower is better\n")
-    from .backends import cuda_available
+    from ..backends import cuda_available
     cuda_ok, cuda_why = cuda_available()
     say(f"CUDA rows: {'included' if cuda_ok else 'absent'} ({cuda_why})\n")
     from rich.console import Console

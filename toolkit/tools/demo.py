@@ -29,7 +29,7 @@ def settings():
     """``{registry name: optimizer_params}``: the optimizers with demo settings (a user's
     sensible choice, ``Spec.demo``), sorted by name. An optimizer whose spec declares none is
     not in the demo."""
-    from .optimizers.registry import specs
+    from ..optimizers.registry import specs
     return {name: dict(spec.demo) for name, spec in specs().items() if spec.demo}
 
 
@@ -39,7 +39,7 @@ def full_data_gradient(name):
     posterior of all N examples (Welling and Teh 2011), so its gradient is the batch sum times
     N/batch_size (rescale_grad = N). With the mean gradient it samples a posterior N times too
     hot, and the noise swamps the drift (measured: test accuracy 11%)."""
-    from .optimizers.registry import spec_of
+    from ..optimizers.registry import spec_of
     return spec_of(name).full_data_gradient
 
 
@@ -77,9 +77,9 @@ def softmax_loss_grad(w, b, x, y):
 
 
 def train(name, params_kw, train_set, test_set, epochs, batch, device, progress=None, task=None):
-    from . import Parameter, Trainer
-    from .backends import arrays
-    from .optimizers.registry import spec_of
+    from .. import Parameter, Trainer
+    from ..backends import arrays
+    from ..optimizers.registry import spec_of
     (x, y), (xt, yt) = train_set, test_set
     w = Parameter("softmax_weight", shape=(10, x.shape[1]), device=device)
     # an optimizer that takes matrices only (GroupAdaGrad: one accumulator per row) gets the
@@ -156,7 +156,7 @@ def main(argv=None):
         ap.error(f"unknown optimizer(s) {unknown} (or without demo settings in its spec); "
                  f"choose from {sorted(known)}")
     if args.backend == "cuda":
-        from .backends import cuda_available
+        from ..backends import cuda_available
         ok, why = cuda_available()
         if not ok:
             ap.exit(2, f"--backend cuda: {why}\n")

@@ -52,7 +52,7 @@ def many_tensor_shapes(count=2000, size=1024):
 
 def make_trainer(device, shapes, rng):
     """The Trainer (Adam) over ``shapes`` with gradients in place, and its step."""
-    from .. import Parameter, Trainer
+    from ... import Parameter, Trainer
     params = [Parameter(f"p{i:03d}", init=rng.standard_normal(s).astype(np.float32) * 0.01,
                         device=device) for i, s in enumerate(shapes)]
     trainer = Trainer(params, "adam", {"learning_rate": 1e-3})

@@ -39,7 +39,7 @@ import numpy as np
 from ._support import (UsageError, choose_backends, optimizer_conventions, progress_bar,
                        provenance, select_dtypes, select_optimizers, split_names, storage_dtype,
                        to_device)
-from .verify import step_errors
+from ..verify import step_errors
 
 __all__ = ["measure", "draw_case", "draw_hyper", "Row", "AccuracyResult", "plot", "main", "DEFAULT_CASES"]
 
@@ -59,8 +59,8 @@ def draw_hyper(rng, name, dtype):
     ``dependent`` (Signum's wd_lh needs momentum). A float16 *state* without a master copy
     (``dtype`` "float16") draws the learning rate from ``Spec.half_state_lr`` up (FTRL/FTML:
     the state grows like w/lr)."""
-    from .oracle import space
-    from .optimizers.registry import spec_of
+    from ..oracle import space
+    from ..optimizers.registry import spec_of
     spec = spec_of(name)
     kw = {k: s.sample(rng) for k, s in space.common_space(name).items()}
     kw.update({k: s.sample(rng) for k, s in spec.space.items()})
@@ -84,7 +84,7 @@ def draw_case(rng, name, dtype):
     float16's range, as the CUDA tests do: it holds squared gradients, and FTRL/FTML's grows
     like w/lr. Shapes and pinned hyperparameters come from ``toolkit.oracle.space`` (GroupAdaGrad:
     matrices, and wd 0)."""
-    from .oracle import space
+    from ..oracle import space
     kw = draw_hyper(rng, name, dtype)
     plain16 = dtype == "float16"
     f16 = dtype.startswith("float16")
@@ -212,7 +212,7 @@ def _run_case(opt, w, grads, dev, sd):
 
 
 def _measure_row(name, conv, backend, dtype, cases, seed, bar):
-    from . import optimizer
+    from .. import optimizer
     rid = f"{name}/{conv}/{backend}/{dtype}"
     rng = np.random.default_rng([seed, zlib.crc32(rid.encode())])
     sd = storage_dtype(dtype)

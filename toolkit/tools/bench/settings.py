@@ -40,7 +40,7 @@ class Setting(NamedTuple):
 def all_settings():
     """Every registered optimizer's settings, from its spec's ``bench_settings()``, optimizers
     in registry-name order and each spec's rows in the order it declares them."""
-    from ..optimizers.registry import specs
+    from ...optimizers.registry import specs
     return tuple(Setting(b.label, spec.name, dict(b.kwargs),
                          None if b.torch is None else (b.torch[0], dict(b.torch[1])), b.quick)
                  for spec in specs().values() for b in spec.bench_settings())
@@ -63,14 +63,14 @@ def select_settings(names=None, quick=False):
 
 def make_optimizer(setting, backend, multi_precision=False):
     """The setting's optimizer on ``backend`` ("cpu", "cuda" or "reference")."""
-    from .. import optimizer
+    from ... import optimizer
     return optimizer.create(setting.name, backend=backend, multi_precision=multi_precision,
                             **setting.kwargs)
 
 
 def spec_of_setting(setting):
     """The spec of the setting's optimizer."""
-    from ..optimizers.registry import spec_of
+    from ...optimizers.registry import spec_of
     return spec_of(setting.name)
 
 

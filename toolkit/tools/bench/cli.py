@@ -74,7 +74,7 @@ def main(argv=None) -> int:
     if not console.is_terminal:
         console = Console(width=150)
     if args.device == "cuda":
-        from ..backends import cuda_available
+        from ...backends import cuda_available
         ok, why = cuda_available()
         if ok and os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
             ok, why = False, "NUMBA_ENABLE_CUDASIM is set: the simulator cannot be benchmarked"

@@ -47,7 +47,7 @@ def machine_info(device, torch):
             vers[name] = md.version(name)
         except md.PackageNotFoundError:
             pass
-    from .. import __version__
+    from ... import __version__
     vers["toolkit"] = __version__
     vers["python"] = platform.python_version()
     info = {"cpu": model, "cores": os.cpu_count(),
@@ -93,7 +93,7 @@ TARGETS = {
               1.0)),
 }
 #: the many-tensor case's targets (both devices): 2000 tensors of 1024 float32, one Trainer
-#: step (Adam), marking excluded (``step_*``: see toolkit/bench/resnet.py)
+#: step (Adam), marking excluded (``step_*``: see toolkit/tools/bench/resnet.py)
 MANY_TARGETS = (
     ("many_floor", "2000 tensors of 1024, Trainer step (Adam): within 1.5x its floor",
      "many_floor", 1 / 1.5),
@@ -163,7 +163,7 @@ def disable_kernel_cache():
     """Compile the toolkit's CPU kernels in this process instead of loading them from numba's
     on-disk cache (a diagnostic: it changes no kernel, only where it comes from). Returns
     whether it could."""
-    from ..backends import jit
+    from ...backends import jit
     opts = getattr(jit, "COMPILE_OPTIONS", None)
     if not isinstance(opts, dict):
         return False

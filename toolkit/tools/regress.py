@@ -80,7 +80,7 @@ COMMON = {"lr": 0.05, "wd": 0.01, "rescale_grad": 0.5, "clip_gradient": 2.0}
 
 
 def _spec(name):
-    from .optimizers.registry import spec_of
+    from ..optimizers.registry import spec_of
     return spec_of(name)
 
 
@@ -253,8 +253,8 @@ def _run_reference(entry, w0, grads):
 
 
 def _run_toolkit(entry, w0, grads):
-    from . import optimizer
-    from .backends.arrays import to_host
+    from .. import optimizer
+    from ..backends.arrays import to_host
     common = dict(entry["common"])
     opt = optimizer.create(entry["optimizer"], convention=entry["convention"],
                            backend=entry["backend"],
@@ -305,7 +305,7 @@ def recorded_inputs(name, convention, steps=DEFAULT_STEPS, size=DEFAULT_SIZE):
     every backend and dtype (cast to each storage dtype). Magnitudes over several decades,
     and an exact zero gradient in element 0. Shaped ``toolkit.oracle.space.weight_shape(name,
     size)``: a vector, or a matrix for an optimizer that takes matrices only (GroupAdaGrad)."""
-    from .oracle import space
+    from ..oracle import space
     rng = np.random.default_rng([SEED, zlib.crc32(f"{name}/{convention}".encode())])
     w = rng.standard_normal(size) * 10.0 ** rng.uniform(-2, 1, size)
     grads = [rng.standard_normal(size) * 10.0 ** rng.uniform(-3, 1, size) for _ in range(steps)]

@@ -134,7 +134,7 @@ def floor_kernel(key, parallel):
 def cpu_floor(n, tr, half, g):
     """The CPU floor's step for ``n`` elements of a setting of traffic ``tr`` (its own arrays;
     ``g`` the shared grad)."""
-    from ..backends.jit import PARALLEL_THRESHOLD
+    from ...backends.jit import PARALLEL_THRESHOLD
     if tr.rw > 4:
         raise ValueError(f"no floor kernel for {tr.rw} read-write arrays")
     if tr.first_reads > 3:

@@ -39,7 +39,7 @@ def optimizer_conventions() -> dict:
     reference module: ``specs(oracle=True)``), sorted by name; the conventions are the spec's
     (``Spec.conventions``: Nadam's kernels implement "mxnet" only). Read live: an optimizer
     registered later (a plug-in) is in it."""
-    from .optimizers.registry import specs
+    from ..optimizers.registry import specs
     return {name: tuple(spec.conventions) for name, spec in specs(oracle=True).items()}
 
 
@@ -54,7 +54,7 @@ def select_optimizers(names) -> list:
     for n in names:
         key = str(n).lower()
         if key not in known:
-            from .optimizers.registry import specs
+            from ..optimizers.registry import specs
             what = (f"optimizer {n!r} has no oracle (its spec names no reference module: "
                     "nothing to compare it with)" if key in specs() else
                     f"unknown optimizer {n!r}")
@@ -81,7 +81,7 @@ def cuda_status():
     The simulator runs the kernels in Python (no FMA contraction, no float16 hardware): its
     numbers are not a GPU's, so reports use it only when it is asked for explicitly.
     """
-    from .backends import cuda_available
+    from ..backends import cuda_available
     ok, why = cuda_available()
     if not ok:
         return False, None, why
