@@ -15,7 +15,9 @@ guide (``E[dw^2]`` accumulates the actual weight change)::
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
+from . import gradient
 from .base import Optimizer, scalar_only
 from .registry import register
 from .spaces import Decades, Interval
@@ -25,34 +27,40 @@ from .validation import nonneg, unit
 __all__ = ["AdaDelta"]
 
 
+class Row(NamedTuple):
+    """The scalars of :func:`mxnet_rule` and :func:`guide_rule` (no learning rate): packed on
+    the host, read by name in the kernel."""
+    wd: float
+    rs: float      #: rescale_grad
+    c: float       #: clip_gradient, negative for none
+    rho: float
+    omrho: float   #: 1 - rho
+    eps: float
+
+
 def mxnet_rule(f):
-    zero = f(0)
+    grad_of = gradient.rescaled(f)
 
     def rule(w, grad, acc_g, acc_delta, hp):
-        wd, rs, c, rho, omrho, eps = hp
-        g = rs * grad
-        if c >= zero:
-            g = min(max(g, -c), c)
-        acc_g = rho * acc_g + omrho * g * g
-        delta = math.sqrt(acc_delta + eps) / math.sqrt(acc_g + eps) * g
-        acc_delta = rho * acc_delta + omrho * delta * delta
-        return w - (delta + wd * w), acc_g, acc_delta
+        p = Row(*hp)
+        g = grad_of(grad, p.rs, p.c)
+        acc_g = p.rho * acc_g + p.omrho * g * g
+        delta = math.sqrt(acc_delta + p.eps) / math.sqrt(acc_g + p.eps) * g
+        acc_delta = p.rho * acc_delta + p.omrho * delta * delta
+        return w - (delta + p.wd * w), acc_g, acc_delta
     return rule
 
 
 def guide_rule(f):
-    zero = f(0)
+    grad_of = gradient.clipped_then_decayed(f)
 
     def rule(w, grad, acc_g, acc_delta, hp):
-        wd, rs, c, rho, omrho, eps = hp
-        g = rs * grad
-        if c >= zero:
-            g = min(max(g, -c), c)
-        g = g + wd * w
-        acc_g = rho * acc_g + omrho * g * g
-        w_new = w - math.sqrt(acc_delta + eps) / math.sqrt(acc_g + eps) * g
+        p = Row(*hp)
+        g = grad_of(grad, w, p.rs, p.wd, p.c)
+        acc_g = p.rho * acc_g + p.omrho * g * g
+        w_new = w - math.sqrt(acc_delta + p.eps) / math.sqrt(acc_g + p.eps) * g
         dw = w_new - w
-        return w_new, acc_g, rho * acc_delta + omrho * (dw * dw)
+        return w_new, acc_g, p.rho * acc_delta + p.omrho * (dw * dw)
     return rule
 
 
@@ -108,5 +116,6 @@ class AdaDelta(Optimizer):
     @scalar_only
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         rule = mxnet_rule if self.convention == "mxnet" else guide_rule
-        self._run_rule(rule, weight, grad, state, (wd, self.rescale_grad, self._clip_bound(),
-                                                   self.rho, 1.0 - self.rho, self.epsilon))
+        self._run_rule(rule, weight, grad, state,
+                       Row(wd=wd, rs=self.rescale_grad, c=self._clip_bound(), rho=self.rho,
+                           omrho=1.0 - self.rho, eps=self.epsilon))

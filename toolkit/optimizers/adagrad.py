@@ -12,7 +12,9 @@ guide (the denominator's unindexed ``g^2`` read as ``g^2_{i+1}``)::
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
+from . import gradient
 from .base import Optimizer, scalar_only
 from .registry import register
 from .spaces import Decades, OneOf
@@ -22,30 +24,43 @@ from .validation import nonneg
 __all__ = ["AdaGrad"]
 
 
+class MxnetRow(NamedTuple):
+    """The scalars of :func:`mxnet_rule`: packed on the host, read by name in the kernel."""
+    neg_lr: float   #: -lr (MXNet multiplies by ``-lr``)
+    wd: float
+    rs: float       #: rescale_grad
+    c: float        #: clip_gradient, negative for none
+    eps: float
+
+
+class GuideRow(NamedTuple):
+    """The scalars of :func:`guide_rule`."""
+    lr: float
+    wd: float
+    rs: float
+    c: float
+    eps: float
+
+
 def mxnet_rule(f):
-    zero = f(0)
+    grad_of = gradient.rescaled(f)
 
     def rule(w, grad, h, hp):
-        neg_lr, wd, rs, c, eps = hp
-        g = rs * grad
-        if c >= zero:
-            g = min(max(g, -c), c)
+        p = MxnetRow(*hp)
+        g = grad_of(grad, p.rs, p.c)
         h = h + g * g
-        return w + (g / math.sqrt(h + eps) + w * wd) * neg_lr, h
+        return w + (g / math.sqrt(h + p.eps) + w * p.wd) * p.neg_lr, h
     return rule
 
 
 def guide_rule(f):
-    zero = f(0)
+    grad_of = gradient.clipped_then_decayed(f)
 
     def rule(w, grad, h, hp):
-        lr, wd, rs, c, eps = hp
-        g = rs * grad
-        if c >= zero:
-            g = min(max(g, -c), c)
-        g = g + wd * w
+        p = GuideRow(*hp)
+        g = grad_of(grad, w, p.rs, p.wd, p.c)
         h = h + g * g
-        return w - lr / math.sqrt(h + eps) * g, h
+        return w - p.lr / math.sqrt(h + p.eps) * g, h
     return rule
 
 
@@ -109,10 +124,9 @@ class AdaGrad(Optimizer):
 
     @scalar_only
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
-        c = self._clip_bound()
+        common = dict(wd=wd, rs=self.rescale_grad, c=self._clip_bound(),
+                      eps=self.float_stable_eps)
         if self.convention == "mxnet":
-            self._run_rule(mxnet_rule, weight, grad, (state,),
-                           (-lr, wd, self.rescale_grad, c, self.float_stable_eps))
+            self._run_rule(mxnet_rule, weight, grad, (state,), MxnetRow(neg_lr=-lr, **common))
         else:
-            self._run_rule(guide_rule, weight, grad, (state,),
-                           (lr, wd, self.rescale_grad, c, self.float_stable_eps))
+            self._run_rule(guide_rule, weight, grad, (state,), GuideRow(lr=lr, **common))

@@ -16,6 +16,9 @@ guide::
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
+from . import gradient
 from .base import Optimizer, scalar_only
 from .registry import register
 from .spaces import Interval
@@ -25,34 +28,54 @@ from .validation import nonneg, unit
 __all__ = ["Adamax"]
 
 
+class MxnetRow(NamedTuple):
+    """The scalars of :func:`mxnet_rule`: packed on the host, read by name in the kernel."""
+    lr_t: float   #: lr/(1 - beta1^t)
+    wd: float
+    rs: float     #: rescale_grad
+    c: float      #: clip_gradient, negative for none
+    b1: float
+    omb1: float   #: 1 - beta1
+    b2: float
+
+
+class GuideRow(NamedTuple):
+    """The scalars of :func:`guide_rule`."""
+    lr: float
+    wd: float
+    rs: float
+    c: float
+    b1: float
+    omb1: float
+    b2: float
+    eps: float
+    bc1: float    #: 1 - beta1^t
+
+
 def mxnet_rule(f):
     zero = f(0)
+    grad_of = gradient.decayed_then_clipped(f)
 
     def rule(w, grad, m, u, hp):
-        lr_t, wd, rs, c, b1, omb1, b2 = hp
-        g = rs * grad + wd * w
-        if c >= zero:
-            g = min(max(g, -c), c)
-        m = b1 * m + omb1 * g
-        u = max(b2 * u, abs(g))
+        p = MxnetRow(*hp)
+        g = grad_of(grad, w, p.rs, p.wd, p.c)
+        m = p.b1 * m + p.omb1 * g
+        u = max(p.b2 * u, abs(g))
         if u > zero:
-            w = w - lr_t * m / u
+            w = w - p.lr_t * m / u
         return w, m, u
     return rule
 
 
 def guide_rule(f):
-    zero = f(0)
+    grad_of = gradient.clipped_then_decayed(f)
 
     def rule(w, grad, m, u, hp):
-        lr, wd, rs, c, b1, omb1, b2, eps, bc1 = hp
-        g = rs * grad
-        if c >= zero:
-            g = min(max(g, -c), c)
-        g = g + wd * w
-        m = b1 * m + omb1 * g
-        u = max(b2 * u, abs(g))
-        return w - lr / (u + eps) * (m / bc1), m, u
+        p = GuideRow(*hp)
+        g = grad_of(grad, w, p.rs, p.wd, p.c)
+        m = p.b1 * m + p.omb1 * g
+        u = max(p.b2 * u, abs(g))
+        return w - p.lr / (u + p.eps) * (m / p.bc1), m, u
     return rule
 
 
@@ -111,12 +134,14 @@ class Adamax(Optimizer):
 
     @scalar_only
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
-        b1, b2 = self.beta1, self.beta2
-        c = self._clip_bound()
+        b1 = self.beta1
+        common = dict(wd=wd, rs=self.rescale_grad, c=self._clip_bound(), b1=b1, omb1=1.0 - b1,
+                      b2=self.beta2)
         if self.convention == "mxnet":
             self._run_rule(mxnet_rule, weight, grad, state,
-                           (lr / (1.0 - b1 ** t), wd, self.rescale_grad, c, b1, 1.0 - b1, b2))
+                           MxnetRow(lr_t=lr / (1.0 - b1 ** t), **common))
         else:
-            eps = 1e-8 if self.epsilon is None else self.epsilon
             self._run_rule(guide_rule, weight, grad, state,
-                           (lr, wd, self.rescale_grad, c, b1, 1.0 - b1, b2, eps, 1.0 - b1 ** t))
+                           GuideRow(lr=lr, **common,
+                                    eps=1e-8 if self.epsilon is None else self.epsilon,
+                                    bc1=1.0 - b1 ** t))

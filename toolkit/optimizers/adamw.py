@@ -16,7 +16,9 @@ guide (the paper's algorithm)::
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
+from . import gradient
 from .base import Optimizer, scalar_only
 from .registry import register
 from .spaces import Decades, Interval, OneOf
@@ -26,33 +28,65 @@ from .validation import nonneg, unit
 __all__ = ["AdamW"]
 
 
+class MxnetRow(NamedTuple):
+    """The scalars of :func:`mxnet_rule`, rounded as the convention rounds them: packed on the
+    host, read by name in the kernel."""
+    lr: float
+    eta: float    #: the schedule multiplier
+    wd: float
+    rs: float     #: rescale_grad
+    c: float      #: clip_gradient, negative for none
+    b1: float
+    omb1: float   #: 1 - beta1
+    b2: float
+    omb2: float   #: 1 - beta2
+    eps: float
+    skip: float   #: nonzero: the operator skips the update (rs is 0 or not finite)
+
+
+class GuideRow(NamedTuple):
+    """The scalars of :func:`guide_rule`."""
+    lr: float
+    eta: float
+    wd: float
+    rs: float
+    c: float
+    b1: float
+    omb1: float
+    b2: float
+    omb2: float
+    eps: float
+    bc1: float    #: 1 - beta1^t
+    bc2: float    #: 1 - beta2^t
+
+
 def mxnet_rule(f):
     zero = f(0)
+    # the operator's grad*rs, the same product as the helper's rs*grad (IEEE multiplication
+    # commutes; rs is finite and nonzero here, the update is skipped otherwise)
+    grad_of = gradient.rescaled(f)
 
     def rule(w, grad, m, v, hp):
-        lr, eta, wd, rs, c, b1, omb1, b2, omb2, eps, skip = hp
-        if skip != zero:
+        p = MxnetRow(*hp)
+        if p.skip != zero:
             return w, m, v
-        g = grad * rs
-        if c >= zero:
-            g = min(max(g, -c), c)
-        m = b1 * m + omb1 * g
-        v = b2 * v + omb2 * (g * g)
-        return w - eta * (lr * m / (math.sqrt(v) + eps) + wd * w), m, v
+        g = grad_of(grad, p.rs, p.c)
+        m = p.b1 * m + p.omb1 * g
+        v = p.b2 * v + p.omb2 * (g * g)
+        return w - p.eta * (p.lr * m / (math.sqrt(v) + p.eps) + p.wd * w), m, v
     return rule
 
 
 def guide_rule(f):
-    zero = f(0)
+    grad_of = gradient.rescaled(f)
 
     def rule(w, grad, m, v, hp):
-        lr, eta, wd, rs, c, b1, omb1, b2, omb2, eps, bc1, bc2 = hp
-        g = rs * grad
-        if c >= zero:
-            g = min(max(g, -c), c)
-        m = b1 * m + omb1 * g
-        v = b2 * v + omb2 * (g * g)
-        return w - eta * (lr * (m / bc1) / (math.sqrt(v / bc2) + eps) + wd * w), m, v
+        p = GuideRow(*hp)
+        g = grad_of(grad, p.rs, p.c)
+        m = p.b1 * m + p.omb1 * g
+        v = p.b2 * v + p.omb2 * (g * g)
+        return (w - p.eta * (p.lr * (m / p.bc1) / (math.sqrt(v / p.bc2) + p.eps) + p.wd * w),
+                m, v)
     return rule
 
 
@@ -116,27 +150,30 @@ class AdamW(Optimizer):
         return -1.0 if c is None else self._r(c)
 
     def _step_constants(self):
-        """``(r, eta, (rs, c, b1, 1 - b1, b2, 1 - b2, eps), skip)``: ``_r`` as a function of a
-        float, and the constants of a step as the convention rounds them (``skip``: MXNet's
-        operator skips the update when the rounded ``rs`` is 0 or not finite)."""
+        """``(r, constants, skip)``: ``_r`` as a function of a float, the constants of a step
+        as the convention rounds them, by name (the fields both rows share), and ``skip``
+        (MXNet's operator skips the update when the rounded ``rs`` is 0 or not finite)."""
         r = self._r
         b1, b2 = r(self.beta1), r(self.beta2)
         rs = r(self.rescale_grad)
         skip = 1.0 if (rs == 0 or not math.isfinite(rs)) else 0.0
-        return (self._float_rounder(), r(self.eta),
-                (rs, self._clip_bound(), b1, 1.0 - b1, b2, 1.0 - b2, r(self.epsilon)), skip)
+        return (self._float_rounder(),
+                dict(eta=r(self.eta), rs=rs, c=self._clip_bound(), b1=b1, omb1=1.0 - b1, b2=b2,
+                     omb2=1.0 - b2, eps=r(self.epsilon)),
+                skip)
 
     @scalar_only
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
-        r, eta, constants, skip = self._constants(
+        r, constants, skip = self._constants(
             "_adamw_constants", (self.beta1, self.beta2, self.epsilon, self.eta,
                                  self.rescale_grad, self.clip_gradient, self.convention,
                                  self.mxnet_kernel),
             self._step_constants)
-        b1, b2 = constants[2], constants[4]
-        common = (r(lr), eta, r(wd)) + constants
         if self.convention == "mxnet":
-            self._run_rule(mxnet_rule, weight, grad, state, common + (skip,))
+            self._run_rule(mxnet_rule, weight, grad, state,
+                           MxnetRow(lr=r(lr), wd=r(wd), **constants, skip=skip))
         else:
             self._run_rule(guide_rule, weight, grad, state,
-                           common + (1.0 - b1 ** t, 1.0 - b2 ** t))
+                           GuideRow(lr=r(lr), wd=r(wd), **constants,
+                                    bc1=1.0 - constants["b1"] ** t,
+                                    bc2=1.0 - constants["b2"] ** t))

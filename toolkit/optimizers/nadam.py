@@ -17,7 +17,9 @@ step (``w_i + beta1*v_i`` and ``w_i``), so it is not an optimizer step from one 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
+from . import gradient
 from .base import Optimizer
 from .registry import register
 from .spaces import Decades, Interval, OneOf
@@ -27,18 +29,34 @@ from .validation import nonneg, unit
 __all__ = ["Nadam"]
 
 
+class Row(NamedTuple):
+    """The scalars of :func:`mxnet_rule`: packed on the host, read by name in the kernel."""
+    lr: float
+    wd: float
+    rs: float        #: rescale_grad
+    c: float         #: clip_gradient, negative for none
+    b1: float
+    omb1: float      #: 1 - beta1
+    b2: float
+    omb2: float      #: 1 - beta2
+    eps: float
+    den_g: float     #: 1 - m_schedule
+    den_m: float     #: 1 - m_schedule*mu_{t+1}
+    den_v: float     #: 1 - beta2^t
+    one_m_mu: float  #: 1 - mu_t
+    mu_next: float   #: mu_{t+1}
+
+
 def mxnet_rule(f):
-    zero = f(0)
+    grad_of = gradient.decayed_then_clipped(f)
 
     def rule(w, grad, m, v, hp):
-        lr, wd, rs, c, b1, omb1, b2, omb2, eps, den_g, den_m, den_v, one_m_mu, mu_next = hp
-        g = rs * grad + wd * w
-        if c >= zero:
-            g = min(max(g, -c), c)
-        m = b1 * m + omb1 * g
-        v = b2 * v + omb2 * (g * g)
-        m_bar = one_m_mu * (g / den_g) + mu_next * (m / den_m)
-        return w - lr * m_bar / (math.sqrt(v / den_v) + eps), m, v
+        p = Row(*hp)
+        g = grad_of(grad, w, p.rs, p.wd, p.c)
+        m = p.b1 * m + p.omb1 * g
+        v = p.b2 * v + p.omb2 * (g * g)
+        m_bar = p.one_m_mu * (g / p.den_g) + p.mu_next * (m / p.den_m)
+        return w - p.lr * m_bar / (math.sqrt(v / p.den_v) + p.eps), m, v
     return rule
 
 
@@ -135,7 +153,8 @@ class Nadam(Optimizer):
         m_schedule = self.m_schedule * mu_t
         ms_next = m_schedule * mu_t1
         self._run_rule(mxnet_rule, weight, grad, state,
-                       (lr, wd, self.rescale_grad, self._clip_bound(), b1, 1.0 - b1, b2, 1.0 - b2,
-                        self.epsilon, 1.0 - m_schedule, 1.0 - ms_next, 1.0 - b2 ** t,
-                        1.0 - mu_t, mu_t1))
+                       Row(lr=lr, wd=wd, rs=self.rescale_grad, c=self._clip_bound(), b1=b1,
+                           omb1=1.0 - b1, b2=b2, omb2=1.0 - b2, eps=self.epsilon,
+                           den_g=1.0 - m_schedule, den_m=1.0 - ms_next, den_v=1.0 - b2 ** t,
+                           one_m_mu=1.0 - mu_t, mu_next=mu_t1))
         self.m_schedule = m_schedule

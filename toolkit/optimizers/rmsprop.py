@@ -15,7 +15,9 @@ guide: the same with ``G = clip(rescale_grad*grad, c) + wd*w`` and clipping gate
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
+from . import gradient
 from .base import Optimizer, scalar_only
 from .registry import register
 from .spaces import Decades, Interval, OneOf
@@ -25,53 +27,75 @@ from .validation import flag, nonneg, positive, unit
 __all__ = ["RMSProp"]
 
 
+class PlainRow(NamedTuple):
+    """The scalars of :func:`plain_rule`, rounded as the convention rounds them: packed on the
+    host, read by name in the kernel."""
+    lr: float
+    wd: float
+    rs: float        #: rescale_grad
+    c: float         #: clip_gradient, negative for none
+    g1: float        #: gamma1
+    omg1: float      #: 1 - gamma1
+    eps: float
+    cw: float        #: clip_weights, negative for none
+    wd_first: float  #: 1 where wd enters before the clip (mxnet), 0 after it (guide)
+
+
+class CenteredRow(NamedTuple):
+    """The scalars of :func:`centered_rule`: :class:`PlainRow`'s and ``g2``."""
+    lr: float
+    wd: float
+    rs: float
+    c: float
+    g1: float
+    omg1: float
+    eps: float
+    cw: float
+    wd_first: float
+    g2: float        #: gamma2
+
+
 def plain_rule(f):
     zero = f(0)
+    decayed_then_clipped = gradient.decayed_then_clipped(f)
+    clipped_then_decayed = gradient.clipped_then_decayed(f)
 
     def rule(w, grad, n, hp):
-        lr, wd, rs, c, g1, omg1, eps, cw, wd_first = hp
-        if wd_first > zero:            # mxnet: wd enters before the clip
-            g = rs * grad + wd * w
-            if c >= zero:
-                g = min(max(g, -c), c)
+        p = PlainRow(*hp)
+        if p.wd_first > zero:          # mxnet: wd enters before the clip
+            g = decayed_then_clipped(grad, w, p.rs, p.wd, p.c)
         else:                          # guide: G = clip(rs*grad) + wd*w
-            g = rs * grad
-            if c >= zero:
-                g = min(max(g, -c), c)
-            g = g + wd * w
-        n = omg1 * (g * g) + g1 * n
-        w = w - lr * (g / math.sqrt(n + eps))
-        if cw >= zero:
-            w = min(max(w, -cw), cw)
+            g = clipped_then_decayed(grad, w, p.rs, p.wd, p.c)
+        n = p.omg1 * (g * g) + p.g1 * n
+        w = w - p.lr * (g / math.sqrt(n + p.eps))
+        if p.cw >= zero:
+            w = min(max(w, -p.cw), p.cw)
         return w, n
     return rule
 
 
 def centered_rule(f):
     zero = f(0)
+    decayed_then_clipped = gradient.decayed_then_clipped(f)
+    clipped_then_decayed = gradient.clipped_then_decayed(f)
 
     def rule(w, grad, n, gbar, delta, hp):
-        lr, wd, rs, c, g1, omg1, eps, cw, wd_first, g2 = hp
-        if wd_first > zero:
-            g = rs * grad + wd * w
-            if c >= zero:
-                g = min(max(g, -c), c)
+        p = CenteredRow(*hp)
+        if p.wd_first > zero:
+            g = decayed_then_clipped(grad, w, p.rs, p.wd, p.c)
         else:
-            g = rs * grad
-            if c >= zero:
-                g = min(max(g, -c), c)
-            g = g + wd * w
-        n = (omg1 * g) * g + g1 * n
-        gbar = omg1 * g + g1 * gbar
+            g = clipped_then_decayed(grad, w, p.rs, p.wd, p.c)
+        n = (p.omg1 * g) * g + p.g1 * n
+        gbar = p.omg1 * g + p.g1 * gbar
         # n - gbar^2 is a variance, >= 0 in exact arithmetic; rounding can make it negative
         # (then MXNet takes the root of a negative number: NaN), so it is clamped at 0.
         var = n - gbar * gbar
         if var < zero:
             var = zero
-        delta = g2 * delta - (lr * g) / math.sqrt(var + eps)
+        delta = p.g2 * delta - (p.lr * g) / math.sqrt(var + p.eps)
         w = w + delta
-        if cw >= zero:
-            w = min(max(w, -cw), cw)
+        if p.cw >= zero:
+            w = min(max(w, -p.cw), p.cw)
         return w, n, gbar, delta
     return rule
 
@@ -155,10 +179,12 @@ class RMSProp(Optimizer):
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         r = self._r
         g1 = r(self.gamma1)
-        cw = r(self.clip_weights) if self.clip_weights else -1.0
-        hyper = (r(lr), r(wd), r(self.rescale_grad), self._clip_bound(), g1, 1.0 - g1,
-                 r(self.epsilon), cw, 1.0 if self.convention == "mxnet" else 0.0)
+        row = dict(lr=r(lr), wd=r(wd), rs=r(self.rescale_grad), c=self._clip_bound(), g1=g1,
+                   omg1=1.0 - g1, eps=r(self.epsilon),
+                   cw=r(self.clip_weights) if self.clip_weights else -1.0,
+                   wd_first=1.0 if self.convention == "mxnet" else 0.0)
         if self.centered:
-            self._run_rule(centered_rule, weight, grad, state, hyper + (r(self.gamma2),))
+            self._run_rule(centered_rule, weight, grad, state,
+                           CenteredRow(**row, g2=r(self.gamma2)))
         else:
-            self._run_rule(plain_rule, weight, grad, state, hyper)
+            self._run_rule(plain_rule, weight, grad, state, PlainRow(**row))
