@@ -388,18 +388,8 @@ def private_uses(package="toolkit"):
 #: base.py's by the package rule. What is left:
 ALLOWED = {
     # the Trainer <-> Optimizer seam (issue 20 item 5: the vectorised step plan replaces it)
-    ("toolkit/trainer/trainer.py", "_commit_count"),
-    ("toolkit/trainer/trainer.py", "_index_update_count"),
-    ("toolkit/trainer/trainer.py", "_plan_step"),
     ("toolkit/trainer/dist.py", "_index_update_count"),
     ("toolkit/trainer/states.py", "_index_update_count"),
-    # the Trainer's work plan and its groups, launchers and buffers (trainer.py's _Work, being
-    # rewritten with the plan)
-    ("toolkit/trainer/trainer.py", "_direction_chunks"),
-    ("toolkit/trainer/trainer.py", "_direction_chunks_device"),
-    ("toolkit/trainer/trainer.py", "_in_device"),
-    ("toolkit/trainer/trainer.py", "_member_cache"),
-    ("toolkit/trainer/trainer.py", "_persistent"),
     # a Parameter and the Trainer that holds it (its buffers are views into the Trainer's)
     ("toolkit/trainer/trainer.py", "_data"),
     ("toolkit/trainer/trainer.py", "_grad"),

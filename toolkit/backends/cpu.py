@@ -31,7 +31,6 @@ from . import jit
 from .jit import (KERNELS, NUMBA_TYPES, by_value, cached, call_readonly, compile_kernel,
                   inlined)
 from .order import CHUNK, DIRECTION_CHUNK, DIRECTION_LANES, sum_partials
-from .order import chunk_table  # noqa: F401 - read as cpu.chunk_table by trainer.py's _Work
 
 __all__ = ["elementwise_kernel", "run_elementwise", "lars_norms", "run_norms", "direction_norms",
            "run_direction", "Launcher", "LAUNCHER", "RowsLauncher", "rows_kernel"]

@@ -512,7 +512,7 @@ class Launcher:
 
     def run_rule(self, factory, weight, grad, states, hyper):
         w = self._describe(weight, "weight")
-        self._in_device(self._run_rule, factory, w, self._describe(grad, "grad"),
+        self.in_device(self._run_rule, factory, w, self._describe(grad, "grad"),
                         tuple(self._describe(s, "state") for s in states), hyper,
                         mirror=self._mirror_for(w))
 
@@ -529,7 +529,7 @@ class Launcher:
     def run_noise_rule(self, factory, weight, grad, hyper, key, aux):
         self._no_lazy_form("a noise rule")
         w = self._describe(weight, "weight")
-        self._in_device(run_noise, factory, w, self._describe(grad, "grad"), hyper, key, aux,
+        self.in_device(run_noise, factory, w, self._describe(grad, "grad"), hyper, key, aux,
                         stream=self.stream, mirror=self._mirror_for(w))
 
     def run_rows(self, factory, weight, grad, history, rows, hyper):
@@ -539,7 +539,7 @@ class Launcher:
         w = self._describe(weight, "weight")
         if rows is not None and rows is self.rows:
             rows = self._device_rows()
-        self._in_device(cuda_rows.run, factory, w, self._describe(grad, "grad"),
+        self.in_device(cuda_rows.run, factory, w, self._describe(grad, "grad"),
                         self._describe(history, "state['history']"), rows, hyper,
                         stream=self.stream, mirror=self._mirror_for(w))
 
@@ -548,7 +548,7 @@ class Launcher:
 
     def lars_norms(self, weight, grad, cum, batch_scale):
         self._no_lazy_form("LARS norms")
-        return self._in_device(lars_norms, self._describe(weight, "weight"),
+        return self.in_device(lars_norms, self._describe(weight, "weight"),
                                self._describe(grad, "grad"),
                                None if cum is None else self._describe(cum, "accumulator"),
                                batch_scale, stream=self.stream)
@@ -557,12 +557,14 @@ class Launcher:
         """Run the first pass of a two-pass step (``rules.DirectionPass``) over one tensor:
         ``(sum w^2, sum u^2)``, nothing written (reading them back is a synchronisation)."""
         self._no_lazy_form("a direction pass")
-        return self._in_device(direction_norms, first.direction,
+        return self.in_device(direction_norms, first.direction,
                                self._describe(weight, "weight"), self._describe(grad, "grad"),
                                tuple(self._describe(s, "state") for s in states), first.hyper,
                                stream=self.stream)
 
-    def _in_device(self, fn, *args, **kwargs):
+    def in_device(self, fn, *args, **kwargs):
+        """``fn(*args, **kwargs)`` with this launcher's device current (the Trainer runs its
+        group's segmented calls and reductions through it)."""
         if single_device() or cuda.get_current_device().id == self.device:
             return fn(*args, **kwargs)
         with cuda.gpus[self.device]:

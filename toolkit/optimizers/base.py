@@ -722,6 +722,20 @@ class Optimizer(Bookkeeping):
         """Whether this optimizer's step is :func:`scalar_only` (the Trainer's shortcut)."""
         return type(self)._kernel_step in _SCALAR_ONLY_STEPS
 
+    @contextlib.contextmanager
+    def restored_on_error(self):
+        """While the block runs, the optimizer's attributes (the bookkeeping a step changes:
+        counts, ``num_update``, Nadam's schedule, LBSGD's phases...) are kept; if it raises,
+        they are put back as they were (a shallow copy, its dicts copied), so a step that
+        plans every index before writing any array leaves nothing half-committed."""
+        saved = {k: (dict(v) if isinstance(v, dict) else v) for k, v in self.__dict__.items()}
+        try:
+            yield self
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(saved)
+            raise
+
     @property
     def takes_norms(self):
         """Whether this optimizer's steps may ask for per-tensor norms first
@@ -736,9 +750,11 @@ class Optimizer(Bookkeeping):
         with self._launching(launcher):
             self._kernel_step(index, weight, grad, state, t, lr, wd)
 
-    def _plan_step(self, index, weight, grad, state, launcher):
+    def plan_step(self, index, weight, grad, state, launcher):
         """One kernel step of ``index`` through ``launcher`` (the Trainer's recorder, or a real
-        launcher), on arrays the caller has validated; the count is committed after it."""
+        launcher), on arrays the caller has validated; the count is committed after it. For a
+        step whose host code reads per-index state (Nadam's schedule, LBSGD's phase): the
+        Trainer plans those index by index, in index order."""
         t, lr, wd = self._step_scalars(index)
         with self._launching(launcher):
             self._kernel_step(index, weight, grad, state, t, lr, wd)

@@ -224,6 +224,21 @@ class Group:
             v = self._views[key] = self._slicer(k, self.layout(arr))(arr)
         return v
 
+    def direction_chunks(self, device=False):
+        """The chunk table of a first pass over this group (``order.chunk_table`` with
+        ``order.DIRECTION_CHUNK``: the chunks of a single tensor's pass), made on first use;
+        ``device=True``: its copy on the group's GPU."""
+        host = self.__dict__.get("_direction_chunks")
+        if host is None:
+            host = self._direction_chunks = order.chunk_table(self.offsets, order.DIRECTION_CHUNK)
+        if not device:
+            return host
+        dev = self.__dict__.get("_direction_chunks_device")
+        if dev is None:
+            from numba import cuda
+            dev = self._direction_chunks_device = cuda.to_device(host)
+        return dev
+
     def rows_layout(self):
         """The row tables of this group's matrices (``rows.GroupRows``), made on first use."""
         rl = self.__dict__.get("_rows_layout")

@@ -1,0 +1,372 @@
+"""One group's step as the Trainer plans and runs it (:class:`StepWork`): the work arrays of the
+group (its flat buffers, or per-step float32 copies of float16 ones), the recorder of the calls
+the optimizer's host code would make for each member, the vectorised plan of an optimizer whose
+step reads only ``(t, lr, wd)`` (one planned launch per distinct three, a numpy table of rows),
+the per-group reductions of a first pass (LARS's norms, LAMB's directions), and the execution:
+one segmented call when every member recorded the same one call on its slices of the same flat
+buffers, else the calls one by one.
+
+Shares private members within its package: a :class:`~toolkit.trainer.buffers.Group`'s caches
+(its persistent buffers' ids, the views and member caches kept across steps, the first pass's
+chunk tables), which only the group and the work of its steps read and write.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..backends import arrays, cpu, order
+from ..backends.rules import DirectionPass
+from .buffers import Group, Recorder, map_state, state_leaves
+
+__all__ = ["StepWork"]
+
+
+class StepWork:
+    """One group's arrays for one step, the recorder of its calls, and their execution."""
+
+    def __init__(self, g: Group, opt):
+        self.g, self.opt = g, opt
+        master, inner = g.split_state(opt, g.state)
+        inner_layouts = [g.layout(a) for a in state_leaves(inner)]
+        self.after = None
+        self.mirror = None
+        if g.device == "cuda":
+            self.w, self.grad, self.s = (master if g.mp else g.data), g.grad, inner
+            self.mirror = g.data if g.mp else None
+        elif g.mp:
+            self.w, self.grad, self.s = master, cpu.to_single(g.grad), inner
+
+            def back():  # the float16 weights of the updated members, from their masters
+                for k in self.members:
+                    a, b = int(g.offsets[k]), int(g.offsets[k + 1])
+                    cpu.to_half_into(g.data[a:b], master[a:b])
+            self.after = back
+        elif g.dtype == np.float16:
+            # float16 storage without a master copy: float32 arithmetic, rounded back after
+            self.w, self.grad = cpu.to_single(g.data), cpu.to_single(g.grad)
+            self.s = map_state(inner, cpu.to_single)
+
+            def back():  # the updated members only, rounded back to float16
+                for k in self.members:
+                    a, b = int(g.offsets[k]), int(g.offsets[k + 1])
+                    cpu.to_half_into(g.data[a:b], self.w[a:b])
+                    for dst, src, lay in zip(state_leaves(inner), state_leaves(self.s),
+                                             inner_layouts):
+                        sa, sb = (a, b) if lay is None else (int(lay[0][k]), int(lay[0][k + 1]))
+                        cpu.to_half_into(dst[sa:sb], src[sa:sb])
+            self.after = back
+        else:
+            self.w, self.grad, self.s = g.data, g.grad, inner
+        self.recorder = Recorder(self._launcher_for(self.w, self.mirror))
+        self.flats = [self.w, self.grad] + state_leaves(self.s) + list(g.host_flats.values())
+        #: the layout of each work array (``Group.layout``; a per-step copy takes its source's)
+        self.layouts = [None, None] + inner_layouts + [None] * len(g.host_flats)
+        # id(view) -> (position in self.flats, member), and member -> its views. When every
+        # work array is one of the group's own buffers (no per-step copies), both are kept
+        # across steps
+        key = tuple(id(f) for f in self.flats)
+        if all(k in g._persistent for k in key):
+            self.owner, self._member_views = g._member_cache.setdefault(key, ({}, {}))
+        else:
+            self.owner, self._member_views = {}, {}
+        self.members = {}
+        self.calls_from = {}
+        #: a vectorised plan (``plan_scalars``): (factory, positions in self.flats, members,
+        #: their float64 rows), or None
+        self.vector = None
+
+    def _launcher_for(self, w, mirror):
+        if self.g.device == "cuda":
+            from ..backends import cuda
+            return cuda.Launcher(arrays.describe(w), mirror=None if mirror is None
+                                 else arrays.describe(mirror))
+        return cpu.LAUNCHER
+
+    def _views_of(self, k):
+        """Member ``k``'s views ``(all, weight, grad, state)`` of the work arrays, registered so
+        that recorded calls can be mapped back to the flat buffers they slice."""
+        views = self._member_views.get(k)
+        if views is None:
+            flat_views = []
+            for j, flat in enumerate(self.flats):
+                v = self.g.view(k, flat, self.layouts[j])
+                self.owner[id(v)] = (j, k)
+                flat_views.append(v)
+            leaves = iter(flat_views[2:2 + len(state_leaves(self.s))])
+            sv = map_state(self.s, lambda _: next(leaves))
+            views = self._member_views[k] = (flat_views, flat_views[0], flat_views[1], sv)
+        return views
+
+    def member(self, k):
+        """``(weight, grad, state)`` views of member ``k`` for the optimizer's planning."""
+        _, wv, gv, sv = self._views_of(k)
+        self.members[k] = (wv, gv, sv)
+        self.calls_from[k] = len(self.recorder.calls)
+        return wv, gv, sv
+
+    def plan_scalars(self, ks, indices, t, lr, wd):
+        """Plan members ``ks`` (increasing positions; their optimizer indices ``indices``) of
+        an optimizer whose launch is a function of ``(t, lr, wd)`` alone, with those scalars
+        (arrays, one entry per member): one planned launch per distinct ``(t, lr, wd)``, told
+        apart by their bits. When each is one rule call on its member's slices of the same flat
+        buffers, every member takes the row of its ``(t, lr, wd)`` and :meth:`execute` runs one
+        segmented call from that table (made with numpy, no Python work per member); else
+        every member is planned on its own."""
+        opt = self.opt
+        key = np.stack([t, lr.view(np.int64), wd.view(np.int64)], axis=1)
+        if (key == key[0]).all():
+            first, inverse = [0], None
+        else:
+            _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
+            first, inverse = first.tolist(), inverse.reshape(-1)
+        calls = self.recorder.calls
+        planned = []
+        for j in first:
+            k, n0 = int(ks[j]), len(calls)
+            wv, gv, sv = self.member(k)
+            opt.launch_step(int(indices[j]), wv, gv, sv, int(t[j]), float(lr[j]), float(wd[j]),
+                            self.recorder)
+            planned.append((calls[n0:], self._layout(calls[n0:], k)))
+        (call0,), layout = planned[0] if len(planned[0][0]) == 1 else ((None,), None)
+        if layout is not None and call0.kind == "rule" and self._fits("rule", layout) and all(
+                len(c) == 1 and c[0].kind == "rule" and c[0].factory is call0.factory
+                and lay == layout and len(c[0].hyper) == len(call0.hyper)
+                for c, lay in planned):
+            rows = np.array([c[0].hyper for c, _ in planned], np.float64)
+            self.vector = (call0.factory, layout, ks, rows if inverse is None else rows[inverse])
+            if self.after is not None:  # it rounds back the members updated
+                self.members = dict.fromkeys(ks.tolist())
+            return
+        # not one rule call per member on its slices: every member planned on its own
+        del calls[:]
+        self.members.clear()
+        self.calls_from.clear()
+        for j, k in enumerate(ks.tolist()):
+            wv, gv, sv = self.member(k)
+            opt.launch_step(int(indices[j]), wv, gv, sv, int(t[j]), float(lr[j]), float(wd[j]),
+                            self.recorder)
+
+    def _layout(self, calls, k):
+        """Positions in ``self.flats`` of the arrays of member ``k``'s one recorded call, or
+        None when it recorded other than one call on its own slices."""
+        if len(calls) != 1:
+            return None
+        call = calls[0]
+        owners = [self.owner.get(id(a)) for a in (call.weight, call.grad) + tuple(call.states)]
+        if any(o is None or o[1] != k for o in owners):
+            return None
+        return tuple(o[0] for o in owners)
+
+    def precompute_norms(self, norms):
+        """LARS norms of every member that needs them, in one reduction over the flat buffers,
+        handed to the recorder for the optimizer's planning to read. Returns the calls made."""
+        if any(isinstance(v, DirectionPass) for v in norms.values()):
+            return self.precompute_directions(norms)
+        g = self.g
+        rows = np.zeros((len(g.members), 2))
+        for k, (i, _) in enumerate(g.members):
+            bs = norms.get(i)
+            if bs is not None:
+                rows[k] = (1.0, float(bs))
+        if not rows[:, 0].any():
+            return 0
+        with_cum = bool(rows[:, 1].max() > 0)
+        cum = g.host_flats.get("cum") if with_cum else None
+        if g.device == "cuda":
+            from ..backends import cuda
+            d = arrays.describe
+            launcher = self.recorder.real
+            out = launcher.in_device(cuda.run_norms, d(self.w), d(self.grad),
+                                      None if cum is None else d(cum), rows, g.offsets_device,
+                                      stream=launcher.stream)
+        else:
+            out = np.zeros((len(g.members), 2))
+            cpu.run_norms(self.w, self.grad, self.w if cum is None else cum, rows, g.chunks,
+                          out, with_cum)
+        for k in range(len(g.members)):
+            if rows[k, 0]:
+                self.recorder.norms[id(self._views_of(k)[1])] = (float(out[k, 0]),
+                                                                 float(out[k, 1]))
+        return 1
+
+    def precompute_directions(self, passes):
+        """The first pass of a two-pass step (LAMB: ``rules.DirectionPass``) for every member
+        that has one, in one segmented call over the flat buffers that writes nothing: each
+        member's ``(sum w^2, sum u^2)`` handed to the recorder, for the planning of the second
+        pass (one segmented call too). The chunks and the order of every addition are a single
+        tensor's (``order.DIRECTION_CHUNK``), so the sums equal the per-tensor ones, bit for bit.
+        Returns the calls made."""
+        g = self.g
+        members = [(k, passes[i]) for k, (i, _) in enumerate(g.members)
+                   if isinstance(passes.get(i), DirectionPass)]
+        if not members:
+            return 0
+        first = members[0][1]
+        if any((p.direction, len(p.hyper)) != (first.direction, len(first.hyper))
+               for _, p in members):
+            raise RuntimeError("the members of a group asked for different first passes")
+        compute = np.dtype(np.float32) if g.dtype == np.float16 else np.dtype(g.dtype)
+        table = np.zeros((len(g.members), 1 + len(first.hyper)), compute)
+        for k, p in members:
+            table[k, 0] = 1
+            table[k, 1:] = np.array(p.hyper, np.float64)  # rounded as a single call rounds
+        states = state_leaves(self.s)
+        host_chunks = g.direction_chunks()
+        if g.device == "cuda":
+            from ..backends import cuda
+            dev_chunks = g.direction_chunks(device=True)
+            d = arrays.describe
+            launcher = self.recorder.real
+            out = launcher.in_device(cuda.run_direction, first.direction,
+                                      d(self.w), d(self.grad), [d(a) for a in states], table,
+                                      dev_chunks, host_chunks, stream=launcher.stream)
+        else:
+            out = np.zeros((len(g.members), 2))
+            cpu.run_direction(first.direction, self.w, self.grad, tuple(states),
+                              table, host_chunks, out)
+        for k, p in members:
+            self.recorder.directions[id(self._views_of(k)[1])] = (
+                p, (float(out[k, 0]), float(out[k, 1])))
+        return 1
+
+    def execute(self):
+        """Run what was recorded: one segmented call when every member recorded the same one
+        call on slices of the same flat buffers; else the calls one by one. Returns the number
+        of kernel calls."""
+        launches = 0
+        calls = self.recorder.calls
+        if self.vector is not None:
+            factory, layout, ks, rows = self.vector
+            table = np.zeros((len(self.g.members), 1 + rows.shape[1]), self._compute_dtype())
+            table[ks, 0] = 1
+            table[ks, 1:] = rows  # each float64 rounded to the dtype, as a single call does
+            self._launch_table("rule", factory, [self.flats[j] for j in layout], table)
+            launches = 1
+        elif calls:
+            plan = self._segmented_plan()
+            if plan is not None:
+                self._run_segmented(*plan)
+                launches = 1
+            else:
+                for k in sorted(self.calls_from):
+                    end = self._next_start(k)
+                    real = self._real_launcher(k)
+                    for call in calls[self.calls_from[k]:end]:
+                        if call.kind == "rule":
+                            real.run_rule(call.factory, call.weight, call.grad, call.states,
+                                          call.hyper)
+                        elif call.kind == "rows":
+                            real.run_rows(call.factory, call.weight, call.grad, call.states[0],
+                                          call.rows, call.hyper)
+                        else:
+                            real.run_noise_rule(call.factory, call.weight, call.grad,
+                                                call.hyper, call.key, call.aux)
+                        launches += 1
+        if self.after is not None:
+            self.after()
+        return launches
+
+    def _real_launcher(self, k):
+        wv = self._views_of(k)[1]
+        mirror = None if self.mirror is None else self.g.view(k, self.mirror)
+        return self._launcher_for(wv, mirror) if self.g.device == "cuda" else cpu.LAUNCHER
+
+    def _next_start(self, k):
+        later = [v for kk, v in self.calls_from.items() if kk > k]
+        return min(later) if later else len(self.recorder.calls)
+
+    def _segmented_plan(self):
+        """``(kind, factory, flats, calls)`` (``calls``: member -> its :class:`Call`) when the
+        recorded calls fit one segmented call: one call per member, the same rule, on member
+        ``k``'s slices of the same flat buffers."""
+        calls = self.recorder.calls
+        if len(calls) != len(self.members) or len({c.kind for c in calls}) != 1:
+            return None
+        kind, factory = calls[0].kind, calls[0].factory
+        layout = None
+        rows = {}
+        for k in sorted(self.members):
+            call = calls[self.calls_from[k]]
+            if call.factory is not factory:
+                return None
+            owners = [self.owner.get(id(a)) for a in (call.weight, call.grad) + tuple(call.states)]
+            if any(o is None or o[1] != k for o in owners):
+                return None
+            pos = tuple(o[0] for o in owners)
+            if layout is None:
+                layout = pos
+            elif pos != layout:
+                return None
+            if kind == "rows" and call.rows is not None:
+                return None  # a lazy row-sparse step: rows of its own
+            rows[k] = call
+        if len({len(c.hyper) for c in rows.values()}) != 1 or (
+                kind == "noise" and len({len(c.aux) for c in rows.values()}) != 1):
+            return None
+        if not self._fits(kind, layout):
+            return None
+        return kind, factory, [self.flats[j] for j in layout], rows
+
+    def _fits(self, kind, positions):
+        """Whether the work arrays at ``positions`` (weight, grad, states) are laid out as the
+        segmented kernel of ``kind`` reads them: every array like the weight, except a row
+        rule's history, one value per row of each member."""
+        g = self.g
+        like_weight = [self.layouts[j] for j in positions]
+        if kind == "rows":
+            history = like_weight.pop(2) if len(like_weight) == 3 else None
+            if history is None or not np.array_equal(history[0], g.rows_layout().row_offsets):
+                return False
+        return all(lay is None or np.array_equal(lay[0], g.offsets) for lay in like_weight)
+
+    def _compute_dtype(self):
+        return np.dtype(np.float32) if self.g.dtype == np.float16 else np.dtype(self.g.dtype)
+
+    def _run_segmented(self, kind, factory, flats, rows):
+        n = len(self.g.members)
+        first = next(iter(rows.values()))
+        table = np.zeros((n, 1 + len(first.hyper)), self._compute_dtype())
+        ks = list(rows)
+        table[ks, 0] = 1
+        # one conversion of all rows: each float64 rounded to the dtype, as a single call does
+        table[ks, 1:] = np.array([rows[k].hyper for k in ks], np.float64)
+        keys = aux = None
+        if kind == "noise":
+            keys = np.zeros(n, np.uint64)
+            aux = np.zeros((n, len(first.aux)), np.float64)
+            for k, row in rows.items():
+                keys[k] = np.uint64(row.key)
+                aux[k] = row.aux
+        self._launch_table(kind, factory, flats, table, keys, aux)
+
+    def _launch_table(self, kind, factory, flats, table, keys=None, aux=None):
+        """One segmented call of ``kind`` over the flat buffers ``flats`` (weight, grad,
+        states) with one ``(active, *hp)`` row of ``table`` per member."""
+        g = self.g
+        w, grad, states = flats[0], flats[1], flats[2:]
+        if g.device == "cuda":
+            from ..backends import cuda
+            d = arrays.describe
+            launcher = self.recorder.real
+            # the float16 weight is written from the master by the kernel that updates it
+            mirror = d(self.mirror) if (self.mirror is not None and w is self.w) else None
+            if kind == "rows":
+                from ..backends import rows as row_kernels
+                launcher.in_device(row_kernels.run_cuda_segmented, factory, d(w), d(grad),
+                                    d(states[0]), table, g.uploads[0], g.rows_layout(),
+                                    stream=launcher.stream, mirror=mirror)
+            elif kind == "noise":
+                launcher.in_device(cuda.run_noise_segmented, factory, d(w), d(grad), table,
+                                    keys, aux, g.uploads, g.offsets_device, g.chunks,
+                                    stream=launcher.stream, mirror=mirror)
+            else:
+                launcher.in_device(cuda.run_segmented, factory, d(w), d(grad),
+                                    [d(a) for a in states], table, g.uploads[0], g.chunks,
+                                    stream=launcher.stream, mirror=mirror)
+        elif kind == "rows":
+            from ..backends import rows as row_kernels
+            row_kernels.run_cpu_segmented(factory, w, grad, states[0], table, g.rows_layout())
+        elif kind == "noise":
+            cpu.run_noise_segmented(factory, w, grad, table, keys, aux, g.offsets, g.chunks)
+        else:
+            cpu.run_segmented(factory, w, grad, tuple(states), table, g.chunks)
