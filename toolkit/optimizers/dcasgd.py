@@ -15,9 +15,12 @@ weight (no delay), so the compensation term vanishes: ``w = w - lr*G`` (with mom
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ..backends import arrays
+from . import gradient
 from .base import Optimizer, scalar_only
 from .registry import register
 from .spaces import Decades, MOMENTUM, OneOf
@@ -27,35 +30,56 @@ from .validation import nonneg, unit
 __all__ = ["DCASGD"]
 
 
+class PlainRow(NamedTuple):
+    """The scalars of :func:`plain_rule` (MXNet's Python optimizer: unrounded, the clip bound
+    aside): packed on the host, read by name in the kernel."""
+    neg_lr: float  #: -lr
+    wd: float
+    rs: float      #: rescale_grad
+    c: float       #: clip_gradient, negative for none
+    lamda: float
+    comp: float    #: 1 to compensate against the previous weight (mxnet), 0 not to (guide)
+
+
+class MomentumRow(NamedTuple):
+    """The scalars of :func:`momentum_rule`: :class:`PlainRow`'s and the momentum."""
+    neg_lr: float  #: -lr
+    wd: float
+    rs: float      #: rescale_grad
+    c: float       #: clip_gradient, negative for none
+    lamda: float
+    comp: float    #: 1 to compensate against the previous weight (mxnet), 0 not to (guide)
+    mu: float      #: momentum
+
+
 def plain_rule(f):
     zero = f(0)
+    # not gradient.clipped_then_decayed: mxnet's compensation term reads the clipped g alone
+    rescaled = gradient.rescaled(f)
 
     def rule(w, grad, w_prev, hp):
-        neg_lr, wd, rs, c, lamda, comp = hp
-        g = rs * grad
-        if c >= zero:
-            g = min(max(g, -c), c)
-        if comp > zero:      # mxnet: compensate against the previous weight
-            step = neg_lr * (g + wd * w + lamda * g * g * (w - w_prev))
+        p = PlainRow(*hp)
+        g = rescaled(grad, p.rs, p.c)
+        if p.comp > zero:    # mxnet: compensate against the previous weight
+            step = p.neg_lr * (g + p.wd * w + p.lamda * g * g * (w - w_prev))
         else:                # guide without delay: G = g + wd*w, no compensation
-            step = neg_lr * (g + wd * w)
+            step = p.neg_lr * (g + p.wd * w)
         return w + step, w
     return rule
 
 
 def momentum_rule(f):
     zero = f(0)
+    rescaled = gradient.rescaled(f)
 
     def rule(w, grad, mom, w_prev, hp):
-        neg_lr, wd, rs, c, lamda, comp, mu = hp
-        g = rs * grad
-        if c >= zero:
-            g = min(max(g, -c), c)
-        if comp > zero:
-            step = neg_lr * (g + wd * w + lamda * g * g * (w - w_prev))
+        p = MomentumRow(*hp)
+        g = rescaled(grad, p.rs, p.c)
+        if p.comp > zero:
+            step = p.neg_lr * (g + p.wd * w + p.lamda * g * g * (w - w_prev))
         else:
-            step = neg_lr * (g + wd * w)
-        mom = mu * mom + step
+            step = p.neg_lr * (g + p.wd * w)
+        mom = p.mu * mom + step
         return w + mom, mom, w
     return rule
 
@@ -126,9 +150,10 @@ class DCASGD(Optimizer):
 
     @scalar_only
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
-        comp = 1.0 if self.convention == "mxnet" else 0.0
-        hyper = (-lr, wd, self.rescale_grad, self._clip_bound(), self.lamda, comp)
+        common = dict(neg_lr=-lr, wd=wd, rs=self.rescale_grad, c=self._clip_bound(),
+                      lamda=self.lamda, comp=1.0 if self.convention == "mxnet" else 0.0)
         if self.momentum != 0.0:
-            self._run_rule(momentum_rule, weight, grad, state, hyper + (self.momentum,))
+            self._run_rule(momentum_rule, weight, grad, state,
+                           MomentumRow(**common, mu=self.momentum))
         else:
-            self._run_rule(plain_rule, weight, grad, (state[1],), hyper)
+            self._run_rule(plain_rule, weight, grad, (state[1],), PlainRow(**common))

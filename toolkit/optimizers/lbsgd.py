@@ -18,6 +18,7 @@ accumulation.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -28,7 +29,8 @@ from .registry import register
 from .spaces import Ints, MOMENTUM, OneOf
 from .spec import BenchSetting, Spec
 from .validation import choice, integer, unit
-from .sgd import guide_momentum_rule, guide_plain_rule, sgd_update_hyper
+from .sgd import (GuideMomentumRow, GuidePlainRow, guide_momentum_rule, guide_plain_rule,
+                  mxnet_factors, sgd_update_hyper)
 
 __all__ = ["LBSGD", "lbmult"]
 
@@ -53,21 +55,46 @@ def lbmult(nup, warmup_strategy, warmup_epochs, updates_per_epoch, batch_scale):
     return 1.0
 
 
+class MomentumRow(NamedTuple):
+    """The scalars of :func:`accumulated_momentum_rule` and :func:`fresh_momentum_rule`:
+    ``sgd.MxnetMomentumRow``'s (rounded to the weight's dtype) and ``batch_scale``; packed on
+    the host, read by name in the kernel."""
+    lr: float     #: lr*mult
+    lrwd: float   #: lr*wd
+    rs: float     #: rescale_grad
+    c: float      #: clip_gradient, negative for none
+    mu: float     #: momentum
+    lrrs: float   #: lr*rs
+    bs: float     #: batch_scale
+
+
+class PlainRow(NamedTuple):
+    """The scalars of :func:`accumulated_plain_rule` and :func:`fresh_plain_rule`:
+    ``sgd.SgdUpdateRow``'s (:func:`~.sgd.sgd_update_hyper`) and ``batch_scale``."""
+    lr: float     #: lr*mult
+    decay: float  #: 1 - lr*wd, rounded once to the weight's dtype
+    rs: float     #: rescale_grad
+    c: float      #: clip_gradient, negative for none
+    lrrs: float   #: lr*rs
+    bs: float     #: batch_scale
+
+
+# The rules take MXNet's SGD kernels' gradient preprocessing from sgd.mxnet_factors (the mean
+# gradient gm in place of grad), and form the step's one product after it as those kernels do.
+
 def accumulated_momentum_rule(f):
     """MXNet's update call with momentum, fused: ``gm = (cum + grad)/bs``, the aggregated SGD
     momentum step with ``gm`` (``sgd.mxnet_momentum_rule``'s arithmetic), and ``cum = 0``.
-    ``hp = (lr, lr*wd, rs, c, momentum, lr*rs, bs)``; states ``(cum, mom)``."""
+    ``hp`` a :class:`MomentumRow`; states ``(cum, mom)``."""
     zero = f(0)
+    factors = mxnet_factors(f)
 
     def rule(w, grad, cum, mom, hp):
-        lr, lrwd, rs, c, mu, lrrs, bs = hp
-        gm = (cum + grad) / bs
-        if c >= zero:
-            scale, g = lr, min(max(rs * gm, -c), c)
-        else:
-            scale, g = lrrs, gm
+        p = MomentumRow(*hp)
+        gm = (cum + grad) / p.bs
+        scale, g = factors(gm, p.lr, p.rs, p.c, p.lrrs)
         step = scale * g
-        mom = ((mu * mom) - lrwd * w) - step
+        mom = ((p.mu * mom) - p.lrwd * w) - step
         return w + mom, zero, mom
     return rule
 
@@ -75,18 +102,15 @@ def accumulated_momentum_rule(f):
 def accumulated_plain_rule(f):
     """MXNet's update call without momentum, fused: ``gm = (cum + grad)/bs``, ``sgd_update``'s
     ``w = (1 - lr*wd)*w - (lr*rs)*gm`` (``- lr*clip(rs*gm, c)`` when clipping;
-    ``sgd.sgd_update_rule``), and ``cum = 0``. ``hp = sgd_update_hyper(...) + (bs,)``; state
-    ``(cum,)``."""
+    ``sgd.sgd_update_rule``), and ``cum = 0``. ``hp`` a :class:`PlainRow`; state ``(cum,)``."""
     zero = f(0)
+    factors = mxnet_factors(f)
 
     def rule(w, grad, cum, hp):
-        lr, decay, rs, c, lrrs, bs = hp
-        gm = (cum + grad) / bs
-        if c >= zero:
-            scale, g = lr, min(max(rs * gm, -c), c)
-        else:
-            scale, g = lrrs, gm
-        return decay * w - scale * g, zero
+        p = PlainRow(*hp)
+        gm = (cum + grad) / p.bs
+        scale, g = factors(gm, p.lr, p.rs, p.c, p.lrrs)
+        return p.decay * w - scale * g, zero
     return rule
 
 
@@ -96,16 +120,14 @@ def fresh_momentum_rule(f):
     ``zero`` for ``cum`` (so ``-0.0`` gradients become ``+0.0`` as before), the accumulator
     neither read nor written. ``hp`` as there; state ``(mom,)``."""
     zero = f(0)
+    factors = mxnet_factors(f)
 
     def rule(w, grad, mom, hp):
-        lr, lrwd, rs, c, mu, lrrs, bs = hp
-        gm = (zero + grad) / bs
-        if c >= zero:
-            scale, g = lr, min(max(rs * gm, -c), c)
-        else:
-            scale, g = lrrs, gm
+        p = MomentumRow(*hp)
+        gm = (zero + grad) / p.bs
+        scale, g = factors(gm, p.lr, p.rs, p.c, p.lrrs)
         step = scale * g
-        mom = ((mu * mom) - lrwd * w) - step
+        mom = ((p.mu * mom) - p.lrwd * w) - step
         return w + mom, mom
     return rule
 
@@ -114,15 +136,13 @@ def fresh_plain_rule(f):
     """:func:`accumulated_plain_rule` where the accumulator is known to hold zeros (see
     :func:`fresh_momentum_rule`); no state."""
     zero = f(0)
+    factors = mxnet_factors(f)
 
     def rule(w, grad, hp):
-        lr, decay, rs, c, lrrs, bs = hp
-        gm = (zero + grad) / bs
-        if c >= zero:
-            scale, g = lr, min(max(rs * gm, -c), c)
-        else:
-            scale, g = lrrs, gm
-        return decay * w - scale * g
+        p = PlainRow(*hp)
+        gm = (zero + grad) / p.bs
+        scale, g = factors(gm, p.lr, p.rs, p.c, p.lrrs)
+        return p.decay * w - scale * g
     return rule
 
 
@@ -373,14 +393,15 @@ class LBSGD(Optimizer):
             lr, wd, rs, c = r(lr), r(wd), r(self.rescale_grad), self._clip_bound()
             bs = float(self.batch_scale)
             if states:
-                hyper = (lr, lr * wd, rs, c, r(self.momentum), lr * rs, bs)
+                hyper = MomentumRow(lr=lr, lrwd=lr * wd, rs=rs, c=c, mu=r(self.momentum),
+                                    lrrs=lr * rs, bs=bs)
                 if fresh:
                     launcher.run_rule(fresh_momentum_rule, weight, grad, states, hyper)
                 else:
                     launcher.run_rule(accumulated_momentum_rule, weight, grad,
                                       (cum,) + states, hyper)
             else:
-                hyper = sgd_update_hyper(lr, wd, rs, c) + (bs,)
+                hyper = PlainRow(**sgd_update_hyper(lr, wd, rs, c)._asdict(), bs=bs)
                 if fresh:
                     launcher.run_rule(fresh_plain_rule, weight, grad, (), hyper)
                 else:
@@ -389,10 +410,10 @@ class LBSGD(Optimizer):
             return
         ncum = self._ncum.get(index, self.init_updates) + 1  # the guide accumulates nothing
         lr = lr * self._multiplier(weight, grad, None, wd, ncum)
+        common = dict(lr=lr, wd=wd, rs=self.rescale_grad, c=self._clip_bound())
         if states:
             self._run_rule(guide_momentum_rule, weight, grad, states,
-                           (lr, wd, self.rescale_grad, self._clip_bound(), self.momentum))
+                           GuideMomentumRow(**common, mu=self.momentum))
         else:
-            self._run_rule(guide_plain_rule, weight, grad, (), (lr, wd, self.rescale_grad,
-                                                                self._clip_bound()))
+            self._run_rule(guide_plain_rule, weight, grad, (), GuidePlainRow(**common))
         self._ncum[index] = ncum

@@ -15,42 +15,52 @@ guide, in the same stored-point form (proved equal to the look-ahead form of the
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from ..backends import arrays
+from . import gradient
 from .base import Optimizer, scalar_only
 from .registry import register
 from .spaces import MOMENTUM
 from .spec import BenchSetting, Spec
 from .validation import unit
-from .sgd import guide_plain_rule, sgd_update_hyper, sgd_update_rule
+from .sgd import GuidePlainRow, guide_plain_rule, sgd_update_hyper, sgd_update_rule
 
 __all__ = ["NAG"]
 
 
+class Row(NamedTuple):
+    """The scalars of :func:`mxnet_rule` and :func:`guide_rule` (rounded to the weight's dtype
+    under convention "mxnet"): packed on the host, read by name in the kernel."""
+    lr: float
+    wd: float
+    rs: float     #: rescale_grad
+    c: float      #: clip_gradient, negative for none
+    mu: float     #: momentum
+    mu1: float    #: momentum + 1
+
+
 def mxnet_rule(f):
-    zero = f(0)
+    # gradient.clipped_then_decayed does not fit: the momentum line decays the updated weight
+    rescaled = gradient.rescaled(f)
 
     def rule(w, grad, mom, hp):
-        lr, wd, rs, c, mu, mu1 = hp
-        g = rs * grad
-        if c >= zero:
-            g = min(max(g, -c), c)
-        m1 = mu * mom
-        w_new = (w - m1) + mu1 * (m1 - lr * (g + wd * w))
-        return w_new, m1 - lr * (g + wd * w_new)
+        p = Row(*hp)
+        g = rescaled(grad, p.rs, p.c)
+        m1 = p.mu * mom
+        w_new = (w - m1) + p.mu1 * (m1 - p.lr * (g + p.wd * w))
+        return w_new, m1 - p.lr * (g + p.wd * w_new)
     return rule
 
 
 def guide_rule(f):
-    zero = f(0)
+    grad_of = gradient.clipped_then_decayed(f)
 
     def rule(w, grad, v, hp):
-        lr, wd, rs, c, mu, mu1 = hp
-        g = rs * grad
-        if c >= zero:
-            g = min(max(g, -c), c)
-        step = lr * (g + wd * w)
-        v = mu * v - step
-        return w + mu * v - step, v
+        p = Row(*hp)
+        step = p.lr * grad_of(grad, w, p.rs, p.wd, p.c)
+        v = p.mu * v - step
+        return w + p.mu * v - step, v
     return rule
 
 
@@ -129,7 +139,9 @@ class NAG(Optimizer):
             if self.convention == "mxnet":
                 self._run_rule(sgd_update_rule, weight, grad, (), sgd_update_hyper(lr, wd, rs, c))
             else:
-                self._run_rule(guide_plain_rule, weight, grad, (), (lr, wd, rs, c))
+                self._run_rule(guide_plain_rule, weight, grad, (),
+                               GuidePlainRow(lr=lr, wd=wd, rs=rs, c=c))
             return
         rule = mxnet_rule if self.convention == "mxnet" else guide_rule
-        self._run_rule(rule, weight, grad, states, (lr, wd, rs, c, mu, mu + 1.0))
+        self._run_rule(rule, weight, grad, states,
+                       Row(lr=lr, wd=wd, rs=rs, c=c, mu=mu, mu1=mu + 1.0))

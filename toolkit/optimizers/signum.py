@@ -17,6 +17,9 @@ guide (the state holds the guide's ``v``)::
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
+from . import gradient
 from .base import Optimizer, scalar_only
 from .registry import register
 from .spaces import Decades, MOMENTUM, OneOf
@@ -26,23 +29,51 @@ from .validation import nonneg, unit
 __all__ = ["Signum"]
 
 
+class SignumRow(NamedTuple):
+    """The scalars of :func:`signum_rule` (rounded to the weight's dtype under convention
+    "mxnet"): packed on the host, read by name in the kernel."""
+    lr: float
+    wd: float
+    rs: float         #: rescale_grad
+    c: float          #: clip_gradient, negative for none
+    mu: float         #: momentum
+    omu: float        #: 1 - momentum
+    decay: float      #: 1 - lr*wd_lh
+    direction: float  #: -1 for mxnet (the state is minus the EMA), +1 for guide
+
+
+class SignSGDMxnetRow(NamedTuple):
+    """The scalars of :func:`signsgd_mxnet_rule` (``signsgd_update`` reads neither rescale_grad
+    nor clip_gradient)."""
+    lr: float
+    decay: float      #: 1 - lr*wd
+
+
+class SignSGDGuideRow(NamedTuple):
+    """The scalars of :func:`signsgd_guide_rule`."""
+    lr: float
+    wd: float
+    rs: float         #: rescale_grad
+    c: float          #: clip_gradient, negative for none
+
+
 def signum_rule(f):
     zero, one = f(0), f(1)
+    # gradient.clipped_then_decayed fits the guide's branch only; mxnet scales g and wd*w apart
+    rescaled = gradient.rescaled(f)
 
     def rule(w, grad, mom, hp):
-        lr, wd, rs, c, mu, omu, decay, direction = hp
-        g = rs * grad
-        if c >= zero:
-            g = min(max(g, -c), c)
+        p = SignumRow(*hp)
+        g = rescaled(grad, p.rs, p.c)
         # mxnet (direction = -1): mom = mu*mom - (1-mu)*wd*w - (1-mu)*g, w += lr*sign(mom)
         # guide (direction = +1): v = mu*v + (1-mu)*(g + wd*w),        w -= lr*sign(v)
-        if direction < zero:
-            mom = mu * mom - omu * wd * w - omu * g
+        if p.direction < zero:
+            mom = p.mu * mom - p.omu * p.wd * w - p.omu * g
             s = one if mom > zero else (-one if mom < zero else zero)
-            return decay * w + lr * s, mom
-        mom = mu * mom + omu * (g + wd * w)
+            return p.decay * w + p.lr * s, mom
+        mom = p.mu * mom + p.omu * (g + p.wd * w)
         s = one if mom > zero else (-one if mom < zero else zero)
-        return decay * w - lr * s, mom
+        return p.decay * w - p.lr * s, mom
     return rule
 
 
@@ -50,23 +81,21 @@ def signsgd_mxnet_rule(f):
     zero, one = f(0), f(1)
 
     def rule(w, grad, hp):
-        lr, decay = hp
+        p = SignSGDMxnetRow(*hp)
         s = one if grad > zero else (-one if grad < zero else zero)
-        return decay * w - lr * s
+        return p.decay * w - p.lr * s
     return rule
 
 
 def signsgd_guide_rule(f):
     zero, one = f(0), f(1)
+    grad_of = gradient.clipped_then_decayed(f)
 
     def rule(w, grad, hp):
-        lr, wd, rs, c = hp
-        g = rs * grad
-        if c >= zero:
-            g = min(max(g, -c), c)
-        g = g + wd * w
+        p = SignSGDGuideRow(*hp)
+        g = grad_of(grad, w, p.rs, p.wd, p.c)
         s = one if g > zero else (-one if g < zero else zero)
-        return w - lr * s
+        return w - p.lr * s
     return rule
 
 
@@ -133,25 +162,30 @@ class Signum(Optimizer):
         return {"momentum": self.momentum, "wd_lh": self.wd_lh}
 
     def _step_constants(self):
-        """``(r, rs, c, mu, 1 - mu, wd_lh, direction)``: ``_r`` as a function of a float, and
-        the constants of a step as the convention rounds them."""
+        """``(r, wd_lh, constants)``: ``_r`` as a function of a float, ``wd_lh`` rounded (it
+        enters the row as ``1 - lr*wd_lh``), and the other constants of a step as the convention
+        rounds them, by name (fields of :class:`SignumRow`)."""
         r = self._r
         mu = r(self.momentum)
-        return (self._float_rounder(), r(self.rescale_grad), self._clip_bound(), mu, 1.0 - mu,
-                r(self.wd_lh), -1.0 if self.convention == "mxnet" else 1.0)
+        return self._float_rounder(), r(self.wd_lh), dict(
+            rs=r(self.rescale_grad), c=self._clip_bound(), mu=mu, omu=1.0 - mu,
+            direction=-1.0 if self.convention == "mxnet" else 1.0)
 
     @scalar_only
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
-        r, rs, c, mu, one_minus_mu, wd_lh, direction = self._constants(
+        r, wd_lh, constants = self._constants(
             "_signum_constants", (self.momentum, self.wd_lh, self.rescale_grad,
                                   self.clip_gradient, self.convention, self.mxnet_kernel),
             self._step_constants)
         lr, wd = r(lr), r(wd)
         if self.momentum == 0.0:
             if self.convention == "mxnet":
-                self._run_rule(signsgd_mxnet_rule, weight, grad, (), (lr, 1.0 - lr * wd))
+                self._run_rule(signsgd_mxnet_rule, weight, grad, (),
+                               SignSGDMxnetRow(lr=lr, decay=1.0 - lr * wd))
             else:
-                self._run_rule(signsgd_guide_rule, weight, grad, (), (lr, wd, rs, c))
+                self._run_rule(signsgd_guide_rule, weight, grad, (),
+                               SignSGDGuideRow(lr=lr, wd=wd, rs=constants["rs"],
+                                               c=constants["c"]))
             return
         self._run_rule(signum_rule, weight, grad, (state,),
-                       (lr, wd, rs, c, mu, one_minus_mu, 1.0 - lr * wd_lh, direction))
+                       SignumRow(lr=lr, wd=wd, decay=1.0 - lr * wd_lh, **constants))
