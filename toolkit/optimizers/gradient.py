@@ -10,8 +10,9 @@ order), so no number moves:
 
 * :func:`rescaled`: ``clip(rs*grad, c)`` (no clipping when ``c < 0``, the "no clip" value a
   convention's constants give);
-* :func:`decayed_then_clipped`: ``clip(rs*grad + wd*w, c)`` (MXNet's kernels that fold the
-  weight decay into the gradient before clipping: Adam, Adamax, RMSProp, FTML);
+* :func:`decayed_then_clipped`: ``clip(rs*grad + wd*w, c)`` (MXNet 1.9.1's updates that fold
+  the weight decay into the gradient before clipping, its kernels (Adam, RMSProp, FTML) and
+  its Python ops (Adamax, Nadam) alike);
 * :func:`clipped_then_decayed`: ``clip(rs*grad, c) + wd*w`` (the guide's ``G``);
 * :func:`clip`: ``min(max(g, -c), c)`` when ``c >= 0``.
 """
