@@ -239,25 +239,27 @@ def _python_calls(fn):
 @pytest.mark.parametrize("name", [n for n in NAMES if optimizer.create(n).plans_by_scalars])
 def test_a_step_does_no_python_work_per_parameter(name):
     """The Python calls of a step (second and later: the first lays out caches) are the same for
-    10 and 300 parameters, with multipliers set, once a multiplier changed (read once), and on
-    a step that skips a stale parameter."""
+    10 and 300 parameters, with multipliers set, once a multiplier changed (read once), on a
+    step that skips a stale parameter and on a step with the non-finite guard."""
     def run(n):
         shape = (2, 3) if specs()[name].matrix else (6,)
         params = [Parameter(f"p{i}", init=np.full(shape, 0.5, np.float32),
                             lr_mult=1.0 + (i % 3)) for i in range(n)]
         trainer = Trainer(params, name, {"learning_rate": 0.1, "wd": 0.0})
         counts = []
-        for step in range(4):
+        for step in range(5):
             if step == 2:
                 params[1].lr_mult = 3.0
             for p in params[1:] if step == 3 else params:
                 p.grad()[...] = 0.25
-            counts.append(_python_calls(lambda: trainer.step(1, ignore_stale_grad=True)))
+            guard = step == 4  # the non-finite guard's pass, nothing to skip
+            counts.append(_python_calls(lambda: trainer.step(1, ignore_stale_grad=True,
+                                                             skip_nonfinite=guard)))
             assert trainer.last_step_launches == 1
         return counts[1:]
     run(5)  # the same values once before: memoised roundings then cost the same in both runs
     small, large = run(10), run(300)
-    assert small[0] == large[0] and small[2] == large[2], (small, large)
+    assert small[0] == large[0] and small[2] == large[2] and small[3] == large[3], (small, large)
     # a changed multiplier reads the parameters' multipliers once: one property read each
     assert large[1] - small[1] == 2 * (300 - 10)
 

@@ -381,9 +381,8 @@ class Trainer:
         if self._guard_on:
             # one pass over the gradients (summed, in a distributed step: every rank reads the
             # same bits and skips the same parameters)
-            bad = self._nonfinite(active.tolist())
-            if bad:
-                skipped = sorted(bad)
+            skipped = self._nonfinite(active)
+            if skipped:
                 active = active[~np.isin(active, skipped)]
         if active.size:
             self._update_active(active)
@@ -448,29 +447,36 @@ class Trainer:
             self.last_step_launches += w.execute()
 
     def _nonfinite(self, active):
-        """The set of indices of ``active`` whose gradient holds a NaN or an infinity: one
-        segmented pass per group over its flat gradient buffer (on CUDA, one device-to-host
-        read of a flag per chunk), a row-sparse gradient's values on their own."""
+        """The sorted indices of ``active`` (an int64 array, increasing) whose gradient holds a
+        NaN or an infinity: one segmented pass per group over its flat gradient buffer (on
+        CUDA, one device-to-host read of a flag per chunk), a row-sparse gradient's values on
+        their own."""
         from ..backends import finite
-        wanted = set(active)
-        bad = set()
-        for g in self._groups:
-            ks = [k for k, (i, _) in enumerate(g.members) if i in wanted]
-            dense = [k for k in ks if g.members[k][1].grad_stype != "row_sparse"]
-            if dense:
-                stream = None
-                if g.device == "cuda":
-                    from ..backends import cuda
-                    stream = cuda.resolve_stream(None, arrays.describe(g.data))
-                ok = finite.finite_segments(g.grad, g.offsets, g.chunks, stream)
-                bad.update(g.members[k][0] for k in dense if not ok[k])
-            for k in ks:
-                i, p = g.members[k]
-                if p.grad_stype == "row_sparse" and not finite.all_finite(p._sparse_grad):
+        bad = []
+        groups = self._group_of[active]
+        for n, g in enumerate(self._groups):
+            mine = active[groups == n]
+            if not mine.size:
+                continue
+            stream = None
+            if g.device == "cuda":
+                from ..backends import cuda
+                stream = cuda.resolve_stream(None, arrays.describe(g.data))
+            ok = finite.finite_segments(g.grad, g.offsets, g.chunks, stream)
+            ks = self._member_of[mine]
+            if not self._any_sparse:
+                bad.extend(mine[~ok[ks]].tolist())
+                continue
+            for i, k in zip(mine.tolist(), ks.tolist()):
+                p = g.members[k][1]
+                if p.grad_stype != "row_sparse":
+                    if not ok[k]:
+                        bad.append(i)
+                elif not finite.all_finite(p._sparse_grad):
                     # checked as the update would check it: a bad gradient raises all the same
                     p._sparse_grad.check(arrays.describe(p._data, "weight"))
-                    bad.add(i)
-        return bad
+                    bad.append(i)
+        return sorted(bad)
 
     def _dry_run(self, active):
         """Every check the per-parameter steps of ``active`` (indices in order) would make
