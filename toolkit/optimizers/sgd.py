@@ -13,9 +13,13 @@ guide::
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ..backends import arrays
+from ..backends.jit import inlined
+from . import gradient
 from .base import Optimizer, scalar_only
 from .registry import register
 from .spaces import MOMENTUM
@@ -25,59 +29,109 @@ from .validation import flag, unit
 __all__ = ["SGD"]
 
 
-def mxnet_momentum_rule(f):
+class MxnetMomentumRow(NamedTuple):
+    """The scalars of :func:`mxnet_momentum_rule` (MXNet's aggregated SGD kernel with momentum),
+    rounded to the weight's dtype: packed on the host, read by name in the kernel."""
+    lr: float
+    lrwd: float   #: lr*wd
+    rs: float     #: rescale_grad
+    c: float      #: clip_gradient, negative for none
+    mu: float     #: momentum
+    lrrs: float   #: lr*rs
+
+
+class MxnetPlainRow(NamedTuple):
+    """The scalars of :func:`mxnet_plain_rule` (MXNet's aggregated SGD kernel, no momentum)."""
+    lr: float
+    lrwd: float   #: lr*wd
+    rs: float     #: rescale_grad
+    c: float      #: clip_gradient, negative for none
+    lrrs: float   #: lr*rs
+
+
+class GuideMomentumRow(NamedTuple):
+    """The scalars of :func:`guide_momentum_rule`."""
+    lr: float
+    wd: float
+    rs: float     #: rescale_grad
+    c: float      #: clip_gradient, negative for none
+    mu: float     #: momentum
+
+
+class GuidePlainRow(NamedTuple):
+    """The scalars of :func:`guide_plain_rule`."""
+    lr: float
+    wd: float
+    rs: float     #: rescale_grad
+    c: float      #: clip_gradient, negative for none
+
+
+class SgdUpdateRow(NamedTuple):
+    """The scalars of :func:`sgd_update_rule`, made by :func:`sgd_update_hyper`."""
+    lr: float
+    decay: float  #: 1 - lr*wd, rounded once to the weight's dtype
+    rs: float     #: rescale_grad
+    c: float      #: clip_gradient, negative for none
+    lrrs: float   #: lr*rs
+
+
+def mxnet_factors(f):
+    """MXNet's SGD kernels' gradient preprocessing, written once for the rules of this module
+    and LBSGD's (LARS runs these rules too): ``factors(g, lr, rs, c, lrrs) -> (scale, g')``,
+    the step being ``scale*g'``: ``(lr, clip(rs*g, c))`` when clipping, else ``(lr*rs, g)``
+    (MXNet's kernel folds ``rs`` into ``lr`` when it does not clip). Not :mod:`.gradient`'s
+    ``rescaled``: the rescale is folded into the learning rate, and the branch picks the
+    factors only, so the rule forms the one product ``scale*g'`` itself, after the branch, and
+    a CUDA compiler contracts it the same way in every kernel that inlines the rule."""
     zero = f(0)
 
-    def rule(w, grad, mom, hp):
-        lr, lrwd, rs, c, mu, lrrs = hp
-        # the branch picks the factors only; the one product below is shared, so a CUDA
-        # compiler contracts it the same way in every kernel that inlines this rule
+    def mxnet_factors_(g, lr, rs, c, lrrs):
         if c >= zero:
-            scale, g = lr, min(max(rs * grad, -c), c)
-        else:
-            scale, g = lrrs, grad        # MXNet's kernel: (lr*rs)*g when not clipping
+            return lr, min(max(rs * g, -c), c)
+        return lrrs, g
+    return inlined(mxnet_factors_)
+
+
+def mxnet_momentum_rule(f):
+    factors = mxnet_factors(f)
+
+    def rule(w, grad, mom, hp):
+        p = MxnetMomentumRow(*hp)
+        scale, g = factors(grad, p.lr, p.rs, p.c, p.lrrs)
         step = scale * g
-        mom = ((mu * mom) - lrwd * w) - step
+        mom = ((p.mu * mom) - p.lrwd * w) - step
         return w + mom, mom
     return rule
 
 
 def mxnet_plain_rule(f):
     zero = f(0)
+    factors = mxnet_factors(f)
 
     def rule(w, grad, hp):
-        lr, lrwd, rs, c, lrrs = hp
-        if c >= zero:                    # factors only: see mxnet_momentum_rule
-            scale, g = lr, min(max(rs * grad, -c), c)
-        else:
-            scale, g = lrrs, grad
+        p = MxnetPlainRow(*hp)
+        scale, g = factors(grad, p.lr, p.rs, p.c, p.lrrs)
         step = scale * g
-        return w + ((zero - lrwd * w) - step)
+        return w + ((zero - p.lrwd * w) - step)
     return rule
 
 
 def guide_momentum_rule(f):
-    zero = f(0)
+    grad_of = gradient.clipped_then_decayed(f)
 
     def rule(w, grad, v, hp):
-        lr, wd, rs, c, mu = hp
-        g = rs * grad
-        if c >= zero:
-            g = min(max(g, -c), c)
-        v = mu * v - lr * (g + wd * w)
+        p = GuideMomentumRow(*hp)
+        v = p.mu * v - p.lr * grad_of(grad, w, p.rs, p.wd, p.c)
         return w + v, v
     return rule
 
 
 def guide_plain_rule(f):
-    zero = f(0)
+    grad_of = gradient.clipped_then_decayed(f)
 
     def rule(w, grad, hp):
-        lr, wd, rs, c = hp
-        g = rs * grad
-        if c >= zero:
-            g = min(max(g, -c), c)
-        return w - lr * (g + wd * w)
+        p = GuidePlainRow(*hp)
+        return w - p.lr * grad_of(grad, w, p.rs, p.wd, p.c)
     return rule
 
 
@@ -154,7 +208,6 @@ class SGD(Optimizer):
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         r = self._r
         lr, wd, rs, c = r(lr), r(wd), r(self.rescale_grad), self._clip_bound()
-        mu = r(self.momentum)
         states = self.state_arrays(state)
         sparse = self._row_sparse_numerics if (self.convention == "mxnet" and not states) \
             else None
@@ -164,40 +217,44 @@ class SGD(Optimizer):
             rule, hyper = sgd_update_rule, sgd_update_hyper(lr, wd, rs, c,
                                                             float32_decay=sparse == "standard")
         elif self.convention == "mxnet":
-            rule = mxnet_momentum_rule if states else mxnet_plain_rule
-            hyper = (lr, lr * wd, rs, c) + ((mu,) if states else ()) + (lr * rs,)
+            if states:
+                rule, hyper = mxnet_momentum_rule, MxnetMomentumRow(
+                    lr=lr, lrwd=lr * wd, rs=rs, c=c, mu=r(self.momentum), lrrs=lr * rs)
+            else:
+                rule, hyper = mxnet_plain_rule, MxnetPlainRow(lr=lr, lrwd=lr * wd, rs=rs, c=c,
+                                                              lrrs=lr * rs)
+        elif states:
+            rule, hyper = guide_momentum_rule, GuideMomentumRow(lr=lr, wd=wd, rs=rs, c=c,
+                                                                mu=r(self.momentum))
         else:
-            rule = guide_momentum_rule if states else guide_plain_rule
-            hyper = (lr, wd, rs, c) + ((mu,) if states else ())
+            rule, hyper = guide_plain_rule, GuidePlainRow(lr=lr, wd=wd, rs=rs, c=c)
         self._run_rule(rule, weight, grad, states, hyper)
 
 
 def sgd_update_rule(f):
     """MXNet's non-aggregated ``sgd_update`` kernel (src/operator/optimizer_op-inl.h, SGDKernel
     and its row-sparse twins): ``w = (1 - lr*wd)*w - (lr*rs)*grad`` when not clipping, else
-    ``w = (1 - lr*wd)*w - lr*clip(rs*grad, c)``; ``hp`` from :func:`sgd_update_hyper`. Used by
-    NAG and LBSGD without momentum and by SGD without momentum on a row-sparse gradient
-    (measured on MXNet 1.9.1: docs/mxnet-facts.md, 10)."""
-    zero = f(0)
+    ``w = (1 - lr*wd)*w - lr*clip(rs*grad, c)``; ``hp`` an :class:`SgdUpdateRow` from
+    :func:`sgd_update_hyper`. Used by NAG and LBSGD without momentum and by SGD without momentum
+    on a row-sparse gradient (measured on MXNet 1.9.1: docs/mxnet-facts.md, 10)."""
+    factors = mxnet_factors(f)
 
     def rule(w, grad, hp):
-        lr, decay, rs, c, lrrs = hp
-        if c >= zero:                    # factors only: see mxnet_momentum_rule
-            scale, g = lr, min(max(rs * grad, -c), c)
-        else:
-            scale, g = lrrs, grad
-        return decay * w - scale * g
+        p = SgdUpdateRow(*hp)
+        scale, g = factors(grad, p.lr, p.rs, p.c, p.lrrs)
+        return p.decay * w - scale * g
     return rule
 
 
 def sgd_update_hyper(lr, wd, rs, c, float32_decay=False):
-    """``hp`` of :func:`sgd_update_rule` from the rounded ``lr``, ``wd``, ``rs``: ``1 - lr*wd``
-    and ``lr*rs`` are formed exactly here and rounded once to the weight's dtype, as MXNet's
-    kernel forms them in that dtype (a product of two float32 numbers is exact in float64).
-    ``float32_decay``: ``1 - lr*wd`` in float32 arithmetic whatever the dtype, as MXNet's
-    standard (not lazy) row-sparse update scales the weight (measured, tests/data/mxnet/
+    """The :class:`SgdUpdateRow` of :func:`sgd_update_rule` from the rounded ``lr``, ``wd``,
+    ``rs``: ``1 - lr*wd`` and ``lr*rs`` are formed exactly here and rounded once to the weight's
+    dtype, as MXNet's kernel forms them in that dtype (a product of two float32 numbers is exact
+    in float64). ``float32_decay``: ``1 - lr*wd`` in float32 arithmetic whatever the dtype, as
+    MXNet's standard (not lazy) row-sparse update scales the weight (measured, tests/data/mxnet/
     sparse.json, sgd-std-f64)."""
     if float32_decay:
         f32 = np.float32
-        return (lr, float(f32(1) - f32(lr) * f32(wd)), rs, c, lr * rs)
-    return (lr, 1.0 - lr * wd, rs, c, lr * rs)
+        return SgdUpdateRow(lr=lr, decay=float(f32(1) - f32(lr) * f32(wd)), rs=rs, c=c,
+                            lrrs=lr * rs)
+    return SgdUpdateRow(lr=lr, decay=1.0 - lr * wd, rs=rs, c=c, lrrs=lr * rs)
