@@ -21,6 +21,8 @@ import json
 import os
 import subprocess
 import sys
+import warnings
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -77,11 +79,25 @@ SPEC = optimizer.Spec(
 )
 
 
+class QHMRow(NamedTuple):
+    """The scalars of :meth:`QHMProbe.rule`, named once: packed by name on the host, read by
+    name in the rule."""
+    lr: float
+    wd: float
+    rs: float     #: rescale_grad
+    c: float      #: clip_gradient, negative for none
+    beta: float
+    omb: float    #: 1 - beta
+    nu: float
+    omnu: float   #: 1 - nu
+
+
 class QHMProbe(optimizer.ElementwiseOptimizer):
     """Quasi-hyperbolic momentum (see the module docstring)."""
 
     spec = SPEC
     state_names = ("mom",)
+    row = QHMRow
     domains = {"beta": unit(), "nu": unit(closed=True)}
 
     def __init__(self, beta=0.9, nu=0.7, **kwargs):
@@ -93,17 +109,18 @@ class QHMProbe(optimizer.ElementwiseOptimizer):
 
     def hyperparameters(self, index, t, lr, wd):
         c = -1.0 if self.clip_gradient is None else self.clip_gradient
-        return (lr, wd, self.rescale_grad, c, self.beta, 1.0 - self.beta, self.nu, 1.0 - self.nu)
+        return self.row(lr=lr, wd=wd, rs=self.rescale_grad, c=c, beta=self.beta,
+                        omb=1.0 - self.beta, nu=self.nu, omnu=1.0 - self.nu)
 
     @staticmethod
     def rule(w, grad, m, hp):
-        lr, wd, rs, c, beta, omb, nu, omnu = hp
-        g = rs * grad
-        if c >= 0:
-            g = min(max(g, -c), c)
-        g = g + wd * w
-        m = beta * m + omb * g
-        return w - lr * (omnu * g + nu * m), m
+        p = QHMRow(*hp)
+        g = p.rs * grad
+        if p.c >= 0:
+            g = min(max(g, -p.c), p.c)
+        g = g + p.wd * w
+        m = p.beta * m + p.omb * g
+        return w - p.lr * (p.omnu * g + p.nu * m), m
 
 
 def register():
@@ -159,13 +176,122 @@ def test_a_wrong_rule_fails_the_check(qhm):
 
     class Swapped(QHMProbe):
         def hyperparameters(self, index, t, lr, wd):
-            lr_, wd_, rs, c, b, omb, nu, omnu = super().hyperparameters(index, t, lr, wd)
-            return (lr_, wd_, rs, c, b, omb, omnu, nu)
+            p = super().hyperparameters(index, t, lr, wd)
+            return p._replace(nu=p.omnu, omnu=p.nu)
     opt = Swapped(learning_rate=0.1, nu=0.7)
     w = np.linspace(-1, 1, 9).astype(np.float32)
     s = opt.create_state(0, w)
     errors = step_errors(opt, 0, w, np.full(9, 0.5, np.float32), s)
     assert errors["weight"][0] > 1.0
+
+
+class QHMPositional(QHMProbe):
+    """The same optimizer in the old shape (docs before named rows): no ``row``, a plain tuple
+    from ``hyperparameters()``, unpacked by position in the rule."""
+
+    row = None
+
+    def hyperparameters(self, index, t, lr, wd):
+        c = -1.0 if self.clip_gradient is None else self.clip_gradient
+        return (lr, wd, self.rescale_grad, c, self.beta, 1.0 - self.beta, self.nu, 1.0 - self.nu)
+
+    @staticmethod
+    def rule(w, grad, m, hp):
+        lr, wd, rs, c, beta, omb, nu, omnu = hp
+        g = rs * grad
+        if c >= 0:
+            g = min(max(g, -c), c)
+        g = g + wd * w
+        m = beta * m + omb * g
+        return w - lr * (omnu * g + nu * m), m
+
+
+def _deprecations(caught, cls):
+    return [w for w in caught if issubclass(w.category, DeprecationWarning)
+            and cls.__qualname__ in str(w.message)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16-mp"])
+def test_the_old_positional_shape_steps_bit_identically_and_warns_once_per_class(dtype):
+    """A ``hyperparameters()`` returning a plain tuple and a rule unpacking ``hp`` by position
+    still work (issue 20: what the docs showed keeps working): the same bits as the named row,
+    in the serial and the parallel kernel, with one DeprecationWarning per class that names
+    the fix."""
+    kw = dict(learning_rate=0.1, wd=1e-3, clip_gradient=0.5, rescale_grad=2.0, beta=0.8,
+              nu=0.6, multi_precision=dtype == "float16-mp")
+    dt = np.float16 if dtype == "float16-mp" else np.dtype(dtype)
+
+    class Old(QHMPositional):  # a fresh class per case: the warning is once per class
+        pass
+    rng = np.random.default_rng(6)
+    for n in (7, 1 << 16):
+        new, old = QHMProbe(**kw), Old(**kw)
+        w0 = rng.standard_normal(n).astype(dt)
+        w_new, w_old = w0.copy(), w0.copy()
+        s_new = new.create_state_multi_precision(0, w_new)
+        s_old = old.create_state_multi_precision(0, w_old)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(3):
+                g = rng.standard_normal(n).astype(dt)
+                new.update_multi_precision(0, w_new, g, s_new)
+                old.update_multi_precision(0, w_old, g, s_old)
+        np.testing.assert_array_equal(w_old, w_new)
+        for a, b in zip(np.atleast_1d(old.state_arrays(s_old)),
+                        np.atleast_1d(new.state_arrays(s_new))):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        assert not _deprecations(caught, QHMProbe)                 # the new shape is quiet
+        messages = [str(w.message) for w in _deprecations(caught, Old)]
+        assert len(messages) == (1 if n == 7 else 0), messages     # once per class
+        if messages:
+            assert "row" in messages[0] and "NamedTuple" in messages[0] and \
+                "p = Row(*hp)" in messages[0], messages[0]
+
+
+def test_the_old_shape_in_the_trainer_equals_the_named_row_bit_for_bit():
+    params_new, params_old = _params(), _params()
+
+    class Old(QHMPositional):
+        pass
+    trainers = [Trainer(params_new, QHMProbe(learning_rate=0.1, wd=1e-3, beta=0.5)),
+                Trainer(params_old, Old(learning_rate=0.1, wd=1e-3, beta=0.5))]
+    rng = np.random.default_rng(7)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            for p, q in zip(params_new, params_old):
+                p.grad()[...] = q.grad()[...] = rng.standard_normal(p.shape)
+            for trainer in trainers:
+                trainer.step(1)
+                assert trainer.last_step_launches == 1
+    for p, q in zip(params_new, params_old):
+        np.testing.assert_array_equal(p.data(), q.data())
+    assert len(_deprecations(caught, Old)) == 1
+
+
+def test_a_declared_row_is_enforced_before_anything_is_written():
+    """A class whose ``row`` is declared must return an instance of it: anything else (here
+    the plain tuple of the old shape) raises TypeError naming the row's fields, and leaves
+    the weight, the state and the count as they were."""
+    class Plain(QHMProbe):
+        def hyperparameters(self, index, t, lr, wd):
+            return tuple(super().hyperparameters(index, t, lr, wd))
+    opt = Plain(learning_rate=0.1)
+    w = np.linspace(-1, 1, 9).astype(np.float32)
+    s = opt.create_state(0, w)
+    s[...] = 0.25
+    w0, s0 = w.copy(), s.copy()
+    with pytest.raises(TypeError, match=r"QHMRow.*lr=\.\.\., wd=\.\.\..*got tuple"):
+        opt.update(0, w, np.full(9, 0.5, np.float32), s)
+    np.testing.assert_array_equal(w, w0)
+    np.testing.assert_array_equal(s, s0)
+    assert opt.next_step(0, w).t == 1
+
+
+@pytest.mark.parametrize("row", [(("lr", float),), dict, "QHMRow"])
+def test_a_row_that_is_not_a_named_tuple_class_is_refused_at_class_definition(row):
+    with pytest.raises(TypeError, match="row must be a typing.NamedTuple class"):
+        type("Bad", (QHMProbe,), {"row": row})
 
 
 _CUDA_CHILD = r"""

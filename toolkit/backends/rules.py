@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["fill_rule", "copy_rule", "add_rule", "DirectionPass"]
+__all__ = ["FillRow", "fill_rule", "copy_rule", "add_rule", "DirectionPass"]
 
 
 class DirectionPass(NamedTuple):
@@ -13,22 +13,28 @@ class DirectionPass(NamedTuple):
     grad, states)`` evaluates ``direction`` (``rule(w, g, s0, s1, hp) -> (u, s0', s1')``) on every
     element and returns ``(sum w^2, sum u^2)`` in float64, reduced in a fixed order
     (``toolkit.backends.cpu.direction_kernel``); it writes nothing (the second pass, an ordinary
-    rule, forms the same values again and stores them). ``hyper`` is the rule's ``hp``. A Trainer
-    receives it from ``Optimizer.norm_inputs`` and runs it for a whole group in one segmented
-    call."""
+    rule, forms the same values again and stores them). ``hyper`` is the rule's ``hp`` (its
+    named row, e.g. ``toolkit.optimizers.lamb.LambRow``). A Trainer receives it from
+    ``Optimizer.norm_inputs`` and runs it for a whole group in one segmented call."""
     direction: object
     hyper: tuple
 
 
+class FillRow(NamedTuple):
+    """The scalars of :func:`fill_rule`."""
+    value: float  #: what every element becomes
+
+
 def fill_rule(f):
-    """``w = hp[0]``."""
+    """``w = value`` (``hp`` a :class:`FillRow`)."""
     def rule(w, g, hp):
-        return hp[0]
+        return FillRow(*hp).value
     return rule
 
 
 def copy_rule(f):
-    """``w = g`` (converted to ``w``'s dtype when storing)."""
+    """``w = g`` (converted to ``w``'s dtype when storing). ``hp`` is not read (a launch passes
+    one placeholder value); so for :func:`add_rule`."""
     def rule(w, g, hp):
         return g
     return rule

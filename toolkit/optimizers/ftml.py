@@ -12,7 +12,9 @@ guide: the same with ``G = clip(rescale_grad*grad, c) + wd*w``.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
+from . import gradient
 from .base import Optimizer, scalar_only
 from .registry import register
 from .spaces import Decades, Interval
@@ -22,23 +24,36 @@ from .validation import nonneg, unit
 __all__ = ["FTML"]
 
 
+class FtmlRow(NamedTuple):
+    """The scalars of :func:`ftml_rule`, rounded to the weight's dtype: packed on the host,
+    read by name in the kernel."""
+    wd: float
+    rs: float       #: rescale_grad
+    c: float        #: clip_gradient, negative for none
+    b1: float
+    omb1: float     #: 1 - beta1
+    b2: float
+    omb2: float     #: 1 - beta2
+    bc2: float      #: 1 - beta2^t
+    d_scale: float  #: (1 - beta1^t)/lr
+    eps: float
+    guide: float    #: 1 under convention "guide" (its G), else 0 (MXNet's g)
+
+
 def ftml_rule(f):
     zero = f(0)
+    guide_grad = gradient.clipped_then_decayed(f)
+    mxnet_grad = gradient.decayed_then_clipped(f)
 
     def rule(w, grad, d, v, z, hp):
-        wd, rs, c, b1, omb1, b2, omb2, bc2, d_scale, eps, guide = hp
-        if guide > zero:
-            g = rs * grad
-            if c >= zero:
-                g = min(max(g, -c), c)
-            g = g + wd * w
+        p = FtmlRow(*hp)
+        if p.guide > zero:
+            g = guide_grad(grad, w, p.rs, p.wd, p.c)
         else:
-            g = rs * grad + wd * w
-            if c >= zero:
-                g = min(max(g, -c), c)
-        v = b2 * v + omb2 * (g * g)
-        d_t = d_scale * (math.sqrt(v / bc2) + eps)
-        z = b1 * z + omb1 * g - (d_t - b1 * d) * w
+            g = mxnet_grad(grad, w, p.rs, p.wd, p.c)
+        v = p.b2 * v + p.omb2 * (g * g)
+        d_t = p.d_scale * (math.sqrt(v / p.bc2) + p.eps)
+        z = p.b1 * z + p.omb1 * g - (d_t - p.b1 * d) * w
         return -z / d_t, d_t, v, z
     return rule
 
@@ -92,20 +107,23 @@ class FTML(Optimizer):
         return {"beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon}
 
     def _step_constants(self):
-        """``(r, rs, c, b1, b2, (b1, 1 - b1, b2, 1 - b2), eps, guide)``: ``_r`` as a function
-        of a float, and the constants of a step as the convention rounds them."""
+        """``(r, constants)``: ``_r`` as a function of a float, and the constants of a step as
+        the convention rounds them, by name (the fields of :class:`FtmlRow` that do not change
+        per step; ``eps`` as given: only the kernel rounds it, to the weight's dtype)."""
         r = self._r
         b1, b2 = r(self.beta1), r(self.beta2)
-        return (self._float_rounder(), r(self.rescale_grad), self._clip_bound(), b1, b2,
-                (b1, 1.0 - b1, b2, 1.0 - b2), self.epsilon,
-                0.0 if self.convention == "mxnet" else 1.0)
+        return self._float_rounder(), dict(rs=r(self.rescale_grad), c=self._clip_bound(),
+                                           b1=b1, omb1=1.0 - b1, b2=b2, omb2=1.0 - b2,
+                                           eps=self.epsilon,
+                                           guide=0.0 if self.convention == "mxnet" else 1.0)
 
     @scalar_only
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
-        r, rs, c, b1, b2, betas, eps, guide = self._constants(
+        r, constants = self._constants(
             "_ftml_constants", (self.beta1, self.beta2, self.epsilon, self.rescale_grad,
                                 self.clip_gradient, self.convention, self.mxnet_kernel),
             self._step_constants)
         lr = r(lr)
         self._run_rule(ftml_rule, weight, grad, state,
-                       (r(wd), rs, c) + betas + (1.0 - b2 ** t, (1.0 - b1 ** t) / lr, eps, guide))
+                       FtmlRow(wd=r(wd), bc2=1.0 - constants["b2"] ** t,
+                               d_scale=(1.0 - constants["b1"] ** t) / lr, **constants))

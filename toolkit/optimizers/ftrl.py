@@ -18,7 +18,9 @@ the same number without the cancellation of two nearly equal roots (docs/optimiz
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
+from . import gradient
 from .base import Optimizer, scalar_only
 from .registry import register
 from .spaces import Decades, OneOf
@@ -28,29 +30,40 @@ from .validation import nonneg
 __all__ = ["Ftrl"]
 
 
+class FtrlRow(NamedTuple):
+    """The scalars of :func:`ftrl_rule`, rounded to the weight's dtype: packed on the host,
+    read by name in the kernel."""
+    lr: float
+    wd: float
+    rs: float      #: rescale_grad
+    c: float       #: clip_gradient, negative for none
+    lamda1: float
+    beta: float
+    guide: float   #: 1 under convention "guide" (wd in the gradient, the guide's update), else 0
+
+
 def ftrl_rule(f):
     zero, one = f(0), f(1)
+    grad_of = gradient.rescaled(f)
 
     def rule(w, grad, z, n, hp):
-        lr, wd, rs, c, lamda1, beta, guide = hp
-        g = rs * grad
-        if c >= zero:
-            g = min(max(g, -c), c)
-        if guide > zero:
-            g = g + wd * w
+        p = FtrlRow(*hp)
+        g = grad_of(grad, p.rs, p.c)
+        if p.guide > zero:
+            g = g + p.wd * w      # the guide's G = clip(rs*grad, c) + wd*w
         gg = g * g
         root_n = math.sqrt(n)
         root_new = math.sqrt(n + gg)
         den = root_new + root_n
         sigma_lr = gg / den if den > zero else zero        # (sqrt(n+g^2) - sqrt(n)), stably
-        z = z + g - sigma_lr * w / lr
+        z = z + g - sigma_lr * w / p.lr
         n = n + gg                    # sqrt(n) is now root_new: the same rounded operand
-        if abs(z) > lamda1:
+        if abs(z) > p.lamda1:
             s = one if z > zero else -one
-            if guide > zero:
-                w = -lr / (beta + root_new) * (z - lamda1 * s)
+            if p.guide > zero:
+                w = -p.lr / (p.beta + root_new) * (z - p.lamda1 * s)
             else:
-                w = (s * lamda1 - z) / ((beta + root_new) / lr + wd)
+                w = (s * p.lamda1 - z) / ((p.beta + root_new) / p.lr + p.wd)
         else:
             w = zero
         return w, z, n
@@ -120,11 +133,13 @@ class Ftrl(Optimizer):
         return {"lamda1": self.lamda1, "beta": self.beta}
 
     def _step_constants(self):
-        """``(r, (rs, c, lamda1, beta, guide))``: ``_r`` as a function of a float, and the
-        constants of a step as the convention rounds them."""
+        """``(r, constants)``: ``_r`` as a function of a float, and the constants of a step as
+        the convention rounds them, by name (the fields of :class:`FtrlRow` but ``lr`` and
+        ``wd``)."""
         r = self._r
-        return self._float_rounder(), (r(self.rescale_grad), self._clip_bound(), r(self.lamda1),
-                                       r(self.beta), 0.0 if self.convention == "mxnet" else 1.0)
+        return self._float_rounder(), dict(rs=r(self.rescale_grad), c=self._clip_bound(),
+                                           lamda1=r(self.lamda1), beta=r(self.beta),
+                                           guide=0.0 if self.convention == "mxnet" else 1.0)
 
     @scalar_only
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
@@ -132,4 +147,4 @@ class Ftrl(Optimizer):
             "_ftrl_constants", (self.rescale_grad, self.clip_gradient, self.lamda1, self.beta,
                                 self.convention, self.mxnet_kernel),
             self._step_constants)
-        self._run_rule(ftrl_rule, weight, grad, state, (r(lr), r(wd)) + constants)
+        self._run_rule(ftrl_rule, weight, grad, state, FtrlRow(lr=r(lr), wd=r(wd), **constants))

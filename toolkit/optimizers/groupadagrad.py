@@ -22,10 +22,12 @@ to float32. Convention "guide" is the same formula with the hyperparameters as g
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
 from ..backends import arrays, cpu
+from . import gradient
 from .base import Optimizer
 from .registry import register
 from .spaces import Decades, OneOf
@@ -35,29 +37,37 @@ from .validation import nonneg
 __all__ = ["GroupAdaGrad"]
 
 
-def row_rules(f):
-    """The row rule of GroupAdaGrad (:mod:`toolkit.backends.rows`), ``hp = (lr, rs, c, eps)``
-    with ``c < 0`` meaning no clipping::
+class GroupAdaGradRow(NamedTuple):
+    """The scalars of :func:`row_rules` (all three functions read the same row), rounded to the
+    weight's dtype: packed on the host, read by name in the kernel."""
+    lr: float
+    rs: float    #: rescale_grad
+    c: float     #: clip_gradient, negative for none
+    eps: float
 
-        p = clip(g*rs, c)                      (prep)
+
+def row_rules(f):
+    """The row rule of GroupAdaGrad (:mod:`toolkit.backends.rows`), ``hp`` a
+    :class:`GroupAdaGradRow`::
+
+        p = clip(rs*g, c)                      (prep)
         h = h + f(f(s)/f(n));  a = sqrt(h + eps)   (reduce_row: s = sum of p*p over the row)
         w = w - (lr*p)/a                       (apply)
     """
-    zero = f(0)
+    grad_of = gradient.rescaled(f)  # MXNet's g*rs: the same product (IEEE * commutes)
 
     def prep(g, hp):
-        c = hp[2]
-        x = g * hp[1]
-        if c >= zero:
-            return min(max(x, -c), c)
-        return x
+        p = GroupAdaGradRow(*hp)
+        return grad_of(g, p.rs, p.c)
 
     def reduce_row(h, s, n, hp):
+        p = GroupAdaGradRow(*hp)
         h = h + f(f(s) / f(n))
-        return h, math.sqrt(h + hp[3])
+        return h, math.sqrt(h + p.eps)
 
-    def apply(w, p, a, hp):
-        return w - (hp[0] * p) / a
+    def apply(w, g, a, hp):
+        p = GroupAdaGradRow(*hp)
+        return w - (p.lr * g) / a
     return prep, reduce_row, apply
 
 
@@ -169,15 +179,16 @@ class GroupAdaGrad(Optimizer):
         return bool(getattr(self, "_row_sparse_numerics", False))
 
     def _hyper(self):
-        """``(rs, c, eps)`` of this step, per convention and path (module docstring); ``c`` is
-        -1 for no clipping."""
+        """``rs``, ``c`` and ``eps`` of this step by name (the fields of
+        :class:`GroupAdaGradRow` but ``lr``), per convention and path (module docstring); ``c``
+        is -1 for no clipping."""
         rs, c, eps = self.rescale_grad, self.clip_gradient, self.float_stable_eps
         if self.convention != "mxnet":
-            return rs, (-1.0 if c is None else c), eps
+            return dict(rs=rs, c=-1.0 if c is None else c, eps=eps)
         f32 = (lambda x: float(np.float32(x)))
         if self._row_sparse:  # the operator's float fields, and its truthy clip gate
-            return f32(rs), (f32(c) if c else -1.0), f32(eps)
-        return rs, (-1.0 if c is None else f32(c)), eps
+            return dict(rs=f32(rs), c=f32(c) if c else -1.0, eps=f32(eps))
+        return dict(rs=rs, c=-1.0 if c is None else f32(c), eps=eps)
 
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         # a lazy row-sparse step arrives with the rows on the launcher (grad: their values)
@@ -197,9 +208,8 @@ class GroupAdaGrad(Optimizer):
         numerics of MXNet's row-sparse operator, else those of its dense path (module
         docstring). ``t`` and ``wd`` (0) are accepted for the common interface. Nothing is
         checked here: the caller has validated the arrays and the rows."""
-        rs, c, eps = self._hyper()
         if self.convention == "mxnet" and self._row_sparse:
             lr = float(np.float32(lr))
-        hyper = (lr, rs, c, eps)
+        hyper = GroupAdaGradRow(lr=lr, **self._hyper())
         (self._launcher or cpu.LAUNCHER).run_rows(row_rules, weight, grad_rows, state, rows,
                                                   hyper)

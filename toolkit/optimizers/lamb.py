@@ -26,11 +26,13 @@ pass 2 as one segmented call.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
 from ..backends import cpu
 from ..backends.rules import DirectionPass
+from . import gradient
 from .base import Optimizer
 from .registry import register
 from .spaces import Decades, Interval, OneOf
@@ -38,6 +40,22 @@ from .spec import BenchSetting, Spec
 from .validation import flag, nonneg, unit
 
 __all__ = ["LAMB"]
+
+class LambRow(NamedTuple):
+    """The scalars of both passes' rules (:func:`_mxnet`, :func:`_guide`), rounded to the
+    weight's dtype: packed on the host, read by name in the kernel."""
+    rs: float    #: rescale_grad
+    c: float     #: clip_gradient, negative for none
+    b1: float
+    omb1: float  #: 1 - beta1
+    b2: float
+    omb2: float  #: 1 - beta2
+    p1: float    #: beta1^t (0 without bias correction)
+    p2: float    #: beta2^t (0 without bias correction)
+    eps: float
+    wd: float
+    k: float     #: the step size lr*ratio (pass 2); 0 in pass 1, which does not read it
+
 
 # what a rule of the pair computes (a constant of its closure: numba prunes the other branch)
 _DIRECTION, _APPLY = 0, 1
@@ -47,26 +65,24 @@ def _mxnet(what):
     """The "mxnet" rule that returns the direction ``u`` in the weight's place
     (``_DIRECTION``: ``(u, m, v)``) or the one that applies it (``_APPLY``:
     ``(w - k*u, m, v)``); both update the moments from the gradient first, the same way.
-    ``hp = (rs, c, beta1, 1-beta1, beta2, 1-beta2, beta1^t, beta2^t, eps, wd, k)`` (``beta^t`` 0
-    without bias correction). For float32 weights ``u`` is MXNet's: ``m/(1-beta1^t)`` and
+    ``hp`` is a :class:`LambRow`. For float32 weights ``u`` is MXNet's: ``m/(1-beta1^t)`` and
     ``v/(1-beta2^t)`` in float32, then ``sqrt``, ``/`` and ``+`` in double, rounded to float32
     once."""
     def factory(f):
-        zero, one = f(0), f(1)
+        one = f(1)
         wide = np.float64  # numba's float() keeps a float32 a float32: widen explicitly
+        grad_of = gradient.rescaled(f)  # MXNet's grad*rs: the same product (IEEE * commutes)
 
         def rule(w, grad, m, v, hp):
-            rs, c, b1, omb1, b2, omb2, p1, p2, eps, wd, k = hp
-            g = grad * rs
-            if c >= zero:
-                g = min(max(g, -c), c)
-            m = b1 * m + omb1 * g
-            v = b2 * v + (omb2 * g) * g
-            u = f(wide(m / (one - p1)) / (math.sqrt(wide(v / (one - p2))) + wide(eps))
-                  + wide(wd * w))
+            p = LambRow(*hp)
+            g = grad_of(grad, p.rs, p.c)
+            m = p.b1 * m + p.omb1 * g
+            v = p.b2 * v + (p.omb2 * g) * g
+            u = f(wide(m / (one - p.p1)) / (math.sqrt(wide(v / (one - p.p2))) + wide(p.eps))
+                  + wide(p.wd * w))
             if what == _DIRECTION:
                 return u, m, v
-            return w - k * u, m, v
+            return w - p.k * u, m, v
         return rule
     return factory
 
@@ -74,19 +90,18 @@ def _mxnet(what):
 def _guide(what):
     """The "guide" rules (Algorithm 2 in the weight's precision); ``hp`` as :func:`_mxnet`."""
     def factory(f):
-        zero, one = f(0), f(1)
+        one = f(1)
+        grad_of = gradient.rescaled(f)
 
         def rule(w, grad, m, v, hp):
-            rs, c, b1, omb1, b2, omb2, p1, p2, eps, wd, k = hp
-            g = rs * grad
-            if c >= zero:
-                g = min(max(g, -c), c)
-            m = b1 * m + omb1 * g
-            v = b2 * v + omb2 * (g * g)
-            u = (m / (one - p1)) / (math.sqrt(v / (one - p2)) + eps) + wd * w
+            p = LambRow(*hp)
+            g = grad_of(grad, p.rs, p.c)
+            m = p.b1 * m + p.omb1 * g
+            v = p.b2 * v + p.omb2 * (g * g)
+            u = (m / (one - p.p1)) / (math.sqrt(v / (one - p.p2)) + p.eps) + p.wd * w
             if what == _DIRECTION:
                 return u, m, v
-            return w - k * u, m, v
+            return w - p.k * u, m, v
         return rule
     return factory
 
@@ -172,24 +187,29 @@ class LAMB(Optimizer):
 
     # --- the two passes --------------------------------------------------------------------
     def _pass_hyper(self, t, wd):
-        """``hp`` of the rules (:func:`_mxnet`) with ``k = 0``: a function of ``t`` and ``wd``
+        """The :class:`LambRow` of the rules with ``k = 0``: a function of ``t`` and ``wd``
         only. ``beta^t`` is formed in double from the (rounded) beta; the kernels round it to
         their precision once and subtract it from 1 (MXNet: ``1 - powf(beta1, t)`` for float32
         weights, ``1 - pow(beta1, t)`` for float64)."""
-        r, (rs, c, b1, omb1, b2, omb2, eps) = self._constants(
+        r, constants = self._constants(
             "_lamb_constants", (self.beta1, self.beta2, self.epsilon, self.rescale_grad,
                                 self.clip_gradient, self.convention, self.mxnet_kernel),
             self._step_constants)
-        p1, p2 = (b1 ** t, b2 ** t) if self.bias_correction else (0.0, 0.0)
-        return (rs, c, b1, omb1, b2, omb2, p1, p2, eps, r(wd), 0.0)
+        if self.bias_correction:
+            p1, p2 = constants["b1"] ** t, constants["b2"] ** t
+        else:
+            p1, p2 = 0.0, 0.0
+        return LambRow(p1=p1, p2=p2, wd=r(wd), k=0.0, **constants)
 
     def _step_constants(self):
-        """``(r, (rs, c, b1, 1 - b1, b2, 1 - b2, eps))``: ``_r`` as a function of a float, and
-        the constants of a step as the convention rounds them."""
+        """``(r, constants)``: ``_r`` as a function of a float, and the constants of a step as
+        the convention rounds them, by name (the fields of :class:`LambRow` that do not change
+        per step)."""
         r = self._r
         b1, b2 = r(self.beta1), r(self.beta2)
-        return self._float_rounder(), (r(self.rescale_grad), self._clip_bound(), b1, 1.0 - b1,
-                                       b2, 1.0 - b2, r(self.epsilon))
+        return self._float_rounder(), dict(rs=r(self.rescale_grad), c=self._clip_bound(),
+                                           b1=b1, omb1=1.0 - b1, b2=b2, omb2=1.0 - b2,
+                                           eps=r(self.epsilon))
 
     def _direction_pass(self, t, wd):
         return DirectionPass(_RULES[self.convention][0], self._pass_hyper(t, wd))
@@ -231,4 +251,4 @@ class LAMB(Optimizer):
         w2, u2 = launcher.direction_norms(pass1, weight, grad, states)
         apply = _RULES[self.convention][1]
         self._run_rule(apply, weight, grad, states,
-                       pass1.hyper[:-1] + (self.step_size(lr, w2, u2),))
+                       pass1.hyper._replace(k=self.step_size(lr, w2, u2)))

@@ -17,18 +17,30 @@ The norms come from the launcher's ``lars_norms`` (``batch_scale`` 0: norms of `
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from ..backends import cpu, jit
 from .registry import register
 from .spaces import Decades, MOMENTUM, OneOf
 from .spec import BenchSetting, Spec
 from .validation import flag, nonneg
-from .sgd import (SGD, guide_momentum_rule, guide_plain_rule, mxnet_momentum_rule,
-                  mxnet_plain_rule)
+from .sgd import (SGD, GuideMomentumRow, GuidePlainRow, MxnetMomentumRow, MxnetPlainRow,
+                  guide_momentum_rule, guide_plain_rule, mxnet_momentum_rule, mxnet_plain_rule)
 
 __all__ = ["LARS"]
 
 _UNSCALED_SUFFIXES = ("gamma", "beta", "bias")
+
+
+class MxnetScalars(NamedTuple):
+    """What :func:`_mxnet_scalars` returns, by name: the fields SGD's MXNet rows
+    (``sgd.MxnetMomentumRow``, ``sgd.MxnetPlainRow``) take from a LARS step, each rounded to
+    float32 (as Python floats)."""
+    lr: float     #: lr_k, the trust-scaled learning rate
+    lrwd: float   #: lr_k*wd
+    rs: float     #: rescale_grad
+    mu: float     #: momentum (times cur_lr/last_lr with momentum_correction)
+    lrrs: float   #: lr_k*rs
 
 
 SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
@@ -166,21 +178,27 @@ class LARS(SGD):
                 ww, gg = (self._launcher or cpu.LAUNCHER).lars_norms(weight, grad, None, 0)
             else:
                 ww = gg = 0.0  # lr_k = lr
-            lr, lr_wd, rs, mu, lr_rs = _mxnet_scalars()(
-                lr, ww, gg, self.eta, self.eps, wd, self.rescale_grad, self.momentum * ratio)
-            rule = mxnet_momentum_rule if states else mxnet_plain_rule
-            hyper = (lr, lr_wd, rs, self._clip_bound()) + ((mu,) if states else ()) + (lr_rs,)
+            scalars = MxnetScalars(*_mxnet_scalars()(
+                lr, ww, gg, self.eta, self.eps, wd, self.rescale_grad, self.momentum * ratio))
+            named = dict(scalars._asdict(), c=self._clip_bound())
+            if states:
+                rule, hyper = mxnet_momentum_rule, MxnetMomentumRow(**named)
+            else:
+                del named["mu"]
+                rule, hyper = mxnet_plain_rule, MxnetPlainRow(**named)
         else:
-            lr = self._trust_lr(index, weight, grad, lr, wd)
-            rule = guide_momentum_rule if states else guide_plain_rule
-            hyper = (lr, wd, self.rescale_grad, self._clip_bound()) + \
-                ((self.momentum,) if states else ())
+            named = dict(lr=self._trust_lr(index, weight, grad, lr, wd), wd=wd,
+                         rs=self.rescale_grad, c=self._clip_bound())
+            if states:
+                rule, hyper = guide_momentum_rule, GuideMomentumRow(mu=self.momentum, **named)
+            else:
+                rule, hyper = guide_plain_rule, GuidePlainRow(**named)
         self._run_rule(rule, weight, grad, states, hyper)
 
 
 def _mxnet_scalars():
     """The compiled ``scalars(lr, ww, gg, eta, eps, wd, rs, mu) -> (lr_k, lr_k*wd, rs, mu,
-    lr_k*rs)``: MXNet's float32 step scalars of a LARS step, each rounded to float32 (returned
+    lr_k*rs)`` (the fields of :class:`MxnetScalars`, in order): MXNet's float32 step scalars of a LARS step, each rounded to float32 (returned
     as Python floats). ``lr_k`` is ``multi_lars`` (``reference.lars.mxnet_trust_lr``: every
     operand float32, the formula evaluated left to right in float32) from the float64 sums of
     squares ``ww = |w|^2`` and ``gg = |grad|^2``, or ``float32(lr)`` when either is not positive

@@ -14,8 +14,10 @@ every backend, so every backend draws the same numbers.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from ..backends.noise import stream_key, stream_of
+from . import gradient
 from .base import Optimizer
 from .registry import register
 from .spaces import Ints
@@ -24,17 +26,25 @@ from .validation import integer
 
 __all__ = ["SGLD", "sgld_rule", "stream_key", "stream_of"]
 
+
+class SgldRow(NamedTuple):
+    """The scalars of :func:`sgld_rule`, in the weight's arithmetic dtype: packed on the host,
+    read by name in the kernel."""
+    neg_half_lr: float  #: -lr/2
+    wd: float
+    rs: float           #: rescale_grad
+    c: float            #: clip_gradient, negative for none
+
+
 def sgld_rule(f):
     """SGLD's noise rule: ``z`` is the element's standard normal draw, ``aux[0] = sqrt(lr)`` in
-    float64 (``hp = (-lr/2, wd, rescale_grad, clip)`` in the weight's arithmetic dtype)."""
-    zero = f(0)
+    float64, ``hp`` an :class:`SgldRow`."""
+    grad_of = gradient.rescaled(f)
 
     def rule(w, g, z, hp, aux):
-        neg_half_lr, wd, rs, c = hp
-        gi = rs * g
-        if c >= zero:
-            gi = min(max(gi, -c), c)
-        wi = w + neg_half_lr * (gi + wd * w)
+        p = SgldRow(*hp)
+        gi = grad_of(g, p.rs, p.c)
+        wi = w + p.neg_half_lr * (gi + p.wd * w)
         return wi + f(aux[0] * z)
     return rule
 
@@ -90,5 +100,6 @@ class SGLD(Optimizer):
 
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         key = stream_key(self.seed, stream_of(index), t)
-        hyper = (-(lr / 2.0), wd, self.rescale_grad, self._clip_bound())
+        hyper = SgldRow(neg_half_lr=-(lr / 2.0), wd=wd, rs=self.rescale_grad,
+                        c=self._clip_bound())
         self._run_noise_rule(sgld_rule, weight, grad, hyper, key, (math.sqrt(lr),))
