@@ -402,7 +402,7 @@ def zeros(like: ArrayDesc, dtype, shape=None):
     out = cuda.device_array(like.shape if shape is None else shape, np.dtype(dtype),
                             order=like.order if shape is None else "C")
     d = arrays.describe(out)
-    run(rules.fill_rule, d, d, (), (0.0,), stream=0)
+    run(rules.fill_rule, d, d, (), rules.FillRow(value=0.0), stream=0)
     cuda.synchronize()
     return out
 
