@@ -145,7 +145,7 @@ def test_an_unavailable_backend_is_skipped_not_failed(copy, monkeypatch):
         doc["entries"].append(e)
         doc["scope"]["backends"].append("cuda")
     _edit(copy, add_cuda)
-    monkeypatch.setattr(regress, "cuda_status", lambda: (False, None, "no GPU here (test)"))
+    monkeypatch.setattr(regress.comparing, "cuda_status", lambda: (False, None, "no GPU here (test)"))
     report = regress.compare(copy, progress=False)
     e = report.by_id("sgd/mxnet/cuda/float32")
     assert e.status == "skipped" and "no GPU here" in e.reason

@@ -10,7 +10,9 @@ included):
 * ``order`` (chunking and reduction order, shared by both kinds), ``cuda_device`` (the CUDA
   compile policy, streams, views, launch);
 * the kernel families: ``rows`` (row kernels on the CPU, and the dispatch of a group's row step
-  to ``cuda_rows``), ``cuda_rows``, ``finite``;
+  to ``cuda_rows``), ``cuda_rows``, ``finite``; on the CPU ``cpu_norms`` (the norm and
+  direction reductions), ``cpu_noise`` (noise rules), ``cpu_precision`` (multi-precision loops
+  and float16 conversions);
 * one launcher per kind over its own kernel families: ``cpu`` and ``cuda``.
 
 ``arrays`` reaches the CUDA backend's allocation and copies through the operations ``cuda``

@@ -1,5 +1,11 @@
 """The CUDA backend: the CPU backend's per-element rules compiled by numba-cuda into grid-stride kernels.
 
+One module of over 700 lines: its kernel families (element-wise, segmented, norms, direction,
+noise) are generated as source text by helpers they share (storage and compute types, the
+float16 mirror, the row form) and launched by its one :class:`Launcher`, and only a GPU or
+numba's simulator runs them; splitting it by family as ``cpu.py`` was is left to a change that
+runs the CUDA tests.
+
 The same rule factory that :mod:`toolkit.backends.cpu` compiles with ``numba.njit`` is compiled
 here with ``cuda.jit(device=True)`` and called from a grid-stride kernel over the flattened arrays
 (``rule(w, g, s0, ..., hp) -> (w, s0, ...)``, see the CPU module). One kernel source serves every

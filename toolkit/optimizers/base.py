@@ -1,11 +1,24 @@
-"""The ``Optimizer`` base class: MXNet 1.9.1's optimizer interface, validation, and dispatch.
+"""The ``Optimizer`` base class: MXNet 1.9.1's optimizer interface and its dispatch.
 
 Subclasses declare their hyperparameters and a per-element rule; this class does everything
-shared: learning-rate and weight-decay multipliers (``set_lr_mult``, ``set_wd_mult``, gluon's
-``param_dict``), the per-index update count ``t``, learning-rate schedules, multi-precision
-(float16 weights with a float32 master copy), validation of every argument *before* anything is
-modified (the array contract of ``toolkit.backends.arrays``), and the choice of backend
-("reference", "cpu", "cuda", "auto").
+shared. What it holds itself: the checked hyperparameters (``domains``, ``settings``, the
+assignment checks and ``repr``), state creation, ``update`` and the dispatch of a step to a
+backend ("reference", "cpu", "cuda", "auto"), ``next_step`` (the oracle's door) and the Trainer's
+seams (``plan_step``, ``launch_step``, ``restored_on_error``), and the float32 rounding helpers
+of the rules. The rest is in mixins of their own, one responsibility each, that ``Optimizer``
+derives from:
+
+* :class:`~toolkit.optimizers.bookkeeping.Bookkeeping`: MXNet's learning rate, schedule,
+  multipliers and counts (``bookkeeping.py``);
+* :class:`~toolkit.optimizers.checks.ArrayChecks`: the array contract, checked before anything
+  is written, and the memo of arrays that passed (``checks.py``);
+* :class:`~toolkit.optimizers.precision.MultiPrecision`: float16 weights with a float32 master
+  copy (``precision.py``);
+* :class:`~toolkit.optimizers.nonfinite.NonFiniteGuard`: ``skip_nonfinite`` (``nonfinite.py``);
+* :class:`~toolkit.optimizers.reference_step.ReferenceStep`: the reference backend's hooks
+  (``reference_step.py``);
+* :class:`~toolkit.optimizers.launching.LaunchContext`: the launcher and row-sparse mode of the
+  step in progress (``launching.py``).
 """
 from __future__ import annotations
 
@@ -13,12 +26,8 @@ import contextlib
 import functools
 import hashlib
 import inspect
-import math
-import numbers
 import operator
-import threading
 import warnings
-import weakref
 from typing import NamedTuple
 
 import numpy as np
@@ -26,12 +35,17 @@ import numpy as np
 from ..backends import arrays, cpu
 from . import aliases as _aliases
 from .bookkeeping import Bookkeeping, StepScalars
+from .checks import ArrayChecks, Slot
+from .launching import LaunchContext
+from .nonfinite import NonFiniteGuard
+from .precision import MultiPrecision
+from .reference_step import ReferenceStep
 from ..sparse import RowSparse
 from .validation import (AliasAttribute, Domain, alias_attribute, callable_or_none,
                          check_choice, check_int, check_nonneg, check_positive, check_unit,
                          checked_attribute, choice, flag, integer, nonneg)
 
-__all__ = ["Optimizer", "StepInputs", "StepScalars", "scalar_only",
+__all__ = ["Optimizer", "StepInputs", "StepScalars", "Slot", "scalar_only",
            "BACKENDS", "CONVENTIONS"]
 
 BACKENDS = ("auto", "reference", "cpu", "cuda")
@@ -39,46 +53,9 @@ CONVENTIONS = ("mxnet", "guide")
 
 _FLOAT16 = np.dtype(np.float16)
 
-#: what a remembered step re-reads of each numpy array (``Optimizer._signature``), in one call
-_ARRAY_SIGNATURE = operator.attrgetter("shape", "strides", "dtype", "flags.writeable")
 
 #: ``_kernel_step`` functions marked with :func:`scalar_only`
 _SCALAR_ONLY_STEPS: set = set()
-
-
-#: per thread: optimizer id -> the launcher of its step in progress (``launchers``), and the
-#: row-sparse mode of its step in progress (``sparse``)
-_ACTIVE = threading.local()
-
-#: per table: how many ``_per_thread`` blocks are running now, in all threads together. A step
-#: reads its thread's table only when this is not 0: a thread that set an entry counted it
-#: before (under the lock), so it never reads 0 while its own entry is set; another thread's
-#: count only sends it to its own (empty) table.
-_IN_USE = {"launchers": 0, "sparse": 0}
-_IN_USE_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def _per_thread(table, key, value):
-    """``_ACTIVE.<table>[key] = value`` while the block runs (this thread only), then what it
-    was before; yields ``value``."""
-    entries = getattr(_ACTIVE, table, None)
-    if entries is None:
-        entries = {}
-        setattr(_ACTIVE, table, entries)
-    outer = entries.get(key)
-    with _IN_USE_LOCK:
-        _IN_USE[table] = _IN_USE.get(table, 0) + 1
-    try:
-        entries[key] = value
-        yield value
-    finally:
-        if outer is None:
-            entries.pop(key, None)
-        else:
-            entries[key] = outer
-        with _IN_USE_LOCK:
-            _IN_USE[table] -= 1
 
 
 @functools.lru_cache(maxsize=4096)
@@ -110,15 +87,6 @@ def scalar_only(kernel_step):
     return kernel_step
 
 
-class _ReferenceName:
-    """``reference_name``, derived from the class's spec: the last part of ``spec.reference``
-    (a subclass without a spec of its own inherits its base's, as it inherits the rule)."""
-
-    def __get__(self, obj, cls):
-        spec = getattr(cls, "spec", None)
-        return None if spec is None or spec.reference is None else spec.reference.rsplit(".", 1)[-1]
-
-
 class StepInputs(NamedTuple):
     """What the next update of an index reads (:meth:`Optimizer.next_step`)."""
     t: int                   #: the per-index count after this step (1 on the first)
@@ -126,23 +94,6 @@ class StepInputs(NamedTuple):
     wd: float                #: weight decay with ``wd_mult``
     reference_state: dict    #: bookkeeping the oracle keeps in its state dict
     reference_kwargs: dict   #: extra keyword arguments of ``reference.<name>.step``
-
-
-class Slot:
-    """Shape and dtype of one state array, by name."""
-
-    __slots__ = ("name", "shape", "dtype", "label")
-
-    def __init__(self, name, shape, dtype):
-        self.name, self.shape, self.dtype = name, tuple(shape), np.dtype(dtype)
-        self.label = f"state[{name!r}]"  # how error messages name it
-
-    def __eq__(self, other):
-        return isinstance(other, Slot) and (self.name, self.shape, self.dtype) == \
-            (other.name, other.shape, other.dtype)
-
-    def __hash__(self):
-        return hash((self.name, self.shape, self.dtype))
 
 
 def _jsonable(value):
@@ -188,7 +139,8 @@ def _install_checked_attributes(cls):
             setattr(cls, name, alias_attribute(name, attr))
 
 
-class Optimizer(Bookkeeping):
+class Optimizer(ArrayChecks, MultiPrecision, NonFiniteGuard, ReferenceStep, LaunchContext,
+                Bookkeeping):
     """Base class of all optimizers (MXNet 1.9.1's ``mxnet.optimizer.Optimizer``).
 
     Parameters
@@ -225,9 +177,6 @@ class Optimizer(Bookkeeping):
     #: this optimizer's :class:`~toolkit.optimizers.spec.Spec`, declared beside the class
     #: (None: registered with a bare one)
     spec = None
-    #: the name of this optimizer's reference module (``reference.<name>``), from the nearest
-    #: spec along the class's bases; None for custom ones
-    reference_name = _ReferenceName()
     #: whether the update divides by the learning rate (FTRL, FTML): then lr must be > 0
     requires_positive_lr = False
     #: MXNet's ``aggregate_num``: how many indices its Updater hands to one aggregated
@@ -424,32 +373,6 @@ class Optimizer(Bookkeeping):
     def _init_slot(self, name, weight):
         return arrays.zeros_like(weight)
 
-    def create_state_multi_precision(self, index, weight):
-        """State including a float32 master copy for float16 weights with multi_precision.
-
-        The layout is MXNet's base wrapper ``(weight32, state)``; SGD and NAG override it with
-        their ``(state, weight32)``.
-        """
-        if self.uses_master(weight):
-            self._check_weight(weight)
-            w32 = arrays.astype(weight, np.float32)
-            return (w32, self.create_state(index, w32))
-        return self.create_state(index, weight)
-
-    def uses_master(self, weight):
-        """Whether ``weight`` is stepped through a float32 master copy (float16 with
-        ``multi_precision``)."""
-        if not self.multi_precision:
-            return False
-        try:
-            return arrays.describe(weight).dtype == np.float16
-        except TypeError:
-            return False
-
-    def split_master(self, state):
-        """``(master, inner_state)`` of a state from ``create_state_multi_precision`` for a
-        float16 weight (MXNet's base wrapper layout; SGD and NAG override it)."""
-        return state[0], state[1]
 
     # ---------------------------------------------------------------------------------------
     # update
@@ -492,208 +415,6 @@ class Optimizer(Bookkeeping):
         self._apply(index, weight, grad, state, backend, w, stream=stream,
                     known=[w, g] + known)
 
-    # --- cheap calls: arrays that passed every check once need not be checked again -----------
-    @staticmethod
-    def _numpy_leaves(state):
-        """The state's arrays (None kept) if every one is a numpy array, else None."""
-        if state is None:
-            return ()
-        if type(state) is np.ndarray:
-            return (state,)
-        if type(state) is tuple and all(a is None or type(a) is np.ndarray for a in state):
-            return state
-        return None
-
-    @staticmethod
-    def _signature(arrays_):
-        """What a check of the array contract reads of numpy arrays that can change while the
-        array object stays the same: shape, strides, dtype and the writeable flag (the memory
-        an array object uses never moves, so overlaps cannot change); one entry per array,
-        None skipped (where the Nones are is remembered by identity)."""
-        return [_ARRAY_SIGNATURE(a) for a in arrays_ if a is not None]
-
-    def _template_key(self):
-        """What ``create_state_template`` is a function of beside the weight's shape and dtype
-        (the base template's cache key): a remembered step compares it instead of building the
-        template. A subclass that makes its template otherwise (``create_state_template`` or
-        ``_slot_template``) overrides this in the same class, or the template is built and
-        compared (:meth:`_template_key_applies`)."""
-        return self.state_slots(), self._tuple_state()
-
-    def _template_key_applies(self):
-        """Whether :meth:`_template_key` speaks for this class's template: it is defined in
-        the class that defines ``create_state_template`` and ``_slot_template``, or below it."""
-        mro = type(self).__mro__
-
-        def owner(name):
-            return next(k for k in mro if name in k.__dict__)
-        keyed = owner("_template_key")
-        return all(issubclass(keyed, owner(name))
-                   for name in ("create_state_template", "_slot_template"))
-
-    def _remember_checked(self, weight, grad, state, template):
-        """Remember numpy arrays that passed every check of ``update``, weakly (a dead array
-        is forgotten, and an ``id`` reused by a new array never matches)."""
-        leaves = self._numpy_leaves(state)
-        if type(weight) is not np.ndarray or type(grad) is not np.ndarray or leaves is None:
-            return
-        memo = self.__dict__.setdefault("_checked", {})
-        if len(memo) > 4096:
-            memo.clear()
-        every = (weight, grad) + tuple(leaves)
-        refs = tuple(None if a is None else weakref.ref(a) for a in every)
-        # the weight's description, for the steps that find it here: what it says is what the
-        # signature re-reads (or follows from it), and it holds no reference to the array
-        desc = arrays.ArrayDesc.of_numpy(weight)
-        desc.ptr  # noqa: B018 - the extent read now, while the array is at hand
-        desc.obj = None
-        memo[id(weight)] = (refs, type(state), template, self._signature(every),
-                            self._template_key() if self._template_key_applies() else None,
-                            all(a is not None for a in leaves), desc)
-
-    def _checked_before(self, weight, grad, state):
-        """The weight's description when ``(weight, grad, state)`` are the very numpy arrays
-        of an earlier ``update`` that passed every check, unchanged in everything a check
-        reads, with the same state template; else None (then everything is checked). The
-        description is the one remembered with the arrays (its ``obj`` is None: the memo holds
-        arrays weakly; a step reads its kind and dtype)."""
-        memo = self.__dict__.get("_checked")
-        if memo is None:
-            return None
-        entry = memo.get(id(weight))
-        if entry is None:
-            return None
-        refs, state_type, template, signature, template_key, no_none, desc = entry
-        if type(state) is not state_type:
-            return None
-        # the same objects as remembered (then each is the numpy array it was, or None)
-        if state is None:
-            every = (weight, grad)
-        elif state_type is tuple:
-            every = (weight, grad, *state)
-        else:
-            every = (weight, grad, state)
-        if len(every) != len(refs):
-            return None
-        for a, r in zip(every, refs):
-            if (r() is not a) if r is not None else (a is not None):
-                return None
-        now = list(map(_ARRAY_SIGNATURE, every)) if no_none else self._signature(every)
-        if now != signature:
-            return None
-        if template_key is not None:  # what the template is a function of, compared
-            if self._template_key() != template_key:
-                return None
-            return desc
-        template_now = self.create_state_template(desc)
-        if template_now is not template and template_now != template:
-            return None
-        return desc
-
-    def update_multi_precision(self, index, weight, grad, state, *, stream=None,
-                               skip_nonfinite=False):
-        """``update`` through the float32 master copy when the weight is float16 and
-        multi_precision is on; plain ``update`` otherwise. ``skip_nonfinite`` and the value
-        returned: as :meth:`update`'s."""
-        if skip_nonfinite is not False:
-            return self._guarded(True, index, weight, grad, state, stream, skip_nonfinite)
-        if type(grad) is RowSparse:
-            from . import row_sparse
-            return row_sparse.update(self, index, weight, grad, state, multi_precision=True,
-                                     stream=stream)
-        if not self.uses_master(weight):
-            if stream is None:  # MXNet's signature: a subclass's own ``update`` need not take it
-                return self.update(index, weight, grad, state)
-            return self.update(index, weight, grad, state, stream=stream)
-        self._check_index(index)
-        w = self._check_weight(weight)
-        backend = self._resolve_backend(w)
-        g = self._check_grad(w, grad)
-        master, m, inner, known = self._check_master_state(state, w, g)
-        if backend == "cuda":
-            # one kernel: the float16 gradient is widened on load, the float16 weight written
-            # from the updated master in the same pass
-            self._apply(index, master, grad, inner, backend, m, stream=stream, mirror=w,
-                        known=[w, g, m] + known)
-            return
-        if backend == "reference":
-            self._apply(index, master, grad.astype(np.float32), inner, backend, m)
-            np.copyto(weight, master, casting="same_kind")
-            return
-        # one pass on the CPU too: the float16 gradient is widened on load and the float16
-        # weight rounded from the updated master by the kernel that updates it
-        launcher = cpu.MirrorLauncher(master, weight)
-        with self._launching(launcher):
-            self._apply(index, master, grad, inner, backend, m)
-        if not launcher.mirrored:
-            cpu.to_half_into(weight, master)
-
-    # --- the non-finite guard (toolkit/backends/finite.py) ----------------------------------
-    def _guarded(self, multi_precision, index, weight, grad, state, stream, skip_nonfinite):
-        """``update``/``update_multi_precision`` with ``skip_nonfinite=True``: True when the
-        update was made, False when ``grad`` holds a NaN or an infinity and nothing was
-        touched. A skipped call is checked as the update would have been (a bad argument
-        raises the same error either way)."""
-        if skip_nonfinite is not True:
-            raise TypeError(f"skip_nonfinite must be True or False, got {skip_nonfinite!r}")
-        from ..backends import finite
-        if type(grad) is not RowSparse and grad is not None and type(grad) is not np.ndarray \
-                and arrays.is_device_array(grad):
-            # the weight's stream: the step would run there, after what wrote the gradient
-            self._check_index(index)
-            w = self._check_weight(weight)
-            ok = finite.all_finite(grad, self._guard_stream(stream, w))
-        elif grad is None:
-            ok = True  # the update's own check says what is wrong
-        else:
-            ok = finite.all_finite(grad)
-        if ok:
-            step = self.update_multi_precision if multi_precision else self.update
-            step(index, weight, grad, state, stream=stream)
-            return True
-        self._check_skipped_update(multi_precision, index, weight, grad, state)
-        return False
-
-    @staticmethod
-    def _guard_stream(stream, w):
-        if w.kind != "cuda":
-            return None
-        from ..backends import cuda
-        return cuda.resolve_stream(stream, w)
-
-    def _check_skipped_update(self, multi_precision, index, weight, grad, state):
-        """The checks of the update a non-finite gradient skips: index, weight, gradient
-        (a ``RowSparse``'s rows and values, and the optimizer's row-sparse refusals), state and
-        the next step's scalars; nothing is written."""
-        self._check_index(index)
-        w = self._check_weight(weight)
-        self._resolve_backend(w)
-        if type(grad) is RowSparse:
-            _, g = grad.check(w)
-            self.row_sparse_mode(index)
-            name = "grad.values"
-        else:
-            g = self._check_grad(w, grad)
-            name = "grad"
-        if multi_precision and self.uses_master(weight):
-            self._check_master_state(state, w, g, name)
-        else:
-            self._check_state(state, w, self.create_state_template(w), others=((name, g),))
-        self._step_scalars(index)
-
-    def _check_master_state(self, state, w, g, grad_name="grad"):
-        """A multi-precision ``state`` against the described float16 weight ``w`` and
-        gradient ``g``: ``(master, master_desc, inner_state, inner_descs)``."""
-        if not isinstance(state, tuple) or len(state) != 2:
-            raise TypeError("a multi-precision state must be the 2-tuple that "
-                            "create_state_multi_precision returned")
-        master, inner = self.split_master(state)
-        m = self._check_array("state (float32 master copy)", master, w.shape, np.float32, w)
-        if arrays.overlaps(g, m):
-            raise ValueError(f"state (float32 master copy) shares memory with the {grad_name}")
-        known = self._check_state(inner, m, self.create_state_template(m),
-                                  others=((grad_name, g), ("weight", w)))
-        return master, m, inner, known
 
     def next_step(self, index, weight=None):
         """What the next update of ``index`` will read, computed without changing anything
@@ -807,34 +528,6 @@ class Optimizer(Bookkeeping):
         refuses (AdaGrad with weight decay) or where the toolkit does not follow it."""
         return "dense"
 
-    def _row_sparse_step(self, mode):
-        """While this runs, :attr:`_row_sparse_numerics` is ``mode`` for this optimizer in this
-        thread."""
-        return _per_thread("sparse", id(self), mode)
-
-    @property
-    def _row_sparse_numerics(self):
-        """The row-sparse mode ("lazy" or "standard") of the step in progress, else None: an
-        optimizer whose MXNet row-sparse kernel rounds differently from its dense one then uses
-        that kernel's arithmetic."""
-        if not _IN_USE["sparse"]:  # no sparse step in progress anywhere
-            return None
-        sparse = getattr(_ACTIVE, "sparse", None)
-        return sparse.get(id(self)) if sparse else None  # empty outside a sparse step
-
-    @property
-    def _launcher(self):
-        """The launcher of this thread's step in progress on this optimizer, or None (then the
-        CPU one). Kept per thread: a step running in one thread never receives another
-        thread's rule calls (the optimizer's counts are shared state all the same)."""
-        if not _IN_USE["launchers"]:  # no launcher set anywhere: the CPU one
-            return None
-        return getattr(_ACTIVE, "launchers", {}).get(id(self))
-
-    def _launching(self, launcher):
-        """While this runs, :attr:`_launcher` is ``launcher`` for this optimizer in this
-        thread."""
-        return _per_thread("launchers", id(self), launcher)
 
     @staticmethod
     def _map_state(state, f):
@@ -895,53 +588,6 @@ class Optimizer(Bookkeeping):
                              f"{sorted(data) + sorted(host_arrays)}")
         return lambda: None
 
-    # --- the reference backend -------------------------------------------------------------
-    def reference_hyper(self):
-        """This optimizer's own hyperparameters as the reference module names them."""
-        return {}
-
-    def _reference_extra(self, index, weight=None):
-        """Bookkeeping the reference keeps in its state dict beside the state arrays (Nadam's
-        m_schedule, LBSGD's accumulator and call count): scalars, and host arrays."""
-        return {}
-
-    def _reference_store_extra(self, index, new_state, weight):
-        """Keep what the reference returned of ``_reference_extra``'s bookkeeping."""
-
-    def _reference_call_kwargs(self, index, t):
-        return {}
-
-    def reference_module(self):
-        """The oracle module of this optimizer (imported on first use), or None."""
-        name = self.reference_name
-        if name is None:
-            return None
-        spec = type(self).spec
-        if spec is not None and spec.reference is not None and \
-                spec.reference.rsplit(".", 1)[-1] == name:
-            return spec.reference_module()
-        import importlib
-        return importlib.import_module(f"reference.{name}")  # a class that names it itself
-
-    def _reference_step(self, index, weight, grad, state, t, lr, wd):
-        ref = self.reference_module()
-        if ref is None:
-            raise ValueError(f"{type(self).__name__} has no reference implementation; "
-                             "use backend='cpu'")
-        slots = self.state_slots()
-        state_arrays = self.state_arrays(state)
-        step = self.next_step(index, weight)  # what the oracle reads beside the state arrays
-        st = {name: np.asarray(a, dtype=np.float64) for name, a in zip(slots, state_arrays)}
-        st.update({k: (np.asarray(v, np.float64) if isinstance(v, np.ndarray) else v)
-                   for k, v in step.reference_state.items()})
-        w_new, st_new = ref.step(weight.astype(np.float64), grad.astype(np.float64), st, t=t,
-                                 lr=lr, wd=wd, rescale_grad=self.rescale_grad,
-                                 clip_gradient=self.clip_gradient, convention=self.convention,
-                                 **self.reference_hyper(), **step.reference_kwargs)
-        weight[...] = w_new
-        for name, a in zip(slots, state_arrays):
-            a[...] = st_new[name]
-        self._reference_store_extra(index, st_new, weight)
 
     # --- backend choice ----------------------------------------------------------------------
     def _resolve_backend(self, w):
@@ -968,121 +614,10 @@ class Optimizer(Bookkeeping):
                             "arrays")
         return backend
 
-    # ---------------------------------------------------------------------------------------
-    # validation: everything is checked before anything is written (toolkit.backends.arrays)
-    # ---------------------------------------------------------------------------------------
-    @staticmethod
-    def _check_index(index):
-        if type(index) is int or type(index) is str:  # the common case, without an ABC check
-            return
-        if isinstance(index, bool) or not isinstance(index, (numbers.Integral, str)):
-            raise TypeError(f"index must be an int (or a str name), got {type(index).__name__}")
-
-    def _check_weight(self, weight):
-        """The described weight, after the weight checks of the array contract."""
-        w = arrays.describe(weight, "weight")
-        arrays.check_weight(w)
-        return w
-
-    @staticmethod
-    def _check_grad(w, grad):
-        if grad is None:
-            raise TypeError("grad must be an array like the weight, got None")
-        g = arrays.describe(grad, "grad")
-        arrays.check_grad(w, g)
-        return g
-
-    def create_state_template(self, weight):
-        """The structure of ``create_state``: None, a ``Slot``, or a tuple of ``Slot``/None.
-        ``weight`` is anything with numpy ``shape`` and ``dtype`` (an ``ArrayDesc``)."""
-        slots = self.state_slots()
-        if not slots:
-            return None
-        tupled = self._tuple_state()
-        # the template is a function of these alone unless a subclass changes how a slot is
-        # shaped: then it is built every time
-        cacheable = type(self)._slot_template is Optimizer._slot_template
-        if cacheable:
-            key = (weight.shape, weight.dtype, slots, tupled)
-            cache = self.__dict__.setdefault("_templates", {})
-            hit = cache.get(key)
-            if hit is not None:
-                return hit
-        items = tuple(Slot(name, *self._slot_template(name, weight)) for name in slots)
-        template = items[0] if len(items) == 1 and not tupled else items
-        if cacheable:
-            if len(cache) > 64:
-                cache.clear()
-            cache[key] = template
-        return template
-
-    def _slot_template(self, name, weight):
-        return weight.shape, weight.dtype
-
-    @staticmethod
-    def _check_array(what, a, shape, dtype, w):
-        """One state array against the described weight ``w``; returns its description."""
-        d = arrays.describe(a, what)
-        arrays.check_state_array(what, d, shape, dtype, w)
-        return d
-
-    def _check_state(self, state, w, template, others=()):
-        """``state`` against ``template``: its structure, and each array by the contract
-        (shape, dtype, writeable, layout, same kind and device, no overlap with the weight, the
-        gradient or each other)."""
-        if template is None:
-            if state is not None:
-                raise TypeError(f"{type(self).__name__} with these hyperparameters keeps no "
-                                f"state; expected None, got {type(state).__name__}")
-            return []
-        if isinstance(template, Slot):
-            d = self._check_array(template.label, state, template.shape, template.dtype, w)
-            self._check_no_alias([(template.label, d)], others)
-            return [d]
-
-        def names():
-            return tuple(s.name if s is not None else "None" for s in template)
-        if not isinstance(state, tuple) or len(state) != len(template):
-            raise TypeError(f"state must be a tuple {names()}, as create_state returns; "
-                            f"got {type(state).__name__}")
-        seen = []
-        for a, slot in zip(state, template):
-            if slot is None:
-                if a is not None:
-                    raise TypeError(f"state must be a tuple {names()}: expected None, got an "
-                                    f"array")
-                continue
-            d = self._check_array(slot.label, a, slot.shape, slot.dtype, w)
-            for _, b in seen:
-                if arrays.overlaps(d, b):
-                    raise ValueError(f"{slot.label} shares memory with another state array")
-            seen.append((slot.label, d))
-        self._check_no_alias(seen, others)
-        return [d for _, d in seen]
-
-    @staticmethod
-    def _check_no_alias(state_descs, others):
-        for name, a in others:
-            if a is None:
-                continue
-            d = a if isinstance(a, arrays.ArrayDesc) else arrays.describe(a, name)
-            for sname, s in state_descs:
-                if arrays.overlaps(d, s):
-                    raise ValueError(f"{sname} shares memory with the {name}")
 
     # ---------------------------------------------------------------------------------------
     # helpers for subclasses
     # ---------------------------------------------------------------------------------------
-    def _run_rule(self, factory, weight, grad, states, hyper):
-        """Run a per-element rule over ``weight``, ``grad`` and ``states`` in place, on the
-        backend of the step in progress."""
-        (self._launcher or cpu.LAUNCHER).run_rule(factory, weight, grad, tuple(states), hyper)
-
-    def _run_noise_rule(self, factory, weight, grad, hyper, key, aux):
-        """Run a noise rule (``rule(w, g, z, hp, aux)``, z the element's draw of stream ``key``)
-        on the backend of the step in progress."""
-        (self._launcher or cpu.LAUNCHER).run_noise_rule(factory, weight, grad, hyper, key,
-                                                        tuple(aux))
 
     #: True for MXNet's kernel optimizers, whose hyperparameters MXNet rounds to float32
     #: (docs/mxnet-facts.md, 3); Python-op optimizers round only the clip bound.

@@ -1,5 +1,10 @@
 """The oracle as a product: check anyone's optimizer against the documented equations.
 
+One module of over 700 lines: ``verify`` and ``identify`` share its case machinery (drawing
+cases, running the user's step, the reference trajectory, the comparison in rounding bounds), and
+it is the public surface users import (``from toolkit import oracle``); the search space and the
+command line are modules of their own (``space``, ``cli``).
+
 ``verify(make_step, optimizer)`` runs a user's implementation beside the float64 reference on
 cases drawn with hypothesis (hyperparameters, weights and gradient sequences over several
 decades, aimed at branch points) and returns a :class:`VerifyReport`: ``passed``, ``max_error``
