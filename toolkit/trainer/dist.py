@@ -1,5 +1,9 @@
 """Synchronous data-parallel training over MPI: ``Trainer(..., kvstore="dist_sync")``.
 
+(One module of about 840 lines: a step's protocol across ranks, its reductions, the checks
+that every rank agrees and the states file across ranks share the communicator and its
+watchdog, and read as one sequence.)
+
 Start one process per worker with ``mxopt launch -n N train.py`` (or ``mpiexec -n N python
 train.py``); every process builds the same Trainer. What a distributed Trainer does
 (``docs/distributed.md`` has the why and the measurements):

@@ -1,5 +1,9 @@
 """The Trainer's states file: data, never code.
 
+(One module of about 810 lines: the writer and the reader, with every check of a damaged,
+foreign or mismatched file, are one contract kept side by side, so that each check reads
+against what is written.)
+
 Format (version 2, ``docs/trainer.md``): a NumPy ``.npz`` archive (a zip of stored, uncompressed
 ``.npy`` files) holding
 
