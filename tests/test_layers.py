@@ -385,21 +385,11 @@ def private_uses(package="toolkit"):
 #: 54 (file, member) pairs on main at 454af51; the backends, dist and states now use public
 #: seams (toolkit.backends.jit and order, the Trainer's parameters/groups/optimizer/backend/
 #: apply_update, a Parameter's data()/grad_fresh/mark_grad_stale), row_sparse.py shares
-#: base.py's by the package rule. What is left:
+#: base.py's by the package rule; the Trainer steps through the optimizer's public plan
+#: (step_scalars, commit_counts, launch_step, plan_step, restored_on_error, update_counts,
+#: restore_counts) and a Parameter's public hooks (trainer, grad_array, sparse_grad, adopt,
+#: hold; Trainer.data_changed). What is left, two other libraries' privates:
 ALLOWED = {
-    # the Trainer <-> Optimizer seam (issue 20 item 5: the vectorised step plan replaces it)
-    ("toolkit/trainer/dist.py", "_index_update_count"),
-    ("toolkit/trainer/states.py", "_index_update_count"),
-    # a Parameter and the Trainer that holds it (its buffers are views into the Trainer's)
-    ("toolkit/trainer/trainer.py", "_data"),
-    ("toolkit/trainer/trainer.py", "_grad"),
-    ("toolkit/trainer/trainer.py", "_require"),
-    ("toolkit/trainer/trainer.py", "_sparse_grad"),
-    ("toolkit/trainer/trainer.py", "_trainer"),
-    ("toolkit/trainer/buffers.py", "_data"),
-    ("toolkit/trainer/buffers.py", "_fresh"),
-    ("toolkit/trainer/buffers.py", "_grad"),
-    ("toolkit/trainer/parameter.py", "_data_changed"),
     # other libraries' privates: numba's simulated device array, hypothesis' constants hook
     ("toolkit/backends/cuda.py", "_ary"),
     ("toolkit/oracle/__init__.py", "_get_local_constants"),

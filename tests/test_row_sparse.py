@@ -292,4 +292,4 @@ def test_trainer_row_sparse_refused_with_dist_kvstore():
     emb = Parameter("emb_weight", shape=(10, 2), grad_stype="row_sparse")
     with pytest.raises(ValueError, match="row-sparse gradients"):
         Trainer([emb], "sgd", kvstore="dist_sync")
-    assert emb._trainer is None
+    assert emb.trainer is None

@@ -183,6 +183,18 @@ class Bookkeeping:
                              f"> 0, got {lr} for index {index!r}")
         return t, lr, self._get_wd(index)
 
+    @property
+    def update_counts(self):
+        """A copy of the per-index counts ``{index: t}`` (MXNet's ``_index_update_count``):
+        what a states file saves and a distributed step compares across ranks."""
+        return dict(self._index_update_count)
+
+    def restore_counts(self, counts, num_update):
+        """Put back the per-index counts and ``num_update`` (a states file's, once every check
+        of it passed)."""
+        self._index_update_count = dict(counts)
+        self.num_update = num_update
+
     # --- many indices at once ---------------------------------------------------------------
     def step_scalars(self, indices, *, multipliers=None):
         """:class:`StepScalars` of the next step of every index of ``indices`` (ints in

@@ -108,11 +108,11 @@ class Group:
         sizes = [int(np.prod(p.shape, dtype=np.int64)) for _, p in members]
         self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         self.size = int(self.offsets[-1])
-        host_data = np.concatenate([np.asarray(arrays.to_host(p._data), self.dtype).reshape(-1)
+        host_data = np.concatenate([np.asarray(arrays.to_host(p.data()), self.dtype).reshape(-1)
                                     for _, p in members]) if members else np.zeros(0, self.dtype)
         self.data = self._alloc(host_data)
         self.grad = self._alloc(np.concatenate(
-            [np.asarray(arrays.to_host(p._grad), self.dtype).reshape(-1) for _, p in members]))
+            [np.asarray(arrays.to_host(p.grad_array), self.dtype).reshape(-1) for _, p in members]))
         #: the layout of each state array of the whole-group state, by id: ``None`` for one
         #: shaped like the weight (``Optimizer.state_like_weight``: one ``create_state`` over the
         #: flat weight makes them), else ``(offsets, shapes)`` of the members' arrays laid end
@@ -142,8 +142,7 @@ class Group:
         # the views each parameter sees; the weight and gradient views replace its own arrays
         self.views = []
         for k, (index, p) in enumerate(members):
-            p._data, p._grad = self.view(k, self.data), self.view(k, self.grad)
-            p._fresh = False  # arrays handed out before are detached: write into the new views
+            p.adopt(self.view(k, self.data), self.view(k, self.grad))
             self.views.append(map_state(self.state, lambda a, k=k: self.view(k, a)))
         for name, flat in self.host_flats.items():
             for k, (index, _) in enumerate(members):

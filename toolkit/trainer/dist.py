@@ -761,7 +761,7 @@ class DistKVStore:
                 h.update(np.ascontiguousarray(arrays.to_host(p.data())).tobytes())
         opt = t.optimizer
         h.update(json.dumps([opt.num_update, sorted((str(k), v) for k, v in
-                                                    opt._index_update_count.items())]).encode())
+                                                    opt.update_counts.items())]).encode())
         return h.hexdigest()
 
     def check_in_sync(self):

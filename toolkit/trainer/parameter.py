@@ -149,6 +149,30 @@ class Parameter:
         else:
             at[0][at[1]] = value
 
+    @property
+    def trainer(self):
+        """The Trainer that steps this parameter (the last one built with it), or None."""
+        return self._trainer
+
+    @property
+    def grad_array(self):
+        """The gradient buffer, without marking it written (what a Trainer reads); None with
+        ``grad_req="null"``."""
+        return self._grad
+
+    @property
+    def sparse_grad(self):
+        """The ``RowSparse`` gradient last given to ``set_grad`` (``grad_stype="row_sparse"``),
+        or None."""
+        return self._sparse_grad
+
+    def adopt(self, data, grad):
+        """The Trainer's hook: from now on this parameter's weight and gradient are ``data``
+        and ``grad`` (views of the Trainer's flat buffers, holding the same values). Arrays
+        handed out before are detached, so the gradient counts as not written."""
+        self._data, self._grad = data, grad
+        self._fresh = False
+
     def hold(self, trainer, flags, position):
         """The Trainer's hook: ``trainer`` steps this parameter from now on (the last one
         built with it wins), and keeps its freshness at ``flags[position]`` (a numpy bool
@@ -272,7 +296,7 @@ class Parameter:
             raise ValueError(f"set_data: value for {self.name!r} holds non-finite values")
         _copy_into(self._data, host)
         if self._trainer is not None:
-            self._trainer._data_changed(self)
+            self._trainer.data_changed(self)
 
     def set_grad(self, value):
         """Copy ``value`` into the gradient buffer; the gradient counts as written (only once

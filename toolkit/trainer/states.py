@@ -157,7 +157,7 @@ def _collect(trainer, copies=True):
         "optimizer": type(opt).__name__.lower(), "convention": opt.convention,
         "hyperparameters": _hyper(opt), "learning_rate": opt.lr,
         "num_update": opt.num_update,
-        "index_update_count": [[k, v] for k, v in sorted(opt._index_update_count.items(),
+        "index_update_count": [[k, v] for k, v in sorted(opt.update_counts.items(),
                                                          key=lambda kv: str(kv[0]))],
         "scheduler": json.loads(json.dumps(_scheduler_meta(opt))), "host_state": extra,
         "params": params,
@@ -810,8 +810,7 @@ def load(trainer, path, raw=None):
         opt = trainer.optimizer
         for leaf, a in targets:
             arrays.copy_from_host(leaf, a)
-        opt._index_update_count = counts
-        opt.num_update = num_update
+        opt.restore_counts(counts, num_update)
         opt.lr = float(lr)
         if opt.lr_scheduler is not None:
             opt.lr_scheduler.load_state_dict(sched_state)

@@ -151,7 +151,7 @@ class Trainer:
                 raise ParamsError(f"params must hold Parameters only, got {type(p).__name__}")
             if id(p) in seen:
                 continue  # the same parameter twice (shared): once, as MXNet does
-            p._require()
+            p.data()  # a parameter without data yet is refused here
             seen.add(id(p))
             unique.append(p)
         items = unique
@@ -359,7 +359,7 @@ class Trainer:
     def _update_unlocked(self, ignore_stale_grad):
         if holds_version() != self._holds_seen:  # a Trainer took parameters since last checked
             taken = [p.name for p in self._params
-                     if p._trainer is not self and p.grad_req != "null"]
+                     if p.trainer is not self and p.grad_req != "null"]
             if taken:
                 raise RuntimeError(f"parameter(s) {taken} now belong to a newer Trainer (a "
                                    "parameter is stepped by the last Trainer built with it); "
@@ -472,9 +472,9 @@ class Trainer:
                 if p.grad_stype != "row_sparse":
                     if not ok[k]:
                         bad.append(i)
-                elif not finite.all_finite(p._sparse_grad):
+                elif not finite.all_finite(p.sparse_grad):
                     # checked as the update would check it: a bad gradient raises all the same
-                    p._sparse_grad.check(arrays.describe(p._data, "weight"))
+                    p.sparse_grad.check(arrays.describe(p.data(), "weight"))
                     bad.append(i)
         return sorted(bad)
 
@@ -487,7 +487,7 @@ class Trainer:
         for i in active:
             p = self._params[i]
             if p.grad_stype == "row_sparse":
-                p._sparse_grad.check(arrays.describe(p._data, "weight"))
+                p.sparse_grad.check(arrays.describe(p.data(), "weight"))
                 opt.row_sparse_mode(i)
 
     def _per_parameter_update(self, active):
@@ -502,8 +502,8 @@ class Trainer:
             for i in active:
                 g, k = self._where[i]
                 p = self._params[i]
-                grad = p._sparse_grad if p.grad_stype == "row_sparse" else p._grad
-                opt.update_multi_precision(i, p._data, grad, g.member_state(k))
+                grad = p.sparse_grad if p.grad_stype == "row_sparse" else p.grad_array
+                opt.update_multi_precision(i, p.data(), grad, g.member_state(k))
                 self.last_step_launches += 1
         finally:
             opt.backend = backend
@@ -525,13 +525,14 @@ class Trainer:
         for g in self._groups:
             self.last_step_launches += work[id(g)].execute()
 
-    def _data_changed(self, param):
-        """``set_data`` on a multi-precision parameter: its float32 master follows."""
+    def data_changed(self, param):
+        """``Parameter.set_data`` calls it: a multi-precision parameter's float32 master
+        follows the new weight."""
         where = [(g, k) for g in self._groups for k, (_, p) in enumerate(g.members) if p is param]
         for g, k in where:
             if g.mp:
                 master, _ = g.split_state(self._optimizer, g.views[k])
-                arrays.copy_from_host(master, np.asarray(arrays.to_host(param._data), np.float32))
+                arrays.copy_from_host(master, np.asarray(arrays.to_host(param.data()), np.float32))
 
     # ---------------------------------------------------------------------------------------
     # states
