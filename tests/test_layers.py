@@ -7,8 +7,8 @@
   relative imports at any level, and ``importlib.import_module("toolkit....")`` with a constant
   string. Only imports under ``if TYPE_CHECKING:`` are left out (they never run). A failure
   prints every cycle as a chain of modules with the line of each import.
-* ``reference`` (the oracle) imports nothing from ``toolkit`` (DESIGN sections 1 and 3: the
-  reference needs numpy only and shares no code with the kernels).
+* ``reference`` (the oracle) imports nothing from ``toolkit`` (README: ``import reference``
+  needs numpy only, and the oracle shares no code with the kernels it checks).
 """
 from __future__ import annotations
 
@@ -222,7 +222,7 @@ def test_reference_imports_nothing_from_toolkit():
             offenders += [f"{os.path.relpath(path, ROOT)}:{node.lineno}: imports {n}"
                           for n in names if n == "toolkit" or n.startswith("toolkit.")]
     assert not offenders, ("the reference needs numpy only and shares no code with the "
-                           "toolkit (DESIGN sections 1 and 3):\n" + "\n".join(offenders))
+                           "toolkit (README, \"reference/\"):\n" + "\n".join(offenders))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""Named hyperparameter rows (issue 20, item 3; DESIGN section 4): the scalars a rule takes are
-declared once, as a NamedTuple beside the rule, packed by name on the host and read by name in
-the kernel. No module of ``toolkit/`` reads a row, a step's constants or a recorded call by
+"""Named hyperparameter rows (issue 20, item 3; docs/backends.md, "A rule, its row and its
+gradient"): the scalars a rule takes are declared once, as a NamedTuple beside the rule, packed
+by name on the host and read by name in the kernel. No module of ``toolkit/`` reads a row, a step's constants or a recorded call by
 position: no ``a, b, c = hp``, no ``hp[0]``, no ``constants[2]``, no ``call[5]``.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The vectorised step plan (DESIGN section 4, "A step is a plan, then a launch").
+"""The vectorised step plan (issue 20, item 5; docs/trainer.md, "vectorised plan").
 
 * ``Optimizer.step_scalars(indices)`` gives, as arrays, the ``(t, lr, wd)`` that the per-index
   loop (``next_step`` of each index, its count committed before the next) gives, bit for bit:
