@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backends import arrays, cpu, order
+from ..backends import arrays, cpu
 from ..backends.rules import DirectionPass
 from .buffers import Group, Recorder, map_state, state_leaves
 

@@ -15,7 +15,7 @@ import threading
 import numpy as np
 
 from .. import optimizer as _optimizer
-from ..backends import arrays, cpu
+from ..backends import arrays
 from . import compression as _compression, dist as _dist
 from .buffers import Group
 from .errors import ParamsError, StaleGradientError
