@@ -109,8 +109,8 @@ def _make(name, kw, names, mults, tables, holders):
     return opt
 
 
-@given(plans())
-def test_step_scalars_are_the_per_index_loops_bit_for_bit(plan):
+@given(plans(), st.booleans())
+def test_step_scalars_are_the_per_index_loops_bit_for_bit(plan, as_array):
     name, kw, names, mults, prior, subset, tables, holders = plan
     vec = _make(name, kw, names, mults, tables, holders)
     ref = _make(name, kw, names, mults, tables, holders)
@@ -124,7 +124,8 @@ def test_step_scalars_are_the_per_index_loops_bit_for_bit(plan):
     assert got.t.dtype == np.int64 and got.t.tolist() == [w[0] for w in want]
     assert np.array_equal(_bits(got.lr), _bits([w[1] for w in want]))
     assert np.array_equal(_bits(got.wd), _bits([w[2] for w in want]))
-    vec.commit_counts(subset, got.t)
+    # committed as the Trainer commits them (an int64 array: the counts' array path) or a list
+    vec.commit_counts(np.array(subset, np.int64) if as_array else subset, got.t)
     assert (vec._index_update_count, vec.num_update) == (ref._index_update_count,
                                                          ref.num_update)
 

@@ -36,6 +36,7 @@ from ..backends import arrays, cpu
 from . import aliases as _aliases
 from .bookkeeping import Bookkeeping, StepScalars
 from .checks import ArrayChecks, Slot
+from .counts import Counts
 from .launching import LaunchContext
 from .nonfinite import NonFiniteGuard
 from .precision import MultiPrecision
@@ -333,7 +334,7 @@ class Optimizer(ArrayChecks, MultiPrecision, NonFiniteGuard, ReferenceStep, Laun
         self.lr = learning_rate if learning_rate is not None else getattr(lr_scheduler, "base_lr", 0.01)
 
         self.num_update = self.begin_num_update
-        self._index_update_count: dict = {}
+        self._index_update_count = Counts()
         self.lr_mult: dict = {}
         self.wd_mult: dict = {}
         self.set_lr_mult({})
@@ -449,7 +450,8 @@ class Optimizer(ArrayChecks, MultiPrecision, NonFiniteGuard, ReferenceStep, Laun
         counts, ``num_update``, Nadam's schedule, LBSGD's phases...) are kept; if it raises,
         they are put back as they were (a shallow copy, its dicts copied), so a step that
         plans every index before writing any array leaves nothing half-committed."""
-        saved = {k: (dict(v) if isinstance(v, dict) else v) for k, v in self.__dict__.items()}
+        saved = {k: (dict(v) if isinstance(v, dict) else v.copy() if isinstance(v, Counts) else v)
+                 for k, v in self.__dict__.items()}
         try:
             yield self
         except BaseException:

@@ -32,6 +32,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .counts import Counts
 from .validation import check_nonneg
 
 __all__ = ["Bookkeeping", "StepScalars"]
@@ -192,7 +193,7 @@ class Bookkeeping:
     def restore_counts(self, counts, num_update):
         """Put back the per-index counts and ``num_update`` (a states file's, once every check
         of it passed)."""
-        self._index_update_count = dict(counts)
+        self._index_update_count = Counts(counts)
         self.num_update = num_update
 
     # --- many indices at once ---------------------------------------------------------------
@@ -206,42 +207,59 @@ class Bookkeeping:
         holding the multiplier each index takes (the Trainer keeps them for its parameters,
         whose ``lr_mult`` and ``wd_mult`` attributes are what ``param_dict`` gives); None reads
         them index by index."""
-        idx = _as_list(indices)
-        n = len(idx)
         cls = type(self)
-        if n == 0 or any(getattr(cls, m) is not getattr(Bookkeeping, m) for m in _VECTORISED):
-            return self._scalars_per_index(idx)
+        if any(getattr(cls, m) is not getattr(Bookkeeping, m) for m in _VECTORISED):
+            return self._scalars_per_index(_as_list(indices))
         counts = self._index_update_count
-        try:
-            c = np.fromiter(map(counts.__getitem__, idx), np.int64, n)
-        except KeyError:  # an index never stepped starts at begin_num_update
-            start = self.begin_num_update
-            c = np.fromiter((counts.get(i, start) for i in idx), np.int64, n)
+        c = None
+        if isinstance(indices, np.ndarray) and indices.dtype == np.int64 and \
+                isinstance(counts, Counts):
+            if not indices.size:
+                return self._scalars_per_index([])
+            if indices[0] >= 0:  # increasing: all of them
+                c = counts.gather(indices, self.begin_num_update)
+        if c is None:
+            idx = _as_list(indices)
+            n = len(idx)
+            if n == 0:
+                return self._scalars_per_index(idx)
+            try:
+                c = np.fromiter(map(counts.__getitem__, idx), np.int64, n)
+            except KeyError:  # an index never stepped starts at begin_num_update
+                start = self.begin_num_update
+                c = np.fromiter((counts.get(i, start) for i in idx), np.int64, n)
+        else:
+            idx = None  # read as a list only where needed
+        if int(c.max()) == np.iinfo(np.int64).max:  # t would wrap: the loop says what it does
+            return self._scalars_per_index(_as_list(indices))
         t = c + 1
         sched = self.lr_scheduler
         if sched is None:
             base = self.lr
             if type(base) is not float:
-                return self._scalars_per_index(idx)
+                return self._scalars_per_index(_as_list(indices))
         elif _builtin_schedule(sched):
             num_update = np.maximum.accumulate(np.maximum(t, self.num_update))
             distinct = np.unique(num_update)  # increasing: the order the loop reads them in
             values = [sched(v) for v in distinct.tolist()]
             if any(type(v) is not float for v in values):
-                return self._scalars_per_index(idx)
+                return self._scalars_per_index(_as_list(indices))
             base = np.array(values, np.float64)[np.searchsorted(distinct, num_update)]
         else:  # a schedule of the user's own: read once per index, as MXNet does
-            return self._scalars_per_index(idx)
+            return self._scalars_per_index(_as_list(indices))
         wd = self.wd
         if type(wd) is not float:
-            return self._scalars_per_index(idx)
+            return self._scalars_per_index(_as_list(indices))
+        n = len(c)
         if multipliers is None:
+            if idx is None:
+                idx = _as_list(indices)
             lr_mult = np.fromiter((self._mult(i, self.lr_mult, "lr_mult") for i in idx),
                                   np.float64, n)
             wd_mult = np.fromiter((self._mult(i, self.wd_mult, "wd_mult") for i in idx),
                                   np.float64, n)
         else:
-            where = np.asarray(idx, np.int64)
+            where = indices if idx is None else np.asarray(idx, np.int64)
             lr_mult, wd_mult = multipliers[0][where], multipliers[1][where]
         lr = base * lr_mult
         with np.errstate(invalid="ignore"):
@@ -249,7 +267,7 @@ class Bookkeeping:
             if self.requires_positive_lr:
                 ok = ok and bool(np.all(lr > 0.0))
         if not ok:  # the per-index loop raises the error that names the index
-            return self._scalars_per_index(idx)
+            return self._scalars_per_index(_as_list(indices))
         return StepScalars(t, lr, wd * wd_mult)
 
     def _scalars_per_index(self, idx):
@@ -259,7 +277,8 @@ class Bookkeeping:
         t = np.empty(n, np.int64)
         lr = np.empty(n, np.float64)
         wd = np.empty(n, np.float64)
-        saved = (dict(self._index_update_count), self.num_update)
+        counts = self._index_update_count
+        saved = (counts.copy() if isinstance(counts, Counts) else dict(counts), self.num_update)
         try:
             for j, i in enumerate(idx):
                 tj, lr[j], wd[j] = self._step_scalars(i)
@@ -273,6 +292,17 @@ class Bookkeeping:
         """Commit the counts ``t`` (from :meth:`step_scalars`) of a step of ``indices``, as
         the per-index loop commits them one by one: each index's count, and ``num_update`` the
         largest count seen."""
+        counts = self._index_update_count
+        if type(self)._commit_count is Bookkeeping._commit_count and isinstance(counts, Counts) \
+                and isinstance(indices, np.ndarray) and indices.dtype == np.int64:
+            if not indices.size:
+                return
+            if indices[0] >= 0 and indices[-1] < 2 ** 31:  # increasing: all of them
+                counts.scatter(indices, t)
+                top = int(t.max())
+                if top > self.num_update:
+                    self.num_update = top
+                return
         idx = _as_list(indices)
         if not idx:
             return
@@ -281,7 +311,7 @@ class Bookkeeping:
             for i, tj in zip(idx, ts):
                 self._commit_count(i, tj)
             return
-        self._index_update_count.update(zip(idx, ts))
+        counts.update(zip(idx, ts))
         top = max(ts)
         if top > self.num_update:
             self.num_update = top

@@ -1,0 +1,117 @@
+"""The optimizer's per-index counts (``toolkit.optimizers.counts.Counts``): a mapping that
+reads and writes as the dict MXNet keeps (``_index_update_count``), whatever the keys and
+values, with the integer indices' counts in an array that a step of many indices reads
+(``gather``) and writes (``scatter``) at once."""
+import copy
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from toolkit import optimizer
+from toolkit.optimizers.counts import Counts
+
+# keys: small and large ints, numpy ints, negative ints, bools, names; values: counts, huge
+# ints beyond int64, and what a careless user might store
+KEYS = (st.integers(0, 40) | st.integers(2 ** 31 - 2, 2 ** 31 + 2) | st.integers(-3, -1)
+        | st.integers(0, 40).map(np.int64) | st.booleans() | st.sampled_from(["a", "b_weight"])
+        | st.sampled_from([0.0, 3.0, 2.5, -1.0, 1 + 0j, np.bool_(True), np.float64(4.0)]))
+VALUES = (st.integers(0, 10 ** 6) | st.integers(2 ** 63 - 2, 2 ** 64) | st.integers(-2, -1)
+          | st.sampled_from([1.5, None]))
+OPS = st.lists(st.tuples(st.sampled_from(["set", "del", "get", "in", "pop"]), KEYS, VALUES),
+               max_size=40)
+
+
+def _same(c, d):
+    assert len(c) == len(d)
+    assert dict(c) == d and c == d and d == c
+    # the same keys (as a dict finds them: an index equal to an int may read back as the int)
+    # and the same values, each of the same type
+    assert {k: (type(v), v) for k, v in c.items()} == {k: (type(v), v) for k, v in d.items()}
+    assert set(c) == set(d)
+
+
+@given(OPS)
+def test_counts_read_and_write_as_a_dict(ops):
+    c, d = Counts(), {}
+    for op, k, v in ops:
+        if op == "set":
+            c[k] = v
+            d[k] = v
+        elif op == "del":
+            if k in d:
+                del c[k]
+                del d[k]
+            else:
+                with pytest.raises(KeyError):
+                    del c[k]
+        elif op == "get":
+            assert c.get(k, "none") == d.get(k, "none")
+            if k in d:
+                assert c[k] == d[k] and type(c[k]) is type(d[k])
+            else:
+                with pytest.raises(KeyError):
+                    c[k]
+        elif op == "in":
+            assert (k in c) == (k in d)
+        else:
+            assert c.pop(k, "none") == d.pop(k, "none")
+        _same(c, d)
+    copied = c.copy()
+    deep = copy.deepcopy(c)
+    c["z"] = 1
+    c[0] = 12345
+    _same(copied, {k: v for k, v in d.items()})
+    _same(deep, {k: v for k, v in d.items()})
+
+
+@given(st.dictionaries(st.integers(0, 50), st.integers(0, 1000)),
+       st.sets(st.integers(0, 80), min_size=1), st.integers(0, 5), st.integers(0, 10 ** 6))
+def test_gather_and_scatter_are_the_dicts_reads_and_writes(start, indices, default, base):
+    c, d = Counts(start), dict(start)
+    idx = np.array(sorted(indices), np.int64)
+    got = c.gather(idx, default)
+    assert got.dtype == np.int64 and got.tolist() == [d.get(i, default) for i in idx.tolist()]
+    t = np.arange(base, base + idx.size, dtype=np.int64)
+    c.scatter(idx, t)
+    d.update(zip(idx.tolist(), t.tolist()))
+    _same(c, d)
+    assert all(type(v) is int for v in c.values())
+
+
+def test_gather_leaves_what_it_cannot_read_to_the_caller():
+    c = Counts({0: 1})
+    assert c.gather(np.array([0, 1], np.int64), 2 ** 63) is None  # a start beyond int64
+    c["name"] = 3
+    assert c.gather(np.array([0], np.int64), 0) is None  # a key of the dict beside
+    big = Counts({2 ** 31 + 5: 4})  # an index too large for the array: in the dict
+    assert big.gather(np.array([0], np.int64), 0) is None
+    assert Counts().gather(np.array([2 ** 31], np.int64), 3).tolist() == [3]  # none there
+
+
+def test_an_optimizers_counts_are_kept_in_the_array_and_survive_a_failed_step():
+    opt = optimizer.create("adam")
+    assert isinstance(opt._index_update_count, Counts)
+    opt.commit_counts(np.array([0, 3], np.int64), np.array([1, 1], np.int64))
+    assert opt._index_update_count == {0: 1, 3: 1} and opt.num_update == 1
+    with pytest.raises(RuntimeError):
+        with opt.restored_on_error():
+            opt.commit_counts(np.array([0, 1], np.int64), np.array([2, 1], np.int64))
+            raise RuntimeError("the step failed after planning")
+    assert opt._index_update_count == {0: 1, 3: 1} and opt.num_update == 1
+    opt.restore_counts({5: 7, "x": 2}, 7)
+    assert isinstance(opt._index_update_count, Counts)
+    assert opt.update_counts == {5: 7, "x": 2}
+
+
+def test_a_count_at_the_end_of_int64_goes_through_the_loop():
+    """``t = count + 1`` would wrap in int64: the per-index loop decides what happens (it
+    refuses the count that does not fit), the same for the array path and the list path."""
+    opt = optimizer.create("sgd", begin_num_update=0)
+    opt.restore_counts({0: 2 ** 63 - 1}, 2 ** 63 - 1)
+    errors = []
+    for indices in (np.array([0], np.int64), [0]):
+        with pytest.raises(Exception) as e:
+            opt.step_scalars(indices)
+        errors.append((type(e.value), str(e.value)))
+    assert errors[0] == errors[1]
