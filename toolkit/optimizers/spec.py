@@ -71,6 +71,12 @@ class Spec:
         ``reference.noise``, keyed by a seed and the parameter index); ``toolkit.verify`` and
         ``check`` compare it through those draws, the oracle's ``verify``/``identify`` (which
         run a user's implementation with its own draws) refuse it.
+        ``usual``: the ranges people train with, for some of ``space``'s hyperparameters (Adam:
+        beta1 in [0.5, 0.99]); the oracle's usual domain draws those from here and every other
+        one from ``space`` and the common space (their whole range is usual), and its full
+        domain is ``space``. ``variants``: the names of the known variants of its equations
+        (``toolkit.oracle.variants.VARIANTS``: a lerp, epsilon elsewhere, constants in the
+        weight's precision, ...) under which the oracle re-runs a failed case to explain it.
     Fixed configurations (constructor keywords besides the common ones)
         ``record``: switches on every state slot and branch (golden files, ``regress``,
         start-up and interop tests); ``record_ulps``: the last-bit allowance of its float64
@@ -103,6 +109,8 @@ class Spec:
     half_state_lr: float | None = None
     half_state_reason: str = ""
     noise: bool = False
+    usual: Mapping[str, Space] = field(default_factory=dict)
+    variants: tuple = ()
     record: Mapping = field(default_factory=dict)
     record_ulps: int = 0
     layouts: tuple = ({},)
@@ -121,7 +129,15 @@ class Spec:
         if bad or not self.conventions:
             raise ValueError(f"Spec {self.name!r}: conventions must be a non-empty subset of "
                              f"{CONVENTIONS}, got {self.conventions!r}")
-        for key in ("space", "fixed", "record", "demo"):
+        unknown = sorted(set(self.usual) - set(self.space))
+        if unknown:
+            raise ValueError(f"Spec {self.name!r}: usual names {unknown}, which are not in its "
+                             f"space {sorted(self.space)}")
+        if isinstance(self.variants, str) or not all(isinstance(v, str) for v in self.variants):
+            raise TypeError(f"Spec {self.name!r}: variants must be a tuple of variant names "
+                            f"(toolkit.oracle.variants.VARIANTS), got {self.variants!r}")
+        object.__setattr__(self, "variants", tuple(self.variants))
+        for key in ("space", "fixed", "usual", "record", "demo"):
             object.__setattr__(self, key, _frozen(getattr(self, key)))
         for key in ("layouts", "trainer"):
             object.__setattr__(self, key, tuple(_frozen(c) for c in getattr(self, key)))
