@@ -467,10 +467,10 @@ def _short(xs, n=6):
     return f"[{body}{', ...' if len(xs) > n else ''}] ({len(xs)} values)"
 
 
-def _case_strategy(name, fixed, dtype, max_size=8, max_steps=4, domain="full"):
+def _case_strategy(name, fixed, dtype, max_size=8, max_steps=4, domain="full", ranges=None):
     from hypothesis import assume
     from hypothesis import strategies as st
-    hyper_space = _space.hyper_space(name, fixed, domain)
+    hyper_space = _space.hyper_space(name, fixed, domain, ranges)
     klass = _optimizer_class(name)
     (wlo, whi), (glo, ghi) = RANGES[dtype.name]
 
@@ -503,7 +503,7 @@ def _exact(x, dtype):
 
 
 def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float32",
-           examples=100, seed=DEFAULT_SEED, usual_examples=None) -> VerifyReport:
+           examples=100, seed=DEFAULT_SEED, usual_examples=None, ranges=None) -> VerifyReport:
     """Check a user's optimizer against the oracle on ``examples`` hypothesis cases.
 
     Parameters
@@ -534,6 +534,11 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
         How many cases a second run draws over the usual domain (``Spec.usual``; default
         ``max(1, examples // 2)``). An optimizer whose spec gives no usual ranges has one domain,
         and its usual verdict is the full run's (no second run).
+    ranges : dict, optional
+        ``{hyperparameter: Space}`` (:mod:`toolkit.oracle.space`'s ``Decades``, ``Interval``,
+        ``OneOf``, ``Just``) replacing the full domain's space of those hyperparameters, to aim
+        the search at a corner (``{"beta1": Decades(-16, -1)}``); the usual domain keeps the
+        spec's usual ranges. A name that is unknown or also in ``fixed`` is a ValueError.
 
     A failed run is explained (``report.explanation``): its cases are compared with the other
     conventions and with each known variant of the equations its spec declares; a failure in
@@ -555,13 +560,14 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
         raise TypeError("make_step must be callable: make_step(weight0, **hyper) -> step(grad)")
     fixed = _check_fixed(ref.NAME, fixed)
     seed = _seed(seed)
+    _space.hyper_space(ref.NAME, fixed, "full", ranges)  # ranges checked before any run
     spec = _spec_of(ref.NAME)
     declared = _variants.variants_of(spec)
-    run = _verify_run(make_step, ref, convention, fixed, dt, examples, seed)
+    run = _verify_run(make_step, ref, convention, fixed, dt, examples, seed, ranges=ranges)
     full = _domain_verdict(run)
     if spec.usual:
         usual_run = _verify_run(make_step, ref, convention, fixed, dt, usual_examples, seed,
-                                domain="usual")
+                                domain="usual", ranges=ranges)
         usual = _domain_verdict(usual_run)
     else:  # one domain: the full one is the usual one
         usual_run, usual = run, full
@@ -570,7 +576,7 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
     if not passed and run["failure"] is None:
         passes_under, under_error = _passing_convention(
             make_step, ref, convention, pytorch, implemented, fixed, dt, examples, seed,
-            run["seen"])
+            run["seen"], ranges)
     explanation = None
     if not (passed and usual.passed) and run["failure"] is None \
             and usual_run["failure"] is None:
@@ -599,7 +605,8 @@ def _domain_verdict(run):
                          examples=run["n"], worst=run["record"])
 
 
-def _verify_run(make_step, ref, convention, fixed, dt, examples, seed, domain="full"):
+def _verify_run(make_step, ref, convention, fixed, dt, examples, seed, domain="full",
+                ranges=None):
     """One hypothesis run of ``verify`` over ``domain``: ``{"worst", "record", "failure", "n",
     "seen"}`` (``seen``: every case with the user's outputs and its error, for
     :func:`_passing_convention` and :func:`_explain`)."""
@@ -607,7 +614,7 @@ def _verify_run(make_step, ref, convention, fixed, dt, examples, seed, domain="f
     from hypothesis import seed as hseed
 
     from ..verify import finite_score
-    strategy = _case_strategy(ref.NAME, fixed, dt, domain=domain)
+    strategy = _case_strategy(ref.NAME, fixed, dt, domain=domain, ranges=ranges)
     state = {"worst": -1.0, "record": None, "failure": None, "n": 0, "seen": []}
 
     def one(case):
@@ -658,14 +665,14 @@ def _worst_under(ref, convention, dt, seen, variant=None, limit=1.0):
 
 
 def _passing_convention(make_step, ref, convention, pytorch, implemented, fixed, dt, examples,
-                        seed, seen):
+                        seed, seen, ranges=None):
     """``(convention, error)``: the first other convention (in :data:`ORDER`) that the user's
     outputs of the failed run ``seen`` all agree with and that a run of its own (same seed and
     examples) passes, with that run's worst error; ``(None, None)`` if there is none."""
     for c in _other_conventions(convention, pytorch, implemented):
         if _worst_under(ref, c, dt, seen) > 1.0:
             continue  # already off on the cases drawn: no second run
-        again = _verify_run(make_step, ref, c, fixed, dt, examples, seed)
+        again = _verify_run(make_step, ref, c, fixed, dt, examples, seed, ranges=ranges)
         if again["failure"] is None and again["worst"] <= 1.0:
             return c, max(again["worst"], 0.0)
     return None, None

@@ -99,16 +99,31 @@ def fix_dependent(name, hyper):
 DOMAINS = ("usual", "full")
 
 
-def hyper_space(name, fixed=None, domain="full"):
+def hyper_space(name, fixed=None, domain="full", ranges=None):
     """``{hyperparameter: Space}`` of optimizer ``name``: :data:`COMMON` and its own, with the
     ``fixed`` ones pinned (an unknown fixed name is a ``ValueError`` naming the known ones).
-    ``domain="usual"`` draws the hyperparameters its spec gives usual ranges for
-    (``Spec.usual``) from those ranges instead (:data:`DOMAINS`)."""
+    ``ranges`` (``{name: Space}``) replaces the full domain's space of those hyperparameters (a
+    search aimed at a corner). ``domain="usual"`` draws the hyperparameters its spec gives usual
+    ranges for (``Spec.usual``) from those ranges instead (:data:`DOMAINS`)."""
     if name not in OWN:
         raise ValueError(f"unknown optimizer {name!r}; known: {', '.join(sorted(OWN))}")
     if domain not in DOMAINS:
         raise ValueError(f"domain must be one of {DOMAINS}, got {domain!r}")
     space = {**common_space(name), **OWN[name]}
+    ranges = dict(ranges or {})
+    unknown = sorted(set(ranges) - set(space))
+    if unknown:
+        raise ValueError(f"ranges names unknown hyperparameter(s) {unknown} of {name!r}; known: "
+                         f"{sorted(space)}")
+    for k, v in ranges.items():
+        if not isinstance(v, Space):
+            raise TypeError(f"ranges[{k!r}] must be a Space of toolkit.oracle.space (Decades, "
+                            f"Interval, OneOf, Just, ...), got {type(v).__name__} {v!r}")
+    both = sorted(set(ranges) & set(fixed or {}))
+    if both:
+        raise ValueError(f"{both} are both fixed and given ranges: pin a hyperparameter or give "
+                         "it a range, not both")
+    space.update(ranges)
     if domain == "usual":
         space.update(_spec(name).usual)
     fixed = dict(fixed or {})
