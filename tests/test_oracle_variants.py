@@ -252,6 +252,47 @@ def test_a_variant_of_another_convention_names_both():
     assert "convention='guide'" in e.text and r.passes_under is None, r.summary
 
 
+def _reference_as_implementation(ref, convention, round_hyper):
+    """An implementation made of the reference's own float64 step (plain numpy arrays), for
+    the variants every optimizer declares: MXNet's equations with the hyperparameters kept in
+    double (``round_hyper=False``), or another convention's with them rounded to float32."""
+    def make(w, **hyper):
+        if round_hyper:
+            hyper = {k: _f32(v) if isinstance(v, float) else v for k, v in hyper.items()}
+        own = {k: v for k, v in hyper.items() if k in ref.HYPER and k != "learning_rate"}
+        box = {"w": w.copy(), "state": ref.init_state(w, **own), "t": 0}
+
+        def step(g):
+            box["t"] += 1
+            box["w"], box["state"] = ref.step(
+                box["w"], g, box["state"], t=box["t"], lr=hyper["learning_rate"],
+                wd=hyper["wd"], rescale_grad=hyper["rescale_grad"],
+                clip_gradient=hyper["clip_gradient"], convention=convention,
+                **({"hyper_f32": False} if convention == "mxnet" else {}), **own)
+            return box["w"]
+        return step
+    return make
+
+
+@pytest.mark.parametrize("name", [n for n, s in specs(oracle=True).items() if not s.noise])
+def test_every_optimizer_is_told_a_precision_of_its_hyperparameters(name):
+    spec = spec_of(name)
+    assert {"hyper_f32", "hyper_f64"} <= set(spec.variants)
+    ref = spec.reference_module()
+    for convention, variant in (("mxnet", "hyper_f64"), ("guide", "hyper_f32")):
+        if convention not in ref.CONVENTIONS:
+            continue
+        make = _reference_as_implementation(ref, convention, variant == "hyper_f32")
+        r = oracle.verify(make, name, convention=convention, dtype="float64", examples=20)
+        e = r.explanation
+        assert not r.passed and e is not None, r.summary
+        # where the variant is another convention's equations (SGD: MXNet's in double are the
+        # guide's, the guide's in float32 MXNet's), that convention is named
+        assert (e.kind, e.variant, e.convention) == ("variant", variant, convention) or (
+            e.kind == "convention" and e.convention != convention
+            and r.passes_under == e.convention), r.summary
+
+
 # --------------------------------------------------------------------------------------------
 # usual and full domains
 # --------------------------------------------------------------------------------------------
