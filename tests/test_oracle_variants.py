@@ -365,6 +365,8 @@ def test_an_optimizer_without_usual_ranges_has_one_domain():
                       fixed=dict(momentum=0.0, clip_gradient=None))
     assert r.passed and r.domains["usual"] == r.domains["full"], r.summary
     assert r.domains["full"].examples == 10
+    assert "usual domain: the full one (no usual ranges are declared)" in r.summary
+    assert r.to_dict()["domains"]["usual"] == r.to_dict()["domains"]["full"]
 
 
 def test_the_usual_domain_draws_the_usual_ranges():

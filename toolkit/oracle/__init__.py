@@ -410,7 +410,11 @@ class VerifyReport:
                          f"ask for it with convention={c!r} (mxopt verify ... --convention {c})")
         if self.failure:
             lines.append(f"  your implementation failed: {self.failure}")
+        one = self.domains.get("usual") is self.domains.get("full")
         for name, d in self.domains.items():
+            if one and name == "usual":
+                lines.append("  usual domain: the full one (no usual ranges are declared)")
+                continue
             lines.append(f"  {name} domain: {'PASSED' if d.passed else 'FAILED'} over "
                          f"{d.examples} example(s); worst normalised error {d.max_error:.3g}")
         if self.region:
