@@ -352,6 +352,64 @@ def test_torch_adam_fails_the_full_domain_only_for_small_beta1(dtype):
     assert r.explanation.convention == "guide"  # PyTorch's Adam is the guide's
 
 
+def make_adamw(lerp):
+    """torch.optim.AdamW's algorithm box in numpy (``gamma = eta*lr``): ``w *= 1 - gamma*wd``,
+    then the bias-corrected Adam step; the first moment as a lerp when ``lerp``."""
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, beta1, beta2, epsilon, eta):
+        w, m, v, t = w.copy(), np.zeros_like(w), np.zeros_like(w), [0]
+        gamma = eta * learning_rate
+
+        def step(g):
+            t[0] += 1
+            g = rescale_grad * g
+            g = g if clip_gradient is None else np.clip(g, -clip_gradient, clip_gradient)
+            w[...] = w * (1.0 - gamma * wd)
+            m[...] = m + (1.0 - beta1) * (g - m) if lerp else beta1 * m + (1.0 - beta1) * g
+            v[...] = beta2 * v + (1.0 - beta2) * g * g
+            w[...] = w - gamma * (m / (1.0 - beta1 ** t[0])) / (
+                np.sqrt(v) / np.sqrt(1.0 - beta2 ** t[0]) + epsilon)
+            return w
+        return step
+    return make
+
+
+ADAMW_FIXED = dict(eta=1.0, **LERP_FIXED)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_lerp_adamw_fails_the_full_domain_only_for_small_beta1(dtype):
+    r = oracle.verify(make_adamw(lerp=True), "adamw", convention="pytorch", dtype=dtype,
+                      examples=EXAMPLES, fixed=ADAMW_FIXED, ranges=LERP_RANGES[dtype])
+    _assert_fails_for_small_beta1_only(r)
+    assert r.explanation.convention == "pytorch"
+    assert oracle.verify(make_adamw(lerp=False), "adamw", convention="pytorch", dtype=dtype,
+                         examples=EXAMPLES, fixed=ADAMW_FIXED,
+                         ranges=LERP_RANGES[dtype]).passed
+
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch not installed (pip install torch to check "
+                                           "torch.optim.AdamW's usual and full domains)")
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_torch_adamw_fails_the_full_domain_only_for_small_beta1(dtype):
+    import torch
+    tdt = getattr(torch, dtype)
+
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, beta1, beta2, epsilon, eta):
+        p = torch.nn.Parameter(torch.tensor(w, dtype=tdt))
+        opt = torch.optim.AdamW([p], lr=eta * learning_rate, betas=(beta1, beta2), eps=epsilon,
+                                weight_decay=wd)
+
+        def step(g):
+            p.grad = torch.tensor(g * rescale_grad, dtype=tdt)
+            opt.step()
+            return p.detach()
+        return step
+    r = oracle.verify(make, "adamw", convention="pytorch", dtype=dtype, examples=EXAMPLES,
+                      fixed=ADAMW_FIXED, ranges=LERP_RANGES[dtype])
+    _assert_fails_for_small_beta1_only(r)
+    assert r.explanation.convention == "pytorch"
+
+
 def test_an_optimizer_without_usual_ranges_has_one_domain():
     def make_sgd(w, learning_rate, wd, rescale_grad, clip_gradient, momentum):
         w = w.copy()
