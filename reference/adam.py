@@ -160,7 +160,8 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     if form == "eps_corrected":
         eps = eps * math.sqrt(1.0 - beta2 ** t)
     if hyper_f32:
-        lr_t, wd, rescale_grad, clip_gradient = f32_any(lr_t), f32(wd), f32(rescale_grad), f32(clip_gradient)
+        lr_t, wd = f32_any(lr_t), f32(wd)
+        rescale_grad, clip_gradient = f32(rescale_grad), f32(clip_gradient)
         beta1, beta2, eps = f32(beta1), f32(beta2), f32(eps)
     if form == "wd_after_clip":
         g = kernel_clip(gr * rescale_grad, clip_gradient) + w * wd
