@@ -36,6 +36,13 @@ convention="mxnet", hyper_f32=True, **hyper) -> (weight, state)``
     effective values for this index and step. ``hyper_f32`` (mxnet convention only) rounds the
     hyperparameters MXNet rounds to float32. Hyperparameter names are MXNet's in every
     convention; each module's docstring maps them to torch's.
+``FORMS`` (optional)
+    ``{form: the conventions whose equations it changes}``: known variants of the same equations
+    that the module writes (a lerp, epsilon elsewhere, constants in the weight's precision), run
+    with ``step(..., form=name)`` and written out in its ``step``'s docstring (``form=None``, the
+    default, is the convention's own equations). The oracle re-runs a failed case under them to
+    explain the failure (``toolkit/oracle/variants.py`` names them; this package knows no more
+    of the toolkit than the names).
 
 Steps are written with operators and the numpy functions sqrt, abs, sign, maximum, minimum, clip,
 where, square and sum only, so that they also run on :class:`reference.error_bound.Tracked` inputs

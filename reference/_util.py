@@ -110,3 +110,47 @@ def pytorch_gradient(grad, weight, *, wd, rescale_grad, clip_gradient):
     """
     g = python_clip(rescale_grad * grad, clip_gradient)
     return g + wd * weight if wd else g
+
+
+def check_form(form, forms, name, convention):
+    """Check a reference step's ``form`` (a known variant of the same equations, or None) and
+    return it. ``forms`` is the module's ``FORMS``, ``{form: conventions it changes}``; a form the
+    module does not have, or one that changes nothing under ``convention`` (the convention
+    already reads that way), is a ValueError naming the ones it has."""
+    if form is None:
+        return None
+    if form not in forms:
+        raise ValueError(f"{name}: form must be None or one of {sorted(forms)}, got {form!r}")
+    if convention not in forms[form]:
+        raise ValueError(f"{name}: form {form!r} changes the {'/'.join(forms[form])} "
+                         f"convention's equations only; convention {convention!r} already reads "
+                         f"that way or has no such step")
+    return form
+
+
+def f32_any(x):
+    """:func:`f32` of a float, or of a Tracked scalar (its value rounded to float32, the rounding
+    added to its bound): a step constant formed in the weight's precision, then handed to a
+    kernel that takes float32 parameters."""
+    if isinstance(x, Tracked):
+        v = np.float64(np.float32(x.value))
+        return Tracked(v, x.err + np.abs(v - x.value), x.tie, u=x.u, tiny=x.tiny)
+    return f32(x)
+
+
+def formed_in(x, like):
+    """The scalar ``x`` as a value of the precision ``like`` is evaluated in: a Tracked scalar
+    with one rounding when ``like`` is Tracked (the precision of the implementation checked), the
+    float itself otherwise (a float64 run). Arithmetic on the result is then that precision's."""
+    if isinstance(like, Tracked):
+        return Tracked(np.float64(x), like.u * abs(float(x)), u=like.u, tiny=like.tiny)
+    return float(x)
+
+
+def power(b, t):
+    """``b**t`` for an int ``t >= 1`` by repeated multiplication (a Tracked ``b`` accumulates one
+    rounding per product: a bound for ``pow`` in the same precision too)."""
+    out = b
+    for _ in range(int(t) - 1):
+        out = out * b
+    return out

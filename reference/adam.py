@@ -21,7 +21,8 @@ import math
 
 import numpy as np
 
-from ._util import as_f64, check_convention, f32, guide_gradient, kernel_clip, merge_hyper
+from ._util import (as_f64, check_convention, check_form, f32, f32_any, formed_in,
+                    guide_gradient, kernel_clip, merge_hyper, power, python_clip)
 
 NAME = "adam"
 #: the conventions this module implements
@@ -30,6 +31,20 @@ CONVENTIONS = ("mxnet", "guide", "pytorch")
 PYTORCH = "guide"
 STATE = ("mean", "var")
 HYPER = {"learning_rate": 0.001, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8}
+#: known variants of the same equations, ``step(..., form=...)``: {form: the conventions whose
+#: equations it changes} (each is written out in :func:`step`'s docstring). The oracle re-runs a
+#: failed case under them to explain the failure (toolkit/oracle/variants.py); the default
+#: ``form=None`` is the convention's own equations, unchanged.
+FORMS = {
+    "lerp": ("mxnet", "guide"),
+    "constants_in_dtype": ("mxnet", "guide"),
+    "eps_inside_root": ("mxnet", "guide"),
+    "eps_uncorrected": ("guide",),
+    "eps_corrected": ("mxnet",),
+    "wd_before_clip": ("guide",),
+    "wd_after_clip": ("mxnet",),
+    "no_bias_correction": ("mxnet", "guide"),
+}
 
 
 def _hyper(hyper):
@@ -48,7 +63,7 @@ def init_state(weight, **hyper) -> dict:
 
 
 def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=None,
-         convention="mxnet", hyper_f32=True, **hyper):
+         convention="mxnet", hyper_f32=True, form=None, **hyper):
     """One Adam step; ``t`` (1 on the first step) is the per-index count used by the bias
     corrections. ``learning_rate`` (in HYPER as MXNet's default) is accepted and ignored:
     ``lr`` is the effective rate.
@@ -85,8 +100,25 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
 
     convention="pytorch": the guide branch, exactly (``PYTORCH = "guide"``; see the module
     docstring).
+
+    ``form`` (default None: the equations above) is one known variant of them (``FORMS``), for
+    the oracle's explanations of a failure; each changes one line::
+
+        lerp                m = m + (1-beta1)*(g - m)      (torch.optim.Adam: m.lerp_(g, 1-beta1))
+        constants_in_dtype  1 - beta1^t, 1 - beta2^t (and MXNet's lr_t) formed in the precision
+                            of the implementation checked (a Tracked weight's), beta^t as t-1
+                            products, instead of once in double precision
+        eps_inside_root     guide: sqrt(E~ + eps);  mxnet: sqrt(v + eps)
+        eps_uncorrected     guide: w = w - lr*sqrt(1-beta2^t)/(1-beta1^t) * m/(sqrt(v) + eps)
+                            (eps added before the bias correction, as MXNet's kernel adds it)
+        eps_corrected       mxnet: w = w - lr_t*m/(sqrt(v) + eps*sqrt(1-beta2^t))
+                            (eps added after the bias correction, as the guide adds it)
+        wd_before_clip      guide: G = clip(rs*grad + wd*w, c)   (MXNet's order)
+        wd_after_clip       mxnet: g = clip(rs*grad, c) + wd*w   (the guide's order)
+        no_bias_correction  guide: v~ = v, E~ = E[g^2];  mxnet: lr_t = lr
     """
     convention = check_convention(convention, CONVENTIONS, NAME, PYTORCH)
+    form = check_form(form, FORMS, NAME, convention)
     h = _hyper(hyper)
     beta1, beta2, eps = h["beta1"], h["beta2"], h["epsilon"]
     w = as_f64(weight)
@@ -95,20 +127,63 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     v = as_f64(state["var"])
 
     if convention == "guide":
-        G = guide_gradient(gr, w, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient)
-        m_new = beta1 * m + (1.0 - beta1) * G                      # guide:152
+        if form == "wd_before_clip":
+            G = python_clip(rescale_grad * gr + wd * w, clip_gradient)
+        else:
+            G = guide_gradient(gr, w, wd=wd, rescale_grad=rescale_grad,
+                               clip_gradient=clip_gradient)
+        if form == "lerp":
+            m_new = m + (1.0 - beta1) * (G - m)
+        else:
+            m_new = beta1 * m + (1.0 - beta1) * G                  # guide:152
         v_new = beta2 * v + (1.0 - beta2) * G * G                  # guide:153
-        m_hat = m_new / (1.0 - beta1 ** t)                         # guide:154
-        v_hat = v_new / (1.0 - beta2 ** t)                         # guide:155
-        w_new = w + lr / (np.sqrt(v_hat) + eps) * (-m_hat)         # guide:156
+        if form is None:
+            m_hat = m_new / (1.0 - beta1 ** t)                     # guide:154
+            v_hat = v_new / (1.0 - beta2 ** t)                     # guide:155
+            w_new = w + lr / (np.sqrt(v_hat) + eps) * (-m_hat)     # guide:156
+            return w_new, {"mean": m_new, "var": v_new}
+        c1, c2 = _corrections(beta1, beta2, t, form, w)
+        m_hat, v_hat = m_new / c1, v_new / c2
+        if form == "eps_inside_root":
+            w_new = w + lr / np.sqrt(v_hat + eps) * (-m_hat)
+        elif form == "eps_uncorrected":
+            w_new = w - lr * (math.sqrt(c2) / c1) * m_new / (np.sqrt(v_new) + eps)
+        else:
+            w_new = w + lr / (np.sqrt(v_hat) + eps) * (-m_hat)
         return w_new, {"mean": m_new, "var": v_new}
 
-    lr_t = lr * (math.sqrt(1.0 - beta2 ** t) / (1.0 - beta1 ** t))
+    if form in (None, "lerp", "eps_inside_root", "wd_after_clip", "eps_corrected"):
+        lr_t = lr * (math.sqrt(1.0 - beta2 ** t) / (1.0 - beta1 ** t))
+    else:
+        c1, c2 = _corrections(beta1, beta2, t, form, w)
+        lr_t = lr * (np.sqrt(c2) / c1)
+    if form == "eps_corrected":
+        eps = eps * math.sqrt(1.0 - beta2 ** t)
     if hyper_f32:
-        lr_t, wd, rescale_grad, clip_gradient = f32(lr_t), f32(wd), f32(rescale_grad), f32(clip_gradient)
+        lr_t, wd = f32_any(lr_t), f32(wd)
+        rescale_grad, clip_gradient = f32(rescale_grad), f32(clip_gradient)
         beta1, beta2, eps = f32(beta1), f32(beta2), f32(eps)
-    g = kernel_clip(gr * rescale_grad + w * wd, clip_gradient)
-    m_new = beta1 * m + (1.0 - beta1) * g
+    if form == "wd_after_clip":
+        g = kernel_clip(gr * rescale_grad, clip_gradient) + w * wd
+    else:
+        g = kernel_clip(gr * rescale_grad + w * wd, clip_gradient)
+    if form == "lerp":
+        m_new = m + (1.0 - beta1) * (g - m)
+    else:
+        m_new = beta1 * m + (1.0 - beta1) * g
     v_new = beta2 * v + (1.0 - beta2) * g * g
-    w_new = w - lr_t * m_new / (np.sqrt(v_new) + eps)
+    if form == "eps_inside_root":
+        w_new = w - lr_t * m_new / np.sqrt(v_new + eps)
+    else:
+        w_new = w - lr_t * m_new / (np.sqrt(v_new) + eps)
     return w_new, {"mean": m_new, "var": v_new}
+
+
+def _corrections(beta1, beta2, t, form, like):
+    """``(1 - beta1^t, 1 - beta2^t)`` for ``form``: 1 each without bias correction, formed in
+    the precision of ``like`` (a Tracked weight) for ``constants_in_dtype``, else in double."""
+    if form == "no_bias_correction":
+        return 1.0, 1.0
+    if form == "constants_in_dtype":
+        return (1.0 - power(formed_in(beta1, like), t), 1.0 - power(formed_in(beta2, like), t))
+    return 1.0 - beta1 ** t, 1.0 - beta2 ** t

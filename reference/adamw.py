@@ -26,7 +26,8 @@ import math
 
 import numpy as np
 
-from ._util import as_f64, check_convention, f32, merge_hyper, python_clip
+from ._util import (as_f64, check_convention, check_form, f32, formed_in, merge_hyper, power,
+                    python_clip)
 
 NAME = "adamw"
 #: the conventions this module implements
@@ -35,6 +36,12 @@ CONVENTIONS = ("mxnet", "guide", "pytorch")
 PYTORCH = "pytorch"
 STATE = ("mean", "var")
 HYPER = {"learning_rate": 0.001, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "eta": 1.0}
+#: known variants of the same equations, ``step(..., form=...)``: {form: the conventions whose
+#: equations it changes} (written out in :func:`step`'s docstring; see reference/adam.py)
+FORMS = {
+    "lerp": ("mxnet", "guide", "pytorch"),
+    "constants_in_dtype": ("guide", "pytorch"),
+}
 
 
 def _hyper(hyper):
@@ -60,7 +67,7 @@ def skips(rescale_grad) -> bool:
 
 
 def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=None,
-         convention="mxnet", hyper_f32=True, **hyper):
+         convention="mxnet", hyper_f32=True, form=None, **hyper):
     """One AdamW step. ``t`` (1 on the first step) is used by the bias corrections of the guide
     and pytorch conventions only. ``learning_rate`` is accepted and ignored (``lr`` is the
     effective rate). In every convention ``g = clip(rescale_grad*grad, c)`` (clipping whenever
@@ -89,8 +96,15 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
 
         w = w*(1 - gamma*wd)
         m, v as above ;  w = w - gamma*m_hat/(sqrt(v)/sqrt(1 - beta2^t) + eps)
+
+    ``form`` (default None: the equations above) is one known variant of them (``FORMS``)::
+
+        lerp                m = m + (1-beta1)*(g - m)      (torch.optim.AdamW: m.lerp_(g, 1-beta1))
+        constants_in_dtype  1 - beta1^t, 1 - beta2^t formed in the precision of the
+                            implementation checked (a Tracked weight's), beta^t as t-1 products
     """
     convention = check_convention(convention, CONVENTIONS, NAME, PYTORCH)
+    form = check_form(form, FORMS, NAME, convention)
     h = _hyper(hyper)
     beta1, beta2, eps, eta = h["beta1"], h["beta2"], h["epsilon"], h["eta"]
     w = as_f64(weight)
@@ -106,7 +120,7 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
         if skips(rescale_grad):
             return w, {"mean": m, "var": v}
         g = python_clip(gr * rescale_grad, clip_gradient)
-        m_new = beta1 * m + (1.0 - beta1) * g
+        m_new = m + (1.0 - beta1) * (g - m) if form == "lerp" else beta1 * m + (1.0 - beta1) * g
         v_new = beta2 * v + (1.0 - beta2) * (g * g)
         w_new = w - eta * (lr * m_new / (np.sqrt(v_new) + eps) + wd * w)
         return w_new, {"mean": m_new, "var": v_new}
@@ -115,11 +129,16 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     if convention == "pytorch":
         gamma = eta * lr
         w = w * (1.0 - gamma * wd)
-    m_new = beta1 * m + (1.0 - beta1) * g
+    m_new = m + (1.0 - beta1) * (g - m) if form == "lerp" else beta1 * m + (1.0 - beta1) * g
     v_new = beta2 * v + (1.0 - beta2) * g * g
-    bc1, bc2 = 1.0 - beta1 ** t, 1.0 - beta2 ** t
+    if form == "constants_in_dtype":
+        bc1 = 1.0 - power(formed_in(beta1, w), t)
+        bc2 = 1.0 - power(formed_in(beta2, w), t)
+    else:
+        bc1, bc2 = 1.0 - beta1 ** t, 1.0 - beta2 ** t
     if convention == "pytorch":
-        w_new = w - gamma * (m_new / bc1) / (np.sqrt(v_new) / math.sqrt(bc2) + eps)
+        root_bc2 = np.sqrt(bc2) if form == "constants_in_dtype" else math.sqrt(bc2)
+        w_new = w - gamma * (m_new / bc1) / (np.sqrt(v_new) / root_bc2 + eps)
     else:
         w_new = w - eta * (lr * (m_new / bc1) / (np.sqrt(v_new / bc2) + eps) + wd * w)
     return w_new, {"mean": m_new, "var": v_new}

@@ -24,10 +24,14 @@ from typing import Any, Callable, Mapping
 
 from .spaces import Space
 
-__all__ = ["Spec", "BenchSetting", "CONVENTIONS"]
+__all__ = ["Spec", "BenchSetting", "CONVENTIONS", "PRECISION_VARIANTS"]
 
 #: the conventions the toolkit's kernels implement (the oracle also has "pytorch")
 CONVENTIONS = ("mxnet", "guide")
+#: the variants every spec declares unless it lists its own: the hyperparameters rounded to
+#: float32 as MXNet's kernels take them, or kept in double precision where MXNet rounds them
+#: (toolkit.oracle.variants; every reference module takes both)
+PRECISION_VARIANTS = ("hyper_f32", "hyper_f64")
 
 
 def _frozen(mapping):
@@ -71,6 +75,14 @@ class Spec:
         ``reference.noise``, keyed by a seed and the parameter index); ``toolkit.verify`` and
         ``check`` compare it through those draws, the oracle's ``verify``/``identify`` (which
         run a user's implementation with its own draws) refuse it.
+        ``usual``: the ranges people train with, for some of ``space``'s hyperparameters (Adam:
+        beta1 in [0.5, 0.99]); the oracle's usual domain draws those from here and every other
+        one from ``space`` and the common space (their whole range is usual), and its full
+        domain is ``space``. ``variants``: the names of the known variants of its equations
+        (``toolkit.oracle.variants.VARIANTS``: a lerp, epsilon elsewhere, constants in the
+        weight's precision, ...) under which the oracle re-runs a failed case to explain it;
+        by default :data:`PRECISION_VARIANTS`, which every reference module takes (the oracle
+        makes them around the reference), and a spec whose reference writes more lists them.
     Fixed configurations (constructor keywords besides the common ones)
         ``record``: switches on every state slot and branch (golden files, ``regress``,
         start-up and interop tests); ``record_ulps``: the last-bit allowance of its float64
@@ -103,6 +115,8 @@ class Spec:
     half_state_lr: float | None = None
     half_state_reason: str = ""
     noise: bool = False
+    usual: Mapping[str, Space] = field(default_factory=dict)
+    variants: tuple = None
     record: Mapping = field(default_factory=dict)
     record_ulps: int = 0
     layouts: tuple = ({},)
@@ -121,7 +135,17 @@ class Spec:
         if bad or not self.conventions:
             raise ValueError(f"Spec {self.name!r}: conventions must be a non-empty subset of "
                              f"{CONVENTIONS}, got {self.conventions!r}")
-        for key in ("space", "fixed", "record", "demo"):
+        unknown = sorted(set(self.usual) - set(self.space))
+        if unknown:
+            raise ValueError(f"Spec {self.name!r}: usual names {unknown}, which are not in its "
+                             f"space {sorted(self.space)}")
+        if self.variants is None:
+            object.__setattr__(self, "variants", PRECISION_VARIANTS)
+        if isinstance(self.variants, str) or not all(isinstance(v, str) for v in self.variants):
+            raise TypeError(f"Spec {self.name!r}: variants must be a tuple of variant names "
+                            f"(toolkit.oracle.variants.VARIANTS), got {self.variants!r}")
+        object.__setattr__(self, "variants", tuple(self.variants))
+        for key in ("space", "fixed", "usual", "record", "demo"):
             object.__setattr__(self, key, _frozen(getattr(self, key)))
         for key in ("layouts", "trainer"):
             object.__setattr__(self, key, tuple(_frozen(c) for c in getattr(self, key)))

@@ -61,9 +61,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import space as _space
+from . import variants as _variants
 
 __all__ = ["verify", "identify", "assert_matches_oracle", "VerifyReport", "IdentifyReport",
-           "conventions_of", "OracleMismatch", "DEFAULT_SEED", "FRAMEWORKS", "versions"]
+           "conventions_of", "OracleMismatch", "DEFAULT_SEED", "FRAMEWORKS", "versions",
+           "Explanation", "DomainVerdict", "KINDS"]
 
 #: the order in which a convention is named when several match (ours first)
 ORDER = ("mxnet", "guide", "pytorch")
@@ -206,16 +208,18 @@ def _split(ref, hyper):
             own)
 
 
-def _reference_trajectory(ref, case, convention, dtype, moved=None):
+def _reference_trajectory(ref, case, convention, dtype, moved=None, variant=None):
     """The Tracked weight after every step of ``case`` under ``convention`` (free-running: the
     bound accumulates from step to step, as the user's state is not visible). ``moved``:
     ``{step: mask}``, weight elements moved further beyond the range after that step
-    (:func:`toolkit.verify.further_beyond`), for :func:`_compare`."""
+    (:func:`toolkit.verify.further_beyond`), for :func:`_compare`. ``variant``: a
+    :class:`~toolkit.oracle.variants.Variant` of the equations to run instead."""
     from reference.error_bound import Tracked, track
 
     from ..verify import further_beyond
     moved = moved or {}
-    lr, wd, rs, c, own = _split(ref, case.hyper)
+    hyper, extra = (case.hyper, {}) if variant is None else variant.changes(case.hyper, ref)
+    lr, wd, rs, c, own = _split(ref, hyper)
     w = track(case.weight, dtype)
     state = {k: (track(v, dtype) if isinstance(v, np.ndarray) else v)
              for k, v in ref.init_state(case.weight, **own).items()}
@@ -223,7 +227,7 @@ def _reference_trajectory(ref, case, convention, dtype, moved=None):
     with np.errstate(all="ignore"):
         for t, g in enumerate(case.grads, start=1):
             w, state = ref.step(w, track(g, dtype), state, t=t, lr=lr, wd=wd, rescale_grad=rs,
-                                clip_gradient=c, convention=convention, **own)
+                                clip_gradient=c, convention=convention, **extra, **own)
             state = {k: v for k, v in state.items()}
             w = w if isinstance(w, Tracked) else track(w, dtype)
             if t in moved:
@@ -315,6 +319,51 @@ def _case_dict(case, upto=None):
 # --------------------------------------------------------------------------------------------
 # verify
 # --------------------------------------------------------------------------------------------
+#: the kinds of :class:`Explanation`, in the order they are looked for
+KINDS = ("convention", "variant", "algorithm")
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Why a :func:`verify` run failed, found by re-running its cases (the same seed's) under the
+    other conventions and under each known variant of the equations the optimizer's spec
+    declares (:mod:`toolkit.oracle.variants`).
+
+    ``kind``: ``"convention"`` (it passes another convention: ``convention`` names it, pass
+    ``convention=...``), ``"variant"`` (it passes variant ``variant`` of the equations of
+    ``convention``: the same equations rounded or written differently) or ``"algorithm"`` (no
+    other convention and no known variant passes: another algorithm, or a bug; ``variant`` and
+    ``convention`` None). ``text``: one readable line. ``max_error``: the worst normalised error
+    of the run's cases under the explanation (<= 1), or, for ``"algorithm"``, the run's own."""
+    kind: str
+    variant: str | None
+    convention: str | None
+    text: str
+    max_error: float
+
+    def to_dict(self):
+        """The explanation as JSON-ready data."""
+        return {"kind": self.kind, "variant": self.variant, "convention": self.convention,
+                "text": self.text, "max_error": _finite(self.max_error)}
+
+
+@dataclass(frozen=True)
+class DomainVerdict:
+    """The verdict of :func:`verify` over one domain of the hyperparameters (``"usual"``: the
+    ranges people train with, ``Spec.usual``; ``"full"``: everything the oracle explores,
+    ``Spec.space``): ``passed``, ``max_error`` (normalised, as :class:`VerifyReport`'s),
+    ``examples`` run and the ``worst`` case (a dict as ``VerifyReport.worst``, or None)."""
+    passed: bool
+    max_error: float
+    examples: int
+    worst: dict | None = None
+
+    def to_dict(self):
+        """The verdict as JSON-ready data."""
+        return {"passed": self.passed, "max_error": _finite(self.max_error),
+                "examples": self.examples, "worst": self.worst}
+
+
 @dataclass
 class VerifyReport:
     """The verdict of :func:`verify`. ``max_error`` is normalised (<= 1: within the rigorous
@@ -324,7 +373,14 @@ class VerifyReport:
     ``passes_under`` another convention the implementation passes on the same seed and number
     of examples when it fails this one (then ``convention=passes_under`` is what to ask for);
     ``seed`` the seed the cases were drawn with (``verify(..., seed=report.seed)`` repeats the
-    run) and ``versions`` the packages it ran with (:func:`versions`)."""
+    run) and ``versions`` the packages it ran with (:func:`versions`).
+
+    ``passed``, ``max_error``, ``examples`` and ``worst`` are the full domain's;
+    ``domains`` holds both verdicts, ``{"usual": DomainVerdict, "full": DomainVerdict}``, and
+    ``region``, when the usual domain passes and the full one fails, where the failure lies (found
+    by bisecting the worst case's hyperparameters towards their usual ranges: "only for beta1 <
+    1.1e-05"), else None. ``explanation`` (:class:`Explanation`) says why a run failed, None when
+    both domains pass or the implementation failed outright (``failure``)."""
     optimizer: str
     convention: str
     dtype: str
@@ -336,6 +392,9 @@ class VerifyReport:
     passes_under: str | None = None
     seed: int | None = None
     versions: dict = field(default_factory=dict)
+    domains: dict = field(default_factory=dict)
+    region: str | None = None
+    explanation: Explanation | None = None
 
     @property
     def summary(self) -> str:
@@ -351,6 +410,17 @@ class VerifyReport:
                          f"ask for it with convention={c!r} (mxopt verify ... --convention {c})")
         if self.failure:
             lines.append(f"  your implementation failed: {self.failure}")
+        one = self.domains.get("usual") is self.domains.get("full")
+        for name, d in self.domains.items():
+            if one and name == "usual":
+                lines.append("  usual domain: the full one (no usual ranges are declared)")
+                continue
+            lines.append(f"  {name} domain: {'PASSED' if d.passed else 'FAILED'} over "
+                         f"{d.examples} example(s); worst normalised error {d.max_error:.3g}")
+        if self.region:
+            lines.append(f"  it fails outside the usual domain only: {self.region}")
+        if self.explanation is not None:
+            lines.append(f"  explanation ({self.explanation.kind}): {self.explanation.text}")
         if self.worst and self.worst.get("step") is not None and self.max_error > 0:
             w = self.worst
             if w["element"] is None:  # the implementation failed outright at this step
@@ -374,7 +444,11 @@ class VerifyReport:
                 "dtype": self.dtype, "passed": self.passed, "max_error": _finite(self.max_error),
                 "examples": self.examples, "worst": self.worst, "failure": self.failure,
                 "passes_under": self.passes_under, "seed": self.seed,
-                "versions": dict(self.versions), "summary": self.summary}
+                "versions": dict(self.versions),
+                "domains": {k: d.to_dict() for k, d in self.domains.items()},
+                "region": self.region,
+                "explanation": None if self.explanation is None else self.explanation.to_dict(),
+                "summary": self.summary}
 
 
 def _provenance(seed, vers):
@@ -397,10 +471,10 @@ def _short(xs, n=6):
     return f"[{body}{', ...' if len(xs) > n else ''}] ({len(xs)} values)"
 
 
-def _case_strategy(name, fixed, dtype, max_size=8, max_steps=4):
+def _case_strategy(name, fixed, dtype, max_size=8, max_steps=4, domain="full", ranges=None):
     from hypothesis import assume
     from hypothesis import strategies as st
-    hyper_space = _space.hyper_space(name, fixed)
+    hyper_space = _space.hyper_space(name, fixed, domain, ranges)
     klass = _optimizer_class(name)
     (wlo, whi), (glo, ghi) = RANGES[dtype.name]
 
@@ -433,7 +507,7 @@ def _exact(x, dtype):
 
 
 def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float32",
-           examples=100, seed=DEFAULT_SEED) -> VerifyReport:
+           examples=100, seed=DEFAULT_SEED, usual_examples=None, ranges=None) -> VerifyReport:
     """Check a user's optimizer against the oracle on ``examples`` hypothesis cases.
 
     Parameters
@@ -454,11 +528,25 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
     dtype : {"float16", "float32", "float64"}
         The precision of the inputs handed to the implementation and of the error bound.
     examples : int
-        How many cases hypothesis draws (each a fresh ``make_step`` and 1 to 4 steps).
+        How many cases hypothesis draws over the full domain (each a fresh ``make_step`` and 1
+        to 4 steps).
     seed : int or "random"
         The seed of the draw: by default :data:`DEFAULT_SEED`, so every run draws the same
         cases and gives the same verdict (in any process). ``"random"`` draws a fresh seed;
         the report records the seed used either way.
+    usual_examples : int, optional
+        How many cases a second run draws over the usual domain (``Spec.usual``; default
+        ``max(1, examples // 2)``). An optimizer whose spec gives no usual ranges has one domain,
+        and its usual verdict is the full run's (no second run).
+    ranges : dict, optional
+        ``{hyperparameter: Space}`` (:mod:`toolkit.oracle.space`'s ``Decades``, ``Interval``,
+        ``OneOf``, ``Just``) replacing the full domain's space of those hyperparameters, to aim
+        the search at a corner (``{"beta1": Decades(-16, -1)}``); the usual domain keeps the
+        spec's usual ranges. A name that is unknown or also in ``fixed`` is a ValueError.
+
+    A failed run is explained (``report.explanation``): its cases are compared with the other
+    conventions and with each known variant of the equations its spec declares; a failure in
+    the full domain only is located (``report.region``).
     """
     ref = _module(optimizer)
     implemented, pytorch = conventions_of(optimizer)
@@ -466,30 +554,71 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
     dt = _dtype(dtype)
     if isinstance(examples, bool) or not isinstance(examples, int) or examples < 1:
         raise ValueError(f"examples must be an int >= 1, got {examples!r}")
+    if usual_examples is None:
+        usual_examples = max(1, examples // 2)
+    elif (isinstance(usual_examples, bool) or not isinstance(usual_examples, int)
+          or usual_examples < 1):
+        raise ValueError(f"usual_examples must be an int >= 1 or None (examples // 2), got "
+                         f"{usual_examples!r}")
     if not callable(make_step):
         raise TypeError("make_step must be callable: make_step(weight0, **hyper) -> step(grad)")
     fixed = _check_fixed(ref.NAME, fixed)
     seed = _seed(seed)
-    run = _verify_run(make_step, ref, convention, fixed, dt, examples, seed)
-    worst = max(run["worst"], 0.0)
-    passed = worst <= 1.0 and not run["failure"]
-    passes_under = None
+    _space.hyper_space(ref.NAME, fixed, "full", ranges)  # ranges checked before any run
+    spec = _spec_of(ref.NAME)
+    declared = _variants.variants_of(spec)
+    run = _verify_run(make_step, ref, convention, fixed, dt, examples, seed, ranges=ranges)
+    full = _domain_verdict(run)
+    if spec.usual:
+        usual_run = _verify_run(make_step, ref, convention, fixed, dt, usual_examples, seed,
+                                domain="usual", ranges=ranges)
+        usual = _domain_verdict(usual_run)
+    else:  # one domain: the full one is the usual one
+        usual_run, usual = run, full
+    passed = full.passed
+    passes_under, under_error = None, None
     if not passed and run["failure"] is None:
-        passes_under = _passing_convention(make_step, ref, convention, pytorch, implemented,
-                                           fixed, dt, examples, seed, run["seen"])
-    return VerifyReport(ref.NAME, asked, dt.name, passed=passed, max_error=worst,
+        passes_under, under_error = _passing_convention(
+            make_step, ref, convention, pytorch, implemented, fixed, dt, examples, seed,
+            run["seen"], ranges)
+    explanation = None
+    if not (passed and usual.passed) and run["failure"] is None \
+            and usual_run["failure"] is None:
+        seen = (run["seen"] if not passed else []) + \
+            (usual_run["seen"] if not usual.passed and usual_run is not run else [])
+        explanation = _explain(ref, convention, pytorch, implemented, dt, declared, seen,
+                               passes_under, under_error, max(full.max_error, usual.max_error))
+    region = None
+    if usual.passed and not passed and run["failure"] is None and spec.usual:
+        region = _region(make_step, ref, convention, dt, run["record"])
+    return VerifyReport(ref.NAME, asked, dt.name, passed=passed, max_error=full.max_error,
                         examples=run["n"], worst=run["record"], failure=run["failure"],
-                        passes_under=passes_under, seed=seed, versions=versions())
+                        passes_under=passes_under, seed=seed, versions=versions(),
+                        domains={"usual": usual, "full": full}, region=region,
+                        explanation=explanation)
 
 
-def _verify_run(make_step, ref, convention, fixed, dt, examples, seed):
-    """One hypothesis run of ``verify``: ``{"worst", "record", "failure", "n", "seen"}``
-    (``seen``: every case with the user's outputs, for :func:`_passing_convention`)."""
+def _spec_of(name):
+    from ..optimizers.registry import spec_of
+    return spec_of(name)
+
+
+def _domain_verdict(run):
+    worst = max(run["worst"], 0.0)
+    return DomainVerdict(passed=worst <= 1.0 and not run["failure"], max_error=worst,
+                         examples=run["n"], worst=run["record"])
+
+
+def _verify_run(make_step, ref, convention, fixed, dt, examples, seed, domain="full",
+                ranges=None):
+    """One hypothesis run of ``verify`` over ``domain``: ``{"worst", "record", "failure", "n",
+    "seen"}`` (``seen``: every case with the user's outputs and its error, for
+    :func:`_passing_convention` and :func:`_explain`)."""
     from hypothesis import HealthCheck, Phase, given, settings, target
     from hypothesis import seed as hseed
 
     from ..verify import finite_score
-    strategy = _case_strategy(ref.NAME, fixed, dt)
+    strategy = _case_strategy(ref.NAME, fixed, dt, domain=domain, ranges=ranges)
     state = {"worst": -1.0, "record": None, "failure": None, "n": 0, "seen": []}
 
     def one(case):
@@ -505,9 +634,9 @@ def _verify_run(make_step, ref, convention, fixed, dt, examples, seed):
                                "element": None, "expected": None, "got": None,
                                "error": "inf"}
             return
-        state["seen"].append((case, outs))
         err, t, i, expected, got = _compare(
             outs, refs, lambda moved: _reference_trajectory(ref, case, convention, dt, moved))
+        state["seen"].append((case, outs, err))
         target(finite_score(err), label="normalised error")
         if err > state["worst"]:
             state["worst"] = err
@@ -524,23 +653,138 @@ def _verify_run(make_step, ref, convention, fixed, dt, examples, seed):
     return state
 
 
+def _worst_under(ref, convention, dt, seen, variant=None, limit=1.0):
+    """The worst normalised error of the user's outputs ``seen`` against ``convention`` (and
+    ``variant``), stopping at the first case beyond ``limit`` (the worst cases of the run come
+    first: a wrong explanation is dropped after one case)."""
+    worst = 0.0
+    for case, outs, _ in sorted(seen, key=lambda s: -s[2]):
+        err = _compare(outs, _reference_trajectory(ref, case, convention, dt, variant=variant),
+                       lambda moved, case=case: _reference_trajectory(
+                           ref, case, convention, dt, moved, variant=variant))[0]
+        worst = max(worst, err)
+        if worst > limit:
+            break
+    return worst
+
+
 def _passing_convention(make_step, ref, convention, pytorch, implemented, fixed, dt, examples,
-                        seed, seen):
-    """The first other convention (in :data:`ORDER`) that the user's outputs of the failed
-    run ``seen`` all agree with and that a run of its own (same seed and examples) passes;
-    None if there is none."""
-    others = [c for c in ORDER if c in implemented and c != convention
-              and (c != "pytorch" or pytorch == "pytorch")]
-    for c in others:
-        if any(_compare(outs, _reference_trajectory(ref, case, c, dt),
-                        lambda moved, case=case, c=c: _reference_trajectory(ref, case, c, dt,
-                                                                            moved))[0] > 1.0
-               for case, outs in seen):
+                        seed, seen, ranges=None):
+    """``(convention, error)``: the first other convention (in :data:`ORDER`) that the user's
+    outputs of the failed run ``seen`` all agree with and that a run of its own (same seed and
+    examples) passes, with that run's worst error; ``(None, None)`` if there is none."""
+    for c in _other_conventions(convention, pytorch, implemented):
+        if _worst_under(ref, c, dt, seen) > 1.0:
             continue  # already off on the cases drawn: no second run
-        again = _verify_run(make_step, ref, c, fixed, dt, examples, seed)
+        again = _verify_run(make_step, ref, c, fixed, dt, examples, seed, ranges=ranges)
         if again["failure"] is None and again["worst"] <= 1.0:
-            return c
-    return None
+            return c, max(again["worst"], 0.0)
+    return None, None
+
+
+def _other_conventions(convention, pytorch, implemented):
+    return [c for c in ORDER if c in implemented and c != convention
+            and (c != "pytorch" or pytorch == "pytorch")]
+
+
+def _explain(ref, convention, pytorch, implemented, dt, declared, seen, passes_under,
+             under_error, max_error):
+    """The :class:`Explanation` of a failed run whose cases and user outputs are ``seen``:
+    another convention it passes (``passes_under``, found by :func:`_passing_convention`);
+    else the first declared variant (:mod:`toolkit.oracle.variants`) of the asked convention's
+    equations, then of another convention's, that every case agrees with; else another
+    algorithm."""
+    if passes_under is not None:
+        return Explanation("convention", None, passes_under,
+                           f"another convention: it passes the {passes_under!r} convention, "
+                           f"not {convention!r}; pass convention={passes_under!r}",
+                           under_error)
+    tried = []
+    for c in [convention] + _other_conventions(convention, pytorch, implemented):
+        for v in declared:
+            if not v.applies(ref, c):
+                continue
+            tried.append(v.name)
+            err = _worst_under(ref, c, dt, seen, variant=v)
+            if err <= 1.0:
+                what = ("the same equations, rounded differently" if v.rounding else
+                        "the same algorithm, written differently")
+                where = "" if c == convention else (
+                    f", of the {c!r} convention's equations (pass convention={c!r})")
+                return Explanation("variant", v.name, c,
+                                   f"{what} (variant {v.name}: {v.description}){where}", err)
+    others = _other_conventions(convention, pytorch, implemented)
+    known = (f"no known variant of the equations ({', '.join(dict.fromkeys(tried))})"
+             if tried else "no known variant of the equations (its spec declares none)")
+    return Explanation("algorithm", None, None,
+                       f"another algorithm (or a bug): {known} and no other convention "
+                       f"({', '.join(others) or 'none'}) passes the failing cases", max_error)
+
+
+def _region(make_step, ref, convention, dt, record):
+    """Where a failure of the full domain only lies: the worst case's hyperparameters that lie
+    outside their usual ranges are moved, one at a time, to the nearest usual value; the first
+    whose move makes the case pass is bisected between its failing value and that usual value
+    ("only for beta1 < 1.1e-05"). None when nothing can be said."""
+    usual = _space.usual_space(ref.NAME)
+    case = _Case(dict(record["hyperparameters"]), np.asarray(record["weight0"], dtype=np.float64),
+                 [np.asarray(g, dtype=np.float64) for g in record["grads"]])
+    klass = _optimizer_class(ref.NAME)
+
+    def fails(**change):
+        hyper = _space.fix_dependent(ref.NAME, {**case.hyper, **change})
+        if not _constructible(klass, hyper):
+            return True  # not a case the optimizer takes: not a passing one either
+        c = _Case(hyper, case.weight, case.grads)
+        outs, failure = _run_user(make_step, c, dt)
+        if failure is not None:
+            return True
+        return _compare(outs, _reference_trajectory(ref, c, convention, dt),
+                        lambda moved: _reference_trajectory(ref, c, convention, dt,
+                                                            moved))[0] > 1.0
+
+    outside = [k for k, s in usual.items() if k in case.hyper
+               and not _space.inside(s, case.hyper[k])]
+    if not outside:
+        return ("the worst case fails with every hyperparameter in its usual range: its weights "
+                "and gradients, not its hyperparameters, make it fail (run more examples)")
+    for k in outside:
+        bad, good = case.hyper[k], _space.nearest(usual[k], case.hyper[k])
+        if good is None or fails(**{k: good}):
+            continue
+        usual_range = f"{k}'s usual range is {_space.describe(usual[k])}"
+        if bad == 0 and good > 0:
+            if not fails(**{k: good * 1e-300}):
+                return f"only for {k} = 0 ({usual_range})"
+            bad = good * 1e-300
+        edge = _bisect(lambda x: fails(**{k: x}), bad, good)
+        side = "<" if bad < good else ">"
+        return (f"only for {k} {side} {edge:.3g} (the worst case fails at {k} = "
+                f"{case.hyper[k]:.3g} and passes from {edge:.3g} on; {usual_range})")
+    moved = {k: _space.nearest(usual[k], case.hyper[k]) for k in outside}
+    if any(v is None for v in moved.values()) or fails(**moved):
+        return ("the worst case still fails with its hyperparameters moved into their usual "
+                f"ranges ({', '.join(outside)}): its weights and gradients make it fail")
+    return (f"only where {', '.join(outside)} lie outside their usual ranges together (the "
+            f"worst case passes with all of them moved in, not with one)")
+
+
+def _bisect(fails, bad, good, steps=40):
+    """The value between ``bad`` (fails) and ``good`` (passes) where ``fails`` turns: geometric
+    bisection over a wide positive range, arithmetic otherwise; returns the passing end."""
+    geometric = bad > 0 and good > 0 and max(bad, good) / min(bad, good) > 10.0
+    for _ in range(steps):
+        mid = math.sqrt(bad * good) if geometric else 0.5 * (bad + good)
+        if mid in (bad, good):
+            break
+        if fails(mid):
+            bad = mid
+        else:
+            good = mid
+        if (max(bad, good) / min(bad, good) < 1.01 if geometric
+                else abs(good - bad) <= 1e-3 * max(abs(good), abs(bad), 1e-300)):
+            break
+    return good
 
 
 @contextlib.contextmanager

@@ -6,6 +6,9 @@ and :func:`toolkit.oracle.identify` on a user's ``make_step``. ``TARGET`` is ``m
 ``--fixed name=value`` pins a hyperparameter (the value is read as JSON, so ``None``/``null``,
 numbers and booleans work: ``--fixed wd=0 --fixed clip_gradient=null``).
 
+``verify`` prints the report's summary: the usual-domain and full-domain verdicts, where a
+failure in the full domain only lies, and the explanation of a failure.
+
 Exit codes (also with ``--json``, which prints the report as JSON on stdout):
 
 * ``verify``: 0 passed, 1 failed (including an exception or a wrong output of the function),
@@ -121,8 +124,9 @@ def main_verify(argv):
                          "equations, or PyTorch's; mxopt identify names the one you follow "
                          "(default: %(default)s)")
     ap.add_argument("--examples", type=int, default=100,
-                    help="random cases (hyperparameters, weights and gradients) to run "
-                         "(default: %(default)s)")
+                    help="random cases (hyperparameters, weights and gradients) to run over "
+                         "the full domain; the usual domain, where the optimizer declares usual "
+                         "ranges, takes half as many (default: %(default)s)")
     args = ap.parse_args(argv)
     from . import verify
     return _run(lambda f, fixed: verify(f, args.optimizer, convention=args.convention,

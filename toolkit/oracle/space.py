@@ -22,7 +22,8 @@ from ..optimizers.spaces import (COMMON, Decades, Interval, Ints, Just, MOMENTUM
 
 __all__ = ["Space", "Decades", "Interval", "Ints", "Just", "OneOf", "Shapes", "COMMON", "OWN",
            "COMMON_FIXED", "MATRIX", "common_space", "hyper_space", "shape_space", "weight_shape",
-           "array_over_decades", "fix_dependent"]
+           "array_over_decades", "fix_dependent", "DOMAINS", "usual_space", "inside",
+           "nearest", "describe"]
 
 
 class _FromSpecs(Mapping):
@@ -92,12 +93,39 @@ def fix_dependent(name, hyper):
     return hyper if dependent is None else dependent(hyper)
 
 
-def hyper_space(name, fixed=None):
+#: the domains the oracle draws hyperparameters from: ``"full"`` (every value the optimizer
+#: takes, aimed at branch points: ``Spec.space``) and ``"usual"`` (the ranges people train with:
+#: ``Spec.usual`` over ``Spec.space``)
+DOMAINS = ("usual", "full")
+
+
+def hyper_space(name, fixed=None, domain="full", ranges=None):
     """``{hyperparameter: Space}`` of optimizer ``name``: :data:`COMMON` and its own, with the
-    ``fixed`` ones pinned (an unknown fixed name is a ``ValueError`` naming the known ones)."""
+    ``fixed`` ones pinned (an unknown fixed name is a ``ValueError`` naming the known ones).
+    ``ranges`` (``{name: Space}``) replaces the full domain's space of those hyperparameters (a
+    search aimed at a corner). ``domain="usual"`` draws the hyperparameters its spec gives usual
+    ranges for (``Spec.usual``) from those ranges instead (:data:`DOMAINS`)."""
     if name not in OWN:
         raise ValueError(f"unknown optimizer {name!r}; known: {', '.join(sorted(OWN))}")
+    if domain not in DOMAINS:
+        raise ValueError(f"domain must be one of {DOMAINS}, got {domain!r}")
     space = {**common_space(name), **OWN[name]}
+    ranges = dict(ranges or {})
+    unknown = sorted(set(ranges) - set(space))
+    if unknown:
+        raise ValueError(f"ranges names unknown hyperparameter(s) {unknown} of {name!r}; known: "
+                         f"{sorted(space)}")
+    for k, v in ranges.items():
+        if not isinstance(v, Space):
+            raise TypeError(f"ranges[{k!r}] must be a Space of toolkit.oracle.space (Decades, "
+                            f"Interval, OneOf, Just, ...), got {type(v).__name__} {v!r}")
+    both = sorted(set(ranges) & set(fixed or {}))
+    if both:
+        raise ValueError(f"{both} are both fixed and given ranges: pin a hyperparameter or give "
+                         "it a range, not both")
+    space.update(ranges)
+    if domain == "usual":
+        space.update(_spec(name).usual)
     fixed = dict(fixed or {})
     unknown = sorted(set(fixed) - set(space))
     if unknown:
@@ -114,3 +142,54 @@ def array_over_decades(rng, n, lo, hi, zeros=True):
     if zeros:
         x[(rng.random(n) < 0.5) & (np.arange(n) % 3 == 0)] = 0.0
     return x
+
+
+def usual_space(name):
+    """``{hyperparameter: Space}``: the usual ranges of optimizer ``name`` (``Spec.usual``)."""
+    return dict(_spec(name).usual)
+
+
+def inside(space, x):
+    """Whether value ``x`` lies in ``space`` (a :class:`Decades` or :class:`Interval` range, a
+    :class:`Just` value, or any option of a :class:`OneOf`)."""
+    if isinstance(space, OneOf):
+        return any(inside(o, x) for o in space.options)
+    if isinstance(space, Just):
+        return x == space.value
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    if isinstance(space, Decades):
+        return x > 0 and 10.0 ** space.lo <= x <= 10.0 ** space.hi
+    if isinstance(space, (Interval, Ints)):
+        return space.lo <= x <= space.hi
+    return False
+
+
+def nearest(space, x):
+    """The value of ``space`` nearest to ``x`` (the bound of a range it lies beyond), or None
+    when ``space`` holds no number."""
+    if inside(space, x):
+        return x
+    if isinstance(space, OneOf):
+        near = [n for n in (nearest(o, x) for o in space.options) if n is not None]
+        return min(near, key=lambda n: abs(n - x)) if near else None
+    if isinstance(space, Just):
+        return space.value if isinstance(space.value, (int, float)) else None
+    if isinstance(space, Decades):
+        return min(max(x, 10.0 ** space.lo), 10.0 ** space.hi)
+    if isinstance(space, (Interval, Ints)):
+        return min(max(x, space.lo), space.hi)
+    return None
+
+
+def describe(space):
+    """A range as a reader writes it: ``[0.5, 0.99]``, ``[1e-08, 0.001]``."""
+    if isinstance(space, Decades):
+        return f"[{10.0 ** space.lo:.3g}, {10.0 ** space.hi:.3g}]"
+    if isinstance(space, (Interval, Ints)):
+        return f"[{space.lo:.6g}, {space.hi:.6g}]"
+    if isinstance(space, Just):
+        return repr(space.value)
+    if isinstance(space, OneOf):
+        return " or ".join(describe(o) for o in space.options)
+    return repr(space)

@@ -1,0 +1,114 @@
+"""The known variants of the same equations, each defined once: what :func:`toolkit.oracle.verify`
+re-runs a failed case under to explain the failure.
+
+A variant is the same algorithm written or rounded differently: the hyperparameters rounded to
+float32 as MXNet's kernels take them (or not), the step constants formed in the weight's
+precision, the moving average written as a lerp, epsilon on the other side of the root or of the
+bias correction, weight decay on the other side of clipping, no bias correction. Which variants
+apply to an optimizer is declared once, in its spec (``Spec.variants``); :data:`VARIANTS` says
+what each one is and how it changes the reference run.
+
+Two ways of changing the run, and why each is where it is:
+
+* **Around the reference** (``hyper_f32``, ``hyper_f64``): a different precision of the
+  hyperparameters is a change of the *inputs* of the equations, not of the equations, so the
+  oracle makes it: it rounds the hyperparameters before handing them to the reference, or asks
+  for them unrounded with the reference's existing ``hyper_f32=False``. Every reference module
+  takes these without a change.
+* **In the reference** (every other variant): a lerp, another place for epsilon or weight decay,
+  constants formed in another precision change a line of the equations, and only the reference
+  can write that line, on its rounding-bound-tracked values (``reference.error_bound``): a
+  result computed around it would lose the bound. So a reference module lists the variants it
+  writes in ``FORMS`` (``{form: the conventions whose equations it changes}``) and takes
+  ``step(..., form=name)``, documented in its ``step``. The reference stays independent of the
+  toolkit: it knows the form names only, not this registry.
+
+A spec's ``variants`` must name entries of :data:`VARIANTS`, and a variant made in the
+reference must be in that reference module's ``FORMS`` (``tests/test_oracle_variants.py``
+checks both for every registered optimizer).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Variant", "VARIANTS", "variants_of", "check_declared"]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One known variant: ``name``, a one-line ``description`` (it reads after "variant
+    <name>: "), and where the change is made: ``in_reference`` (the reference module's
+    ``step(form=name)``, under the conventions its ``FORMS`` gives) or around it, for the
+    conventions ``around`` lists (``"*mxnet"``: every convention but "mxnet"). ``rounding``:
+    the variant changes only how the result is rounded (the same equations, rounded
+    differently), not where a term enters (the same algorithm, written differently)."""
+    name: str
+    description: str
+    in_reference: bool = True
+    around: tuple = ()
+    rounding: bool = False
+
+    def applies(self, ref, convention):
+        """Whether this variant changes anything for reference module ``ref`` run under
+        ``convention`` (a resolved one: "pytorch" where the module has a branch of its own)."""
+        if self.in_reference:
+            return convention in getattr(ref, "FORMS", {}).get(self.name, ())
+        if "*mxnet" in self.around:
+            return convention != "mxnet"
+        return convention in self.around
+
+    def changes(self, hyper, ref):
+        """``(hyper, step_kwargs)``: the hyperparameters (MXNet's names, as a case holds them)
+        and the extra keywords of ``ref.step`` for this variant."""
+        if self.in_reference:
+            return dict(hyper), {"form": self.name}
+        if self.name == "hyper_f32":
+            return {k: _round32(v) for k, v in hyper.items()}, {}
+        return dict(hyper), {"hyper_f32": False}  # hyper_f64
+
+
+def _round32(v):
+    """A float hyperparameter rounded to float32 (bools, ints, None and strings kept)."""
+    return float(np.float32(v)) if isinstance(v, float) else v
+
+
+#: every known variant, by name (the order is the order in which they are tried)
+VARIANTS = {v.name: v for v in (
+    Variant("hyper_f32", "the hyperparameters rounded to float32 before use, as MXNet's kernels "
+                         "take them", in_reference=False, around=("*mxnet",), rounding=True),
+    Variant("hyper_f64", "the hyperparameters used in double precision, where MXNet's kernels "
+                         "round them to float32", in_reference=False, around=("mxnet",),
+            rounding=True),
+    Variant("constants_in_dtype", "the step constants (1 - beta^t, the bias corrections) formed "
+                                  "in the weight's precision instead of in double precision",
+            rounding=True),
+    Variant("lerp", "the moving average written as a lerp, m + (1 - beta1)*(g - m), as "
+                    "torch.optim.Adam writes it (m.lerp_(g, 1 - beta1))", rounding=True),
+    Variant("eps_inside_root", "epsilon inside the square root, sqrt(v + epsilon), instead of "
+                               "added to it"),
+    Variant("eps_uncorrected", "epsilon added to the root of the uncorrected second moment, "
+                               "before the bias correction (as MXNet's kernel adds it)"),
+    Variant("eps_corrected", "epsilon added to the root of the bias-corrected second moment, "
+                             "after the bias correction (as the guide and PyTorch add it)"),
+    Variant("wd_before_clip", "weight decay added to the gradient before clipping (MXNet's "
+                              "order)"),
+    Variant("wd_after_clip", "weight decay added to the gradient after clipping (the guide's "
+                             "order)"),
+    Variant("no_bias_correction", "no bias correction of the moments"),
+)}
+
+
+def variants_of(spec):
+    """The :class:`Variant` s an optimizer's spec declares, in :data:`VARIANTS` order."""
+    check_declared(spec)
+    return [v for n, v in VARIANTS.items() if n in spec.variants]
+
+
+def check_declared(spec):
+    """A ValueError naming the spec and the known variants if it declares an unknown one."""
+    unknown = [n for n in spec.variants if n not in VARIANTS]
+    if unknown:
+        raise ValueError(f"Spec {spec.name!r} declares unknown variant(s) {unknown}; known: "
+                         f"{', '.join(VARIANTS)} (toolkit/oracle/variants.py)")
