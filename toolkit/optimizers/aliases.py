@@ -7,15 +7,17 @@ optimizer accepts a keyword when some ``__init__`` of its class chain names it; 
 does not accept are looked up here, so AdaGrad's own ``eps`` and RMSProp's ``momentum`` pass.
 
 ``KEYWORD_ALIASES`` maps a foreign keyword to the MXNet keywords it may mean, in order of
-preference (the first one the optimizer accepts is suggested). ``toolkit.torch`` (planned) reads
-the same table to accept those names.
+preference (the first one the optimizer accepts is suggested). ``toolkit.torch`` reads the same
+table to accept PyTorch's names (``TORCH_KEYWORDS``, mapped per optimizer by
+:func:`torch_keywords`).
 """
 from __future__ import annotations
 
 import functools
 import inspect
 
-__all__ = ["KEYWORD_ALIASES", "constructor_parameters", "accepted_keywords", "check_keywords"]
+__all__ = ["KEYWORD_ALIASES", "TORCH_KEYWORDS", "constructor_parameters", "accepted_keywords",
+           "check_keywords", "torch_keywords", "hint"]
 
 #: foreign keyword -> the MXNet keywords it may mean (the first one an optimizer accepts is named)
 KEYWORD_ALIASES = {
@@ -36,6 +38,11 @@ KEYWORD_ALIASES = {
     "scheduler": ("lr_scheduler",),
     "learning_rate_schedule": ("lr_scheduler",),
 }
+
+#: the ``torch.optim`` keywords that ``toolkit.torch`` accepts where an optimizer has their MXNet
+#: counterpart (:func:`torch_keywords`); any other PyTorch keyword (``nesterov``, ``amsgrad``,
+#: ``foreach``...) is a TypeError there that says why (``_NO_EQUIVALENT``)
+TORCH_KEYWORDS = ("lr", "weight_decay", "betas", "eps", "alpha", "momentum")
 
 #: what to say where the optimizer has none of the candidates (a keyword with no MXNet meaning)
 _NO_EQUIVALENT = {
@@ -74,6 +81,33 @@ def constructor_parameters(klass):
 def accepted_keywords(klass):
     """The keyword names ``klass(...)`` accepts (:func:`constructor_parameters`)."""
     return frozenset(name for name, _ in constructor_parameters(klass))
+
+
+def torch_keywords(klass):
+    """``{torch keyword: (MXNet keywords,)}`` for the ``TORCH_KEYWORDS`` that ``klass`` has a
+    counterpart of: its own keyword of that name (AdaGrad's ``eps``, SGD's ``momentum``), else
+    the first candidate of ``KEYWORD_ALIASES`` it accepts (``betas``: ``beta1`` and ``beta2``
+    together). A keyword missing from the result has no counterpart in ``klass``."""
+    accepted = accepted_keywords(klass)
+    out = {}
+    for key in TORCH_KEYWORDS:
+        if key in accepted:
+            out[key] = (key,)
+        elif key == "betas":
+            if {"beta1", "beta2"} <= accepted:
+                out[key] = ("beta1", "beta2")
+        else:
+            for name in KEYWORD_ALIASES.get(key, ()):
+                if name in accepted:
+                    out[key] = (name,)
+                    break
+    return out
+
+
+def hint(klass, key, value):
+    """The sentence that says what the keyword ``key`` (another framework's) means for
+    ``klass``, or None where the table knows nothing of it."""
+    return _hint(klass, key, value, accepted_keywords(klass))
 
 
 def _hint(klass, key, value, accepted):

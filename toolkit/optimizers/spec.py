@@ -59,6 +59,9 @@ class Spec:
         ``pytorch``: the PyTorch decision of its reference (``reference.<name>.PYTORCH``:
         ``"pytorch"``, the convention PyTorch's update equals, or None); a test checks the two
         agree. ``torch``: the ``torch.optim`` class of the same update family, or None.
+        ``torch_requires``: ``{PyTorch keyword: flag}``, a keyword of ``toolkit.torch`` that
+        has its counterpart only with that constructor flag on (RMSProp: ``momentum`` is
+        ``gamma2`` of the centered variant; plain RMSProp keeps no momentum buffer).
     What the oracle draws
         ``space``: its own hyperparameters (MXNet's constructor names) as :class:`Space` s,
         aimed at branch points. ``fixed``: common hyperparameters it does not take freely, with
@@ -94,6 +97,7 @@ class Spec:
     conventions: tuple = CONVENTIONS
     pytorch: str | None = None
     torch: str | None = None
+    torch_requires: Mapping[str, str] = field(default_factory=dict)
     space: Mapping[str, Space] = field(default_factory=dict)
     fixed: Mapping[str, Any] = field(default_factory=dict)
     fixed_reason: str = ""
@@ -121,7 +125,7 @@ class Spec:
         if bad or not self.conventions:
             raise ValueError(f"Spec {self.name!r}: conventions must be a non-empty subset of "
                              f"{CONVENTIONS}, got {self.conventions!r}")
-        for key in ("space", "fixed", "record", "demo"):
+        for key in ("space", "fixed", "record", "demo", "torch_requires"):
             object.__setattr__(self, key, _frozen(getattr(self, key)))
         for key in ("layouts", "trainer"):
             object.__setattr__(self, key, tuple(_frozen(c) for c in getattr(self, key)))
