@@ -79,10 +79,11 @@ class TorchOptimizer(torch.optim.Optimizer):
         opts = keywords.normalise(klass, kwargs, where=name)
         self._scheduler = opts.pop("lr_scheduler", None)
         self._begin = opts.pop("begin_num_update", 0)
-        if self._scheduler is not None and "lr" in opts:
-            # MXNet's rule: a given learning rate is the scheduler's base_lr
-            self._scheduler.base_lr = opts.pop("lr")
-        template = self._build(opts)  # checks every option before anything is kept
+        given_lr = opts.pop("lr", None) if self._scheduler is not None else None
+        # checks every option before anything is kept; with a toolkit scheduler, MXNet's rule
+        # (the given learning rate, else the optimizer's default one, is its base_lr) applies
+        # once, here
+        template = self._build(opts, given_lr)
         self._num_update = template.num_update
         defaults = {}
         for key in keywords.group_keys(klass):
@@ -109,13 +110,19 @@ class TorchOptimizer(torch.optim.Optimizer):
         super().__init__(params, defaults)
 
     # --- construction ----------------------------------------------------------------------
-    def _build(self, opts):
-        """A toolkit optimizer for the options ``opts`` (a group's spelling), checked."""
+    def _build(self, opts, scheduler_lr=None):
+        """A toolkit optimizer for the options ``opts`` (a group's spelling), checked. With a
+        toolkit scheduler its learning rate is the scheduler's ``base_lr``
+        (``scheduler_lr``: the one given to the constructor, MXNet's rule)."""
         klass = type(self).toolkit_class
         kw = {k: v for k, v in opts.items() if k not in ("lr", "maximize")}
-        lr = None if self._scheduler is not None else opts.get("lr")
-        if lr is not None:
-            kw["learning_rate"] = lr
+        if self._scheduler is None:
+            if opts.get("lr") is not None:
+                kw["learning_rate"] = opts["lr"]
+        elif scheduler_lr is not None:
+            kw["learning_rate"] = scheduler_lr
+        elif "_inners" in self.__dict__:  # after construction: the scheduler's own base_lr
+            kw["learning_rate"] = self._scheduler.base_lr
         if not isinstance(opts.get("maximize", False), bool):
             raise TypeError(f"maximize must be a bool, got {opts['maximize']!r}")
         return klass(lr_scheduler=self._scheduler, begin_num_update=self._begin, **kw)
@@ -240,9 +247,15 @@ class TorchOptimizer(torch.optim.Optimizer):
                 if not vector:
                     for m in members:
                         m.route = "each"
-                inner.num_update = num_update
-                scalars = inner.step_scalars([m.index for m in members])  # its errors first
-                num_update = max(num_update, int(scalars.t.max()))
+                scalars = None
+                if self._scheduler is None:
+                    # the step's scalars, and their errors, before anything is written. Not
+                    # with a toolkit scheduler: MXNet's schedulers keep state (FactorScheduler
+                    # decays its base_lr once asked for a later count), so they are read once,
+                    # in MXNet's order, by the step itself
+                    inner.num_update = num_update
+                    scalars = inner.step_scalars([m.index for m in members])
+                    num_update = max(num_update, int(scalars.t.max()))
                 plans.append((gi, inner, members, scalars))
         return plans
 
@@ -394,6 +407,8 @@ class TorchOptimizer(torch.optim.Optimizer):
     def _run_vector(self, inner, members, scalars, maximize):
         """One planned launch per distinct ``(t, lr, wd)``, its rows run as a table over the
         tensors of each dtype (:func:`run_rule_table`); the counts committed once."""
+        if scalars is None:
+            scalars = inner.step_scalars([m.index for m in members])
         t, lr, wd = scalars.t, scalars.lr, scalars.wd
         tensors = []
         for m in members:
