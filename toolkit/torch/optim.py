@@ -45,13 +45,44 @@ def _plain(value):
 class _Member:
     """One parameter with a gradient in this step: its index, tensor, the arrays the update
     reads, and how it runs."""
-    __slots__ = ("index", "p", "grad", "w", "g", "sparse", "new_state", "route")
+    __slots__ = ("index", "p", "grad", "perm", "sparse", "new_state", "route")
 
     def __init__(self, index, p, grad):
         self.index, self.p, self.grad = index, p, grad
-        self.w = self.g = self.new_state = None
+        self.perm = self.new_state = None
         self.sparse = False
         self.route = "vector"
+
+
+def memory_order(p):
+    """None for a contiguous tensor; else the permutation of its dimensions that lists them in
+    memory order (``p.permute(perm)`` is contiguous: channels_last's ``(0, 2, 3, 1)``), or a
+    ValueError where there is none (a tensor with gaps or overlaps)."""
+    if p.is_contiguous():
+        return None
+    perm = tuple(sorted(range(p.dim()), key=lambda d: (-p.stride(d), -p.shape[d])))
+    if not p.permute(perm).is_contiguous():
+        raise ValueError(f"a parameter with strides {p.stride()} and shape {tuple(p.shape)} is "
+                         "not dense in memory (gaps or overlaps); pass contiguous parameters")
+    return perm
+
+
+def _ordered(t, perm):
+    """``t`` with its dimensions in memory order (the permutation ``perm`` of its weight);
+    a gradient not in that order is copied into it."""
+    if perm is not None:
+        t = t.permute(perm)
+    return t if t.is_contiguous() else t.contiguous()
+
+
+def _unordered(t, perm):
+    """A tensor made in memory order (``_ordered``) seen in its weight's logical shape."""
+    if perm is None:
+        return t
+    inverse = [0] * len(perm)
+    for k, d in enumerate(perm):
+        inverse[d] = k
+    return t.permute(inverse)
 
 
 class TorchOptimizer(torch.optim.Optimizer):
@@ -315,6 +346,7 @@ class TorchOptimizer(torch.optim.Optimizer):
                 f"{where} is not contiguous (strides {p.stride()}); {type(inner).__name__} "
                 "reads rows or whole-tensor norms in the tensor's logical order: pass "
                 "p.contiguous() parameters (docs/torch.md, 'Memory order')")
+        m.perm = memory_order(p)
         if p not in self._toolkit_state:
             m.new_state = self._new_state(index, p, inner)
         return m
@@ -322,6 +354,12 @@ class TorchOptimizer(torch.optim.Optimizer):
     def _new_state(self, index, p, inner):
         """``(toolkit state, {name: tensor})`` of a parameter stepped for the first time."""
         w = p.detach()
+        if p.device.type == "cuda":
+            state = inner.create_state_multi_precision(index, w)
+            return state, self._named(inner, state, w)
+        perm = memory_order(p)
+        # the state is made in the weight's memory order (channels_last: the same strides)
+        w = _ordered(w, perm)
         if p.dtype == torch.bfloat16:
             master = w.float()
             inner_state = inner.create_state(index, master.numpy())
@@ -329,13 +367,13 @@ class TorchOptimizer(torch.optim.Optimizer):
             named = {"weight32": master}
             named.update((n, torch.from_numpy(a)) for n, a in
                          zip(names, inner.state_arrays(inner_state)))
+            named = {n: _unordered(a, perm) if a.shape == w.shape else a
+                     for n, a in named.items()}
             return ("bfloat16", master.numpy(), inner_state), named
-        if p.device.type == "cuda":
-            state = inner.create_state_multi_precision(index, w)
-            return state, self._named(inner, state, w)
         wn = w.numpy()
         state = inner.create_state_multi_precision(index, wn)
         named = {n: torch.from_numpy(a) for n, a in self._named(inner, state, wn).items()}
+        named = {n: _unordered(a, perm) if a.shape == w.shape else a for n, a in named.items()}
         return state, named
 
     @staticmethod
@@ -389,9 +427,9 @@ class TorchOptimizer(torch.optim.Optimizer):
             elif m.p.device.type == "cuda":
                 g = grad
             elif m.p.dtype == torch.bfloat16:
-                g = grad.float().numpy()
+                g = _ordered(grad, m.perm).float().numpy()
             else:
-                g = grad.numpy()
+                g = _ordered(grad, m.perm).numpy()
             if m.p.device.type == "cuda":
                 stream = torch.cuda.current_stream(m.p.device)
                 inner.update_multi_precision(m.index, m.p.detach(), g, state, stream=stream)
@@ -400,9 +438,11 @@ class TorchOptimizer(torch.optim.Optimizer):
                 if m.sparse:
                     g = RowSparse(g.indices, g.values, master.shape)
                 inner.update(m.index, master, g, inner_state)
-                m.p.detach().copy_(torch.from_numpy(master))  # rounded to nearest even
+                with torch.no_grad():  # rounded to nearest even
+                    _ordered(m.p.detach(), m.perm).copy_(torch.from_numpy(master))
             else:
-                inner.update_multi_precision(m.index, m.p.detach().numpy(), g, state)
+                inner.update_multi_precision(m.index, _ordered(m.p.detach(), m.perm).numpy(), g,
+                                             state)
 
     def _run_vector(self, inner, members, scalars, maximize):
         """One planned launch per distinct ``(t, lr, wd)``, its rows run as a table over the
@@ -413,8 +453,9 @@ class TorchOptimizer(torch.optim.Optimizer):
         tensors = []
         for m in members:
             grad = -m.grad if maximize else m.grad
-            tensors.append((m.p.detach(), grad) + tuple(
-                self.state[m.p][n] for n in self._names(inner, self._toolkit_state[m.p])))
+            tensors.append((_ordered(m.p.detach(), m.perm), _ordered(grad, m.perm)) + tuple(
+                _ordered(self.state[m.p][n], m.perm)
+                for n in self._names(inner, self._toolkit_state[m.p])))
         by_dtype = {}
         for j, m in enumerate(members):
             by_dtype.setdefault(m.p.dtype, []).append(j)
