@@ -438,3 +438,38 @@ def test_maximize_steps_against_the_gradient(name):
     op.step()
     oq.step()
     assert bits(p) == bits(q) and bits(p.grad) == bits(g)
+
+
+# --- docs --------------------------------------------------------------------------------------
+def _docs_rows():
+    import os
+    import re
+    text = open(os.path.join(os.path.dirname(__file__), "..", "docs", "torch.md"),
+                encoding="utf-8").read()
+    table = text.split("| toolkit.torch | torch.optim namesake |", 1)[1].split("\n\n", 1)[0]
+    rows = {}
+    for line in table.splitlines()[2:]:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        torch_names = re.findall(r"(?:^|, )`(\w+)`", cells[2])
+        rows[cells[0].strip("`")] = (cells[1], set(torch_names), cells[2])
+    return rows
+
+
+def test_docs_table_matches_the_keywords():
+    """docs/torch.md's table names every registered optimizer, its torch.optim namesake (the
+    spec's) and exactly the PyTorch keywords it takes (the one table)."""
+    rows = _docs_rows()
+    assert set(rows) == {k.__name__ for k in registry().values()}
+    for name, klass in registry().items():
+        namesake, torch_names, text = rows[klass.__name__]
+        spec = specs()[name]
+        assert namesake == (f"`torch.optim.{spec.torch}`" if spec.torch else "none")
+        assert torch_names == set(aliases.torch_keywords(klass)), klass.__name__
+        for key, flag in spec.torch_requires.items():
+            assert f"only with `{flag}=True`" in text
+
+
+def test_module_docstring_example_runs():
+    import doctest
+    result = doctest.testmod(tt, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0

@@ -7,9 +7,9 @@ optimizer accepts a keyword when some ``__init__`` of its class chain names it; 
 does not accept are looked up here, so AdaGrad's own ``eps`` and RMSProp's ``momentum`` pass.
 
 ``KEYWORD_ALIASES`` maps a foreign keyword to the MXNet keywords it may mean, in order of
-preference (the first one the optimizer accepts is suggested). ``toolkit.torch`` reads the same
-table to accept PyTorch's names (``TORCH_KEYWORDS``, mapped per optimizer by
-:func:`torch_keywords`).
+preference (the first one the optimizer accepts is suggested). ``TORCH_KEYWORDS`` are the
+PyTorch names ``toolkit.torch`` accepts, mapped per optimizer by :func:`torch_keywords` (a
+spec's ``torch_requires`` says where a counterpart needs a flag on: RMSProp's ``momentum``).
 """
 from __future__ import annotations
 
@@ -40,9 +40,18 @@ KEYWORD_ALIASES = {
 }
 
 #: the ``torch.optim`` keywords that ``toolkit.torch`` accepts where an optimizer has their MXNet
-#: counterpart (:func:`torch_keywords`); any other PyTorch keyword (``nesterov``, ``amsgrad``,
-#: ``foreach``...) is a TypeError there that says why (``_NO_EQUIVALENT``)
-TORCH_KEYWORDS = ("lr", "weight_decay", "betas", "eps", "alpha", "momentum")
+#: counterpart (:func:`torch_keywords`): PyTorch's name -> the MXNet keywords it means (``()``:
+#: only an optimizer keyword of the same name). Any other PyTorch keyword (``nesterov``,
+#: ``amsgrad``, ``foreach``...) is a TypeError there that says why (``_NO_EQUIVALENT``)
+TORCH_KEYWORDS = {
+    "lr": ("learning_rate",),
+    "weight_decay": ("wd",),
+    "betas": ("beta1", "beta2"),
+    "eps": ("epsilon",),
+    "alpha": ("gamma1",),            # RMSprop's smoothing constant
+    "momentum": (),
+    "momentum_decay": ("schedule_decay",),  # NAdam's
+}
 
 #: what to say where the optimizer has none of the candidates (a keyword with no MXNet meaning)
 _NO_EQUIVALENT = {
@@ -86,21 +95,16 @@ def accepted_keywords(klass):
 def torch_keywords(klass):
     """``{torch keyword: (MXNet keywords,)}`` for the ``TORCH_KEYWORDS`` that ``klass`` has a
     counterpart of: its own keyword of that name (AdaGrad's ``eps``, SGD's ``momentum``), else
-    the first candidate of ``KEYWORD_ALIASES`` it accepts (``betas``: ``beta1`` and ``beta2``
-    together). A keyword missing from the result has no counterpart in ``klass``."""
+    the MXNet keywords the table gives, when ``klass`` takes all of them (``betas``: ``beta1``
+    and ``beta2`` together). A keyword missing from the result has no counterpart in
+    ``klass``."""
     accepted = accepted_keywords(klass)
     out = {}
-    for key in TORCH_KEYWORDS:
+    for key, names in TORCH_KEYWORDS.items():
         if key in accepted:
             out[key] = (key,)
-        elif key == "betas":
-            if {"beta1", "beta2"} <= accepted:
-                out[key] = ("beta1", "beta2")
-        else:
-            for name in KEYWORD_ALIASES.get(key, ()):
-                if name in accepted:
-                    out[key] = (name,)
-                    break
+        elif names and set(names) <= accepted:
+            out[key] = names
     return out
 
 
