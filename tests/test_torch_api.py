@@ -473,3 +473,20 @@ def test_module_docstring_example_runs():
     import doctest
     result = doctest.testmod(tt, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_public_names_are_documented():
+    """toolkit.torch's public names are in docs/api.md and have docstrings (as
+    tests/test_public_api.py checks the modules that need no torch)."""
+    import inspect
+    import os
+    api = open(os.path.join(os.path.dirname(__file__), "..", "docs", "api.md"),
+               encoding="utf-8").read()
+    assert (tt.__doc__ or "").strip()
+    for name in tt.__all__:
+        assert f"`{name}`" in api, name
+        obj = getattr(tt, name)
+        assert inspect.getdoc(obj), name
+    for name in ("step", "add_param_group", "state_dict", "load_state_dict",
+                 "toolkit_optimizers"):
+        assert inspect.getdoc(getattr(tt.TorchOptimizer, name)), name
