@@ -281,6 +281,11 @@ def test_closure_zero_grad_and_option_changes():
         opt.step()
     assert bits(p) == w and opt.state_dict()["state"][0]["step"] == sd
     assert opt.toolkit_optimizers[0].beta1 == 0.5
+    with pytest.raises(ValueError, match="beta1"):  # still refused at the next step
+        opt.step()
+    opt.param_groups[0]["beta1"] = 0.6
+    opt.step()
+    assert opt.toolkit_optimizers[0].beta1 == 0.6
 
 
 def test_an_error_leaves_every_parameter_as_it_was():
@@ -296,9 +301,14 @@ def test_an_error_leaves_every_parameter_as_it_was():
     emb = torch.nn.Embedding(3, 4, sparse=True)  # a sparse gradient Adamax has no update for
     opt = tt.Adamax([a, emb.weight], lr=0.1)
     emb(torch.tensor([1])).sum().backward()
+    opt.param_groups[0]["beta1"] = 0.7  # a valid change, in a step that fails
     with pytest.raises(TypeError, match="parameter 1: Adamax has no row-sparse update"):
         opt.step()
     assert bits(a) == wa and opt.state_dict()["state"] == {}
+    assert opt.toolkit_optimizers[0].beta1 == 0.9
+    emb.weight.grad = None
+    opt.step()  # the change is made at the next step that runs
+    assert opt.toolkit_optimizers[0].beta1 == 0.7
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -209,6 +209,8 @@ class TorchOptimizer(torch.optim.Optimizer):
         except BaseException:
             undo()
             raise
+        for gi, group in enumerate(self.param_groups):  # the options are the inner ones now
+            self._synced[gi] = self._snapshot(group)
         self._run(plans)
         return loss
 
@@ -256,8 +258,6 @@ class TorchOptimizer(torch.optim.Optimizer):
         except BaseException:
             undo()
             raise
-        for gi, group in enumerate(self.param_groups):
-            self._synced[gi] = self._snapshot(group)
         return undo
 
     def _plan(self):
@@ -309,6 +309,9 @@ class TorchOptimizer(torch.optim.Optimizer):
         if p.dtype not in _DENSE_DTYPES + _HALF:
             raise TypeError(f"{where} has dtype {p.dtype}; toolkit.torch updates float16, "
                             "bfloat16 (with multi_precision=True), float32 and float64 tensors")
+        if p.dtype == torch.bfloat16 and p.device.type != "cpu":
+            raise TypeError(f"{where} is bfloat16 on {p.device}: toolkit.torch steps bfloat16 "
+                            "parameters on the CPU only")
         if p.dtype == torch.bfloat16 and not inner.multi_precision:
             raise TypeError(f"{where} is bfloat16: the toolkit's kernels have no bfloat16 "
                             "arithmetic; pass multi_precision=True (a float32 master copy in "
