@@ -118,3 +118,35 @@ def test_toolkit_scheduler_reads_num_update(name):
         opt.step()
         assert opt.param_groups[0]["lr"] == ref.learning_rate
     assert_same(opt, params, ref, ws, states)
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(specs()) if not create(n).host_state()[0]])
+def test_groups_share_mxnet_counts(name):
+    """Parameters split over param groups of the same options step as one MXNet optimizer over
+    all of them (indices numbered across the groups, one num_update for the toolkit scheduler);
+    the optimizers with state shared by all indices (Nadam's schedule: one per group here) are
+    not among them."""
+    from toolkit import lr_scheduler
+    kw = dict(options(name, "float32"))
+    kw.pop("learning_rate")
+    rng = np.random.default_rng(5)
+    w0 = [drawn(rng, s, np.float32) for s in shapes(name)]
+    params = [torch.nn.Parameter(torch.from_numpy(w.copy())) for w in w0]
+    sched = lambda: lr_scheduler.CosineScheduler(max_update=8, base_lr=0.1)  # noqa: E731
+    opt = tt.create(name, [{"params": params[:1]}, {"params": params[1:]}], lr_scheduler=sched(),
+                    **kw)
+    ref = create(name, lr_scheduler=sched(), **kw)
+    ws = [w.copy() for w in w0]
+    states = [ref.create_state_multi_precision(i, w) for i, w in enumerate(ws)]
+    for step in range(6):
+        grads = [drawn(rng, w.shape, w.dtype) for w in ws]
+        for i, (p, g) in enumerate(zip(params, grads)):
+            skip = i > 0 and step % 2 == 1  # the second group misses every other step
+            p.grad = None if skip else torch.from_numpy(g.copy())
+            if not skip:
+                ref.update_multi_precision(i, ws[i], g, states[i])
+        opt.step()
+        assert [g["lr"] for g in opt.param_groups] == [ref.learning_rate] * 2
+    for p, w in zip(params, ws):
+        assert p.detach().numpy().tobytes() == w.tobytes()
+    assert opt.state_dict()["toolkit"]["num_update"] == ref.num_update

@@ -409,9 +409,10 @@ class TorchOptimizer(torch.optim.Optimizer):
             else:
                 self._run_each(inner, members, maximize)
             self._num_update = inner.num_update
-            if self._scheduler is not None:
-                group["lr"] = inner.learning_rate
-                self._synced[gi]["lr"] = group["lr"]
+        if self._scheduler is not None:  # every group shows the rate at num_update
+            for gi, (group, inner) in enumerate(zip(self.param_groups, self._inners)):
+                inner.num_update = self._num_update
+                group["lr"] = self._synced[gi]["lr"] = inner.learning_rate
 
     def _run_each(self, inner, members, maximize):
         """Index by index through the inner optimizer's own update (it commits each count)."""
