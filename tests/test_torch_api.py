@@ -500,3 +500,23 @@ def test_public_names_are_documented():
     for name in ("step", "add_param_group", "state_dict", "load_state_dict",
                  "toolkit_optimizers"):
         assert inspect.getdoc(getattr(tt.TorchOptimizer, name)), name
+
+
+def test_option_changes_by_torch_schedulers_and_layout_changes():
+    """OneCycleLR cycles SGD's momentum through its group; an option change that would change
+    the state already made is refused."""
+    p = param("sgd")
+    opt = tt.SGD([p], lr=0.1, momentum=0.9)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.5, total_steps=10)
+    for step in range(3):
+        p.grad = grad_like(p, step)
+        opt.step()
+        assert opt.toolkit_optimizers[0].momentum == opt.param_groups[0]["momentum"]
+        assert opt.toolkit_optimizers[0].lr == opt.param_groups[0]["lr"]
+        sched.step()
+    plain = tt.SGD([param("sgd")], lr=0.1)
+    plain.param_groups[0]["params"][0].grad = grad_like(p, 0)
+    plain.step()
+    plain.param_groups[0]["momentum"] = 0.9
+    with pytest.raises(ValueError, match="momentum cannot change from 0.0 to 0.9"):
+        plain.step()
