@@ -520,3 +520,24 @@ def test_option_changes_by_torch_schedulers_and_layout_changes():
     plain.param_groups[0]["momentum"] = 0.9
     with pytest.raises(ValueError, match="momentum cannot change from 0.0 to 0.9"):
         plain.step()
+
+
+def test_a_rebound_parameter_is_stepped_in_its_new_memory():
+    """``p.data = ...`` (new storage) between steps: the step writes the new storage, as an
+    optimizer loaded with the same state over that storage does."""
+    import copy
+    p = param("adam")
+    opt = tt.Adam([p], lr=0.01)
+    p.grad = grad_like(p, 0)
+    opt.step()
+    saved = copy.deepcopy(opt.state_dict())
+    fresh = torch.randn(p.shape, generator=torch.Generator().manual_seed(9))
+    p.data = fresh.clone()
+    p.grad = grad_like(p, 1)
+    opt.step()
+    q = torch.nn.Parameter(fresh.clone())
+    ref = tt.Adam([q], lr=0.01)
+    ref.load_state_dict(saved)
+    q.grad = grad_like(q, 1)
+    ref.step()
+    assert bits(p) == bits(q)

@@ -187,6 +187,7 @@ def unpack(opt, sd):
                 fresh.copy_(arrays[n])
     opt.state.clear()
     opt._toolkit_state.clear()
+    opt._views.clear()
     for p, (toolkit_state, named, _) in new_state.items():
         opt._toolkit_state[p] = toolkit_state
         opt.state[p] = named

@@ -138,6 +138,8 @@ class TorchOptimizer(torch.optim.Optimizer):
         self._inners = []
         self._synced = []
         self._toolkit_state = {}
+        #: parameter -> (its data_ptr, its weight and state tensors in memory order)
+        self._views = {}
         super().__init__(params, defaults)
 
     # --- construction ----------------------------------------------------------------------
@@ -403,6 +405,7 @@ class TorchOptimizer(torch.optim.Optimizer):
             for m in members:
                 if m.new_state is not None:
                     self._toolkit_state[m.p], self.state[m.p] = m.new_state
+                    self._views.pop(m.p, None)
             inner.num_update = self._num_update
             if members[0].route == "vector":
                 self._run_vector(inner, members, scalars, maximize)
@@ -454,12 +457,19 @@ class TorchOptimizer(torch.optim.Optimizer):
         if scalars is None:
             scalars = inner.step_scalars([m.index for m in members])
         t, lr, wd = scalars.t, scalars.lr, scalars.wd
+        names = self._names(inner, self._toolkit_state[members[0].p])  # one layout per group
+        views = self._views
         tensors = []
         for m in members:
             grad = -m.grad if maximize else m.grad
-            tensors.append((_ordered(m.p.detach(), m.perm), _ordered(grad, m.perm)) + tuple(
-                _ordered(self.state[m.p][n], m.perm)
-                for n in self._names(inner, self._toolkit_state[m.p])))
+            # the weight and state views in memory order, kept while the weight's storage is
+            # the same (an assignment to p.data makes them again)
+            held = views.get(m.p)
+            if held is None or held[0] != m.p.data_ptr():
+                held = views[m.p] = (m.p.data_ptr(), (_ordered(m.p.detach(), m.perm),) + tuple(
+                    _ordered(self.state[m.p][n], m.perm) for n in names))
+            w_and_states = held[1]
+            tensors.append((w_and_states[0], _ordered(grad, m.perm)) + w_and_states[1:])
         by_dtype = {}
         for j, m in enumerate(members):
             by_dtype.setdefault(m.p.dtype, []).append(j)
