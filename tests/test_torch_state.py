@@ -149,3 +149,25 @@ def test_loaded_options_take_effect():
     other = tt.SGD(model(), lr=0.1, momentum=0.9)
     other.load_state_dict(sd)
     assert other.param_groups[0]["lr"] == 0.5 and other.toolkit_optimizers[0].lr == 0.5
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_round_trip_with_a_float32_master(dtype):
+    def params():
+        torch.manual_seed(0)
+        return [torch.nn.Parameter(torch.randn(3, 4).to(dtype)),
+                torch.nn.Parameter(torch.randn(5).to(dtype))]
+    a = params()
+    opt = tt.Adam(a, lr=0.01, multi_precision=True)
+    train(opt, a, 2)
+    sd = saved(opt.state_dict())
+    assert sd["state"][0]["weight32"].dtype == torch.float32
+    b = params()
+    with torch.no_grad():
+        for p, q in zip(b, a):
+            p.copy_(q)
+    opt_b = tt.Adam(b, lr=0.01, multi_precision=True)
+    opt_b.load_state_dict(sd)
+    train(opt, a, 2, start=2)
+    train(opt_b, b, 2, start=2)
+    assert all(torch.equal(p, q) for p, q in zip(a, b))

@@ -346,6 +346,9 @@ class TorchOptimizer(torch.optim.Optimizer):
                              f"parameter's {tuple(p.shape)}")
         if p.device.type == "cuda" or p.dtype in _HALF:
             m.route = "each"
+        if p.device.type == "cuda" and not p.is_contiguous():
+            raise ValueError(f"{where} is not contiguous (strides {p.stride()}); on CUDA "
+                             "toolkit.torch updates contiguous parameters only")
         if not p.is_contiguous() and not (inner.state_like_weight and not inner.takes_norms):
             raise ValueError(
                 f"{where} is not contiguous (strides {p.stride()}); {type(inner).__name__} "
