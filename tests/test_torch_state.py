@@ -171,3 +171,19 @@ def test_round_trip_with_a_float32_master(dtype):
     train(opt, a, 2, start=2)
     train(opt_b, b, 2, start=2)
     assert all(torch.equal(p, q) for p, q in zip(a, b))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_deepcopy_of_model_and_optimizer_continues_on_its_own(name):
+    """``copy.deepcopy((params, opt))`` (what checkpointing helpers do): the copy steps its own
+    parameters and state, as the original does, and the original is untouched by it."""
+    a = model()
+    opt = make(name, a)
+    train(opt, a, 2)
+    b, opt_b = copy.deepcopy((a, opt))
+    before = bits(a)
+    train(opt_b, b, 2, start=2)
+    assert bits(a) == before
+    train(opt, a, 2, start=2)
+    assert bits(a) == bits(b)
+    assert repr(saved(opt.state_dict())) == repr(saved(opt_b.state_dict()))

@@ -539,6 +539,33 @@ class TorchOptimizer(torch.optim.Optimizer):
         from .checkpoint import unpack
         unpack(self, state_dict)
 
+    # --- copies (copy.deepcopy, pickle) ---------------------------------------------------
+    def __getstate__(self):
+        """Everything but what shares memory with the state tensors (the numpy views and the
+        views in memory order): :meth:`__setstate__` makes them again over the copied
+        tensors."""
+        out = dict(self.__dict__)
+        out["_toolkit_state"] = {}
+        out["_views"] = {}
+        return out
+
+    def __setstate__(self, state):
+        had_differentiable = "differentiable" in state.get("defaults", {})
+        super().__setstate__(state)
+        if not had_differentiable:  # torch's __setstate__ adds it; it is no option here
+            self.defaults.pop("differentiable", None)
+        index = 0
+        for group, inner in zip(self.param_groups, self._inners):
+            for p in group["params"]:
+                named = self.state.get(p)
+                if named:  # the copied tensors' values in state made as a step makes it
+                    toolkit_state, fresh = self._new_state(index, p, inner)
+                    with torch.no_grad():
+                        for n, tensor in fresh.items():
+                            tensor.copy_(named[n])
+                    self._toolkit_state[p], self.state[p] = toolkit_state, fresh
+                index += 1
+
     def __repr__(self):
         klass = type(self).toolkit_class
         lines = [f"toolkit.torch.{klass.__name__} ("]
