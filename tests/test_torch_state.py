@@ -187,3 +187,18 @@ def test_deepcopy_of_model_and_optimizer_continues_on_its_own(name):
     train(opt, a, 2, start=2)
     assert bits(a) == bits(b)
     assert repr(saved(opt.state_dict())) == repr(saved(opt_b.state_dict()))
+
+
+def test_torch_state_dict_hooks_run():
+    params = model()
+    opt = tt.SGD(params, lr=0.1, momentum=0.9)
+    seen = []
+    opt.register_state_dict_pre_hook(lambda o: seen.append("pre"))
+    opt.register_state_dict_post_hook(lambda o, sd: dict(sd, extra=1))
+    opt.register_load_state_dict_pre_hook(
+        lambda o, sd: {k: v for k, v in sd.items() if k != "extra"})
+    opt.register_load_state_dict_post_hook(lambda o: seen.append("loaded"))
+    sd = opt.state_dict()
+    assert sd["extra"] == 1 and seen == ["pre"]
+    opt.load_state_dict(sd)
+    assert seen == ["pre", "loaded"]

@@ -531,13 +531,26 @@ class TorchOptimizer(torch.optim.Optimizer):
         momentum schedule...). Tensors and plain Python values only:
         ``torch.load(..., weights_only=True)`` reads it."""
         from .checkpoint import pack
-        return pack(self)
+        for hook in self._optimizer_state_dict_pre_hooks.values():  # torch's hooks
+            hook(self)
+        out = pack(self)
+        for hook in self._optimizer_state_dict_post_hooks.values():
+            result = hook(self, out)
+            if result is not None:
+                out = result
+        return out
 
     def load_state_dict(self, state_dict):
         """Load what :meth:`state_dict` gave (for the same parameters); a state that does not
         fit is a ValueError/TypeError with this optimizer unchanged."""
         from .checkpoint import unpack
+        for hook in self._optimizer_load_state_dict_pre_hooks.values():  # torch's hooks
+            result = hook(self, state_dict)
+            if result is not None:
+                state_dict = result
         unpack(self, state_dict)
+        for hook in self._optimizer_load_state_dict_post_hooks.values():
+            hook(self)
 
     # --- copies (copy.deepcopy, pickle) ---------------------------------------------------
     def __getstate__(self):
