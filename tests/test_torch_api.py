@@ -541,3 +541,18 @@ def test_a_rebound_parameter_is_stepped_in_its_new_memory():
     q.grad = grad_like(q, 1)
     ref.step()
     assert bits(p) == bits(q)
+
+
+def test_checks_after_a_first_step_still_run():
+    """A parameter stepped before is checked again when its gradient changes kind: a sparse
+    gradient where there was a dense one."""
+    emb = torch.nn.Embedding(6, 4, sparse=True)
+    opt = tt.Adamax(emb.parameters(), lr=0.1)
+    emb.weight.grad = torch.ones(6, 4)
+    opt.step()
+    w = bits(emb.weight)
+    opt.zero_grad()
+    emb(torch.tensor([1, 2])).sum().backward()
+    with pytest.raises(TypeError, match="Adamax has no row-sparse update"):
+        opt.step()
+    assert bits(emb.weight) == w

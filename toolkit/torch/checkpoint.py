@@ -188,6 +188,7 @@ def unpack(opt, sd):
     opt.state.clear()
     opt._toolkit_state.clear()
     opt._views.clear()
+    opt._facts.clear()
     for p, (toolkit_state, named, _) in new_state.items():
         opt._toolkit_state[p] = toolkit_state
         opt.state[p] = named

@@ -7,7 +7,12 @@ For now it runs each tensor through the CPU launcher on numpy views of the tenso
 into it), one call per tensor with that tensor's row. The addressed kernel family
 (``toolkit/backends/addressed.py``, ``run_rule_addressed(factory, dtype, ptrs, sizes, table)``:
 one call over tensors at arbitrary addresses) replaces the loop with one call where every
-tensor of a row is dense in the weight's memory order.
+tensor of a row is dense in the weight's memory order. Every tensor handed here is contiguous
+(``toolkit.torch`` passes the views in memory order), so the switch is::
+
+    ptrs = np.array([[a.data_ptr() for a in arrays] for arrays in tensors], np.int64)
+    sizes = np.array([arrays[0].numel() for arrays in tensors], np.int64)
+    run_rule_addressed(factory, dtype, ptrs, sizes, table)
 """
 from __future__ import annotations
 

@@ -31,6 +31,7 @@ __all__ = ["TorchOptimizer"]
 FORMAT = 1
 
 _DENSE_DTYPES = (torch.float32, torch.float64)
+_STRIDED = torch.strided
 _HALF = (torch.float16, torch.bfloat16)
 
 
@@ -140,6 +141,8 @@ class TorchOptimizer(torch.optim.Optimizer):
         self._toolkit_state = {}
         #: parameter -> (its data_ptr, its weight and state tensors in memory order)
         self._views = {}
+        #: parameter -> what its last full check found (``_member``)
+        self._facts = {}
         super().__init__(params, defaults)
 
     # --- construction ----------------------------------------------------------------------
@@ -295,6 +298,16 @@ class TorchOptimizer(torch.optim.Optimizer):
     def _member(self, index, p, inner, group):
         """The checked member ``index`` (``p`` with its gradient)."""
         grad = p.grad
+        # a CPU parameter with state whose weight (address, dtype, shape, strides) and dense
+        # gradient are as they were at its last full check: the facts of that check
+        facts = self._facts.get(p)
+        if facts is not None and p.data_ptr() == facts[0] and grad.layout is _STRIDED and \
+                grad.is_cpu and grad.dtype is facts[1] and p.dtype is facts[1] and \
+                grad.shape == facts[2] and p.shape == facts[2] and p.stride() == facts[3] and \
+                p in self._toolkit_state:
+            m = _Member(index, p, grad)
+            m.route, m.perm = facts[4], facts[5]
+            return m
         where = f"parameter {index}"
         if p.layout != torch.strided:
             raise TypeError(f"{where} is a {p.layout} tensor; toolkit.torch updates dense "
@@ -357,6 +370,8 @@ class TorchOptimizer(torch.optim.Optimizer):
         m.perm = memory_order(p)
         if p not in self._toolkit_state:
             m.new_state = self._new_state(index, p, inner)
+        if p.device.type == "cpu" and not m.sparse:
+            self._facts[p] = (p.data_ptr(), p.dtype, p.shape, p.stride(), m.route, m.perm)
         return m
 
     def _new_state(self, index, p, inner):
@@ -560,6 +575,7 @@ class TorchOptimizer(torch.optim.Optimizer):
         out = dict(self.__dict__)
         out["_toolkit_state"] = {}
         out["_views"] = {}
+        out["_facts"] = {}
         return out
 
     def __setstate__(self, state):
