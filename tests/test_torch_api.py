@@ -556,3 +556,14 @@ def test_checks_after_a_first_step_still_run():
     with pytest.raises(TypeError, match="Adamax has no row-sparse update"):
         opt.step()
     assert bits(emb.weight) == w
+
+
+def test_importing_toolkit_does_not_import_torch():
+    import subprocess
+    import sys
+    code = ("import sys, toolkit, toolkit.optimizer, toolkit.trainer; "
+            "print('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
