@@ -6,7 +6,8 @@ layout, with tensors and plain Python values only (``torch.load(..., weights_onl
     {"state": {index: {"step": t, "<slot>": tensor, ..., "weight32": tensor}},
      "param_groups": [{"lr": ..., "wd": ..., ..., "params": [index, ...]}],
      "toolkit": {"format": 1, "optimizer": "adam", "num_update": n,
-                 "host": [{"data": {...}, "arrays": {name: tensor}}]}}   # one per group
+                 "host": [{"data": {...}, "arrays": {name: tensor}}],  # one per group
+                 "lr_scheduler": None or the toolkit scheduler's state_dict()}}
 
 Loading checks everything first (the format, the optimizer, the groups and their options, every
 state's names, shapes, dtypes and devices, the counts, the host states) and changes nothing
@@ -14,6 +15,7 @@ when a check fails; then the state is copied into fresh arrays.
 """
 from __future__ import annotations
 
+import copy
 import numbers
 
 import numpy as np
@@ -69,9 +71,11 @@ def pack(opt):
         data, arrays = inner.host_state()
         host.append({"data": _plain(data), "arrays": {k: _tensor(v) for k, v in arrays.items()}})
     name = spec_of(type(opt).toolkit_class).name
+    sched = opt._scheduler
+    saved_sched = _plain(sched.state_dict()) if hasattr(sched, "state_dict") else None
     return {"state": state, "param_groups": groups,
             "toolkit": {"format": FORMAT, "optimizer": name, "num_update": int(opt._num_update),
-                        "host": host}}
+                        "host": host, "lr_scheduler": saved_sched}}
 
 
 def _fail(msg, kind=ValueError):
@@ -103,6 +107,17 @@ def unpack(opt, sd):
     host = meta.get("host")
     if not isinstance(host, list) or len(host) != len(groups):
         _fail("its host states do not match its param groups")
+    saved_sched = meta.get("lr_scheduler")
+    sched_copy = None
+    if saved_sched is not None:
+        if opt._scheduler is None or not hasattr(opt._scheduler, "load_state_dict"):
+            _fail("it was saved with a toolkit lr_scheduler (its state: "
+                  f"{saved_sched}); give this optimizer the same scheduler")
+        sched_copy = copy.deepcopy(opt._scheduler)
+        try:  # checked on a copy: the optimizer's own is loaded once everything passed
+            sched_copy.load_state_dict(saved_sched)
+        except (TypeError, ValueError) as e:
+            _fail(f"its lr_scheduler state does not fit this optimizer's scheduler: {e}")
     state = sd["state"]
     if not isinstance(state, dict):
         _fail("'state' must be a dict of parameter index to state", TypeError)
@@ -200,5 +215,7 @@ def unpack(opt, sd):
         opt._synced[gi] = opt._snapshot(group)
     opt._inners[:] = new_inners
     opt._num_update = int(num_update)
+    if sched_copy is not None:
+        opt._scheduler.load_state_dict(saved_sched)
     for restore in commits:
         restore()
