@@ -150,3 +150,46 @@ def test_groups_share_mxnet_counts(name):
     for p, w in zip(params, ws):
         assert p.detach().numpy().tobytes() == w.tobytes()
     assert opt.state_dict()["toolkit"]["num_update"] == ref.num_update
+
+
+# --- hypothesis: the oracle's hyperparameter space (optim_db, read from the specs) --------------
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from optim_db import DB, EXAMPLES, arrays_over_decades, np_dtype  # noqa: E402
+
+DRAWN = [(info, conv, dtype) for info in DB for conv in info.conventions
+         for dtype in ("float32", "float64", "float16-mp")]
+
+
+@pytest.mark.parametrize("case", DRAWN, ids=[f"{i.name}-{c}-{d}" for i, c, d in DRAWN])
+@settings(max_examples=max(2, EXAMPLES // 3))
+@given(data=st.data())
+def test_drawn_hyperparameters_equal_numpy_bit_for_bit(case, data):
+    """Hyperparameters from the oracle's space (aimed at branch points), weights and
+    gradients over many decades, 1 to 4 steps: toolkit.torch equals the numpy step, bit for
+    bit, weights and states."""
+    info, conv, dtype = case
+    hyper = data.draw(info.hyper, label="hyper")
+    common = data.draw(info.common, label="common")
+    kw = dict(hyper, **common, convention=conv, multi_precision=dtype == "float16-mp")
+    shape = data.draw(info.shapes, label="shape")
+    n = int(np.prod(shape))
+    dt = np_dtype(dtype)
+    lo = -2 if dt == np.float16 else -4
+    w0 = data.draw(arrays_over_decades(n, lo, 2), label="w").reshape(shape).astype(dt)
+    steps = data.draw(st.integers(1, 4), label="steps")
+    grads = [data.draw(arrays_over_decades(n, lo - 2, 3), label=f"g{k}").reshape(shape)
+             .astype(dt) for k in range(steps)]
+    p = torch.nn.Parameter(torch.from_numpy(w0.copy()))
+    opt = tt.create(info.name, [p], **kw)
+    ref = create(info.name, **kw)
+    w = w0.copy()
+    state = ref.create_state_multi_precision(0, w)
+    with np.errstate(all="ignore"):
+        for g in grads:
+            p.grad = torch.from_numpy(g.copy())
+            opt.step()
+            ref.update_multi_precision(0, w, g, state)
+    assert p.detach().numpy().tobytes() == w.tobytes()
+    mine = [a.numpy().tobytes() for k, a in opt.state_dict()["state"][0].items() if k != "step"]
+    assert sorted(mine) == sorted(a.tobytes() for a in _leaves(state))
