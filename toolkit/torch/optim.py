@@ -12,23 +12,18 @@ index by index through the inner optimizer's own ``update_multi_precision``, as 
 """
 from __future__ import annotations
 
-import math
 import numbers
 
 import numpy as np
 import torch
 
 from ..backends import cpu
-from ..optimizers.registry import spec_of
 from ..sparse import RowSparse
 from ..trainer.buffers import Recorder
 from . import keywords
 from .launch import run_rule_table
 
 __all__ = ["TorchOptimizer"]
-
-#: the format of ``state_dict()["toolkit"]``
-FORMAT = 1
 
 _DENSE_DTYPES = (torch.float32, torch.float64)
 _STRIDED = torch.strided
