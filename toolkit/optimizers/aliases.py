@@ -7,15 +7,17 @@ optimizer accepts a keyword when some ``__init__`` of its class chain names it; 
 does not accept are looked up here, so AdaGrad's own ``eps`` and RMSProp's ``momentum`` pass.
 
 ``KEYWORD_ALIASES`` maps a foreign keyword to the MXNet keywords it may mean, in order of
-preference (the first one the optimizer accepts is suggested). ``toolkit.torch`` (planned) reads
-the same table to accept those names.
+preference (the first one the optimizer accepts is suggested). ``TORCH_KEYWORDS`` are the
+PyTorch names ``toolkit.torch`` accepts, mapped per optimizer by :func:`torch_keywords` (a
+spec's ``torch_requires`` says where a counterpart needs a flag on: RMSProp's ``momentum``).
 """
 from __future__ import annotations
 
 import functools
 import inspect
 
-__all__ = ["KEYWORD_ALIASES", "constructor_parameters", "accepted_keywords", "check_keywords"]
+__all__ = ["KEYWORD_ALIASES", "TORCH_KEYWORDS", "constructor_parameters", "accepted_keywords",
+           "check_keywords", "torch_keywords", "hint"]
 
 #: foreign keyword -> the MXNet keywords it may mean (the first one an optimizer accepts is named)
 KEYWORD_ALIASES = {
@@ -35,6 +37,20 @@ KEYWORD_ALIASES = {
     "grad_clip": ("clip_gradient",),
     "scheduler": ("lr_scheduler",),
     "learning_rate_schedule": ("lr_scheduler",),
+}
+
+#: the ``torch.optim`` keywords that ``toolkit.torch`` accepts where an optimizer has their MXNet
+#: counterpart (:func:`torch_keywords`): PyTorch's name -> the MXNet keywords it means (``()``:
+#: only an optimizer keyword of the same name). Any other PyTorch keyword (``nesterov``,
+#: ``amsgrad``, ``foreach``...) is a TypeError there that says why (``_NO_EQUIVALENT``)
+TORCH_KEYWORDS = {
+    "lr": ("learning_rate",),
+    "weight_decay": ("wd",),
+    "betas": ("beta1", "beta2"),
+    "eps": ("epsilon",),
+    "alpha": ("gamma1",),            # RMSprop's smoothing constant
+    "momentum": (),
+    "momentum_decay": ("schedule_decay",),  # NAdam's
 }
 
 #: what to say where the optimizer has none of the candidates (a keyword with no MXNet meaning)
@@ -74,6 +90,28 @@ def constructor_parameters(klass):
 def accepted_keywords(klass):
     """The keyword names ``klass(...)`` accepts (:func:`constructor_parameters`)."""
     return frozenset(name for name, _ in constructor_parameters(klass))
+
+
+def torch_keywords(klass):
+    """``{torch keyword: (MXNet keywords,)}`` for the ``TORCH_KEYWORDS`` that ``klass`` has a
+    counterpart of: its own keyword of that name (AdaGrad's ``eps``, SGD's ``momentum``), else
+    the MXNet keywords the table gives, when ``klass`` takes all of them (``betas``: ``beta1``
+    and ``beta2`` together). A keyword missing from the result has no counterpart in
+    ``klass``."""
+    accepted = accepted_keywords(klass)
+    out = {}
+    for key, names in TORCH_KEYWORDS.items():
+        if key in accepted:
+            out[key] = (key,)
+        elif names and set(names) <= accepted:
+            out[key] = names
+    return out
+
+
+def hint(klass, key, value):
+    """The sentence that says what the keyword ``key`` (another framework's) means for
+    ``klass``, or None where the table knows nothing of it."""
+    return _hint(klass, key, value, accepted_keywords(klass))
 
 
 def _hint(klass, key, value, accepted):

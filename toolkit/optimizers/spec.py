@@ -63,6 +63,9 @@ class Spec:
         ``pytorch``: the PyTorch decision of its reference (``reference.<name>.PYTORCH``:
         ``"pytorch"``, the convention PyTorch's update equals, or None); a test checks the two
         agree. ``torch``: the ``torch.optim`` class of the same update family, or None.
+        ``torch_requires``: ``{PyTorch keyword: flag}``, a keyword of ``toolkit.torch`` that
+        has its counterpart only with that constructor flag on (RMSProp: ``momentum`` is
+        ``gamma2`` of the centered variant; plain RMSProp keeps no momentum buffer).
     What the oracle draws
         ``space``: its own hyperparameters (MXNet's constructor names) as :class:`Space` s,
         aimed at branch points. ``fixed``: common hyperparameters it does not take freely, with
@@ -106,6 +109,7 @@ class Spec:
     conventions: tuple = CONVENTIONS
     pytorch: str | None = None
     torch: str | None = None
+    torch_requires: Mapping[str, str] = field(default_factory=dict)
     space: Mapping[str, Space] = field(default_factory=dict)
     fixed: Mapping[str, Any] = field(default_factory=dict)
     fixed_reason: str = ""
@@ -145,7 +149,7 @@ class Spec:
             raise TypeError(f"Spec {self.name!r}: variants must be a tuple of variant names "
                             f"(toolkit.oracle.variants.VARIANTS), got {self.variants!r}")
         object.__setattr__(self, "variants", tuple(self.variants))
-        for key in ("space", "fixed", "usual", "record", "demo"):
+        for key in ("space", "fixed", "usual", "record", "demo", "torch_requires"):
             object.__setattr__(self, key, _frozen(getattr(self, key)))
         for key in ("layouts", "trainer"):
             object.__setattr__(self, key, tuple(_frozen(c) for c in getattr(self, key)))

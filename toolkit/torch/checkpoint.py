@@ -1,0 +1,221 @@
+"""``state_dict()`` and ``load_state_dict()`` of a ``toolkit.torch`` optimizer, in torch's
+layout, with tensors and plain Python values only (``torch.load(..., weights_only=True)``).
+
+::
+
+    {"state": {index: {"step": t, "<slot>": tensor, ..., "weight32": tensor}},
+     "param_groups": [{"lr": ..., "wd": ..., ..., "params": [index, ...]}],
+     "toolkit": {"format": 1, "optimizer": "adam", "num_update": n,
+                 "host": [{"data": {...}, "arrays": {name: tensor}}],  # one per group
+                 "lr_scheduler": None or the toolkit scheduler's state_dict()}}
+
+Loading checks everything first (the format, the optimizer, the groups and their options, every
+state's names, shapes, dtypes and devices, the counts, the host states) and changes nothing
+when a check fails; then the state is copied into fresh arrays.
+"""
+from __future__ import annotations
+
+import copy
+import numbers
+
+import numpy as np
+import torch
+
+from ..optimizers.registry import spec_of
+from . import keywords
+
+__all__ = ["pack", "unpack"]
+
+FORMAT = 1
+
+
+def _tensor(a):
+    return torch.from_numpy(np.ascontiguousarray(a).copy()) if isinstance(a, np.ndarray) else a
+
+
+def _plain(x):
+    """JSON-like data with numpy scalars turned into Python's."""
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    return x
+
+
+def pack(opt):
+    """``opt.state_dict()``."""
+    counts = {}
+    for inner in opt._inners:
+        counts.update(inner.update_counts)
+    state, groups = {}, []
+    index = 0
+    for group in opt.param_groups:
+        packed = {k: v for k, v in group.items() if k != "params"}
+        ids = []
+        for p in group["params"]:
+            entry = {}
+            if index in counts:
+                entry["step"] = int(counts[index])
+            if p in opt._toolkit_state:
+                entry.update(opt.state[p])
+            if entry:
+                state[index] = entry
+            ids.append(index)
+            index += 1
+        packed["params"] = ids
+        groups.append(packed)
+    host = []
+    for inner in opt._inners:
+        data, arrays = inner.host_state()
+        host.append({"data": _plain(data), "arrays": {k: _tensor(v) for k, v in arrays.items()}})
+    name = spec_of(type(opt).toolkit_class).name
+    sched = opt._scheduler
+    saved_sched = _plain(sched.state_dict()) if hasattr(sched, "state_dict") else None
+    return {"state": state, "param_groups": groups,
+            "toolkit": {"format": FORMAT, "optimizer": name, "num_update": int(opt._num_update),
+                        "host": host, "lr_scheduler": saved_sched}}
+
+
+def _fail(msg, kind=ValueError):
+    raise kind(f"load_state_dict: {msg}; the optimizer is unchanged")
+
+
+def unpack(opt, sd):
+    """``opt.load_state_dict(sd)``: everything checked first, then committed."""
+    klass = type(opt).toolkit_class
+    if not isinstance(sd, dict) or not {"state", "param_groups"} <= set(sd):
+        _fail("expected a dict with 'state' and 'param_groups' (what state_dict() gives)",
+              TypeError)
+    meta = sd.get("toolkit")
+    if not isinstance(meta, dict):
+        _fail("this state_dict has no 'toolkit' entry: it was not made by a toolkit.torch "
+              "optimizer")
+    if meta.get("format") != FORMAT:
+        _fail(f"format {meta.get('format')!r} is not {FORMAT}, the one this version reads")
+    name = spec_of(klass).name
+    if meta.get("optimizer") != name:
+        _fail(f"it was saved by {meta.get('optimizer')!r}, this optimizer is {name!r}")
+    groups = sd["param_groups"]
+    if not isinstance(groups, list) or len(groups) != len(opt.param_groups):
+        _fail(f"it has {len(groups) if isinstance(groups, list) else groups!r} param groups, "
+              f"this optimizer {len(opt.param_groups)}")
+    num_update = meta.get("num_update")
+    if not isinstance(num_update, numbers.Integral) or num_update < opt._begin:
+        _fail(f"num_update {num_update!r} must be an int >= begin_num_update {opt._begin}")
+    host = meta.get("host")
+    if not isinstance(host, list) or len(host) != len(groups):
+        _fail("its host states do not match its param groups")
+    saved_sched = meta.get("lr_scheduler")
+    sched_copy = None
+    if saved_sched is not None:
+        if opt._scheduler is None or not hasattr(opt._scheduler, "load_state_dict"):
+            _fail("it was saved with a toolkit lr_scheduler (its state: "
+                  f"{saved_sched}); give this optimizer the same scheduler")
+        sched_copy = copy.deepcopy(opt._scheduler)
+        try:  # checked on a copy: the optimizer's own is loaded once everything passed
+            sched_copy.load_state_dict(saved_sched)
+        except (TypeError, ValueError) as e:
+            _fail(f"its lr_scheduler state does not fit this optimizer's scheduler: {e}")
+    state = sd["state"]
+    if not isinstance(state, dict):
+        _fail("'state' must be a dict of parameter index to state", TypeError)
+    # the parameters by saved index, and each group's options
+    params_by_index = {}
+    new_inners, new_options, commits = [], [], []
+    group_keys = set(keywords.group_keys(klass))
+    index = 0
+    for gi, (saved, group) in enumerate(zip(groups, opt.param_groups)):
+        ids = saved.get("params") if isinstance(saved, dict) else None
+        if not isinstance(ids, list) or len(ids) != len(group["params"]):
+            _fail(f"param group {gi} holds {len(ids) if isinstance(ids, list) else ids!r} "
+                  f"parameters, this optimizer's {len(group['params'])}")
+        options = {k: v for k, v in saved.items() if k not in ("params", "param_names")}
+        missing = sorted(k for k in group_keys if k not in options)
+        if missing:
+            _fail(f"param group {gi} lacks the options {missing}")
+        build = {k: v for k, v in options.items() if k in group_keys}
+        try:
+            inner = opt._build(build)
+        except (TypeError, ValueError) as e:
+            _fail(f"param group {gi}'s options do not make a {klass.__name__}: {e}")
+        counts = {}
+        for k, p in zip(ids, group["params"]):
+            params_by_index[k] = (p, inner, index)
+            entry = state.get(k)
+            if isinstance(entry, dict) and "step" in entry:
+                t = entry["step"]
+                if isinstance(t, torch.Tensor) and t.numel() == 1:
+                    t = int(t.item())
+                if not isinstance(t, numbers.Integral) or isinstance(t, bool) or \
+                        not opt._begin < t <= num_update:
+                    _fail(f"parameter {k}'s step {t!r} must be an int in "
+                          f"({opt._begin}, num_update {num_update}]")
+                counts[index] = int(t)
+            index += 1
+        h = host[gi]
+        if not isinstance(h, dict) or not isinstance(h.get("arrays", {}), dict):
+            _fail(f"param group {gi}'s host state must be a dict with 'data' and 'arrays'")
+        try:
+            restore = inner.check_host_state(
+                h.get("data", {}),
+                {k: v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else v
+                 for k, v in h.get("arrays", {}).items()})
+        except (TypeError, ValueError, KeyError) as e:
+            _fail(f"param group {gi}'s host state does not fit: {e}")
+        inner.restore_counts(counts, int(num_update))
+        new_inners.append(inner)
+        new_options.append(options)
+        commits.append(restore)
+    unknown = sorted(set(state) - set(params_by_index), key=repr)
+    if unknown:
+        _fail(f"it holds state for parameters {unknown} that no param group holds")
+    new_state = {}
+    for k, entry in state.items():
+        p, inner, index = params_by_index[k]
+        if not isinstance(entry, dict):
+            _fail(f"the state of parameter {k} must be a dict", TypeError)
+        arrays = {n: v for n, v in entry.items() if n != "step"}
+        if not arrays:
+            continue
+        try:
+            toolkit_state, named = opt._new_state(index, p, inner)
+        except (TypeError, ValueError) as e:
+            _fail(f"parameter {k}: {e}")
+        if set(arrays) != set(named):
+            _fail(f"parameter {k}'s state holds {sorted(arrays)}; with these options "
+                  f"{klass.__name__} keeps {sorted(named)} for it")
+        for n, fresh in named.items():
+            v = arrays[n]
+            if not isinstance(v, torch.Tensor):
+                _fail(f"parameter {k}'s state {n!r} must be a tensor, got {type(v).__name__}",
+                      TypeError)
+            if tuple(v.shape) != tuple(fresh.shape) or v.dtype != fresh.dtype:
+                _fail(f"parameter {k}'s state {n!r} is {tuple(v.shape)} {v.dtype}; it must be "
+                      f"{tuple(fresh.shape)} {fresh.dtype}")
+        new_state[p] = (toolkit_state, named, arrays)
+    # commit: nothing below raises
+    for p, (toolkit_state, named, arrays) in new_state.items():
+        for n, fresh in named.items():
+            with torch.no_grad():
+                fresh.copy_(arrays[n])
+    opt.state.clear()
+    opt._toolkit_state.clear()
+    opt._views.clear()
+    opt._facts.clear()
+    for p, (toolkit_state, named, _) in new_state.items():
+        opt._toolkit_state[p] = toolkit_state
+        opt.state[p] = named
+    for gi, (group, options) in enumerate(zip(opt.param_groups, new_options)):
+        for key in list(group):
+            if key not in ("params", "param_names"):
+                del group[key]
+        group.update(options)
+        opt._synced[gi] = opt._snapshot(group)
+    opt._inners[:] = new_inners
+    opt._num_update = int(num_update)
+    if sched_copy is not None:
+        opt._scheduler.load_state_dict(saved_sched)
+    for restore in commits:
+        restore()

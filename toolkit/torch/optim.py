@@ -1,0 +1,608 @@
+"""``TorchOptimizer``: a ``torch.optim.Optimizer`` over one of the toolkit's optimizers, with
+MXNet's numbers (docs/torch.md).
+
+Each param group keeps one toolkit optimizer (its "inner" optimizer) built from the group's
+options; every parameter is an MXNet index, numbered as ``state_dict()`` numbers it (across the
+groups, in order), with MXNet's per-index count ``t``. A step validates everything first (the
+groups' options as torch's schedulers left them, every gradient, the step's scalars), then runs
+each group: an optimizer whose step reads only ``(t, lr, wd)`` is planned once per distinct three
+and its rows run as a table over the tensors (:func:`toolkit.torch.launch.run_rule_table`); any
+other step (float16, a sparse gradient, Nadam's schedule, LARS's norms, a custom ``update``) goes
+index by index through the inner optimizer's own ``update_multi_precision``, as MXNet does.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import torch
+
+from ..backends import cpu
+from ..sparse import RowSparse
+from ..trainer.buffers import Recorder
+from . import keywords
+from .launch import run_rule_table
+
+__all__ = ["TorchOptimizer"]
+
+_DENSE_DTYPES = (torch.float32, torch.float64)
+_STRIDED = torch.strided
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _plain(value):
+    """A value as a param group keeps it: Python's own scalars (``torch.load(...,
+    weights_only=True)`` reads them)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+class _Member:
+    """One parameter with a gradient in this step: its index, tensor, the arrays the update
+    reads, and how it runs."""
+    __slots__ = ("index", "p", "grad", "perm", "sparse", "new_state", "route")
+
+    def __init__(self, index, p, grad):
+        self.index, self.p, self.grad = index, p, grad
+        self.perm = self.new_state = None
+        self.sparse = False
+        self.route = "vector"
+
+
+def memory_order(p):
+    """None for a contiguous tensor; else the permutation of its dimensions that lists them in
+    memory order (``p.permute(perm)`` is contiguous: channels_last's ``(0, 2, 3, 1)``), or a
+    ValueError where there is none (a tensor with gaps or overlaps)."""
+    if p.is_contiguous():
+        return None
+    perm = tuple(sorted(range(p.dim()), key=lambda d: (-p.stride(d), -p.shape[d])))
+    if not p.permute(perm).is_contiguous():
+        raise ValueError(f"a parameter with strides {p.stride()} and shape {tuple(p.shape)} is "
+                         "not dense in memory (gaps or overlaps); pass contiguous parameters")
+    return perm
+
+
+def _ordered(t, perm):
+    """``t`` with its dimensions in memory order (the permutation ``perm`` of its weight);
+    a gradient not in that order is copied into it."""
+    if perm is not None:
+        t = t.permute(perm)
+    return t if t.is_contiguous() else t.contiguous()
+
+
+def _unordered(t, perm):
+    """A tensor made in memory order (``_ordered``) seen in its weight's logical shape."""
+    if perm is None:
+        return t
+    inverse = [0] * len(perm)
+    for k, d in enumerate(perm):
+        inverse[d] = k
+    return t.permute(inverse)
+
+
+class TorchOptimizer(torch.optim.Optimizer):
+    """A ``torch.optim.Optimizer`` whose update is the toolkit optimizer ``toolkit_class``
+    (generated per registered optimizer: ``toolkit.torch.Adam``...).
+
+    ``params``: tensors, or param-group dicts with per-group options. Keywords: MXNet's
+    constructor names (``learning_rate``, ``wd``, ``beta1``, ``rescale_grad``,
+    ``clip_gradient``, ``multi_precision``, ``convention``...) or PyTorch's (``lr``,
+    ``weight_decay``, ``betas``, ``eps``, ``alpha``, ``momentum`` where the optimizer has their
+    counterpart), ``maximize``, and for the whole optimizer ``lr_scheduler`` (a
+    ``toolkit.lr_scheduler`` scheduler, read at MXNet's ``num_update``) and
+    ``begin_num_update``.
+    """
+
+    #: the toolkit optimizer class (set on each generated subclass)
+    toolkit_class = None
+
+    def __init__(self, params, **kwargs):
+        klass = type(self).toolkit_class
+        if klass is None:
+            raise TypeError("TorchOptimizer is a base class: use toolkit.torch.<Name> or "
+                            "toolkit.torch.create(name, params, ...)")
+        name = f"toolkit.torch.{klass.__name__}()"
+        opts = keywords.normalise(klass, kwargs, where=name)
+        self._scheduler = opts.pop("lr_scheduler", None)
+        self._begin = opts.pop("begin_num_update", 0)
+        given_lr = opts.pop("lr", None) if self._scheduler is not None else None
+        # checks every option before anything is kept; with a toolkit scheduler, MXNet's rule
+        # (the given learning rate, else the optimizer's default one, is its base_lr) applies
+        # once, here
+        template = self._build(opts, given_lr)
+        self._num_update = template.num_update
+        defaults = {}
+        for key in keywords.group_keys(klass):
+            if key == "lr":
+                value = template.learning_rate
+            elif key == "maximize":
+                value = opts.get(key, False)
+                if not isinstance(value, bool):
+                    raise TypeError(f"{name}: maximize must be a bool, got {value!r}")
+            else:
+                attr = keywords.attribute_of(klass, key)
+                if attr is not None:
+                    value = getattr(template, attr)
+                elif key in opts:
+                    value = opts[key]
+                else:
+                    continue
+            value = _plain(value)
+            if value is None or isinstance(value, (bool, numbers.Real, str)):
+                defaults[key] = value
+        self._inners = []
+        self._synced = []
+        self._toolkit_state = {}
+        #: parameter -> (its data_ptr, its weight and state tensors in memory order)
+        self._views = {}
+        #: parameter -> what its last full check found (``_member``)
+        self._facts = {}
+        super().__init__(params, defaults)
+
+    # --- construction ----------------------------------------------------------------------
+    def _build(self, opts, scheduler_lr=None):
+        """A toolkit optimizer for the options ``opts`` (a group's spelling), checked. With a
+        toolkit scheduler its learning rate is the scheduler's ``base_lr``
+        (``scheduler_lr``: the one given to the constructor, MXNet's rule)."""
+        klass = type(self).toolkit_class
+        kw = {k: v for k, v in opts.items() if k not in ("lr", "maximize")}
+        if self._scheduler is None:
+            if opts.get("lr") is not None:
+                kw["learning_rate"] = opts["lr"]
+        elif scheduler_lr is not None:
+            kw["learning_rate"] = scheduler_lr
+        elif "_inners" in self.__dict__:  # after construction: the scheduler's own base_lr
+            kw["learning_rate"] = self._scheduler.base_lr
+        if not isinstance(opts.get("maximize", False), bool):
+            raise TypeError(f"maximize must be a bool, got {opts['maximize']!r}")
+        return klass(lr_scheduler=self._scheduler, begin_num_update=self._begin, **kw)
+
+    def add_param_group(self, param_group):
+        """Add a param group (torch's ``add_param_group``): its options in MXNet's or
+        PyTorch's names, the others taken from the optimizer's defaults; checked before it is
+        added."""
+        if not isinstance(param_group, dict):
+            raise TypeError(f"param_group must be a dict, but got {type(param_group)}")
+        if "params" not in param_group:
+            raise ValueError("a param group needs 'params'")
+        klass = type(self).toolkit_class
+        options = {k: v for k, v in param_group.items() if k not in ("params", "param_names")}
+        opts = keywords.normalise(klass, options, where="add_param_group", level=False,
+                                  inherited=self.defaults)
+        if self._scheduler is not None and "lr" in opts:
+            raise TypeError("add_param_group: this optimizer's learning rate comes from its "
+                            "lr_scheduler; a param group cannot give its own lr")
+        merged = {**self.defaults, **opts}
+        inner = self._build(merged)
+        group = {"params": param_group["params"]}
+        if "param_names" in param_group:
+            group["param_names"] = param_group["param_names"]
+        group.update(merged)
+        if self._scheduler is not None:
+            group["lr"] = inner.learning_rate
+        super().add_param_group(group)
+        self._inners.append(inner)
+        self._synced.append(self._snapshot(group))
+
+    @staticmethod
+    def _snapshot(group):
+        return {k: v for k, v in group.items() if k not in ("params", "param_names")}
+
+    @property
+    def toolkit_optimizers(self):
+        """The toolkit optimizer of each param group (read them; a group's options are set
+        through ``param_groups``)."""
+        return tuple(self._inners)
+
+    # --- the step --------------------------------------------------------------------------
+    def step(self, closure=None):
+        """One update of every parameter whose ``.grad`` is not None (the closure, if given,
+        runs first under ``torch.enable_grad()`` and its value is returned)."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        undo = self._sync_options()
+        try:
+            plans = self._plan()
+        except BaseException:
+            undo()
+            raise
+        for gi, group in enumerate(self.param_groups):  # the options are the inner ones now
+            self._synced[gi] = self._snapshot(group)
+        self._run(plans)
+        return loss
+
+    def _sync_options(self):
+        """Hand each group's options (as torch's schedulers or the user left them) to its
+        toolkit optimizer, checked; returns what puts them back (on a later error)."""
+        klass = type(self).toolkit_class
+        done = []
+
+        def undo():
+            for inner, attr, old in reversed(done):
+                setattr(inner, attr, old)
+
+        try:
+            for gi, group in enumerate(self.param_groups):
+                inner, last = self._inners[gi], self._synced[gi]
+                if self._scheduler is not None:
+                    if "initial_lr" in group:
+                        raise TypeError(
+                            "a torch.optim.lr_scheduler and the toolkit lr_scheduler both drive "
+                            "this optimizer's learning rate; use one of them")
+                    if group["lr"] != last["lr"]:
+                        raise TypeError(
+                            f"param group {gi}'s lr was changed to {group['lr']!r}, but its "
+                            "learning rate comes from the toolkit lr_scheduler; use one of them")
+                for key, value in group.items():
+                    if key in ("params", "param_names", "maximize", "initial_lr") or (
+                            key in last and (value is last[key] or _same(value, last[key]))):
+                        continue
+                    if key == "lr" and self._scheduler is not None:
+                        continue
+                    if key not in last:
+                        continue  # a key of the user's own (torch allows them): not an option
+                    attr = keywords.attribute_of(klass, key)
+                    if attr is None:
+                        raise ValueError(
+                            f"param group {gi}: {key} cannot change after the group is made "
+                            f"(from {last[key]!r} to {value!r}); add a new param group with it")
+                    old = getattr(inner, attr)
+                    setattr(inner, attr, value)
+                    done.append((inner, attr, old))
+                if not isinstance(group.get("maximize", False), bool):
+                    raise TypeError(f"param group {gi}: maximize must be a bool, got "
+                                    f"{group['maximize']!r}")
+        except BaseException:
+            undo()
+            raise
+        return undo
+
+    def _plan(self):
+        """Every group's members with a gradient, checked, with the state each new one gets;
+        the step's scalars checked (nothing is written)."""
+        plans = []
+        index = 0
+        num_update = self._num_update
+        for gi, group in enumerate(self.param_groups):
+            inner = self._inners[gi]
+            members = []
+            for p in group["params"]:
+                if p.grad is not None:
+                    members.append(self._member(index, p, inner, group))
+                index += 1
+            if members:
+                vector = inner.plans_by_scalars and all(m.route == "vector" for m in members)
+                if not vector:
+                    for m in members:
+                        m.route = "each"
+                scalars = None
+                if self._scheduler is None:
+                    # the step's scalars, and their errors, before anything is written. Not
+                    # with a toolkit scheduler: MXNet's schedulers keep state (FactorScheduler
+                    # decays its base_lr once asked for a later count), so they are read once,
+                    # in MXNet's order, by the step itself
+                    inner.num_update = num_update
+                    scalars = inner.step_scalars([m.index for m in members])
+                    num_update = max(num_update, int(scalars.t.max()))
+                plans.append((gi, inner, members, scalars))
+        return plans
+
+    def _member(self, index, p, inner, group):
+        """The checked member ``index`` (``p`` with its gradient)."""
+        grad = p.grad
+        # a CPU parameter with state whose weight (address, dtype, shape, strides) and dense
+        # gradient are as they were at its last full check: the facts of that check
+        facts = self._facts.get(p)
+        if facts is not None and p.data_ptr() == facts[0] and grad.layout is _STRIDED and \
+                grad.is_cpu and grad.dtype is facts[1] and p.dtype is facts[1] and \
+                grad.shape == facts[2] and p.shape == facts[2] and p.stride() == facts[3] and \
+                p in self._toolkit_state:
+            m = _Member(index, p, grad)
+            m.route, m.perm = facts[4], facts[5]
+            return m
+        where = f"parameter {index}"
+        if p.layout != torch.strided:
+            raise TypeError(f"{where} is a {p.layout} tensor; toolkit.torch updates dense "
+                            "parameters")
+        if p.device.type not in ("cpu", "cuda"):
+            raise TypeError(f"{where} is on {p.device}; toolkit.torch updates CPU and CUDA "
+                            "tensors")
+        if grad.device != p.device:
+            raise ValueError(f"{where}: its gradient is on {grad.device}, the parameter on "
+                             f"{p.device}")
+        if grad.dtype != p.dtype:
+            raise TypeError(f"{where}: gradient dtype {grad.dtype} differs from the "
+                            f"parameter's {p.dtype}")
+        if p.dtype not in _DENSE_DTYPES + _HALF:
+            raise TypeError(f"{where} has dtype {p.dtype}; toolkit.torch updates float16, "
+                            "bfloat16 (with multi_precision=True), float32 and float64 tensors")
+        if p.dtype == torch.bfloat16 and p.device.type != "cpu":
+            raise TypeError(f"{where} is bfloat16 on {p.device}: toolkit.torch steps bfloat16 "
+                            "parameters on the CPU only")
+        if p.dtype == torch.bfloat16 and not inner.multi_precision:
+            raise TypeError(f"{where} is bfloat16: the toolkit's kernels have no bfloat16 "
+                            "arithmetic; pass multi_precision=True (a float32 master copy in "
+                            "the state, the bfloat16 weight rounded from it each step)")
+        m = _Member(index, p, grad)
+        if grad.layout == torch.sparse_coo:
+            if p.device.type != "cpu":
+                raise TypeError(f"{where}: a sparse gradient on {p.device} is not supported "
+                                "(CPU only)")
+            if not p.is_contiguous():
+                raise ValueError(f"{where}: a sparse gradient needs a contiguous parameter")
+            if grad.sparse_dim() != 1 or tuple(grad.shape) != tuple(p.shape):
+                raise ValueError(f"{where}: a sparse gradient must be sparse in its first "
+                                 f"dimension only and shaped like the parameter {tuple(p.shape)}"
+                                 f", got sparse_dim {grad.sparse_dim()}, shape "
+                                 f"{tuple(grad.shape)}")
+            mode = inner.row_sparse_mode(index)  # raises where the optimizer refuses one
+            if mode == "dense":
+                raise TypeError(
+                    f"{where}: {type(inner).__name__} has no row-sparse update (MXNet makes the "
+                    "gradient dense first); use a dense gradient (nn.Embedding(sparse=False)) "
+                    "or an optimizer with a lazy update (docs/sparse.md)")
+            m.sparse = True
+            m.route = "each"
+        elif grad.layout != torch.strided:
+            raise TypeError(f"{where}: gradient layout {grad.layout} is not supported (dense "
+                            "or sparse_coo)")
+        elif tuple(grad.shape) != tuple(p.shape):
+            raise ValueError(f"{where}: gradient shape {tuple(grad.shape)} differs from the "
+                             f"parameter's {tuple(p.shape)}")
+        if p.device.type == "cuda" or p.dtype in _HALF:
+            m.route = "each"
+        if p.device.type == "cuda" and not p.is_contiguous():
+            raise ValueError(f"{where} is not contiguous (strides {p.stride()}); on CUDA "
+                             "toolkit.torch updates contiguous parameters only")
+        if not p.is_contiguous() and not (inner.state_like_weight and not inner.takes_norms):
+            raise ValueError(
+                f"{where} is not contiguous (strides {p.stride()}); {type(inner).__name__} "
+                "reads rows or whole-tensor norms in the tensor's logical order: pass "
+                "p.contiguous() parameters (docs/torch.md, 'Memory order')")
+        m.perm = memory_order(p)
+        if p not in self._toolkit_state:
+            m.new_state = self._new_state(index, p, inner)
+        if p.device.type == "cpu" and not m.sparse:
+            self._facts[p] = (p.data_ptr(), p.dtype, p.shape, p.stride(), m.route, m.perm)
+        return m
+
+    def _new_state(self, index, p, inner):
+        """``(toolkit state, {name: tensor})`` of a parameter stepped for the first time."""
+        w = p.detach()
+        if p.device.type == "cuda":
+            state = inner.create_state_multi_precision(index, w)
+            return state, self._named(inner, state, w)
+        perm = memory_order(p)
+        # the state is made in the weight's memory order (channels_last: the same strides)
+        w = _ordered(w, perm)
+        if p.dtype == torch.bfloat16:
+            master = w.float()
+            inner_state = inner.create_state(index, master.numpy())
+            names = self._names(inner, inner_state)
+            named = {"weight32": master}
+            named.update((n, torch.from_numpy(a)) for n, a in
+                         zip(names, inner.state_arrays(inner_state)))
+            named = {n: _unordered(a, perm) if a.shape == w.shape else a
+                     for n, a in named.items()}
+            return ("bfloat16", master.numpy(), inner_state), named
+        wn = w.numpy()
+        state = inner.create_state_multi_precision(index, wn)
+        named = {n: torch.from_numpy(a) for n, a in self._named(inner, state, wn).items()}
+        named = {n: _unordered(a, perm) if a.shape == w.shape else a for n, a in named.items()}
+        return state, named
+
+    @staticmethod
+    def _names(inner, inner_state):
+        arrays = inner.state_arrays(inner_state)
+        slots = tuple(inner.state_slots())
+        return slots if len(slots) == len(arrays) else tuple(f"state{k}"
+                                                              for k in range(len(arrays)))
+
+    def _named(self, inner, state, w):
+        """The arrays of a toolkit state by name: ``weight32`` (a float32 master copy), then the
+        state slots."""
+        out = {}
+        if inner.uses_master(w):
+            master, state = inner.split_master(state)
+            out["weight32"] = master
+        out.update(zip(self._names(inner, state), inner.state_arrays(state)))
+        return out
+
+    def _run(self, plans):
+        for gi, inner, members, scalars in plans:
+            group = self.param_groups[gi]
+            maximize = group.get("maximize", False)
+            for m in members:
+                if m.new_state is not None:
+                    self._toolkit_state[m.p], self.state[m.p] = m.new_state
+                    self._views.pop(m.p, None)
+            inner.num_update = self._num_update
+            if members[0].route == "vector":
+                self._run_vector(inner, members, scalars, maximize)
+            else:
+                self._run_each(inner, members, maximize)
+            self._num_update = inner.num_update
+        if self._scheduler is not None:  # every group shows the rate at num_update
+            for gi, (group, inner) in enumerate(zip(self.param_groups, self._inners)):
+                inner.num_update = self._num_update
+                group["lr"] = self._synced[gi]["lr"] = inner.learning_rate
+
+    def _run_each(self, inner, members, maximize):
+        """Index by index through the inner optimizer's own update (it commits each count)."""
+        for m in members:
+            state = self._toolkit_state[m.p]
+            grad = m.grad
+            if maximize:
+                grad = -grad
+            if m.sparse:
+                grad = grad.coalesce()  # duplicate rows summed
+                rows = grad.indices()[0].numpy().astype(np.int64)
+                values = grad.values()
+                if m.p.dtype == torch.bfloat16:
+                    values = values.float()
+                g = RowSparse(rows, values.numpy(), tuple(m.p.shape))
+            elif m.p.device.type == "cuda":
+                g = grad
+            elif m.p.dtype == torch.bfloat16:
+                g = _ordered(grad, m.perm).float().numpy()
+            else:
+                g = _ordered(grad, m.perm).numpy()
+            if m.p.device.type == "cuda":
+                stream = torch.cuda.current_stream(m.p.device)
+                inner.update_multi_precision(m.index, m.p.detach(), g, state, stream=stream)
+            elif m.p.dtype == torch.bfloat16:
+                _, master, inner_state = state
+                if m.sparse:
+                    g = RowSparse(g.indices, g.values, master.shape)
+                inner.update(m.index, master, g, inner_state)
+                with torch.no_grad():  # rounded to nearest even
+                    _ordered(m.p.detach(), m.perm).copy_(torch.from_numpy(master))
+            else:
+                inner.update_multi_precision(m.index, _ordered(m.p.detach(), m.perm).numpy(), g,
+                                             state)
+
+    def _run_vector(self, inner, members, scalars, maximize):
+        """One planned launch per distinct ``(t, lr, wd)``, its rows run as a table over the
+        tensors of each dtype (:func:`run_rule_table`); the counts committed once."""
+        if scalars is None:
+            scalars = inner.step_scalars([m.index for m in members])
+        t, lr, wd = scalars.t, scalars.lr, scalars.wd
+        names = self._names(inner, self._toolkit_state[members[0].p])  # one layout per group
+        views = self._views
+        tensors = []
+        for m in members:
+            grad = -m.grad if maximize else m.grad
+            # the weight and state views in memory order, kept while the weight's storage is
+            # the same (an assignment to p.data makes them again)
+            held = views.get(m.p)
+            if held is None or held[0] != m.p.data_ptr():
+                held = views[m.p] = (m.p.data_ptr(), (_ordered(m.p.detach(), m.perm),) + tuple(
+                    _ordered(self.state[m.p][n], m.perm) for n in names))
+            w_and_states = held[1]
+            tensors.append((w_and_states[0], _ordered(grad, m.perm)) + w_and_states[1:])
+        by_dtype = {}
+        for j, m in enumerate(members):
+            by_dtype.setdefault(m.p.dtype, []).append(j)
+        work = []
+        for dtype, js in by_dtype.items():
+            js = np.array(js)
+            key = np.stack([t[js], lr[js].view(np.int64), wd[js].view(np.int64)], axis=1)
+            _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
+            planned = [self._record(inner, members[js[f]], tensors[js[f]],
+                                    int(t[js[f]]), float(lr[js[f]]), float(wd[js[f]]))
+                       for f in first.tolist()]
+            factory = planned[0][0] if planned[0] is not None else None
+            if factory is not None and all(
+                    pl is not None and pl[0] is factory and len(pl[1]) == len(planned[0][1])
+                    for pl in planned):
+                np_dtype = np.dtype(str(dtype).replace("torch.", ""))
+                rows = np.array([pl[1] for pl in planned], np.float64)[inverse.reshape(-1)]
+                table = np.ones((len(js), 1 + rows.shape[1]), np_dtype)
+                table[:, 1:] = rows  # each rounded to the dtype, as a single call rounds
+                work.append((factory, np_dtype, [tensors[j] for j in js.tolist()], table))
+            else:  # not one rule call on the member's own arrays: each member on its own
+                for j in js.tolist():
+                    work.append((None, members[j], tensors[j],
+                                 (int(t[j]), float(lr[j]), float(wd[j]))))
+        inner.commit_counts([m.index for m in members], t)
+        for factory, a, b, c in work:
+            if factory is not None:
+                run_rule_table(factory, a, b, c)
+            else:
+                m, arrays, (tj, lrj, wdj) = a, b, c
+                inner.launch_step(m.index, arrays[0].numpy(), arrays[1].numpy(),
+                                  self._toolkit_state[m.p], tj, lrj, wdj, cpu.LAUNCHER)
+
+    def _record(self, inner, m, arrays, t, lr, wd):
+        """``(factory, row)`` of member ``m``'s step with ``(t, lr, wd)`` when it is one rule
+        call on its own weight, gradient and states (in that order), else None."""
+        state = self._toolkit_state[m.p]
+        views = [arrays[0].numpy(), arrays[1].numpy(), *inner.state_arrays(state)]
+        recorder = Recorder(cpu.LAUNCHER)
+        inner.launch_step(m.index, views[0], views[1], state, t, lr, wd, recorder)
+        if len(recorder.calls) != 1:
+            return None
+        call = recorder.calls[0]
+        got = (call.weight, call.grad) + tuple(call.states)
+        if call.kind != "rule" or len(got) != len(views) or any(
+                a is not b for a, b in zip(got, views)):
+            return None
+        return call.factory, tuple(call.hyper)
+
+    # --- state_dict ------------------------------------------------------------------------
+    def state_dict(self):
+        """torch's layout: ``state`` keyed by parameter index (each parameter's state tensors
+        by slot name, ``weight32`` a float32 master copy, and ``step``, MXNet's count ``t``),
+        ``param_groups`` (the options, ``params`` as indices), and ``toolkit``: the format,
+        the optimizer's registry name, ``num_update`` and each group's host state (Nadam's
+        momentum schedule...). Tensors and plain Python values only:
+        ``torch.load(..., weights_only=True)`` reads it."""
+        from .checkpoint import pack
+        for hook in self._optimizer_state_dict_pre_hooks.values():  # torch's hooks
+            hook(self)
+        out = pack(self)
+        for hook in self._optimizer_state_dict_post_hooks.values():
+            result = hook(self, out)
+            if result is not None:
+                out = result
+        return out
+
+    def load_state_dict(self, state_dict):
+        """Load what :meth:`state_dict` gave (for the same parameters); a state that does not
+        fit is a ValueError/TypeError with this optimizer unchanged."""
+        from .checkpoint import unpack
+        for hook in self._optimizer_load_state_dict_pre_hooks.values():  # torch's hooks
+            result = hook(self, state_dict)
+            if result is not None:
+                state_dict = result
+        unpack(self, state_dict)
+        for hook in self._optimizer_load_state_dict_post_hooks.values():
+            hook(self)
+
+    # --- copies (copy.deepcopy, pickle) ---------------------------------------------------
+    def __getstate__(self):
+        """Everything but what shares memory with the state tensors (the numpy views and the
+        views in memory order): :meth:`__setstate__` makes them again over the copied
+        tensors."""
+        out = dict(self.__dict__)
+        out["_toolkit_state"] = {}
+        out["_views"] = {}
+        out["_facts"] = {}
+        return out
+
+    def __setstate__(self, state):
+        had_differentiable = "differentiable" in state.get("defaults", {})
+        super().__setstate__(state)
+        if not had_differentiable:  # torch's __setstate__ adds it; it is no option here
+            self.defaults.pop("differentiable", None)
+        index = 0
+        for group, inner in zip(self.param_groups, self._inners):
+            for p in group["params"]:
+                named = self.state.get(p)
+                if named:  # the copied tensors' values in state made as a step makes it
+                    toolkit_state, fresh = self._new_state(index, p, inner)
+                    with torch.no_grad():
+                        for n, tensor in fresh.items():
+                            tensor.copy_(named[n])
+                    self._toolkit_state[p], self.state[p] = toolkit_state, fresh
+                index += 1
+
+    def __repr__(self):
+        klass = type(self).toolkit_class
+        lines = [f"toolkit.torch.{klass.__name__} ("]
+        for gi, group in enumerate(self.param_groups):
+            lines.append(f"Parameter Group {gi}")
+            for key in sorted(k for k in group if k not in ("params", "param_names")):
+                lines.append(f"    {key}: {group[key]!r}")
+        lines.append(")")
+        return "\n".join(lines)
+
+
+def _same(a, b):
+    try:
+        return bool(a == b) and type(a) is type(b)
+    except (TypeError, ValueError, RuntimeError):
+        return False
