@@ -12,6 +12,12 @@ layout, with tensors and plain Python values only (``torch.load(..., weights_onl
 Loading checks everything first (the format, the optimizer, the groups and their options, every
 state's names, shapes, dtypes and devices, the counts, the host states) and changes nothing
 when a check fails; then the state is copied into fresh arrays.
+
+Shares private members within its package: this module is the checkpoint half of
+:class:`toolkit.torch.optim.TorchOptimizer` (its groups' inner optimizers, the toolkit state of
+each parameter, the views and checked facts a load must drop), split from ``optim.py`` by
+responsibility; it reads and rebuilds exactly what that class keeps, which no public seam of a
+torch optimizer should expose.
 """
 from __future__ import annotations
 
