@@ -63,7 +63,7 @@ import numpy as np
 from . import space as _space
 
 __all__ = ["verify", "identify", "assert_matches_oracle", "VerifyReport", "IdentifyReport",
-           "conventions_of", "OracleMismatch", "DEFAULT_SEED", "FRAMEWORKS", "versions"]
+           "conventions_of", "OracleMismatch", "DEFAULT_SEED", "FRAMEWORKS", "versions", "audit"]
 
 #: the order in which a convention is named when several match (ours first)
 ORDER = ("mxnet", "guide", "pytorch")
@@ -762,3 +762,6 @@ def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, scr
                           indistinguishable=indistinct, failure=failure,
                           worst=worst.get(closest) if named is None else None, seed=seed,
                           versions=versions())
+
+
+from .conformance import audit  # noqa: E402  (mxopt audit: after verify and identify)
