@@ -4,8 +4,8 @@ optimizers.
 For every framework installed beside the toolkit that has an adapter module
 (:mod:`toolkit.oracle.frameworks`: ``torch``, ``optax``), every adapter (a framework optimizer in
 one configuration, audited as a toolkit optimizer) and every dtype it is audited in:
-:func:`~toolkit.oracle.identify` names the convention it follows (or the closest), then
-:func:`~toolkit.oracle.verify` checks it under that convention. A row of the table
+:func:`~toolkit.oracle.identify` names the conventions it follows (or the closest), then
+:func:`~toolkit.oracle.verify` checks it under each (:func:`_audit_row`). A row of the table
 (:class:`AuditRow`) holds the convention, the verdict, the worst normalised error in the usual
 and the full domain, the explanation of a failure and its case (:func:`_verdict`). The report
 (:class:`AuditReport`) carries the rows and the versions audited; ``to_markdown()`` is the table
@@ -45,8 +45,9 @@ COLUMNS = ("framework", "optimizer", "audited as", "dtype", "convention", "verdi
 
 @dataclass
 class AuditRow:
-    """One framework optimizer in one dtype: ``convention`` it follows (identify's, or None
-    with ``closest``; ``matches`` every convention it agrees with), ``passed`` under it, the worst normalised error in the ``usual`` domain
+    """One framework optimizer in one dtype: ``convention`` it follows (identified and
+    verified; None, with the ``closest``, when it follows none), ``matches`` every convention
+    identified and verified, ``passed`` under ``convention`` (or ``closest``), the worst normalised error in the ``usual`` domain
     (None until the oracle reports domains) and the ``full`` one, the ``region`` of a failure
     in the full domain only, the ``explanation`` of a failure and its ``case`` (hyperparameters,
     step, expected, got), ``failure`` the framework's own exception, if any."""
@@ -89,6 +90,7 @@ class AuditReport:
 
     @classmethod
     def from_dict(cls, data):
+        """The report :meth:`to_dict` wrote (a recorded audit: docs/conformance.json)."""
         rows = [AuditRow(**{**r, "full": float(r["full"]),
                             "usual": None if r["usual"] is None else float(r["usual"])})
                 for r in data["rows"]]
@@ -164,18 +166,36 @@ def _verdict(report):
 
 
 def _audit_row(framework, adapter, dtype, examples, cases, seed):
-    """identify, then verify under the convention it names (or the closest)."""
+    """identify, then verify under every convention it matches (PyTorch's, where it is one of
+    ours, counts as that one); the row's ``convention`` is the first that verify passes too.
+    When none passes: the first candidate's failure (or identify's closest), unless verify names
+    another convention it passes (``passes_under``), which is then verified and taken."""
     make_step = adapter.make(dtype)
     fixed = dict(adapter.fixed)
     ident = identify(make_step, adapter.optimizer, fixed=fixed, dtype=dtype, cases=cases,
                      seed=seed)
-    convention = ident.convention or ident.closest or "mxnet"
-    report = verify(make_step, adapter.optimizer, convention=convention, fixed=fixed,
-                    dtype=dtype, examples=examples, seed=seed)
+    reports = {}
+
+    def run(convention):
+        if convention not in reports:
+            reports[convention] = verify(make_step, adapter.optimizer, convention=convention,
+                                         fixed=fixed, dtype=dtype, examples=examples, seed=seed)
+        return reports[convention]
+
+    alias = ident.pytorch not in (None, "pytorch")  # "pytorch" is then one of ours
+    candidates = ([c for c in ident.matches if not (alias and c == "pytorch")]
+                  or [ident.closest or "mxnet"])
+    passing = [c for c in candidates if run(c).passed]
+    other = reports[candidates[0]].passes_under
+    if not passing and other is not None and run(other).passed:
+        passing = [other]
+    convention = passing[0] if passing else None
+    if alias and ident.pytorch in passing:
+        passing.append("pytorch")
+    report = reports[convention or candidates[0]]
     return AuditRow(framework=framework, label=adapter.label, optimizer=adapter.optimizer,
-                    dtype=dtype, convention=ident.convention,
-                    matches=list(ident.matches),
-                    closest=None if ident.convention else convention,
+                    dtype=dtype, convention=convention, matches=passing,
+                    closest=None if convention else candidates[0],
                     failure=report.failure or ident.failure, note=adapter.note,
                     **_verdict(report))
 
@@ -273,8 +293,9 @@ def audit(frameworks=None, dtypes=("float32", "float64"), examples=EXAMPLES, see
                 vers.update(more)
             else:
                 rows += _rows(fw, dt, examples, cases, seed, progress)
-    order = {(fw.name, a.label): k for fw in fws for k, a in enumerate(fw.adapters())}
-    rows.sort(key=lambda r: (order.get((r.framework, r.label), len(order)), r.dtype))
+    order = {(fw.name, a.label): (i, k) for i, fw in enumerate(fws)
+             for k, a in enumerate(fw.adapters())}  # each adapter's dtypes together
+    rows.sort(key=lambda r: (order.get((r.framework, r.label), (len(fws), 0)), r.dtype))
     return AuditReport(rows, {**_oracle_versions(), **vers}, seed, examples, cases, skipped)
 
 
