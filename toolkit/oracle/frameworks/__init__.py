@@ -24,7 +24,7 @@ import pkgutil
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-__all__ = ["Adapter", "Framework", "names", "get"]
+__all__ = ["Adapter", "Framework", "names", "get", "in_process"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,11 @@ class Adapter:
     note: str = ""
 
 
+def in_process(dtype):
+    """The default ``Framework.env``: every dtype runs in this process (None)."""
+    return None
+
+
 @dataclass(frozen=True)
 class Framework:
     """A framework the audit can run: ``name`` (its module here), ``module`` (what must be
@@ -50,7 +55,7 @@ class Framework:
     module: str
     adapters: Callable[[], list]
     versions: Callable[[], dict]
-    env: Callable[[str], dict | None] = lambda dtype: None
+    env: Callable[[str], dict | None] = in_process
 
     def available(self):
         """Whether the framework is importable here (without importing it)."""
