@@ -81,6 +81,12 @@ def test_framework_names_and_refusals():
         frameworks.get("numpy")                # importable, but no FRAMEWORK
     with pytest.raises(ValueError, match="unknown framework 'no_such_framework_x'"):
         frameworks.get("no_such_framework_x")
+    missing = frameworks.Framework(name="missing", module="no_such_module_for_the_audit",
+                                   adapters=list, versions=dict, install="pip install it-here")
+    with pytest.raises(ValueError, match="'missing' is not installed here .*pip install it-here"):
+        oracle.audit([missing])
+    with pytest.raises(TypeError, match="Framework objects, got 3"):
+        oracle.audit([3])
     with pytest.raises(ValueError, match="dtypes must be"):
         oracle.audit([], dtypes=("float16",))
     with pytest.raises(ValueError, match="examples must be an int >= 1, got 0"):

@@ -132,7 +132,7 @@ def _cells(r):
     verdict = "passes" if r.passed else "FAILS"
     why = (r.explanation or "") + (f" (only {r.region})" if r.region else "")
     return (r.framework, r.label, r.optimizer, r.dtype, conv, verdict, _err(r.usual),
-            _err(r.full), why.replace("|", "\\|") or "—")
+            _err(r.full), why.replace("|", "\\|").replace("\n", " ") or "—")
 
 
 def _case_text(r):
@@ -242,9 +242,8 @@ def _resolve(frameworks):
             raise TypeError(f"frameworks must name frameworks ({', '.join(_frameworks.names())})"
                             f" or be Framework objects, got {f!r}")
         if not fw.available():
-            raise ValueError(f"framework {fw.name!r} is not installed here (import "
-                             f"{fw.module!r} fails); install it, e.g. pip install "
-                             f"'mxopt-toolkit[audit]' for optax, or leave it out")
+            raise ValueError(f"framework {fw.name!r} is not installed here (no module "
+                             f"{fw.module!r}); {fw.install or 'install it'}, or leave it out")
         out.append(fw)
     return out, {}
 
@@ -351,9 +350,9 @@ def main(argv):
         print(f"mxopt audit: error: {e}", file=sys.stderr)
         return 2
     if not report.rows:
-        print("mxopt audit: no framework with an adapter is installed here "
-              f"({', '.join(_frameworks.names())}); pip install torch, or "
-              "'mxopt-toolkit[audit]' for optax", file=sys.stderr)
+        hints = "; ".join(f"{n}: {_frameworks.get(n).install}" for n in _frameworks.names())
+        print(f"mxopt audit: no framework with an adapter is installed here ({hints})",
+              file=sys.stderr)
         return 2
     if args.json:
         with open(args.json, "w") as f:

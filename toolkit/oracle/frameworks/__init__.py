@@ -50,12 +50,14 @@ class Framework:
     """A framework the audit can run: ``name`` (its module here), ``module`` (what must be
     importable), ``adapters()`` (a list of :class:`Adapter`), ``versions()`` (``{package:
     version}``), ``env(dtype)`` (environment variables a dtype needs in a fresh process, or
-    None: run in this one)."""
+    None: run in this one), ``install`` (how to install it, for the message when it is
+    missing)."""
     name: str
     module: str
     adapters: Callable[[], list]
     versions: Callable[[], dict]
     env: Callable[[str], dict | None] = in_process
+    install: str = ""
 
     def available(self):
         """Whether the framework is importable here (without importing it)."""

@@ -112,4 +112,5 @@ def env(dtype):
 
 
 FRAMEWORK = Framework(name="optax", module="optax", adapters=adapters, versions=versions,
-                      env=env)
+                      env=env, install="pip install 'mxopt-toolkit[audit]' (optax and JAX's "
+                                       "CPU build)")

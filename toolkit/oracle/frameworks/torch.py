@@ -117,4 +117,6 @@ def versions():
     return {"torch": str(torch.__version__)}
 
 
-FRAMEWORK = Framework(name="torch", module="torch", adapters=adapters, versions=versions)
+FRAMEWORK = Framework(name="torch", module="torch", adapters=adapters, versions=versions,
+                      install="pip install torch (the CPU build: --index-url "
+                              "https://download.pytorch.org/whl/cpu)")
