@@ -146,6 +146,33 @@ def test_rows_come_framework_by_framework(fake_on_path):
         (FAKE, "fake.adam"), (FAKE, "fake.sgd(wd sign flipped)"), ("second_fake", "second.adam")]
 
 
+def test_verdict_of_reads_explanation_and_domains_where_the_report_has_them():
+    """The row of a report with the oracle's explanation and usual/full domains (the names an
+    explained VerifyReport carries: ``explanation`` with ``kind`` and ``text``, ``domains`` of
+    verdicts with ``max_error``, ``region``), and of one without (the full domain is then
+    ``max_error``, a failure explained only by another convention it passes)."""
+    from types import SimpleNamespace as NS
+    worst = {"hyperparameters": {"beta1": 1e-12}, "step": 2, "element": 0,
+             "expected": 1.0, "got": 2.0}
+    explained = NS(passed=False, max_error=14.0, worst=worst, passes_under=None,
+                   explanation=NS(kind="variant", variant="lerp", convention="guide",
+                                  text="the moving average written as a lerp", max_error=0.4),
+                   domains={"usual": NS(passed=True, max_error=0.3, examples=50, worst=None),
+                            "full": NS(passed=False, max_error=14.0, examples=50, worst=worst)},
+                   region="only for beta1 < 1e-12")
+    row = conformance.verdict_of(explained)
+    assert row == {"passed": False, "usual": 0.3, "full": 14.0,
+                   "region": "only for beta1 < 1e-12",
+                   "explanation": "variant: the moving average written as a lerp", "case": worst}
+    today = NS(passed=False, max_error=3.6e5, worst=worst, passes_under="guide")
+    assert conformance.verdict_of(today) == {
+        "passed": False, "usual": None, "full": 3.6e5, "region": None,
+        "explanation": "convention: passes 'guide'", "case": worst}
+    ok = NS(passed=True, max_error=0.2, worst=worst, passes_under=None)
+    assert conformance.verdict_of(ok)["explanation"] is None
+    assert conformance.verdict_of(ok)["case"] is None
+
+
 def test_cli_writes_markdown_and_json(fake_on_path, tmp_path):
     md, js = tmp_path / "table.md", tmp_path / "table.json"
     done = subprocess.run(

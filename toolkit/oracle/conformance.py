@@ -7,7 +7,7 @@ one configuration, audited as a toolkit optimizer) and every dtype it is audited
 :func:`~toolkit.oracle.identify` names the conventions it follows (or the closest), then
 :func:`~toolkit.oracle.verify` checks it under each (:func:`_audit_row`). A row of the table
 (:class:`AuditRow`) holds the convention, the verdict, the worst normalised error in the usual
-and the full domain, the explanation of a failure and its case (:func:`_verdict`). The report
+and the full domain, the explanation of a failure and its case (:func:`verdict_of`). The report
 (:class:`AuditReport`) carries the rows and the versions audited; ``to_markdown()`` is the table
 published in docs/conformance.md, ``to_dict()`` its JSON (``AuditReport.from_dict`` reads it
 back).
@@ -31,7 +31,7 @@ from . import DEFAULT_SEED, identify, verify
 from . import versions as _oracle_versions
 from . import frameworks as _frameworks
 
-__all__ = ["audit", "AuditReport", "AuditRow", "main", "worker"]
+__all__ = ["audit", "AuditReport", "AuditRow", "verdict_of", "main", "worker"]
 
 #: verify's cases per row, and identify's discriminating cases, unless asked otherwise
 EXAMPLES = 200
@@ -130,7 +130,7 @@ def _cells(r):
     else:
         conv = f"none (closest: {r.closest})"
     verdict = "passes" if r.passed else "FAILS"
-    why = (r.explanation or "") + (f" (only {r.region})" if r.region else "")
+    why = (r.explanation or "") + (f" ({r.region})" if r.region else "")
     return (r.framework, r.label, r.optimizer, r.dtype, conv, verdict, _err(r.usual),
             _err(r.full), why.replace("|", "\\|").replace("\n", " ") or "—")
 
@@ -144,7 +144,7 @@ def _case_text(r):
             f"got {c.get('got')!r}; {hyper}")
 
 
-def _verdict(report):
+def verdict_of(report):
     """What a row takes from a :class:`~toolkit.oracle.VerifyReport`: ``{"passed", "usual",
     "full", "region", "explanation", "case"}``. The one place that reads the report's
     explanation and domains (``explanation``, ``domains``, ``region``); where the oracle does
@@ -197,7 +197,7 @@ def _audit_row(framework, adapter, dtype, examples, cases, seed):
                     dtype=dtype, convention=convention, matches=passing,
                     closest=None if convention else candidates[0],
                     failure=report.failure or ident.failure, note=adapter.note,
-                    **_verdict(report))
+                    **verdict_of(report))
 
 
 def _rows(fw, dtype, examples, cases, seed, progress):
