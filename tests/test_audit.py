@@ -184,6 +184,20 @@ def test_cli_writes_markdown_and_json(fake_on_path, tmp_path):
     report = AuditReport.from_dict(json.loads(js.read_text()))
     assert md.read_text() == report.to_markdown()
     assert [r.label for r in report.rows] == ["fake.adam", "fake.sgd(wd sign flipped)"]
+    doc = tmp_path / "doc.md"   # --into: the table between the markers, the rest kept
+    doc.write_text(f"# findings\n\n{conformance.BEGIN}\nold table\n{conformance.END}\nafter\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "toolkit", "audit", "--frameworks", FAKE, "--dtypes", "float32",
+         "--examples", "3", "--cases", "4", "--into", str(doc)],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert doc.read_text() == (f"# findings\n\n{conformance.BEGIN}\n{report.to_markdown()}"
+                               f"{conformance.END}\nafter\n")
+    doc.write_text("no markers\n")
+    done = subprocess.run([sys.executable, "-m", "toolkit", "audit", "--frameworks", FAKE,
+                           "--into", str(doc)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2 and "must hold the lines" in done.stderr
+    assert doc.read_text() == "no markers\n"
     bad = subprocess.run([sys.executable, "-m", "toolkit", "audit", "--frameworks", "nosuchfw"],
                          capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and "unknown framework 'nosuchfw'" in bad.stderr
@@ -192,8 +206,7 @@ def test_cli_writes_markdown_and_json(fake_on_path, tmp_path):
 # --------------------------------------------------------------------------------------------
 # docs/conformance.md: the recorded audit, in the audit's format
 # --------------------------------------------------------------------------------------------
-BEGIN = "<!-- the audit's table: mxopt audit --markdown; do not edit by hand -->"
-END = "<!-- end of the audit's table -->"
+BEGIN, END = conformance.BEGIN, conformance.END
 
 
 def test_conformance_doc_holds_the_recorded_audit():

@@ -43,6 +43,11 @@ COLUMNS = ("framework", "optimizer", "audited as", "dtype", "convention", "verdi
            "usual domain", "full domain", "explanation")
 
 
+#: the lines around the table in a document (docs/conformance.md) that ``--into`` rewrites
+BEGIN = "<!-- the audit's table: written by mxopt audit --into; do not edit by hand -->"
+END = "<!-- end of the audit's table -->"
+
+
 @dataclass
 class AuditRow:
     """One framework optimizer in one dtype: ``convention`` it follows (identified and
@@ -340,9 +345,19 @@ def main(argv):
                     help="seed of the cases (default: %(default)s, the same table every run)")
     ap.add_argument("--json", metavar="PATH", help="write the report as JSON to PATH")
     ap.add_argument("--markdown", metavar="PATH",
-                    help="write the Markdown table to PATH (without --json or --markdown: "
-                         "the table on stdout)")
+                    help="write the Markdown table to PATH (without --json, --markdown or "
+                         "--into: the table on stdout)")
+    ap.add_argument("--into", metavar="PATH",
+                    help="replace the table between the audit's marker lines in the document "
+                         "PATH (docs/conformance.md), keeping the rest")
     args = ap.parse_args(argv)
+    if args.into:
+        try:
+            with open(args.into) as f:
+                _splice(f.read(), "")
+        except (OSError, ValueError) as e:
+            print(f"mxopt audit: error: --into {args.into}: {e}", file=sys.stderr)
+            return 2
     try:
         report = audit(args.frameworks, dtypes=tuple(args.dtypes.split(",")),
                        examples=args.examples, seed=args.seed, cases=args.cases)
@@ -363,9 +378,26 @@ def main(argv):
         with open(args.markdown, "w") as f:
             f.write(report.to_markdown())
         print(f"wrote {args.markdown}", file=sys.stderr)
-    if not (args.json or args.markdown):
+    if args.into:
+        with open(args.into) as f:
+            text = _splice(f.read(), report.to_markdown())
+        with open(args.into, "w") as f:
+            f.write(text)
+        print(f"wrote the table into {args.into}", file=sys.stderr)
+    if not (args.json or args.markdown or args.into):
         print(report.to_markdown(), end="")
     return 0
+
+
+def _splice(document, table):
+    """``document`` with the lines between :data:`BEGIN` and :data:`END` replaced by
+    ``table`` (a ValueError when the markers are not there once each, in order)."""
+    if document.count(BEGIN) != 1 or document.count(END) != 1 or (
+            document.index(BEGIN) > document.index(END)):
+        raise ValueError(f"the document must hold the lines {BEGIN!r} and {END!r} once each, "
+                         "in that order")
+    head, rest = document.split(BEGIN)
+    return head + BEGIN + "\n" + table + END + rest.split(END)[1]
 
 
 if __name__ == "__main__":
