@@ -102,7 +102,8 @@ def test_audit_of_a_fake_framework(fake_on_path):
     lines = []
     report = oracle.audit([FAKE], examples=5, cases=6, progress=lines.append)
     assert [(r.label, r.dtype) for r in report.rows] == [  # an adapter's dtypes together
-        ("fake.adam", "float32"), ("fake.adam", "float64"), ("fake.sgd(wd sign flipped)", "float32")]
+        ("fake.adam", "float32"), ("fake.adam", "float64"),
+        ("fake.sgd(wd sign flipped)", "float32")]
     rows = {(r.label, r.dtype): r for r in report.rows}
     assert set(rows) == {("fake.adam", "float32"), ("fake.adam", "float64"),
                          ("fake.sgd(wd sign flipped)", "float32")}

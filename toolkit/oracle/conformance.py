@@ -52,10 +52,11 @@ END = "<!-- end of the audit's table -->"
 class AuditRow:
     """One framework optimizer in one dtype: ``convention`` it follows (identified and
     verified; None, with the ``closest``, when it follows none), ``matches`` every convention
-    identified and verified, ``passed`` under ``convention`` (or ``closest``), the worst normalised error in the ``usual`` domain
-    (None until the oracle reports domains) and the ``full`` one, the ``region`` of a failure
-    in the full domain only, the ``explanation`` of a failure and its ``case`` (hyperparameters,
-    step, expected, got), ``failure`` the framework's own exception, if any."""
+    identified and verified, ``passed`` under ``convention`` (or ``closest``), the worst
+    normalised error in the ``usual`` domain (None where the oracle reports no domains) and
+    the ``full`` one, the ``region`` of a failure in the full domain only, the ``explanation``
+    of a failure and its ``case`` (hyperparameters, step, expected, got), ``failure`` the
+    framework's own exception, if any."""
     framework: str
     label: str
     optimizer: str
