@@ -9,6 +9,7 @@ check      the oracle's proofs and every optimizer x backend x dtype against it 
 verify     a user's optimizer (``module:function``) against the oracle                 oracle.cli
 identify   which convention (mxnet, guide, pytorch) a user's optimizer follows         oracle.cli
 list       optimizers, conventions and backends available here                         oracle.cli
+audit      conformance table of the installed frameworks' optimizers (torch, optax)   oracle.conformance
 regress    record golden trajectories, or compare this machine against them           regress
 accuracy   distribution of normalised error per optimizer x backend x dtype            accuracy
 demo       every optimizer trains softmax regression on scikit-learn digits            demo
@@ -33,6 +34,8 @@ COMMANDS = {
     "identify": ("oracle.cli", "main_identify",
                  "name the convention (mxnet, guide, pytorch) your optimizer follows"),
     "list": ("oracle.cli", "main_list", "optimizers, conventions and backends available here"),
+    "audit": ("oracle.conformance", "main",
+              "the conformance table of the installed frameworks' optimizers (torch, optax)"),
     "regress": ("tools.regress", "main", "record golden trajectories, or compare against them"),
     "accuracy": ("tools.accuracy", "main",
                  "normalised error per optimizer x backend x dtype: table and plot"),

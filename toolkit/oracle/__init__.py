@@ -65,7 +65,7 @@ from . import variants as _variants
 
 __all__ = ["verify", "identify", "assert_matches_oracle", "VerifyReport", "IdentifyReport",
            "conventions_of", "OracleMismatch", "DEFAULT_SEED", "FRAMEWORKS", "versions",
-           "Explanation", "DomainVerdict", "KINDS"]
+           "Explanation", "DomainVerdict", "KINDS", "audit"]
 
 #: the order in which a convention is named when several match (ours first)
 ORDER = ("mxnet", "guide", "pytorch")
@@ -1006,3 +1006,6 @@ def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, scr
                           indistinguishable=indistinct, failure=failure,
                           worst=worst.get(closest) if named is None else None, seed=seed,
                           versions=versions())
+
+
+from .conformance import audit  # noqa: E402  (mxopt audit: after verify and identify)

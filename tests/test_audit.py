@@ -1,0 +1,322 @@
+"""``mxopt audit`` / ``toolkit.oracle.audit``: the conformance table of other frameworks'
+optimizers (docs/conformance.md).
+
+Without torch or optax: every adapter table names registered optimizers with hyperparameters
+their constructors accept (torch's table is exactly the specs that name a torch.optim class);
+the audit's machinery runs on a tiny numpy framework (tests/audit_fake_framework.py: a correct
+guide Adam, identified and passed, and an SGD with a planted bug, failed with its case; its
+float64 run in a subprocess with the environment it asks for, as JAX's x64 switch needs); the
+command line writes Markdown and JSON; docs/conformance.md's table is the recorded audit
+rendered by ``AuditReport.to_markdown``. With torch (CI installs torch==2.13.0): every
+``torch.optim`` adapter passes the oracle's pytorch convention (few examples: the full audit is a
+command, not a test), and the NAdam float64 finding of docs/conformance.md. With optax (where
+installed): the optax audit in float32 and, through the subprocess, float64.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from toolkit import oracle, optimizer
+from toolkit.oracle import conformance, frameworks, space
+from toolkit.oracle.conformance import COLUMNS, AuditReport
+from toolkit.optimizers.registry import specs
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TESTS = str(pathlib.Path(__file__).resolve().parent)
+FAKE = "audit_fake_framework"
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+HAVE_OPTAX = importlib.util.find_spec("optax") is not None
+needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch not installed")
+needs_optax = pytest.mark.skipif(not HAVE_OPTAX, reason="optax not installed (pip install "
+                                                        "'mxopt-toolkit[audit]')")
+
+
+@pytest.fixture
+def fake_on_path(monkeypatch):
+    """The fake framework importable here and in the audit's subprocesses; workers bounded."""
+    monkeypatch.syspath_prepend(TESTS)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        p for p in (TESTS, os.environ.get("PYTHONPATH")) if p))
+    monkeypatch.setattr(conformance, "WORKER_TIMEOUT", 600)
+
+
+# --------------------------------------------------------------------------------------------
+# the adapter tables (no framework needed)
+# --------------------------------------------------------------------------------------------
+def test_torch_table_is_the_specs_that_name_a_torch_class():
+    from toolkit.oracle.frameworks import torch as adapters
+    named = {n for n, s in specs(oracle=True).items() if s.torch is not None}
+    assert set(adapters.TRANSLATE) == named
+
+
+def _tables():
+    from toolkit.oracle.frameworks import optax as ox
+    from toolkit.oracle.frameworks import torch as tx
+    for name, (_, configurations) in tx.TRANSLATE.items():
+        for label, fixed in configurations:
+            yield f"torch {name} {label}", name, {**tx.FIXED, **fixed}
+    for label, name, fixed, _ in ox.TABLE:
+        yield label, name, {**ox.FIXED, **fixed}
+
+
+@pytest.mark.parametrize("label,name,fixed", list(_tables()), ids=lambda x: str(x)[:40])
+def test_every_adapter_names_a_registered_optimizer_and_valid_fixed_values(label, name, fixed):
+    assert name in optimizer.registry(), label
+    space.hyper_space(name, fixed)            # known hyperparameter names
+    optimizer.registry()[name](**fixed)       # values its constructor accepts
+
+
+def test_framework_names_and_refusals():
+    assert {"torch", "optax"} <= set(frameworks.names())
+    with pytest.raises(ValueError, match="unknown framework 'numpy'.*torch"):
+        frameworks.get("numpy")                # importable, but no FRAMEWORK
+    with pytest.raises(ValueError, match="unknown framework 'no_such_framework_x'"):
+        frameworks.get("no_such_framework_x")
+    missing = frameworks.Framework(name="missing", module="no_such_module_for_the_audit",
+                                   adapters=list, versions=dict, install="pip install it-here")
+    with pytest.raises(ValueError, match="'missing' is not installed here .*pip install it-here"):
+        oracle.audit([missing])
+    with pytest.raises(TypeError, match="Framework objects, got 3"):
+        oracle.audit([3])
+    with pytest.raises(ValueError, match="dtypes must be"):
+        oracle.audit([], dtypes=("float16",))
+    with pytest.raises(ValueError, match="examples must be an int >= 1, got 0"):
+        oracle.audit([], examples=0)
+    with pytest.raises(ValueError, match="seed must be an int >= 0"):
+        oracle.audit([], seed=-1)
+
+
+# --------------------------------------------------------------------------------------------
+# the machinery on a tiny numpy framework
+# --------------------------------------------------------------------------------------------
+def test_audit_of_a_fake_framework(fake_on_path):
+    lines = []
+    report = oracle.audit([FAKE], examples=5, cases=6, progress=lines.append)
+    assert [(r.label, r.dtype) for r in report.rows] == [  # an adapter's dtypes together
+        ("fake.adam", "float32"), ("fake.adam", "float64"),
+        ("fake.sgd(wd sign flipped)", "float32")]
+    rows = {(r.label, r.dtype): r for r in report.rows}
+    assert set(rows) == {("fake.adam", "float32"), ("fake.adam", "float64"),
+                         ("fake.sgd(wd sign flipped)", "float32")}
+    for dtype in ("float32", "float64"):  # float64 ran in the subprocess, with its environment
+        adam = rows["fake.adam", dtype]
+        assert adam.passed and adam.failure is None, adam
+        assert adam.convention == "guide" and "guide" in adam.matches
+        assert adam.full <= 1.0 and adam.explanation is None and adam.case is None
+    bug = rows["fake.sgd(wd sign flipped)", "float32"]
+    assert not bug.passed and bug.convention is None and bug.closest in ("mxnet", "guide")
+    assert bug.full > 1.0 and bug.explanation
+    assert bug.case["hyperparameters"]["wd"] == 0.01 and bug.case["step"] >= 1
+    assert report.versions["fake"] == "1.0" and "toolkit" in report.versions
+    assert any("in a subprocess" in line for line in lines)
+    assert sum("fake." in line for line in lines) == 2  # float32's rows (float64's: its stderr)
+    # the table and its JSON
+    md = report.to_markdown()
+    assert "| " + " | ".join(COLUMNS) + " |" in md
+    assert re.search(r"\| audit_fake_framework \| fake\.sgd\(wd sign flipped\) \| sgd \| "
+                     r"float32 \| none \(closest: \w+\) \| FAILS \|", md)
+    assert "fake.sgd(wd sign flipped), float32: step" in md
+    data = json.loads(json.dumps(report.to_dict()))
+    assert AuditReport.from_dict(data).to_markdown() == md
+    # the same table every run (a fixed seed)
+    again = oracle.audit([FAKE], dtypes=("float32",), examples=5, cases=6,
+                         progress=lambda line: None)
+    assert [r for r in again.rows] == [r for r in report.rows if r.dtype == "float32"]
+
+
+def test_rows_come_framework_by_framework(fake_on_path):
+    """Several frameworks (a Framework object may be passed as well as a name): each
+    framework's rows together, in its adapters' order."""
+    import audit_fake_framework as fake
+    second = frameworks.Framework(
+        name="second_fake", module="numpy", versions=lambda: {},
+        adapters=lambda: [frameworks.Adapter("second.adam", "adam", fake.make_adam,
+                                             fixed=fake.FIXED, dtypes=("float32",))])
+    report = oracle.audit([FAKE, second], dtypes=("float32",), examples=3, cases=4,
+                          progress=lambda line: None)
+    assert [(r.framework, r.label) for r in report.rows] == [
+        (FAKE, "fake.adam"), (FAKE, "fake.sgd(wd sign flipped)"), ("second_fake", "second.adam")]
+
+
+def test_verdict_of_reads_explanation_and_domains():
+    """The row of a report: the usual and full domains' worst errors, the region, the
+    explanation's kind and text, the worst case of a failure; a failure with no explanation is
+    one where the implementation failed outright."""
+    from types import SimpleNamespace as NS
+    worst = {"hyperparameters": {"beta1": 1e-12}, "step": 2, "element": 0,
+             "expected": 1.0, "got": 2.0}
+    domains = {"usual": NS(passed=True, max_error=0.3, examples=50, worst=None),
+               "full": NS(passed=False, max_error=14.0, examples=100, worst=worst)}
+    explained = NS(passed=False, max_error=14.0, worst=worst, passes_under=None,
+                   explanation=NS(kind="variant", variant="lerp", convention="guide",
+                                  text="the moving average written as a lerp", max_error=0.4),
+                   domains=domains, region="only for beta1 < 1e-12", failure=None)
+    row = conformance.verdict_of(explained)
+    assert row == {"passed": False, "usual": 0.3, "full": 14.0,
+                   "region": "only for beta1 < 1e-12",
+                   "explanation": "variant: the moving average written as a lerp", "case": worst}
+    broken = NS(passed=False, max_error=float("inf"), worst=worst, passes_under=None,
+                explanation=None, domains=domains, region=None, failure="ValueError: no")
+    assert conformance.verdict_of(broken)["explanation"] == "failed outright (see failure)"
+    ok = NS(passed=True, max_error=0.2, worst=worst, passes_under=None, explanation=None,
+            domains={"usual": NS(passed=True, max_error=0.1, examples=50, worst=None),
+                     "full": NS(passed=True, max_error=0.2, examples=100, worst=None)},
+            region=None, failure=None)
+    assert conformance.verdict_of(ok)["explanation"] is None
+    assert conformance.verdict_of(ok)["case"] is None
+    assert conformance.verdict_of(ok)["usual"] == 0.1
+
+
+def test_cli_writes_markdown_and_json(fake_on_path, tmp_path):
+    md, js = tmp_path / "table.md", tmp_path / "table.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "toolkit", "audit", "--frameworks", FAKE, "--dtypes", "float32",
+         "--examples", "3", "--cases", "4", "--markdown", str(md), "--json", str(js)],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "fake.adam: passes" in done.stderr and done.stdout == ""  # progress on stderr
+    report = AuditReport.from_dict(json.loads(js.read_text()))
+    assert md.read_text() == report.to_markdown()
+    assert [r.label for r in report.rows] == ["fake.adam", "fake.sgd(wd sign flipped)"]
+    doc = tmp_path / "doc.md"   # --into: the table between the markers, the rest kept
+    doc.write_text(f"# findings\n\n{conformance.BEGIN}\nold table\n{conformance.END}\nafter\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "toolkit", "audit", "--frameworks", FAKE, "--dtypes", "float32",
+         "--examples", "3", "--cases", "4", "--into", str(doc)],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert doc.read_text() == (f"# findings\n\n{conformance.BEGIN}\n{report.to_markdown()}"
+                               f"{conformance.END}\nafter\n")
+    doc.write_text("no markers\n")
+    done = subprocess.run([sys.executable, "-m", "toolkit", "audit", "--frameworks", FAKE,
+                           "--into", str(doc)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2 and "must hold the lines" in done.stderr
+    assert doc.read_text() == "no markers\n"
+    bad = subprocess.run([sys.executable, "-m", "toolkit", "audit", "--frameworks", "nosuchfw"],
+                         capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2 and "unknown framework 'nosuchfw'" in bad.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# docs/conformance.md: the recorded audit, in the audit's format
+# --------------------------------------------------------------------------------------------
+BEGIN, END = conformance.BEGIN, conformance.END
+
+
+def test_conformance_doc_holds_the_recorded_audit():
+    doc = (ROOT / "docs" / "conformance.md").read_text(encoding="utf-8")
+    assert doc.count(BEGIN) == 1 and doc.count(END) == 1
+    table = doc.split(BEGIN)[1].split(END)[0].strip("\n") + "\n"
+    recorded = json.loads((ROOT / "docs" / "conformance.json").read_text(encoding="utf-8"))
+    report = AuditReport.from_dict(recorded)
+    assert table == report.to_markdown()
+    assert "| " + " | ".join(COLUMNS) + " |" in table
+    assert {"torch", "optax"} <= {r.framework for r in report.rows}
+    assert {"float32", "float64"} == {r.dtype for r in report.rows}
+    for package in ("torch", "optax", "jax", "toolkit", "numpy", "hypothesis"):
+        assert package in report.versions and report.versions[package] in table
+    # findings come first: the table after them
+    assert doc.index("## Findings") < doc.index(BEGIN)
+
+
+# --------------------------------------------------------------------------------------------
+# torch.optim (CI installs torch==2.13.0)
+# --------------------------------------------------------------------------------------------
+def _torch_adapters():
+    if not HAVE_TORCH:
+        return []
+    return frameworks.get("torch").adapters()
+
+
+@needs_torch
+@pytest.mark.parametrize("adapter", _torch_adapters(), ids=lambda a: a.label)
+def test_torch_adapters_pass_the_pytorch_convention(adapter):
+    """Every adapter in float32 (and the default implementation in float64, but NAdam: see
+    below) computes torch's documented update: few examples, the full audit is mxopt audit.
+    Centered RMSprop with an ordinary gamma1 (its NaN for gamma1 -> 0 is a finding of its own,
+    tests/test_oracle.py)."""
+    fixed = dict(adapter.fixed)
+    if fixed.get("centered"):
+        fixed["gamma1"] = 0.9
+    for dtype in adapter.dtypes:
+        if dtype == "float64" and adapter.optimizer == "nadam":
+            continue
+        r = oracle.verify(adapter.make(dtype), adapter.optimizer, convention="pytorch",
+                          fixed=fixed, dtype=dtype, examples=8)
+        assert r.passed, r.summary
+
+
+@needs_torch
+def test_torch_adam_is_identified_as_the_guide():
+    adam = next(a for a in _torch_adapters() if a.label == "torch.optim.Adam()")
+    r = oracle.identify(adam.make("float64"), "adam", fixed=dict(adam.fixed), dtype="float64",
+                        cases=8, screen=100)
+    assert r.convention == "guide" and "pytorch" in r.matches, r.summary
+
+
+@needs_torch
+def test_torch_nadam_float64_keeps_mu_product_in_the_default_dtype():
+    """The finding of docs/conformance.md: under torch's default dtype (float32) a float64
+    NAdam keeps ``mu_product`` in float32 and leaves the equations by ~1e-8 relative (millions
+    of float64 bounds); with ``torch.set_default_dtype(torch.float64)`` it passes."""
+    import torch
+    nadam = next(a for a in _torch_adapters() if a.label == "torch.optim.NAdam()")
+    fixed = dict(nadam.fixed)
+    assert torch.get_default_dtype() == torch.float32
+    r = oracle.verify(nadam.make("float64"), "nadam", convention="pytorch", fixed=fixed,
+                      dtype="float64", examples=8)
+    assert not r.passed and r.max_error > 1e4, r.summary
+    got, expected = r.worst["got"], r.worst["expected"]
+    assert 1e-10 < abs(got - expected) / abs(expected) < 1e-6
+    torch.set_default_dtype(torch.float64)
+    try:
+        r = oracle.verify(nadam.make("float64"), "nadam", convention="pytorch", fixed=fixed,
+                          dtype="float64", examples=8)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert r.passed, r.summary
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_torch_adam_first_moment_lerp_leaves_the_equations_as_beta1_goes_to_0(dtype):
+    """The lerp finding of docs/conformance.md, aimed at its regime: torch writes Adam's first
+    moment as ``m.lerp_(g, 1 - beta1)``, ``m + (1 - beta1)*(g - m)``; when ``1 - beta1`` rounds
+    to 1 that is ``g`` plus the rounding of ``g - m``, not ``beta1*m + (1 - beta1)*g``, and a
+    first moment much larger than the gradient is lost. An ordinary beta1 passes."""
+    adam = next(a for a in _torch_adapters() if a.label == "torch.optim.Adam()")
+    ordinary = oracle.verify(adam.make(dtype), "adam", convention="pytorch",
+                             fixed={**adam.fixed, "beta1": 0.9}, dtype=dtype, examples=40)
+    assert ordinary.passed, ordinary.summary
+    tiny = oracle.verify(adam.make(dtype), "adam", convention="pytorch",
+                         fixed={**adam.fixed, "beta1": 1e-10}, dtype=dtype, examples=40)
+    assert not tiny.passed, tiny.summary
+    assert tiny.worst["step"] >= 2  # the first moment of an earlier step is what is lost
+
+
+# --------------------------------------------------------------------------------------------
+# optax (where installed)
+# --------------------------------------------------------------------------------------------
+@needs_optax
+def test_optax_audit_float32_and_float64(monkeypatch):
+    """Every optax adapter passes in both dtypes but ``lars(weight_decay)``: optax's trust ratio
+    takes the norm of ``g + wd*w`` where MXNet's takes ``|g| + wd*|w|`` (docs/conformance.md);
+    float64 through the subprocess with JAX's x64 switch."""
+    monkeypatch.setattr(conformance, "WORKER_TIMEOUT", 600)
+    report = oracle.audit("optax", examples=4, cases=6, progress=lambda line: None)
+    assert {r.dtype for r in report.rows} == {"float32", "float64"}
+    for r in report.rows:
+        if r.label == "optax.lars(weight_decay)":
+            assert not r.passed and r.convention is None, r
+        else:
+            assert r.passed, r
+    assert "optax" in report.versions and "jax" in report.versions

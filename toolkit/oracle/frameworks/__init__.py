@@ -1,0 +1,90 @@
+"""Adapters from other frameworks' optimizers to the oracle: what ``mxopt audit`` runs.
+
+One module per framework (``torch``, ``optax``), each defining ``FRAMEWORK``, a
+:class:`Framework`: whether the framework is importable here, its versions, and its
+:class:`Adapter` s. An adapter names a framework optimizer (``label``, in the framework's own
+words), the toolkit optimizer it is audited as (``optimizer``, a registry name: read from the
+optimizer's spec where the spec has the mapping, ``Spec.torch``), the hyperparameters the
+framework lacks (``fixed``, e.g. ``rescale_grad=1.0, clip_gradient=None``), the dtypes it is
+audited in, and ``make(dtype) -> make_step``, the ``make_step(weight0, **hyperparameters)`` that
+:func:`toolkit.oracle.verify` expects, translating MXNet's names to the framework's.
+
+Your own framework's adapters: a module defining ``FRAMEWORK = Framework(name=<its import path>,
+...)``, named to ``mxopt audit --frameworks`` or :func:`toolkit.oracle.audit` by that path.
+
+A framework whose float64 needs process-wide state (JAX's x64 switch) says so with ``env``:
+the audit runs that dtype in a subprocess with those environment variables
+(``python -m toolkit.oracle.frameworks NAME DTYPE``).
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+__all__ = ["Adapter", "Framework", "names", "get", "in_process"]
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """One framework optimizer in one configuration, audited as toolkit optimizer
+    ``optimizer``. ``make(dtype)`` returns ``make_step``; ``fixed`` pins what the framework
+    lacks; ``dtypes`` the precisions it is audited in; ``note`` what the translation assumes."""
+    label: str
+    optimizer: str
+    make: Callable[[str], Callable]
+    fixed: Mapping = field(default_factory=dict)
+    dtypes: tuple = ("float32", "float64")
+    note: str = ""
+
+
+def in_process(dtype):
+    """The default ``Framework.env``: every dtype runs in this process (None)."""
+    return None
+
+
+@dataclass(frozen=True)
+class Framework:
+    """A framework the audit can run: ``name`` (its module here), ``module`` (what must be
+    importable), ``adapters()`` (a list of :class:`Adapter`), ``versions()`` (``{package:
+    version}``), ``env(dtype)`` (environment variables a dtype needs in a fresh process, or
+    None: run in this one), ``install`` (how to install it, for the message when it is
+    missing)."""
+    name: str
+    module: str
+    adapters: Callable[[], list]
+    versions: Callable[[], dict]
+    env: Callable[[str], dict | None] = in_process
+    install: str = ""
+
+    def available(self):
+        """Whether the framework is importable here (without importing it)."""
+        return importlib.util.find_spec(self.module) is not None
+
+
+def names():
+    """The frameworks that have an adapter module here (installed or not)."""
+    return tuple(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+
+
+def get(name):
+    """The :class:`Framework` named ``name``: one of :func:`names`, or the import path of a
+    module of your own that defines ``FRAMEWORK`` (its ``name`` must be that path, so that a
+    subprocess of the audit finds it too). Anything else is a ValueError naming the known
+    ones."""
+    if not isinstance(name, str):
+        raise TypeError(f"a framework is named by a string, got {name!r}")
+    if name in names():
+        return importlib.import_module(f"{__name__}.{name}").FRAMEWORK
+    try:
+        found = importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        found = False
+    fw = getattr(importlib.import_module(name), "FRAMEWORK", None) if found else None
+    if not isinstance(fw, Framework) or fw.name != name:
+        raise ValueError(f"unknown framework {name!r}; the audit has adapters for "
+                         f"{', '.join(names())} (or name a module of yours whose FRAMEWORK is "
+                         f"a toolkit.oracle.frameworks.Framework named after the module)")
+    return fw

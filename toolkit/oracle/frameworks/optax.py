@@ -1,0 +1,116 @@
+"""optax (on JAX) for the audit: its optimizers that are one of the toolkit's, in float32 and
+float64 (float64 in a subprocess with ``JAX_ENABLE_X64=1``: JAX's x64 switch is process-wide).
+
+optax names no MXNet counterparts, so the mapping is a table (:data:`TABLE`; a test checks every
+registry name in it). MXNet's names -> optax's: ``learning_rate``, ``(beta1, beta2)`` = ``b1,
+b2``, ``epsilon`` = ``eps``, RMSProp's ``gamma1`` = ``decay`` and ``gamma2`` = ``momentum``
+(centered), AdaDelta's ``rho``, AdaGrad's and LARS's ``eps``, LARS's ``eta`` =
+``trust_coefficient``, Signum's ``momentum`` = ``beta``, AdamW's ``learning_rate`` =
+``eta*learning_rate``, ``wd`` = ``weight_decay`` where optax has one (adamw, adadelta, lamb,
+lars; pinned to 0 elsewhere: optax's sgd, adam, adagrad, rmsprop, adamax, nadam and signum have
+no weight decay). Pinned: ``rescale_grad=1``, ``clip_gradient=None`` (optax chains
+``clip`` separately), AdaGrad's ``initial_accumulator_value=0`` (MXNet's accumulator starts at
+0; optax's default 0.1 is another algorithm), RMSProp's ``clip_weights=None``, LAMB without
+trust-ratio bounds and with bias correction, and NAdam's ``schedule_decay=1e4``: optax's
+``nadam`` is Dozat's update with a constant momentum ``mu_t = beta1``, which is MXNet's schedule
+``beta1*(1 - 0.5*0.96^(t*schedule_decay))`` once ``0.96^schedule_decay`` is below float64's
+resolution. Hyperparameters are handed to optax as Python floats, as users do (JAX rounds them to
+the array's precision).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import Adapter, Framework
+
+#: what optax's optimizers lack, pinned for every adapter
+FIXED = {"rescale_grad": 1.0, "clip_gradient": None}
+
+#: (label, registry name, pinned hyperparameters, ``build(optax, lr, wd, own)``)
+TABLE = (
+    ("optax.sgd(learning_rate)", "sgd", {"wd": 0.0, "momentum": 0.0},
+     lambda o, lr, wd, h: o.sgd(lr)),
+    ("optax.sgd(learning_rate, momentum)", "sgd", {"wd": 0.0},
+     lambda o, lr, wd, h: o.sgd(lr, momentum=h["momentum"])),
+    ("optax.sgd(learning_rate, momentum, nesterov=True)", "nag", {"wd": 0.0},
+     lambda o, lr, wd, h: o.sgd(lr, momentum=h["momentum"], nesterov=True)),
+    ("optax.adam", "adam", {"wd": 0.0},
+     lambda o, lr, wd, h: o.adam(lr, b1=h["beta1"], b2=h["beta2"], eps=h["epsilon"])),
+    ("optax.adamw", "adamw", {},
+     lambda o, lr, wd, h: o.adamw(h["eta"] * lr, b1=h["beta1"], b2=h["beta2"],
+                                  eps=h["epsilon"], weight_decay=wd)),
+    ("optax.adagrad(initial_accumulator_value=0)", "adagrad", {"wd": 0.0},
+     lambda o, lr, wd, h: o.adagrad(lr, initial_accumulator_value=0.0, eps=h["eps"])),
+    ("optax.rmsprop", "rmsprop", {"wd": 0.0, "centered": False, "clip_weights": None},
+     lambda o, lr, wd, h: o.rmsprop(lr, decay=h["gamma1"], eps=h["epsilon"])),
+    ("optax.rmsprop(centered=True, momentum)", "rmsprop",
+     {"wd": 0.0, "centered": True, "clip_weights": None},
+     lambda o, lr, wd, h: o.rmsprop(lr, decay=h["gamma1"], eps=h["epsilon"], centered=True,
+                                    momentum=h["gamma2"])),
+    ("optax.adadelta", "adadelta", {},
+     lambda o, lr, wd, h: o.adadelta(lr, rho=h["rho"], eps=h["epsilon"], weight_decay=wd)),
+    # the oracle draws no epsilon for Adamax: optax's default 1e-8 (the pytorch convention's)
+    ("optax.adamax", "adamax", {"wd": 0.0},
+     lambda o, lr, wd, h: o.adamax(lr, b1=h["beta1"], b2=h["beta2"], eps=1e-8)),
+    ("optax.nadam", "nadam", {"wd": 0.0, "schedule_decay": 1e4},
+     lambda o, lr, wd, h: o.nadam(lr, b1=h["beta1"], b2=h["beta2"], eps=h["epsilon"])),
+    ("optax.lamb", "lamb", {"lower_bound": None, "upper_bound": None, "bias_correction": True},
+     lambda o, lr, wd, h: o.lamb(lr, b1=h["beta1"], b2=h["beta2"], eps=h["epsilon"],
+                                 weight_decay=wd)),
+    ("optax.lars(weight_decay=0)", "lars", {"wd": 0.0},
+     lambda o, lr, wd, h: o.lars(lr, trust_coefficient=h["eta"], eps=h["eps"],
+                                 momentum=h["momentum"])),
+    ("optax.lars(weight_decay)", "lars", {},
+     lambda o, lr, wd, h: o.lars(lr, weight_decay=wd, trust_coefficient=h["eta"], eps=h["eps"],
+                                 momentum=h["momentum"])),
+    ("optax.sign_sgd", "signum", {"wd": 0.0, "momentum": 0.0, "wd_lh": 0.0},
+     lambda o, lr, wd, h: o.sign_sgd(lr)),
+    ("optax.signum", "signum", {"wd": 0.0, "wd_lh": 0.0},
+     lambda o, lr, wd, h: o.signum(lr, beta=h["momentum"])),
+)
+
+
+def make_step_of(build, dtype):
+    """``make_step`` around the optax transformation ``build(optax, lr, wd, own)`` on a JAX
+    array of ``dtype`` (float64 needs JAX's x64 switch: this process's ``JAX_ENABLE_X64``)."""
+    import jax.numpy as jnp
+    import optax
+
+    def make_step(weight0, learning_rate, wd, rescale_grad, clip_gradient, **own):
+        tx = build(optax, learning_rate, wd, own)
+        box = {"params": jnp.asarray(np.asarray(weight0), dtype=dtype)}
+        if box["params"].dtype != np.dtype(dtype):
+            raise RuntimeError(f"JAX made a {box['params'].dtype} array for {dtype}: float64 "
+                               "needs JAX_ENABLE_X64=1 (the audit sets it in a subprocess)")
+        box["state"] = tx.init(box["params"])
+
+        def step(grad):
+            g = jnp.asarray(np.asarray(grad), dtype=dtype)
+            updates, box["state"] = tx.update(g, box["state"], box["params"])
+            box["params"] = optax.apply_updates(box["params"], updates)
+            return np.asarray(box["params"])
+        return step
+    return make_step
+
+
+def adapters():
+    return [Adapter(label=label, optimizer=name, fixed={**FIXED, **fixed},
+                    make=lambda dtype, b=build: make_step_of(b, dtype))
+            for label, name, fixed, build in TABLE]
+
+
+def versions():
+    import jax
+    import jaxlib
+    import optax
+    return {"optax": optax.__version__, "jax": jax.__version__, "jaxlib": jaxlib.__version__}
+
+
+def env(dtype):
+    """float64 needs JAX's x64 switch, set before JAX is imported: a fresh process."""
+    return {"JAX_ENABLE_X64": "1", "JAX_PLATFORMS": "cpu"} if dtype == "float64" else None
+
+
+FRAMEWORK = Framework(name="optax", module="optax", adapters=adapters, versions=versions,
+                      env=env, install="pip install 'mxopt-toolkit[audit]' (optax and JAX's "
+                                       "CPU build)")
