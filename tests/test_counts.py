@@ -115,3 +115,35 @@ def test_a_count_at_the_end_of_int64_goes_through_the_loop():
             opt.step_scalars(indices)
         errors.append((type(e.value), str(e.value)))
     assert errors[0] == errors[1]
+
+
+# --- found by the hostile review of the vectorised bookkeeping ------------------------------
+def test_scatter_of_repeated_or_unordered_indices_is_the_dicts_writes():
+    """``scatter`` with an index twice counted it twice (``len`` one too many), and ``gather``
+    and ``scatter`` of an array not in increasing order read and wrote a negative index at the
+    array's end (numpy's negative indexing): both now do what the dict does."""
+    c, d = Counts(), {}
+    c.scatter(np.array([5, 5], np.int64), np.array([1, 2], np.int64))
+    d.update({5: 1})
+    d.update({5: 2})
+    _same(c, d)
+    c, d = Counts({0: 1, 7: 9}), {0: 1, 7: 9}
+    got = c.gather(np.array([3, -1], np.int64), 0)
+    assert got is None or got.tolist() == [d.get(3, 0), d.get(-1, 0)]
+    c.scatter(np.array([3, -1], np.int64), np.array([4, 4], np.int64))
+    d.update({3: 4, -1: 4})
+    _same(c, d)
+
+
+def test_commit_counts_of_unordered_or_repeated_indices_is_the_loops():
+    """``commit_counts`` commits as the per-index loop does (each index in turn, the last
+    count of an index repeated wins), whatever the order of the int64 array it is given."""
+    for indices, t in (([3, -1], [4, 4]), ([5, 5], [1, 2]), ([9, 2], [1, 3])):
+        opt, ref = optimizer.create("adam"), optimizer.create("adam")
+        opt.commit_counts(np.array([0, 7], np.int64), np.array([1, 9], np.int64))
+        ref.commit_counts([0, 7], np.array([1, 9], np.int64))
+        opt.commit_counts(np.array(indices, np.int64), np.array(t, np.int64))
+        for i, ti in zip(indices, t):
+            ref._commit_count(i, ti)
+        _same(opt._index_update_count, dict(ref._index_update_count))
+        assert opt.num_update == ref.num_update

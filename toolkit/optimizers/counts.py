@@ -30,6 +30,14 @@ _DENSE = 1024
 _INT64_MAX = 2 ** 63 - 1
 
 
+def _increasing(indices):
+    """Whether the int64 array ``indices`` is non-negative and strictly increasing (distinct):
+    what :meth:`Counts.gather` and :meth:`Counts.scatter` read and write with numpy. Anything
+    else (a negative index, which numpy would read from the array's end; an index twice, which
+    would count twice) goes one index at a time, as the dict does."""
+    return bool(indices[0] >= 0) and bool((indices[1:] > indices[:-1]).all())
+
+
 def _slot(key):
     """The array position of ``key``, or None when it lives in the dict. A key equal to an int
     (a numpy integer, True, 3.0) is that int, as a dict finds it."""
@@ -144,10 +152,11 @@ class Counts(MutableMapping):
 
     # --- many indices at once ---------------------------------------------------------------
     def gather(self, indices, default):
-        """The counts of ``indices`` (a non-negative int64 array), ``default`` where an index
-        has none; None when one of them may live in the dict (the caller reads them one by
-        one) or ``default`` is not an int64."""
-        if self._other or not _fits(default):
+        """The counts of ``indices`` (an int64 array), ``default`` where an index has none;
+        None when one of them may live in the dict (the caller reads them one by one),
+        ``default`` is not an int64 or ``indices`` is not non-negative and strictly increasing
+        (the caller reads them one by one)."""
+        if self._other or not _fits(default) or (indices.size and not _increasing(indices)):
             return None
         t = self._t
         if indices.size and int(indices.max()) >= len(t):  # those beyond the array: no count
@@ -159,11 +168,12 @@ class Counts(MutableMapping):
         return np.where(c < 0, np.int64(default), c)
 
     def scatter(self, indices, t):
-        """Set the counts of ``indices`` (distinct, non-negative int64 array) to ``t`` (a
-        non-negative int64 array), as ``self[i] = t_i`` one by one would."""
+        """Set the counts of ``indices`` (an int64 array) to ``t`` (a non-negative int64
+        array), as ``self[i] = t_i`` one by one would (one by one where ``indices`` is not
+        non-negative and strictly increasing)."""
         if not indices.size:
             return
-        if not self._room(int(indices.max()), adding=indices.size):
+        if not _increasing(indices) or not self._room(int(indices[-1]), adding=indices.size):
             for i, v in zip(indices.tolist(), t.tolist()):
                 self[i] = v
             return
