@@ -279,3 +279,27 @@ def test_setting_a_hyperparameter_keeps_nadams_momentum_schedule():
     opt.rescale_grad = 0.5
     opt.wd = 0.01
     assert opt.m_schedule == after_one
+
+
+# --------------------------------------------------------------------------------------------
+# found by the hostile review of the vectorised bookkeeping
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("indices", [[0, 0], [2, 0, 2], [3, -1], [7, 3, 0], [1, True]])
+@pytest.mark.parametrize("as_array", [True, False])
+def test_repeated_and_unordered_indices_are_the_loops(indices, as_array):
+    """An index given twice was read twice from the counts as they were (``t`` the same
+    twice, where the loop commits the first before reading the second), and an unordered array
+    with a negative index read another index's count: both are the loop's now."""
+    def make():
+        opt = optimizer.create("adam", learning_rate=0.1,
+                               lr_scheduler=lr_scheduler.FactorScheduler(step=1, factor=0.5,
+                                                                         base_lr=0.1))
+        for i, t in ((0, 2), (7, 5), (1, 1)):
+            opt._commit_count(i, t)
+        return opt
+    vec, ref = make(), make()
+    got = vec.step_scalars(np.array(indices, np.int64) if as_array else indices)
+    want = _loop(ref, indices)
+    assert got.t.tolist() == [w[0] for w in want]
+    assert np.array_equal(_bits(got.lr), _bits([w[1] for w in want]))
+    assert np.array_equal(_bits(got.wd), _bits([w[2] for w in want]))

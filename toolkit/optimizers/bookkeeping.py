@@ -198,8 +198,9 @@ class Bookkeeping:
 
     # --- many indices at once ---------------------------------------------------------------
     def step_scalars(self, indices, *, multipliers=None):
-        """:class:`StepScalars` of the next step of every index of ``indices`` (ints in
-        increasing order), as the per-index loop (``next_step`` of each, its count committed
+        """:class:`StepScalars` of the next step of every index of ``indices`` (ints, in
+        increasing order for the array reads; in any other order, or with an index twice, the
+        loop's numbers in the order given), as the per-index loop (``next_step`` of each, its count committed
         before the next) computes them, bit for bit; nothing is committed (see
         :meth:`commit_counts`). Raises what that loop raises, for the first index it would.
 
@@ -222,6 +223,12 @@ class Bookkeeping:
             idx = _as_list(indices)
             n = len(idx)
             if n == 0:
+                return self._scalars_per_index(idx)
+            try:  # an index twice: the loop commits the first before it reads the second
+                repeated = len(set(idx)) < n
+            except TypeError:  # an index a dict cannot hold: the loop says what happens
+                repeated = True
+            if repeated:
                 return self._scalars_per_index(idx)
             try:
                 c = np.fromiter(map(counts.__getitem__, idx), np.int64, n)
