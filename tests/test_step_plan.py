@@ -303,3 +303,22 @@ def test_repeated_and_unordered_indices_are_the_loops(indices, as_array):
     assert got.t.tolist() == [w[0] for w in want]
     assert np.array_equal(_bits(got.lr), _bits([w[1] for w in want]))
     assert np.array_equal(_bits(got.wd), _bits([w[2] for w in want]))
+
+
+@pytest.mark.parametrize("mult", [np.float32(0.1), np.float16(0.3), np.float64(0.7), 3])
+def test_numpy_multipliers_assigned_to_the_tables_are_the_loops(mult):
+    """Multipliers assigned to ``lr_mult``/``wd_mult`` directly (as MXNet code does, bypassing
+    ``set_lr_mult``'s float conversion) as numpy float32 made the per-index loop's product a
+    float32 one (NumPy 2's promotion of a Python float with a numpy float32), where
+    ``step_scalars`` (and MXNet, on the NumPy 1 of its time) multiply in float64."""
+    vec = optimizer.create("adam", learning_rate=0.1, wd=0.01)
+    ref = optimizer.create("adam", learning_rate=0.1, wd=0.01)
+    for opt in (vec, ref):
+        opt.lr_mult = {0: mult}
+        opt.wd_mult = {0: mult}
+    got = vec.step_scalars(np.array([0, 1], np.int64))
+    want = _loop(ref, [0, 1])
+    assert np.array_equal(_bits(got.lr), _bits([w[1] for w in want]))
+    assert np.array_equal(_bits(got.wd), _bits([w[2] for w in want]))
+    assert [type(w[1]) for w in want] == [float, float]
+    assert want[0][1] == 0.1 * float(mult) and want[0][2] == 0.01 * float(mult)

@@ -62,6 +62,12 @@ def _builtin_schedule(sched):
             and cls.__call__ is lr_scheduler.LRScheduler.__call__)
 
 
+def _as_float(mult):
+    """A multiplier of the tables as the float64 MXNet multiplied by (a table assigned
+    directly may hold numpy float32s: NumPy 2 would make ``lr * mult`` a float32 product)."""
+    return mult if type(mult) is float or not isinstance(mult, numbers.Real) else float(mult)
+
+
 def _as_list(indices):
     return indices.tolist() if isinstance(indices, np.ndarray) else list(indices)
 
@@ -121,10 +127,10 @@ class Bookkeeping:
         if not table:  # no multipliers (the common case): neither lookup below can match
             return 1.0
         if index in table:
-            return table[index]
+            return _as_float(table[index])
         name = self.idx2name.get(index)
         if name is not None and name in table:
-            return table[name]
+            return _as_float(table[name])
         return 1.0
 
     def _get_lr(self, index, num_update=None):
