@@ -322,3 +322,48 @@ def test_numpy_multipliers_assigned_to_the_tables_are_the_loops(mult):
     assert np.array_equal(_bits(got.wd), _bits([w[2] for w in want]))
     assert [type(w[1]) for w in want] == [float, float]
     assert want[0][1] == 0.1 * float(mult) and want[0][2] == 0.01 * float(mult)
+
+
+def _factor():
+    return lr_scheduler.FactorScheduler(step=1, factor=0.5, base_lr=1.0)
+
+
+def test_a_refused_step_leaves_the_schedule_as_it_was():
+    """``step_scalars`` read the toolkit's (stateful) schedule at every count of the step
+    before it found the value the loop refuses, so a refused step left the schedule decayed to
+    a count no step took: the next step of an index behind the others read that decayed rate.
+    Now the schedule is as it was, and the next step reads what it reads without the refused
+    one."""
+    def make():
+        opt = optimizer.create("ftrl", lr_scheduler=_factor())
+        opt._commit_count(1, 5)  # index 0 behind: its step does not move num_update
+        return opt
+    opt, fresh = make(), make()
+    before = opt.lr_scheduler.state_dict()
+    opt.lr_mult = {0: 0.0}  # FTRL refuses a learning rate of 0 (index 0, read first)
+    with pytest.raises(ValueError, match="index 0"):
+        opt.step_scalars(np.array([0, 1], np.int64))
+    assert opt.lr_scheduler.state_dict() == before
+    opt.lr_mult = {}
+    got, want = opt.step_scalars(np.array([0], np.int64)), fresh.step_scalars([0])
+    assert np.array_equal(_bits(got.lr), _bits(want.lr))
+
+
+@pytest.mark.parametrize("name", ["adam", "nadam"])
+def test_a_failed_trainer_step_leaves_the_schedule_as_it_was(name):
+    """A Trainer step refused at its second parameter (a NaN multiplier) leaves the optimizer
+    as it was, its schedule's state included (the vectorised plan, and the per-index plan of
+    ``restored_on_error``)."""
+    params = [Parameter(f"p{i}", init=np.ones(3, np.float32)) for i in range(2)]
+    trainer = Trainer(params, optimizer.create(name, lr_scheduler=_factor()))
+    for p in params:
+        p.grad()[...] = 0.5
+    trainer.step(1)
+    before = (trainer.optimizer.lr_scheduler.state_dict(), trainer.optimizer.update_counts)
+    params[1].lr_mult = float("nan")
+    for p in params:
+        p.grad()[...] = 0.5
+    with pytest.raises(ValueError, match="index 1"):
+        trainer.step(1)
+    assert (trainer.optimizer.lr_scheduler.state_dict(), trainer.optimizer.update_counts) == \
+        before

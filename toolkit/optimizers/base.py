@@ -448,15 +448,22 @@ class Optimizer(ArrayChecks, MultiPrecision, NonFiniteGuard, ReferenceStep, Laun
     def restored_on_error(self):
         """While the block runs, the optimizer's attributes (the bookkeeping a step changes:
         counts, ``num_update``, Nadam's schedule, LBSGD's phases...) are kept; if it raises,
-        they are put back as they were (a shallow copy, its dicts copied), so a step that
-        plans every index before writing any array leaves nothing half-committed."""
+        they are put back as they were (a shallow copy, its dicts copied; a
+        ``toolkit.lr_scheduler`` schedule's ``state_dict``), so a step that plans every index
+        before writing any array leaves nothing half-committed."""
         saved = {k: (dict(v) if isinstance(v, dict) else v.copy() if isinstance(v, Counts) else v)
                  for k, v in self.__dict__.items()}
+        # the schedule's state too (Factor's decays), where it can be saved: the toolkit's
+        from ..lr_scheduler import LRScheduler
+        sched = self.lr_scheduler
+        sched_state = sched.state_dict() if isinstance(sched, LRScheduler) else None
         try:
             yield self
         except BaseException:
             self.__dict__.clear()
             self.__dict__.update(saved)
+            if sched_state is not None:
+                sched.load_state_dict(sched_state)
             raise
 
     @property

@@ -254,8 +254,12 @@ class Bookkeeping:
         elif _builtin_schedule(sched):
             num_update = np.maximum.accumulate(np.maximum(t, self.num_update))
             distinct = np.unique(num_update)  # increasing: the order the loop reads them in
+            # the schedule keeps state (Factor's decays): what reading it did is undone where
+            # the loop takes over, which reads it from where it was
+            sched_state = sched.state_dict()
             values = [sched(v) for v in distinct.tolist()]
             if any(type(v) is not float for v in values):
+                sched.load_state_dict(sched_state)
                 return self._scalars_per_index(_as_list(indices))
             base = np.array(values, np.float64)[np.searchsorted(distinct, num_update)]
         else:  # a schedule of the user's own: read once per index, as MXNet does
@@ -280,6 +284,8 @@ class Bookkeeping:
             if self.requires_positive_lr:
                 ok = ok and bool(np.all(lr > 0.0))
         if not ok:  # the per-index loop raises the error that names the index
+            if sched is not None:
+                sched.load_state_dict(sched_state)
             return self._scalars_per_index(_as_list(indices))
         return StepScalars(t, lr, wd * wd_mult)
 
@@ -292,11 +298,18 @@ class Bookkeeping:
         wd = np.empty(n, np.float64)
         counts = self._index_update_count
         saved = (counts.copy() if isinstance(counts, Counts) else dict(counts), self.num_update)
+        sched = self.lr_scheduler
+        # a refusal commits nothing: the toolkit's schedule's state (Factor's decays) included
+        sched_state = sched.state_dict() if _builtin_schedule(sched) else None
         try:
             for j, i in enumerate(idx):
                 tj, lr[j], wd[j] = self._step_scalars(i)
                 t[j] = tj
                 self._commit_count(i, tj)
+        except BaseException:
+            if sched_state is not None:
+                sched.load_state_dict(sched_state)
+            raise
         finally:
             self._index_update_count, self.num_update = saved
         return StepScalars(t, lr, wd)
