@@ -23,6 +23,7 @@ from hypothesis import given, strategies as st
 
 from toolkit import Parameter, Trainer, lr_scheduler, optimizer
 from toolkit.optimizer import specs
+from toolkit.optimizers.reference_step import ReferenceStep
 
 NAMES = sorted(specs(oracle=True))
 
@@ -367,3 +368,73 @@ def test_a_failed_trainer_step_leaves_the_schedule_as_it_was(name):
         trainer.step(1)
     assert (trainer.optimizer.lr_scheduler.state_dict(), trainer.optimizer.update_counts) == \
         before
+
+
+class _Halving:
+    """A schedule of the user's own that keeps state per call (it halves at every read): its
+    numbers tell how often it was read. MXNet reads it once per index and update."""
+
+    def __init__(self):
+        self.base_lr = self.lr = 0.1
+
+    def __call__(self, num_update):
+        self.lr *= 0.5
+        return self.lr
+
+
+class _Constant:
+    """A schedule of the user's own that counts its reads (a constant rate)."""
+
+    def __init__(self):
+        self.base_lr, self.calls = 0.01, 0
+
+    def __call__(self, num_update):
+        self.calls += 1
+        return 0.01
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if type(optimizer.create(n))._reference_step
+                                  is ReferenceStep._reference_step])
+def test_the_reference_backend_reads_a_users_schedule_as_often_as_the_kernels(name):
+    """The shared reference step read the schedule a second time in every update
+    (``next_step``, for the oracle's extra state), so a schedule of the user's own that keeps
+    state gave the reference backend other learning rates than the CPU kernels. (LARS, whose
+    reference step is its own, still reads it three times to the kernels' two: not fixed.)"""
+    reads = []
+    for backend in ("cpu", "reference"):
+        opt = optimizer.create(name, backend=backend)
+        opt.lr_scheduler = _Constant()
+        shape = (2, 3) if specs()[name].matrix else (6,)
+        w = np.full(shape, 0.5, np.float32)
+        state = opt.create_state(0, w)
+        for _ in range(2):
+            opt.update(0, w, np.full(shape, 0.25, np.float32), state)
+        reads.append(opt.lr_scheduler.calls)
+    assert reads[0] == reads[1], reads
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_trainer_step_reads_a_users_schedule_as_the_updates_do(name):
+    """LAMB's first pass (``norm_inputs``) read the schedule before the step's planning read it
+    again, so a Trainer step of LAMB with a schedule that keeps state per call took other
+    learning rates than the per-parameter updates it stands for."""
+    shapes = MATRIX if specs()[name].matrix else SHAPES
+    rng = np.random.default_rng(3)
+    init = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    params = [Parameter(f"p{i}_weight", init=a) for i, a in enumerate(init)]
+    trainer = Trainer(params, name, {"learning_rate": 0.1})
+    trainer.optimizer.lr_scheduler = _Halving()
+    twin = optimizer.create(name, learning_rate=0.1)
+    twin.lr_scheduler = _Halving()
+    twin.param_dict = dict(enumerate(params))
+    ws = [a.copy() for a in init]
+    ss = [twin.create_state(i, w) for i, w in enumerate(ws)]
+    for step in range(3):
+        grads = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+        for p, g in zip(params, grads):
+            p.set_grad(g)
+        trainer.step(1)
+        for i, g in enumerate(grads):
+            twin.update(i, ws[i], g, ss[i])
+        for i, p in enumerate(params):
+            assert np.array_equal(p.data(), ws[i]), (step, p.name)
