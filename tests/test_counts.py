@@ -147,3 +147,26 @@ def test_commit_counts_of_unordered_or_repeated_indices_is_the_loops():
             ref._commit_count(i, ti)
         _same(opt._index_update_count, dict(ref._index_update_count))
         assert opt.num_update == ref.num_update
+
+
+def test_a_begin_num_update_beyond_what_a_states_file_holds_is_refused(tmp_path):
+    """A Trainer built with ``begin_num_update=2**60`` stepped, saved its states, and then
+    refused its own file (a states file holds counts up to 2**53; docs/trainer.md): the
+    optimizer now refuses a ``begin_num_update`` above 2**52 (2**52 steps of room below 2**53)
+    with an error that names it, and the largest it takes saves and loads."""
+    from toolkit import Parameter, Trainer
+    for bad in (2 ** 60, 2 ** 52 + 1, np.int64(2 ** 62)):
+        with pytest.raises(ValueError, match=r"begin_num_update must be .*2\*\*52"):
+            optimizer.create("adam", begin_num_update=bad)
+        opt = optimizer.create("adam")
+        with pytest.raises(ValueError, match="begin_num_update"):
+            opt.begin_num_update = bad
+        assert opt.begin_num_update == 0
+    params = [Parameter("w", init=np.ones(3, np.float32))]
+    trainer = Trainer(params, "adam", {"learning_rate": 0.1, "begin_num_update": 2 ** 52})
+    for _ in range(2):
+        params[0].grad()[...] = 0.5
+        trainer.step(1)
+    trainer.save_states(tmp_path / "s.states")
+    trainer.load_states(tmp_path / "s.states")
+    assert trainer.optimizer.update_counts == {0: 2 ** 52 + 2}

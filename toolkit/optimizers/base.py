@@ -163,6 +163,7 @@ class Optimizer(ArrayChecks, MultiPrecision, NonFiniteGuard, ReferenceStep, Laun
         Called with ``num_update``; a given ``learning_rate`` overwrites its ``base_lr``.
     begin_num_update : int, default 0
         The count every index starts from: the first step has ``t = begin_num_update + 1``.
+        At most 2**52 (a states file holds counts up to 2**53).
     multi_precision : bool, default False
         For float16 weights keep a float32 master copy and float32 state.
     param_dict : dict of int to Parameter-like, optional
@@ -201,7 +202,8 @@ class Optimizer(ArrayChecks, MultiPrecision, NonFiniteGuard, ReferenceStep, Laun
         "wd": nonneg(),
         "clip_gradient": nonneg(none="use None to disable clipping"),
         "lr_scheduler": callable_or_none(),
-        "begin_num_update": integer(0),
+        # a states file holds counts up to 2**53 (exact in float64): 2**52 steps of room
+        "begin_num_update": integer(0, maximum=2 ** 52),
         "multi_precision": flag(),
         "convention": choice(CONVENTIONS),
         "backend": choice(BACKENDS, numeric=False),
