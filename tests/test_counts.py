@@ -170,3 +170,32 @@ def test_a_begin_num_update_beyond_what_a_states_file_holds_is_refused(tmp_path)
     trainer.save_states(tmp_path / "s.states")
     trainer.load_states(tmp_path / "s.states")
     assert trainer.optimizer.update_counts == {0: 2 ** 52 + 2}
+
+
+@pytest.mark.parametrize("as_array", [True, False])
+def test_counts_assigned_as_a_dict_of_other_numbers(as_array):
+    """Counts assigned directly (``opt._index_update_count = {...}``, as MXNet code does): an
+    integral count of another type (numpy int, float, bool) steps as its int; a count that is
+    not an integer (3.5) was truncated by ``step_scalars`` (t = 4) where ``update`` stepped
+    with t = 4.5: both now refuse it, naming the index, and change nothing."""
+    idx = np.array([0, 1, 2], np.int64) if as_array else [0, 1, 2]
+    vec, ref = optimizer.create("adam"), optimizer.create("adam")
+    for opt in (vec, ref):
+        opt._index_update_count = {0: np.int64(3), 1: 2.0, 2: True}
+        opt.num_update = 3
+    got = vec.step_scalars(idx)
+    want = []
+    for i in range(3):
+        step = ref.next_step(i)
+        want.append(step.t)
+        ref._commit_count(i, step.t)
+    assert got.t.tolist() == want == [4, 3, 2] and all(type(t) is int for t in want)
+    opt = optimizer.create("adam")
+    opt._index_update_count = {0: 1, 1: 3.5}
+    w = np.ones(3, np.float32)
+    state = opt.create_state(1, w)
+    with pytest.raises(ValueError, match=r"index 1 .*3\.5"):
+        opt.step_scalars(idx)
+    with pytest.raises(ValueError, match=r"index 1 .*3\.5"):
+        opt.update(1, w, np.ones(3, np.float32), state)
+    assert (w == 1).all() and opt._index_update_count == {0: 1, 1: 3.5}

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 from typing import NamedTuple
 
 import numpy as np
@@ -36,6 +37,9 @@ from .counts import Counts
 from .validation import check_nonneg
 
 __all__ = ["Bookkeeping", "StepScalars"]
+
+
+_INT64_MAX = 2 ** 63 - 1
 
 
 class StepScalars(NamedTuple):
@@ -66,6 +70,19 @@ def _as_float(mult):
     """A multiplier of the tables as the float64 MXNet multiplied by (a table assigned
     directly may hold numpy float32s: NumPy 2 would make ``lr * mult`` a float32 product)."""
     return mult if type(mult) is float or not isinstance(mult, numbers.Real) else float(mult)
+
+
+def _integral_count(index, t):
+    """``t`` (a count + 1 of another type than int: counts assigned directly, as a dict of
+    numpy ints or floats) as the int it equals, or a ValueError naming the index."""
+    try:
+        k = operator.index(t) if not isinstance(t, float) else int(t) if t.is_integer() else None
+    except (TypeError, OverflowError, ValueError):
+        k = None
+    if k is None or k != t:
+        raise ValueError(f"the update count of index {index!r} is {t - 1!r}; counts are "
+                         "integers (check what was assigned to _index_update_count)")
+    return k
 
 
 def _as_list(indices):
@@ -161,6 +178,8 @@ class Bookkeeping:
     def _next_count(self, index):
         """``(t, num_update)`` after this index's next update, without committing them."""
         t = self._index_update_count.get(index, self.begin_num_update) + 1
+        if type(t) is not int:  # a count assigned as another number: its int, if it has one
+            t = _integral_count(index, t)
         n = self.num_update
         return t, (t if t > n else n)  # max(n, t)
 
@@ -236,11 +255,12 @@ class Bookkeeping:
                 repeated = True
             if repeated:
                 return self._scalars_per_index(idx)
-            try:
-                c = np.fromiter(map(counts.__getitem__, idx), np.int64, n)
-            except KeyError:  # an index never stepped starts at begin_num_update
-                start = self.begin_num_update
-                c = np.fromiter((counts.get(i, start) for i in idx), np.int64, n)
+            start = self.begin_num_update
+            values = [counts.get(i, start) for i in idx]  # never stepped: begin_num_update
+            # a count that is not an int of int64 (assigned directly): the loop says what it is
+            if not all(type(v) is int and 0 <= v <= _INT64_MAX for v in values):
+                return self._scalars_per_index(idx)
+            c = np.array(values, np.int64)
         else:
             idx = None  # read as a list only where needed
         if int(c.max()) == np.iinfo(np.int64).max:  # t would wrap: the loop says what it does
