@@ -438,3 +438,26 @@ def test_a_trainer_step_reads_a_users_schedule_as_the_updates_do(name):
             twin.update(i, ws[i], g, ss[i])
         for i, p in enumerate(params):
             assert np.array_equal(p.data(), ws[i]), (step, p.name)
+
+
+def test_a_param_dict_whose_keys_changed_is_read_index_by_index():
+    """The Trainer kept its parameters' multipliers while the optimizer's ``param_dict`` held
+    the same parameters in the same order; a ``param_dict`` whose keys changed (index 2's
+    parameter moved to key 99: index 2 then takes the tables' multipliers, 1.0) kept them too,
+    so the step used parameter 2's multipliers where the per-parameter update did not."""
+    params = [Parameter(f"p{i}_weight", init=np.ones(3, np.float32), lr_mult=1.0 + i,
+                        wd_mult=0.5 * i) for i in range(3)]
+    trainer = Trainer(params, "sgd", {"learning_rate": 0.1, "wd": 0.01})
+    twin = optimizer.create("sgd", learning_rate=0.1, wd=0.01)
+    twin.param_dict = dict(enumerate(params))
+    ws = [np.ones(3, np.float32) for _ in params]
+    for step in range(2):
+        if step == 1:
+            for opt in (trainer.optimizer, twin):
+                opt.param_dict[99] = opt.param_dict.pop(2)
+        for i, p in enumerate(params):
+            p.grad()[...] = 0.5
+            twin.update(i, ws[i], np.full(3, 0.5, np.float32), None)
+        trainer.step(1)
+        for i, p in enumerate(params):
+            assert np.array_equal(p.data(), ws[i]), (step, p.name)

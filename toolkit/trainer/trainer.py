@@ -103,6 +103,7 @@ class Trainer:
         self._lock = threading.Lock()  # a step, and save_states' copy, hold it (docs/trainer.md)
         self._build_groups()
         opt.param_dict = self._param_dict = {i: p for i, p in enumerate(self._params)}
+        self._param_keys = list(self._param_dict)
         # every parameter's freshness in one array (a step reads them all at once); the
         # parameters are this Trainer's now (the last one built with them wins)
         self._fresh_flags = np.zeros(len(self._params), bool)
@@ -413,8 +414,10 @@ class Trainer:
         until a multiplier is set; None when the optimizer's ``param_dict`` is no longer the
         one this Trainer gave it (then the optimizer reads each index's)."""
         pd = self._optimizer.param_dict
+        # the same dict, holding the same parameters under the same keys (the keys' own
+        # objects: compared by identity first, as the parameters are)
         if pd is not self._param_dict or len(pd) != len(self._params) or \
-                list(pd.values()) != self._params:
+                list(pd.values()) != self._params or list(pd) != self._param_keys:
             return None
         version, mults = self._mults
         if version != multipliers_version():
