@@ -199,3 +199,24 @@ def test_counts_assigned_as_a_dict_of_other_numbers(as_array):
     with pytest.raises(ValueError, match=r"index 1 .*3\.5"):
         opt.update(1, w, np.ones(3, np.float32), state)
     assert (w == 1).all() and opt._index_update_count == {0: 1, 1: 3.5}
+
+
+def test_a_count_that_would_leave_int64_is_refused_by_update_and_trainer_alike():
+    """Counts put back by ``restore_counts`` (or assigned) at the end of int64: the Trainer's
+    plan (int64 counts) raised a bare OverflowError where ``update`` stepped on with
+    t = 2**63; both now refuse with a ValueError naming the index, and change nothing."""
+    from toolkit import Parameter, Trainer
+    opt = optimizer.create("sgd", learning_rate=0.1)
+    opt.restore_counts({0: 2 ** 63 - 1}, 2 ** 63 - 1)
+    w = np.ones(3, np.float32)
+    with pytest.raises(ValueError, match="index 0"):
+        opt.update(0, w, np.ones(3, np.float32), None)
+    assert (w == 1).all() and opt.update_counts == {0: 2 ** 63 - 1}
+    params = [Parameter("w", init=np.ones(3, np.float32))]
+    trainer = Trainer(params, "sgd", {"learning_rate": 0.1})
+    trainer.optimizer.restore_counts({0: 2 ** 63 - 1}, 2 ** 63 - 1)
+    params[0].grad()[...] = 1.0
+    with pytest.raises(ValueError, match="index 0"):
+        trainer.step(1)
+    assert (params[0].data() == 1).all()
+    assert trainer.optimizer.update_counts == {0: 2 ** 63 - 1}

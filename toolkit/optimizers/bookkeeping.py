@@ -73,8 +73,9 @@ def _as_float(mult):
 
 
 def _integral_count(index, t):
-    """``t`` (a count + 1 of another type than int: counts assigned directly, as a dict of
-    numpy ints or floats) as the int it equals, or a ValueError naming the index."""
+    """``t`` (a count + 1 of another type than int, counts assigned directly as a dict of
+    numpy ints or floats; or beyond int64) as the int it equals, or a ValueError naming the
+    index."""
     try:
         k = operator.index(t) if not isinstance(t, float) else int(t) if t.is_integer() else None
     except (TypeError, OverflowError, ValueError):
@@ -82,6 +83,10 @@ def _integral_count(index, t):
     if k is None or k != t:
         raise ValueError(f"the update count of index {index!r} is {t - 1!r}; counts are "
                          "integers (check what was assigned to _index_update_count)")
+    if k > _INT64_MAX:
+        raise ValueError(f"the update count of index {index!r} would be {k}, beyond int64 "
+                         f"(2**63 - 1); a count this large cannot be stepped (check the counts "
+                         "put back by restore_counts or assigned to _index_update_count)")
     return k
 
 
@@ -178,7 +183,7 @@ class Bookkeeping:
     def _next_count(self, index):
         """``(t, num_update)`` after this index's next update, without committing them."""
         t = self._index_update_count.get(index, self.begin_num_update) + 1
-        if type(t) is not int:  # a count assigned as another number: its int, if it has one
+        if type(t) is not int or t > _INT64_MAX:  # assigned as another number, or too large
             t = _integral_count(index, t)
         n = self.num_update
         return t, (t if t > n else n)  # max(n, t)
