@@ -461,3 +461,19 @@ def test_a_param_dict_whose_keys_changed_is_read_index_by_index():
         trainer.step(1)
         for i, p in enumerate(params):
             assert np.array_equal(p.data(), ws[i]), (step, p.name)
+
+
+def test_a_param_dict_that_is_a_mapping_but_not_a_dict_is_read():
+    """MXNet reads ``param_dict`` with ``in`` and ``[]``, so any mapping works there; a
+    ``param_dict`` that was a mapping but not a dict (a ``collections.UserDict``, a
+    ``types.MappingProxyType``) was ignored: its multipliers were never applied, by ``update``
+    and ``step_scalars`` alike."""
+    import collections
+    import types
+    for wrap in (collections.UserDict, types.MappingProxyType):
+        opt = optimizer.create("sgd", learning_rate=0.1, wd=0.01)
+        opt.param_dict = wrap({0: _Holder(0.5, 2.0)})
+        want = _loop(optimizer.create("sgd", learning_rate=0.1, wd=0.01), [0])
+        got = opt.step_scalars([0, 1])
+        assert got.lr.tolist() == [0.1 * 0.5, 0.1] and got.wd.tolist() == [0.01 * 2.0, 0.01]
+        assert opt.next_step(0)[1:3] == (0.1 * 0.5, 0.01 * 2.0) != want[0][1:]

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np
@@ -142,8 +143,8 @@ class Bookkeeping:
         pd = self.param_dict
         if type(pd) is dict:
             p = pd.get(index) if pd else None
-        else:
-            p = pd.get(index) if isinstance(pd, dict) else None
+        else:  # any mapping, as MXNet's ``index in param_dict`` reads it
+            p = pd.get(index) if isinstance(pd, Mapping) else None
         if p is not None and hasattr(p, attr):
             return float(getattr(p, attr))
         if not table:  # no multipliers (the common case): neither lookup below can match
