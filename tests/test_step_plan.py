@@ -477,3 +477,29 @@ def test_a_param_dict_that_is_a_mapping_but_not_a_dict_is_read():
         got = opt.step_scalars([0, 1])
         assert got.lr.tolist() == [0.1 * 0.5, 0.1] and got.wd.tolist() == [0.01 * 2.0, 0.01]
         assert opt.next_step(0)[1:3] == (0.1 * 0.5, 0.01 * 2.0) != want[0][1:]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0])
+def test_a_weight_decay_the_loop_cannot_take_is_refused_before_anything_is_written(bad):
+    """A weight-decay multiplier set after construction (``param.wd_mult = nan``: the setter,
+    as MXNet's attribute, takes anything; or a table assigned directly) went unchecked: the
+    step wrote NaN weights, where the learning rate of the same multiplier is refused. Now the
+    weight decay is checked as the learning rate is (finite, >= 0), by ``update`` and the
+    Trainer alike, before anything is written, naming the index."""
+    params = [Parameter(f"p{i}_weight", init=np.ones(3, np.float32)) for i in range(2)]
+    trainer = Trainer(params, "sgd", {"learning_rate": 0.1, "wd": 0.01})
+    params[1].wd_mult = bad
+    for p in params:
+        p.grad()[...] = 0.5
+    with pytest.raises(ValueError, match="weight decay for index 1"):
+        trainer.step(1)
+    assert all((p.data() == 1).all() for p in params)
+    assert trainer.optimizer.update_counts == {}
+    opt = optimizer.create("sgd", learning_rate=0.1, wd=0.01)
+    opt.wd_mult = {0: bad}
+    w = np.ones(3, np.float32)
+    with pytest.raises(ValueError, match="weight decay for index 0"):
+        opt.update(0, w, np.ones(3, np.float32), None)
+    with pytest.raises(ValueError, match="weight decay for index 0"):
+        opt.step_scalars(np.array([0], np.int64))
+    assert (w == 1).all() and opt.update_counts == {}

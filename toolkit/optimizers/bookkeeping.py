@@ -178,7 +178,13 @@ class Bookkeeping:
     def _get_wd(self, index):
         pd = self.param_dict
         if self.wd_mult or type(pd) is not dict or pd:
-            return self.wd * self._mult(index, self.wd_mult, "wd_mult")
+            wd = self.wd * self._mult(index, self.wd_mult, "wd_mult")
+            if type(wd) is float and 0.0 <= wd < math.inf:  # the common case
+                return wd
+            if not (isinstance(wd, numbers.Real) and math.isfinite(wd) and wd >= 0):
+                raise ValueError(f"the weight decay for index {index!r} is {wd!r}; it must be "
+                                 "finite and >= 0 (check wd and wd_mult)")
+            return float(wd)
         return self.wd * 1.0  # no multipliers at all: _mult's 1.0 without the call
 
     def _next_count(self, index):
@@ -305,15 +311,17 @@ class Bookkeeping:
             where = indices if idx is None else np.asarray(idx, np.int64)
             lr_mult, wd_mult = multipliers[0][where], multipliers[1][where]
         lr = base * lr_mult
+        wd = wd * wd_mult
         with np.errstate(invalid="ignore"):
             ok = bool(np.all(lr >= 0.0)) and bool(np.all(lr < math.inf))
             if self.requires_positive_lr:
                 ok = ok and bool(np.all(lr > 0.0))
+            ok = ok and bool(np.all(wd >= 0.0)) and bool(np.all(wd < math.inf))
         if not ok:  # the per-index loop raises the error that names the index
             if sched is not None:
                 sched.load_state_dict(sched_state)
             return self._scalars_per_index(_as_list(indices))
-        return StepScalars(t, lr, wd * wd_mult)
+        return StepScalars(t, lr, wd)
 
     def _scalars_per_index(self, idx):
         """:meth:`step_scalars` the way it is defined: index by index, each count committed
