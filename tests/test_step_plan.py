@@ -503,3 +503,21 @@ def test_a_weight_decay_the_loop_cannot_take_is_refused_before_anything_is_writt
     with pytest.raises(ValueError, match="weight decay for index 0"):
         opt.step_scalars(np.array([0], np.int64))
     assert (w == 1).all() and opt.update_counts == {}
+
+
+def test_a_refused_index_before_a_schedule_that_raises_is_the_loops_error():
+    """The loop reads index by index: a refused multiplier of the first index raises before
+    the schedule is read at the count of a later index. The plan read the schedule at every
+    count first, so a schedule that raises there (the toolkit's base ``LRScheduler`` past its
+    warmup) raised its own error instead of the loop's."""
+    def make():
+        sched = lr_scheduler.LRScheduler(base_lr=0.1, warmup_steps=6)
+        opt = optimizer.create("ftrl", lr_scheduler=sched)
+        opt._commit_count(1, 5)  # num_update 5: index 1's step reads the schedule at 6
+        opt.lr_mult = {0: 0.0}   # FTRL refuses index 0's learning rate of 0
+        return opt
+    with pytest.raises(ValueError, match="index 0") as vec:
+        make().step_scalars(np.array([0, 1], np.int64))
+    with pytest.raises(ValueError, match="index 0") as loop:
+        _loop(make(), [0, 1])
+    assert str(vec.value) == str(loop.value)

@@ -279,37 +279,43 @@ class Bookkeeping:
             return self._scalars_per_index(_as_list(indices))
         t = c + 1
         sched = self.lr_scheduler
-        if sched is None:
-            base = self.lr
-            if type(base) is not float:
-                return self._scalars_per_index(_as_list(indices))
-        elif _builtin_schedule(sched):
-            num_update = np.maximum.accumulate(np.maximum(t, self.num_update))
-            distinct = np.unique(num_update)  # increasing: the order the loop reads them in
-            # the schedule keeps state (Factor's decays): what reading it did is undone where
-            # the loop takes over, which reads it from where it was
-            sched_state = sched.state_dict()
-            values = [sched(v) for v in distinct.tolist()]
-            if any(type(v) is not float for v in values):
-                sched.load_state_dict(sched_state)
-                return self._scalars_per_index(_as_list(indices))
-            base = np.array(values, np.float64)[np.searchsorted(distinct, num_update)]
-        else:  # a schedule of the user's own: read once per index, as MXNet does
-            return self._scalars_per_index(_as_list(indices))
         wd = self.wd
-        if type(wd) is not float:
+        if type(wd) is not float or (sched is None and type(self.lr) is not float) or \
+                (sched is not None and not _builtin_schedule(sched)):
+            # a schedule of the user's own: read once per index, as MXNet does
             return self._scalars_per_index(_as_list(indices))
         n = len(c)
+        # the multipliers first: reading them changes nothing (the schedule may keep state)
         if multipliers is None:
             if idx is None:
                 idx = _as_list(indices)
-            lr_mult = np.fromiter((self._mult(i, self.lr_mult, "lr_mult") for i in idx),
-                                  np.float64, n)
-            wd_mult = np.fromiter((self._mult(i, self.wd_mult, "wd_mult") for i in idx),
-                                  np.float64, n)
+            try:
+                lr_mult = np.fromiter((self._mult(i, self.lr_mult, "lr_mult") for i in idx),
+                                      np.float64, n)
+                wd_mult = np.fromiter((self._mult(i, self.wd_mult, "wd_mult") for i in idx),
+                                      np.float64, n)
+            except (TypeError, ValueError):  # not a number: the loop says what happens
+                return self._scalars_per_index(idx)
         else:
             where = indices if idx is None else np.asarray(idx, np.int64)
             lr_mult, wd_mult = multipliers[0][where], multipliers[1][where]
+        if sched is None:
+            base = self.lr
+        else:
+            num_update = np.maximum.accumulate(np.maximum(t, self.num_update))
+            distinct = np.unique(num_update)  # increasing: the order the loop reads them in
+            # the schedule keeps state (Factor's decays): what reading it did is undone where
+            # the loop takes over, which reads it from where it was (and raises what it raises
+            # for the first index it would: a refused index before a schedule that raises)
+            sched_state = sched.state_dict()
+            try:
+                values = [sched(v) for v in distinct.tolist()]
+            except Exception:
+                values = None
+            if values is None or any(type(v) is not float for v in values):
+                sched.load_state_dict(sched_state)
+                return self._scalars_per_index(_as_list(indices))
+            base = np.array(values, np.float64)[np.searchsorted(distinct, num_update)]
         lr = base * lr_mult
         wd = wd * wd_mult
         with np.errstate(invalid="ignore"):
