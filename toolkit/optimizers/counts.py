@@ -7,7 +7,10 @@ index by index. An index that is a non-negative integer below ``2**31`` with a c
 (-1 where it has no count) when the array stays dense (an index below twice the number of
 counts plus 1024), anything else in a dict beside it. An index in the array that is not an
 int but equals one (a numpy integer, True, 3.0) reads back as that int, where a dict keeps the
-object first stored (a states file writes it as that int). :meth:`Counts.gather` and
+object first stored (a states file writes it as that int). Where it is not a dict: it iterates
+the array's indices in increasing order, then the others in the order stored (a dict iterates in
+the order stored), and it is not a ``dict`` instance (``json.dumps`` refuses it; read
+``Optimizer.update_counts``, a dict, to save or compare counts). :meth:`Counts.gather` and
 :meth:`Counts.scatter` read and write many such indices with numpy (the vectorised plan,
 ``Bookkeeping.step_scalars``); the dict MXNet kept would cost a Python lookup per index (about
 70 ns each, 140 us per step of 2000 parameters read and written).
