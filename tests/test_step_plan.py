@@ -521,3 +521,27 @@ def test_a_refused_index_before_a_schedule_that_raises_is_the_loops_error():
     with pytest.raises(ValueError, match="index 0") as loop:
         _loop(make(), [0, 1])
     assert str(vec.value) == str(loop.value)
+
+
+def test_a_skipped_update_leaves_the_schedule_as_it_was():
+    """``update(..., skip_nonfinite=True)`` checks a skipped call's scalars as the update
+    would, and that read the toolkit's (stateful) schedule at the skipped index's count: an
+    index ahead of the others decayed FactorScheduler with no step taken, so the next update
+    of an index behind read a decayed rate that the Trainer's step (which reads nothing for a
+    skipped parameter) did not."""
+    shape = (3,)
+    params = [Parameter(f"p{i}", init=np.ones(shape, np.float32)) for i in range(2)]
+    trainer = Trainer(params, optimizer.create("sgd", lr_scheduler=_factor()))
+    twin = optimizer.create("sgd", lr_scheduler=_factor())
+    ws = [np.ones(shape, np.float32) for _ in params]
+    good, bad = np.full(shape, 0.5, np.float32), np.full(shape, np.nan, np.float32)
+    # index 1 steps 3 times alone (index 0 stale), then index 1's gradient is non-finite
+    for step, grads in enumerate([(None, good)] * 3 + [(good, bad), (good, good)]):
+        for i, g in enumerate(grads):
+            if g is not None:
+                params[i].set_grad(g)
+                twin.update(i, ws[i], g, None, skip_nonfinite=True)
+        trainer.step(1, ignore_stale_grad=True, skip_nonfinite=True)
+        for i, p in enumerate(params):
+            assert np.array_equal(p.data(), ws[i]), (step, p.name)
+    assert twin.lr_scheduler.state_dict() == trainer.optimizer.lr_scheduler.state_dict()
