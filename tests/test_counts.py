@@ -220,3 +220,20 @@ def test_a_count_that_would_leave_int64_is_refused_by_update_and_trainer_alike()
         trainer.step(1)
     assert (params[0].data() == 1).all()
     assert trainer.optimizer.update_counts == {0: 2 ** 63 - 1}
+
+
+def test_a_key_equal_to_an_int_finds_it_as_a_dict_does():
+    """Found by the thorough hypothesis profile: a key that a dict finds as an int (equal to
+    it, hashing as it) but that is neither a number nor an index (``np.True_``), or a number
+    that is not a numpy/Python one (``Decimal(1)``), was looked for in the dict beside the array
+    only: ``np.True_ in Counts({1: 0})`` was False where the dict says True."""
+    import decimal
+    import fractions
+    for key in (np.True_, np.bool_(False), decimal.Decimal(1), fractions.Fraction(4, 2)):
+        c, d = Counts({0: 5, 1: 6, 2: 7}), {0: 5, 1: 6, 2: 7}
+        assert (key in c) == (key in d) and c.get(key) == d.get(key) and c[key] == d[key]
+        c[key] = 9
+        d[key] = 9
+        _same(c, d)
+        assert c.pop(key) == d.pop(key)
+        _same(c, d)

@@ -17,8 +17,6 @@ the order stored), and it is not a ``dict`` instance (``json.dumps`` refuses it;
 """
 from __future__ import annotations
 
-import numbers
-import operator
 from collections.abc import MutableMapping
 
 import numpy as np
@@ -42,22 +40,23 @@ def _increasing(indices):
 
 
 def _slot(key):
-    """The array position of ``key``, or None when it lives in the dict. A key equal to an int
-    (a numpy integer, True, 3.0) is that int, as a dict finds it."""
+    """The array position of ``key``, or None when it lives in the dict. A key a dict finds as
+    an int ``k`` (one that hashes as ``k`` and equals it: a numpy integer or bool, True, 3.0,
+    ``Decimal(3)``) is that int, as a dict finds it."""
     if type(key) is int:
         k = key
-    elif isinstance(key, numbers.Number) or hasattr(key, "__index__"):
-        try:
-            k = operator.index(key)
-        except TypeError:
-            try:
-                k = int(key.real) if key == key.real else None
-            except (TypeError, ValueError, OverflowError, AttributeError):
-                return None
-            if k is None or k != key:
-                return None
     else:
-        return None
+        try:
+            k = hash(key)  # an int k hashes as k: a key the dict finds as k hashes as k too
+        except TypeError:
+            return None
+        if not 0 <= k < _ARRAY_LIMIT:
+            return None
+        try:
+            if not bool(key == k):
+                return None
+        except Exception:  # noqa: BLE001 - a comparison that fails: not an int's key
+            return None
     return k if 0 <= k < _ARRAY_LIMIT else None
 
 
