@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import operator
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -78,8 +77,8 @@ def _integral_count(index, t):
     numpy ints or floats; or beyond int64) as the int it equals, or a ValueError naming the
     index."""
     try:
-        k = operator.index(t) if not isinstance(t, float) else int(t) if t.is_integer() else None
-    except (TypeError, OverflowError, ValueError):
+        k = int(t) if isinstance(t, numbers.Real) or hasattr(t, "__index__") else None
+    except (TypeError, OverflowError, ValueError):  # NaN, infinity, a number int refuses
         k = None
     if k is None or k != t:
         raise ValueError(f"the update count of index {index!r} is {t - 1!r}; counts are "
