@@ -555,3 +555,22 @@ def test_a_skipped_update_leaves_the_schedule_as_it_was():
         for i, p in enumerate(params):
             assert np.array_equal(p.data(), ws[i]), (step, p.name)
     assert twin.lr_scheduler.state_dict() == trainer.optimizer.lr_scheduler.state_dict()
+
+
+def test_a_step_refused_after_its_scalars_leaves_the_schedule_as_it_was():
+    """A Trainer step planned parameter by parameter (a row-sparse gradient) checks every
+    parameter first: the scalars of all (the schedule read at their counts), then each
+    row-sparse gradient's refusals (AdaGrad refuses one with weight decay). A refusal there
+    left the toolkit's schedule decayed to the counts of a step that was not taken."""
+    from toolkit import RowSparse
+    params = [Parameter("a", init=np.ones((4, 2), np.float32)),
+              Parameter("b", init=np.ones((4, 2), np.float32), grad_stype="row_sparse")]
+    opt = optimizer.create("adagrad", wd=0.01, begin_num_update=3, lr_scheduler=_factor())
+    trainer = Trainer(params, opt)
+    before = opt.lr_scheduler.state_dict()
+    params[0].grad()[...] = 0.5
+    params[1].set_grad(RowSparse(np.array([1]), np.full((1, 2), 0.5, np.float32), (4, 2)))
+    with pytest.raises(ValueError, match="(?i)adagrad"):
+        trainer.step(1)
+    assert opt.lr_scheduler.state_dict() == before and opt.update_counts == {}
+    assert all((p.data() == 1).all() for p in params)

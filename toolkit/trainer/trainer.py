@@ -486,12 +486,14 @@ class Trainer:
         before writing: their scalars (``Optimizer.step_scalars``, which commits nothing), and
         a row-sparse gradient's own checks and the optimizer's refusals of it."""
         opt = self._optimizer
-        opt.step_scalars(active)
-        for i in active:
-            p = self._params[i]
-            if p.grad_stype == "row_sparse":
-                p.sparse_grad.check(arrays.describe(p.data(), "weight"))
-                opt.row_sparse_mode(i)
+        # reading the scalars reads the schedule: a refusal below puts its state back
+        with opt.restored_on_error():
+            opt.step_scalars(active)
+            for i in active:
+                p = self._params[i]
+                if p.grad_stype == "row_sparse":
+                    p.sparse_grad.check(arrays.describe(p.data(), "weight"))
+                    opt.row_sparse_mode(i)
 
     def _per_parameter_update(self, active):
         """One ``update_multi_precision`` per parameter, in index order: the reference backend,
