@@ -115,3 +115,125 @@ def test_a_count_at_the_end_of_int64_goes_through_the_loop():
             opt.step_scalars(indices)
         errors.append((type(e.value), str(e.value)))
     assert errors[0] == errors[1]
+
+
+# --- found by the hostile review of the vectorised bookkeeping ------------------------------
+def test_scatter_of_repeated_or_unordered_indices_is_the_dicts_writes():
+    """``scatter`` with an index twice counted it twice (``len`` one too many), and ``gather``
+    and ``scatter`` of an array not in increasing order read and wrote a negative index at the
+    array's end (numpy's negative indexing): both now do what the dict does."""
+    c, d = Counts(), {}
+    c.scatter(np.array([5, 5], np.int64), np.array([1, 2], np.int64))
+    d.update({5: 1})
+    d.update({5: 2})
+    _same(c, d)
+    c, d = Counts({0: 1, 7: 9}), {0: 1, 7: 9}
+    got = c.gather(np.array([3, -1], np.int64), 0)
+    assert got is None or got.tolist() == [d.get(3, 0), d.get(-1, 0)]
+    c.scatter(np.array([3, -1], np.int64), np.array([4, 4], np.int64))
+    d.update({3: 4, -1: 4})
+    _same(c, d)
+
+
+def test_commit_counts_of_unordered_or_repeated_indices_is_the_loops():
+    """``commit_counts`` commits as the per-index loop does (each index in turn, the last
+    count of an index repeated wins), whatever the order of the int64 array it is given."""
+    for indices, t in (([3, -1], [4, 4]), ([5, 5], [1, 2]), ([9, 2], [1, 3])):
+        opt, ref = optimizer.create("adam"), optimizer.create("adam")
+        opt.commit_counts(np.array([0, 7], np.int64), np.array([1, 9], np.int64))
+        ref.commit_counts([0, 7], np.array([1, 9], np.int64))
+        opt.commit_counts(np.array(indices, np.int64), np.array(t, np.int64))
+        for i, ti in zip(indices, t):
+            ref._commit_count(i, ti)
+        _same(opt._index_update_count, dict(ref._index_update_count))
+        assert opt.num_update == ref.num_update
+
+
+def test_a_begin_num_update_beyond_what_a_states_file_holds_is_refused(tmp_path):
+    """A Trainer built with ``begin_num_update=2**60`` stepped, saved its states, and then
+    refused its own file (a states file holds counts up to 2**53; docs/trainer.md): the
+    optimizer now refuses a ``begin_num_update`` above 2**52 (2**52 steps of room below 2**53)
+    with an error that names it, and the largest it takes saves and loads."""
+    from toolkit import Parameter, Trainer
+    for bad in (2 ** 60, 2 ** 52 + 1, np.int64(2 ** 62)):
+        with pytest.raises(ValueError, match=r"begin_num_update must be .*2\*\*52"):
+            optimizer.create("adam", begin_num_update=bad)
+        opt = optimizer.create("adam")
+        with pytest.raises(ValueError, match="begin_num_update"):
+            opt.begin_num_update = bad
+        assert opt.begin_num_update == 0
+    params = [Parameter("w", init=np.ones(3, np.float32))]
+    trainer = Trainer(params, "adam", {"learning_rate": 0.1, "begin_num_update": 2 ** 52})
+    for _ in range(2):
+        params[0].grad()[...] = 0.5
+        trainer.step(1)
+    trainer.save_states(tmp_path / "s.states")
+    trainer.load_states(tmp_path / "s.states")
+    assert trainer.optimizer.update_counts == {0: 2 ** 52 + 2}
+
+
+@pytest.mark.parametrize("as_array", [True, False])
+def test_counts_assigned_as_a_dict_of_other_numbers(as_array):
+    """Counts assigned directly (``opt._index_update_count = {...}``, as MXNet code does): an
+    integral count of another type (numpy int, float, bool) steps as its int; a count that is
+    not an integer (3.5) was truncated by ``step_scalars`` (t = 4) where ``update`` stepped
+    with t = 4.5: both now refuse it, naming the index, and change nothing."""
+    idx = np.array([0, 1, 2], np.int64) if as_array else [0, 1, 2]
+    vec, ref = optimizer.create("adam"), optimizer.create("adam")
+    for opt in (vec, ref):
+        opt._index_update_count = {0: np.int64(3), 1: 2.0, 2: True}
+        opt.num_update = 3
+    got = vec.step_scalars(idx)
+    want = []
+    for i in range(3):
+        step = ref.next_step(i)
+        want.append(step.t)
+        ref._commit_count(i, step.t)
+    assert got.t.tolist() == want == [4, 3, 2] and all(type(t) is int for t in want)
+    opt = optimizer.create("adam")
+    opt._index_update_count = {0: 1, 1: 3.5}
+    w = np.ones(3, np.float32)
+    state = opt.create_state(1, w)
+    with pytest.raises(ValueError, match=r"index 1 .*3\.5"):
+        opt.step_scalars(idx)
+    with pytest.raises(ValueError, match=r"index 1 .*3\.5"):
+        opt.update(1, w, np.ones(3, np.float32), state)
+    assert (w == 1).all() and opt._index_update_count == {0: 1, 1: 3.5}
+
+
+def test_a_count_that_would_leave_int64_is_refused_by_update_and_trainer_alike():
+    """Counts put back by ``restore_counts`` (or assigned) at the end of int64: the Trainer's
+    plan (int64 counts) raised a bare OverflowError where ``update`` stepped on with
+    t = 2**63; both now refuse with a ValueError naming the index, and change nothing."""
+    from toolkit import Parameter, Trainer
+    opt = optimizer.create("sgd", learning_rate=0.1)
+    opt.restore_counts({0: 2 ** 63 - 1}, 2 ** 63 - 1)
+    w = np.ones(3, np.float32)
+    with pytest.raises(ValueError, match="index 0"):
+        opt.update(0, w, np.ones(3, np.float32), None)
+    assert (w == 1).all() and opt.update_counts == {0: 2 ** 63 - 1}
+    params = [Parameter("w", init=np.ones(3, np.float32))]
+    trainer = Trainer(params, "sgd", {"learning_rate": 0.1})
+    trainer.optimizer.restore_counts({0: 2 ** 63 - 1}, 2 ** 63 - 1)
+    params[0].grad()[...] = 1.0
+    with pytest.raises(ValueError, match="index 0"):
+        trainer.step(1)
+    assert (params[0].data() == 1).all()
+    assert trainer.optimizer.update_counts == {0: 2 ** 63 - 1}
+
+
+def test_a_key_equal_to_an_int_finds_it_as_a_dict_does():
+    """Found by the thorough hypothesis profile: a key that a dict finds as an int (equal to
+    it, hashing as it) but that is neither a number nor an index (``np.True_``), or a number
+    that is not a numpy/Python one (``Decimal(1)``), was looked for in the dict beside the array
+    only: ``np.True_ in Counts({1: 0})`` was False where the dict says True."""
+    import decimal
+    import fractions
+    for key in (np.True_, np.bool_(False), decimal.Decimal(1), fractions.Fraction(4, 2)):
+        c, d = Counts({0: 5, 1: 6, 2: 7}), {0: 5, 1: 6, 2: 7}
+        assert (key in c) == (key in d) and c.get(key) == d.get(key) and c[key] == d[key]
+        c[key] = 9
+        d[key] = 9
+        _same(c, d)
+        assert c.pop(key) == d.pop(key)
+        _same(c, d)

@@ -23,6 +23,7 @@ from hypothesis import given, strategies as st
 
 from toolkit import Parameter, Trainer, lr_scheduler, optimizer
 from toolkit.optimizer import specs
+from toolkit.optimizers.reference_step import ReferenceStep
 
 NAMES = sorted(specs(oracle=True))
 
@@ -116,11 +117,21 @@ def test_step_scalars_are_the_per_index_loops_bit_for_bit(plan, as_array):
     ref = _make(name, kw, names, mults, tables, holders)
     for i in prior:  # the same history on both: counts differ along the list
         for opt in (vec, ref):
-            opt._commit_count(i, opt.next_step(i).t)
+            try:
+                opt._commit_count(i, opt.next_step(i).t)
+            except ValueError:  # a schedule decayed to 0 (FTRL, FTML refuse it): the end
+                return
     counts = (dict(vec._index_update_count), vec.num_update)
+    try:
+        want = _loop(ref, subset)
+    except ValueError as e:  # the loop refuses: step_scalars raises its error, commits nothing
+        with pytest.raises(ValueError) as got:
+            vec.step_scalars(np.array(subset, np.int64) if as_array else subset)
+        assert str(got.value) == str(e)
+        assert (dict(vec._index_update_count), vec.num_update) == counts
+        return
     got = vec.step_scalars(np.array(subset, np.int64))
     assert (dict(vec._index_update_count), vec.num_update) == counts  # nothing committed
-    want = _loop(ref, subset)
     assert got.t.dtype == np.int64 and got.t.tolist() == [w[0] for w in want]
     assert np.array_equal(_bits(got.lr), _bits([w[1] for w in want]))
     assert np.array_equal(_bits(got.wd), _bits([w[2] for w in want]))
@@ -279,3 +290,287 @@ def test_setting_a_hyperparameter_keeps_nadams_momentum_schedule():
     opt.rescale_grad = 0.5
     opt.wd = 0.01
     assert opt.m_schedule == after_one
+
+
+# --------------------------------------------------------------------------------------------
+# found by the hostile review of the vectorised bookkeeping
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("indices", [[0, 0], [2, 0, 2], [3, -1], [7, 3, 0], [1, True]])
+@pytest.mark.parametrize("as_array", [True, False])
+def test_repeated_and_unordered_indices_are_the_loops(indices, as_array):
+    """An index given twice was read twice from the counts as they were (``t`` the same
+    twice, where the loop commits the first before reading the second), and an unordered array
+    with a negative index read another index's count: both are the loop's now."""
+    def make():
+        opt = optimizer.create("adam", learning_rate=0.1,
+                               lr_scheduler=lr_scheduler.FactorScheduler(step=1, factor=0.5,
+                                                                         base_lr=0.1))
+        for i, t in ((0, 2), (7, 5), (1, 1)):
+            opt._commit_count(i, t)
+        return opt
+    vec, ref = make(), make()
+    got = vec.step_scalars(np.array(indices, np.int64) if as_array else indices)
+    want = _loop(ref, indices)
+    assert got.t.tolist() == [w[0] for w in want]
+    assert np.array_equal(_bits(got.lr), _bits([w[1] for w in want]))
+    assert np.array_equal(_bits(got.wd), _bits([w[2] for w in want]))
+
+
+@pytest.mark.parametrize("mult", [np.float32(0.1), np.float16(0.3), np.float64(0.7), 3])
+def test_numpy_multipliers_assigned_to_the_tables_are_the_loops(mult):
+    """Multipliers assigned to ``lr_mult``/``wd_mult`` directly (as MXNet code does, bypassing
+    ``set_lr_mult``'s float conversion) as numpy float32 made the per-index loop's product a
+    float32 one (NumPy 2's promotion of a Python float with a numpy float32), where
+    ``step_scalars`` (and MXNet, on the NumPy 1 of its time) multiply in float64."""
+    vec = optimizer.create("adam", learning_rate=0.1, wd=0.01)
+    ref = optimizer.create("adam", learning_rate=0.1, wd=0.01)
+    for opt in (vec, ref):
+        opt.lr_mult = {0: mult}
+        opt.wd_mult = {0: mult}
+    got = vec.step_scalars(np.array([0, 1], np.int64))
+    want = _loop(ref, [0, 1])
+    assert np.array_equal(_bits(got.lr), _bits([w[1] for w in want]))
+    assert np.array_equal(_bits(got.wd), _bits([w[2] for w in want]))
+    assert [type(w[1]) for w in want] == [float, float]
+    assert want[0][1] == 0.1 * float(mult) and want[0][2] == 0.01 * float(mult)
+
+
+def _factor():
+    return lr_scheduler.FactorScheduler(step=1, factor=0.5, base_lr=1.0)
+
+
+def test_a_refused_step_leaves_the_schedule_as_it_was():
+    """``step_scalars`` read the toolkit's (stateful) schedule at every count of the step
+    before it found the value the loop refuses, so a refused step left the schedule decayed to
+    a count no step took: the next step of an index behind the others read that decayed rate.
+    Now the schedule is as it was, and the next step reads what it reads without the refused
+    one."""
+    def make():
+        opt = optimizer.create("ftrl", lr_scheduler=_factor())
+        opt._commit_count(1, 5)  # index 0 behind: its step does not move num_update
+        return opt
+    opt, fresh = make(), make()
+    before = opt.lr_scheduler.state_dict()
+    opt.lr_mult = {0: 0.0}  # FTRL refuses a learning rate of 0 (index 0, read first)
+    with pytest.raises(ValueError, match="index 0"):
+        opt.step_scalars(np.array([0, 1], np.int64))
+    assert opt.lr_scheduler.state_dict() == before
+    opt.lr_mult = {}
+    got, want = opt.step_scalars(np.array([0], np.int64)), fresh.step_scalars([0])
+    assert np.array_equal(_bits(got.lr), _bits(want.lr))
+
+
+@pytest.mark.parametrize("name", ["adam", "nadam"])
+def test_a_failed_trainer_step_leaves_the_schedule_as_it_was(name):
+    """A Trainer step refused at its second parameter (a NaN multiplier) leaves the optimizer
+    as it was, its schedule's state included (the vectorised plan, and the per-index plan of
+    ``restored_on_error``)."""
+    params = [Parameter(f"p{i}", init=np.ones(3, np.float32)) for i in range(2)]
+    trainer = Trainer(params, optimizer.create(name, lr_scheduler=_factor()))
+    for p in params:
+        p.grad()[...] = 0.5
+    trainer.step(1)
+    before = (trainer.optimizer.lr_scheduler.state_dict(), trainer.optimizer.update_counts)
+    params[1].lr_mult = float("nan")
+    for p in params:
+        p.grad()[...] = 0.5
+    with pytest.raises(ValueError, match="index 1"):
+        trainer.step(1)
+    assert (trainer.optimizer.lr_scheduler.state_dict(), trainer.optimizer.update_counts) == \
+        before
+
+
+class _Halving:
+    """A schedule of the user's own that keeps state per call (it halves at every read): its
+    numbers tell how often it was read. MXNet reads it once per index and update."""
+
+    def __init__(self):
+        self.base_lr = self.lr = 0.1
+
+    def __call__(self, num_update):
+        self.lr *= 0.5
+        return self.lr
+
+
+class _Constant:
+    """A schedule of the user's own that counts its reads (a constant rate)."""
+
+    def __init__(self):
+        self.base_lr, self.calls = 0.01, 0
+
+    def __call__(self, num_update):
+        self.calls += 1
+        return 0.01
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if type(optimizer.create(n))._reference_step
+                                  is ReferenceStep._reference_step])
+def test_the_reference_backend_reads_a_users_schedule_as_often_as_the_kernels(name):
+    """The shared reference step read the schedule a second time in every update
+    (``next_step``, for the oracle's extra state), so a schedule of the user's own that keeps
+    state gave the reference backend other learning rates than the CPU kernels. (LARS, whose
+    reference step is its own, still reads it three times to the kernels' two: not fixed.)"""
+    reads = []
+    for backend in ("cpu", "reference"):
+        opt = optimizer.create(name, backend=backend)
+        opt.lr_scheduler = _Constant()
+        shape = (2, 3) if specs()[name].matrix else (6,)
+        w = np.full(shape, 0.5, np.float32)
+        state = opt.create_state(0, w)
+        for _ in range(2):
+            opt.update(0, w, np.full(shape, 0.25, np.float32), state)
+        reads.append(opt.lr_scheduler.calls)
+    assert reads[0] == reads[1], reads
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_trainer_step_reads_a_users_schedule_as_the_updates_do(name):
+    """LAMB's first pass (``norm_inputs``) read the schedule before the step's planning read it
+    again, so a Trainer step of LAMB with a schedule that keeps state per call took other
+    learning rates than the per-parameter updates it stands for."""
+    shapes = MATRIX if specs()[name].matrix else SHAPES
+    rng = np.random.default_rng(3)
+    init = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    params = [Parameter(f"p{i}_weight", init=a) for i, a in enumerate(init)]
+    trainer = Trainer(params, name, {"learning_rate": 0.1})
+    trainer.optimizer.lr_scheduler = _Halving()
+    twin = optimizer.create(name, learning_rate=0.1)
+    twin.lr_scheduler = _Halving()
+    twin.param_dict = dict(enumerate(params))
+    ws = [a.copy() for a in init]
+    ss = [twin.create_state(i, w) for i, w in enumerate(ws)]
+    for step in range(3):
+        grads = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+        for p, g in zip(params, grads):
+            p.set_grad(g)
+        trainer.step(1)
+        for i, g in enumerate(grads):
+            twin.update(i, ws[i], g, ss[i])
+        for i, p in enumerate(params):
+            assert np.array_equal(p.data(), ws[i]), (step, p.name)
+
+
+def test_a_param_dict_whose_keys_changed_is_read_index_by_index():
+    """The Trainer kept its parameters' multipliers while the optimizer's ``param_dict`` held
+    the same parameters in the same order; a ``param_dict`` whose keys changed (index 2's
+    parameter moved to key 99: index 2 then takes the tables' multipliers, 1.0) kept them too,
+    so the step used parameter 2's multipliers where the per-parameter update did not."""
+    params = [Parameter(f"p{i}_weight", init=np.ones(3, np.float32), lr_mult=1.0 + i,
+                        wd_mult=0.5 * i) for i in range(3)]
+    trainer = Trainer(params, "sgd", {"learning_rate": 0.1, "wd": 0.01})
+    twin = optimizer.create("sgd", learning_rate=0.1, wd=0.01)
+    twin.param_dict = dict(enumerate(params))
+    ws = [np.ones(3, np.float32) for _ in params]
+    for step in range(2):
+        if step == 1:
+            for opt in (trainer.optimizer, twin):
+                opt.param_dict[99] = opt.param_dict.pop(2)
+        for i, p in enumerate(params):
+            p.grad()[...] = 0.5
+            twin.update(i, ws[i], np.full(3, 0.5, np.float32), None)
+        trainer.step(1)
+        for i, p in enumerate(params):
+            assert np.array_equal(p.data(), ws[i]), (step, p.name)
+
+
+def test_a_param_dict_that_is_a_mapping_but_not_a_dict_is_read():
+    """MXNet reads ``param_dict`` with ``in`` and ``[]``, so any mapping works there; a
+    ``param_dict`` that was a mapping but not a dict (a ``collections.UserDict``, a
+    ``types.MappingProxyType``) was ignored: its multipliers were never applied, by ``update``
+    and ``step_scalars`` alike."""
+    import collections
+    import types
+    for wrap in (collections.UserDict, types.MappingProxyType):
+        opt = optimizer.create("sgd", learning_rate=0.1, wd=0.01)
+        opt.param_dict = wrap({0: _Holder(0.5, 2.0)})
+        want = _loop(optimizer.create("sgd", learning_rate=0.1, wd=0.01), [0])
+        got = opt.step_scalars([0, 1])
+        assert got.lr.tolist() == [0.1 * 0.5, 0.1] and got.wd.tolist() == [0.01 * 2.0, 0.01]
+        assert opt.next_step(0)[1:3] == (0.1 * 0.5, 0.01 * 2.0) != want[0][1:]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0])
+def test_a_weight_decay_the_loop_cannot_take_is_refused_before_anything_is_written(bad):
+    """A weight-decay multiplier set after construction (``param.wd_mult = nan``: the setter,
+    as MXNet's attribute, takes anything; or a table assigned directly) went unchecked: the
+    step wrote NaN weights, where the learning rate of the same multiplier is refused. Now the
+    weight decay is checked as the learning rate is (finite, >= 0), by ``update`` and the
+    Trainer alike, before anything is written, naming the index."""
+    params = [Parameter(f"p{i}_weight", init=np.ones(3, np.float32)) for i in range(2)]
+    trainer = Trainer(params, "sgd", {"learning_rate": 0.1, "wd": 0.01})
+    params[1].wd_mult = bad
+    for p in params:
+        p.grad()[...] = 0.5
+    with pytest.raises(ValueError, match="weight decay for index 1"):
+        trainer.step(1)
+    assert all((p.data() == 1).all() for p in params)
+    assert trainer.optimizer.update_counts == {}
+    opt = optimizer.create("sgd", learning_rate=0.1, wd=0.01)
+    opt.wd_mult = {0: bad}
+    w = np.ones(3, np.float32)
+    with pytest.raises(ValueError, match="weight decay for index 0"):
+        opt.update(0, w, np.ones(3, np.float32), None)
+    with pytest.raises(ValueError, match="weight decay for index 0"):
+        opt.step_scalars(np.array([0], np.int64))
+    assert (w == 1).all() and opt.update_counts == {}
+
+
+def test_a_refused_index_before_a_schedule_that_raises_is_the_loops_error():
+    """The loop reads index by index: a refused multiplier of the first index raises before
+    the schedule is read at the count of a later index. The plan read the schedule at every
+    count first, so a schedule that raises there (the toolkit's base ``LRScheduler`` past its
+    warmup) raised its own error instead of the loop's."""
+    def make():
+        sched = lr_scheduler.LRScheduler(base_lr=0.1, warmup_steps=6)
+        opt = optimizer.create("ftrl", lr_scheduler=sched)
+        opt._commit_count(1, 5)  # num_update 5: index 1's step reads the schedule at 6
+        opt.lr_mult = {0: 0.0}   # FTRL refuses index 0's learning rate of 0
+        return opt
+    with pytest.raises(ValueError, match="index 0") as vec:
+        make().step_scalars(np.array([0, 1], np.int64))
+    with pytest.raises(ValueError, match="index 0") as loop:
+        _loop(make(), [0, 1])
+    assert str(vec.value) == str(loop.value)
+
+
+def test_a_skipped_update_leaves_the_schedule_as_it_was():
+    """``update(..., skip_nonfinite=True)`` checks a skipped call's scalars as the update
+    would, and that read the toolkit's (stateful) schedule at the skipped index's count: an
+    index ahead of the others decayed FactorScheduler with no step taken, so the next update
+    of an index behind read a decayed rate that the Trainer's step (which reads nothing for a
+    skipped parameter) did not."""
+    shape = (3,)
+    params = [Parameter(f"p{i}", init=np.ones(shape, np.float32)) for i in range(2)]
+    trainer = Trainer(params, optimizer.create("sgd", lr_scheduler=_factor()))
+    twin = optimizer.create("sgd", lr_scheduler=_factor())
+    ws = [np.ones(shape, np.float32) for _ in params]
+    good, bad = np.full(shape, 0.5, np.float32), np.full(shape, np.nan, np.float32)
+    # index 1 steps 3 times alone (index 0 stale), then index 1's gradient is non-finite
+    for step, grads in enumerate([(None, good)] * 3 + [(good, bad), (good, good)]):
+        for i, g in enumerate(grads):
+            if g is not None:
+                params[i].set_grad(g)
+                twin.update(i, ws[i], g, None, skip_nonfinite=True)
+        trainer.step(1, ignore_stale_grad=True, skip_nonfinite=True)
+        for i, p in enumerate(params):
+            assert np.array_equal(p.data(), ws[i]), (step, p.name)
+    assert twin.lr_scheduler.state_dict() == trainer.optimizer.lr_scheduler.state_dict()
+
+
+def test_a_step_refused_after_its_scalars_leaves_the_schedule_as_it_was():
+    """A Trainer step planned parameter by parameter (a row-sparse gradient) checks every
+    parameter first: the scalars of all (the schedule read at their counts), then each
+    row-sparse gradient's refusals (AdaGrad refuses one with weight decay). A refusal there
+    left the toolkit's schedule decayed to the counts of a step that was not taken."""
+    from toolkit import RowSparse
+    params = [Parameter("a", init=np.ones((4, 2), np.float32)),
+              Parameter("b", init=np.ones((4, 2), np.float32), grad_stype="row_sparse")]
+    opt = optimizer.create("adagrad", wd=0.01, begin_num_update=3, lr_scheduler=_factor())
+    trainer = Trainer(params, opt)
+    before = opt.lr_scheduler.state_dict()
+    params[0].grad()[...] = 0.5
+    params[1].set_grad(RowSparse(np.array([1]), np.full((1, 2), 0.5, np.float32), (4, 2)))
+    with pytest.raises(ValueError, match="(?i)adagrad"):
+        trainer.step(1)
+    assert opt.lr_scheduler.state_dict() == before and opt.update_counts == {}
+    assert all((p.data() == 1).all() for p in params)

@@ -163,6 +163,7 @@ class Optimizer(ArrayChecks, MultiPrecision, NonFiniteGuard, ReferenceStep, Laun
         Called with ``num_update``; a given ``learning_rate`` overwrites its ``base_lr``.
     begin_num_update : int, default 0
         The count every index starts from: the first step has ``t = begin_num_update + 1``.
+        At most 2**52 (a states file holds counts up to 2**53).
     multi_precision : bool, default False
         For float16 weights keep a float32 master copy and float32 state.
     param_dict : dict of int to Parameter-like, optional
@@ -201,7 +202,8 @@ class Optimizer(ArrayChecks, MultiPrecision, NonFiniteGuard, ReferenceStep, Laun
         "wd": nonneg(),
         "clip_gradient": nonneg(none="use None to disable clipping"),
         "lr_scheduler": callable_or_none(),
-        "begin_num_update": integer(0),
+        # a states file holds counts up to 2**53 (exact in float64): 2**52 steps of room
+        "begin_num_update": integer(0, maximum=2 ** 52),
         "multi_precision": flag(),
         "convention": choice(CONVENTIONS),
         "backend": choice(BACKENDS, numeric=False),
@@ -448,15 +450,22 @@ class Optimizer(ArrayChecks, MultiPrecision, NonFiniteGuard, ReferenceStep, Laun
     def restored_on_error(self):
         """While the block runs, the optimizer's attributes (the bookkeeping a step changes:
         counts, ``num_update``, Nadam's schedule, LBSGD's phases...) are kept; if it raises,
-        they are put back as they were (a shallow copy, its dicts copied), so a step that
-        plans every index before writing any array leaves nothing half-committed."""
+        they are put back as they were (a shallow copy, its dicts copied; a
+        ``toolkit.lr_scheduler`` schedule's ``state_dict``), so a step that plans every index
+        before writing any array leaves nothing half-committed."""
         saved = {k: (dict(v) if isinstance(v, dict) else v.copy() if isinstance(v, Counts) else v)
                  for k, v in self.__dict__.items()}
+        # the schedule's state too (Factor's decays), where it can be saved: the toolkit's
+        from ..lr_scheduler import LRScheduler
+        sched = self.lr_scheduler
+        sched_state = sched.state_dict() if isinstance(sched, LRScheduler) else None
         try:
             yield self
         except BaseException:
             self.__dict__.clear()
             self.__dict__.update(saved)
+            if sched_state is not None:
+                sched.load_state_dict(sched_state)
             raise
 
     @property

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np
@@ -36,6 +37,9 @@ from .counts import Counts
 from .validation import check_nonneg
 
 __all__ = ["Bookkeeping", "StepScalars"]
+
+
+_INT64_MAX = 2 ** 63 - 1
 
 
 class StepScalars(NamedTuple):
@@ -60,6 +64,30 @@ def _builtin_schedule(sched):
     return (isinstance(sched, lr_scheduler.LRScheduler)
             and cls.__module__ == lr_scheduler.__name__
             and cls.__call__ is lr_scheduler.LRScheduler.__call__)
+
+
+def _as_float(mult):
+    """A multiplier of the tables as the float64 MXNet multiplied by (a table assigned
+    directly may hold numpy float32s: NumPy 2 would make ``lr * mult`` a float32 product)."""
+    return mult if type(mult) is float or not isinstance(mult, numbers.Real) else float(mult)
+
+
+def _integral_count(index, t):
+    """``t`` (a count + 1 of another type than int, counts assigned directly as a dict of
+    numpy ints or floats; or beyond int64) as the int it equals, or a ValueError naming the
+    index."""
+    try:
+        k = int(t) if isinstance(t, numbers.Real) or hasattr(t, "__index__") else None
+    except (TypeError, OverflowError, ValueError):  # NaN, infinity, a number int refuses
+        k = None
+    if k is None or k != t:
+        raise ValueError(f"the update count of index {index!r} is {t - 1!r}; counts are "
+                         "integers (check what was assigned to _index_update_count)")
+    if k > _INT64_MAX:
+        raise ValueError(f"the update count of index {index!r} would be {k}, beyond int64 "
+                         f"(2**63 - 1); a count this large cannot be stepped (check the counts "
+                         "put back by restore_counts or assigned to _index_update_count)")
+    return k
 
 
 def _as_list(indices):
@@ -114,17 +142,17 @@ class Bookkeeping:
         pd = self.param_dict
         if type(pd) is dict:
             p = pd.get(index) if pd else None
-        else:
-            p = pd.get(index) if isinstance(pd, dict) else None
+        else:  # any mapping, as MXNet's ``index in param_dict`` reads it
+            p = pd.get(index) if isinstance(pd, Mapping) else None
         if p is not None and hasattr(p, attr):
             return float(getattr(p, attr))
         if not table:  # no multipliers (the common case): neither lookup below can match
             return 1.0
         if index in table:
-            return table[index]
+            return _as_float(table[index])
         name = self.idx2name.get(index)
         if name is not None and name in table:
-            return table[name]
+            return _as_float(table[name])
         return 1.0
 
     def _get_lr(self, index, num_update=None):
@@ -149,12 +177,20 @@ class Bookkeeping:
     def _get_wd(self, index):
         pd = self.param_dict
         if self.wd_mult or type(pd) is not dict or pd:
-            return self.wd * self._mult(index, self.wd_mult, "wd_mult")
+            wd = self.wd * self._mult(index, self.wd_mult, "wd_mult")
+            if type(wd) is float and 0.0 <= wd < math.inf:  # the common case
+                return wd
+            if not (isinstance(wd, numbers.Real) and math.isfinite(wd) and wd >= 0):
+                raise ValueError(f"the weight decay for index {index!r} is {wd!r}; it must be "
+                                 "finite and >= 0 (check wd and wd_mult)")
+            return float(wd)
         return self.wd * 1.0  # no multipliers at all: _mult's 1.0 without the call
 
     def _next_count(self, index):
         """``(t, num_update)`` after this index's next update, without committing them."""
         t = self._index_update_count.get(index, self.begin_num_update) + 1
+        if type(t) is not int or t > _INT64_MAX:  # assigned as another number, or too large
+            t = _integral_count(index, t)
         n = self.num_update
         return t, (t if t > n else n)  # max(n, t)
 
@@ -198,8 +234,9 @@ class Bookkeeping:
 
     # --- many indices at once ---------------------------------------------------------------
     def step_scalars(self, indices, *, multipliers=None):
-        """:class:`StepScalars` of the next step of every index of ``indices`` (ints in
-        increasing order), as the per-index loop (``next_step`` of each, its count committed
+        """:class:`StepScalars` of the next step of every index of ``indices`` (ints, in
+        increasing order for the array reads; in any other order, or with an index twice, the
+        loop's numbers in the order given), as the per-index loop (``next_step`` of each, its count committed
         before the next) computes them, bit for bit; nothing is committed (see
         :meth:`commit_counts`). Raises what that loop raises, for the first index it would.
 
@@ -223,52 +260,73 @@ class Bookkeeping:
             n = len(idx)
             if n == 0:
                 return self._scalars_per_index(idx)
-            try:
-                c = np.fromiter(map(counts.__getitem__, idx), np.int64, n)
-            except KeyError:  # an index never stepped starts at begin_num_update
-                start = self.begin_num_update
-                c = np.fromiter((counts.get(i, start) for i in idx), np.int64, n)
+            try:  # an index twice: the loop commits the first before it reads the second
+                repeated = len(set(idx)) < n
+            except TypeError:  # an index a dict cannot hold: the loop says what happens
+                repeated = True
+            if repeated:
+                return self._scalars_per_index(idx)
+            start = self.begin_num_update
+            values = [counts.get(i, start) for i in idx]  # never stepped: begin_num_update
+            # a count that is not an int of int64 (assigned directly): the loop says what it is
+            if not all(type(v) is int and 0 <= v <= _INT64_MAX for v in values):
+                return self._scalars_per_index(idx)
+            c = np.array(values, np.int64)
         else:
             idx = None  # read as a list only where needed
         if int(c.max()) == np.iinfo(np.int64).max:  # t would wrap: the loop says what it does
             return self._scalars_per_index(_as_list(indices))
         t = c + 1
         sched = self.lr_scheduler
-        if sched is None:
-            base = self.lr
-            if type(base) is not float:
-                return self._scalars_per_index(_as_list(indices))
-        elif _builtin_schedule(sched):
-            num_update = np.maximum.accumulate(np.maximum(t, self.num_update))
-            distinct = np.unique(num_update)  # increasing: the order the loop reads them in
-            values = [sched(v) for v in distinct.tolist()]
-            if any(type(v) is not float for v in values):
-                return self._scalars_per_index(_as_list(indices))
-            base = np.array(values, np.float64)[np.searchsorted(distinct, num_update)]
-        else:  # a schedule of the user's own: read once per index, as MXNet does
-            return self._scalars_per_index(_as_list(indices))
         wd = self.wd
-        if type(wd) is not float:
+        if type(wd) is not float or (sched is None and type(self.lr) is not float) or \
+                (sched is not None and not _builtin_schedule(sched)):
+            # a schedule of the user's own: read once per index, as MXNet does
             return self._scalars_per_index(_as_list(indices))
         n = len(c)
+        # the multipliers first: reading them changes nothing (the schedule may keep state)
         if multipliers is None:
             if idx is None:
                 idx = _as_list(indices)
-            lr_mult = np.fromiter((self._mult(i, self.lr_mult, "lr_mult") for i in idx),
-                                  np.float64, n)
-            wd_mult = np.fromiter((self._mult(i, self.wd_mult, "wd_mult") for i in idx),
-                                  np.float64, n)
+            try:
+                lr_mult = np.fromiter((self._mult(i, self.lr_mult, "lr_mult") for i in idx),
+                                      np.float64, n)
+                wd_mult = np.fromiter((self._mult(i, self.wd_mult, "wd_mult") for i in idx),
+                                      np.float64, n)
+            except (TypeError, ValueError):  # not a number: the loop says what happens
+                return self._scalars_per_index(idx)
         else:
             where = indices if idx is None else np.asarray(idx, np.int64)
             lr_mult, wd_mult = multipliers[0][where], multipliers[1][where]
+        if sched is None:
+            base = self.lr
+        else:
+            num_update = np.maximum.accumulate(np.maximum(t, self.num_update))
+            distinct = np.unique(num_update)  # increasing: the order the loop reads them in
+            # the schedule keeps state (Factor's decays): what reading it did is undone where
+            # the loop takes over, which reads it from where it was (and raises what it raises
+            # for the first index it would: a refused index before a schedule that raises)
+            sched_state = sched.state_dict()
+            try:
+                values = [sched(v) for v in distinct.tolist()]
+            except Exception:
+                values = None
+            if values is None or any(type(v) is not float for v in values):
+                sched.load_state_dict(sched_state)
+                return self._scalars_per_index(_as_list(indices))
+            base = np.array(values, np.float64)[np.searchsorted(distinct, num_update)]
         lr = base * lr_mult
+        wd = wd * wd_mult
         with np.errstate(invalid="ignore"):
             ok = bool(np.all(lr >= 0.0)) and bool(np.all(lr < math.inf))
             if self.requires_positive_lr:
                 ok = ok and bool(np.all(lr > 0.0))
+            ok = ok and bool(np.all(wd >= 0.0)) and bool(np.all(wd < math.inf))
         if not ok:  # the per-index loop raises the error that names the index
+            if sched is not None:
+                sched.load_state_dict(sched_state)
             return self._scalars_per_index(_as_list(indices))
-        return StepScalars(t, lr, wd * wd_mult)
+        return StepScalars(t, lr, wd)
 
     def _scalars_per_index(self, idx):
         """:meth:`step_scalars` the way it is defined: index by index, each count committed
@@ -279,11 +337,18 @@ class Bookkeeping:
         wd = np.empty(n, np.float64)
         counts = self._index_update_count
         saved = (counts.copy() if isinstance(counts, Counts) else dict(counts), self.num_update)
+        sched = self.lr_scheduler
+        # a refusal commits nothing: the toolkit's schedule's state (Factor's decays) included
+        sched_state = sched.state_dict() if _builtin_schedule(sched) else None
         try:
             for j, i in enumerate(idx):
                 tj, lr[j], wd[j] = self._step_scalars(i)
                 t[j] = tj
                 self._commit_count(i, tj)
+        except BaseException:
+            if sched_state is not None:
+                sched.load_state_dict(sched_state)
+            raise
         finally:
             self._index_update_count, self.num_update = saved
         return StepScalars(t, lr, wd)

@@ -216,9 +216,10 @@ class LAMB(Optimizer):
 
     def norm_inputs(self, index):
         """Pass 1 of the next step of ``index`` (:class:`~toolkit.backends.rules.DirectionPass`):
-        a Trainer runs it for a whole group in one segmented call before planning the group."""
-        t, _, wd = self._step_scalars(index)
-        return self._direction_pass(t, wd)
+        a Trainer runs it for a whole group in one segmented call before planning the group.
+        Reads the count and the weight decay, not the schedule: the step's planning reads that,
+        once (a schedule of the user's own is read once per index, as ``update`` reads it)."""
+        return self._direction_pass(self._next_count(index)[0], self._get_wd(index))
 
     def step_size(self, lr, w2, u2):
         """``lr*ratio`` from the sums of squares ``w2 = |w|^2`` and ``u2 = |u|^2`` (float64).

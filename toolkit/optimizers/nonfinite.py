@@ -67,4 +67,13 @@ class NonFiniteGuard:
             self._check_master_state(state, w, g, name)
         else:
             self._check_state(state, w, self.create_state_template(w), others=((name, g),))
-        self._step_scalars(index)
+        # read as the update would read them, the schedule put back after: a skipped call
+        # takes no step, so the toolkit's (stateful) schedule must not move either
+        from ..lr_scheduler import LRScheduler
+        sched = self.lr_scheduler
+        saved = sched.state_dict() if isinstance(sched, LRScheduler) else None
+        try:
+            self._step_scalars(index)
+        finally:
+            if saved is not None:
+                sched.load_state_dict(saved)

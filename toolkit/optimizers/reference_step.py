@@ -63,14 +63,17 @@ class ReferenceStep:
                              "use backend='cpu'")
         slots = self.state_slots()
         state_arrays = self.state_arrays(state)
-        step = self.next_step(index, weight)  # what the oracle reads beside the state arrays
+        # what the oracle reads beside the state arrays (``next_step``'s, without reading the
+        # schedule a second time: a schedule of the user's own is read once per update)
+        extra = dict(self._reference_extra(index, weight))
+        kwargs = dict(self._reference_call_kwargs(index, t))
         st = {name: np.asarray(a, dtype=np.float64) for name, a in zip(slots, state_arrays)}
         st.update({k: (np.asarray(v, np.float64) if isinstance(v, np.ndarray) else v)
-                   for k, v in step.reference_state.items()})
+                   for k, v in extra.items()})
         w_new, st_new = ref.step(weight.astype(np.float64), grad.astype(np.float64), st, t=t,
                                  lr=lr, wd=wd, rescale_grad=self.rescale_grad,
                                  clip_gradient=self.clip_gradient, convention=self.convention,
-                                 **self.reference_hyper(), **step.reference_kwargs)
+                                 **self.reference_hyper(), **kwargs)
         weight[...] = w_new
         for name, a in zip(slots, state_arrays):
             a[...] = st_new[name]

@@ -71,11 +71,15 @@ def check_unit(name, x, *, closed=False):
     return x
 
 
-def check_int(name, x, minimum):
+def check_int(name, x, minimum, maximum=None):
     if isinstance(x, bool) or not isinstance(x, numbers.Integral):
         raise TypeError(f"{name} must be an integer, got {type(x).__name__} {x!r}")
     if x < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {x!r}")
+    if maximum is not None and x > maximum:
+        top = maximum if maximum < 2 ** 32 else f"2**{maximum.bit_length() - 1}" \
+            if maximum & (maximum - 1) == 0 else maximum
+        raise ValueError(f"{name} must be <= {top}, got {int(x)!r}")
     return int(x)
 
 
@@ -104,7 +108,8 @@ class Domain:
     """The values one hyperparameter may take.
 
     ``kind`` is one of ``"nonneg"`` (a finite real >= 0), ``"positive"`` (> 0), ``"unit"``
-    ([0, 1), or [0, 1] when ``closed``), ``"int"`` (an integer >= ``minimum``), ``"choice"``
+    ([0, 1), or [0, 1] when ``closed``), ``"int"`` (an integer >= ``minimum``, and <=
+    ``maximum`` where one is given), ``"choice"``
     (one of ``choices``), ``"flag"`` (a bool; ``strict`` refuses anything but a bool, else any
     value is taken for its truth), ``"callable"`` (a callable or None). ``none`` also admits
     None: True, or a hint that error messages give (``"use None to disable clipping"``);
@@ -119,15 +124,16 @@ class Domain:
     """
 
     __slots__ = ("kind", "minimum", "closed", "choices", "strict", "none", "keyword", "aliases",
-                 "numeric")
+                 "numeric", "maximum")
 
     def __init__(self, kind, *, minimum=None, closed=False, choices=None, strict=True, none=None,
-                 keyword=None, aliases=(), numeric=True):
+                 keyword=None, aliases=(), numeric=True, maximum=None):
         if kind not in _CHECKS:
             raise ValueError(f"unknown domain kind {kind!r}; one of {tuple(_CHECKS)}")
         if isinstance(aliases, str) or not all(isinstance(a, str) for a in aliases):
             raise TypeError(f"aliases must be a tuple of names, got {aliases!r}")
         self.kind, self.minimum, self.closed = kind, minimum, closed
+        self.maximum = maximum
         self.choices = None if choices is None else tuple(choices)
         self.strict, self.none, self.keyword, self.numeric = strict, none, keyword, numeric
         self.aliases = tuple(aliases)
@@ -160,13 +166,13 @@ class Domain:
 
 
 _DEFAULTS = {"minimum": None, "closed": False, "choices": None, "strict": True, "none": None,
-             "keyword": None, "aliases": (), "numeric": True}
+             "keyword": None, "aliases": (), "numeric": True, "maximum": None}
 
 _CHECKS = {
     "nonneg": lambda d, name, x: check_nonneg(name, x),
     "positive": lambda d, name, x: check_positive(name, x),
     "unit": lambda d, name, x: check_unit(name, x, closed=d.closed),
-    "int": lambda d, name, x: check_int(name, x, d.minimum),
+    "int": lambda d, name, x: check_int(name, x, d.minimum, d.maximum),
     "choice": lambda d, name, x: check_choice(name, x, d.choices),
     "flag": lambda d, name, x: _check_flag(name, x, d.strict),
     "callable": lambda d, name, x: _check_callable(name, x),
@@ -189,7 +195,7 @@ def unit(*, closed=False, **kw):
 
 
 def integer(minimum, **kw):
-    """An integer (not a bool) >= ``minimum``."""
+    """An integer (not a bool) >= ``minimum`` (and <= ``maximum=`` where given)."""
     return Domain("int", minimum=minimum, **kw)
 
 

@@ -103,6 +103,7 @@ class Trainer:
         self._lock = threading.Lock()  # a step, and save_states' copy, hold it (docs/trainer.md)
         self._build_groups()
         opt.param_dict = self._param_dict = {i: p for i, p in enumerate(self._params)}
+        self._param_keys = list(self._param_dict)
         # every parameter's freshness in one array (a step reads them all at once); the
         # parameters are this Trainer's now (the last one built with them wins)
         self._fresh_flags = np.zeros(len(self._params), bool)
@@ -413,8 +414,10 @@ class Trainer:
         until a multiplier is set; None when the optimizer's ``param_dict`` is no longer the
         one this Trainer gave it (then the optimizer reads each index's)."""
         pd = self._optimizer.param_dict
+        # the same dict, holding the same parameters under the same keys (the keys' own
+        # objects: compared by identity first, as the parameters are)
         if pd is not self._param_dict or len(pd) != len(self._params) or \
-                list(pd.values()) != self._params:
+                list(pd.values()) != self._params or list(pd) != self._param_keys:
             return None
         version, mults = self._mults
         if version != multipliers_version():
@@ -483,12 +486,14 @@ class Trainer:
         before writing: their scalars (``Optimizer.step_scalars``, which commits nothing), and
         a row-sparse gradient's own checks and the optimizer's refusals of it."""
         opt = self._optimizer
-        opt.step_scalars(active)
-        for i in active:
-            p = self._params[i]
-            if p.grad_stype == "row_sparse":
-                p.sparse_grad.check(arrays.describe(p.data(), "weight"))
-                opt.row_sparse_mode(i)
+        # reading the scalars reads the schedule: a refusal below puts its state back
+        with opt.restored_on_error():
+            opt.step_scalars(active)
+            for i in active:
+                p = self._params[i]
+                if p.grad_stype == "row_sparse":
+                    p.sparse_grad.check(arrays.describe(p.data(), "weight"))
+                    opt.row_sparse_mode(i)
 
     def _per_parameter_update(self, active):
         """One ``update_multi_precision`` per parameter, in index order: the reference backend,
