@@ -94,6 +94,20 @@ def _as_list(indices):
     return indices.tolist() if isinstance(indices, np.ndarray) else list(indices)
 
 
+def _index_array(indices):
+    """``indices`` as an int64 array when it is a list, tuple or range of ints (what
+    ``toolkit.torch`` and a user pass), so the counts are read and written as arrays; else as
+    given (names, other numbers: the mapping's own reads)."""
+    if isinstance(indices, (list, tuple, range)) and len(indices):
+        try:
+            a = np.array(indices)
+        except (OverflowError, ValueError, TypeError):
+            return indices
+        if a.dtype == np.int64 and a.ndim == 1 and all(type(i) is int for i in indices[:1]):
+            return a
+    return indices
+
+
 class Bookkeeping:
     """Learning rate, schedule, multipliers and counts (the attributes ``lr``,
     ``lr_scheduler``, ``wd``, ``lr_mult``, ``wd_mult``, ``param_dict``, ``idx2name``,
@@ -249,6 +263,8 @@ class Bookkeeping:
             return self._scalars_per_index(_as_list(indices))
         counts = self._index_update_count
         c = None
+        if isinstance(counts, Counts):
+            indices = _index_array(indices)
         if isinstance(indices, np.ndarray) and indices.dtype == np.int64 and \
                 isinstance(counts, Counts):
             if not indices.size:
@@ -358,6 +374,8 @@ class Bookkeeping:
         the per-index loop commits them one by one: each index's count, and ``num_update`` the
         largest count seen."""
         counts = self._index_update_count
+        if isinstance(counts, Counts):
+            indices = _index_array(indices)
         if type(self)._commit_count is Bookkeeping._commit_count and isinstance(counts, Counts) \
                 and isinstance(indices, np.ndarray) and indices.dtype == np.int64:
             if not indices.size:
