@@ -375,8 +375,9 @@ class VerifyReport:
     ``seed`` the seed the cases were drawn with (``verify(..., seed=report.seed)`` repeats the
     run) and ``versions`` the packages it ran with (:func:`versions`).
 
-    ``passed``, ``max_error``, ``examples`` and ``worst`` are the full domain's;
-    ``domains`` holds both verdicts, ``{"usual": DomainVerdict, "full": DomainVerdict}``, and
+    ``passed`` is both domains' verdict (the usual domain's cases are drawn apart from the
+    full domain's, which may not meet them), ``max_error`` and ``worst`` the worse domain's,
+    ``examples`` the full domain's count; ``domains`` holds both verdicts, ``{"usual": DomainVerdict, "full": DomainVerdict}``, and
     ``region``, when the usual domain passes and the full one fails, where the failure lies (found
     by bisecting the worst case's hyperparameters towards their usual ranges: "only for beta1 <
     1.1e-05"), else None. ``explanation`` (:class:`Explanation`) says why a run failed, None when
@@ -575,24 +576,28 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
         usual = _domain_verdict(usual_run)
     else:  # one domain: the full one is the usual one
         usual_run, usual = run, full
-    passed = full.passed
+    # the verdict is both domains': a failure of the usual domain is a failure (its cases
+    # are drawn apart from the full domain's, which may not meet them)
+    passed = full.passed and usual.passed
+    failure = run["failure"] or usual_run["failure"]
+    seen = (run["seen"] if not full.passed else []) + \
+        (usual_run["seen"] if not usual.passed and usual_run is not run else [])
     passes_under, under_error = None, None
-    if not passed and run["failure"] is None:
+    if not passed and failure is None:
         passes_under, under_error = _passing_convention(
             make_step, ref, convention, pytorch, implemented, fixed, dt, examples, seed,
-            run["seen"], ranges)
+            seen, ranges)
     explanation = None
-    if not (passed and usual.passed) and run["failure"] is None \
-            and usual_run["failure"] is None:
-        seen = (run["seen"] if not passed else []) + \
-            (usual_run["seen"] if not usual.passed and usual_run is not run else [])
+    if not passed and failure is None:
         explanation = _explain(ref, convention, pytorch, implemented, dt, declared, seen,
                                passes_under, under_error, max(full.max_error, usual.max_error))
     region = None
-    if usual.passed and not passed and run["failure"] is None and spec.usual:
+    if usual.passed and not full.passed and run["failure"] is None and spec.usual:
         region = _region(make_step, ref, convention, dt, run["record"])
-    return VerifyReport(ref.NAME, asked, dt.name, passed=passed, max_error=full.max_error,
-                        examples=run["n"], worst=run["record"], failure=run["failure"],
+    worse = run if full.max_error >= usual.max_error else usual_run
+    return VerifyReport(ref.NAME, asked, dt.name, passed=passed,
+                        max_error=max(full.max_error, usual.max_error),
+                        examples=run["n"], worst=worse["record"], failure=failure,
                         passes_under=passes_under, seed=seed, versions=versions(),
                         domains={"usual": usual, "full": full}, region=region,
                         explanation=explanation)
