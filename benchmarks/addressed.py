@@ -160,13 +160,18 @@ def main(argv=None):
     cases = {"2000 x 1024": many_tensor_shapes(), "resnet50": resnet50_shapes(),
              "one 2^24": [(1 << 24,)]}
     rows = {}
+    load_before = os.getloadavg()
     for label, shapes in cases.items():
         rows[label] = case(shapes, args.repeats, rng, with_torch)
         print(label, json.dumps(rows[label], indent=1), flush=True)
     import numba
     doc = {"benchmark": "benchmarks/addressed.py", "machine": platform.machine(),
-           "cpus": os.cpu_count(), "numba": numba.__version__, "numba_threads":
-           numba.get_num_threads(), "numpy": np.__version__, "python": platform.python_version(),
+           "cpus": os.cpu_count(), "load_average_before": load_before,
+           "load_average_after": os.getloadavg(), "numba": numba.__version__,
+           "numba_threads": numba.get_num_threads(),
+           "numba_threading_layer": numba.threading_layer(),
+           "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY"),
+           "numpy": np.__version__, "python": platform.python_version(),
            "timing": "toolkit.tools.bench.timing.measure: interleaved, fastest of up to 3 "
                      "sub-batches per repetition, medians; ratios are medians of per-repetition "
                      "ratios (>1: the addressed step is faster / nearer the floor)",

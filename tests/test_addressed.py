@@ -219,12 +219,12 @@ def test_one_large_tensor_is_chunked_like_run_segmented():
     n = 5 * order.CHUNK + 3
     ptrs = np.array([[64, 128]], np.int64)
     total, chunks = addressed.plan_chunks(ptrs, np.array([n], np.int64),
-                                          np.ones(1, np.uint8), np.full(2, 4, np.int64))
+                                          np.ones((1, 2), np.float32), np.full(2, 4, np.int64))
     assert total == n
     np.testing.assert_array_equal(chunks, order.chunk_table(np.array([0, n])))
     sizes = np.full(300, 1024, np.int64)
     _, chunks = addressed.plan_chunks(np.full((300, 2), 64, np.int64), sizes,
-                                      np.ones(300, np.uint8), np.full(2, 4, np.int64))
+                                      np.ones((300, 2), np.float32), np.full(2, 4, np.int64))
     np.testing.assert_array_equal(chunks[:, 2], np.arange(300))
 
 

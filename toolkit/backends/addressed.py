@@ -72,9 +72,10 @@ _PROBLEMS = {1: "a negative size", 2: "a null address for a tensor of size > 0",
              3: "an address that is not a multiple of its element size"}
 
 
-def _plan_loop(ptrs, sizes, active, align, chunk):
+def _plan_loop(ptrs, sizes, table, align, chunk):
     """``(status, row, column, total, chunks)``: the ``(start, end, tensor)`` rows covering
-    every active tensor in pieces of at most ``chunk`` elements (offsets inside the tensor), and
+    every active tensor (``table[s, 0] != 0``) in pieces of at most ``chunk`` elements (offsets
+    inside the tensor), and
     ``status`` 0, or the first problem found (:data:`_PROBLEMS`) at ``(row, column)`` (the chunk
     table then empty)."""
     n, m = ptrs.shape[0], ptrs.shape[1]
@@ -84,7 +85,7 @@ def _plan_loop(ptrs, sizes, active, align, chunk):
         size = sizes[s]
         if size < 0:
             return 1, s, -1, 0, np.zeros((0, 3), np.int64)
-        if active[s] == 0 or size == 0:
+        if table[s, 0] == 0 or size == 0:
             continue
         for j in range(m):
             p = ptrs[s, j]
@@ -98,7 +99,7 @@ def _plan_loop(ptrs, sizes, active, align, chunk):
     c = 0
     for s in range(n):
         size = sizes[s]
-        if active[s] == 0 or size == 0:
+        if table[s, 0] == 0 or size == 0:
             continue
         for a in range(0, size, chunk):
             out[c, 0] = a
@@ -110,18 +111,19 @@ def _plan_loop(ptrs, sizes, active, align, chunk):
 
 _plan = numba.njit(
     [types.Tuple((types.int64, types.int64, types.int64, types.int64, types.int64[:, ::1]))(
-        types.int64[:, ::1], types.int64[::1], types.uint8[::1], types.int64[::1], types.int64)],
+        types.int64[:, ::1], types.int64[::1], NUMBA_TYPES[dt][:, ::1], types.int64[::1],
+        types.int64) for dt in jit.DTYPES],
     **COMPILE_OPTIONS)(_plan_loop)
 
 
-def plan_chunks(ptrs, sizes, active, align, chunk=CHUNK):
+def plan_chunks(ptrs, sizes, table, align, chunk=CHUNK):
     """The chunk table of an addressed call: ``(total, chunks)``, ``chunks`` the ``(start, end,
-    tensor)`` int64 rows (offsets inside each tensor) covering every active tensor (``active``
-    a uint8 per row) in pieces of at most ``chunk`` elements, as
+    tensor)`` int64 rows (offsets inside each tensor) covering every active tensor (column 0 of
+    its ``table`` row not 0) in pieces of at most ``chunk`` elements, as
     :func:`toolkit.backends.order.chunk_table` covers a flat buffer's segments. Raises
     ValueError, naming the row and the column, for a negative size, a null address of an
     active tensor of size > 0, or an address not a multiple of ``align[column]`` bytes."""
-    status, row, col, total, chunks = _plan(ptrs, sizes, active, align, chunk)
+    status, row, col, total, chunks = _plan(ptrs, sizes, table, align, chunk)
     if status:
         where = f"sizes[{row}] = {sizes[row]}" if status == 1 else \
             f"ptrs[{row}, {col}] = {hex(int(ptrs[row, col]))}"
@@ -378,8 +380,18 @@ def _checked(ptrs, sizes, table, dtype, n_fixed, what):
     return ptrs, sizes, table, n_state
 
 
-def _active(table):
-    return (table[:, 0] != 0).view(np.uint8)
+_ALIGNS: dict = {}
+
+
+def _align(n_cols, itemsize, half_cols=()):
+    """The alignment in bytes of each column's addresses (kept: one array per kind of call)."""
+    key = (n_cols, itemsize, half_cols)
+    a = _ALIGNS.get(key)
+    if a is None:
+        a = np.full(n_cols, itemsize, np.int64)
+        a[list(half_cols)] = 2
+        a = _ALIGNS.setdefault(key, a)
+    return a
 
 
 def run_rule_addressed(factory, dtype, ptrs, sizes, table):
@@ -399,8 +411,7 @@ def run_rule_addressed(factory, dtype, ptrs, sizes, table):
         raise TypeError(f"dtype must be float32 or float64, got {dtype}; a float16 weight "
                         "with a float32 master runs through run_rule_addressed_mp")
     ptrs, sizes, table, n_state = _checked(ptrs, sizes, table, dtype, 2, "run_rule_addressed")
-    total, chunks = plan_chunks(ptrs, sizes, _active(table),
-                                np.full(ptrs.shape[1], dtype.itemsize, np.int64))
+    total, chunks = plan_chunks(ptrs, sizes, table, _align(ptrs.shape[1], dtype.itemsize))
     if chunks.shape[0] == 0:
         return
     parallel = total >= jit.PARALLEL_THRESHOLD and chunks.shape[0] > 1
@@ -420,9 +431,8 @@ def run_rule_addressed_mp(factory, ptrs, sizes, table):
     into the weight the same way after its float32 step), bit for bit."""
     f32 = np.dtype(np.float32)
     ptrs, sizes, table, n_state = _checked(ptrs, sizes, table, f32, 3, "run_rule_addressed_mp")
-    align = np.full(ptrs.shape[1], 4, np.int64)
-    align[1] = align[-1] = 2
-    total, chunks = plan_chunks(ptrs, sizes, _active(table), align)
+    total, chunks = plan_chunks(ptrs, sizes, table,
+                                _align(ptrs.shape[1], 4, (1, ptrs.shape[1] - 1)))
     if chunks.shape[0] == 0:
         return
     parallel = total >= jit.PARALLEL_THRESHOLD and chunks.shape[0] > 1
@@ -457,8 +467,7 @@ def run_noise_addressed(factory, dtype, ptrs, sizes, table, keys, aux):
         raise TypeError(f"aux must be a 2-D float64 numpy array with {n} rows, got "
                         f"{getattr(aux, 'dtype', type(aux).__name__)} "
                         f"{getattr(aux, 'shape', '')}; the noise rule's scalars per tensor")
-    total, chunks = plan_chunks(ptrs, sizes, _active(table),
-                                np.full(2, dtype.itemsize, np.int64))
+    total, chunks = plan_chunks(ptrs, sizes, table, _align(2, dtype.itemsize))
     if chunks.shape[0] == 0:
         return
     parallel = total >= NOISE_PARALLEL_THRESHOLD and chunks.shape[0] > 1
