@@ -16,12 +16,17 @@ tensor of 2^24 values. Every step sees gradients at new addresses, as with autog
   tensors assigned to ``.grad`` (what both torch steps below include); ``addressed_torch``: that,
   then the gradient column read with ``p.grad.data_ptr()`` and ``run_rule_addressed`` over the
   torch tensors' memory (the weights' and moments' addresses kept from the first step);
-  ``torch_fused``: that, then ``torch.optim.Adam(fused=True).step()``.
+  ``torch_host``: ``addressed_torch`` without the kernel (the new gradients assigned and their
+  addresses read); ``addressed_torch_kernel``: the kernel alone over the torch tensors' memory (the two address
+  tables prebuilt); ``torch_fused``: the new gradients assigned, then
+  ``torch.optim.Adam(fused=True).step()``.
 
 All steps are timed in one run, interleaved (``toolkit.tools.bench.timing.measure``), medians
 and ratios of medians over repetitions; the floor's GB/s says what the machine's memory gave.
 
     PYTHONPATH=. /tmp/benchenv/bin/python benchmarks/addressed.py [--repeats 15] [--out PATH]
+
+(``OMP_WAIT_POLICY`` is PASSIVE unless the environment sets it: see below the imports.)
 """
 from __future__ import annotations
 
@@ -33,7 +38,14 @@ import platform
 import statistics
 import sys
 
-import numpy as np
+# Two OpenMP runtimes run in this process (numba's "omp" layer on the system's libgomp, torch's
+# own libgomp): with libgomp's default wait policy each pool spins after its parallel regions,
+# and on a machine with few cores the two spin against each other (measured on the 2-core
+# machine: torch's fused Adam over 2000 tensors 350 ms instead of 65 ms, the addressed kernel
+# 13 ms instead of 1.6 ms). Set before either runtime starts; pass OMP_WAIT_POLICY to override.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numpy as np  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 try:
@@ -121,6 +133,25 @@ def case(shapes, repeats, rng, with_torch):
             tptrs[:, 1] = [p.grad.data_ptr() for p in ps]
             addressed.run_rule_addressed(factory, np.float32, tptrs, sizes, table)
 
+        # the kernel alone over the torch tensors' memory (both gradient columns prebuilt)
+        ktables = []
+        for gs in tgrads:
+            kt = tptrs.copy()
+            kt[:, 1] = [g.data_ptr() for g in gs]
+            ktables.append(kt)
+        k_turn = [0]
+
+        h_turn = [0]
+
+        def torch_host():
+            h_turn[0] ^= 1
+            regrad(ps, h_turn[0])
+            tptrs[:, 1] = [p.grad.data_ptr() for p in ps]
+
+        def addressed_torch_kernel():
+            k_turn[0] ^= 1
+            addressed.run_rule_addressed(factory, np.float32, ktables[k_turn[0]], sizes, table)
+
         def torch_fused():
             q_turn[0] ^= 1
             regrad(qs, q_turn[0])
@@ -132,19 +163,22 @@ def case(shapes, repeats, rng, with_torch):
             r_turn[0] ^= 1
             regrad(qs, r_turn[0])
         steps.update(addressed_torch=addressed_torch, torch_fused=torch_fused,
+                     addressed_torch_kernel=addressed_torch_kernel, torch_host=torch_host,
                      torch_regrad=torch_regrad)
         row.update(torch_version=torch.__version__, torch_threads=torch.get_num_threads())
     times, _ = measure(steps, repeats, 0.005, lambda: None, untimed_first_call_skip=())
     for name, ts in times.items():
         t = statistics.median(ts)
         row[f"{name}_ms"] = t * 1e3
-        if name != "torch_regrad":
+        if name not in ("torch_regrad", "torch_host"):
             row[f"{name}_GBps"] = BYTES * n / t / 1e9
     row["addressed_of_floor"] = paired(times["floor"], times["addressed"])
     row["segmented_of_floor"] = paired(times["floor"], times["segmented"])
     row["addressed_vs_segmented"] = paired(times["segmented"], times["addressed"])
     if with_torch:
         row["addressed_torch_of_floor"] = paired(times["floor"], times["addressed_torch"])
+        row["addressed_torch_kernel_of_floor"] = paired(times["floor"],
+                                                        times["addressed_torch_kernel"])
         row["addressed_torch_vs_torch_fused"] = paired(times["torch_fused"],
                                                        times["addressed_torch"])
     return row
