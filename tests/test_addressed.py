@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from toolkit import optimizer
@@ -96,6 +96,10 @@ def _members(draw):
     return sizes, active, draw(st.integers(0, 2 ** 32 - 1))
 
 
+#: always tried: an empty tensor, one element, a skipped member and the parallel kernel
+EDGES = ([0, 1, 7, 2 * order.CHUNK + 5], [True, True, False, True], 1)
+
+
 def _arrays(rng, sizes, dtype, n_state):
     """Per tensor: weight, gradient and states (states non-negative: every accumulator's
     domain), some elements exactly zero."""
@@ -134,6 +138,7 @@ def _bits(a):
 @pytest.mark.parametrize("dtype, key", _cases(RULES))
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(members=_members())
+@example(members=EDGES)
 def test_addressed_equals_segmented_bit_for_bit(dtype, key, members):
     factory, n_state, _ = key
     sizes, active, seed = members
@@ -160,6 +165,7 @@ def test_the_multi_precision_rules_are_found():
                          ids=[c.id for c in _cases({np.float32: MP_RULES})])
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(members=_members())
+@example(members=EDGES)
 def test_multi_precision_equals_the_trainers_float32_step_and_rounding(key, members):
     """Float16 weight and gradient, float32 master and states: the master and states are
     run_segmented's over the widened gradient, the weight is the new master rounded as the
@@ -196,6 +202,7 @@ def test_multi_precision_equals_the_trainers_float32_step_and_rounding(key, memb
 @pytest.mark.parametrize("dtype, key", _cases(NOISE))
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(members=_members())
+@example(members=EDGES)
 def test_noise_equals_segmented_bit_for_bit(dtype, key, members):
     factory, _, _ = key
     sizes, active, seed = members
@@ -274,6 +281,12 @@ def test_a_skipped_member_may_have_null_addresses():
     addressed.run_rule_addressed(factory, np.float32, ptrs, np.array([4, 9], np.int64),
                                  _table([row], [True, False], np.float32))
     assert _bits(arrs[0]) != _bits(before[0])
+
+
+def test_no_tensors_is_nothing_to_do():
+    factory, row = _adam()
+    addressed.run_rule_addressed(factory, np.float32, np.zeros((0, 4), np.int64),
+                                 np.zeros(0, np.int64), np.zeros((0, 1 + len(row)), np.float32))
 
 
 def test_dtype_must_have_kernels():
