@@ -259,6 +259,7 @@ def _one_tensor(n=4):
     (lambda p, s, t: (p + np.array([0, 0, 2, 0]), s, t), ValueError,
      "not a multiple of its element size"),
     (lambda p, s, t: (p[:, :3], s, t), ValueError, "gives it 4"),
+    (lambda p, s, t: (p, s, t[:, :-1]), ValueError, "with 8 hyperparameter columns"),
 ])
 def test_bad_inputs_are_refused_before_anything_is_written(change, error, words):
     factory, row = _adam()

@@ -31,6 +31,7 @@ import inspect
 import numba
 import numpy as np
 from numba import carray, prange, types
+from numba.core.errors import TypingError
 from numba.extending import intrinsic
 from numba.np.unsafe.ndarray import to_fixed_tuple
 
@@ -283,6 +284,19 @@ def _checked_rule(factory, ftype, n_args, what):
     return rule
 
 
+def _compiled(factory, n_hyper, compile_):
+    """``compile_()``, a rule's compile error (a row of the wrong length: the named row's
+    constructor refuses it) raised again as a ValueError that names the table's columns."""
+    try:
+        return compile_()
+    except (TypeError, TypingError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(
+            f"table: the rule of {getattr(factory, '__qualname__', factory)!r} does not compile "
+            f"with {n_hyper} hyperparameter columns ({first}); give table 1 + len(hp) columns, "
+            "hp as the optimizer's step passes it") from e
+
+
 _SIG_ARGS = {dt: (types.int64[:, ::1], NUMBA_TYPES[dt][:, ::1], types.int64[:, ::1])
              for dt in jit.DTYPES}
 
@@ -294,8 +308,8 @@ def addressed_kernel(factory, n_state: int, n_hyper: int, dtype, parallel: bool)
 
     def build():
         rule = inlined(_checked_rule(factory, dtype.type, 3 + n_state, "ptrs"))
-        return compile_kernel(types.void(*_SIG_ARGS[dtype]), parallel)(
-            _addressed_loop(rule, n_state, n_hyper))
+        return _compiled(factory, n_hyper, lambda: compile_kernel(
+            types.void(*_SIG_ARGS[dtype]), parallel)(_addressed_loop(rule, n_state, n_hyper)))
     return cached(key, build)
 
 
@@ -306,9 +320,10 @@ def addressed_mp_kernel(factory, n_state: int, n_hyper: int, parallel: bool):
     def build():
         from . import half
         rule = inlined(_checked_rule(factory, np.float32, 3 + n_state, "ptrs"))
-        return compile_kernel(types.void(*_SIG_ARGS[np.dtype(np.float32)]), parallel)(
-            _addressed_mp_loop(rule, n_state, n_hyper, inlined(by_value(half.half_to_single)),
-                               inlined(by_value(half.single_to_half))))
+        loop = _addressed_mp_loop(rule, n_state, n_hyper, inlined(by_value(half.half_to_single)),
+                                  inlined(by_value(half.single_to_half)))
+        return _compiled(factory, n_hyper, lambda: compile_kernel(
+            types.void(*_SIG_ARGS[np.dtype(np.float32)]), parallel)(loop))
     return cached(key, build)
 
 
@@ -337,7 +352,7 @@ def addressed_noise_kernel(factory, n_hyper: int, n_aux: int, dtype, parallel: b
                         z = normal(keys[s], np.uint64(a + i))
                         wc[i] = rule(wc[i], gc[i], z, hp, au)
         sig = types.void(*_SIG_ARGS[dtype], types.uint64[::1], types.float64[:, ::1])
-        return compile_kernel(sig, parallel)(loop)
+        return _compiled(factory, n_hyper, lambda: compile_kernel(sig, parallel)(loop))
     return cached(key, build)
 
 
