@@ -17,8 +17,8 @@ tensor of 2^24 values. Every step sees gradients at new addresses, as with autog
   then the gradient column read with ``p.grad.data_ptr()`` and ``run_rule_addressed`` over the
   torch tensors' memory (the weights' and moments' addresses kept from the first step);
   ``torch_host``: ``addressed_torch`` without the kernel (the new gradients assigned and their
-  addresses read); ``addressed_torch_kernel``: the kernel alone over the torch tensors' memory (the two address
-  tables prebuilt); ``torch_fused``: the new gradients assigned, then
+  addresses read); ``addressed_torch_kernel``: the kernel alone over the torch tensors' memory
+  (the two address tables prebuilt); ``torch_fused``: the new gradients assigned, then
   ``torch.optim.Adam(fused=True).step()``.
 
 All steps are timed in one run, interleaved (``toolkit.tools.bench.timing.measure``), medians
