@@ -1,0 +1,490 @@
+"""The addressed CPU kernels: one parallel call of a per-element rule over many tensors that lie
+anywhere in memory, each given by its raw address (the ``toolkit.torch`` step: weights, a fresh
+``.grad`` each step and states, read through ``data_ptr()``).
+
+Why one module with its own intrinsic: a numpy view of a torch tensor costs about 1 us and
+``data_ptr()`` about 0.07 us, so a step over 2000 tensors x 4 arrays spends 8 ms making views
+before :func:`toolkit.backends.cpu.run_segmented` could run. Here the caller passes a table of
+addresses instead, and the small numba intrinsic :func:`_address` (llvmlite's ``inttoptr``, the
+pattern of ``cpu_norms._norm_lanes``) turns an int64 address into a typed pointer inside the
+kernel, where ``numba.carray`` makes it an array again. numba has no public way to do that
+(``numba.carray`` takes a pointer, not an integer), and the intrinsic is kept here, next to the
+only kernels that may use it: everything else in the backends reads numpy arrays it can check.
+
+The loops are :func:`toolkit.backends.cpu.run_segmented`'s, element for element: the same rule
+(``factory(ftype)``, inlined), the same ``(active, *hp)`` row per tensor made a tuple once per
+chunk, the same chunks (:data:`toolkit.backends.order.CHUNK` elements inside one tensor, handed
+out by ``prange``), the same compile policy, kernel cache and on-disk cache
+(:mod:`toolkit.backends.jit`); so the results are the same, bit for bit, as ``run_segmented``'s
+over a flat buffer holding the same tensors, and one large tensor is split across the threads as
+it is there. The chunk table is built by a compiled serial pass (:func:`_plan`) that also checks
+every address first: nothing is written when a check fails.
+
+Public: :func:`run_rule_addressed` (one dtype, float32 or float64),
+:func:`run_rule_addressed_mp` (float16 weights with a float32 master, as
+``cpu.MirrorLauncher``'s one-pass kernel) and :func:`run_noise_addressed` (a noise rule, SGLD).
+"""
+from __future__ import annotations
+
+import inspect
+
+import numba
+import numpy as np
+from numba import carray, prange, types
+from numba.core.errors import TypingError
+from numba.extending import intrinsic
+from numba.np.unsafe.ndarray import to_fixed_tuple
+
+from . import jit
+from .jit import COMPILE_OPTIONS, KERNELS, NUMBA_TYPES, by_value, cached, compile_kernel, inlined
+from .order import CHUNK
+
+__all__ = ["run_rule_addressed", "run_rule_addressed_mp", "run_noise_addressed",
+           "addressed_kernel", "addressed_mp_kernel", "addressed_noise_kernel", "plan_chunks"]
+
+
+@intrinsic
+def _address(typingctx, address, offset, like):
+    """A pointer to element ``offset`` of an array of ``like``'s dtype (an array, or a number
+    class such as ``np.uint16``) that starts at the int64 ``address``."""
+    if isinstance(like, types.Array):
+        dtype = like.dtype
+    elif isinstance(like, types.NumberClass):
+        dtype = like.instance_type
+    else:
+        return None
+    if not (isinstance(address, types.Integer) and isinstance(offset, types.Integer)):
+        return None
+    sig = types.CPointer(dtype)(address, offset, like)
+
+    def codegen(context, builder, sig, args):
+        start = context.cast(builder, args[0], sig.args[0], types.intp)
+        first = context.cast(builder, args[1], sig.args[1], types.intp)
+        ptr = builder.inttoptr(start, context.get_value_type(sig.return_type))
+        return builder.gep(ptr, [first])
+    return sig, codegen
+
+
+# --------------------------------------------------------------------------------------------
+# the checks and the chunk table: one compiled serial pass before the kernel
+# --------------------------------------------------------------------------------------------
+#: What :func:`_plan` found wrong (its status), as the error says it.
+_PROBLEMS = {1: "a negative size", 2: "a null address for a tensor of size > 0",
+             3: "an address that is not a multiple of its element size"}
+
+
+def _plan_loop(ptrs, sizes, table, align, chunk):
+    """``(status, row, column, total, chunks)``: the ``(start, end, tensor)`` rows covering
+    every active tensor (``table[s, 0] != 0``) in pieces of at most ``chunk`` elements (offsets
+    inside the tensor), and
+    ``status`` 0, or the first problem found (:data:`_PROBLEMS`) at ``(row, column)`` (the chunk
+    table then empty)."""
+    n, m = ptrs.shape[0], ptrs.shape[1]
+    count = 0
+    total = 0
+    for s in range(n):
+        size = sizes[s]
+        if size < 0:
+            return 1, s, -1, 0, np.zeros((0, 3), np.int64)
+        if table[s, 0] == 0 or size == 0:
+            continue
+        for j in range(m):
+            p = ptrs[s, j]
+            if p == 0:
+                return 2, s, j, 0, np.zeros((0, 3), np.int64)
+            if p % align[j] != 0:
+                return 3, s, j, 0, np.zeros((0, 3), np.int64)
+        count += (size + chunk - 1) // chunk
+        total += size
+    out = np.empty((count, 3), np.int64)
+    c = 0
+    for s in range(n):
+        size = sizes[s]
+        if table[s, 0] == 0 or size == 0:
+            continue
+        for a in range(0, size, chunk):
+            out[c, 0] = a
+            out[c, 1] = min(a + chunk, size)
+            out[c, 2] = s
+            c += 1
+    return 0, 0, 0, total, out
+
+
+_plan = numba.njit(
+    [types.Tuple((types.int64, types.int64, types.int64, types.int64, types.int64[:, ::1]))(
+        types.int64[:, ::1], types.int64[::1], NUMBA_TYPES[dt][:, ::1], types.int64[::1],
+        types.int64) for dt in jit.DTYPES],
+    **COMPILE_OPTIONS)(_plan_loop)
+
+
+def plan_chunks(ptrs, sizes, table, align, chunk=CHUNK):
+    """The chunk table of an addressed call: ``(total, chunks)``, ``chunks`` the ``(start, end,
+    tensor)`` int64 rows (offsets inside each tensor) covering every active tensor (column 0 of
+    its ``table`` row not 0) in pieces of at most ``chunk`` elements, as
+    :func:`toolkit.backends.order.chunk_table` covers a flat buffer's segments. Raises
+    ValueError, naming the row and the column, for a negative size, a null address of an
+    active tensor of size > 0, or an address not a multiple of ``align[column]`` bytes."""
+    status, row, col, total, chunks = _plan(ptrs, sizes, table, align, chunk)
+    if status:
+        where = f"sizes[{row}] = {sizes[row]}" if status == 1 else \
+            f"ptrs[{row}, {col}] = {hex(int(ptrs[row, col]))}"
+        raise ValueError(f"{where}: {_PROBLEMS[status]}; pass each tensor's data_ptr() and "
+                         "numel() (a tensor the step skips: its table row's column 0 set to 0)")
+    return total, chunks
+
+
+# --------------------------------------------------------------------------------------------
+# the loops
+# --------------------------------------------------------------------------------------------
+def _addressed_loop(rule, n_state, n_hyper):
+    """The loop of a rule over the chunks of addressed tensors: ``ptrs[s]`` holds the addresses
+    of tensor ``s``'s weight, gradient and states, ``table[s]`` its ``(active, *hp)`` row, and a
+    chunk ``(a, b, s)`` elements ``a`` to ``b`` of tensor ``s``. As ``cpu._segmented_loop``: the
+    hyperparameters a tuple once per chunk, the inner loop over arrays from 0 (it vectorises)."""
+    if n_state == 0:
+        def loop(ptrs, table, chunks):
+            for c in prange(chunks.shape[0]):
+                s = chunks[c, 2]
+                if table[s, 0] != 0:
+                    hp = to_fixed_tuple(table[s, 1:], n_hyper)
+                    a, n = chunks[c, 0], chunks[c, 1] - chunks[c, 0]
+                    wc = carray(_address(ptrs[s, 0], a, table), n)
+                    gc = carray(_address(ptrs[s, 1], a, table), n)
+                    for i in range(wc.shape[0]):
+                        wc[i] = rule(wc[i], gc[i], hp)
+    elif n_state == 1:
+        def loop(ptrs, table, chunks):
+            for c in prange(chunks.shape[0]):
+                s = chunks[c, 2]
+                if table[s, 0] != 0:
+                    hp = to_fixed_tuple(table[s, 1:], n_hyper)
+                    a, n = chunks[c, 0], chunks[c, 1] - chunks[c, 0]
+                    wc = carray(_address(ptrs[s, 0], a, table), n)
+                    gc = carray(_address(ptrs[s, 1], a, table), n)
+                    x0 = carray(_address(ptrs[s, 2], a, table), n)
+                    for i in range(wc.shape[0]):
+                        wc[i], x0[i] = rule(wc[i], gc[i], x0[i], hp)
+    elif n_state == 2:
+        def loop(ptrs, table, chunks):
+            for c in prange(chunks.shape[0]):
+                s = chunks[c, 2]
+                if table[s, 0] != 0:
+                    hp = to_fixed_tuple(table[s, 1:], n_hyper)
+                    a, n = chunks[c, 0], chunks[c, 1] - chunks[c, 0]
+                    wc = carray(_address(ptrs[s, 0], a, table), n)
+                    gc = carray(_address(ptrs[s, 1], a, table), n)
+                    x0 = carray(_address(ptrs[s, 2], a, table), n)
+                    x1 = carray(_address(ptrs[s, 3], a, table), n)
+                    for i in range(wc.shape[0]):
+                        wc[i], x0[i], x1[i] = rule(wc[i], gc[i], x0[i], x1[i], hp)
+    elif n_state == 3:
+        def loop(ptrs, table, chunks):
+            for c in prange(chunks.shape[0]):
+                s = chunks[c, 2]
+                if table[s, 0] != 0:
+                    hp = to_fixed_tuple(table[s, 1:], n_hyper)
+                    a, n = chunks[c, 0], chunks[c, 1] - chunks[c, 0]
+                    wc = carray(_address(ptrs[s, 0], a, table), n)
+                    gc = carray(_address(ptrs[s, 1], a, table), n)
+                    x0 = carray(_address(ptrs[s, 2], a, table), n)
+                    x1 = carray(_address(ptrs[s, 3], a, table), n)
+                    x2 = carray(_address(ptrs[s, 4], a, table), n)
+                    for i in range(wc.shape[0]):
+                        wc[i], x0[i], x1[i], x2[i] = rule(wc[i], gc[i], x0[i], x1[i], x2[i], hp)
+    else:  # pragma: no cover - the caller checked
+        raise ValueError(f"rules with {n_state} state arrays are not supported (0 to 3)")
+    return loop
+
+
+def _addressed_mp_loop(rule, n_state, n_hyper, widen, narrow):
+    """:func:`_addressed_loop` over a float32 master (column 0) with a float16 gradient
+    (column 1) widened exactly on load and the float16 weight (the last column) written from the
+    new master rounded to nearest even, as ``cpu_precision._mp_loop``; the float16 arrays read
+    and written as their uint16 bits."""
+    if n_state == 0:
+        def loop(ptrs, table, chunks):
+            for c in prange(chunks.shape[0]):
+                s = chunks[c, 2]
+                if table[s, 0] != 0:
+                    hp = to_fixed_tuple(table[s, 1:], n_hyper)
+                    a, n = chunks[c, 0], chunks[c, 1] - chunks[c, 0]
+                    wc = carray(_address(ptrs[s, 0], a, table), n)
+                    gc = carray(_address(ptrs[s, 1], a, np.uint16), n)
+                    hc = carray(_address(ptrs[s, 2], a, np.uint16), n)
+                    for i in range(wc.shape[0]):
+                        x = rule(wc[i], widen(gc[i]), hp)
+                        wc[i] = x
+                        hc[i] = narrow(x)
+    elif n_state == 1:
+        def loop(ptrs, table, chunks):
+            for c in prange(chunks.shape[0]):
+                s = chunks[c, 2]
+                if table[s, 0] != 0:
+                    hp = to_fixed_tuple(table[s, 1:], n_hyper)
+                    a, n = chunks[c, 0], chunks[c, 1] - chunks[c, 0]
+                    wc = carray(_address(ptrs[s, 0], a, table), n)
+                    gc = carray(_address(ptrs[s, 1], a, np.uint16), n)
+                    x0 = carray(_address(ptrs[s, 2], a, table), n)
+                    hc = carray(_address(ptrs[s, 3], a, np.uint16), n)
+                    for i in range(wc.shape[0]):
+                        x, x0[i] = rule(wc[i], widen(gc[i]), x0[i], hp)
+                        wc[i] = x
+                        hc[i] = narrow(x)
+    elif n_state == 2:
+        def loop(ptrs, table, chunks):
+            for c in prange(chunks.shape[0]):
+                s = chunks[c, 2]
+                if table[s, 0] != 0:
+                    hp = to_fixed_tuple(table[s, 1:], n_hyper)
+                    a, n = chunks[c, 0], chunks[c, 1] - chunks[c, 0]
+                    wc = carray(_address(ptrs[s, 0], a, table), n)
+                    gc = carray(_address(ptrs[s, 1], a, np.uint16), n)
+                    x0 = carray(_address(ptrs[s, 2], a, table), n)
+                    x1 = carray(_address(ptrs[s, 3], a, table), n)
+                    hc = carray(_address(ptrs[s, 4], a, np.uint16), n)
+                    for i in range(wc.shape[0]):
+                        x, x0[i], x1[i] = rule(wc[i], widen(gc[i]), x0[i], x1[i], hp)
+                        wc[i] = x
+                        hc[i] = narrow(x)
+    elif n_state == 3:
+        def loop(ptrs, table, chunks):
+            for c in prange(chunks.shape[0]):
+                s = chunks[c, 2]
+                if table[s, 0] != 0:
+                    hp = to_fixed_tuple(table[s, 1:], n_hyper)
+                    a, n = chunks[c, 0], chunks[c, 1] - chunks[c, 0]
+                    wc = carray(_address(ptrs[s, 0], a, table), n)
+                    gc = carray(_address(ptrs[s, 1], a, np.uint16), n)
+                    x0 = carray(_address(ptrs[s, 2], a, table), n)
+                    x1 = carray(_address(ptrs[s, 3], a, table), n)
+                    x2 = carray(_address(ptrs[s, 4], a, table), n)
+                    hc = carray(_address(ptrs[s, 5], a, np.uint16), n)
+                    for i in range(wc.shape[0]):
+                        x, x0[i], x1[i], x2[i] = rule(wc[i], widen(gc[i]), x0[i], x1[i], x2[i],
+                                                      hp)
+                        wc[i] = x
+                        hc[i] = narrow(x)
+    else:  # pragma: no cover - the caller checked
+        raise ValueError(f"rules with {n_state} state arrays are not supported (0 to 3)")
+    return loop
+
+
+def _checked_rule(factory, ftype, n_args, what):
+    """``factory(ftype)``, refused with a ValueError unless it takes ``n_args`` arguments."""
+    rule = factory(ftype)
+    try:
+        params = inspect.signature(rule).parameters
+    except (TypeError, ValueError):  # pragma: no cover - a rule is a plain function
+        return rule
+    if len(params) != n_args:
+        raise ValueError(
+            f"{what}: the rule of {getattr(factory, '__qualname__', factory)!r} takes "
+            f"{len(params)} arguments, but the address table gives it {n_args} (weight, grad, "
+            f"{n_args - 3} states, hp); give ptrs one column per array the rule reads")
+    return rule
+
+
+def _compiled(factory, n_hyper, compile_):
+    """``compile_()``, a rule's compile error (a row of the wrong length: the named row's
+    constructor refuses it) raised again as a ValueError that names the table's columns."""
+    try:
+        return compile_()
+    except (TypeError, TypingError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(
+            f"table: the rule of {getattr(factory, '__qualname__', factory)!r} does not compile "
+            f"with {n_hyper} hyperparameter columns ({first}); give table 1 + len(hp) columns, "
+            "hp as the optimizer's step passes it") from e
+
+
+_SIG_ARGS = {dt: (types.int64[:, ::1], NUMBA_TYPES[dt][:, ::1], types.int64[:, ::1])
+             for dt in jit.DTYPES}
+
+
+def addressed_kernel(factory, n_state: int, n_hyper: int, dtype, parallel: bool):
+    """The compiled addressed loop of ``factory``'s rule for ``dtype`` (cached per process)."""
+    dtype = np.dtype(dtype)
+    key = ("addressed", factory, n_state, n_hyper, dtype, bool(parallel))
+
+    def build():
+        rule = inlined(_checked_rule(factory, dtype.type, 3 + n_state, "ptrs"))
+        return _compiled(factory, n_hyper, lambda: compile_kernel(
+            types.void(*_SIG_ARGS[dtype]), parallel)(_addressed_loop(rule, n_state, n_hyper)))
+    return cached(key, build)
+
+
+def addressed_mp_kernel(factory, n_state: int, n_hyper: int, parallel: bool):
+    """The compiled multi-precision addressed loop of ``factory``'s float32 rule (cached)."""
+    key = ("addressed-mp", factory, n_state, n_hyper, bool(parallel))
+
+    def build():
+        from . import half
+        rule = inlined(_checked_rule(factory, np.float32, 3 + n_state, "ptrs"))
+        loop = _addressed_mp_loop(rule, n_state, n_hyper, inlined(by_value(half.half_to_single)),
+                                  inlined(by_value(half.single_to_half)))
+        return _compiled(factory, n_hyper, lambda: compile_kernel(
+            types.void(*_SIG_ARGS[np.dtype(np.float32)]), parallel)(loop))
+    return cached(key, build)
+
+
+def addressed_noise_kernel(factory, n_hyper: int, n_aux: int, dtype, parallel: bool):
+    """The compiled addressed loop of a noise rule (``rule(w, g, z, hp, aux)``, as
+    ``cpu_noise.noise_segmented_kernel``): element ``i`` of tensor ``s`` draws ``normal(keys[s],
+    i)``, so the draws are the same as for the tensor alone or inside a flat buffer."""
+    dtype = np.dtype(dtype)
+    key = ("addressed-noise", factory, n_hyper, n_aux, dtype, bool(parallel))
+
+    def build():
+        from . import noise
+        rule = inlined(factory(dtype.type))
+        normal = noise.generator(inlined, "cpu")
+
+        def loop(ptrs, table, chunks, keys, aux):
+            for c in prange(chunks.shape[0]):
+                s = chunks[c, 2]
+                if table[s, 0] != 0:
+                    hp = to_fixed_tuple(table[s, 1:], n_hyper)
+                    au = to_fixed_tuple(aux[s], n_aux)
+                    a, n = chunks[c, 0], chunks[c, 1] - chunks[c, 0]
+                    wc = carray(_address(ptrs[s, 0], a, table), n)
+                    gc = carray(_address(ptrs[s, 1], a, table), n)
+                    for i in range(wc.shape[0]):
+                        z = normal(keys[s], np.uint64(a + i))
+                        wc[i] = rule(wc[i], gc[i], z, hp, au)
+        sig = types.void(*_SIG_ARGS[dtype], types.uint64[::1], types.float64[:, ::1])
+        return _compiled(factory, n_hyper, lambda: compile_kernel(sig, parallel)(loop))
+    return cached(key, build)
+
+
+# --------------------------------------------------------------------------------------------
+# the calls
+# --------------------------------------------------------------------------------------------
+def _int64_table(name, a, ndim):
+    if not isinstance(a, np.ndarray) or a.dtype != np.int64 or a.ndim != ndim:
+        got = (f"{type(a).__name__}" if not isinstance(a, np.ndarray)
+               else f"a {a.ndim}-D {a.dtype} array")
+        raise TypeError(f"{name} must be a {ndim}-D int64 numpy array, got {got}; build it "
+                        f"with numpy.array(..., dtype=numpy.int64)")
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
+def _checked(ptrs, sizes, table, dtype, n_fixed, what):
+    """The validated ``(ptrs, sizes, table)`` of a call (C-contiguous), or a TypeError or a
+    ValueError naming the argument, its value and the fix."""
+    ptrs = _int64_table("ptrs", ptrs, 2)
+    sizes = _int64_table("sizes", sizes, 1)
+    if not isinstance(table, np.ndarray) or table.ndim != 2 or table.dtype != dtype:
+        got = (type(table).__name__ if not isinstance(table, np.ndarray)
+               else f"a {table.ndim}-D {table.dtype} array")
+        raise TypeError(f"table must be a 2-D {dtype} numpy array (the compute dtype of {what}),"
+                        f" got {got}; build it as run_segmented's table: numpy.zeros((n, 1 + "
+                        f"len(hp)), {dtype})")
+    n = ptrs.shape[0]
+    if sizes.shape[0] != n or table.shape[0] != n:
+        raise ValueError(f"ptrs, sizes and table must have one row per tensor: got "
+                         f"{ptrs.shape[0]}, {sizes.shape[0]} and {table.shape[0]} rows")
+    n_state = ptrs.shape[1] - n_fixed
+    if not 0 <= n_state <= 3:
+        raise ValueError(f"ptrs has {ptrs.shape[1]} columns; {what} takes {n_fixed} to "
+                         f"{n_fixed + 3} (0 to 3 state arrays)")
+    if table.shape[1] < 1:
+        raise ValueError("table has no column; column 0 is each tensor's active flag (1 to "
+                         "update it, 0 to skip it), then the rule's row")
+    if not table.flags.c_contiguous:
+        table = np.ascontiguousarray(table)
+    return ptrs, sizes, table, n_state
+
+
+_ALIGNS: dict = {}
+
+
+def _align(n_cols, itemsize, half_cols=()):
+    """The alignment in bytes of each column's addresses (kept: one array per kind of call)."""
+    key = (n_cols, itemsize, half_cols)
+    a = _ALIGNS.get(key)
+    if a is None:
+        a = np.full(n_cols, itemsize, np.int64)
+        a[list(half_cols)] = 2
+        a = _ALIGNS.setdefault(key, a)
+    return a
+
+
+def run_rule_addressed(factory, dtype, ptrs, sizes, table):
+    """One call of ``factory``'s rule over ``n`` tensors at raw addresses, in place.
+
+    ``ptrs``: int64 ``(n, 2 + n_states)``, tensor ``s``'s weight, gradient and states (in the
+    rule's order) as addresses of contiguous arrays of ``dtype`` (float32 or float64) with
+    ``sizes[s]`` elements each (``sizes``: int64 ``(n,)``). ``table``: ``(n, 1 + len(hp))`` in
+    ``dtype``, as :func:`toolkit.backends.cpu.run_segmented` takes it: column 0 updates the
+    tensor (1) or skips it (0: its addresses are not read, and may be 0), the rest is the rule's
+    row. The result is ``run_segmented``'s over a flat buffer holding the same tensors, bit for
+    bit. The caller keeps the tensors alive and unaliased for the call (no two arrays may
+    overlap). Everything is checked before anything is written.
+    """
+    dtype = np.dtype(dtype) if not isinstance(dtype, np.dtype) else dtype
+    if dtype not in jit.DTYPES:
+        raise TypeError(f"dtype must be float32 or float64, got {dtype}; a float16 weight "
+                        "with a float32 master runs through run_rule_addressed_mp")
+    ptrs, sizes, table, n_state = _checked(ptrs, sizes, table, dtype, 2, "run_rule_addressed")
+    total, chunks = plan_chunks(ptrs, sizes, table, _align(ptrs.shape[1], dtype.itemsize))
+    if chunks.shape[0] == 0:
+        return
+    parallel = total >= jit.PARALLEL_THRESHOLD and chunks.shape[0] > 1
+    n_hyper = table.shape[1] - 1
+    kernel = KERNELS.get(("addressed", factory, n_state, n_hyper, dtype, parallel))
+    if kernel is None:
+        kernel = addressed_kernel(factory, n_state, n_hyper, dtype, parallel)
+    kernel(ptrs, table, chunks)
+
+
+def run_rule_addressed_mp(factory, ptrs, sizes, table):
+    """:func:`run_rule_addressed` for float16 weights with a float32 master: ``ptrs`` int64
+    ``(n, 3 + n_states)``, per tensor the float32 master, the float16 gradient, the float32
+    states and the float16 weight; ``table`` float32. The rule updates the master from the
+    gradient widened exactly, and the weight becomes the new master rounded to nearest even in
+    the same pass (``cpu.MirrorLauncher``'s kernel; the Trainer's CPU path rounds its master
+    into the weight the same way after its float32 step), bit for bit."""
+    f32 = np.dtype(np.float32)
+    ptrs, sizes, table, n_state = _checked(ptrs, sizes, table, f32, 3, "run_rule_addressed_mp")
+    total, chunks = plan_chunks(ptrs, sizes, table,
+                                _align(ptrs.shape[1], 4, (1, ptrs.shape[1] - 1)))
+    if chunks.shape[0] == 0:
+        return
+    parallel = total >= jit.PARALLEL_THRESHOLD and chunks.shape[0] > 1
+    n_hyper = table.shape[1] - 1
+    kernel = KERNELS.get(("addressed-mp", factory, n_state, n_hyper, parallel))
+    if kernel is None:
+        kernel = addressed_mp_kernel(factory, n_state, n_hyper, parallel)
+    kernel(ptrs, table, chunks)
+
+
+def run_noise_addressed(factory, dtype, ptrs, sizes, table, keys, aux):
+    """A noise rule (SGLD) over ``n`` tensors at raw addresses: ``ptrs`` int64 ``(n, 2)``
+    (weight, gradient), ``table`` as :func:`run_rule_addressed`'s, ``keys`` uint64 ``(n,)`` the
+    stream of each tensor's draws, ``aux`` float64 ``(n, n_aux)`` the scalars beside its row
+    (``cpu.run_noise_segmented``'s arguments); element ``i`` of tensor ``s`` draws
+    ``normal(keys[s], i)``, so the result equals ``run_noise_segmented``'s bit for bit."""
+    from .cpu_noise import NOISE_PARALLEL_THRESHOLD
+    dtype = np.dtype(dtype) if not isinstance(dtype, np.dtype) else dtype
+    if dtype not in jit.DTYPES:
+        raise TypeError(f"dtype must be float32 or float64, got {dtype}")
+    ptrs, sizes, table, n_state = _checked(ptrs, sizes, table, dtype, 2, "run_noise_addressed")
+    if n_state != 0:
+        raise ValueError(f"ptrs has {ptrs.shape[1]} columns; a noise rule reads 2 (weight, "
+                         "gradient)")
+    n = ptrs.shape[0]
+    if not isinstance(keys, np.ndarray) or keys.dtype != np.uint64 or keys.shape != (n,):
+        raise TypeError(f"keys must be a uint64 numpy array of shape ({n},), got "
+                        f"{getattr(keys, 'dtype', type(keys).__name__)} "
+                        f"{getattr(keys, 'shape', '')}; one stream key per tensor")
+    if not isinstance(aux, np.ndarray) or aux.dtype != np.float64 or aux.ndim != 2 \
+            or aux.shape[0] != n:
+        raise TypeError(f"aux must be a 2-D float64 numpy array with {n} rows, got "
+                        f"{getattr(aux, 'dtype', type(aux).__name__)} "
+                        f"{getattr(aux, 'shape', '')}; the noise rule's scalars per tensor")
+    total, chunks = plan_chunks(ptrs, sizes, table, _align(2, dtype.itemsize))
+    if chunks.shape[0] == 0:
+        return
+    parallel = total >= NOISE_PARALLEL_THRESHOLD and chunks.shape[0] > 1
+    kernel = addressed_noise_kernel(factory, table.shape[1] - 1, aux.shape[1], dtype, parallel)
+    kernel(ptrs, table, chunks, np.ascontiguousarray(keys), np.ascontiguousarray(aux))
