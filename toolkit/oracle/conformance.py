@@ -27,8 +27,8 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
-from . import DEFAULT_SEED, identify, verify
-from . import versions as _oracle_versions
+from .core import DEFAULT_SEED, identify, verify
+from .core import versions as _oracle_versions
 from . import frameworks as _frameworks
 
 __all__ = ["audit", "AuditReport", "AuditRow", "verdict_of", "main", "worker"]
