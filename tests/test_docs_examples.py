@@ -35,15 +35,31 @@ README = os.path.join(ROOT, "README.md")
 GPU_MARK = "import cupy"
 
 
-def _readme_blocks():
+def _readme_blocks(torch=False):
+    """The README's Python examples: (CPU ones without torch, GPU ones), or with ``torch`` the
+    ones that import torch (``toolkit.torch``)."""
     text = open(README, encoding="utf-8").read()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    return [b for b in blocks if GPU_MARK not in b], [b for b in blocks if GPU_MARK in b]
+    if torch:
+        return [b for b in blocks if "import torch" in b and GPU_MARK not in b]
+    plain = [b for b in blocks if "import torch" not in b]
+    return [b for b in plain if GPU_MARK not in b], [b for b in plain if GPU_MARK in b]
+
+
+def test_readme_torch_examples_run_as_written(tmp_path, monkeypatch):
+    """The README's toolkit.torch example runs as written (CI installs torch)."""
+    blocks = _readme_blocks(torch=True)
+    assert len(blocks) == 1
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch not installed (pip install -e '.[torch]')")
+    monkeypatch.chdir(tmp_path)
+    exec(compile(blocks[0], "README.md torch example", "exec"), {"__name__": "__readme__"})
 
 
 def test_readme_cpu_examples_run_as_written(tmp_path, monkeypatch, capsys):
     """Every Python example of the README runs as written, each in a fresh namespace, on a
-    machine without a GPU, CuPy or PyTorch; the GPU example is its own block."""
+    machine without a GPU, CuPy or PyTorch; the GPU example is its own block, and so is the
+    toolkit.torch one (above)."""
     cpu, gpu = _readme_blocks()
     assert len(cpu) >= 4 and len(gpu) == 1
     for block in cpu:
