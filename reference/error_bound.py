@@ -23,8 +23,10 @@ operation              error bound of the result (``v`` its value, ``e`` input e
 
 Every rounding also adds the smallest subnormal of the target type (gradual underflow), and every
 operand that is not :class:`Tracked` (a Python float, a float array: hyperparameters and host
-precomputed scalars, which an implementation rounds to its own precision once) carries a relative
-error ``u``. Integers and booleans are exact.
+precomputed scalars, which an implementation rounds to its own precision once) carries that one
+rounding, ``u|v|`` plus the smallest subnormal: a hyperparameter below the target's range
+underflows (``rho = 5.7e-47`` is 0 in float32, so ``rho*acc_g`` is 0 where the oracle's is
+``5.7e-47*acc_g``). Integers, booleans and exact zeros are exact.
 
 A result whose value depends on a comparison that is a near tie is flagged (``tie``); its value is
 either branch, so a check exempts it. A step function written with the operators above and the
@@ -128,13 +130,16 @@ class Tracked:
         return Tracked(value, err, tie, u=self.u, tiny=self.tiny)
 
     def _lift(self, x):
-        """An operand as (value, err, tie): constants carry relative error u, ints none."""
+        """An operand as (value, err, tie): a float constant carries one rounding to the target
+        precision (``u|v|`` plus the smallest subnormal: a hyperparameter below the target's
+        range, such as ``rho = 5.7e-47`` in float32, rounds to 0 or a subnormal, an error far
+        beyond ``u|v|``); an exact zero and integers carry none."""
         if isinstance(x, Tracked):
             return x.value, x.err, x.tie
         if isinstance(x, Cond):
             return x.mask.astype(np.float64), 0.0, x.tie
         v = np.asarray(x, dtype=np.float64)
-        e = 0.0 if _is_exact(x) else self.u * np.abs(v)
+        e = 0.0 if _is_exact(x) else np.where(v == 0, 0.0, self._round(v))
         return v, e, False
 
     def _round(self, v):

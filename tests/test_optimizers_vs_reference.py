@@ -45,24 +45,6 @@ def _build(info, conv, dtype, data, backend):
     return opt, w, grads
 
 
-@pytest.mark.parametrize("case,backend", STEP_CASES,
-                         ids=[f"{_ids(c)}-{b}" for c, b in STEP_CASES])
-@settings(max_examples=EXAMPLES)
-@given(data=st.data())
-def test_each_step_matches_reference(case, backend, data):
-    info, conv, dtype = case
-    opt, w, grads = _build(info, conv, dtype, data, backend)
-    state = opt.create_state_multi_precision(0, w)
-    worst = 0.0
-    for k, g in enumerate(grads):
-        res = step_errors(opt, 0, w, g, state)
-        note(f"step {k + 1}: {res}")
-        for name, (err, checked, ties) in res.items():
-            worst = max(worst, err)
-            assert err <= 1.0, f"{name}: normalised error {err:.3g} at step {k + 1}"
-    target(finite_score(worst), label="worst normalised error")
-
-
 class Recorded:
     """A recorded example of one case: stands in for ``st.data()``, giving each label's value
     (an explicit example runs in every case of the matrix: the others skip it)."""
@@ -80,6 +62,34 @@ def _grads_one_large(n, steps, large):
     for k, x in large.items():
         out[k][0] = x
     return out
+
+
+@pytest.mark.parametrize("case,backend", STEP_CASES,
+                         ids=[f"{_ids(c)}-{b}" for c, b in STEP_CASES])
+@settings(max_examples=EXAMPLES)
+@given(data=st.data())
+# thorough profile: rho = 5.7e-47 underflows to 0 in float32 (MXNet casts the double scalar to the
+# array's dtype), so the kernel's rho*acc_g is 0 where the oracle's is 5.7e-43: the constant's
+# rounding error is the smallest subnormal, not u*rho (acc_g was 34 bounds off at step 2)
+@example(data=Recorded(
+    "adadelta-mxnet-float16-mp-cpu", hyper=dict(rho=5.746790027606211e-47, epsilon=0.001),
+    common=dict(learning_rate=1.0, wd=0.0, rescale_grad=1.0, clip_gradient=None), shape=(13,),
+    w=-np.ones(13), steps=2,
+    **{f"g{k}": g for k, g in enumerate(_grads_one_large(13, 2, {0: -100.0, 1: 0.0}))}))
+def test_each_step_matches_reference(case, backend, data):
+    if isinstance(data, Recorded) and data.case_id != f"{_ids(case)}-{backend}":
+        return  # a recorded example of another case
+    info, conv, dtype = case
+    opt, w, grads = _build(info, conv, dtype, data, backend)
+    state = opt.create_state_multi_precision(0, w)
+    worst = 0.0
+    for k, g in enumerate(grads):
+        res = step_errors(opt, 0, w, g, state)
+        note(f"step {k + 1}: {res}")
+        for name, (err, checked, ties) in res.items():
+            worst = max(worst, err)
+            assert err <= 1.0, f"{name}: normalised error {err:.3g} at step {k + 1}"
+    target(finite_score(worst), label="worst normalised error")
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c[2] != "float16-mp"], ids=_ids)
