@@ -32,10 +32,11 @@ operand that may lie beyond the target type's range (``|v| + e`` at or past its 
 :func:`overflow_threshold`: the implementation may hold an infinity there, and ``inf - inf``,
 ``0*inf`` and ``inf/inf`` are NaN in IEEE arithmetic) is flagged the same way, and so is everything
 computed from it: its value is not bounded, and a check exempts it. A result that itself lies
-beyond the range is not flagged (its correctly rounded value is the infinity of its sign). A step function written with the operators above and the
-numpy functions ``sqrt, abs, sign, maximum, minimum, clip, where, square, sum`` (``sum`` also along
-an ``axis``, with ``keepdims``) runs unchanged on
-:class:`Tracked` inputs: that is how the reference modules are written.
+beyond the range is not flagged (its correctly rounded value is the infinity of its sign).
+
+A step function written with the operators above and the numpy functions ``sqrt, abs, sign,
+maximum, minimum, clip, where, square, sum`` (``sum`` also along an ``axis``, with ``keepdims``)
+runs unchanged on :class:`Tracked` inputs: that is how the reference modules are written.
 
 Example::
 
