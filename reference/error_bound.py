@@ -29,10 +29,16 @@ underflows (``rho = 5.7e-47`` is 0 in float32, so ``rho*acc_g`` is 0 where the o
 ``5.7e-47*acc_g``). Integers, booleans and exact zeros are exact.
 
 A result whose value depends on a comparison that is a near tie is flagged (``tie``); its value is
-either branch, so a check exempts it. A step function written with the operators above and the
-numpy functions ``sqrt, abs, sign, maximum, minimum, clip, where, square, sum`` (``sum`` also along
-an ``axis``, with ``keepdims``) runs unchanged on
-:class:`Tracked` inputs: that is how the reference modules are written.
+either branch, so a check exempts it. The bound models no overflow, so a result computed from an
+operand that may lie beyond the target type's range (``|v| + e`` at or past its overflow threshold,
+:func:`overflow_threshold`: the implementation may hold an infinity there, and ``inf - inf``,
+``0*inf`` and ``inf/inf`` are NaN in IEEE arithmetic) is flagged the same way, and so is everything
+computed from it: its value is not bounded, and a check exempts it. A result that itself lies
+beyond the range is not flagged (its correctly rounded value is the infinity of its sign).
+
+A step function written with the operators above and the numpy functions ``sqrt, abs, sign,
+maximum, minimum, clip, where, square, sum`` (``sum`` also along an ``axis``, with ``keepdims``)
+runs unchanged on :class:`Tracked` inputs: that is how the reference modules are written.
 
 Example::
 
@@ -47,7 +53,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["Tracked", "Cond", "unit_roundoff", "tiny", "track", "value", "error", "ties"]
+__all__ = ["Tracked", "Cond", "unit_roundoff", "tiny", "overflow_threshold", "track", "value",
+           "error", "ties"]
 
 
 def unit_roundoff(dtype) -> float:
@@ -58,6 +65,20 @@ def unit_roundoff(dtype) -> float:
 def tiny(dtype) -> float:
     """Smallest positive subnormal of ``dtype``: the absolute error bound of gradual underflow."""
     return float(np.finfo(np.dtype(dtype)).smallest_subnormal)
+
+
+def overflow_threshold(dtype) -> float:
+    """The smallest magnitude that ``dtype`` rounds to infinity (round to nearest): its largest
+    finite value plus half an ulp; ``inf`` for float64 (no float64 value is beyond its range)."""
+    dt = np.dtype(dtype)
+    big = np.finfo(dt).max
+    ulp = np.float64(big) - np.float64(np.nextafter(big, dt.type(0)))
+    with np.errstate(over="ignore"):
+        return float(np.float64(big) + ulp / 2)
+
+
+#: the overflow threshold of the precision a unit roundoff names (a Tracked knows its ``u``)
+_TOP = {unit_roundoff(dt): overflow_threshold(dt) for dt in (np.float16, np.float32, np.float64)}
 
 
 def _is_exact(x) -> bool:
@@ -145,6 +166,18 @@ class Tracked:
     def _round(self, v):
         return self.u * np.abs(v) + self.tiny
 
+    @property
+    def top(self) -> float:
+        """The overflow threshold of the precision whose unit roundoff is ``u`` (``inf`` for
+        float64 and for a ``u`` that names no IEEE type)."""
+        return _TOP.get(self.u, np.inf)
+
+    def _beyond(self, v, e):
+        """Where an operand ``(v, e)`` may lie beyond the range (``|v| + e >= top``): the
+        implementation may hold an infinity, and what is computed from it is not bounded."""
+        with np.errstate(invalid="ignore", over="ignore"):
+            return np.abs(v) + e >= self.top
+
     # --- shape-like conveniences ----------------------------------------------------------
     @property
     def shape(self):
@@ -176,7 +209,8 @@ class Tracked:
         va, ea, ta = self._lift(a)
         vb, eb, tb = self._lift(b)
         v = va + sign * vb
-        return self._new(v, ea + eb + self._round(v), ta | tb)
+        beyond = self._beyond(va, ea) | self._beyond(vb, eb)
+        return self._new(v, ea + eb + self._round(v), ta | tb | beyond)
 
     def _mul(self, a, b):
         va, ea, ta = self._lift(a)
@@ -184,7 +218,8 @@ class Tracked:
         v = va * vb
         # an exact zero factor contributes nothing, even against an infinite error (0*inf is NaN)
         e = _scaled(np.abs(va), eb) + _scaled(np.abs(vb), ea) + _scaled(ea, eb)
-        return self._new(v, e + self._round(v), ta | tb)
+        beyond = self._beyond(va, ea) | self._beyond(vb, eb)   # 0*inf is NaN
+        return self._new(v, e + self._round(v), ta | tb | beyond)
 
     def _div(self, a, b):
         va, ea, ta = self._lift(a)
@@ -194,7 +229,8 @@ class Tracked:
             margin = np.abs(vb) - eb
             e = np.where(margin > 0, (ea + np.abs(v) * eb) / np.where(margin > 0, margin, 1.0),
                          np.inf)
-        return self._new(v, e + self._round(v), ta | tb)
+        beyond = self._beyond(va, ea) | self._beyond(vb, eb)
+        return self._new(v, e + self._round(v), ta | tb | beyond)
 
     def __add__(self, o):
         return self._add(self, o, 1.0)
@@ -243,7 +279,9 @@ class Tracked:
         va, ea, ta = self._lift(a)
         vb, eb, tb = self._lift(b)
         mask = op(va, vb)
-        tie = (np.abs(va - vb) <= ea + eb) & ((ea + eb) > 0) | ta | tb
+        # two operands that may both be infinities compare either way
+        both = self._beyond(va, ea) & self._beyond(vb, eb)
+        tie = (np.abs(va - vb) <= ea + eb) & ((ea + eb) > 0) | ta | tb | both
         return Cond(mask, tie)
 
     def __gt__(self, o):
@@ -287,7 +325,8 @@ class Tracked:
             v = np.sqrt(x.value)
             with np.errstate(divide="ignore", invalid="ignore"):
                 lin = np.where(v > 0, x.err / (2.0 * np.where(v > 0, v, 1.0)), np.inf)
-            return self._new(v, np.minimum(lin, np.sqrt(x.err)) + self._round(v), x.tie)
+            return self._new(v, np.minimum(lin, np.sqrt(x.err)) + self._round(v),
+                             x.tie | self._beyond(x.value, x.err))
         if name == "sign":
             x = _as_tracked(inputs[0], self)
             return self._new(np.sign(x.value), 0.0, x.tie | ((np.abs(x.value) <= x.err) & (x.err > 0)))
@@ -324,7 +363,7 @@ class Tracked:
                 return f(a, axis=axis, keepdims=keepdims)
             v = red(x.value)
             e = red(x.err) + self.u * max(n - 1, 1) * red(np.abs(x.value)) + n * self.tiny
-            return self._new(v, e, red(x.tie, np.any))
+            return self._new(v, e, red(x.tie | self._beyond(x.value, x.err), np.any))
         if func in (np.shape, np.ndim, np.size):
             return func(self.value)
         return NotImplemented

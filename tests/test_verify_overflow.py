@@ -188,3 +188,35 @@ def test_overflow_mask_and_depends_are_per_element():
     assert moved.value.tolist() == [4.4e39, 1.0, -5e38]
     assert depends(moved, ref).tolist() == [True, False, False]
     assert not depends(np.array([np.nan]), np.array([np.nan]))[0]
+
+
+# --------------------------------------------------------------------------------------------
+# an intermediate beyond the range: what is computed from it is not bounded (exempt), the rest is
+# --------------------------------------------------------------------------------------------
+def test_what_is_computed_from_a_value_beyond_the_range_is_exempt():
+    """``n - gbar*gbar`` with both squares past float32's range (centered RMSProp, gamma1 0): the
+    float64 reference's difference is 0, a float32 evaluation's is ``inf - inf`` = NaN. Element 0
+    is flagged and exempt; element 1 (in range) is compared as usual."""
+    from reference.error_bound import overflow_threshold as top_of
+    assert top_of(np.float32) == overflow_threshold(np.float32)
+    g = track(np.array([1.1e21, 1.5]), np.float32)
+    var = g * g - g * g
+    assert var.tie.tolist() == [True, False]
+    assert (g * g).tie.tolist() == [False, False]   # a result beyond the range is compared itself
+    assert (0.0 * (g * g)).tie.tolist() == [True, False]   # 0*inf is NaN
+    assert np.sqrt(g * g).tie.tolist() == [True, False]
+    assert np.sum(g * g).tie
+    small = track(np.array([1.5, 2.0]), np.float32)
+    assert not np.sum(small * small).tie
+    with np.errstate(all="ignore"):
+        out = (np.float32([1.1e21, 1.5]) * np.float32([1.1e21, 1.5])
+               - np.float32([1.1e21, 1.5]) * np.float32([1.1e21, 1.5]))
+    assert np.isnan(out[0]) and out[1] == 0.0
+    assert normalised_error(out, var) == (0.0, 1, 1)
+    # the element in range is still compared: a wrong value there fails
+    assert normalised_error(np.array([np.nan, 1e-3]), var)[0] > 100
+    # an operand whose bound reaches the threshold may be an infinity too
+    near = track(np.array([overflow_threshold(np.float32) * (1 - 2.0 ** -30)]), np.float32) * 1.0
+    assert (near - near).tie.tolist() == [True]
+    # float64 has no threshold below infinity
+    assert not (track(np.array([1e300]), np.float64) * 1.0).tie.any()

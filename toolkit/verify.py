@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from reference.error_bound import Tracked, track, unit_roundoff
+from reference.error_bound import overflow_threshold as _overflow_threshold
 
 from .backends.arrays import to_host
 
@@ -127,12 +128,10 @@ def depends(a, b) -> np.ndarray:
 
 def overflow_threshold(dtype) -> float:
     """The smallest magnitude that ``dtype`` rounds to infinity (round to nearest): its largest
-    finite value plus half an ulp; ``inf`` for float64 (no float64 value is beyond its range)."""
-    dt = np.dtype(dtype)
-    big = np.finfo(dt).max
-    ulp = np.float64(big) - np.float64(np.nextafter(big, dt.type(0)))
-    with np.errstate(over="ignore"):
-        return float(np.float64(big) + ulp / 2)
+    finite value plus half an ulp; ``inf`` for float64 (no float64 value is beyond its range).
+    The same threshold past which the oracle's bound flags what is computed from a value
+    (``reference.error_bound.overflow_threshold``)."""
+    return _overflow_threshold(dtype)
 
 
 def _dtype_of(ref):
