@@ -27,7 +27,7 @@ from . import Adapter, Framework
 FIXED = {"rescale_grad": 1.0, "clip_gradient": None}
 
 #: (label, registry name, pinned hyperparameters, ``build(optax, lr, wd, own)``)
-TABLE = (
+TABLE = (  # checked against the registry by tests/test_audit.py::test_every_adapter_names_a_registered_optimizer_and_valid_fixed_values
     ("optax.sgd(learning_rate)", "sgd", {"wd": 0.0, "momentum": 0.0},
      lambda o, lr, wd, h: o.sgd(lr)),
     ("optax.sgd(learning_rate, momentum)", "sgd", {"wd": 0.0},

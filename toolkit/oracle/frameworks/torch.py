@@ -29,7 +29,7 @@ def _betas(h):
 #: registry name -> (hyperparameters -> torch keywords, configurations: (label, fixed)). The
 #: torch class is the spec's (``Spec.torch``); a test checks these keys are exactly the specs
 #: that name one. ``kwargs(lr, wd, own)``: ``own`` the optimizer's own hyperparameters.
-TRANSLATE = {
+TRANSLATE = {  # checked against the registry by tests/test_audit.py::test_torch_table_is_the_specs_that_name_a_torch_class
     "sgd": (lambda lr, wd, h: {"lr": lr, "weight_decay": wd, "momentum": h["momentum"]},
             (("momentum=0", {"momentum": 0.0}), ("momentum=m", {}))),
     # torch refuses nesterov without momentum: momentum 0 runs plain SGD
