@@ -13,6 +13,7 @@ index by index through the inner optimizer's own ``update_multi_precision``, as 
 from __future__ import annotations
 
 import numbers
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -36,6 +37,23 @@ def _plain(value):
     if isinstance(value, np.generic):
         return value.item()
     return value
+
+
+class _TableRun(NamedTuple):
+    """One table of rows run over the tensors of one dtype (:func:`run_rule_table`)."""
+    factory: object
+    dtype: np.dtype
+    tensors: list
+    table: np.ndarray
+
+
+class _SingleRun(NamedTuple):
+    """A member whose step is not one rule call on its own arrays: launched on its own."""
+    member: object
+    arrays: tuple
+    t: int
+    lr: float
+    wd: float
 
 
 class _Member:
@@ -486,7 +504,7 @@ class TorchOptimizer(torch.optim.Optimizer):
         by_dtype = {}
         for j, m in enumerate(members):
             by_dtype.setdefault(m.p.dtype, []).append(j)
-        work = []
+        work = []  # in order: a _TableRun per dtype, or a _SingleRun per member on its own
         for dtype, js in by_dtype.items():
             js = np.array(js)
             key = np.stack([t[js], lr[js].view(np.int64), wd[js].view(np.int64)], axis=1)
@@ -502,19 +520,20 @@ class TorchOptimizer(torch.optim.Optimizer):
                 rows = np.array([pl[1] for pl in planned], np.float64)[inverse.reshape(-1)]
                 table = np.ones((len(js), 1 + rows.shape[1]), np_dtype)
                 table[:, 1:] = rows  # each rounded to the dtype, as a single call rounds
-                work.append((factory, np_dtype, [tensors[j] for j in js.tolist()], table))
+                work.append(_TableRun(factory, np_dtype, [tensors[j] for j in js.tolist()],
+                                      table))
             else:  # not one rule call on the member's own arrays: each member on its own
                 for j in js.tolist():
-                    work.append((None, members[j], tensors[j],
-                                 (int(t[j]), float(lr[j]), float(wd[j]))))
+                    work.append(_SingleRun(members[j], tensors[j], int(t[j]), float(lr[j]),
+                                           float(wd[j])))
         inner.commit_counts([m.index for m in members], t)
-        for factory, a, b, c in work:
-            if factory is not None:
-                run_rule_table(factory, a, b, c)
+        for run in work:
+            if isinstance(run, _TableRun):
+                run_rule_table(run.factory, run.dtype, run.tensors, run.table)
             else:
-                m, arrays, (tj, lrj, wdj) = a, b, c
+                m, arrays = run.member, run.arrays
                 inner.launch_step(m.index, arrays[0].numpy(), arrays[1].numpy(),
-                                  self._toolkit_state[m.p], tj, lrj, wdj, cpu.LAUNCHER)
+                                  self._toolkit_state[m.p], run.t, run.lr, run.wd, cpu.LAUNCHER)
 
     def _record(self, inner, m, arrays, t, lr, wd):
         """``(factory, row)`` of member ``m``'s step with ``(t, lr, wd)`` when it is one rule
