@@ -238,6 +238,16 @@ class Group:
             dev = self._direction_chunks_device = cuda.to_device(host)
         return dev
 
+    def whole_chunks(self):
+        """The chunk table of this group's flat buffers taken as one segment
+        (``order.single_chunks``: pieces of ``order.CHUNK`` elements that cross the members'
+        boundaries), made on first use: an element-wise step whose every member is updated
+        with one row of hyperparameters runs over it (no work per member)."""
+        wc = self.__dict__.get("_whole_chunks")
+        if wc is None:
+            wc = self._whole_chunks = order.single_chunks(self.size)
+        return wc
+
     def rows_layout(self):
         """The row tables of this group's matrices (``rows.GroupRows``), made on first use."""
         rl = self.__dict__.get("_rows_layout")

@@ -37,6 +37,9 @@ class StepWork:
             self.w, self.grad, self.s = master, cpu.to_single(g.grad), inner
 
             def back():  # the float16 weights of the updated members, from their masters
+                if len(self.members) == len(g.members):  # all of them: one conversion
+                    cpu.to_half_into(g.data, master)
+                    return
                 for k in self.members:
                     a, b = int(g.offsets[k]), int(g.offsets[k + 1])
                     cpu.to_half_into(g.data[a:b], master[a:b])
@@ -47,6 +50,12 @@ class StepWork:
             self.s = map_state(inner, cpu.to_single)
 
             def back():  # the updated members only, rounded back to float16
+                if len(self.members) == len(g.members) and \
+                        all(lay is None for lay in inner_layouts):  # all: one conversion each
+                    cpu.to_half_into(g.data, self.w)
+                    for dst, src in zip(state_leaves(inner), state_leaves(self.s)):
+                        cpu.to_half_into(dst, src)
+                    return
                 for k in self.members:
                     a, b = int(g.offsets[k]), int(g.offsets[k + 1])
                     cpu.to_half_into(g.data[a:b], self.w[a:b])
@@ -133,6 +142,8 @@ class StepWork:
                 and lay == layout and len(c[0].hyper) == len(call0.hyper)
                 for c, lay in planned):
             rows = np.array([c[0].hyper for c, _ in planned], np.float64)
+            if inverse is not None and (rows.view(np.int64) == rows[:1].view(np.int64)).all():
+                rows, inverse = rows[:1], None  # distinct scalars, the same row (t unread)
             self.vector = (call0.factory, layout, ks, rows if inverse is None else rows[inverse])
             if self.after is not None:  # it rounds back the members updated
                 self.members = dict.fromkeys(ks.tolist())
@@ -237,11 +248,24 @@ class StepWork:
         calls = self.recorder.calls
         if self.vector is not None:
             factory, layout, ks, rows = self.vector
-            table = np.zeros((len(self.g.members), 1 + rows.shape[1]), self._compute_dtype())
-            table[ks, 0] = 1
-            table[ks, 1:] = rows  # each float64 rounded to the dtype, as a single call does
-            self._launch_table("rule", factory, [self.flats[j] for j in layout], table)
-            launches = 1
+            flats = [self.flats[j] for j in layout]
+            if rows.shape[0] == 1 and len(ks) == len(self.g.members) and \
+                    self.g.device != "cuda":
+                # every member updated with the same row: one segment over the whole flat
+                # buffers (an element-wise rule gives each element what its member's segment
+                # would, bit for bit), no work per member in the kernel
+                table = np.empty((1, 1 + rows.shape[1]), self._compute_dtype())
+                table[0, 0] = 1
+                table[0, 1:] = rows[0]  # each float64 rounded to the dtype, as a single call does
+                w, grad, states = flats[0], flats[1], flats[2:]
+                cpu.run_segmented(factory, w, grad, tuple(states), table, self.g.whole_chunks())
+                launches = 1
+            else:
+                table = np.zeros((len(self.g.members), 1 + rows.shape[1]), self._compute_dtype())
+                table[ks, 0] = 1
+                table[ks, 1:] = rows  # each float64 rounded to the dtype, as a single call does
+                self._launch_table("rule", factory, flats, table)
+                launches = 1
         elif calls:
             plan = self._segmented_plan()
             if plan is not None:
