@@ -301,7 +301,11 @@ class Bookkeeping:
             return self._scalars_per_index(_as_list(indices))
         n = len(c)
         # the multipliers first: reading them changes nothing (the schedule may keep state)
-        if multipliers is None:
+        pd = self.param_dict
+        if multipliers is None and type(pd) is dict and not pd and not self.lr_mult and \
+                not self.wd_mult:
+            lr_mult = wd_mult = None  # none anywhere: every index's is 1.0 (x * 1.0 is x)
+        elif multipliers is None:
             if idx is None:
                 idx = _as_list(indices)
             try:
@@ -331,8 +335,12 @@ class Bookkeeping:
                 sched.load_state_dict(sched_state)
                 return self._scalars_per_index(_as_list(indices))
             base = np.array(values, np.float64)[np.searchsorted(distinct, num_update)]
-        lr = base * lr_mult
-        wd = wd * wd_mult
+        if lr_mult is None:
+            lr = np.full(n, base, np.float64) if np.ndim(base) == 0 else base
+            wd = np.full(n, wd, np.float64)
+        else:
+            lr = base * lr_mult
+            wd = wd * wd_mult
         with np.errstate(invalid="ignore"):
             ok = bool(np.all(lr >= 0.0)) and bool(np.all(lr < math.inf))
             if self.requires_positive_lr:
