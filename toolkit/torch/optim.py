@@ -23,6 +23,7 @@ from ..sparse import RowSparse
 from ..trainer.buffers import Recorder
 from . import keywords
 from .launch import run_rule_table
+from .steady import SteadyGroup, SteadyStep
 
 __all__ = ["TorchOptimizer"]
 
@@ -156,6 +157,8 @@ class TorchOptimizer(torch.optim.Optimizer):
         self._views = {}
         #: parameter -> what its last full check found (``_member``)
         self._facts = {}
+        #: param group -> its steady state (``toolkit.torch.steady``), after a general step
+        self._steady = {}
         super().__init__(params, defaults)
 
     # --- construction ----------------------------------------------------------------------
@@ -286,6 +289,15 @@ class TorchOptimizer(torch.optim.Optimizer):
         num_update = self._num_update
         for gi, group in enumerate(self.param_groups):
             inner = self._inners[gi]
+            steady = self._steady.get(gi)
+            if steady is not None and self._scheduler is None and \
+                    group.get("maximize", False) is False:
+                step = self._steady_step(steady, group["params"], inner, num_update)
+                if step is not None:
+                    num_update = max(num_update, int(step.scalars.t.max()))
+                    plans.append((gi, inner, step, step.scalars))
+                    index += len(group["params"])
+                    continue
             members = []
             for p in group["params"]:
                 if p.grad is not None:
@@ -307,6 +319,39 @@ class TorchOptimizer(torch.optim.Optimizer):
                     num_update = max(num_update, int(scalars.t.max()))
                 plans.append((gi, inner, members, scalars))
         return plans
+
+    def _steady_step(self, steady, params, inner, num_update):
+        """The checked :class:`SteadyStep` of a group on its steady path, or None (the general
+        path then runs): its gradients, the step's scalars (checked as the general path checks
+        them) and one recorded row per distinct ``(t, lr, wd)``, each one rule call on the
+        member's own arrays with the same factory."""
+        got = steady.gradients(params)
+        if got is None:
+            return None
+        grads, grad_ptrs = got
+        inner.num_update = num_update
+        scalars = inner.step_scalars(steady.indices)
+        t, lr, wd = scalars.t, scalars.lr, scalars.wd
+        key = np.stack([t, lr.view(np.int64), wd.view(np.int64)], axis=1)
+        if (key == key[0]).all():
+            first, inverse = [0], None
+        else:
+            _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
+            first, inverse = first.tolist(), inverse.reshape(-1)
+        planned = []
+        for j in first:
+            m = _Member(int(steady.indices[j]), steady.params[j], grads[j])
+            rec = self._record(inner, m, (steady.tensors[j][0], grads[j]), int(t[j]),
+                               float(lr[j]), float(wd[j]))
+            if rec is None or (planned and rec[0] is not planned[0][0]):
+                return None
+            planned.append(rec)
+        if len({len(row) for _, row in planned}) != 1:
+            return None
+        rows = np.array([row for _, row in planned], np.float64)
+        if inverse is not None and (rows.view(np.int64) == rows[:1].view(np.int64)).all():
+            rows, inverse = rows[:1], None  # distinct scalars, the same row (t unread)
+        return SteadyStep(steady, grads, grad_ptrs, scalars, planned[0][0], rows, inverse)
 
     def _member(self, index, p, inner, group):
         """The checked member ``index`` (``p`` with its gradient)."""
@@ -432,6 +477,12 @@ class TorchOptimizer(torch.optim.Optimizer):
     def _run(self, plans):
         for gi, inner, members, scalars in plans:
             group = self.param_groups[gi]
+            if isinstance(members, SteadyStep):
+                inner.num_update = self._num_update
+                inner.commit_counts(members.steady.indices, scalars.t)
+                members.steady.run(members)
+                self._num_update = inner.num_update
+                continue
             maximize = group.get("maximize", False)
             for m in members:
                 if m.new_state is not None:
@@ -443,6 +494,13 @@ class TorchOptimizer(torch.optim.Optimizer):
             else:
                 self._run_each(inner, members, maximize)
             self._num_update = inner.num_update
+            self._steady.pop(gi, None)
+            if members[0].route == "vector" and len(members) == len(group["params"]) and \
+                    self._scheduler is None:  # the next step may take the steady path
+                steady = SteadyGroup.build(group["params"], members[0].index, inner,
+                                           self._held_views)
+                if steady is not None:
+                    self._steady[gi] = steady
         if self._scheduler is not None:  # every group shows the rate at num_update
             for gi, (group, inner) in enumerate(zip(self.param_groups, self._inners)):
                 inner.num_update = self._num_update
@@ -535,6 +593,14 @@ class TorchOptimizer(torch.optim.Optimizer):
                 inner.launch_step(m.index, arrays[0].numpy(), arrays[1].numpy(),
                                   self._toolkit_state[m.p], run.t, run.lr, run.wd, cpu.LAUNCHER)
 
+    def _held_views(self, p):
+        """``p``'s weight and state tensors in the rule's order as the last general step kept
+        them (contiguous, in memory order), or None where they are not current."""
+        held = self._views.get(p)
+        if held is None or held[0] != p.data_ptr():
+            return None
+        return held[1]
+
     def _record(self, inner, m, arrays, t, lr, wd):
         """``(factory, row)`` of member ``m``'s step with ``(t, lr, wd)`` when it is one rule
         call on its own weight, gradient and states (in that order), else None."""
@@ -578,6 +644,7 @@ class TorchOptimizer(torch.optim.Optimizer):
             if result is not None:
                 state_dict = result
         unpack(self, state_dict)
+        self._steady.clear()  # the state tensors may be new ones
         for hook in self._optimizer_load_state_dict_post_hooks.values():
             hook(self)
 
@@ -590,11 +657,13 @@ class TorchOptimizer(torch.optim.Optimizer):
         out["_toolkit_state"] = {}
         out["_views"] = {}
         out["_facts"] = {}
+        out["_steady"] = {}
         return out
 
     def __setstate__(self, state):
         had_differentiable = "differentiable" in state.get("defaults", {})
         super().__setstate__(state)
+        self.__dict__.setdefault("_steady", {})
         if not had_differentiable:  # torch's __setstate__ adds it; it is no option here
             self.defaults.pop("differentiable", None)
         index = 0
