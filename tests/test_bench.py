@@ -17,7 +17,7 @@ from toolkit.tools import bench
 from toolkit.__main__ import _main
 
 TINY = ["--sizes", "10,12", "--optimizers", "adam,sgd", "--repeats", "1", "--batch-ms", "0.2",
-        "--no-resnet", "--no-many", "--no-progress"]
+        "--no-resnet", "--no-many", "--torch-cases", "none", "--no-progress"]
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +134,7 @@ def test_many_tensor_case_structure():
     torch, _ = bench.import_torch()
     row = bench.trainer_case("cpu", shapes, 1, torch)
     assert row["tensors"] == 40 and row["elements"] == 640
-    assert 0 < row["step_ms"] <= row["toolkit_ms"] and row["marking_ms"] > 0
+    assert 0 < row["step_ms"] and row["toolkit_ms"] > 0 and row["marking_ms"] > 0
     assert row["step_of_floor"] > 0 and row["host_us"] > 0
     assert row["host_budget_us"] == pytest.approx(50 + 0.2 * 40)
     if torch is not None:
@@ -147,6 +147,56 @@ def test_many_tensor_case_structure():
     assert targets["many_torch"]["met"] in ((True, False) if torch is not None else (None,))
     lines = bench.report.trainer_lines({"many_tensors": row})
     assert lines and "host time" in lines[0]
+
+
+def test_torch_case_structure():
+    """The toolkit.torch case: toolkit.torch.Adam against torch's fused Adam over the same
+    tensors, fresh gradients each step in both, the assignment of the gradients apart, and its
+    targets; the three lists of tensors it steps."""
+    torch, _ = bench.import_torch()
+    if torch is None:
+        pytest.skip("torch is not installed")
+    labels = [label for label, _ in bench.torch_case.TORCH_CASES]
+    assert labels == ["resnet50", "many_tensors", "one_2^24"]
+    shapes = dict(bench.torch_case.TORCH_CASES)
+    assert len(shapes["resnet50"]()) == 161 and len(shapes["many_tensors"]()) == 2000
+    assert shapes["one_2^24"]() == [(1 << 24,)]
+    row = bench.torch_case.torch_case("cpu", [(16,)] * 40, 1, torch)
+    assert row["tensors"] == 40 and row["elements"] == 640 and row["bytes_per_element"] == 28
+    assert row["toolkit_torch_ms"] > 0 and row["torch_ms"] > 0 and row["regrad_ms"] > 0
+    assert row["vs_torch"] > 0 and row["of_floor"] > 0
+    assert row["torch_kind"] in ("fused", "foreach")
+    adapter = {"many_tensors": row}
+    targets = {t["key"]: t for t in bench.evaluate_targets("cpu", [], None, None, adapter)}
+    assert targets["torch_many"]["measured"] == row["vs_torch"]
+    assert targets["torch_many"]["met"] == (row["vs_torch"] >= 3.0)
+    assert targets["torch_resnet50"]["met"] is None and "did not run" in \
+        targets["torch_resnet50"]["why"]
+    lines = bench.report.adapter_lines({"toolkit_torch": adapter})
+    assert len(lines) == 1 and "toolkit.torch.Adam, many_tensors" in lines[0]
+
+
+def test_a_prepared_steps_preparation_is_not_timed():
+    """``timing.Prepared``: ``prepare()`` runs (untimed) before every timed ``run()``."""
+    import time
+    calls = {"prepare": 0, "run": 0}
+
+    def prepare():
+        calls["prepare"] += 1
+        time.sleep(0.02)
+
+    def run():
+        assert calls["prepare"] == calls["run"] + 1  # prepared before each run
+        calls["run"] += 1
+    times, _ = bench.timing.measure({"p": bench.timing.Prepared(prepare, run)}, 2, 0.001,
+                                    lambda: None)
+    assert calls["run"] >= 3 and all(t < 0.01 for t in times["p"]), times
+
+
+def test_an_unknown_torch_case_is_refused_before_the_run(capsys):
+    assert bench.main(TINY[:-4] + ["--torch-cases", "many_tensors,resnet", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown --torch-cases ['resnet']" in err and "one_2^24" in err
 
 
 def test_every_setting_has_a_numpy_baseline_and_a_floor():

@@ -31,7 +31,11 @@ ever delays a call. Results are medians over repetitions. Ratios are medians of 
 ratios: "of the floor" = floor_time / toolkit_time (1.0 = at the floor), "vs numpy" =
 numpy_time / toolkit_time, "vs torch" = torch_time / toolkit_time (above 1: the toolkit is
 faster). A many-tensor case steps ResNet-50's 161 parameter shapes (25.6 M float32 values) with
-one Trainer step (Adam) against torch's fused Adam over the same list of tensors, interleaved.
+one Trainer step (Adam) against torch's fused Adam over the same list of tensors, interleaved,
+and so do 2000 tensors of 1024 values. Where torch is installed, ``toolkit.torch.Adam`` steps
+ResNet-50's shapes, 2000 tensors of 1024 and one tensor of 2^24 against torch's fused Adam over
+the same tensors, fresh gradients each step in both (``--torch-cases``; ``--quick`` runs the
+2000 tensors only).
 
 Output: a table of ratios, the per-call time at 2^12 (the "cheap call"), the targets met or not,
 JSON (``suite_<device>.json`` in the working directory, or in ``--out DIR``) and two PNGs beside
@@ -45,12 +49,13 @@ The parts, by responsibility: :mod:`~toolkit.bench.settings` (the settings, read
 and the traffic model), :mod:`~toolkit.bench.floor` (the CPU floor kernels),
 :mod:`~toolkit.bench.peers` (numpy and torch), :mod:`~toolkit.bench.cases` (one case's
 implementations), :mod:`~toolkit.bench.timing`, :mod:`~toolkit.bench.resnet` (the many-tensor
-Trainer case), :mod:`~toolkit.bench.suite` (the run and its targets),
+Trainer cases), :mod:`~toolkit.bench.torch_case` (the ``toolkit.torch`` cases), :mod:`~toolkit.bench.suite` (the run and its targets),
 :mod:`~toolkit.bench.report` (tables and plots) and :mod:`~toolkit.bench.cli`.
 """
 from __future__ import annotations
 
-from . import cases, floor, peers, report, resnet, settings, suite, timing  # noqa: F401
+from . import (cases, floor, peers, report, resnet, settings, suite, timing,  # noqa: F401
+               torch_case)
 from .cases import base_arrays, cpu_case, cuda_case  # noqa: F401
 from .cli import build_parser, main  # noqa: F401
 from .floor import cpu_floor, floor_kernel  # noqa: F401

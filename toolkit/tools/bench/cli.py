@@ -9,6 +9,7 @@ import sys
 from .report import markdown_summary, print_report, write_plots
 from .settings import DEFAULT_SIZES, DTYPES, FULL_SIZES, QUICK_SIZES, select_settings
 from .suite import default_out, run_suite
+from .torch_case import TORCH_CASES
 
 __all__ = ["main", "build_parser"]
 
@@ -49,6 +50,10 @@ def build_parser():
     ap.add_argument("--no-many", action="store_true",
                     help="skip the many-tensor Trainer case (2000 tensors of 1024)")
     ap.add_argument("--no-torch", action="store_true", help="do not compare against torch")
+    ap.add_argument("--torch-cases", default=None, metavar="LIST",
+                    help="the toolkit.torch cases to run, comma-separated, of "
+                         f"{','.join(label for label, _ in TORCH_CASES)} (default: all; "
+                         "--quick: many_tensors; 'none': none); they need torch")
     ap.add_argument("--no-kernel-cache", action="store_true",
                     help="compile the toolkit's CPU kernels in this process instead of loading "
                          "numba's on-disk cache (a diagnostic; compiling adds a minute or two)")
@@ -104,12 +109,25 @@ def main(argv=None) -> int:
     if repeats < 1:
         print("mxopt bench: --repeats must be >= 1", file=sys.stderr)
         return 2
+    known = [label for label, _ in TORCH_CASES]
+    if args.torch_cases is None:
+        adapter_cases = ["many_tensors"] if args.quick else known
+    elif args.torch_cases == "none":
+        adapter_cases = []
+    else:
+        adapter_cases = [c.strip() for c in args.torch_cases.split(",") if c.strip()]
+        unknown = [c for c in adapter_cases if c not in known]
+        if unknown:
+            print(f"mxopt bench: unknown --torch-cases {unknown}; known: {', '.join(known)} "
+                  "or none", file=sys.stderr)
+            return 2
     result = run_suite(device=args.device, settings=settings, sizes=sizes, dtypes=dtypes,
                        repeats=repeats, batch_ms=args.batch_ms, resnet=not args.no_resnet,
                        resnet_repeats=(5 if args.quick else args.resnet_repeats),
                        use_torch=not args.no_torch, many=not args.no_many,
                        progress=not args.no_progress,
-                       console=Console(stderr=True), kernel_cache=not args.no_kernel_cache)
+                       console=Console(stderr=True), kernel_cache=not args.no_kernel_cache,
+                       adapter_cases=adapter_cases)
     print_report(result, console)
     out = default_out(args.device, args.out)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)

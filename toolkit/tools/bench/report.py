@@ -9,7 +9,7 @@ import numpy as np
 
 from .settings import CHEAP, HEADLINE
 
-__all__ = ["print_report", "markdown_summary", "write_plots", "headline_size",
+__all__ = ["print_report", "markdown_summary", "write_plots", "headline_size", "adapter_lines",
            "numpy_baseline_of", "HAND_WRITTEN_BASELINE"]
 
 
@@ -110,7 +110,7 @@ def print_report(result, console):
                 f"{r['guarded_ms']:.2f} ms, {r['guarded_of_floor']:.2f} of the floor, "
                 f"{r['guard_cost']:.2f}x the unguarded step")
 
-    for line in trainer_lines(result):
+    for line in trainer_lines(result) + adapter_lines(result):
         console.print(line)
 
     t3 = Table(title="targets")
@@ -147,6 +147,19 @@ def trainer_lines(result):
                    f"{r['step_vs_deepspeed']:.2f}x")
     elif r.get("deepspeed"):
         out.append(f"  DeepSpeed: {r['deepspeed']}")
+    return out
+
+
+def adapter_lines(result):
+    """The ``toolkit.torch`` cases in sentences (none when they did not run)."""
+    out = []
+    for label, r in (result.get("toolkit_torch") or {}).items():
+        out.append(f"toolkit.torch.Adam, {label} ({r['tensors']} tensors, {r['elements']} "
+                   f"float32), fresh gradients before each step: {r['toolkit_torch_ms']:.3f} "
+                   f"ms against torch {r['torch_kind']} Adam {r['torch_ms']:.3f} ms "
+                   f"({r['vs_torch']:.2f}x), {r['of_floor']:.2f} of the floor "
+                   f"({r['floor_ms']:.3f} ms at {r['floor_GBps']:.0f} GB/s; assigning the "
+                   f"gradients {r['regrad_ms']:.3f} ms)")
     return out
 
 
@@ -202,6 +215,8 @@ def markdown_summary(result):
                           f"; torch {r['torch_kind']} Adam {r['torch_ms']:.2f} ms: "
                           f"{r['vs_torch']:.2f}x." if r.get("vs_torch") is not None else ".")]
     lines += [""] + trainer_lines(result)
+    if result.get("toolkit_torch"):
+        lines += [""] + adapter_lines(result)
     lines += ["", "| target | measured | result |", "|---|--:|---|"]
     for t in result["targets"]:
         if t["met"] is None:

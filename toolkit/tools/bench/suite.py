@@ -14,6 +14,7 @@ import numba
 from . import peers
 from .cases import base_arrays, cpu_case, cuda_case
 from .resnet import many_tensor_shapes, resnet50_shapes, trainer_case
+from .torch_case import TORCH_CASES, torch_case
 from .settings import CHEAP, DEFAULT_SIZES, DTYPES, HEADLINE, all_settings, traffic
 from .timing import device_sync, measure, paired
 
@@ -102,10 +103,32 @@ MANY_TARGETS = (
     ("many_host", "2000 tensors: host time per step <= 50 us + 0.2 us per parameter (450 us)",
      "many_host", 450.0))
 TORCH_TARGET = {"cpu": ("adam", "sgd", "sgd mom", "adagrad"), "cuda": ("adam",)}
+#: the ``toolkit.torch`` cases' targets (both devices): toolkit.torch.Adam against torch's
+#: fused Adam over the same tensors, fresh gradients each step in both
+#: (toolkit/tools/bench/torch_case.py): (key, what, case, field, threshold)
+ADAPTER_TARGETS = (
+    ("torch_resnet50", "toolkit.torch, ResNet-50's shapes: >= 1.0x torch fused Adam",
+     "resnet50", "vs_torch", 1.0),
+    ("torch_resnet50_floor", "toolkit.torch, ResNet-50's shapes: >= 0.9 of the floor",
+     "resnet50", "of_floor", 0.9),
+    ("torch_many", "toolkit.torch, 2000 tensors of 1024: >= 3x torch fused Adam",
+     "many_tensors", "vs_torch", 3.0),
+    ("torch_one", "toolkit.torch, one tensor of 2^24: >= 0.9 of the floor", "one_2^24",
+     "of_floor", 0.9))
 
 
-def evaluate_targets(device, cases, resnet, many=None):
+def evaluate_targets(device, cases, resnet, many=None, adapter=None):
     out = []
+    for key, what, case, field, thr in ADAPTER_TARGETS if adapter else ():
+        row = adapter.get(case)
+        t = {"key": key, "target": what, "threshold": thr, "measured": None, "met": None,
+             "detail": {}}
+        if row:
+            t["measured"] = row[field]
+            t["met"] = t["measured"] >= thr
+        else:
+            t["why"] = f"not measured in this run (the {case} case did not run)"
+        out.append(t)
     for key, what, kind, thr in TARGETS[device] + (MANY_TARGETS if many else ()):
         t = {"key": key, "target": what, "threshold": thr, "measured": None, "met": None,
              "detail": {}}
@@ -173,7 +196,7 @@ def disable_kernel_cache():
 
 def run_suite(device="cpu", settings=None, sizes=None, dtypes=DTYPES, repeats=5, batch_ms=5.0,
               resnet=True, resnet_shapes=None, resnet_repeats=20, use_torch=True, many=True,
-              progress=True, console=None, kernel_cache=True):
+              progress=True, console=None, kernel_cache=True, adapter_cases=None):
     """Run the suite and return its results (a JSON-able dict); prints nothing but progress."""
     import warnings
     with warnings.catch_warnings():
@@ -181,11 +204,12 @@ def run_suite(device="cpu", settings=None, sizes=None, dtypes=DTYPES, repeats=5,
         warnings.simplefilter("ignore", RuntimeWarning)
         return _run_suite(device, settings, sizes, dtypes, repeats, batch_ms, resnet,
                           resnet_shapes, resnet_repeats, use_torch, many, progress, console,
-                          kernel_cache)
+                          kernel_cache, adapter_cases)
 
 
 def _run_suite(device, settings, sizes, dtypes, repeats, batch_ms, resnet, resnet_shapes,
-               resnet_repeats, use_torch, many, progress, console, kernel_cache):
+               resnet_repeats, use_torch, many, progress, console, kernel_cache,
+               adapter_cases):
     t_start = time.perf_counter()
     if not kernel_cache and not disable_kernel_cache():
         raise RuntimeError("toolkit.backends.jit.COMPILE_OPTIONS not found: cannot turn the "
@@ -198,6 +222,10 @@ def _run_suite(device, settings, sizes, dtypes, repeats, batch_ms, resnet, resne
     sync = device_sync(device)
     build = cuda_case if device == "cuda" else cpu_case
     cases = []
+    # the toolkit.torch cases (labels of TORCH_CASES) that run: all of them by default, none
+    # without torch
+    adapter_jobs = [(label, shapes) for label, shapes in TORCH_CASES
+                    if torch is not None and (adapter_cases is None or label in adapter_cases)]
     jobs = [(n, d, s) for n in sizes for d in dtypes for s in settings]
 
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
@@ -205,7 +233,8 @@ def _run_suite(device, settings, sizes, dtypes, repeats, batch_ms, resnet, resne
     columns = (TextColumn("{task.description:36s}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     with Progress(*columns, console=console, disable=not progress, transient=False) as bar:
-        task = bar.add_task("bench", total=len(jobs) + (1 if resnet else 0) + (1 if many else 0))
+        task = bar.add_task("bench", total=len(jobs) + (1 if resnet else 0) + (1 if many else 0)
+                            + len(adapter_jobs))
         base_key, base = None, None
         for log2n, dtype, setting in jobs:
             half = dtype == "float16"
@@ -253,6 +282,11 @@ def _run_suite(device, settings, sizes, dtypes, repeats, batch_ms, resnet, resne
             bar.update(task, description="2000 tensors Trainer step")
             many_row = trainer_case(device, many_tensor_shapes(), resnet_repeats, torch)
             bar.advance(task)
+        adapter = {}
+        for label, shapes in adapter_jobs:
+            bar.update(task, description=f"toolkit.torch {label}")
+            adapter[label] = torch_case(device, shapes(), resnet_repeats, torch)
+            bar.advance(task)
     result = {
         "suite": "mxopt bench", "device": device,
         "machine": machine_info(device, torch),
@@ -284,8 +318,9 @@ def _run_suite(device, settings, sizes, dtypes, repeats, batch_ms, resnet, resne
                           for c in cases if c["log2n"] == CHEAP and c["dtype"] == "float32"},
         "resnet50": resnet_row,
         "many_tensors": many_row,
+        "toolkit_torch": adapter or None,
     }
-    result["targets"] = evaluate_targets(device, cases, resnet_row, many_row)
+    result["targets"] = evaluate_targets(device, cases, resnet_row, many_row, adapter)
     result["wall_s"] = time.perf_counter() - t_start
     cores = result["machine"]["cores_usable"] or 1
     loads = [x[0] for x in (load_before, result["load_average_after"]) if x]

@@ -6,11 +6,45 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from typing import Callable, NamedTuple
 
 import numpy as np
 
 __all__ = ["measure", "paired", "device_sync", "sync_device", "timed", "interleaved", "SUBBATCHES",
-           "LONG_BUDGET_S", "NO_PRECALL_S"]
+           "LONG_BUDGET_S", "NO_PRECALL_S", "Prepared"]
+
+
+class Prepared(NamedTuple):
+    """A step of :func:`measure` whose ``prepare()`` runs untimed before each timed ``run()``:
+    what a training loop does between two optimizer steps and the step does not include (the
+    Trainer case's marking of the gradients, the ``toolkit.torch`` case's fresh ``.grad``).
+    Each ``run()`` is timed on its own (the device synchronised around it)."""
+    prepare: Callable
+    run: Callable
+
+    def __call__(self):
+        self.prepare()
+        self.run()
+
+
+def _elapsed(step, k, sync):
+    """Seconds of ``k`` calls of ``step`` (of its timed parts: :class:`Prepared`)."""
+    if isinstance(step, Prepared):
+        total = 0.0
+        for _ in range(k):
+            step.prepare()
+            sync()
+            t0 = time.perf_counter()
+            step.run()
+            sync()
+            total += time.perf_counter() - t0
+        return total
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(k):
+        step()
+    sync()
+    return time.perf_counter() - t0
 
 
 def device_sync(device):
@@ -44,7 +78,8 @@ def measure(steps, repeats, batch_s, sync, seed=0, max_calls=20000,
     sub-batches it is called once untimed (not the single-threaded numpy one, nor a step of
     20 ms or more): Numba's and torch's OpenMP thread pools spin for a while after a parallel region,
     and on a machine with few cores the pool that ran last slows the first call of the other;
-    the untimed call also wakes a pool that went to sleep. Returns ``(times, calls)`` with
+    the untimed call also wakes a pool that went to sleep. A :class:`Prepared` step is timed
+    without its ``prepare()`` (each ``run()`` on its own). Returns ``(times, calls)`` with
     ``calls[name] = (k, sub-batches)``."""
     rng = np.random.default_rng(seed)
     calls = {}
@@ -54,10 +89,7 @@ def measure(steps, repeats, batch_s, sync, seed=0, max_calls=20000,
         sync()
         best = math.inf
         for _ in range(3):
-            t0 = time.perf_counter()
-            step()
-            sync()
-            best = min(best, time.perf_counter() - t0)
+            best = min(best, _elapsed(step, 1, sync))
             if best > batch_s:
                 break
         k = int(max(1, min(max_calls, (batch_s / SUBBATCHES) // max(best, 1e-7))))
@@ -75,12 +107,7 @@ def measure(steps, repeats, batch_s, sync, seed=0, max_calls=20000,
                 step()   # untimed: wakes this runtime's threads, lets the last one's spin out
             dt = math.inf
             for _ in range(m):
-                sync()
-                t0 = time.perf_counter()
-                for _ in range(k):
-                    step()
-                sync()
-                dt = min(dt, (time.perf_counter() - t0) / k)
+                dt = min(dt, _elapsed(step, k, sync) / k)
             if rep:
                 times[name].append(dt)
     return times, calls
