@@ -341,11 +341,13 @@ class Bookkeeping:
         else:
             lr = base * lr_mult
             wd = wd * wd_mult
-        with np.errstate(invalid="ignore"):
-            ok = bool(np.all(lr >= 0.0)) and bool(np.all(lr < math.inf))
-            if self.requires_positive_lr:
-                ok = ok and bool(np.all(lr > 0.0))
-            ok = ok and bool(np.all(wd >= 0.0)) and bool(np.all(wd < math.inf))
+        # every lr and wd in [0, inf) (lr > 0 where required): read from the extremes, which
+        # are NaN where any is NaN (and a NaN compares False)
+        lo, hi = float(lr.min()), float(lr.max())
+        ok = lo >= 0.0 and hi < math.inf and (lo > 0.0 or not self.requires_positive_lr)
+        if ok:
+            lo, hi = float(wd.min()), float(wd.max())
+            ok = lo >= 0.0 and hi < math.inf
         if not ok:  # the per-index loop raises the error that names the index
             if sched is not None:
                 sched.load_state_dict(sched_state)

@@ -122,10 +122,11 @@ class StepWork:
         segmented call from that table (made with numpy, no Python work per member); else
         every member is planned on its own."""
         opt = self.opt
-        key = np.stack([t, lr.view(np.int64), wd.view(np.int64)], axis=1)
-        if (key == key[0]).all():
-            first, inverse = [0], None
+        lr_bits, wd_bits = lr.view(np.int64), wd.view(np.int64)
+        if (t == t[0]).all() and (lr_bits == lr_bits[0]).all() and (wd_bits == wd_bits[0]).all():
+            first, inverse = [0], None  # one (t, lr, wd): no table of keys to sort
         else:
+            key = np.stack([t, lr_bits, wd_bits], axis=1)
             _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
             first, inverse = first.tolist(), inverse.reshape(-1)
         calls = self.recorder.calls
