@@ -31,10 +31,13 @@ HYPER = {"learning_rate": 0.002, "beta1": 0.9, "beta2": 0.999, "epsilon": None}
 #: equations it changes} (written out in :func:`step`'s docstring; see reference/adam.py).
 #: torch.optim.Adamax writes its first moment as a lerp (``exp_avg.lerp_(grad, 1 - beta1)``,
 #: torch/optim/adamax.py, torch 2.13); optax.adamax forms ``1 - beta1^t`` in the weight's
-#: precision (``optax.tree.bias_correction``, optax 0.2.8).
+#: precision (``optax.tree.bias_correction``, optax 0.2.8). MXNet adds weight decay before
+#: clipping, the guide after: each order written in the other's equations.
 FORMS = {
     "lerp": ("mxnet", "guide", "pytorch"),
     "constants_in_dtype": ("mxnet", "guide", "pytorch"),
+    "wd_before_clip": ("guide",),
+    "wd_after_clip": ("mxnet",),
 }
 
 #: the epsilon the guide convention uses when none is given
@@ -104,13 +107,15 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     (the denominator is ``|g| + eps`` either way; the stored ``u`` differs by ``eps``); they part
     once ``beta2*u`` wins the max. ``hyper_f32`` is ignored.
 
-    ``form`` (default None: the equations above) is one known variant of them (``FORMS``), in
-    every convention::
+    ``form`` (default None: the equations above) is one known variant of them (``FORMS``; the
+    first two in every convention)::
 
         lerp                m = m + (1-beta1)*(g - m)   (torch.optim.Adamax: exp_avg.lerp_)
         constants_in_dtype  1 - beta1^t formed in the precision of the implementation checked
                             (a Tracked weight's), beta1^t as t-1 products, instead of once in
                             double precision (optax.adamax)
+        wd_before_clip      guide: G = clip(rs*grad + wd*w, c)     (MXNet's order)
+        wd_after_clip       mxnet: g = clip(grad*rs, c) + wd*w     (the guide's order)
     """
     convention = check_convention(convention, CONVENTIONS, NAME, PYTORCH)
     form = check_form(form, FORMS, NAME, convention)
@@ -123,7 +128,11 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
 
     if convention == "guide":
         eps = GUIDE_EPSILON if epsilon is None else epsilon
-        G = guide_gradient(gr, w, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient)
+        if form == "wd_before_clip":
+            G = python_clip(rescale_grad * gr + wd * w, clip_gradient)
+        else:
+            G = guide_gradient(gr, w, wd=wd, rescale_grad=rescale_grad,
+                               clip_gradient=clip_gradient)
         v_new = _first_moment(m, G, beta1, form)             # guide:165
         g_inf = np.maximum(beta2 * u, np.abs(G))             # guide:166
         v_hat = v_new / _correction(beta1, t, form, w)       # guide:167
@@ -144,7 +153,10 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     if hyper_f32:
         clip_gradient = f32(clip_gradient)
     lr_t = lr / _correction(beta1, t, form, w)
-    g = python_clip(gr * rescale_grad + wd * w, clip_gradient)
+    if form == "wd_after_clip":
+        g = python_clip(gr * rescale_grad, clip_gradient) + wd * w
+    else:
+        g = python_clip(gr * rescale_grad + wd * w, clip_gradient)
     m_new = _first_moment(m, g, beta1, form)
     u_new = np.maximum(beta2 * u, np.abs(g))
     pos = u_new > 0.0

@@ -27,7 +27,26 @@ NO_CLIP = dict(wd=0.0, rescale_grad=1.0, clip_gradient=None)
 
 
 def _clip(g, c):
+    """Clipping as the guide and MXNet's Python ops gate it: off for None only."""
     return g if c is None else np.clip(g, -c, c)
+
+
+def _kclip(g, c):
+    """Clipping as MXNet's kernels gate it: off for None and 0."""
+    return np.clip(g, -c, c) if c else g
+
+
+def _f32(x):
+    return None if x is None else float(np.float32(x))
+
+
+def _gradient(g, w, rs, c, wd, variant, convention, kernel=False):
+    """The gradient with weight decay: the guide's ``clip(rs*g, c) + wd*w``, MXNet's
+    ``clip(rs*g + wd*w, c)``, or the other's under ``wd_before_clip`` (guide) and
+    ``wd_after_clip`` (mxnet); ``kernel``: MXNet's kernel gating of the clip."""
+    cl = _kclip if kernel else _clip
+    before = (convention == "mxnet") != (variant in ("wd_before_clip", "wd_after_clip"))
+    return cl(rs * g + wd * w, c) if before else cl(rs * g, c) + wd * w
 
 
 # --------------------------------------------------------------------------------------------
@@ -45,7 +64,7 @@ def make_adamax(variant=None):
 
         def step(g):
             t[0] += 1
-            G = _clip(rescale_grad * g, clip_gradient) + wd * w
+            G = _gradient(g, w, rescale_grad, clip_gradient, wd, variant, "guide")
             if variant == "lerp":
                 m[...] = m + (1.0 - beta1) * (G - m)
             else:
@@ -56,6 +75,70 @@ def make_adamax(variant=None):
             else:
                 c1 = 1.0 - beta1 ** t[0]
             w[...] = w + learning_rate / (u + 1e-8) * (-(m / c1))
+            return w
+        return step
+    return make
+
+
+def make_adamax_mxnet(variant=None):
+    """MXNet's Adamax (Python ops: only the clip bound rounded to float32; no epsilon):
+    ``g = clip(rs*grad + wd*w, c)``, ``w -= lr/(1 - beta1^t) * m/u`` where ``u > 0``."""
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, beta1, beta2):
+        w, t = w.copy(), [0]
+        m, u = np.zeros_like(w), np.zeros_like(w)
+
+        def step(g):
+            t[0] += 1
+            G = _gradient(g, w, rescale_grad, _f32(clip_gradient), wd, variant, "mxnet")
+            m[...] = beta1 * m + (1.0 - beta1) * G
+            u[...] = np.maximum(beta2 * u, np.abs(G))
+            lr_t = learning_rate / (1.0 - beta1 ** t[0])
+            w[...] = np.where(u > 0, w - lr_t * m / np.where(u > 0, u, 1.0), w)
+            return w
+        return step
+    return make
+
+
+def make_rmsprop(convention, variant=None):
+    """Plain RMSProp: the guide's (guide:110-111, double precision) or MXNet's kernel (its
+    hyperparameters rounded to float32, kernel clip gating, its expression order)."""
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, gamma1, gamma2, epsilon,
+             centered, clip_weights):
+        assert not centered and clip_weights is None, "pin centered=False, clip_weights=None"
+        w, n = w.copy(), np.zeros_like(w)
+        h = (learning_rate, wd, rescale_grad, clip_gradient, gamma1, epsilon)
+        lr, wd_, rs, c, g1, eps = [_f32(x) for x in h] if convention == "mxnet" else h
+
+        def step(g):
+            G = _gradient(g, w, rs, c, wd_, variant, convention, kernel=convention == "mxnet")
+            if convention == "mxnet":
+                n[...] = (1.0 - g1) * (G * G) + g1 * n
+                w[...] = w - lr * (G / np.sqrt(n + eps))
+            else:
+                n[...] = g1 * n + (1.0 - g1) * G * G
+                w[...] = w + lr / np.sqrt(n + eps) * (-G)
+            return w
+        return step
+    return make
+
+
+def make_ftml(convention, variant=None):
+    """FTML (guide:256-259; MXNet's kernel: lr, wd, rescale_grad, clip_gradient and the betas
+    rounded to float32, epsilon not, kernel clip gating, the powers in double)."""
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, beta1, beta2, epsilon):
+        w, t = w.copy(), [0]
+        d, v, z = np.zeros_like(w), np.zeros_like(w), np.zeros_like(w)
+        h = (learning_rate, wd, rescale_grad, clip_gradient, beta1, beta2)
+        lr, wd_, rs, c, b1, b2 = [_f32(x) for x in h] if convention == "mxnet" else h
+
+        def step(g):
+            t[0] += 1
+            G = _gradient(g, w, rs, c, wd_, variant, convention, kernel=convention == "mxnet")
+            v[...] = b2 * v + (1.0 - b2) * (G * G)
+            d_t = ((1.0 - b1 ** t[0]) / lr) * (np.sqrt(v / (1.0 - b2 ** t[0])) + epsilon)
+            z[...] = (b1 * z + (1.0 - b1) * G) - (d_t - b1 * d) * w
+            d[...] = d_t
+            w[...] = -z / d_t
             return w
         return step
     return make
@@ -98,7 +181,16 @@ def make_nadam(variant=None):
     return make
 
 
-MAKERS = {"adamax": make_adamax, "nadam": make_nadam}
+#: the implementation each row plants its variant in: {(optimizer, convention): make(variant)}
+MAKERS = {("adamax", "guide"): make_adamax, ("adamax", "mxnet"): make_adamax_mxnet,
+          ("nadam", "mxnet"): make_nadam,
+          ("rmsprop", "guide"): lambda v=None: make_rmsprop("guide", v),
+          ("rmsprop", "mxnet"): lambda v=None: make_rmsprop("mxnet", v),
+          ("ftml", "guide"): lambda v=None: make_ftml("guide", v),
+          ("ftml", "mxnet"): lambda v=None: make_ftml("mxnet", v)}
+#: weight decay and clipping both on, so that their order shows
+WD_CLIP = dict(learning_rate=0.1, wd=0.05, rescale_grad=1.0, clip_gradient=0.5)
+PLAIN = dict(centered=False, clip_weights=None)
 #: the lerp's corner: a decay near 0 (1 - (1 - beta) is not beta), with the second moment
 #: forgetting a large earlier gradient so that a later, small step carries the error
 LERP_RANGES = {"float64": Decades(-16, -10), "float32": Decades(-8, -1)}
@@ -122,6 +214,12 @@ PLANTED = {
                                       dict(learning_rate=0.1, beta2=0.9999, **NO_CLIP), None),
     ("nadam", "schedule_product_f32"): ("mxnet", "float64", dict(learning_rate=0.1, **NO_CLIP),
                                         None),
+    ("adamax", "wd_before_clip"): ("guide", "float64", WD_CLIP, None),
+    ("adamax", "wd_after_clip"): ("mxnet", "float64", WD_CLIP, None),
+    ("rmsprop", "wd_before_clip"): ("guide", "float64", dict(**WD_CLIP, **PLAIN), None),
+    ("rmsprop", "wd_after_clip"): ("mxnet", "float64", dict(**WD_CLIP, **PLAIN), None),
+    ("ftml", "wd_before_clip"): ("guide", "float64", WD_CLIP, None),
+    ("ftml", "wd_after_clip"): ("mxnet", "float64", WD_CLIP, None),
 }
 
 
@@ -132,7 +230,8 @@ MORE_EXAMPLES = {("nadam", "lerp"): 100}
 def _verify(name, variant, **kw):
     convention, dtype, fixed, ranges = PLANTED[(name, variant)]
     examples = MORE_EXAMPLES.get((name, variant), EXAMPLES)
-    return oracle.verify(MAKERS[name](kw.pop("plant", variant)), name, convention=convention,
+    make = MAKERS[(name, convention)](kw.pop("plant", variant))
+    return oracle.verify(make, name, convention=convention,
                          dtype=dtype, fixed=fixed, ranges=ranges, examples=examples, **kw)
 
 

@@ -115,6 +115,7 @@ SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.p
     # 2013), 1e-8 by default (MXNet, torch, optax), Keras 1e-7
     usual={"gamma1": Interval(0.9, 0.999), "gamma2": USUAL_MOMENTUM,
            "epsilon": Decades(-10, -4)},
+    variants=("hyper_f32", "hyper_f64", "wd_before_clip", "wd_after_clip"),  # reference FORMS
     record={"gamma1": 0.9, "gamma2": 0.9, "epsilon": 1e-08, "centered": True,
             "clip_weights": 2.0}, record_ulps=0,
     layouts=({"learning_rate": 0.01}, {"learning_rate": 0.01, "centered": True},),
