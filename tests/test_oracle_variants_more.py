@@ -6,8 +6,9 @@ planted in a small numpy implementation written here from the equations (docs/co
 the reference's docstring), and ``verify``'s report must name it; the same implementation
 without it passes. Each case is aimed at the regime where the variant changes the result by many
 rounding bounds (pinned hyperparameters, or ``ranges`` for the full domain), so no test leans on
-one seed's draws. Where a known corner lies outside the usual ranges (a lerp as the decay goes to
-0), the usual domain passes, the full one fails, and the report locates it.
+one seed's draws. Where a known corner lies outside the usual ranges (a lerp as beta1 goes to 0,
+torch's centered RMSprop's NaN as gamma1 does), the usual domain passes, the full one fails, and
+the report locates it.
 """
 from __future__ import annotations
 
@@ -201,8 +202,8 @@ LERP_RANGES = {"float64": Decades(-16, -10), "float32": Decades(-8, -1)}
 PLANTED = {
     ("adamax", "lerp"): ("guide", "float64", dict(learning_rate=1.0, **NO_CLIP),
                          {"beta1": LERP_RANGES["float64"], "beta2": Decades(-40, -10)}),
-    # 1 - beta1^t in float32 is off by (float32(beta1) - beta1)/(1 - beta1): a few bounds at
-    # beta1 = 0.99 (optax.adamax passes there), many at 0.999
+    # 1 - beta1^t in float32 is off by (float32(beta1) - beta1)/(1 - beta1): within the bound
+    # at beta1 = 0.99 (optax.adamax passes there), many bounds beyond it at 0.999
     ("adamax", "constants_in_dtype"): ("guide", "float32",
                                        dict(learning_rate=0.1, beta1=0.999, **NO_CLIP), None),
     # the moment enters NAdam's step times mu_{t+1} (about beta1), so the lerp's rounding shows
