@@ -183,12 +183,14 @@ def make_nadam(variant=None):
 
 
 #: the implementation each row plants its variant in: {(optimizer, convention): make(variant)}
-MAKERS = {("adamax", "guide"): make_adamax, ("adamax", "mxnet"): make_adamax_mxnet,
-          ("nadam", "mxnet"): make_nadam,
-          ("rmsprop", "guide"): lambda v=None: make_rmsprop("guide", v),
-          ("rmsprop", "mxnet"): lambda v=None: make_rmsprop("mxnet", v),
-          ("ftml", "guide"): lambda v=None: make_ftml("guide", v),
-          ("ftml", "mxnet"): lambda v=None: make_ftml("mxnet", v)}
+MAKERS = {  # checked against the registry by tests/test_oracle_variants_more.py::test_every_declared_variant_is_planted
+    ("adamax", "guide"): make_adamax, ("adamax", "mxnet"): make_adamax_mxnet,
+    ("nadam", "mxnet"): make_nadam,
+    ("rmsprop", "guide"): lambda v=None: make_rmsprop("guide", v),
+    ("rmsprop", "mxnet"): lambda v=None: make_rmsprop("mxnet", v),
+    ("ftml", "guide"): lambda v=None: make_ftml("guide", v),
+    ("ftml", "mxnet"): lambda v=None: make_ftml("mxnet", v),
+}
 #: weight decay and clipping both on, so that their order shows
 WD_CLIP = dict(learning_rate=0.1, wd=0.05, rescale_grad=1.0, clip_gradient=0.5)
 PLAIN = dict(centered=False, clip_weights=None)
@@ -199,7 +201,7 @@ LERP_RANGES = {"float64": Decades(-16, -10), "float32": Decades(-8, -1)}
 #: (optimizer, variant): (convention, dtype, fixed, ranges), each aimed where the variant
 #: changes the result by many rounding bounds. A declared in-reference variant without a row
 #: fails test_every_declared_variant_is_planted.
-PLANTED = {
+PLANTED = {  # checked against the registry by tests/test_oracle_variants_more.py::test_every_declared_variant_is_planted
     ("adamax", "lerp"): ("guide", "float64", dict(learning_rate=1.0, **NO_CLIP),
                          {"beta1": LERP_RANGES["float64"], "beta2": Decades(-40, -10)}),
     # 1 - beta1^t in float32 is off by (float32(beta1) - beta1)/(1 - beta1): within the bound
@@ -247,6 +249,9 @@ def test_every_declared_variant_is_planted():
     declared = {(name, v.name) for name, spec in specs().items() if name not in PLANTED_ELSEWHERE
                 for v in variants_of(spec) if v.in_reference}
     assert declared == set(PLANTED)
+    # and each row has its implementation, of a convention that optimizer's reference has
+    assert set(MAKERS) == {(name, PLANTED[(name, v)][0]) for name, v in PLANTED}
+    assert all(c in spec_of(name).reference_module().CONVENTIONS for name, c in MAKERS)
 
 
 def test_every_known_variant_is_declared_by_some_optimizer():
