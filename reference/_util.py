@@ -147,6 +147,27 @@ def formed_in(x, like):
     return float(x)
 
 
+#: float32's unit roundoff
+U32 = 2.0 ** -24
+
+
+def f32_product(a, b, like):
+    """``a*b`` as an implementation holding the product in float32 computes it, whatever the
+    precision of its other arithmetic (torch.optim.NAdam's ``mu_product``, a float32 tensor in
+    a float64 run): ``b`` (a float) and the product rounded to float32, ``a`` a float or the
+    product of an earlier step. With a Tracked ``like`` the result is Tracked in ``like``'s
+    precision, its bound the carried one of ``a`` times ``|b|`` plus the two float32 roundings;
+    otherwise the float32 value as a float."""
+    va = float(a.value) if isinstance(a, Tracked) else float(a)
+    p = va * float(b)
+    v = float(np.float32(np.float32(va) * np.float32(b)))
+    if not isinstance(like, Tracked):
+        return v
+    ea = float(a.err) if isinstance(a, Tracked) else 0.0
+    err = ea * abs(float(b)) + 2.0 * U32 * abs(p) + np.finfo(np.float32).smallest_subnormal
+    return Tracked(np.float64(v), err, u=like.u, tiny=like.tiny)
+
+
 def power(b, t):
     """``b**t`` for an int ``t >= 1`` by repeated multiplication (a Tracked ``b`` accumulates one
     rounding per product: a bound for ``pow`` in the same precision too)."""

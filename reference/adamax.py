@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._util import (as_f64, check_convention, f32, guide_gradient, merge_hyper, python_clip,
-                    pytorch_gradient)
+from ._util import (as_f64, check_convention, check_form, f32, formed_in, guide_gradient,
+                    merge_hyper, power, python_clip, pytorch_gradient)
 
 NAME = "adamax"
 #: the conventions this module implements
@@ -26,6 +26,19 @@ STATE = ("mean", "u")
 #: ``epsilon`` is not an MXNet 1.9.1 keyword (MXNet has no epsilon); ``None`` means "absent" in
 #: the mxnet convention and "the guide's epsilon, 1e-8" in the guide convention.
 HYPER = {"learning_rate": 0.002, "beta1": 0.9, "beta2": 0.999, "epsilon": None}
+
+#: known variants of the same equations, ``step(..., form=...)``: {form: the conventions whose
+#: equations it changes} (written out in :func:`step`'s docstring; see reference/adam.py).
+#: torch.optim.Adamax writes its first moment as a lerp (``exp_avg.lerp_(grad, 1 - beta1)``,
+#: torch/optim/adamax.py, torch 2.13); optax.adamax forms ``1 - beta1^t`` in the weight's
+#: precision (``optax.tree.bias_correction``, optax 0.2.8). MXNet adds weight decay before
+#: clipping, the guide after: each order written in the other's equations.
+FORMS = {
+    "lerp": ("mxnet", "guide", "pytorch"),
+    "constants_in_dtype": ("mxnet", "guide", "pytorch"),
+    "wd_before_clip": ("guide",),
+    "wd_after_clip": ("mxnet",),
+}
 
 #: the epsilon the guide convention uses when none is given
 GUIDE_EPSILON = 1e-8
@@ -50,7 +63,7 @@ def init_state(weight, **hyper) -> dict:
 
 
 def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=None,
-         convention="mxnet", hyper_f32=True, **hyper):
+         convention="mxnet", hyper_f32=True, form=None, **hyper):
     """One Adamax step; ``t`` (1 on the first step) is the per-index count of the bias
     correction. ``learning_rate`` (in HYPER as MXNet's default) is accepted and ignored.
 
@@ -93,8 +106,19 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     ``exp_inf`` (``u``). On the first step from zero state the guide's weights and these agree
     (the denominator is ``|g| + eps`` either way; the stored ``u`` differs by ``eps``); they part
     once ``beta2*u`` wins the max. ``hyper_f32`` is ignored.
+
+    ``form`` (default None: the equations above) is one known variant of them (``FORMS``; the
+    first two in every convention)::
+
+        lerp                m = m + (1-beta1)*(g - m)   (torch.optim.Adamax: exp_avg.lerp_)
+        constants_in_dtype  1 - beta1^t formed in the precision of the implementation checked
+                            (a Tracked weight's), beta1^t as t-1 products, instead of once in
+                            double precision (optax.adamax)
+        wd_before_clip      guide: G = clip(rs*grad + wd*w, c)     (MXNet's order)
+        wd_after_clip       mxnet: g = clip(grad*rs, c) + wd*w     (the guide's order)
     """
     convention = check_convention(convention, CONVENTIONS, NAME, PYTORCH)
+    form = check_form(form, FORMS, NAME, convention)
     h = _hyper(hyper)
     beta1, beta2, epsilon = h["beta1"], h["beta2"], h["epsilon"]
     w = as_f64(weight)
@@ -104,19 +128,23 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
 
     if convention == "guide":
         eps = GUIDE_EPSILON if epsilon is None else epsilon
-        G = guide_gradient(gr, w, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient)
-        v_new = beta1 * m + (1.0 - beta1) * G                # guide:165
+        if form == "wd_before_clip":
+            G = python_clip(rescale_grad * gr + wd * w, clip_gradient)
+        else:
+            G = guide_gradient(gr, w, wd=wd, rescale_grad=rescale_grad,
+                               clip_gradient=clip_gradient)
+        v_new = _first_moment(m, G, beta1, form)             # guide:165
         g_inf = np.maximum(beta2 * u, np.abs(G))             # guide:166
-        v_hat = v_new / (1.0 - beta1 ** t)                   # guide:167
+        v_hat = v_new / _correction(beta1, t, form, w)       # guide:167
         w_new = w + lr / (g_inf + eps) * (-v_hat)            # guide:168
         return w_new, {"mean": v_new, "u": g_inf}
 
     if convention == "pytorch":
         eps = PYTORCH_EPSILON if epsilon is None else epsilon
         g = pytorch_gradient(gr, w, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient)
-        m_new = beta1 * m + (1.0 - beta1) * g                # torch's exp_avg
+        m_new = _first_moment(m, g, beta1, form)             # torch's exp_avg
         u_new = np.maximum(beta2 * u, np.abs(g) + eps)       # torch's exp_inf: eps inside the max
-        w_new = w - lr / (1.0 - beta1 ** t) * m_new / u_new
+        w_new = w - lr / _correction(beta1, t, form, w) * m_new / u_new
         return w_new, {"mean": m_new, "u": u_new}
 
     if epsilon is not None:
@@ -124,11 +152,29 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
                          "mxnet convention (the guide convention takes one)")
     if hyper_f32:
         clip_gradient = f32(clip_gradient)
-    lr_t = lr / (1.0 - beta1 ** t)
-    g = python_clip(gr * rescale_grad + wd * w, clip_gradient)
-    m_new = beta1 * m + (1.0 - beta1) * g
+    lr_t = lr / _correction(beta1, t, form, w)
+    if form == "wd_after_clip":
+        g = python_clip(gr * rescale_grad, clip_gradient) + wd * w
+    else:
+        g = python_clip(gr * rescale_grad + wd * w, clip_gradient)
+    m_new = _first_moment(m, g, beta1, form)
     u_new = np.maximum(beta2 * u, np.abs(g))
     pos = u_new > 0.0
     u_safe = np.where(pos, u_new, 1.0)
     w_new = np.where(pos, w - lr_t * m_new / u_safe, w)   # u == 0: unchanged (MXNet: NaN)
     return w_new, {"mean": m_new, "u": u_new}
+
+
+def _first_moment(m, g, beta1, form):
+    """``beta1*m + (1-beta1)*g``, or its lerp form ``m + (1-beta1)*(g - m)``."""
+    if form == "lerp":
+        return m + (1.0 - beta1) * (g - m)
+    return beta1 * m + (1.0 - beta1) * g
+
+
+def _correction(beta1, t, form, like):
+    """``1 - beta1^t``: in double precision, or for ``constants_in_dtype`` formed in the
+    precision of ``like`` (a Tracked weight), ``beta1^t`` as t-1 products."""
+    if form == "constants_in_dtype":
+        return 1.0 - power(formed_in(beta1, like), t)
+    return 1.0 - beta1 ** t

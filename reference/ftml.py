@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._util import as_f64, check_convention, f32, guide_gradient, kernel_clip, merge_hyper
+from ._util import (as_f64, check_convention, check_form, f32, guide_gradient, kernel_clip,
+                    merge_hyper, python_clip)
 
 NAME = "ftml"
 #: the conventions this module implements
@@ -24,6 +25,13 @@ PYTORCH = None
 STATE = ("d", "v", "z")
 HYPER = {"beta1": 0.6, "beta2": 0.999, "epsilon": 1e-8}
 
+#: known variants of the same equations, ``step(..., form=...)``: {form: the conventions whose
+#: equations it changes} (written out in :func:`step`'s docstring; see reference/adam.py): the
+#: two conventions' orders of weight decay and clipping, each written in the other's equations
+FORMS = {
+    "wd_before_clip": ("guide",),
+    "wd_after_clip": ("mxnet",),
+}
 
 def _hyper(hyper):
     return merge_hyper(NAME, HYPER, hyper)
@@ -47,7 +55,7 @@ def _power(beta, t):
 
 
 def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=None,
-         convention="mxnet", hyper_f32=True, **hyper):
+         convention="mxnet", hyper_f32=True, form=None, **hyper):
     """One FTML update; ``t`` is the per-index update count after incrementing (``i + 1``).
 
     **"mxnet"** (docs/optimizers/ftml.md; kernel optimizer: ``lr, wd, rescale_grad, clip_gradient,
@@ -76,8 +84,14 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     when ``wd = 0`` with ``clip_gradient`` not 0. They differ when clipping is active with
     ``wd != 0`` (MXNet clips ``rs*grad + wd*w``, the guide clips ``rs*grad``, then adds ``wd*w``),
     and for ``clip_gradient = 0`` (off in MXNet's kernel gating, clip-to-zero in the guide).
+
+    ``form`` (default None: the equations above) is one known variant of them (``FORMS``)::
+
+        wd_before_clip   guide: G = clip(rs*grad + wd*w, c)      (MXNet's order)
+        wd_after_clip    mxnet: g = clip(rs*grad, c) + wd*w      (the guide's order)
     """
     check_convention(convention, CONVENTIONS, NAME)
+    form = check_form(form, FORMS, NAME, convention)
     h = _hyper(hyper)
     beta1, beta2, eps = h["beta1"], h["beta2"], h["epsilon"]
     w = as_f64(weight)
@@ -90,14 +104,20 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
         if hyper_f32:
             lr, wd, rescale_grad = f32(lr), f32(wd), f32(rescale_grad)
             clip_gradient, beta1, beta2 = f32(clip_gradient), f32(beta1), f32(beta2)
-        g = kernel_clip(rescale_grad * g + wd * w, clip_gradient)
+        if form == "wd_after_clip":
+            g = kernel_clip(rescale_grad * g, clip_gradient) + wd * w
+        else:
+            g = kernel_clip(rescale_grad * g + wd * w, clip_gradient)
         v = beta2 * v + (1.0 - beta2) * (g * g)
         d_t = ((1.0 - _power(beta1, t)) / lr) * (np.sqrt(v / (1.0 - _power(beta2, t))) + eps)
         z = (beta1 * z + (1.0 - beta1) * g) - (d_t - beta1 * d) * w
         w = -z / d_t
         return w, {"d": d_t, "v": v, "z": z}
 
-    G = guide_gradient(g, w, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient)
+    if form == "wd_before_clip":
+        G = python_clip(rescale_grad * g + wd * w, clip_gradient)
+    else:
+        G = guide_gradient(g, w, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient)
     v_new = beta2 * v + (1.0 - beta2) * (G * G)                                     # guide:256
     d_new = (1.0 - _power(beta1, t)) / lr * (np.sqrt(v_new / (1.0 - _power(beta2, t))) + eps)
     # (guide:257)

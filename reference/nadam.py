@@ -43,7 +43,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._util import as_f64, check_convention, f32, guide_gradient, python_clip, merge_hyper
+from ._util import (as_f64, check_convention, check_form, f32, f32_product, formed_in,
+                    guide_gradient, merge_hyper, power, python_clip)
+from .error_bound import Tracked
 
 NAME = "nadam"
 #: the conventions this module implements ("guide" is recognised and refused with
@@ -54,6 +56,18 @@ PYTORCH = "mxnet"
 STATE = ("m", "v")
 HYPER = {"learning_rate": 0.001, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8,
          "schedule_decay": 0.004}
+#: known variants of the same equations, ``step(..., form=...)``: {form: the conventions whose
+#: equations it changes} (written out in :func:`step`'s docstring; see reference/adam.py). The
+#: pytorch convention runs the mxnet branch, so its variants are listed under "mxnet":
+#: torch.optim.NAdam writes the first moment as a lerp (``exp_avg.lerp_(grad, 1 - beta1)``) and
+#: keeps ``mu_product`` in its default dtype, float32 unless changed (torch/optim/nadam.py, torch
+#: 2.13); optax.nadam forms its bias corrections in the weight's precision
+#: (``optax.tree.bias_correction``, optax 0.2.8).
+FORMS = {
+    "lerp": ("mxnet",),
+    "constants_in_dtype": ("mxnet",),
+    "schedule_product_f32": ("mxnet",),
+}
 
 
 def _hyper(hyper):
@@ -79,7 +93,7 @@ def momentum_schedule(t, beta1, schedule_decay):
 
 
 def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=None,
-         convention="mxnet", hyper_f32=True, **hyper):
+         convention="mxnet", hyper_f32=True, form=None, **hyper):
     """One Nadam update as MXNet 1.9.1 computes it (``convention="mxnet"``).
 
     **"mxnet"** (docs/optimizers/nadam.md; Python-op optimizer: only the clip bound is rounded to
@@ -112,9 +126,23 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     bias-corrected ``v``) is the same.
 
     **"pytorch"**: the mxnet branch, exactly (``PYTORCH = "mxnet"``; see the module docstring).
+
+    ``form`` (default None: the equations above) is one known variant of them (``FORMS``)::
+
+        lerp                  m = m + (1-beta1)*(g - m)   (torch.optim.NAdam: exp_avg.lerp_)
+        constants_in_dtype    mu_t, mu_t1, m_schedule, ms_next and 1 - beta2^t formed in the
+                              precision of the implementation checked (a Tracked weight's;
+                              beta2^t as t-1 products; optax.nadam)
+        schedule_product_f32  m_schedule = float32(float32(m_schedule)*float32(mu_t)), the
+                              running product held in float32 whatever the weight's precision
+                              (torch.optim.NAdam's mu_product in its default dtype)
+
+    Under the last two the returned ``m_schedule`` is Tracked when the weight is (it carries
+    the product's rounding bound to the next step).
     """
     if convention != "guide":          # "guide" is recognised, and refused below
         convention = check_convention(convention, CONVENTIONS, NAME, PYTORCH)
+        form = check_form(form, FORMS, NAME, convention)
     h = _hyper(hyper)
     if convention == "guide":
         raise NotImplementedError(
@@ -129,18 +157,30 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     g = as_f64(grad)
     m = as_f64(state["m"])
     v = as_f64(state["v"])
-    m_schedule = float(state["m_schedule"])
+    m_schedule = state["m_schedule"]
+    if not isinstance(m_schedule, Tracked):   # Tracked: carried by a form (see above)
+        m_schedule = float(m_schedule)
 
     g = python_clip(g * rescale_grad + wd * w, clip_gradient)
     mu_t = momentum_schedule(t, beta1, sd)
     mu_t1 = momentum_schedule(t + 1, beta1, sd)
-    m_schedule = m_schedule * mu_t
+    c2 = 1.0 - pow(beta2, t)
+    if form == "constants_in_dtype":
+        mu_t, mu_t1 = formed_in(mu_t, w), formed_in(mu_t1, w)
+        c2 = 1.0 - power(formed_in(beta2, w), t)
+    if form == "schedule_product_f32":
+        m_schedule = f32_product(m_schedule, mu_t, w)
+    else:
+        m_schedule = m_schedule * mu_t
     ms_next = m_schedule * mu_t1
-    m = beta1 * m + (1.0 - beta1) * g
+    if form == "lerp":
+        m = m + (1.0 - beta1) * (g - m)
+    else:
+        m = beta1 * m + (1.0 - beta1) * g
     v = beta2 * v + ((1.0 - beta2) * g) * g
     g_hat = g / (1.0 - m_schedule)
     m_hat = m / (1.0 - ms_next)
-    v_hat = v / (1.0 - pow(beta2, t))
+    v_hat = v / c2
     m_bar = (1.0 - mu_t) * g_hat + mu_t1 * m_hat
     w = w - (lr * m_bar) / (np.sqrt(v_hat) + eps)
     return w, {"m": m, "v": v, "m_schedule": m_schedule}

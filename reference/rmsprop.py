@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._util import (as_f64, check_convention, clip, f32, guide_gradient, kernel_clip, merge_hyper,
-                    pytorch_gradient)
+from ._util import (as_f64, check_convention, check_form, clip, f32, guide_gradient, kernel_clip,
+                    merge_hyper, python_clip, pytorch_gradient)
 
 NAME = "rmsprop"
 #: the conventions this module implements
@@ -31,6 +31,14 @@ STATE = ("n", "g", "delta")
 #: ``rho``/``momentum`` (guide:128) are a toolkit-level alias; the reference takes MXNet's names.
 HYPER = {"learning_rate": 0.001, "gamma1": 0.9, "gamma2": 0.9, "epsilon": 1e-8,
          "centered": False, "clip_weights": None}
+#: known variants of the same equations, ``step(..., form=...)``: {form: the conventions whose
+#: equations it changes} (written out in :func:`step`'s docstring; see reference/adam.py): the
+#: orders of weight decay and clipping, MXNet's in the guide's equations and the reverse (the
+#: pytorch convention clips, as the guide, before torch adds its weight decay)
+FORMS = {
+    "wd_before_clip": ("guide",),
+    "wd_after_clip": ("mxnet",),
+}
 
 
 def _hyper(hyper):
@@ -50,7 +58,7 @@ def init_state(weight, **hyper) -> dict:
 
 
 def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=None,
-         convention="mxnet", hyper_f32=True, **hyper):
+         convention="mxnet", hyper_f32=True, form=None, **hyper):
     """One RMSProp step. ``t`` is unused; ``learning_rate`` (in HYPER as MXNet's default) is
     accepted and ignored: ``lr`` is the effective rate.
 
@@ -116,8 +124,14 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     as in the other branches (torch takes the root of a rounding-negative value: NaN).
     ``gamma2 == 0`` centered is torch's ``momentum=0`` (torch skips the buffer; the weights are
     the same, ``delta`` then holds ``g/(sqrt(..) + eps)``). ``hyper_f32`` is ignored.
+
+    ``form`` (default None: the equations above) is one known variant of them (``FORMS``)::
+
+        wd_before_clip   guide: G = clip(rs*grad + wd*w, c)      (MXNet's order)
+        wd_after_clip    mxnet: g = clip(rs*grad, c) + wd*w      (the guide's order)
     """
     convention = check_convention(convention, CONVENTIONS, NAME, PYTORCH)
+    form = check_form(form, FORMS, NAME, convention)
     h = _hyper(hyper)
     gamma1, gamma2, eps = h["gamma1"], h["gamma2"], h["epsilon"]
     centered, clip_weights = h["centered"], h["clip_weights"]
@@ -130,7 +144,11 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
 
     if convention == "guide":
         beta, gamma = gamma1, gamma2
-        G = guide_gradient(gr, w, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient)
+        if form == "wd_before_clip":
+            G = python_clip(rescale_grad * gr + wd * w, clip_gradient)
+        else:
+            G = guide_gradient(gr, w, wd=wd, rescale_grad=rescale_grad,
+                               clip_gradient=clip_gradient)
         if not centered:
             n_new = beta * n + (1.0 - beta) * G * G                        # guide:110
             w_new = w + lr / np.sqrt(n_new + eps) * (-G)                   # guide:111
@@ -166,7 +184,10 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     if hyper_f32:
         lr, wd, rescale_grad, clip_gradient = f32(lr), f32(wd), f32(rescale_grad), f32(clip_gradient)
         gamma1, gamma2, eps, clip_weights = f32(gamma1), f32(gamma2), f32(eps), f32(clip_weights)
-    g = kernel_clip(rescale_grad * gr + wd * w, clip_gradient)
+    if form == "wd_after_clip":
+        g = kernel_clip(rescale_grad * gr, clip_gradient) + wd * w
+    else:
+        g = kernel_clip(rescale_grad * gr + wd * w, clip_gradient)
     if not centered:
         n_new = (1.0 - gamma1) * (g * g) + gamma1 * n
         w_new = w - lr * (g / np.sqrt(n_new + eps))

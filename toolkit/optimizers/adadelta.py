@@ -68,6 +68,10 @@ SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.p
     name="adadelta", reference="reference.adadelta",
     pytorch="pytorch", torch="Adadelta",
     space={"rho": Interval(0.0, 0.999), "epsilon": Decades(-9, -3)},
+    # rho: Zeiler (2012) tries 0.9 to 0.99 (0.95 in his experiments, Keras's default); MXNet,
+    # torch.optim and optax take 0.9. epsilon: Zeiler 1e-6 and 1e-8, torch and optax 1e-6,
+    # MXNet 1e-5, Keras 1e-7
+    usual={"rho": Interval(0.9, 0.99), "epsilon": Decades(-8, -5)},
     uses_lr=False,
     record={"rho": 0.9, "epsilon": 1e-05}, record_ulps=0,
     layouts=({},),

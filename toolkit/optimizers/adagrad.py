@@ -68,6 +68,9 @@ SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.p
     name="adagrad", reference="reference.adagrad",
     pytorch="pytorch", torch="Adagrad",
     space={"eps": OneOf(1e-07, Decades(-10, -1))},
+    # eps: torch.optim.Adagrad 1e-10, MXNet, optax and Keras 1e-7; larger values change the
+    # algorithm (they dominate the first steps' root)
+    usual={"eps": Decades(-10, -6)},
     record={"eps": 1e-07}, record_ulps=0,
     layouts=({"learning_rate": 0.1},),
     trainer=({},),

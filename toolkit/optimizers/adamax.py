@@ -21,7 +21,7 @@ from typing import NamedTuple
 from . import gradient
 from .base import Optimizer, scalar_only
 from .registry import register
-from .spaces import Interval
+from .spaces import Interval, USUAL_BETA1, USUAL_BETA2
 from .spec import BenchSetting, Spec
 from .validation import nonneg, unit
 
@@ -83,6 +83,10 @@ SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.p
     name="adamax", reference="reference.adamax",
     pytorch="pytorch", torch="Adamax",
     space={"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999)},
+    # Kingma and Ba (2015, section 7.1) and MXNet, torch.optim, optax: 0.9 and 0.999
+    usual={"beta1": USUAL_BETA1, "beta2": USUAL_BETA2},
+    variants=("hyper_f32", "hyper_f64", "constants_in_dtype", "lerp", "wd_before_clip",
+              "wd_after_clip"),  # reference.adamax.FORMS
     record={"beta1": 0.9, "beta2": 0.999}, record_ulps=1,
     layouts=({},),
     trainer=({},),

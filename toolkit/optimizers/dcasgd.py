@@ -23,7 +23,7 @@ from ..backends import arrays
 from . import gradient
 from .base import Optimizer, scalar_only
 from .registry import register
-from .spaces import Decades, MOMENTUM, OneOf
+from .spaces import Decades, MOMENTUM, OneOf, USUAL_MOMENTUM
 from .spec import BenchSetting, Spec
 from .validation import nonneg, unit
 
@@ -88,6 +88,8 @@ SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.p
     name="dcasgd", reference="reference.dcasgd",
     pytorch=None, torch=None,
     space={"momentum": MOMENTUM, "lamda": OneOf(0.04, Decades(-3, 1))},
+    # momentum: MXNet's default 0, or a heavy ball as SGD's (spaces.USUAL_MOMENTUM)
+    usual={"momentum": USUAL_MOMENTUM},
     record={"momentum": 0.5, "lamda": 0.04}, record_ulps=0,
     layouts=({"learning_rate": 0.1}, {"learning_rate": 0.1, "momentum": 0.9},),
     trainer=({"momentum": 0.9}, {},),

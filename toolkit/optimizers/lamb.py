@@ -35,7 +35,7 @@ from ..backends.rules import DirectionPass
 from . import gradient
 from .base import Optimizer
 from .registry import register
-from .spaces import Decades, Interval, OneOf
+from .spaces import Decades, Interval, OneOf, USUAL_BETA1, USUAL_BETA2
 from .spec import BenchSetting, Spec
 from .validation import flag, nonneg, unit
 
@@ -119,6 +119,9 @@ SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.p
     space={"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999),
            "epsilon": OneOf(1e-06, Decades(-10, -2)), "lower_bound": OneOf(None, Decades(-3, 0)),
            "upper_bound": OneOf(None, Decades(0, 2)), "bias_correction": OneOf(True, False)},
+    # You et al. (2020) train BERT with 0.9, 0.999 and epsilon 1e-6 (MXNet's and optax's
+    # defaults too)
+    usual={"beta1": USUAL_BETA1, "beta2": USUAL_BETA2, "epsilon": Decades(-8, -4)},
     record={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-06, "lower_bound": 0.5,
             "upper_bound": 10.0, "bias_correction": True}, record_ulps=1,
     layouts=({"learning_rate": 0.01},

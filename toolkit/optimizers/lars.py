@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from ..backends import cpu, jit
 from .registry import register
-from .spaces import Decades, MOMENTUM, OneOf
+from .spaces import Decades, MOMENTUM, OneOf, USUAL_MOMENTUM
 from .spec import BenchSetting, Spec
 from .validation import flag, nonneg
 from .sgd import (SGD, GuideMomentumRow, GuidePlainRow, MxnetMomentumRow, MxnetPlainRow,
@@ -48,6 +48,11 @@ SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.p
     pytorch=None, torch=None,
     space={"momentum": MOMENTUM, "eta": OneOf(0.001, Decades(-3, 0)),
            "eps": OneOf(0.0, Decades(-9, -3)), "momentum_correction": OneOf(True, False)},
+    # eta, the trust coefficient: 0.001 (You, Gitman and Ginsburg 2017; MXNet's default and
+    # optax's trust_coefficient) to a few hundredths (this toolkit's demo: 0.02); momentum 0.9
+    # (the paper) or off; eps: 0 (MXNet, optax) or a small floor
+    usual={"momentum": USUAL_MOMENTUM, "eta": Decades(-3, -1.5),
+           "eps": OneOf(0.0, Decades(-9, -6))},
     record={"momentum": 0.9, "eta": 0.01, "eps": 1e-06,
             "momentum_correction": True}, record_ulps=0,
     layouts=({"learning_rate": 0.1}, {"learning_rate": 0.1, "momentum": 0.9},),

@@ -26,7 +26,7 @@ from ..backends import arrays, cpu
 from ..backends.rules import add_rule
 from .base import Optimizer
 from .registry import register
-from .spaces import Ints, MOMENTUM, OneOf
+from .spaces import Ints, MOMENTUM, OneOf, USUAL_MOMENTUM
 from .spec import BenchSetting, Spec
 from .validation import choice, integer, unit
 from .sgd import (GuideMomentumRow, GuidePlainRow, guide_momentum_rule, guide_plain_rule,
@@ -164,6 +164,7 @@ SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.p
     space={"momentum": MOMENTUM, "warmup_strategy": OneOf("linear", "power2", "sqrt", "lars"),
            "warmup_epochs": Ints(0, 3), "batch_scale": Ints(1, 3),
            "updates_per_epoch": Ints(1, 4), "begin_epoch": Ints(0, 2)},
+    usual={"momentum": USUAL_MOMENTUM},  # 0 or 0.5..0.99 (spaces.USUAL_MOMENTUM)
     record={"momentum": 0.9, "warmup_strategy": "linear", "warmup_epochs": 1, "batch_scale": 2,
             "updates_per_epoch": 4}, record_ulps=0,
     layouts=({"learning_rate": 0.1}, {"learning_rate": 0.1, "momentum": 0.9},),

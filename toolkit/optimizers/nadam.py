@@ -22,7 +22,7 @@ from typing import NamedTuple
 from . import gradient
 from .base import Optimizer
 from .registry import register
-from .spaces import Decades, Interval, OneOf
+from .spaces import Decades, Interval, OneOf, USUAL_BETA1, USUAL_BETA2
 from .spec import BenchSetting, Spec
 from .validation import nonneg, unit
 
@@ -66,6 +66,13 @@ SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.p
     pytorch="mxnet", torch="NAdam",
     space={"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999),
            "epsilon": Decades(-10, -2), "schedule_decay": OneOf(0.004, Interval(0.0, 0.1))},
+    # betas and epsilon as Adam's (Dozat 2016; MXNet, torch.optim.NAdam, optax: 0.9, 0.999,
+    # 1e-8; Keras 1e-7); schedule_decay: 0.004 (Dozat, MXNet, torch's momentum_decay, Keras),
+    # a decade around it at most
+    usual={"beta1": USUAL_BETA1, "beta2": USUAL_BETA2, "epsilon": Decades(-8, -3),
+           "schedule_decay": Interval(0.001, 0.01)},
+    variants=("hyper_f32", "hyper_f64", "constants_in_dtype", "lerp",
+              "schedule_product_f32"),  # reference.nadam.FORMS
     record={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-08,
             "schedule_decay": 0.004}, record_ulps=1,
     layouts=({},),

@@ -21,7 +21,7 @@ from ..backends import arrays
 from . import gradient
 from .base import Optimizer, scalar_only
 from .registry import register
-from .spaces import MOMENTUM
+from .spaces import MOMENTUM, USUAL_MOMENTUM
 from .spec import BenchSetting, Spec
 from .validation import unit
 from .sgd import GuidePlainRow, guide_plain_rule, sgd_update_hyper, sgd_update_rule
@@ -68,6 +68,9 @@ SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.p
     name="nag", reference="reference.nag",
     pytorch="pytorch", torch="SGD",
     space={"momentum": MOMENTUM},
+    # Nesterov momentum as trained: 0.9 (torch.optim.SGD(nesterov=True)'s examples, optax.sgd
+    # with nesterov; Sutskever et al. 2013: 0.9 to 0.99), or off
+    usual={"momentum": USUAL_MOMENTUM},
     record={"momentum": 0.9}, record_ulps=0,
     layouts=({"learning_rate": 0.1}, {"learning_rate": 0.1, "momentum": 0.9},),
     trainer=({"momentum": 0.9},),

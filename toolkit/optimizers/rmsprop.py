@@ -20,7 +20,7 @@ from typing import NamedTuple
 from . import gradient
 from .base import Optimizer, scalar_only
 from .registry import register
-from .spaces import Decades, Interval, OneOf
+from .spaces import Decades, Interval, OneOf, USUAL_MOMENTUM
 from .spec import BenchSetting, Spec
 from .validation import flag, nonneg, positive, unit
 
@@ -109,6 +109,13 @@ SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.p
     space={"gamma1": Interval(0.0, 0.999), "gamma2": Interval(0.0, 0.99),
            "epsilon": Decades(-10, -2), "centered": OneOf(False, True),
            "clip_weights": OneOf(None, Decades(-1, 1))},
+    # gamma1, the decay of the averages: 0.9 (Hinton's lecture 6e, MXNet, optax, Keras) to 0.99
+    # (torch.optim.RMSprop's alpha), 0.999 at most; gamma2, the centered momentum: 0.9
+    # (Graves 2013, MXNet) or off (torch's momentum=0); epsilon: 1e-10 (TF1) to 1e-4 (Graves
+    # 2013), 1e-8 by default (MXNet, torch, optax), Keras 1e-7
+    usual={"gamma1": Interval(0.9, 0.999), "gamma2": USUAL_MOMENTUM,
+           "epsilon": Decades(-10, -4)},
+    variants=("hyper_f32", "hyper_f64", "wd_before_clip", "wd_after_clip"),  # reference FORMS
     record={"gamma1": 0.9, "gamma2": 0.9, "epsilon": 1e-08, "centered": True,
             "clip_weights": 2.0}, record_ulps=0,
     layouts=({"learning_rate": 0.01}, {"learning_rate": 0.01, "centered": True},),

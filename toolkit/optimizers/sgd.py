@@ -22,7 +22,7 @@ from ..backends.jit import inlined
 from . import gradient
 from .base import Optimizer, scalar_only
 from .registry import register
-from .spaces import MOMENTUM
+from .spaces import MOMENTUM, USUAL_MOMENTUM
 from .spec import BenchSetting, Spec
 from .validation import flag, unit
 
@@ -139,6 +139,7 @@ SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.p
     name="sgd", reference="reference.sgd",
     pytorch="pytorch", torch="SGD",
     space={"momentum": MOMENTUM},
+    usual={"momentum": USUAL_MOMENTUM},  # 0 or 0.5..0.99 (spaces.USUAL_MOMENTUM: its sources)
     record={"momentum": 0.9}, record_ulps=0,
     layouts=({"learning_rate": 0.1}, {"learning_rate": 0.1, "momentum": 0.9},),
     trainer=({"momentum": 0.0}, {"momentum": 0.9},),

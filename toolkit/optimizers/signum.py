@@ -22,7 +22,7 @@ from typing import NamedTuple
 from . import gradient
 from .base import Optimizer, scalar_only
 from .registry import register
-from .spaces import Decades, MOMENTUM, OneOf
+from .spaces import Decades, MOMENTUM, OneOf, USUAL_MOMENTUM
 from .spec import BenchSetting, Spec
 from .validation import nonneg, unit
 
@@ -110,6 +110,9 @@ SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.p
     name="signum", reference="reference.signum",
     pytorch=None, torch=None,
     space={"momentum": MOMENTUM, "wd_lh": OneOf(0.0, Decades(-4, -1))},
+    # momentum 0.9 (Bernstein et al. 2018; MXNet's Signum and optax.signum default) or 0
+    # (SignSGD, optax.sign_sgd)
+    usual={"momentum": USUAL_MOMENTUM},
     dependent=_wd_lh_needs_momentum,
     record={"momentum": 0.9, "wd_lh": 0.01}, record_ulps=0,
     layouts=({}, {"momentum": 0.0},),

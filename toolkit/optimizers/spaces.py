@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Space", "Decades", "Interval", "Ints", "Just", "OneOf", "Shapes", "MOMENTUM", "COMMON"]
+__all__ = ["Space", "Decades", "Interval", "Ints", "Just", "OneOf", "Shapes", "MOMENTUM", "COMMON",
+           "USUAL_MOMENTUM", "USUAL_BETA1", "USUAL_BETA2"]
 
 
 class Space:
@@ -125,6 +126,21 @@ class Shapes(Space):
 
 #: momentum: exactly 0 (the branch without state) or in [0, 0.99]
 MOMENTUM = OneOf(0.0, Interval(0.0, 0.99))
+
+#: the usual ranges (``Spec.usual``: what people train with) that several optimizers share. Each
+#: spec that uses one says where its own defaults come from.
+#:
+#: momentum: off (0, plain SGD) or a heavy ball between 0.5 and 0.99. MXNet's examples and
+#: torch.optim's documentation use 0.9; Sutskever, Martens, Dahl and Hinton (ICML 2013) train
+#: with 0.9 to 0.99 (0.995 and 0.999 only late in a schedule); He et al. (2016) 0.9; Bernstein
+#: et al. (Signum, 2018) 0.9. Values near 0 but not 0 are a corner nobody trains in.
+USUAL_MOMENTUM = OneOf(0.0, Interval(0.5, 0.99))
+#: the decay of a first moment (Adam's beta1 and its relatives): Kingma and Ba's 0.9, the default
+#: of MXNet, torch.optim, optax and Keras; 0.5 to 0.99 covers what papers tune (GANs use 0.5)
+USUAL_BETA1 = Interval(0.5, 0.99)
+#: the decay of a second moment (beta2): 0.999 by default (Kingma and Ba; MXNet, torch.optim,
+#: optax, Keras), 0.98 to 0.95 for transformers (Vaswani et al. 2017: 0.98), 0.9999 at most
+USUAL_BETA2 = Interval(0.9, 0.9999)
 
 #: the hyperparameters every optimizer shares, on and off
 COMMON = {

@@ -97,6 +97,10 @@ VARIANTS = {v.name: v for v in (
     Variant("wd_after_clip", "weight decay added to the gradient after clipping (the guide's "
                              "order)"),
     Variant("no_bias_correction", "no bias correction of the moments"),
+    Variant("schedule_product_f32", "the running product of NAdam's momentum schedule held in "
+                                    "float32 whatever the weight's precision, as "
+                                    "torch.optim.NAdam keeps its mu_product in the default "
+                                    "dtype", rounding=True),
 )}
 
 

@@ -1,0 +1,384 @@
+"""The variants and usual domains of the optimizers besides Adam and AdamW
+(tests/test_oracle_variants.py has theirs and the machinery's own tests).
+
+Each variant that a reference module writes (``FORMS``) and its optimizer's spec declares is
+planted in a small numpy implementation written here from the equations (docs/conventions.md,
+the reference's docstring), and ``verify``'s report must name it; the same implementation
+without it passes. Each case is aimed at the regime where the variant changes the result by many
+rounding bounds (pinned hyperparameters, or ``ranges`` for the full domain), so no test leans on
+one seed's draws. Where a known corner lies outside the usual ranges (a lerp as beta1 goes to 0,
+torch's centered RMSprop's NaN as gamma1 does), the usual domain passes, the full one fails, and
+the report locates it.
+"""
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+from toolkit import oracle
+from toolkit.optimizer import spec_of, specs
+from toolkit.oracle.space import Decades
+from toolkit.oracle.variants import VARIANTS, variants_of
+
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+EXAMPLES = 30
+NO_CLIP = dict(wd=0.0, rescale_grad=1.0, clip_gradient=None)
+
+
+def _clip(g, c):
+    """Clipping as the guide and MXNet's Python ops gate it: off for None only."""
+    return g if c is None else np.clip(g, -c, c)
+
+
+def _kclip(g, c):
+    """Clipping as MXNet's kernels gate it: off for None and 0."""
+    return np.clip(g, -c, c) if c else g
+
+
+def _f32(x):
+    return None if x is None else float(np.float32(x))
+
+
+def _gradient(g, w, rs, c, wd, variant, convention, kernel=False):
+    """The gradient with weight decay: the guide's ``clip(rs*g, c) + wd*w``, MXNet's
+    ``clip(rs*g + wd*w, c)``, or the other's under ``wd_before_clip`` (guide) and
+    ``wd_after_clip`` (mxnet); ``kernel``: MXNet's kernel gating of the clip."""
+    cl = _kclip if kernel else _clip
+    before = (convention == "mxnet") != (variant in ("wd_before_clip", "wd_after_clip"))
+    return cl(rs * g + wd * w, c) if before else cl(rs * g, c) + wd * w
+
+
+# --------------------------------------------------------------------------------------------
+# numpy implementations, one variant planted (None: the convention's own equations)
+# --------------------------------------------------------------------------------------------
+def make_adamax(variant=None):
+    """The guide's Adamax (guide:165-168, epsilon 1e-8): ``G = clip(rs*g, c) + wd*w``,
+    ``m = beta1*m + (1-beta1)*G``, ``u = max(beta2*u, |G|)``,
+    ``w -= lr/(u + eps) * m/(1 - beta1^t)``, in the weight's dtype with the step constant in
+    double precision."""
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, beta1, beta2):
+        w, t = w.copy(), [0]
+        m, u = np.zeros_like(w), np.zeros_like(w)
+        dt = w.dtype.type
+
+        def step(g):
+            t[0] += 1
+            G = _gradient(g, w, rescale_grad, clip_gradient, wd, variant, "guide")
+            if variant == "lerp":
+                m[...] = m + (1.0 - beta1) * (G - m)
+            else:
+                m[...] = beta1 * m + (1.0 - beta1) * G
+            u[...] = np.maximum(beta2 * u, np.abs(G))
+            if variant == "constants_in_dtype":
+                c1 = dt(1) - dt(beta1) ** t[0]
+            else:
+                c1 = 1.0 - beta1 ** t[0]
+            w[...] = w + learning_rate / (u + 1e-8) * (-(m / c1))
+            return w
+        return step
+    return make
+
+
+def make_adamax_mxnet(variant=None):
+    """MXNet's Adamax (Python ops: only the clip bound rounded to float32; no epsilon):
+    ``g = clip(rs*grad + wd*w, c)``, ``w -= lr/(1 - beta1^t) * m/u`` where ``u > 0``."""
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, beta1, beta2):
+        w, t = w.copy(), [0]
+        m, u = np.zeros_like(w), np.zeros_like(w)
+
+        def step(g):
+            t[0] += 1
+            G = _gradient(g, w, rescale_grad, _f32(clip_gradient), wd, variant, "mxnet")
+            m[...] = beta1 * m + (1.0 - beta1) * G
+            u[...] = np.maximum(beta2 * u, np.abs(G))
+            lr_t = learning_rate / (1.0 - beta1 ** t[0])
+            w[...] = np.where(u > 0, w - lr_t * m / np.where(u > 0, u, 1.0), w)
+            return w
+        return step
+    return make
+
+
+def make_rmsprop(convention, variant=None):
+    """Plain RMSProp: the guide's (guide:110-111, double precision) or MXNet's kernel (its
+    hyperparameters rounded to float32, kernel clip gating, its expression order)."""
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, gamma1, gamma2, epsilon,
+             centered, clip_weights):
+        assert not centered and clip_weights is None, "pin centered=False, clip_weights=None"
+        w, n = w.copy(), np.zeros_like(w)
+        h = (learning_rate, wd, rescale_grad, clip_gradient, gamma1, epsilon)
+        lr, wd_, rs, c, g1, eps = [_f32(x) for x in h] if convention == "mxnet" else h
+
+        def step(g):
+            G = _gradient(g, w, rs, c, wd_, variant, convention, kernel=convention == "mxnet")
+            if convention == "mxnet":
+                n[...] = (1.0 - g1) * (G * G) + g1 * n
+                w[...] = w - lr * (G / np.sqrt(n + eps))
+            else:
+                n[...] = g1 * n + (1.0 - g1) * G * G
+                w[...] = w + lr / np.sqrt(n + eps) * (-G)
+            return w
+        return step
+    return make
+
+
+def make_ftml(convention, variant=None):
+    """FTML (guide:256-259; MXNet's kernel: lr, wd, rescale_grad, clip_gradient and the betas
+    rounded to float32, epsilon not, kernel clip gating, the powers in double)."""
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, beta1, beta2, epsilon):
+        w, t = w.copy(), [0]
+        d, v, z = np.zeros_like(w), np.zeros_like(w), np.zeros_like(w)
+        h = (learning_rate, wd, rescale_grad, clip_gradient, beta1, beta2)
+        lr, wd_, rs, c, b1, b2 = [_f32(x) for x in h] if convention == "mxnet" else h
+
+        def step(g):
+            t[0] += 1
+            G = _gradient(g, w, rs, c, wd_, variant, convention, kernel=convention == "mxnet")
+            v[...] = b2 * v + (1.0 - b2) * (G * G)
+            d_t = ((1.0 - b1 ** t[0]) / lr) * (np.sqrt(v / (1.0 - b2 ** t[0])) + epsilon)
+            z[...] = (b1 * z + (1.0 - b1) * G) - (d_t - b1 * d) * w
+            d[...] = d_t
+            w[...] = -z / d_t
+            return w
+        return step
+    return make
+
+
+def make_nadam(variant=None):
+    """MXNet's Nadam (reference/nadam.py; torch.optim.NAdam's update), in MXNet's expression
+    order, in the weight's dtype; ``m_schedule`` and the step constants in double precision."""
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, beta1, beta2, epsilon,
+             schedule_decay):
+        w, t, ms = w.copy(), [0], [1.0]
+        m, v = np.zeros_like(w), np.zeros_like(w)
+        dt = w.dtype.type
+
+        def step(g):
+            t[0] += 1
+            n = t[0]
+            G = _clip(g * rescale_grad + wd * w, clip_gradient)
+            mu_t = beta1 * (1.0 - 0.5 * 0.96 ** (n * schedule_decay))
+            mu_t1 = beta1 * (1.0 - 0.5 * 0.96 ** ((n + 1) * schedule_decay))
+            c2 = 1.0 - beta2 ** n
+            if variant == "constants_in_dtype":
+                mu_t, mu_t1 = dt(mu_t), dt(mu_t1)
+                ms[0] = dt(ms[0]) * mu_t
+                c2 = dt(1) - dt(beta2) ** n
+            elif variant == "schedule_product_f32":   # torch's mu_product in float32
+                ms[0] = float(np.float32(np.float32(ms[0]) * np.float32(mu_t)))
+            else:
+                ms[0] = ms[0] * mu_t
+            ms_next = ms[0] * mu_t1
+            if variant == "lerp":
+                m[...] = m + (1.0 - beta1) * (G - m)
+            else:
+                m[...] = beta1 * m + (1.0 - beta1) * G
+            v[...] = beta2 * v + ((1.0 - beta2) * G) * G
+            m_bar = (1.0 - mu_t) * (G / (1.0 - ms[0])) + mu_t1 * (m / (1.0 - ms_next))
+            w[...] = w - (learning_rate * m_bar) / (np.sqrt(v / c2) + epsilon)
+            return w
+        return step
+    return make
+
+
+#: the implementation each row plants its variant in: {(optimizer, convention): make(variant)}
+MAKERS = {  # checked against the registry by tests/test_oracle_variants_more.py::test_every_declared_variant_is_planted
+    ("adamax", "guide"): make_adamax, ("adamax", "mxnet"): make_adamax_mxnet,
+    ("nadam", "mxnet"): make_nadam,
+    ("rmsprop", "guide"): lambda v=None: make_rmsprop("guide", v),
+    ("rmsprop", "mxnet"): lambda v=None: make_rmsprop("mxnet", v),
+    ("ftml", "guide"): lambda v=None: make_ftml("guide", v),
+    ("ftml", "mxnet"): lambda v=None: make_ftml("mxnet", v),
+}
+#: weight decay and clipping both on, so that their order shows
+WD_CLIP = dict(learning_rate=0.1, wd=0.05, rescale_grad=1.0, clip_gradient=0.5)
+PLAIN = dict(centered=False, clip_weights=None)
+#: the lerp's corner: a decay near 0 (1 - (1 - beta) is not beta), with the second moment
+#: forgetting a large earlier gradient so that a later, small step carries the error
+LERP_RANGES = {"float64": Decades(-16, -10), "float32": Decades(-8, -1)}
+
+#: (optimizer, variant): (convention, dtype, fixed, ranges), each aimed where the variant
+#: changes the result by many rounding bounds. A declared in-reference variant without a row
+#: fails test_every_declared_variant_is_planted.
+PLANTED = {  # checked against the registry by tests/test_oracle_variants_more.py::test_every_declared_variant_is_planted
+    ("adamax", "lerp"): ("guide", "float64", dict(learning_rate=1.0, **NO_CLIP),
+                         {"beta1": LERP_RANGES["float64"], "beta2": Decades(-40, -10)}),
+    # 1 - beta1^t in float32 is off by (float32(beta1) - beta1)/(1 - beta1): within the bound
+    # at beta1 = 0.99 (optax.adamax passes there), many bounds beyond it at 0.999
+    ("adamax", "constants_in_dtype"): ("guide", "float32",
+                                       dict(learning_rate=0.1, beta1=0.999, **NO_CLIP), None),
+    # the moment enters NAdam's step times mu_{t+1} (about beta1), so the lerp's rounding shows
+    # only in between: beta1 near 1e-3, after a large gradient (5 to 12 bounds over seeds 0-4
+    # with 100 examples; a few at 1e-2, none below 1e-4)
+    ("nadam", "lerp"): ("mxnet", "float32", dict(learning_rate=1.0, beta1=1e-3, **NO_CLIP),
+                        {"beta2": Decades(-40, -10)}),
+    ("nadam", "constants_in_dtype"): ("mxnet", "float32",
+                                      dict(learning_rate=0.1, beta2=0.9999, **NO_CLIP), None),
+    ("nadam", "schedule_product_f32"): ("mxnet", "float64", dict(learning_rate=0.1, **NO_CLIP),
+                                        None),
+    ("adamax", "wd_before_clip"): ("guide", "float64", WD_CLIP, None),
+    ("adamax", "wd_after_clip"): ("mxnet", "float64", WD_CLIP, None),
+    ("rmsprop", "wd_before_clip"): ("guide", "float64", dict(**WD_CLIP, **PLAIN), None),
+    ("rmsprop", "wd_after_clip"): ("mxnet", "float64", dict(**WD_CLIP, **PLAIN), None),
+    ("ftml", "wd_before_clip"): ("guide", "float64", WD_CLIP, None),
+    ("ftml", "wd_after_clip"): ("mxnet", "float64", WD_CLIP, None),
+}
+
+
+#: rows that need more cases than EXAMPLES to meet their regime (a large earlier gradient)
+MORE_EXAMPLES = {("nadam", "lerp"): 100}
+
+
+def _verify(name, variant, **kw):
+    convention, dtype, fixed, ranges = PLANTED[(name, variant)]
+    examples = MORE_EXAMPLES.get((name, variant), EXAMPLES)
+    make = MAKERS[(name, convention)](kw.pop("plant", variant))
+    return oracle.verify(make, name, convention=convention,
+                         dtype=dtype, fixed=fixed, ranges=ranges, examples=examples, **kw)
+
+
+# --------------------------------------------------------------------------------------------
+# what is declared
+# --------------------------------------------------------------------------------------------
+#: the optimizers whose variants tests/test_oracle_variants.py plants
+PLANTED_ELSEWHERE = ("adam", "adamw")
+
+
+def test_every_declared_variant_is_planted():
+    declared = {(name, v.name) for name, spec in specs().items() if name not in PLANTED_ELSEWHERE
+                for v in variants_of(spec) if v.in_reference}
+    assert declared == set(PLANTED)
+    # and each row has its implementation, of a convention that optimizer's reference has
+    assert set(MAKERS) == {(name, PLANTED[(name, v)][0]) for name, v in PLANTED}
+    assert all(c in spec_of(name).reference_module().CONVENTIONS for name, c in MAKERS)
+
+
+def test_every_known_variant_is_declared_by_some_optimizer():
+    # so each is planted: here, or in tests/test_oracle_variants.py (Adam's)
+    assert {v for spec in specs().values() for v in spec.variants} == set(VARIANTS)
+
+
+def test_the_usual_ranges_lie_inside_the_full_ones():
+    from toolkit.oracle.space import inside
+    from toolkit.optimizers.spaces import Decades as D, Interval as I, OneOf as O
+
+    def ends(space):
+        if isinstance(space, O):
+            return [x for o in space.options for x in ends(o)]
+        if isinstance(space, D):
+            return [10.0 ** space.lo, 10.0 ** space.hi]
+        if isinstance(space, I):
+            return [space.lo, space.hi]
+        return [space.value]
+    for name, spec in specs().items():
+        for k, usual in spec.usual.items():
+            assert all(inside(spec.space[k], x) for x in ends(usual)), (name, k, usual)
+
+
+# --------------------------------------------------------------------------------------------
+# each planted variant is named
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name, variant", list(PLANTED))
+def test_a_planted_variant_is_named(name, variant):
+    convention = PLANTED[(name, variant)][0]
+    r = _verify(name, variant)
+    assert not r.passed, r.summary
+    e = r.explanation
+    assert e is not None and e.kind == "variant", r.summary
+    assert (e.variant, e.convention) == (variant, convention), r.summary
+    assert e.max_error <= 1.0 and f"variant {variant}:" in e.text
+    what = ("the same equations, rounded differently" if VARIANTS[variant].rounding
+            else "the same algorithm, written differently")
+    assert what in e.text
+    # the same implementation without the variant passes: the variant is what failed
+    assert _verify(name, variant, plant=None).passed
+
+
+# --------------------------------------------------------------------------------------------
+# usual and full domains
+# --------------------------------------------------------------------------------------------
+def _assert_fails_for_small(r, k, variant="lerp"):
+    usual, full = r.domains["usual"], r.domains["full"]
+    assert usual.passed and not full.passed and not r.passed, r.summary
+    assert r.region is not None and r.region.startswith(f"only for {k} < "), r.summary
+    edge = float(r.region.split()[4])
+    low = spec_of(r.optimizer).usual[k].lo
+    assert r.worst["hyperparameters"][k] < edge <= low, r.summary
+    assert r.explanation.kind == "variant" and r.explanation.variant == variant, r.summary
+
+
+@pytest.mark.parametrize("name", ["adamax", "nadam"])
+def test_a_lerp_fails_the_full_domain_only_for_a_small_beta1(name):
+    _assert_fails_for_small(_verify(name, "lerp"), "beta1")
+
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch not installed (pip install torch to check "
+                                           "torch.optim.Adamax's usual and full domains)")
+def test_torch_adamax_fails_the_full_domain_only_for_small_beta1():
+    import torch
+
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, beta1, beta2):
+        p = torch.nn.Parameter(torch.tensor(w, dtype=torch.float64))
+        opt = torch.optim.Adamax([p], lr=learning_rate, betas=(beta1, beta2), weight_decay=wd)
+
+        def step(g):
+            p.grad = torch.tensor(g * rescale_grad, dtype=torch.float64)
+            opt.step()
+            return p.detach()
+        return step
+    _, _, fixed, ranges = PLANTED[("adamax", "lerp")]
+    r = oracle.verify(make, "adamax", convention="pytorch", dtype="float64", fixed=fixed,
+                      ranges=ranges, examples=EXAMPLES)
+    _assert_fails_for_small(r, "beta1")
+    assert r.explanation.convention == "pytorch"
+
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch not installed (pip install torch to check "
+                                           "torch.optim.NAdam in float64)")
+def test_torch_nadam_in_float64_is_explained_by_its_float32_schedule_product():
+    import torch
+
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, beta1, beta2, epsilon,
+             schedule_decay):
+        p = torch.nn.Parameter(torch.tensor(w, dtype=torch.float64))
+        opt = torch.optim.NAdam([p], lr=learning_rate, betas=(beta1, beta2), eps=epsilon,
+                                weight_decay=wd, momentum_decay=schedule_decay)
+
+        def step(g):
+            p.grad = torch.tensor(g * rescale_grad, dtype=torch.float64)
+            opt.step()
+            return p.detach()
+        return step
+    assert torch.get_default_dtype() == torch.float32
+    r = oracle.verify(make, "nadam", convention="pytorch", dtype="float64", examples=EXAMPLES,
+                      fixed=NO_CLIP)
+    e = r.explanation
+    assert not r.passed and (e.kind, e.variant) == ("variant", "schedule_product_f32"), r.summary
+
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch not installed (pip install torch to check "
+                                           "torch.optim.RMSprop's usual and full domains)")
+def test_torch_centered_rmsprop_fails_the_full_domain_only_for_small_gamma1():
+    # torch takes sqrt(E[g^2] - E[g]^2) without a floor: a rounding-negative variance is NaN
+    # where gamma1 (torch's alpha) is near 0 and the averages are nearly the last gradient's
+    import torch
+
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, gamma1, gamma2, epsilon,
+             centered, clip_weights):
+        p = torch.nn.Parameter(torch.tensor(w, dtype=torch.float64))
+        opt = torch.optim.RMSprop([p], lr=learning_rate, alpha=gamma1, eps=epsilon,
+                                  weight_decay=wd, momentum=gamma2, centered=True)
+
+        def step(g):
+            p.grad = torch.tensor(g * rescale_grad, dtype=torch.float64)
+            opt.step()
+            return p.detach()
+        return step
+    r = oracle.verify(make, "rmsprop", convention="pytorch", dtype="float64", examples=EXAMPLES,
+                      fixed=dict(centered=True, clip_weights=None, **NO_CLIP),
+                      ranges={"gamma1": Decades(-16, -4)})
+    usual, full = r.domains["usual"], r.domains["full"]
+    assert usual.passed and not full.passed, r.summary
+    assert r.region is not None and r.region.startswith("only for gamma1 < "), r.summary
+    assert r.worst["hyperparameters"]["gamma1"] < float(r.region.split()[4]) <= 0.9
