@@ -784,7 +784,24 @@ def _epsilon_matters(h, c, w0, g):
                 and h["beta2"] < 0.99)
 
 
-@given(problems("adam", clip=("none",), hyper=ADAM_H))
+@st.composite
+def epsilon_problems(draw):
+    """Adam problems where epsilon matters (:func:`_epsilon_matters`), drawn there rather than
+    filtered: beta2 below 0.99, and epsilon within a factor 10 of ``sqrt(v)`` after the first
+    step at an element drawn among those with a gradient. (Filtering ``problems`` for it kept
+    about one draw in six, and which draws Hypothesis makes moves with the literals of the
+    modules it has seen: a change elsewhere failed the filter's health check.)"""
+    h, c, w0, grads = draw(problems("adam", clip=("none",), hyper=ADAM_H))
+    h = dict(h, beta2=draw(st.floats(0.01, 0.98)))
+    root_v = np.sqrt(1.0 - h["beta2"]) * np.abs(c["rescale_grad"] * grads[0] + c["wd"] * w0)
+    live = np.flatnonzero(root_v > 0).tolist()
+    assume(live)  # every first gradient zero (and no decay): nothing to place epsilon against
+    i = draw(st.sampled_from(live))
+    h["epsilon"] = float(root_v[i] * 10.0 ** draw(st.floats(-0.9, 0.9)))
+    return h, c, w0, grads
+
+
+@given(epsilon_problems())
 @example(ADAM_EXAMPLE)
 def test_adam_inverse_epsilon_factor_does_not_hold(p):
     """The direction matters: the guide with eps*sqrt(1 - beta2^t) is not MXNet with eps."""
@@ -796,7 +813,7 @@ def test_adam_inverse_epsilon_factor_does_not_hold(p):
     assert differs(a, b, names={"w"})
 
 
-@given(problems("adam", clip=("none",), hyper=ADAM_H))
+@given(epsilon_problems())
 def test_adam_epsilon_placement_differs(p):
     """With the same epsilon, MXNet and the guide differ where epsilon matters."""
     h, c, w0, grads = p
