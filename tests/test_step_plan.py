@@ -531,6 +531,72 @@ def test_a_param_dict_whose_keys_changed_is_read_index_by_index():
             assert np.array_equal(p.data(), ws[i]), (step, p.name)
 
 
+def _swap_setitem(pd, holder):
+    pd[1] = holder
+
+
+def _swap_update(pd, holder):
+    pd.update({1: holder})
+
+
+def _swap_ior(pd, holder):
+    pd |= {1: holder}
+
+
+def _swap_pop(pd, holder):
+    pd.pop(1)
+    dict.__setitem__(pd, 1, holder)  # the pop alone is what must be seen
+
+
+def _swap_del(pd, holder):
+    del pd[1]
+    dict.__setitem__(pd, 1, holder)
+
+
+def _swap_clear(pd, holder):
+    items = dict(pd, **{})
+    pd.clear()
+    for k, v in items.items():
+        dict.__setitem__(pd, k, holder if k == 1 else v)
+
+
+def _swap_setdefault(pd, holder):
+    pd.pop(1)
+    pd.setdefault(1, holder)
+
+
+def _swap_popitem(pd, holder):
+    k, v = pd.popitem()
+    dict.__setitem__(pd, k, v)
+    dict.__setitem__(pd, 1, holder)
+
+
+@pytest.mark.parametrize("swap", [_swap_setitem, _swap_update, _swap_ior, _swap_pop, _swap_del,
+                                  _swap_clear, _swap_setdefault, _swap_popitem])
+def test_every_change_of_the_trainers_param_dict_is_read(swap):
+    """The Trainer keeps its parameters' multipliers while the optimizer's ``param_dict`` (a
+    ``ParamDict`` that counts its changes) is unchanged; a change through any of the dict's
+    methods (here index 1's entry replaced by a holder of other multipliers) is read at the
+    next step, as the per-parameter update reads it."""
+    params = [Parameter(f"p{i}_weight", init=np.ones(3, np.float32), lr_mult=1.0 + i,
+                        wd_mult=0.5 * i) for i in range(3)]
+    trainer = Trainer(params, "sgd", {"learning_rate": 0.1, "wd": 0.01})
+    twin = optimizer.create("sgd", learning_rate=0.1, wd=0.01)
+    twin.param_dict = dict(enumerate(params))
+    ws = [np.ones(3, np.float32) for _ in params]
+    for step in range(2):
+        if step == 1:
+            holder = _Holder(4.0, 3.0)
+            swap(trainer.optimizer.param_dict, holder)
+            twin.param_dict[1] = holder
+        for i, p in enumerate(params):
+            p.grad()[...] = 0.5
+            twin.update(i, ws[i], np.full(3, 0.5, np.float32), None)
+        trainer.step(1)
+        for i, p in enumerate(params):
+            assert np.array_equal(p.data(), ws[i]), (step, p.name)
+
+
 def test_a_param_dict_that_is_a_mapping_but_not_a_dict_is_read():
     """MXNet reads ``param_dict`` with ``in`` and ``[]``, so any mapping works there; a
     ``param_dict`` that was a mapping but not a dict (a ``collections.UserDict``, a

@@ -154,7 +154,7 @@ class Bookkeeping:
 
     def _mult(self, index, table, attr):
         pd = self.param_dict
-        if type(pd) is dict:
+        if isinstance(pd, dict):  # a Trainer's ParamDict too, without an ABC check
             p = pd.get(index) if pd else None
         else:  # any mapping, as MXNet's ``index in param_dict`` reads it
             p = pd.get(index) if isinstance(pd, Mapping) else None

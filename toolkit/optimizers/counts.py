@@ -167,6 +167,8 @@ class Counts(MutableMapping):
             c[inside] = t[indices[inside]]
         else:
             c = t[indices]
+        if c.size and c.min() >= 0:  # every index counted (a step after the first): as read
+            return c
         return np.where(c < 0, np.int64(default), c)
 
     def scatter(self, indices, t):

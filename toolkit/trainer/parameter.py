@@ -17,7 +17,7 @@ import numpy as np
 
 from ..backends import arrays
 
-__all__ = ["Parameter", "GRAD_REQS", "DEVICES", "GRAD_STYPES"]
+__all__ = ["Parameter", "ParamDict", "GRAD_REQS", "DEVICES", "GRAD_STYPES"]
 
 GRAD_REQS = ("write", "add", "null")
 GRAD_STYPES = ("default", "row_sparse")
@@ -351,6 +351,54 @@ def multipliers_version():
 def holds_version():
     """A number that changes whenever a Trainer takes a Parameter (:meth:`Parameter.hold`)."""
     return _HOLDS
+
+
+class ParamDict(dict):
+    """The ``param_dict`` a Trainer gives its optimizer (index -> Parameter, MXNet's): a dict
+    that counts its changes (``changes``), so that a step tells in O(1) that the multipliers
+    it keeps per index are still the ones this dict gives. Every change through the dict's
+    methods counts; a dict of the user's own set on the optimizer instead is told apart by
+    identity."""
+    __slots__ = ("changes",)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.changes = 0
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        self.changes += 1
+
+    def __delitem__(self, key):
+        super().__delitem__(key)
+        self.changes += 1
+
+    def __ior__(self, other):
+        self.changes += 1
+        return super().__ior__(other)
+
+    def pop(self, *args):
+        self.changes += 1
+        return super().pop(*args)
+
+    def popitem(self):
+        self.changes += 1
+        return super().popitem()
+
+    def clear(self):
+        self.changes += 1
+        super().clear()
+
+    def update(self, *args, **kwargs):
+        self.changes += 1
+        super().update(*args, **kwargs)
+
+    def setdefault(self, key, default=None):
+        self.changes += 1
+        return super().setdefault(key, default)
+
+    def __reduce__(self):  # a copy is a plain ParamDict of the same items
+        return (ParamDict, (dict(self),))
 
 
 def _copy_into(dst, host):

@@ -19,7 +19,7 @@ from ..backends import arrays
 from . import compression as _compression, dist as _dist
 from .buffers import Group
 from .errors import ParamsError, StaleGradientError
-from .parameter import Parameter, holds_version, multipliers_version
+from .parameter import ParamDict, Parameter, holds_version, multipliers_version
 from .plan import StepWork
 
 __all__ = ["Trainer", "StaleGradientError", "ParamsError", "KVSTORES"]
@@ -102,8 +102,8 @@ class Trainer:
         self._scale = opt.rescale_grad
         self._lock = threading.Lock()  # a step, and save_states' copy, hold it (docs/trainer.md)
         self._build_groups()
-        opt.param_dict = self._param_dict = {i: p for i, p in enumerate(self._params)}
-        self._param_keys = list(self._param_dict)
+        opt.param_dict = self._param_dict = ParamDict(enumerate(self._params))
+        self._param_dict_seen = self._param_dict.changes
         # every parameter's freshness in one array (a step reads them all at once); the
         # parameters are this Trainer's now (the last one built with them wins)
         self._fresh_flags = np.zeros(len(self._params), bool)
@@ -414,10 +414,8 @@ class Trainer:
         until a multiplier is set; None when the optimizer's ``param_dict`` is no longer the
         one this Trainer gave it (then the optimizer reads each index's)."""
         pd = self._optimizer.param_dict
-        # the same dict, holding the same parameters under the same keys (the keys' own
-        # objects: compared by identity first, as the parameters are)
-        if pd is not self._param_dict or len(pd) != len(self._params) or \
-                list(pd.values()) != self._params or list(pd) != self._param_keys:
+        # the same dict, unchanged since this Trainer filled it (ParamDict counts its changes)
+        if pd is not self._param_dict or pd.changes != self._param_dict_seen:
             return None
         version, mults = self._mults
         if version != multipliers_version():
