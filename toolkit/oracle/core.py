@@ -687,9 +687,11 @@ def _explain(ref, convention, pytorch, implemented, dt, declared, seen, passes_u
 
 def _region(make_step, ref, convention, dt, record):
     """Where a failure of the full domain only lies: the worst case's hyperparameters that lie
-    outside their usual ranges are moved, one at a time, to the nearest usual value; the first
-    whose move makes the case pass is bisected between its failing value and that usual value
-    ("only for beta1 < 1.1e-05"). None when nothing can be said."""
+    outside their usual ranges are moved, one at a time, to the usual value on each side of it
+    (both pieces of a range with a gap, such as momentum's ``0.0 or [0.5, 0.99]``); the first
+    whose move makes the case pass is bisected between its failing value and each passing usual
+    value (:func:`_region_of`: "only for beta1 < 1.1e-05", "only for momentum between 8.7e-14
+    and 0.3"). None when nothing can be said."""
     usual = _space.usual_space(ref.NAME)
     case = _Case(dict(record["hyperparameters"]), np.asarray(record["weight0"], dtype=np.float64),
                  [np.asarray(g, dtype=np.float64) for g in record["grads"]])
@@ -713,24 +715,48 @@ def _region(make_step, ref, convention, dt, record):
         return ("the worst case fails with every hyperparameter in its usual range: its weights "
                 "and gradients, not its hyperparameters, make it fail (run more examples)")
     for k in outside:
-        bad, good = case.hyper[k], _space.nearest(usual[k], case.hyper[k])
-        if good is None or fails(**{k: good}):
-            continue
-        usual_range = f"{k}'s usual range is {_space.describe(usual[k])}"
-        if bad == 0 and good > 0:
-            if not fails(**{k: good * 1e-300}):
-                return f"only for {k} = 0 ({usual_range})"
-            bad = good * 1e-300
-        edge = _bisect(lambda x: fails(**{k: x}), bad, good)
-        side = "<" if bad < good else ">"
-        return (f"only for {k} {side} {edge:.3g} (the worst case fails at {k} = "
-                f"{case.hyper[k]:.3g} and passes from {edge:.3g} on; {usual_range})")
+        found = _region_of(k, case.hyper[k], usual[k], lambda x, k=k: fails(**{k: x}))
+        if found is not None:
+            return found
     moved = {k: _space.nearest(usual[k], case.hyper[k]) for k in outside}
     if any(v is None for v in moved.values()) or fails(**moved):
         return ("the worst case still fails with its hyperparameters moved into their usual "
                 f"ranges ({', '.join(outside)}): its weights and gradients make it fail")
     return (f"only where {', '.join(outside)} lie outside their usual ranges together (the "
             f"worst case passes with all of them moved in, not with one)")
+
+
+def _region_of(k, x, usual, fails):
+    """The region text of hyperparameter ``k`` whose value ``x`` (outside its usual range
+    ``usual``) fails, where ``fails(value)`` re-runs the worst case: the usual value on each side
+    of ``x`` (:func:`~toolkit.oracle.space.neighbours`, so a value in a range's gap sees both
+    pieces) that passes is bisected towards ``x``; the text gives the edges found ("only for
+    momentum between 1e-300 and 0.3"), or None when no usual value passes."""
+    below, above = _space.neighbours(usual, x)
+    usual_range = f"{k}'s usual range is {_space.describe(usual)}"
+    low = below is not None and not fails(below)
+    high = above is not None and not fails(above)
+    if not (low or high):
+        return None
+    if x == 0 and high and above > 0 and not fails(above * 1e-300):
+        return f"only for {k} = 0 ({usual_range})"
+    lo_edge = _bisect(fails, x, below) if low else None
+    if high:
+        bad = above * 1e-300 if x == 0 and above > 0 else x
+        hi_edge = _bisect(fails, bad, above)
+    else:
+        hi_edge = None
+    # what a usual value on the other side does, when it does not pass
+    other = ("" if low and high else
+             f"; it fails at the usual value {k} = {above if low else below:.3g} too"
+             if (above if low else below) is not None else "")
+    if low and high:
+        return (f"only for {k} between {lo_edge:.3g} and {hi_edge:.3g} (the worst case fails "
+                f"at {k} = {x:.3g} and passes at {lo_edge:.3g} and at {hi_edge:.3g}; "
+                f"{usual_range})")
+    edge, side = (lo_edge, ">") if low else (hi_edge, "<")
+    return (f"only for {k} {side} {edge:.3g} (the worst case fails at {k} = {x:.3g} and passes "
+            f"from {edge:.3g} on{other}; {usual_range})")
 
 
 def _bisect(fails, bad, good, steps=40):

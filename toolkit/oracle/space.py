@@ -23,7 +23,7 @@ from ..optimizers.spaces import (COMMON, Decades, Interval, Ints, Just, MOMENTUM
 __all__ = ["Space", "Decades", "Interval", "Ints", "Just", "OneOf", "Shapes", "COMMON", "OWN",
            "COMMON_FIXED", "MATRIX", "common_space", "hyper_space", "shape_space", "weight_shape",
            "array_over_decades", "fix_dependent", "DOMAINS", "usual_space", "inside",
-           "nearest", "describe"]
+           "nearest", "neighbours", "describe"]
 
 
 class _FromSpecs(Mapping):
@@ -180,6 +180,35 @@ def nearest(space, x):
     if isinstance(space, (Interval, Ints)):
         return min(max(x, space.lo), space.hi)
     return None
+
+
+def neighbours(space, x):
+    """``(below, above)``: the value of ``space`` nearest to ``x`` from below (the largest one
+    ``<= x``) and from above (the smallest one ``>= x``), each None where ``space`` holds no
+    number on that side. Both are ``x`` when it lies in ``space``. A range with a gap
+    (``OneOf(0.0, Interval(0.5, 0.99))``) gives the usual value on each side of a value in the gap
+    (``0.0`` and ``0.5`` for ``0.1``), where :func:`nearest` gives only the closer one."""
+    if inside(space, x):
+        return x, x
+    if isinstance(space, OneOf):
+        sides = [neighbours(o, x) for o in space.options]
+        below = [b for b, _ in sides if b is not None]
+        above = [a for _, a in sides if a is not None]
+        return (max(below) if below else None), (min(above) if above else None)
+    if isinstance(space, Just):
+        v = space.value
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return None, None
+        return (v, None) if v <= x else (None, v)
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None, None
+    if isinstance(space, Decades):
+        lo, hi = 10.0 ** space.lo, 10.0 ** space.hi
+    elif isinstance(space, (Interval, Ints)):
+        lo, hi = space.lo, space.hi
+    else:
+        return None, None
+    return (hi, None) if x > hi else (None, lo)
 
 
 def describe(space):
