@@ -331,6 +331,40 @@ def test_the_lerp_adam_fails_the_full_domain_only_for_small_beta1(dtype, seed):
     assert r.domains["usual"].examples == EXAMPLES // 2
 
 
+def test_a_pin_outside_the_usual_range_is_named_and_not_taken_for_the_region():
+    # beta1 pinned at 1e-10 is in every case of both domains: the usual verdict names the pin
+    # (it is not the plain usual domain), and the region is sought among the drawn
+    # hyperparameters (here beta2, aimed at the tiny values that make the lerp's error show),
+    # not the pinned beta1 the passing usual domain holds too
+    fixed = dict(LERP_FIXED, beta1=1e-10)
+    r = _verify(make_adam("guide", "lerp"), "guide", "float32", fixed,
+                {"beta2": Decades(-40, -10)})
+    usual, full = r.domains["usual"], r.domains["full"]
+    assert usual.passed and not full.passed and not r.passed, r.summary
+    assert usual.pinned == "beta1 pinned at 1e-10, outside its usual range [0.5, 0.99]"
+    assert usual.worst["hyperparameters"]["beta1"] == 1e-10
+    assert "usual domain: PASSED" not in r.summary, r.summary
+    assert ("usual domain (beta1 pinned at 1e-10, outside its usual range [0.5, 0.99]): "
+            "PASSED") in r.summary
+    assert r.region is not None and r.region.startswith("only for beta2 < "), r.summary
+    assert r.worst["hyperparameters"]["beta2"] < float(r.region.split()[4]) <= 0.9
+    assert r.to_dict()["domains"]["usual"]["pinned"] == usual.pinned
+    # a pin inside the usual range is the plain usual domain
+    ok = _verify(make_adam("guide"), "guide", "float32", dict(LERP_FIXED, beta1=0.9))
+    assert ok.passed and ok.domains["usual"].pinned is None, ok.summary
+    assert "usual domain: PASSED" in ok.summary
+
+
+def test_ranges_aim_the_full_domain_only():
+    from toolkit.oracle.space import Just, hyper_space
+    aimed = {"beta1": Just(1e-12), "wd": Just(0.5)}  # one with a usual range, one without
+    full = hyper_space("adam", domain="full", ranges=aimed)
+    usual = hyper_space("adam", domain="usual", ranges=aimed)
+    assert full["beta1"] == Just(1e-12) and full["wd"] == Just(0.5)
+    assert usual["beta1"] == spec_of("adam").usual["beta1"]
+    assert usual["wd"] == hyper_space("adam", domain="full")["wd"]
+
+
 @pytest.mark.skipif(not HAVE_TORCH, reason="torch not installed (pip install torch to check "
                                            "torch.optim.Adam's usual and full domains)")
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

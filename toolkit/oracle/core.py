@@ -311,16 +311,21 @@ class DomainVerdict:
     """The verdict of :func:`verify` over one domain of the hyperparameters (``"usual"``: the
     ranges people train with, ``Spec.usual``; ``"full"``: everything the oracle explores,
     ``Spec.space``): ``passed``, ``max_error`` (normalised, as :class:`VerifyReport`'s),
-    ``examples`` run and the ``worst`` case (a dict as ``VerifyReport.worst``, or None)."""
+    ``examples`` run and the ``worst`` case (a dict as ``VerifyReport.worst``, or None).
+
+    ``pinned``: in the usual domain, the values ``fixed`` pins outside their usual ranges, which
+    every one of its cases holds ("beta1 pinned at 1e-10, outside its usual range [0.5, 0.99]"),
+    else None; the summary then names the domain by them, not as the plain usual one."""
     passed: bool
     max_error: float
     examples: int
     worst: dict | None = None
+    pinned: str | None = None
 
     def to_dict(self):
         """The verdict as JSON-ready data."""
         return {"passed": self.passed, "max_error": _finite(self.max_error),
-                "examples": self.examples, "worst": self.worst}
+                "examples": self.examples, "worst": self.worst, "pinned": self.pinned}
 
 
 @dataclass
@@ -336,8 +341,10 @@ class VerifyReport:
 
     ``passed`` is both domains' verdict (the usual domain's cases are drawn apart from the
     full domain's, which may not meet them), ``max_error`` and ``worst`` the worse domain's,
-    ``examples`` the full domain's count; ``domains`` holds both verdicts, ``{"usual": DomainVerdict, "full": DomainVerdict}``, and
-    ``region``, when the usual domain passes and the full one fails, where the failure lies (found
+    ``examples`` the full domain's count; ``domains`` holds both verdicts,
+    ``{"usual": DomainVerdict, "full": DomainVerdict}`` (a value ``fixed`` pins outside its usual
+    range is in both domains' cases: the usual verdict's ``pinned`` names it). ``region``, when
+    the usual domain passes and the full one fails, where the failure lies (found
     by bisecting the worst case's hyperparameters towards their usual ranges: "only for beta1 <
     1.1e-05"), else None. ``explanation`` (:class:`Explanation`) says why a run failed, None when
     both domains pass or the implementation failed outright (``failure``)."""
@@ -375,7 +382,8 @@ class VerifyReport:
             if one and name == "usual":
                 lines.append("  usual domain: the full one (no usual ranges are declared)")
                 continue
-            lines.append(f"  {name} domain: {'PASSED' if d.passed else 'FAILED'} over "
+            label = f"{name} domain" + (f" ({d.pinned})" if d.pinned else "")
+            lines.append(f"  {label}: {'PASSED' if d.passed else 'FAILED'} over "
                          f"{d.examples} example(s); worst normalised error {d.max_error:.3g}")
         if self.region:
             lines.append(f"  it fails outside the usual domain only: {self.region}")
@@ -501,8 +509,11 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
     ranges : dict, optional
         ``{hyperparameter: Space}`` (:mod:`toolkit.oracle.space`'s ``Decades``, ``Interval``,
         ``OneOf``, ``Just``) replacing the full domain's space of those hyperparameters, to aim
-        the search at a corner (``{"beta1": Decades(-16, -1)}``); the usual domain keeps the
-        spec's usual ranges. A name that is unknown or also in ``fixed`` is a ValueError.
+        the search at a corner (``{"beta1": Decades(-16, -1)}``); the usual domain ignores it
+        (the spec's usual ranges, and the full spaces of the others). A name that is unknown or
+        also in ``fixed`` is a ValueError. A ``fixed`` value pins its hyperparameter in both
+        domains; one outside its usual range is named in the usual verdict (``pinned``), and a
+        region is sought among the drawn hyperparameters only.
 
     A failed run is explained (``report.explanation``): its cases are compared with the other
     conventions and with each known variant of the equations its spec declares; a failure in
@@ -532,12 +543,16 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
     if spec.usual:
         usual_run = _verify_run(make_step, ref, convention, fixed, dt, usual_examples, seed,
                                 domain="usual", ranges=ranges)
-        usual = _domain_verdict(usual_run)
+        pinned = _space.pinned_outside_usual(ref.NAME, fixed)
+        usual = _domain_verdict(usual_run, ", ".join(
+            f"{k} pinned at {v!r}, outside its usual range {_space.describe(spec.usual[k])}"
+            for k, v in pinned.items()) or None)
     else:  # one domain: the full one is the usual one
         usual_run, usual = run, full
     # the verdict is both domains': a failure of the usual domain is a failure (its cases
     # are drawn apart from the full domain's, which may not meet them)
     passed = full.passed and usual.passed
+    max_error = max(full.max_error, usual.max_error)
     failure = run["failure"] or usual_run["failure"]
     seen = (run["seen"] if not full.passed else []) + \
         (usual_run["seen"] if not usual.passed and usual_run is not run else [])
@@ -549,13 +564,12 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
     explanation = None
     if not passed and failure is None:
         explanation = _explain(ref, convention, pytorch, implemented, dt, declared, seen,
-                               passes_under, under_error, max(full.max_error, usual.max_error))
+                               passes_under, under_error, max_error)
     region = None
     if usual.passed and not full.passed and run["failure"] is None and spec.usual:
-        region = _region(make_step, ref, convention, dt, run["record"])
-    worse = run if full.max_error >= usual.max_error else usual_run
-    return VerifyReport(ref.NAME, asked, dt.name, passed=passed,
-                        max_error=max(full.max_error, usual.max_error),
+        region = _region(make_step, ref, convention, dt, run["record"], fixed)
+    worse = run if full.max_error >= max_error else usual_run
+    return VerifyReport(ref.NAME, asked, dt.name, passed=passed, max_error=max_error,
                         examples=run["n"], worst=worse["record"], failure=failure,
                         passes_under=passes_under, seed=seed, versions=versions(),
                         domains={"usual": usual, "full": full}, region=region,
@@ -567,10 +581,10 @@ def _spec_of(name):
     return spec_of(name)
 
 
-def _domain_verdict(run):
+def _domain_verdict(run, pinned=None):
     worst = max(run["worst"], 0.0)
     return DomainVerdict(passed=worst <= 1.0 and not run["failure"], max_error=worst,
-                         examples=run["n"], worst=run["record"])
+                         examples=run["n"], worst=run["record"], pinned=pinned)
 
 
 def _verify_run(make_step, ref, convention, fixed, dt, examples, seed, domain="full",
@@ -685,13 +699,15 @@ def _explain(ref, convention, pytorch, implemented, dt, declared, seen, passes_u
                        f"({', '.join(others) or 'none'}) passes the failing cases", max_error)
 
 
-def _region(make_step, ref, convention, dt, record):
+def _region(make_step, ref, convention, dt, record, fixed=None):
     """Where a failure of the full domain only lies: the worst case's hyperparameters that lie
     outside their usual ranges are moved, one at a time, to the usual value on each side of it
     (both pieces of a range with a gap, such as momentum's ``0.0 or [0.5, 0.99]``); the first
     whose move makes the case pass is bisected between its failing value and each passing usual
-    value (:func:`_region_of`: "only for beta1 < 1.1e-05", "only for momentum between 8.7e-14
-    and 0.3"). None when nothing can be said."""
+    value (:func:`_region_of`: "only for beta1 < 1.1e-05", "only for momentum between 0 and
+    0.3"). Hyperparameters pinned by ``fixed`` are not moved: both domains' cases hold them, so
+    they are not what tells the failing full domain from the passing usual one. None when
+    nothing can be said."""
     usual = _space.usual_space(ref.NAME)
     case = _Case(dict(record["hyperparameters"]), np.asarray(record["weight0"], dtype=np.float64),
                  [np.asarray(g, dtype=np.float64) for g in record["grads"]])
@@ -711,9 +727,14 @@ def _region(make_step, ref, convention, dt, record):
 
     outside = [k for k, s in usual.items() if k in case.hyper
                and not _space.inside(s, case.hyper[k])]
+    pinned = [k for k in outside if k in (fixed or {})]
+    outside = [k for k in outside if k not in pinned]
     if not outside:
-        return ("the worst case fails with every hyperparameter in its usual range: its weights "
-                "and gradients, not its hyperparameters, make it fail (run more examples)")
+        also = (f" (but {', '.join(pinned)}, pinned outside their usual ranges in both domains)"
+                if pinned else "")
+        return (f"the worst case fails with every hyperparameter in its usual range{also}: its "
+                "weights and gradients, not its hyperparameters, make it fail (run more "
+                "examples)")
     for k in outside:
         found = _region_of(k, case.hyper[k], usual[k], lambda x, k=k: fails(**{k: x}))
         if found is not None:

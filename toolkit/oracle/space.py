@@ -22,8 +22,8 @@ from ..optimizers.spaces import (COMMON, Decades, Interval, Ints, Just, MOMENTUM
 
 __all__ = ["Space", "Decades", "Interval", "Ints", "Just", "OneOf", "Shapes", "COMMON", "OWN",
            "COMMON_FIXED", "MATRIX", "common_space", "hyper_space", "shape_space", "weight_shape",
-           "array_over_decades", "fix_dependent", "DOMAINS", "usual_space", "inside",
-           "nearest", "neighbours", "describe"]
+           "array_over_decades", "fix_dependent", "DOMAINS", "usual_space", "pinned_outside_usual",
+           "inside", "nearest", "neighbours", "describe"]
 
 
 class _FromSpecs(Mapping):
@@ -103,8 +103,11 @@ def hyper_space(name, fixed=None, domain="full", ranges=None):
     """``{hyperparameter: Space}`` of optimizer ``name``: :data:`COMMON` and its own, with the
     ``fixed`` ones pinned (an unknown fixed name is a ``ValueError`` naming the known ones).
     ``ranges`` (``{name: Space}``) replaces the full domain's space of those hyperparameters (a
-    search aimed at a corner). ``domain="usual"`` draws the hyperparameters its spec gives usual
-    ranges for (``Spec.usual``) from those ranges instead (:data:`DOMAINS`)."""
+    search aimed at a corner); it is checked in either domain but applies to the full one only.
+    ``domain="usual"`` draws the hyperparameters its spec gives usual ranges for (``Spec.usual``)
+    from those ranges instead, the others from their full spaces (:data:`DOMAINS`). A ``fixed``
+    value pins its hyperparameter in either domain (:func:`pinned_outside_usual` names those
+    outside their usual ranges)."""
     if name not in OWN:
         raise ValueError(f"unknown optimizer {name!r}; known: {', '.join(sorted(OWN))}")
     if domain not in DOMAINS:
@@ -123,9 +126,10 @@ def hyper_space(name, fixed=None, domain="full", ranges=None):
     if both:
         raise ValueError(f"{both} are both fixed and given ranges: pin a hyperparameter or give "
                          "it a range, not both")
-    space.update(ranges)
     if domain == "usual":
         space.update(_spec(name).usual)
+    else:
+        space.update(ranges)
     fixed = dict(fixed or {})
     unknown = sorted(set(fixed) - set(space))
     if unknown:
@@ -142,6 +146,14 @@ def array_over_decades(rng, n, lo, hi, zeros=True):
     if zeros:
         x[(rng.random(n) < 0.5) & (np.arange(n) % 3 == 0)] = 0.0
     return x
+
+
+def pinned_outside_usual(name, fixed):
+    """``{hyperparameter: value}`` of the ``fixed`` values of optimizer ``name`` that lie outside
+    their usual ranges (``Spec.usual``): every case of the usual domain holds them, so its
+    verdict names them (``DomainVerdict.pinned``)."""
+    usual = _spec(name).usual
+    return {k: v for k, v in dict(fixed or {}).items() if k in usual and not inside(usual[k], v)}
 
 
 def usual_space(name):
