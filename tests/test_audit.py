@@ -98,6 +98,23 @@ def test_framework_names_and_refusals():
 # --------------------------------------------------------------------------------------------
 # the machinery on a tiny numpy framework
 # --------------------------------------------------------------------------------------------
+def test_the_progress_line_gives_the_worse_domain(fake_on_path, monkeypatch):
+    # a row that fails the usual domain (3.76) and passes the full one (0.176), as optax's NAdam
+    # in float32: its progress line must not read "FAILS ... worst 0.176"
+    real = conformance.verdict_of
+
+    def usual_fails(report):
+        return {**real(report), "passed": False, "usual": 3.76, "full": 0.176}
+    monkeypatch.setattr(conformance, "verdict_of", usual_fails)
+    lines = []
+    oracle.audit([FAKE], dtypes=("float32",), examples=3, cases=4, progress=lines.append)
+    rows = [line for line in lines if "fake." in line]
+    assert rows and all("FAILS" in line and "worst 3.76)" in line for line in rows), rows
+    row = conformance.AuditRow(framework="f", label="l", optimizer="adam", dtype="float32",
+                               convention=None, passed=False, usual=None, full=0.5)
+    assert conformance.worst_error(row) == 0.5
+
+
 def test_audit_of_a_fake_framework(fake_on_path):
     lines = []
     report = oracle.audit([FAKE], examples=5, cases=6, progress=lines.append)

@@ -218,3 +218,21 @@ def test_the_launch_runner_reads_the_rank_with_the_librarys_one_definition_and_s
     for value, want in (("7", 7), ("", None), ("x", None), ("-1", None)):
         monkeypatch.setenv("PMIX_RANK", value)
         assert toolkit.mpi_env.rank_from_env("?") == ("?" if want is None else want)
+
+
+@pytest.mark.parametrize("command, extra", [("verify", ["--examples", "3"]),
+                                            ("identify", ["--cases", "2"])])
+def test_seed_takes_an_int_or_random(target, capsys, command, extra):
+    # the oracle's own error for a bad seed tells the user to pass 'random': the CLI takes it
+    argv = [command, f"{target}:make_adam", "adam", *extra, "--json", "--seed"]
+    assert _main(argv + ["random"]) in (0, 1)
+    seed = json.loads(capsys.readouterr().out)["seed"]
+    assert isinstance(seed, int) and seed >= 0
+    assert _main(argv + ["7"]) in (0, 1)
+    assert json.loads(capsys.readouterr().out)["seed"] == 7
+    for bad in ("-3", "lucky", "1.5"):
+        with pytest.raises(SystemExit) as exc:  # argparse's usage error
+            _main(argv + [bad])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert "--seed" in err and "'random'" in err and repr(bad) in err, err

@@ -525,7 +525,10 @@ def test_mxopt_verify_prints_the_explanation_and_both_verdicts(tmp_path, capsys)
             "beta1=0", "--fixed", "beta2=1e-30"]
     assert _main(argv) == 1
     out = capsys.readouterr().out
-    assert "usual domain: FAILED" in out and "full domain: FAILED" in out
+    # the usual domain holds the pinned betas, outside their usual ranges: it says so
+    assert ("usual domain (beta1 pinned at 0, outside its usual range [0.5, 0.99]; beta2 pinned "
+            "at 1e-30, outside its usual range [0.9, 0.9999]): FAILED") in out, out
+    assert "full domain: FAILED" in out
     assert "explanation (variant): the same equations, rounded differently (variant lerp:" in out
     assert _main(argv + ["--json"]) == 1
     d = json.loads(capsys.readouterr().out)

@@ -544,7 +544,7 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
         usual_run = _verify_run(make_step, ref, convention, fixed, dt, usual_examples, seed,
                                 domain="usual", ranges=ranges)
         pinned = _space.pinned_outside_usual(ref.NAME, fixed)
-        usual = _domain_verdict(usual_run, ", ".join(
+        usual = _domain_verdict(usual_run, "; ".join(
             f"{k} pinned at {v!r}, outside its usual range {_space.describe(spec.usual[k])}"
             for k, v in pinned.items()) or None)
     else:  # one domain: the full one is the usual one
