@@ -75,6 +75,18 @@ def test_every_adapter_names_a_registered_optimizer_and_valid_fixed_values(label
     optimizer.registry()[name](**fixed)       # values its constructor accepts
 
 
+def test_a_report_records_the_version_of_every_audited_framework(monkeypatch):
+    # each framework the audit runs (its module, and optax's jax and jaxlib) is one whose version
+    # a verify report records once imported
+    import types
+    audited = {frameworks.get(n).module for n in frameworks.names()} | {"jax", "jaxlib"}
+    assert audited <= set(oracle.FRAMEWORKS), sorted(audited - set(oracle.FRAMEWORKS))
+    for name in sorted(audited):
+        monkeypatch.setitem(sys.modules, name, types.SimpleNamespace(__version__="9.9." + name))
+    got = oracle.versions()
+    assert {n: got.get(n) for n in audited} == {n: "9.9." + n for n in audited}
+
+
 def test_framework_names_and_refusals():
     assert {"torch", "optax"} <= set(frameworks.names())
     with pytest.raises(ValueError, match="unknown framework 'numpy'.*torch"):

@@ -35,8 +35,9 @@ RANGES = {"float16": ((-2, 1), (-2, 1)), "float32": ((-3, 2), (-4, 3)),
           "float64": ((-3, 2), (-4, 3))}
 #: the seed of ``verify`` and ``identify`` unless another is asked for: the same verdict every run
 DEFAULT_SEED = 0
-#: frameworks whose version a report records when the implementation has imported them
-FRAMEWORKS = ("torch", "jax", "tensorflow", "mxnet", "cupy")
+#: frameworks whose version a report records when the implementation has imported them (the
+#: audit's, :mod:`toolkit.oracle.frameworks`, among them: a test checks that)
+FRAMEWORKS = ("torch", "optax", "jax", "jaxlib", "tensorflow", "mxnet", "cupy")
 
 
 class OracleMismatch(AssertionError):
