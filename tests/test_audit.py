@@ -293,6 +293,32 @@ def test_torch_adam_is_identified_as_the_guide():
 
 
 @needs_torch
+def test_torch_centered_rmsprop_turns_nan_at_a_usual_alpha_in_a_long_run():
+    """docs/conformance.md, finding 2: the region the oracle gives (alpha near 0) holds within
+    its cases' 4 steps; a long run at alpha 0.9 turns NaN too (float64, a constant gradient of
+    0.1: at step 331 with torch 2.13), and the reference's floored variance stays finite."""
+    import torch
+    p = torch.nn.Parameter(torch.zeros(10, dtype=torch.float64))
+    opt = torch.optim.RMSprop([p], lr=1e-3, alpha=0.9, centered=True)
+    nan_at = None
+    for t in range(1, 1001):
+        p.grad = torch.full((10,), 0.1, dtype=torch.float64)
+        opt.step()
+        if torch.isnan(p).any():
+            nan_at = t
+            break
+    assert nan_at is not None and nan_at > 4, nan_at  # beyond the oracle's horizon
+    from reference import rmsprop
+    hyper = dict(gamma1=0.9, gamma2=0.0, epsilon=1e-8, centered=True)
+    w = np.zeros(10)
+    state = rmsprop.init_state(w, **hyper)
+    for t in range(1, nan_at + 1):
+        w, state = rmsprop.step(w, np.full(10, 0.1), state, t=t, lr=1e-3,
+                                convention="pytorch", **hyper)
+    assert np.isfinite(w).all()
+
+
+@needs_torch
 def test_torch_nadam_float64_keeps_mu_product_in_the_default_dtype():
     """The finding of docs/conformance.md: under torch's default dtype (float32) a float64
     NAdam keeps ``mu_product`` in float32 and leaves the equations by ~1e-8 relative (millions

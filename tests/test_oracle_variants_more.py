@@ -421,6 +421,9 @@ def test_a_failure_in_the_gap_of_a_usual_range_is_located_between_its_pieces():
     lo, hi = float(words[4]), float(words[6])
     assert 0.0 <= lo < r.worst["hyperparameters"]["momentum"] < hi, r.summary
     assert 0.29 <= hi <= 0.31 and lo < 1e-3, r.summary  # the bug's own edges, 0 and 0.3
+    # the horizon it was found within: the worst case's length, up to its worst step
+    n = r.worst["step"]
+    assert f"(the worst case, {n} step{'s' if n != 1 else ''} long, fails at" in r.region
 
 
 def test_neighbours_sees_both_pieces_of_a_range_with_a_gap():

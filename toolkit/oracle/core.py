@@ -737,7 +737,8 @@ def _region(make_step, ref, convention, dt, record, fixed=None):
                 "weights and gradients, not its hyperparameters, make it fail (run more "
                 "examples)")
     for k in outside:
-        found = _region_of(k, case.hyper[k], usual[k], lambda x, k=k: fails(**{k: x}))
+        found = _region_of(k, case.hyper[k], usual[k], lambda x, k=k: fails(**{k: x}),
+                           len(case.grads))
         if found is not None:
             return found
     moved = {k: _space.nearest(usual[k], case.hyper[k]) for k in outside}
@@ -748,12 +749,14 @@ def _region(make_step, ref, convention, dt, record, fixed=None):
             f"worst case passes with all of them moved in, not with one)")
 
 
-def _region_of(k, x, usual, fails):
+def _region_of(k, x, usual, fails, steps):
     """The region text of hyperparameter ``k`` whose value ``x`` (outside its usual range
     ``usual``) fails, where ``fails(value)`` re-runs the worst case: the usual value on each side
     of ``x`` (:func:`~toolkit.oracle.space.neighbours`, so a value in a range's gap sees both
     pieces) that passes is bisected towards ``x``; the text gives the edges found ("only for
-    momentum between 1e-300 and 0.3"), or None when no usual value passes."""
+    momentum between 0 and 0.3"), or None when no usual value passes. The text gives the worst
+    case's length, ``steps``: the region holds within that horizon, and a longer run may fail
+    elsewhere (torch's centered RMSprop turns NaN at usual alphas after a hundred steps)."""
     below, above = _space.neighbours(usual, x)
     usual_range = f"{k}'s usual range is {_space.describe(usual)}"
     low = below is not None and not fails(below)
@@ -772,13 +775,14 @@ def _region_of(k, x, usual, fails):
     other = ("" if low and high else
              f"; it fails at the usual value {k} = {above if low else below:.3g} too"
              if (above if low else below) is not None else "")
+    case = f"the worst case, {steps} step{'s' if steps != 1 else ''} long,"
     if low and high:
-        return (f"only for {k} between {lo_edge:.3g} and {hi_edge:.3g} (the worst case fails "
-                f"at {k} = {x:.3g} and passes at {lo_edge:.3g} and at {hi_edge:.3g}; "
+        return (f"only for {k} between {lo_edge:.3g} and {hi_edge:.3g} ({case} fails at "
+                f"{k} = {x:.3g} and passes at {lo_edge:.3g} and at {hi_edge:.3g}; "
                 f"{usual_range})")
     edge, side = (lo_edge, ">") if low else (hi_edge, "<")
-    return (f"only for {k} {side} {edge:.3g} (the worst case fails at {k} = {x:.3g} and passes "
-            f"from {edge:.3g} on{other}; {usual_range})")
+    return (f"only for {k} {side} {edge:.3g} ({case} fails at {k} = {x:.3g} and passes from "
+            f"{edge:.3g} on{other}; {usual_range})")
 
 
 def _bisect(fails, bad, good, steps=40):
