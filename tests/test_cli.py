@@ -127,6 +127,22 @@ def test_check_json_rows_and_exit_code(capsys, monkeypatch):
     assert json.loads(capsys.readouterr().out)["rows"][0]["passed"] is False
 
 
+def test_check_draws_from_a_fixed_seed_unless_random_is_asked(capsys, monkeypatch):
+    from toolkit.oracle import DEFAULT_SEED
+    from toolkit.tools import check
+    monkeypatch.setattr(check, "backend_rows", lambda with_cuda: [("sgd", "mxnet", "cpu",
+                                                                   "float32")])
+    monkeypatch.setattr(check, "PROOFS", [])
+    seeds = []
+    for argv in ([], [], ["--seed", "random"]):
+        assert _main(["check", "--json", "--cases", "1", *argv]) == 0
+        seeds.append(json.loads(capsys.readouterr().out)["seed"])
+    assert seeds[:2] == [DEFAULT_SEED, DEFAULT_SEED] and isinstance(seeds[2], int), seeds
+    with pytest.raises(SystemExit) as exc:
+        _main(["check", "--seed", "-1"])
+    assert exc.value.code == 2 and "'random'" in capsys.readouterr().err
+
+
 def test_version_prints_the_version(capsys):
     from toolkit import __version__
     assert _main(["--version"]) == 0
