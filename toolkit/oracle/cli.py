@@ -25,7 +25,8 @@ import json
 import os
 import sys
 
-__all__ = ["main_verify", "main_identify", "main_list", "load_target", "parse_fixed"]
+__all__ = ["main_verify", "main_identify", "main_list", "load_target", "parse_fixed",
+           "parse_seed"]
 
 
 class UsageError(Exception):
