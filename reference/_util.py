@@ -141,9 +141,14 @@ def f32_any(x):
 def formed_in(x, like):
     """The scalar ``x`` as a value of the precision ``like`` is evaluated in: a Tracked scalar
     with one rounding when ``like`` is Tracked (the precision of the implementation checked), the
-    float itself otherwise (a float64 run). Arithmetic on the result is then that precision's."""
+    float itself otherwise (a float64 run). Arithmetic on the result is then that precision's.
+    The rounding is bounded as ``Tracked`` bounds a float constant's (``u*|x|`` plus the
+    smallest subnormal ``like.tiny``, none for an exact 0): ``x`` below the precision's range
+    (1e-45 in float32) rounds to 0 or a subnormal, an error far beyond ``u*|x|``."""
     if isinstance(like, Tracked):
-        return Tracked(np.float64(x), like.u * abs(float(x)), u=like.u, tiny=like.tiny)
+        x = float(x)
+        err = 0.0 if x == 0.0 else like.u * abs(x) + like.tiny
+        return Tracked(np.float64(x), err, u=like.u, tiny=like.tiny)
     return float(x)
 
 

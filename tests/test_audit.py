@@ -75,6 +75,18 @@ def test_every_adapter_names_a_registered_optimizer_and_valid_fixed_values(label
     optimizer.registry()[name](**fixed)       # values its constructor accepts
 
 
+def test_a_report_records_the_version_of_every_audited_framework(monkeypatch):
+    # each framework the audit runs (its module, and optax's jax and jaxlib) is one whose version
+    # a verify report records once imported
+    import types
+    audited = {frameworks.get(n).module for n in frameworks.names()} | {"jax", "jaxlib"}
+    assert audited <= set(oracle.FRAMEWORKS), sorted(audited - set(oracle.FRAMEWORKS))
+    for name in sorted(audited):
+        monkeypatch.setitem(sys.modules, name, types.SimpleNamespace(__version__="9.9." + name))
+    got = oracle.versions()
+    assert {n: got.get(n) for n in audited} == {n: "9.9." + n for n in audited}
+
+
 def test_framework_names_and_refusals():
     assert {"torch", "optax"} <= set(frameworks.names())
     with pytest.raises(ValueError, match="unknown framework 'numpy'.*torch"):
@@ -98,6 +110,23 @@ def test_framework_names_and_refusals():
 # --------------------------------------------------------------------------------------------
 # the machinery on a tiny numpy framework
 # --------------------------------------------------------------------------------------------
+def test_the_progress_line_gives_the_worse_domain(fake_on_path, monkeypatch):
+    # a row that fails the usual domain (3.76) and passes the full one (0.176), as optax's NAdam
+    # in float32: its progress line must not read "FAILS ... worst 0.176"
+    real = conformance.verdict_of
+
+    def usual_fails(report):
+        return {**real(report), "passed": False, "usual": 3.76, "full": 0.176}
+    monkeypatch.setattr(conformance, "verdict_of", usual_fails)
+    lines = []
+    oracle.audit([FAKE], dtypes=("float32",), examples=3, cases=4, progress=lines.append)
+    rows = [line for line in lines if "fake." in line]
+    assert rows and all("FAILS" in line and "worst 3.76)" in line for line in rows), rows
+    row = conformance.AuditRow(framework="f", label="l", optimizer="adam", dtype="float32",
+                               convention=None, passed=False, usual=None, full=0.5)
+    assert conformance.worst_error(row) == 0.5
+
+
 def test_audit_of_a_fake_framework(fake_on_path):
     lines = []
     report = oracle.audit([FAKE], examples=5, cases=6, progress=lines.append)
@@ -261,6 +290,32 @@ def test_torch_adam_is_identified_as_the_guide():
     r = oracle.identify(adam.make("float64"), "adam", fixed=dict(adam.fixed), dtype="float64",
                         cases=8, screen=100)
     assert r.convention == "guide" and "pytorch" in r.matches, r.summary
+
+
+@needs_torch
+def test_torch_centered_rmsprop_turns_nan_at_a_usual_alpha_in_a_long_run():
+    """docs/conformance.md, finding 2: the region the oracle gives (alpha near 0) holds within
+    its cases' 4 steps; a long run at alpha 0.9 turns NaN too (float64, a constant gradient of
+    0.1: at step 331 with torch 2.13), and the reference's floored variance stays finite."""
+    import torch
+    p = torch.nn.Parameter(torch.zeros(10, dtype=torch.float64))
+    opt = torch.optim.RMSprop([p], lr=1e-3, alpha=0.9, centered=True)
+    nan_at = None
+    for t in range(1, 1001):
+        p.grad = torch.full((10,), 0.1, dtype=torch.float64)
+        opt.step()
+        if torch.isnan(p).any():
+            nan_at = t
+            break
+    assert nan_at is not None and nan_at > 4, nan_at  # beyond the oracle's horizon
+    from reference import rmsprop
+    hyper = dict(gamma1=0.9, gamma2=0.0, epsilon=1e-8, centered=True)
+    w = np.zeros(10)
+    state = rmsprop.init_state(w, **hyper)
+    for t in range(1, nan_at + 1):
+        w, state = rmsprop.step(w, np.full(10, 0.1), state, t=t, lr=1e-3,
+                                convention="pytorch", **hyper)
+    assert np.isfinite(w).all()
 
 
 @needs_torch

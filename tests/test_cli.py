@@ -127,6 +127,22 @@ def test_check_json_rows_and_exit_code(capsys, monkeypatch):
     assert json.loads(capsys.readouterr().out)["rows"][0]["passed"] is False
 
 
+def test_check_draws_from_a_fixed_seed_unless_random_is_asked(capsys, monkeypatch):
+    from toolkit.oracle import DEFAULT_SEED
+    from toolkit.tools import check
+    monkeypatch.setattr(check, "backend_rows", lambda with_cuda: [("sgd", "mxnet", "cpu",
+                                                                   "float32")])
+    monkeypatch.setattr(check, "PROOFS", [])
+    seeds = []
+    for argv in ([], [], ["--seed", "random"]):
+        assert _main(["check", "--json", "--cases", "1", *argv]) == 0
+        seeds.append(json.loads(capsys.readouterr().out)["seed"])
+    assert seeds[:2] == [DEFAULT_SEED, DEFAULT_SEED] and isinstance(seeds[2], int), seeds
+    with pytest.raises(SystemExit) as exc:
+        _main(["check", "--seed", "-1"])
+    assert exc.value.code == 2 and "'random'" in capsys.readouterr().err
+
+
 def test_version_prints_the_version(capsys):
     from toolkit import __version__
     assert _main(["--version"]) == 0
@@ -218,3 +234,21 @@ def test_the_launch_runner_reads_the_rank_with_the_librarys_one_definition_and_s
     for value, want in (("7", 7), ("", None), ("x", None), ("-1", None)):
         monkeypatch.setenv("PMIX_RANK", value)
         assert toolkit.mpi_env.rank_from_env("?") == ("?" if want is None else want)
+
+
+@pytest.mark.parametrize("command, extra", [("verify", ["--examples", "3"]),
+                                            ("identify", ["--cases", "2"])])
+def test_seed_takes_an_int_or_random(target, capsys, command, extra):
+    # the oracle's own error for a bad seed tells the user to pass 'random': the CLI takes it
+    argv = [command, f"{target}:make_adam", "adam", *extra, "--json", "--seed"]
+    assert _main(argv + ["random"]) in (0, 1)
+    seed = json.loads(capsys.readouterr().out)["seed"]
+    assert isinstance(seed, int) and seed >= 0
+    assert _main(argv + ["7"]) in (0, 1)
+    assert json.loads(capsys.readouterr().out)["seed"] == 7
+    for bad in ("-3", "lucky", "1.5"):
+        with pytest.raises(SystemExit) as exc:  # argparse's usage error
+            _main(argv + [bad])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert "--seed" in err and "'random'" in err and repr(bad) in err, err

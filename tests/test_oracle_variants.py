@@ -276,11 +276,32 @@ def _reference_as_implementation(ref, convention, round_hyper):
     return make
 
 
+def _resolved(name):
+    """The conventions optimizer ``name``'s reference runs under (PyTorch's resolved: NAdam's
+    "pytorch" is MXNet's equations)."""
+    implemented, pytorch = oracle.conventions_of(name)
+    return [c for c in implemented if c != "pytorch"] + (["pytorch"] if pytorch == "pytorch"
+                                                         else [])
+
+
+@pytest.mark.parametrize("name", [n for n, s in specs(oracle=True).items() if not s.noise])
+def test_every_declared_variant_applies_under_some_convention(name):
+    # a declared variant that applies under none of the optimizer's conventions is never tried:
+    # its declaration would promise an explanation the oracle cannot give
+    spec = spec_of(name)
+    ref = spec.reference_module()
+    never = [v.name for v in variants_of(spec)
+             if not any(v.applies(ref, c) for c in _resolved(name))]
+    assert never == [], (name, never, _resolved(name))
+
+
 @pytest.mark.parametrize("name", [n for n, s in specs(oracle=True).items() if not s.noise])
 def test_every_optimizer_is_told_a_precision_of_its_hyperparameters(name):
     spec = spec_of(name)
-    assert {"hyper_f32", "hyper_f64"} <= set(spec.variants)
     ref = spec.reference_module()
+    # hyper_f64 for MXNet's convention, hyper_f32 for any other one the optimizer has
+    assert "hyper_f64" in spec.variants
+    assert ("hyper_f32" in spec.variants) == bool(set(_resolved(name)) - {"mxnet"})
     for convention, variant in (("mxnet", "hyper_f64"), ("guide", "hyper_f32")):
         if convention not in ref.CONVENTIONS:
             continue
@@ -329,6 +350,40 @@ def test_the_lerp_adam_fails_the_full_domain_only_for_small_beta1(dtype, seed):
                 seed=seed)
     _assert_fails_for_small_beta1_only(r)
     assert r.domains["usual"].examples == EXAMPLES // 2
+
+
+def test_a_pin_outside_the_usual_range_is_named_and_not_taken_for_the_region():
+    # beta1 pinned at 1e-10 is in every case of both domains: the usual verdict names the pin
+    # (it is not the plain usual domain), and the region is sought among the drawn
+    # hyperparameters (here beta2, aimed at the tiny values that make the lerp's error show),
+    # not the pinned beta1 the passing usual domain holds too
+    fixed = dict(LERP_FIXED, beta1=1e-10)
+    r = _verify(make_adam("guide", "lerp"), "guide", "float32", fixed,
+                {"beta2": Decades(-40, -10)})
+    usual, full = r.domains["usual"], r.domains["full"]
+    assert usual.passed and not full.passed and not r.passed, r.summary
+    assert usual.pinned == "beta1 pinned at 1e-10, outside its usual range [0.5, 0.99]"
+    assert usual.worst["hyperparameters"]["beta1"] == 1e-10
+    assert "usual domain: PASSED" not in r.summary, r.summary
+    assert ("usual domain (beta1 pinned at 1e-10, outside its usual range [0.5, 0.99]): "
+            "PASSED") in r.summary
+    assert r.region is not None and r.region.startswith("only for beta2 < "), r.summary
+    assert r.worst["hyperparameters"]["beta2"] < float(r.region.split()[4]) <= 0.9
+    assert r.to_dict()["domains"]["usual"]["pinned"] == usual.pinned
+    # a pin inside the usual range is the plain usual domain
+    ok = _verify(make_adam("guide"), "guide", "float32", dict(LERP_FIXED, beta1=0.9))
+    assert ok.passed and ok.domains["usual"].pinned is None, ok.summary
+    assert "usual domain: PASSED" in ok.summary
+
+
+def test_ranges_aim_the_full_domain_only():
+    from toolkit.oracle.space import Just, hyper_space
+    aimed = {"beta1": Just(1e-12), "wd": Just(0.5)}  # one with a usual range, one without
+    full = hyper_space("adam", domain="full", ranges=aimed)
+    usual = hyper_space("adam", domain="usual", ranges=aimed)
+    assert full["beta1"] == Just(1e-12) and full["wd"] == Just(0.5)
+    assert usual["beta1"] == spec_of("adam").usual["beta1"]
+    assert usual["wd"] == hyper_space("adam", domain="full")["wd"]
 
 
 @pytest.mark.skipif(not HAVE_TORCH, reason="torch not installed (pip install torch to check "
@@ -491,7 +546,10 @@ def test_mxopt_verify_prints_the_explanation_and_both_verdicts(tmp_path, capsys)
             "beta1=0", "--fixed", "beta2=1e-30"]
     assert _main(argv) == 1
     out = capsys.readouterr().out
-    assert "usual domain: FAILED" in out and "full domain: FAILED" in out
+    # the usual domain holds the pinned betas, outside their usual ranges: it says so
+    assert ("usual domain (beta1 pinned at 0, outside its usual range [0.5, 0.99]; beta2 pinned "
+            "at 1e-30, outside its usual range [0.9, 0.9999]): FAILED") in out, out
+    assert "full domain: FAILED" in out
     assert "explanation (variant): the same equations, rounded differently (variant lerp:" in out
     assert _main(argv + ["--json"]) == 1
     d = json.loads(capsys.readouterr().out)

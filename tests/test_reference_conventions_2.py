@@ -288,6 +288,19 @@ def test_tracked_bound_is_meaningful():
     assert np.max(error(tw)) > 0
 
 
+@pytest.mark.parametrize("x", [1e-45, 3e-44, 1e-40, 0.9, 1.0 - 1e-9])
+def test_a_constant_formed_in_float32_is_bounded_as_a_tracked_constant(x):
+    """``formed_in`` (the ``constants_in_dtype`` variant's constants) bounds the rounding of
+    ``x`` to float32 as Tracked bounds a float constant: ``u*|x|`` plus the smallest subnormal,
+    so a constant below float32's range (1e-45 rounds to 1.4e-45) is covered."""
+    from reference._util import formed_in
+    like = track(np.float32(0.0), np.float32)
+    c = formed_in(x, like)
+    assert abs(float(np.float32(x)) - x) <= float(error(c))
+    assert float(error(c)) == like.u * x + float(np.finfo(np.float32).smallest_subnormal)
+    assert float(error(formed_in(0.0, like))) == 0.0 and formed_in(x, 1.0) == x
+
+
 # ------------------------------------------------------------------------------------------------
 # Nadam
 # ------------------------------------------------------------------------------------------------

@@ -25,7 +25,8 @@ import json
 import os
 import sys
 
-__all__ = ["main_verify", "main_identify", "main_list", "load_target", "parse_fixed"]
+__all__ = ["main_verify", "main_identify", "main_list", "load_target", "parse_fixed",
+           "parse_seed"]
 
 
 class UsageError(Exception):
@@ -75,6 +76,20 @@ def parse_fixed(items):
     return fixed
 
 
+def parse_seed(text):
+    """``--seed``'s value: an int >= 0, or ``"random"`` (a fresh seed, which the report records
+    so that the run can be repeated); anything else is an argparse usage error that says so."""
+    if text == "random":
+        return text
+    try:
+        seed = int(text)
+    except ValueError:
+        seed = -1
+    if seed < 0:
+        raise argparse.ArgumentTypeError(f"takes an int >= 0 or 'random', got {text!r}")
+    return seed
+
+
 def _parser(prog, what):
     ap = argparse.ArgumentParser(prog=prog, description=what,
                                  epilog=_EPILOG)
@@ -87,9 +102,10 @@ def _parser(prog, what):
                          "clip_gradient=null); repeatable")
     ap.add_argument("--dtype", default="float32", choices=("float16", "float32", "float64"),
                     help="the precision your implementation is given (default: %(default)s)")
-    ap.add_argument("--seed", type=int, default=None,
-                    help="seed of the random cases (default: the oracle's fixed default "
-                         "seed, the same cases every run)")
+    ap.add_argument("--seed", type=parse_seed, default=None, metavar="INT|random",
+                    help="seed of the random cases: an int >= 0, or 'random' for a fresh one "
+                         "(the report records it; default: the oracle's fixed default seed, "
+                         "the same cases every run)")
     ap.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     return ap
 

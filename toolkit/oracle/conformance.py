@@ -31,7 +31,7 @@ from .core import DEFAULT_SEED, identify, verify
 from .core import versions as _oracle_versions
 from . import frameworks as _frameworks
 
-__all__ = ["audit", "AuditReport", "AuditRow", "verdict_of", "main", "worker"]
+__all__ = ["audit", "AuditReport", "AuditRow", "verdict_of", "worst_error", "main", "worker"]
 
 #: verify's cases per row, and identify's discriminating cases, unless asked otherwise
 EXAMPLES = 200
@@ -214,8 +214,14 @@ def _rows(fw, dtype, examples, cases, seed, progress):
         progress(f"[{fw.name} {dtype} {k}/{len(adapters)}] {adapter.label}: "
                  f"{'passes' if row.passed else 'FAILS'} "
                  f"({row.convention or 'none, closest ' + str(row.closest)}; worst "
-                 f"{_err(row.full)}) in {time.perf_counter() - t0:.1f} s")
+                 f"{_err(worst_error(row))}) in {time.perf_counter() - t0:.1f} s")
     return rows
+
+
+def worst_error(row):
+    """The worse of a row's usual and full domains' normalised errors (the full one's where it
+    has no usual one): what its verdict rests on, so what its progress line prints."""
+    return row.full if row.usual is None else max(row.usual, row.full)
 
 
 def _in_subprocess(fw, dtype, examples, cases, seed, env):

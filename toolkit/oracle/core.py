@@ -35,8 +35,9 @@ RANGES = {"float16": ((-2, 1), (-2, 1)), "float32": ((-3, 2), (-4, 3)),
           "float64": ((-3, 2), (-4, 3))}
 #: the seed of ``verify`` and ``identify`` unless another is asked for: the same verdict every run
 DEFAULT_SEED = 0
-#: frameworks whose version a report records when the implementation has imported them
-FRAMEWORKS = ("torch", "jax", "tensorflow", "mxnet", "cupy")
+#: frameworks whose version a report records when the implementation has imported them (the
+#: audit's, :mod:`toolkit.oracle.frameworks`, among them: a test checks that)
+FRAMEWORKS = ("torch", "optax", "jax", "jaxlib", "tensorflow", "mxnet", "cupy")
 
 
 class OracleMismatch(AssertionError):
@@ -311,16 +312,21 @@ class DomainVerdict:
     """The verdict of :func:`verify` over one domain of the hyperparameters (``"usual"``: the
     ranges people train with, ``Spec.usual``; ``"full"``: everything the oracle explores,
     ``Spec.space``): ``passed``, ``max_error`` (normalised, as :class:`VerifyReport`'s),
-    ``examples`` run and the ``worst`` case (a dict as ``VerifyReport.worst``, or None)."""
+    ``examples`` run and the ``worst`` case (a dict as ``VerifyReport.worst``, or None).
+
+    ``pinned``: in the usual domain, the values ``fixed`` pins outside their usual ranges, which
+    every one of its cases holds ("beta1 pinned at 1e-10, outside its usual range [0.5, 0.99]"),
+    else None; the summary then names the domain by them, not as the plain usual one."""
     passed: bool
     max_error: float
     examples: int
     worst: dict | None = None
+    pinned: str | None = None
 
     def to_dict(self):
         """The verdict as JSON-ready data."""
         return {"passed": self.passed, "max_error": _finite(self.max_error),
-                "examples": self.examples, "worst": self.worst}
+                "examples": self.examples, "worst": self.worst, "pinned": self.pinned}
 
 
 @dataclass
@@ -336,8 +342,10 @@ class VerifyReport:
 
     ``passed`` is both domains' verdict (the usual domain's cases are drawn apart from the
     full domain's, which may not meet them), ``max_error`` and ``worst`` the worse domain's,
-    ``examples`` the full domain's count; ``domains`` holds both verdicts, ``{"usual": DomainVerdict, "full": DomainVerdict}``, and
-    ``region``, when the usual domain passes and the full one fails, where the failure lies (found
+    ``examples`` the full domain's count; ``domains`` holds both verdicts,
+    ``{"usual": DomainVerdict, "full": DomainVerdict}`` (a value ``fixed`` pins outside its usual
+    range is in both domains' cases: the usual verdict's ``pinned`` names it). ``region``, when
+    the usual domain passes and the full one fails, where the failure lies (found
     by bisecting the worst case's hyperparameters towards their usual ranges: "only for beta1 <
     1.1e-05"), else None. ``explanation`` (:class:`Explanation`) says why a run failed, None when
     both domains pass or the implementation failed outright (``failure``)."""
@@ -375,7 +383,8 @@ class VerifyReport:
             if one and name == "usual":
                 lines.append("  usual domain: the full one (no usual ranges are declared)")
                 continue
-            lines.append(f"  {name} domain: {'PASSED' if d.passed else 'FAILED'} over "
+            label = f"{name} domain" + (f" ({d.pinned})" if d.pinned else "")
+            lines.append(f"  {label}: {'PASSED' if d.passed else 'FAILED'} over "
                          f"{d.examples} example(s); worst normalised error {d.max_error:.3g}")
         if self.region:
             lines.append(f"  it fails outside the usual domain only: {self.region}")
@@ -501,8 +510,11 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
     ranges : dict, optional
         ``{hyperparameter: Space}`` (:mod:`toolkit.oracle.space`'s ``Decades``, ``Interval``,
         ``OneOf``, ``Just``) replacing the full domain's space of those hyperparameters, to aim
-        the search at a corner (``{"beta1": Decades(-16, -1)}``); the usual domain keeps the
-        spec's usual ranges. A name that is unknown or also in ``fixed`` is a ValueError.
+        the search at a corner (``{"beta1": Decades(-16, -1)}``); the usual domain ignores it
+        (the spec's usual ranges, and the full spaces of the others). A name that is unknown or
+        also in ``fixed`` is a ValueError. A ``fixed`` value pins its hyperparameter in both
+        domains; one outside its usual range is named in the usual verdict (``pinned``), and a
+        region is sought among the drawn hyperparameters only.
 
     A failed run is explained (``report.explanation``): its cases are compared with the other
     conventions and with each known variant of the equations its spec declares; a failure in
@@ -532,12 +544,16 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
     if spec.usual:
         usual_run = _verify_run(make_step, ref, convention, fixed, dt, usual_examples, seed,
                                 domain="usual", ranges=ranges)
-        usual = _domain_verdict(usual_run)
+        pinned = _space.pinned_outside_usual(ref.NAME, fixed)
+        usual = _domain_verdict(usual_run, "; ".join(
+            f"{k} pinned at {v!r}, outside its usual range {_space.describe(spec.usual[k])}"
+            for k, v in pinned.items()) or None)
     else:  # one domain: the full one is the usual one
         usual_run, usual = run, full
     # the verdict is both domains': a failure of the usual domain is a failure (its cases
     # are drawn apart from the full domain's, which may not meet them)
     passed = full.passed and usual.passed
+    max_error = max(full.max_error, usual.max_error)
     failure = run["failure"] or usual_run["failure"]
     seen = (run["seen"] if not full.passed else []) + \
         (usual_run["seen"] if not usual.passed and usual_run is not run else [])
@@ -549,13 +565,12 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
     explanation = None
     if not passed and failure is None:
         explanation = _explain(ref, convention, pytorch, implemented, dt, declared, seen,
-                               passes_under, under_error, max(full.max_error, usual.max_error))
+                               passes_under, under_error, max_error)
     region = None
     if usual.passed and not full.passed and run["failure"] is None and spec.usual:
-        region = _region(make_step, ref, convention, dt, run["record"])
-    worse = run if full.max_error >= usual.max_error else usual_run
-    return VerifyReport(ref.NAME, asked, dt.name, passed=passed,
-                        max_error=max(full.max_error, usual.max_error),
+        region = _region(make_step, ref, convention, dt, run["record"], fixed)
+    worse = run if full.max_error >= max_error else usual_run
+    return VerifyReport(ref.NAME, asked, dt.name, passed=passed, max_error=max_error,
                         examples=run["n"], worst=worse["record"], failure=failure,
                         passes_under=passes_under, seed=seed, versions=versions(),
                         domains={"usual": usual, "full": full}, region=region,
@@ -567,10 +582,10 @@ def _spec_of(name):
     return spec_of(name)
 
 
-def _domain_verdict(run):
+def _domain_verdict(run, pinned=None):
     worst = max(run["worst"], 0.0)
     return DomainVerdict(passed=worst <= 1.0 and not run["failure"], max_error=worst,
-                         examples=run["n"], worst=run["record"])
+                         examples=run["n"], worst=run["record"], pinned=pinned)
 
 
 def _verify_run(make_step, ref, convention, fixed, dt, examples, seed, domain="full",
@@ -685,11 +700,15 @@ def _explain(ref, convention, pytorch, implemented, dt, declared, seen, passes_u
                        f"({', '.join(others) or 'none'}) passes the failing cases", max_error)
 
 
-def _region(make_step, ref, convention, dt, record):
+def _region(make_step, ref, convention, dt, record, fixed=None):
     """Where a failure of the full domain only lies: the worst case's hyperparameters that lie
-    outside their usual ranges are moved, one at a time, to the nearest usual value; the first
-    whose move makes the case pass is bisected between its failing value and that usual value
-    ("only for beta1 < 1.1e-05"). None when nothing can be said."""
+    outside their usual ranges are moved, one at a time, to the usual value on each side of it
+    (both pieces of a range with a gap, such as momentum's ``0.0 or [0.5, 0.99]``); the first
+    whose move makes the case pass is bisected between its failing value and each passing usual
+    value (:func:`_region_of`: "only for beta1 < 1.1e-05", "only for momentum between 0 and
+    0.3"). Hyperparameters pinned by ``fixed`` are not moved: both domains' cases hold them, so
+    they are not what tells the failing full domain from the passing usual one. None when
+    nothing can be said."""
     usual = _space.usual_space(ref.NAME)
     case = _Case(dict(record["hyperparameters"]), np.asarray(record["weight0"], dtype=np.float64),
                  [np.asarray(g, dtype=np.float64) for g in record["grads"]])
@@ -709,28 +728,61 @@ def _region(make_step, ref, convention, dt, record):
 
     outside = [k for k, s in usual.items() if k in case.hyper
                and not _space.inside(s, case.hyper[k])]
+    pinned = [k for k in outside if k in (fixed or {})]
+    outside = [k for k in outside if k not in pinned]
     if not outside:
-        return ("the worst case fails with every hyperparameter in its usual range: its weights "
-                "and gradients, not its hyperparameters, make it fail (run more examples)")
+        also = (f" (but {', '.join(pinned)}, pinned outside their usual ranges in both domains)"
+                if pinned else "")
+        return (f"the worst case fails with every hyperparameter in its usual range{also}: its "
+                "weights and gradients, not its hyperparameters, make it fail (run more "
+                "examples)")
     for k in outside:
-        bad, good = case.hyper[k], _space.nearest(usual[k], case.hyper[k])
-        if good is None or fails(**{k: good}):
-            continue
-        usual_range = f"{k}'s usual range is {_space.describe(usual[k])}"
-        if bad == 0 and good > 0:
-            if not fails(**{k: good * 1e-300}):
-                return f"only for {k} = 0 ({usual_range})"
-            bad = good * 1e-300
-        edge = _bisect(lambda x: fails(**{k: x}), bad, good)
-        side = "<" if bad < good else ">"
-        return (f"only for {k} {side} {edge:.3g} (the worst case fails at {k} = "
-                f"{case.hyper[k]:.3g} and passes from {edge:.3g} on; {usual_range})")
+        found = _region_of(k, case.hyper[k], usual[k], lambda x, k=k: fails(**{k: x}),
+                           len(case.grads))
+        if found is not None:
+            return found
     moved = {k: _space.nearest(usual[k], case.hyper[k]) for k in outside}
     if any(v is None for v in moved.values()) or fails(**moved):
         return ("the worst case still fails with its hyperparameters moved into their usual "
                 f"ranges ({', '.join(outside)}): its weights and gradients make it fail")
     return (f"only where {', '.join(outside)} lie outside their usual ranges together (the "
             f"worst case passes with all of them moved in, not with one)")
+
+
+def _region_of(k, x, usual, fails, steps):
+    """The region text of hyperparameter ``k`` whose value ``x`` (outside its usual range
+    ``usual``) fails, where ``fails(value)`` re-runs the worst case: the usual value on each side
+    of ``x`` (:func:`~toolkit.oracle.space.neighbours`, so a value in a range's gap sees both
+    pieces) that passes is bisected towards ``x``; the text gives the edges found ("only for
+    momentum between 0 and 0.3"), or None when no usual value passes. The text gives the worst
+    case's length, ``steps``: the region holds within that horizon, and a longer run may fail
+    elsewhere (torch's centered RMSprop turns NaN at usual alphas after a hundred steps)."""
+    below, above = _space.neighbours(usual, x)
+    usual_range = f"{k}'s usual range is {_space.describe(usual)}"
+    low = below is not None and not fails(below)
+    high = above is not None and not fails(above)
+    if not (low or high):
+        return None
+    if x == 0 and high and above > 0 and not fails(above * 1e-300):
+        return f"only for {k} = 0 ({usual_range})"
+    lo_edge = _bisect(fails, x, below) if low else None
+    if high:
+        bad = above * 1e-300 if x == 0 and above > 0 else x
+        hi_edge = _bisect(fails, bad, above)
+    else:
+        hi_edge = None
+    # what a usual value on the other side does, when it does not pass
+    other = ("" if low and high else
+             f"; it fails at the usual value {k} = {above if low else below:.3g} too"
+             if (above if low else below) is not None else "")
+    case = f"the worst case, {steps} step{'s' if steps != 1 else ''} long,"
+    if low and high:
+        return (f"only for {k} between {lo_edge:.3g} and {hi_edge:.3g} ({case} fails at "
+                f"{k} = {x:.3g} and passes at {lo_edge:.3g} and at {hi_edge:.3g}; "
+                f"{usual_range})")
+    edge, side = (lo_edge, ">") if low else (hi_edge, "<")
+    return (f"only for {k} {side} {edge:.3g} ({case} fails at {k} = {x:.3g} and passes from "
+            f"{edge:.3g} on{other}; {usual_range})")
 
 
 def _bisect(fails, bad, good, steps=40):

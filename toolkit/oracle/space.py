@@ -22,8 +22,8 @@ from ..optimizers.spaces import (COMMON, Decades, Interval, Ints, Just, MOMENTUM
 
 __all__ = ["Space", "Decades", "Interval", "Ints", "Just", "OneOf", "Shapes", "COMMON", "OWN",
            "COMMON_FIXED", "MATRIX", "common_space", "hyper_space", "shape_space", "weight_shape",
-           "array_over_decades", "fix_dependent", "DOMAINS", "usual_space", "inside",
-           "nearest", "describe"]
+           "array_over_decades", "fix_dependent", "DOMAINS", "usual_space", "pinned_outside_usual",
+           "inside", "nearest", "neighbours", "describe"]
 
 
 class _FromSpecs(Mapping):
@@ -103,8 +103,11 @@ def hyper_space(name, fixed=None, domain="full", ranges=None):
     """``{hyperparameter: Space}`` of optimizer ``name``: :data:`COMMON` and its own, with the
     ``fixed`` ones pinned (an unknown fixed name is a ``ValueError`` naming the known ones).
     ``ranges`` (``{name: Space}``) replaces the full domain's space of those hyperparameters (a
-    search aimed at a corner). ``domain="usual"`` draws the hyperparameters its spec gives usual
-    ranges for (``Spec.usual``) from those ranges instead (:data:`DOMAINS`)."""
+    search aimed at a corner); it is checked in either domain but applies to the full one only.
+    ``domain="usual"`` draws the hyperparameters its spec gives usual ranges for (``Spec.usual``)
+    from those ranges instead, the others from their full spaces (:data:`DOMAINS`). A ``fixed``
+    value pins its hyperparameter in either domain (:func:`pinned_outside_usual` names those
+    outside their usual ranges)."""
     if name not in OWN:
         raise ValueError(f"unknown optimizer {name!r}; known: {', '.join(sorted(OWN))}")
     if domain not in DOMAINS:
@@ -123,9 +126,10 @@ def hyper_space(name, fixed=None, domain="full", ranges=None):
     if both:
         raise ValueError(f"{both} are both fixed and given ranges: pin a hyperparameter or give "
                          "it a range, not both")
-    space.update(ranges)
     if domain == "usual":
         space.update(_spec(name).usual)
+    else:
+        space.update(ranges)
     fixed = dict(fixed or {})
     unknown = sorted(set(fixed) - set(space))
     if unknown:
@@ -142,6 +146,14 @@ def array_over_decades(rng, n, lo, hi, zeros=True):
     if zeros:
         x[(rng.random(n) < 0.5) & (np.arange(n) % 3 == 0)] = 0.0
     return x
+
+
+def pinned_outside_usual(name, fixed):
+    """``{hyperparameter: value}`` of the ``fixed`` values of optimizer ``name`` that lie outside
+    their usual ranges (``Spec.usual``): every case of the usual domain holds them, so its
+    verdict names them (``DomainVerdict.pinned``)."""
+    usual = _spec(name).usual
+    return {k: v for k, v in dict(fixed or {}).items() if k in usual and not inside(usual[k], v)}
 
 
 def usual_space(name):
@@ -180,6 +192,35 @@ def nearest(space, x):
     if isinstance(space, (Interval, Ints)):
         return min(max(x, space.lo), space.hi)
     return None
+
+
+def neighbours(space, x):
+    """``(below, above)``: the value of ``space`` nearest to ``x`` from below (the largest one
+    ``<= x``) and from above (the smallest one ``>= x``), each None where ``space`` holds no
+    number on that side. Both are ``x`` when it lies in ``space``. A range with a gap
+    (``OneOf(0.0, Interval(0.5, 0.99))``) gives the usual value on each side of a value in the gap
+    (``0.0`` and ``0.5`` for ``0.1``), where :func:`nearest` gives only the closer one."""
+    if inside(space, x):
+        return x, x
+    if isinstance(space, OneOf):
+        sides = [neighbours(o, x) for o in space.options]
+        below = [b for b, _ in sides if b is not None]
+        above = [a for _, a in sides if a is not None]
+        return (max(below) if below else None), (min(above) if above else None)
+    if isinstance(space, Just):
+        v = space.value
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return None, None
+        return (v, None) if v <= x else (None, v)
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None, None
+    if isinstance(space, Decades):
+        lo, hi = 10.0 ** space.lo, 10.0 ** space.hi
+    elif isinstance(space, (Interval, Ints)):
+        lo, hi = space.lo, space.hi
+    else:
+        return None, None
+    return (hi, None) if x > hi else (None, lo)
 
 
 def describe(space):

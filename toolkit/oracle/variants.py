@@ -85,7 +85,8 @@ VARIANTS = {v.name: v for v in (
                                   "in the weight's precision instead of in double precision",
             rounding=True),
     Variant("lerp", "the moving average written as a lerp, m + (1 - beta1)*(g - m), as "
-                    "torch.optim.Adam writes it (m.lerp_(g, 1 - beta1))", rounding=True),
+                    "torch.optim writes its first moments (m.lerp_(g, 1 - beta1))",
+            rounding=True),
     Variant("eps_inside_root", "epsilon inside the square root, sqrt(v + epsilon), instead of "
                                "added to it"),
     Variant("eps_uncorrected", "epsilon added to the root of the uncorrected second moment, "

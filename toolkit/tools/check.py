@@ -1,6 +1,8 @@
 """``python -m toolkit check``: the oracle's proofs and every backend against the oracle.
 
-Two parts, on fresh random cases each run (``--seed`` to repeat one):
+Two parts, on random cases drawn from a fixed default seed (the oracle's ``DEFAULT_SEED``, 0: the
+same cases and verdict every run; ``--seed N`` for others, ``--seed random`` for a fresh one,
+printed so that it can be repeated):
 
 1. the oracle's own proofs: FTRL and FTML equal the guide's argmin formulations solved by scipy
    from the raw gradient history; NAG's stored-point form equals the guide's look-ahead form; Adam
@@ -17,12 +19,15 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import secrets
 import sys
 import time
 
 import numpy as np
 
 from .. import optimizer
+from ..oracle import DEFAULT_SEED
+from ..oracle.cli import parse_seed
 from ..verify import step_errors
 
 DTYPES = ("float16-mp", "float32", "float64")
@@ -192,13 +197,20 @@ def _device(a):
 def main(argv=None):
     p = argparse.ArgumentParser(prog="mxopt check", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seed", type=int, default=None, help="seed of the random cases")
+    p.add_argument("--seed", type=parse_seed, default=None, metavar="INT|random",
+                   help="seed of the random cases: an int >= 0, or 'random' for a fresh one "
+                        "(printed; default: the oracle's fixed default seed, "
+                        f"{DEFAULT_SEED}: the same cases every run)")
     p.add_argument("--cases", type=int, default=4, help="random cases per backend row")
     p.add_argument("--json", action="store_true",
                    help="print the rows as JSON on stdout (exit codes unchanged: 0 all pass, "
                         "1 a row failed)")
     args = p.parse_args(argv)
-    seed = args.seed if args.seed is not None else int(time.time_ns() % 2 ** 32)
+    seed = args.seed
+    if seed is None:
+        seed = DEFAULT_SEED  # the same cases every run
+    elif seed == "random":
+        seed = secrets.randbelow(2 ** 32)
     rng = np.random.default_rng(seed)
     say = (lambda *a, **k: None) if args.json else functools.partial(print, flush=True)
     say(f"toolkit check (seed {seed}); normalised error: 1.0 is the bound, lower is better\n")
