@@ -348,6 +348,10 @@ class Trainer:
         if not np.isfinite(rescale):
             raise ValueError(f"batch_size {batch_size!r} makes rescale_grad = scale/batch_size = "
                              f"{rescale!r}, which is not finite")
+        held = self._optimizer.rescale_grad
+        if type(held) is float and type(rescale) is float and held == rescale:
+            return  # the same value: the object kept too (the optimizer's step constants,
+            # remembered while their inputs are the same objects, stay remembered)
         self._optimizer.rescale_grad = rescale
 
     # ---------------------------------------------------------------------------------------
