@@ -183,26 +183,50 @@ def test_verdict_of_reads_explanation_and_domains():
     from types import SimpleNamespace as NS
     worst = {"hyperparameters": {"beta1": 1e-12}, "step": 2, "element": 0,
              "expected": 1.0, "got": 2.0}
-    domains = {"usual": NS(passed=True, max_error=0.3, examples=50, worst=None),
-               "full": NS(passed=False, max_error=14.0, examples=100, worst=worst)}
+    domains = {"usual": NS(passed=True, max_error=0.3, examples=50, worst=None, pinned=None),
+               "full": NS(passed=False, max_error=14.0, examples=100, worst=worst,
+                          pinned=None)}
     explained = NS(passed=False, max_error=14.0, worst=worst, passes_under=None,
                    explanation=NS(kind="variant", variant="lerp", convention="guide",
                                   text="the moving average written as a lerp", max_error=0.4),
                    domains=domains, region="only for beta1 < 1e-12", failure=None)
     row = conformance.verdict_of(explained)
-    assert row == {"passed": False, "usual": 0.3, "full": 14.0,
+    assert row == {"passed": False, "usual": 0.3, "full": 14.0, "usual_pinned": None,
                    "region": "only for beta1 < 1e-12",
                    "explanation": "variant: the moving average written as a lerp", "case": worst}
     broken = NS(passed=False, max_error=float("inf"), worst=worst, passes_under=None,
                 explanation=None, domains=domains, region=None, failure="ValueError: no")
     assert conformance.verdict_of(broken)["explanation"] == "failed outright (see failure)"
     ok = NS(passed=True, max_error=0.2, worst=worst, passes_under=None, explanation=None,
-            domains={"usual": NS(passed=True, max_error=0.1, examples=50, worst=None),
-                     "full": NS(passed=True, max_error=0.2, examples=100, worst=None)},
+            domains={"usual": NS(passed=True, max_error=0.1, examples=50, worst=None,
+                                 pinned=None),
+                     "full": NS(passed=True, max_error=0.2, examples=100, worst=None,
+                                pinned=None)},
             region=None, failure=None)
     assert conformance.verdict_of(ok)["explanation"] is None
     assert conformance.verdict_of(ok)["case"] is None
     assert conformance.verdict_of(ok)["usual"] == 0.1
+
+
+def test_a_usual_domain_pinned_outside_its_ranges_is_labelled_in_the_table():
+    """Found by review: an adapter that pins a hyperparameter outside its usual range (optax's
+    nadam pins schedule_decay) had its usual-domain error shown as the plain usual domain's.
+    The row keeps the verify report's label, and the table and JSON show it."""
+    import audit_fake_framework as fake
+    report = oracle.verify(fake.make_adam("float32"), "adam", convention="guide",
+                           dtype="float32", examples=10, usual_examples=10,
+                           fixed={"beta1": 1e-3, "clip_gradient": None})
+    assert report.failure is None, report.failure
+    row = conformance.verdict_of(report)
+    assert row["usual_pinned"] == ("beta1 pinned at 0.001, outside its usual range "
+                                   "[0.5, 0.99]"), row
+    r = conformance.AuditRow("fake", "fake.adam", "adam", "float32", "guide", True,
+                             row["full"], row["usual"], usual_pinned=row["usual_pinned"])
+    audit = AuditReport([r], {"toolkit": "0"}, 0, 10, 10)
+    assert "(beta1 pinned at 0.001, outside its usual range [0.5, 0.99])" in \
+        audit.to_markdown()
+    again = AuditReport.from_dict(json.loads(json.dumps(audit.to_dict())))
+    assert again.rows[0].usual_pinned == row["usual_pinned"]
 
 
 def test_cli_writes_markdown_and_json(fake_on_path, tmp_path):

@@ -376,14 +376,44 @@ def test_a_pin_outside_the_usual_range_is_named_and_not_taken_for_the_region():
     assert "usual domain: PASSED" in ok.summary
 
 
-def test_ranges_aim_the_full_domain_only():
+def test_ranges_aim_the_full_domain_and_what_has_no_usual_range():
+    """``ranges`` aims the full domain; in the usual domain a hyperparameter with a usual range
+    keeps it, one without (its usual range is its whole space) is aimed too."""
     from toolkit.oracle.space import Just, hyper_space
     aimed = {"beta1": Just(1e-12), "wd": Just(0.5)}  # one with a usual range, one without
     full = hyper_space("adam", domain="full", ranges=aimed)
     usual = hyper_space("adam", domain="usual", ranges=aimed)
     assert full["beta1"] == Just(1e-12) and full["wd"] == Just(0.5)
     assert usual["beta1"] == spec_of("adam").usual["beta1"]
-    assert usual["wd"] == hyper_space("adam", domain="full")["wd"]
+    assert usual["wd"] == Just(0.5)
+
+
+def test_a_failure_ranges_aim_at_a_hyperparameter_without_a_usual_range_fails_both_domains():
+    """Found by review: with ``ranges`` aiming wd (no usual range) at where a wrong Adam fails,
+    the usual domain drew wd from its whole space and passed, and the region blamed the weights
+    and gradients. The usual domain is aimed there too now, and says so: both fail, no region."""
+    good = make_adam("guide")
+
+    def make(w, learning_rate, wd, **kw):
+        return good(w, learning_rate=learning_rate, wd=3 * wd if 0.05 < wd < 0.06 else wd, **kw)
+    r = oracle.verify(make, "adam", convention="guide", dtype="float64", examples=30,
+                      usual_examples=30, fixed=dict(clip_gradient=None),
+                      ranges={"wd": Interval(0.051, 0.059)})
+    assert not r.domains["full"].passed and not r.domains["usual"].passed, r.summary
+    assert r.region is None, r.summary
+    assert "wd aimed at [0.051, 0.059] by ranges" in r.domains["usual"].pinned
+    assert "wd aimed at [0.051, 0.059] by ranges" in r.summary
+
+
+def test_a_numpy_scalar_pinned_inside_its_usual_range_is_not_called_outside():
+    """Found by review: ``np.float32(0.9)`` was not a number to the range checks, so a beta1
+    pinned at it was reported "outside its usual range [0.5, 0.99]"."""
+    from toolkit.oracle.space import neighbours, nearest, pinned_outside_usual
+    usual = spec_of("adam").usual["beta1"]
+    assert pinned_outside_usual("adam", {"beta1": np.float32(0.9)}) == {}
+    assert pinned_outside_usual("adam", {"beta1": np.float64(1e-10)}) == {"beta1": 1e-10}
+    assert nearest(usual, np.float32(0.1)) == 0.5 and neighbours(usual, np.int64(2)) == (0.99,
+                                                                                          None)
 
 
 @pytest.mark.skipif(not HAVE_TORCH, reason="torch not installed (pip install torch to check "

@@ -53,8 +53,9 @@ class AuditRow:
     """One framework optimizer in one dtype: ``convention`` it follows (identified and
     verified; None, with the ``closest``, when it follows none), ``matches`` every convention
     identified and verified, ``passed`` under ``convention`` (or ``closest``), the worst
-    normalised error in the ``usual`` domain (None where the oracle reports no domains) and
-    the ``full`` one, the ``region`` of a failure in the full domain only, the ``explanation``
+    normalised error in the ``usual`` domain (None where the oracle reports no domains;
+    ``usual_pinned`` says what its cases held outside the usual ranges, a value the adapter
+    pins there, as the verify report's ``DomainVerdict.pinned``) and the ``full`` one, the ``region`` of a failure in the full domain only, the ``explanation``
     of a failure and its ``case`` (hyperparameters, step, expected, got), ``failure`` the
     framework's own exception, if any."""
     framework: str
@@ -65,6 +66,7 @@ class AuditRow:
     passed: bool
     full: float
     usual: float | None = None
+    usual_pinned: str | None = None
     matches: list = field(default_factory=list)
     closest: str | None = None
     region: str | None = None
@@ -137,7 +139,8 @@ def _cells(r):
         conv = f"none (closest: {r.closest})"
     verdict = "passes" if r.passed else "FAILS"
     why = (r.explanation or "") + (f" ({r.region})" if r.region else "")
-    return (r.framework, r.label, r.optimizer, r.dtype, conv, verdict, _err(r.usual),
+    usual = _err(r.usual) + (f" ({r.usual_pinned})" if r.usual_pinned else "")
+    return (r.framework, r.label, r.optimizer, r.dtype, conv, verdict, usual,
             _err(r.full), why.replace("|", "\\|").replace("\n", " ") or "—")
 
 
@@ -152,7 +155,8 @@ def _case_text(r):
 
 def verdict_of(report):
     """What a row takes from a :class:`~toolkit.oracle.VerifyReport`: ``{"passed", "usual",
-    "full", "region", "explanation", "case"}``: the worst normalised error of each domain, the
+    "full", "usual_pinned", "region", "explanation", "case"}``: the worst normalised error of
+    each domain (and what the usual one's cases held outside the usual ranges), the
     region of a failure of the full domain only, the explanation of a failure (its kind and
     text: another convention, a variant of the same equations, or another algorithm) and its
     worst case. The one place that reads a report for the table."""
@@ -165,7 +169,7 @@ def verdict_of(report):
     else:  # the implementation failed outright: the row's failure says how
         text = "failed outright (see failure)"
     return {"passed": report.passed, "usual": usual.max_error, "full": full.max_error,
-            "region": report.region, "explanation": text,
+            "usual_pinned": usual.pinned, "region": report.region, "explanation": text,
             "case": None if report.passed else report.worst}
 
 

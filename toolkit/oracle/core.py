@@ -545,9 +545,12 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
         usual_run = _verify_run(make_step, ref, convention, fixed, dt, usual_examples, seed,
                                 domain="usual", ranges=ranges)
         pinned = _space.pinned_outside_usual(ref.NAME, fixed)
+        aimed = _space.aimed_without_usual(ref.NAME, ranges)
         usual = _domain_verdict(usual_run, "; ".join(
-            f"{k} pinned at {v!r}, outside its usual range {_space.describe(spec.usual[k])}"
-            for k, v in pinned.items()) or None)
+            [f"{k} pinned at {v!r}, outside its usual range {_space.describe(spec.usual[k])}"
+             for k, v in pinned.items()] +
+            [f"{k} aimed at {_space.describe(v)} by ranges, as in the full domain (it has no "
+             "usual range)" for k, v in aimed.items()]) or None)
     else:  # one domain: the full one is the usual one
         usual_run, usual = run, full
     # the verdict is both domains': a failure of the usual domain is a failure (its cases

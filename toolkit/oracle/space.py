@@ -13,6 +13,7 @@ user's ``make_step`` receives), on top of :data:`COMMON`. :data:`OWN`, :data:`MA
 """
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping
 
 import numpy as np
@@ -127,7 +128,12 @@ def hyper_space(name, fixed=None, domain="full", ranges=None):
         raise ValueError(f"{both} are both fixed and given ranges: pin a hyperparameter or give "
                          "it a range, not both")
     if domain == "usual":
-        space.update(_spec(name).usual)
+        usual = _spec(name).usual
+        # a hyperparameter with a usual range is drawn from it; one without is drawn from
+        # where ``ranges`` aims it, as in the full domain (its usual range is its whole one;
+        # the usual verdict names it: ``aimed_without_usual``)
+        space.update({k: v for k, v in ranges.items() if k not in usual})
+        space.update(usual)
     else:
         space.update(ranges)
     fixed = dict(fixed or {})
@@ -156,6 +162,14 @@ def pinned_outside_usual(name, fixed):
     return {k: v for k, v in dict(fixed or {}).items() if k in usual and not inside(usual[k], v)}
 
 
+def aimed_without_usual(name, ranges):
+    """``{hyperparameter: Space}`` of the ``ranges`` of optimizer ``name`` that aim a
+    hyperparameter without a usual range: the usual domain draws it from there too (its usual
+    range is its whole one), so its verdict names it (``DomainVerdict.pinned``)."""
+    usual = _spec(name).usual
+    return {k: v for k, v in dict(ranges or {}).items() if k not in usual}
+
+
 def usual_space(name):
     """``{hyperparameter: Space}``: the usual ranges of optimizer ``name`` (``Spec.usual``)."""
     return dict(_spec(name).usual)
@@ -168,7 +182,7 @@ def inside(space, x):
         return any(inside(o, x) for o in space.options)
     if isinstance(space, Just):
         return x == space.value
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
         return False
     if isinstance(space, Decades):
         return x > 0 and 10.0 ** space.lo <= x <= 10.0 ** space.hi
@@ -186,7 +200,8 @@ def nearest(space, x):
         near = [n for n in (nearest(o, x) for o in space.options) if n is not None]
         return min(near, key=lambda n: abs(n - x)) if near else None
     if isinstance(space, Just):
-        return space.value if isinstance(space.value, (int, float)) else None
+        return space.value if isinstance(space.value, numbers.Real) and \
+            not isinstance(space.value, bool) else None
     if isinstance(space, Decades):
         return min(max(x, 10.0 ** space.lo), 10.0 ** space.hi)
     if isinstance(space, (Interval, Ints)):
@@ -209,10 +224,10 @@ def neighbours(space, x):
         return (max(below) if below else None), (min(above) if above else None)
     if isinstance(space, Just):
         v = space.value
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
             return None, None
         return (v, None) if v <= x else (None, v)
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
         return None, None
     if isinstance(space, Decades):
         lo, hi = 10.0 ** space.lo, 10.0 ** space.hi
