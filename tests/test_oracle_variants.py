@@ -405,6 +405,22 @@ def test_a_failure_ranges_aim_at_a_hyperparameter_without_a_usual_range_fails_bo
     assert "wd aimed at [0.051, 0.059] by ranges" in r.summary
 
 
+def test_a_region_above_the_usual_range_says_where_it_passes():
+    """A failure only above the usual range reads "only for epsilon > e (... passes up to e)"
+    (it said "passes from e on", the wrong way round)."""
+    good = make_adam("guide")
+
+    def make(w, learning_rate, epsilon, **kw):
+        return good(w, learning_rate=learning_rate,
+                    epsilon=epsilon * 4 if epsilon > 5e-3 else epsilon, **kw)
+    r = oracle.verify(make, "adam", convention="guide", dtype="float64", examples=60,
+                      usual_examples=30, fixed=dict(clip_gradient=None),
+                      ranges={"epsilon": Decades(-2.2, -2)})
+    assert r.domains["usual"].passed and not r.domains["full"].passed, r.summary
+    assert r.region is not None and r.region.startswith("only for epsilon > "), r.region
+    assert "passes up to" in r.region and "passes from" not in r.region, r.region
+
+
 def test_a_numpy_scalar_pinned_inside_its_usual_range_is_not_called_outside():
     """Found by review: ``np.float32(0.9)`` was not a number to the range checks, so a beta1
     pinned at it was reported "outside its usual range [0.5, 0.99]"."""

@@ -783,9 +783,10 @@ def _region_of(k, x, usual, fails, steps):
         return (f"only for {k} between {lo_edge:.3g} and {hi_edge:.3g} ({case} fails at "
                 f"{k} = {x:.3g} and passes at {lo_edge:.3g} and at {hi_edge:.3g}; "
                 f"{usual_range})")
-    edge, side = (lo_edge, ">") if low else (hi_edge, "<")
-    return (f"only for {k} {side} {edge:.3g} ({case} fails at {k} = {x:.3g} and passes from "
-            f"{edge:.3g} on{other}; {usual_range})")
+    edge, side, passes = ((lo_edge, ">", f"passes up to {lo_edge:.3g}") if low else
+                          (hi_edge, "<", f"passes from {hi_edge:.3g} on"))
+    return (f"only for {k} {side} {edge:.3g} ({case} fails at {k} = {x:.3g} and {passes}"
+            f"{other}; {usual_range})")
 
 
 def _bisect(fails, bad, good, steps=40):
