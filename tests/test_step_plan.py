@@ -508,11 +508,10 @@ def test_a_trainer_step_reads_a_users_schedule_as_the_updates_do(name):
             assert np.array_equal(p.data(), ws[i]), (step, p.name)
 
 
-def test_a_param_dict_whose_keys_changed_is_read_index_by_index():
-    """The Trainer kept its parameters' multipliers while the optimizer's ``param_dict`` held
-    the same parameters in the same order; a ``param_dict`` whose keys changed (index 2's
-    parameter moved to key 99: index 2 then takes the tables' multipliers, 1.0) kept them too,
-    so the step used parameter 2's multipliers where the per-parameter update did not."""
+def _steps_beside_the_loop(change):
+    """Two SGD steps of a Trainer over three parameters with multipliers and of a twin
+    optimizer updating them one by one, ``change(trainer's optimizer, twin)`` made before the
+    second; the weights must agree after each."""
     params = [Parameter(f"p{i}_weight", init=np.ones(3, np.float32), lr_mult=1.0 + i,
                         wd_mult=0.5 * i) for i in range(3)]
     trainer = Trainer(params, "sgd", {"learning_rate": 0.1, "wd": 0.01})
@@ -521,14 +520,24 @@ def test_a_param_dict_whose_keys_changed_is_read_index_by_index():
     ws = [np.ones(3, np.float32) for _ in params]
     for step in range(2):
         if step == 1:
-            for opt in (trainer.optimizer, twin):
-                opt.param_dict[99] = opt.param_dict.pop(2)
+            change(trainer.optimizer, twin)
         for i, p in enumerate(params):
             p.grad()[...] = 0.5
             twin.update(i, ws[i], np.full(3, 0.5, np.float32), None)
         trainer.step(1)
         for i, p in enumerate(params):
             assert np.array_equal(p.data(), ws[i]), (step, p.name)
+
+
+def test_a_param_dict_whose_keys_changed_is_read_index_by_index():
+    """The Trainer kept its parameters' multipliers while the optimizer's ``param_dict`` held
+    the same parameters in the same order; a ``param_dict`` whose keys changed (index 2's
+    parameter moved to key 99: index 2 then takes the tables' multipliers, 1.0) kept them too,
+    so the step used parameter 2's multipliers where the per-parameter update did not."""
+    def move(mine, twin):
+        for opt in (mine, twin):
+            opt.param_dict[99] = opt.param_dict.pop(2)
+    _steps_beside_the_loop(move)
 
 
 def _swap_setitem(pd, holder):
@@ -578,23 +587,11 @@ def test_every_change_of_the_trainers_param_dict_is_read(swap):
     ``ParamDict`` that counts its changes) is unchanged; a change through any of the dict's
     methods (here index 1's entry replaced by a holder of other multipliers) is read at the
     next step, as the per-parameter update reads it."""
-    params = [Parameter(f"p{i}_weight", init=np.ones(3, np.float32), lr_mult=1.0 + i,
-                        wd_mult=0.5 * i) for i in range(3)]
-    trainer = Trainer(params, "sgd", {"learning_rate": 0.1, "wd": 0.01})
-    twin = optimizer.create("sgd", learning_rate=0.1, wd=0.01)
-    twin.param_dict = dict(enumerate(params))
-    ws = [np.ones(3, np.float32) for _ in params]
-    for step in range(2):
-        if step == 1:
-            holder = _Holder(4.0, 3.0)
-            swap(trainer.optimizer.param_dict, holder)
-            twin.param_dict[1] = holder
-        for i, p in enumerate(params):
-            p.grad()[...] = 0.5
-            twin.update(i, ws[i], np.full(3, 0.5, np.float32), None)
-        trainer.step(1)
-        for i, p in enumerate(params):
-            assert np.array_equal(p.data(), ws[i]), (step, p.name)
+    def change(mine, twin):
+        holder = _Holder(4.0, 3.0)
+        swap(mine.param_dict, holder)
+        twin.param_dict[1] = holder
+    _steps_beside_the_loop(change)
 
 
 def test_a_param_dict_that_is_a_mapping_but_not_a_dict_is_read():

@@ -15,9 +15,6 @@ sends the step back to the general path, which checks everything and says what i
 """
 from __future__ import annotations
 
-import gc
-import sys
-
 import numpy as np
 import pytest
 
@@ -27,6 +24,7 @@ from toolkit import lr_scheduler  # noqa: E402
 from toolkit.optimizer import create, specs  # noqa: E402
 from toolkit.torch import steady  # noqa: E402
 
+from test_step_plan import _python_calls  # noqa: E402
 from test_torch_numbers import assert_same, drawn, options, shapes  # noqa: E402
 
 VECTOR = [(name, conv) for name, spec in specs().items() for conv in spec.conventions
@@ -208,23 +206,6 @@ def test_a_gradient_of_another_shape_is_the_general_paths_error():
     with pytest.raises(ValueError, match="gradient shape"):
         opt.step()
     assert all(torch.equal(a, p.detach()) for a, p in zip(before, params))
-
-
-def _python_calls(fn):
-    """How many Python functions run while ``fn()`` does (the garbage collector held off)."""
-    count = [0]
-
-    def prof(frame, event, arg):
-        if event == "call":
-            count[0] += 1
-    gc.disable()
-    sys.setprofile(prof)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-        gc.enable()
-    return count[0]
 
 
 def test_a_steady_step_does_no_python_work_per_parameter(steady_steps):
