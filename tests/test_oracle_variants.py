@@ -432,24 +432,31 @@ def test_a_numpy_scalar_pinned_inside_its_usual_range_is_not_called_outside():
                                                                                           None)
 
 
-@pytest.mark.skipif(not HAVE_TORCH, reason="torch not installed (pip install torch to check "
-                                           "torch.optim.Adam's usual and full domains)")
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_torch_adam_fails_the_full_domain_only_for_small_beta1(dtype):
+def _torch_make(klass, dtype):
+    """``make_step`` of torch's Adam or AdamW (``klass``) in ``dtype``: MXNet's AdamW ``eta``
+    scales the learning rate, as torch's ``lr`` (Adam has no ``eta``: 1)."""
     import torch
     tdt = getattr(torch, dtype)
 
-    def make(w, learning_rate, wd, rescale_grad, clip_gradient, beta1, beta2, epsilon):
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, beta1, beta2, epsilon, eta=1.0):
         p = torch.nn.Parameter(torch.tensor(w, dtype=tdt))
-        opt = torch.optim.Adam([p], lr=learning_rate, betas=(beta1, beta2), eps=epsilon,
-                               weight_decay=wd)
+        lr = learning_rate if klass is torch.optim.Adam else eta * learning_rate
+        opt = klass([p], lr=lr, betas=(beta1, beta2), eps=epsilon, weight_decay=wd)
 
         def step(g):
             p.grad = torch.tensor(g * rescale_grad, dtype=tdt)
             opt.step()
             return p.detach()
         return step
-    r = oracle.verify(make, "adam", convention="pytorch", dtype=dtype, examples=EXAMPLES,
+    return make
+
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch not installed (pip install torch to check "
+                                           "torch.optim.Adam's usual and full domains)")
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_torch_adam_fails_the_full_domain_only_for_small_beta1(dtype):
+    import torch
+    r = oracle.verify(_torch_make(torch.optim.Adam, dtype), "adam", convention="pytorch", dtype=dtype, examples=EXAMPLES,
                       fixed=LERP_FIXED, ranges=LERP_RANGES[dtype])
     _assert_fails_for_small_beta1_only(r)
     assert r.explanation.convention == "guide"  # PyTorch's Adam is the guide's
@@ -495,19 +502,7 @@ def test_the_lerp_adamw_fails_the_full_domain_only_for_small_beta1(dtype):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_torch_adamw_fails_the_full_domain_only_for_small_beta1(dtype):
     import torch
-    tdt = getattr(torch, dtype)
-
-    def make(w, learning_rate, wd, rescale_grad, clip_gradient, beta1, beta2, epsilon, eta):
-        p = torch.nn.Parameter(torch.tensor(w, dtype=tdt))
-        opt = torch.optim.AdamW([p], lr=eta * learning_rate, betas=(beta1, beta2), eps=epsilon,
-                                weight_decay=wd)
-
-        def step(g):
-            p.grad = torch.tensor(g * rescale_grad, dtype=tdt)
-            opt.step()
-            return p.detach()
-        return step
-    r = oracle.verify(make, "adamw", convention="pytorch", dtype=dtype, examples=EXAMPLES,
+    r = oracle.verify(_torch_make(torch.optim.AdamW, dtype), "adamw", convention="pytorch", dtype=dtype, examples=EXAMPLES,
                       fixed=ADAMW_FIXED, ranges=LERP_RANGES[dtype])
     _assert_fails_for_small_beta1_only(r)
     assert r.explanation.convention == "pytorch"

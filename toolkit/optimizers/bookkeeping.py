@@ -49,6 +49,19 @@ class StepScalars(NamedTuple):
     lr: np.ndarray   #: float64: learning rate with schedule and multiplier
     wd: np.ndarray   #: float64: weight decay with multiplier
 
+    def distinct(self):
+        """``(first, inverse)``: the position of the first index of each distinct
+        ``(t, lr, wd)`` (told apart by their bits; a list, in the order of those triples'
+        bits), and for every index the position in ``first`` of its triple; ``inverse`` is
+        None when all are one triple (``first == [0]``, no table of keys sorted)."""
+        lr_bits, wd_bits = self.lr.view(np.int64), self.wd.view(np.int64)
+        if (self.t == self.t[0]).all() and (lr_bits == lr_bits[0]).all() and \
+                (wd_bits == wd_bits[0]).all():
+            return [0], None
+        key = np.stack([self.t, lr_bits, wd_bits], axis=1)
+        _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
+        return first.tolist(), inverse.reshape(-1)
+
 
 #: the methods whose definitions here ``step_scalars`` vectorises
 _VECTORISED = ("_step_scalars", "_next_count", "_lr_count", "_get_lr", "_get_wd", "_mult",

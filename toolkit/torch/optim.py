@@ -20,7 +20,8 @@ import torch
 
 from ..backends import cpu
 from ..sparse import RowSparse
-from ..trainer.buffers import Recorder
+from ..optimizers.bookkeeping import StepScalars
+from ..trainer.buffers import Recorder, planned_rows
 from . import keywords
 from .launch import run_rule_table
 from .steady import SteadyGroup, SteadyStep
@@ -332,12 +333,7 @@ class TorchOptimizer(torch.optim.Optimizer):
         inner.num_update = num_update
         scalars = inner.step_scalars(steady.indices)
         t, lr, wd = scalars.t, scalars.lr, scalars.wd
-        key = np.stack([t, lr.view(np.int64), wd.view(np.int64)], axis=1)
-        if (key == key[0]).all():
-            first, inverse = [0], None
-        else:
-            _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
-            first, inverse = first.tolist(), inverse.reshape(-1)
+        first, inverse = scalars.distinct()
         planned = []
         for j in first:
             m = _Member(int(steady.indices[j]), steady.params[j], grads[j])
@@ -348,9 +344,7 @@ class TorchOptimizer(torch.optim.Optimizer):
             planned.append(rec)
         if len({len(row) for _, row in planned}) != 1:
             return None
-        rows = np.array([row for _, row in planned], np.float64)
-        if inverse is not None and (rows.view(np.int64) == rows[:1].view(np.int64)).all():
-            rows, inverse = rows[:1], None  # distinct scalars, the same row (t unread)
+        rows, inverse = planned_rows([row for _, row in planned], inverse)
         return SteadyStep(steady, grads, grad_ptrs, scalars, planned[0][0], rows, inverse)
 
     def _member(self, index, p, inner, group):
@@ -565,19 +559,19 @@ class TorchOptimizer(torch.optim.Optimizer):
         work = []  # in order: a _TableRun per dtype, or a _SingleRun per member on its own
         for dtype, js in by_dtype.items():
             js = np.array(js)
-            key = np.stack([t[js], lr[js].view(np.int64), wd[js].view(np.int64)], axis=1)
-            _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
+            first, inverse = StepScalars(t[js], lr[js], wd[js]).distinct()
             planned = [self._record(inner, members[js[f]], tensors[js[f]],
                                     int(t[js[f]]), float(lr[js[f]]), float(wd[js[f]]))
-                       for f in first.tolist()]
+                       for f in first]
             factory = planned[0][0] if planned[0] is not None else None
             if factory is not None and all(
                     pl is not None and pl[0] is factory and len(pl[1]) == len(planned[0][1])
                     for pl in planned):
                 np_dtype = np.dtype(str(dtype).replace("torch.", ""))
-                rows = np.array([pl[1] for pl in planned], np.float64)[inverse.reshape(-1)]
+                rows, inverse = planned_rows([pl[1] for pl in planned], inverse)
                 table = np.ones((len(js), 1 + rows.shape[1]), np_dtype)
-                table[:, 1:] = rows  # each rounded to the dtype, as a single call rounds
+                # each rounded to the dtype, as a single call rounds
+                table[:, 1:] = rows if inverse is None else rows[inverse]
                 work.append(_TableRun(factory, np_dtype, [tensors[j] for j in js.tolist()],
                                       table))
             else:  # not one rule call on the member's own arrays: each member on its own

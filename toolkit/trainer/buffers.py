@@ -16,7 +16,7 @@ import numpy as np
 
 from ..backends import arrays, order
 
-__all__ = ["Group", "Recorder", "Call", "map_state"]
+__all__ = ["Group", "Recorder", "Call", "map_state", "planned_rows"]
 
 
 def map_state(state, f):
@@ -51,6 +51,16 @@ class Call(NamedTuple):
     key: object = None    #: "noise": the stream key of the draws
     aux: tuple = ()       #: "noise": the float64 scalars beside the row
     rows: object = None   #: "rows": the rows of a lazy row-sparse step, or None (every row)
+
+
+def planned_rows(rows, inverse):
+    """``(rows, inverse)`` of a plan (one float64 row per distinct ``(t, lr, wd)``, and each
+    member's position among them, or None for one row) with rows that are all equal, bit for
+    bit, made one (distinct scalars, the same row: a rule that does not read ``t``)."""
+    rows = np.array(rows, np.float64)
+    if inverse is not None and (rows.view(np.int64) == rows[:1].view(np.int64)).all():
+        return rows[:1], None
+    return rows, inverse
 
 
 class Recorder:

@@ -16,7 +16,8 @@ import numpy as np
 
 from ..backends import arrays, cpu
 from ..backends.rules import DirectionPass
-from .buffers import Group, Recorder, map_state, state_leaves
+from ..optimizers.bookkeeping import StepScalars
+from .buffers import Group, Recorder, map_state, planned_rows, state_leaves
 
 __all__ = ["StepWork"]
 
@@ -122,13 +123,7 @@ class StepWork:
         segmented call from that table (made with numpy, no Python work per member); else
         every member is planned on its own."""
         opt = self.opt
-        lr_bits, wd_bits = lr.view(np.int64), wd.view(np.int64)
-        if (t == t[0]).all() and (lr_bits == lr_bits[0]).all() and (wd_bits == wd_bits[0]).all():
-            first, inverse = [0], None  # one (t, lr, wd): no table of keys to sort
-        else:
-            key = np.stack([t, lr_bits, wd_bits], axis=1)
-            _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
-            first, inverse = first.tolist(), inverse.reshape(-1)
+        first, inverse = StepScalars(t, lr, wd).distinct()
         calls = self.recorder.calls
         planned = []
         for j in first:
@@ -142,9 +137,7 @@ class StepWork:
                 len(c) == 1 and c[0].kind == "rule" and c[0].factory is call0.factory
                 and lay == layout and len(c[0].hyper) == len(call0.hyper)
                 for c, lay in planned):
-            rows = np.array([c[0].hyper for c, _ in planned], np.float64)
-            if inverse is not None and (rows.view(np.int64) == rows[:1].view(np.int64)).all():
-                rows, inverse = rows[:1], None  # distinct scalars, the same row (t unread)
+            rows, inverse = planned_rows([c[0].hyper for c, _ in planned], inverse)
             self.vector = (call0.factory, layout, ks, rows if inverse is None else rows[inverse])
             if self.after is not None:  # it rounds back the members updated
                 self.members = dict.fromkeys(ks.tolist())
@@ -258,8 +251,7 @@ class StepWork:
                 table = np.empty((1, 1 + rows.shape[1]), self._compute_dtype())
                 table[0, 0] = 1
                 table[0, 1:] = rows[0]  # each float64 rounded to the dtype, as a single call does
-                w, grad, states = flats[0], flats[1], flats[2:]
-                cpu.run_segmented(factory, w, grad, tuple(states), table, self.g.whole_chunks())
+                self._launch_table("rule", factory, flats, table, chunks=self.g.whole_chunks())
                 launches = 1
             else:
                 table = np.zeros((len(self.g.members), 1 + rows.shape[1]), self._compute_dtype())
@@ -364,9 +356,11 @@ class StepWork:
                 aux[k] = row.aux
         self._launch_table(kind, factory, flats, table, keys, aux)
 
-    def _launch_table(self, kind, factory, flats, table, keys=None, aux=None):
+    def _launch_table(self, kind, factory, flats, table, keys=None, aux=None, chunks=None):
         """One segmented call of ``kind`` over the flat buffers ``flats`` (weight, grad,
-        states) with one ``(active, *hp)`` row of ``table`` per member."""
+        states) with one ``(active, *hp)`` row of ``table`` per member; ``chunks``: a CPU
+        rule's chunk table other than the members' (``Group.whole_chunks``: one segment, one
+        row)."""
         g = self.g
         w, grad, states = flats[0], flats[1], flats[2:]
         if g.device == "cuda":
@@ -394,4 +388,5 @@ class StepWork:
         elif kind == "noise":
             cpu.run_noise_segmented(factory, w, grad, table, keys, aux, g.offsets, g.chunks)
         else:
-            cpu.run_segmented(factory, w, grad, tuple(states), table, g.chunks)
+            cpu.run_segmented(factory, w, grad, tuple(states), table,
+                              g.chunks if chunks is None else chunks)
