@@ -237,3 +237,48 @@ def test_a_key_equal_to_an_int_finds_it_as_a_dict_does():
         _same(c, d)
         assert c.pop(key) == d.pop(key)
         _same(c, d)
+
+
+def _mutators():
+    """Every way to write a Counts, each as a function of one (with index 3 counted)."""
+    return {
+        "set": lambda c: c.__setitem__(3, 9),
+        "set a new index": lambda c: c.__setitem__(5, 1),
+        "set in the dict": lambda c: c.__setitem__("a", 1),
+        "del": lambda c: c.__delitem__(3),
+        "pop": lambda c: c.pop(3),
+        "popitem": lambda c: c.popitem(),
+        "clear": lambda c: c.clear(),
+        "update": lambda c: c.update({3: 4}),
+        "setdefault": lambda c: c.setdefault(6, 2),
+        "scatter": lambda c: c.scatter(np.array([3, 4], np.int64), np.array([7, 7], np.int64)),
+        "scatter one by one": lambda c: c.scatter(np.array([4, 3], np.int64),
+                                                  np.array([7, 7], np.int64)),
+        "rewrite": lambda c: c.rewrite(slice(3, 4), np.array([8], np.int64)),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_mutators()))
+def test_every_write_moves_changes(name):
+    """``changes`` tells a reader that kept what it wrote (the optimizer's record of its last
+    commit) whether anything was written since: every mutator moves it."""
+    c = Counts({3: 2})
+    before = c.changes
+    _mutators()[name](c)
+    assert c.changes > before
+
+
+def test_reads_leave_changes_alone():
+    c = Counts({3: 2, "a": 1})
+    before = c.changes
+    _ = (c[3], c.get(4), 3 in c, list(c), len(c), dict(c), c.gather(np.array([3], np.int64), 0),
+         c.read(slice(3, 4)), repr(c), c == {3: 2, "a": 1})
+    assert c.changes == before
+
+
+def test_scatter_says_whether_every_count_is_in_the_array():
+    c = Counts()
+    assert c.scatter(np.array([1, 2], np.int64), np.array([3, 3], np.int64))
+    assert not c.scatter(np.array([2, 1], np.int64), np.array([3, 3], np.int64))  # one by one
+    assert not c.scatter(np.array([2 ** 31], np.int64), np.array([3], np.int64))  # the dict
+    assert not c.scatter(np.array([], np.int64), np.array([], np.int64))

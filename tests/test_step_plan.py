@@ -23,6 +23,7 @@ from hypothesis import given, strategies as st
 
 from toolkit import Parameter, Trainer, lr_scheduler, optimizer
 from toolkit.optimizer import specs
+from toolkit.optimizers.counts import Counts
 from toolkit.optimizers.reference_step import ReferenceStep
 
 NAMES = sorted(specs(oracle=True))
@@ -508,22 +509,24 @@ def test_a_trainer_step_reads_a_users_schedule_as_the_updates_do(name):
             assert np.array_equal(p.data(), ws[i]), (step, p.name)
 
 
-def _steps_beside_the_loop(change):
-    """Two SGD steps of a Trainer over three parameters with multipliers and of a twin
-    optimizer updating them one by one, ``change(trainer's optimizer, twin)`` made before the
-    second; the weights must agree after each."""
-    params = [Parameter(f"p{i}_weight", init=np.ones(3, np.float32), lr_mult=1.0 + i,
-                        wd_mult=0.5 * i) for i in range(3)]
-    trainer = Trainer(params, "sgd", {"learning_rate": 0.1, "wd": 0.01})
-    twin = optimizer.create("sgd", learning_rate=0.1, wd=0.01)
+def _steps_beside_the_loop(change, name="sgd", steps=2, mults=True):
+    """Steps of a Trainer over three parameters with multipliers (``mults``; else all 1) and
+    of a twin optimizer updating them one by one, ``change(trainer's optimizer, twin)`` made
+    before the second; the weights must agree after each."""
+    params = [Parameter(f"p{i}_weight", init=np.ones(3, np.float32),
+                        lr_mult=1.0 + i if mults else 1.0, wd_mult=0.5 * i if mults else 1.0)
+              for i in range(3)]
+    trainer = Trainer(params, name, {"learning_rate": 0.1, "wd": 0.01})
+    twin = optimizer.create(name, learning_rate=0.1, wd=0.01)
     twin.param_dict = dict(enumerate(params))
     ws = [np.ones(3, np.float32) for _ in params]
-    for step in range(2):
+    ss = [twin.create_state(i, w) for i, w in enumerate(ws)]
+    for step in range(steps):
         if step == 1:
             change(trainer.optimizer, twin)
         for i, p in enumerate(params):
             p.grad()[...] = 0.5
-            twin.update(i, ws[i], np.full(3, 0.5, np.float32), None)
+            twin.update(i, ws[i], np.full(3, 0.5, np.float32), ss[i])
         trainer.step(1)
         for i, p in enumerate(params):
             assert np.array_equal(p.data(), ws[i]), (step, p.name)
@@ -695,3 +698,202 @@ def test_a_step_refused_after_its_scalars_leaves_the_schedule_as_it_was():
         trainer.step(1)
     assert opt.lr_scheduler.state_dict() == before and opt.update_counts == {}
     assert all((p.data() == 1).all() for p in params)
+
+
+# --- what a step keeps for the next one ----------------------------------------------------
+# A step of a read-only index array (the Trainer's, every parameter fresh) keeps what it
+# committed and the rates it made, so that the next step of the same array reads them back
+# without a check. Whatever happens in between, the next step must still be the loop's.
+
+def _frozen(values):
+    a = np.array(values, np.int64)
+    a.setflags(write=False)
+    return a
+
+
+EVENT_NAMES = ["set a count", "delete a count", "restore the counts", "replace the counts",
+               "replace the counts, one a float",
+               "set lr", "set lr again", "set wd", "new multipliers", "schedule", "no schedule",
+               "a count assigned as a float", "step a subset"]
+EVENTS = st.sampled_from(["step"] * 4 + EVENT_NAMES)
+
+
+@given(st.sampled_from(NAMES), st.integers(1, 6), st.booleans(), st.lists(EVENTS, max_size=14),
+       st.randoms(use_true_random=False))
+def test_what_a_step_keeps_for_the_next_is_the_loops_whatever_happens_between(
+        name, n, with_mults, events, rnd):
+    _history(name, n, with_mults, events, rnd)
+
+
+@pytest.mark.parametrize("event", EVENT_NAMES)
+@pytest.mark.parametrize("name", ["adam", "sgd", "ftml"])
+def test_each_change_between_two_kept_steps_is_read(event, name):
+    """Each change after two steps of the kept path (the history test draws them at random;
+    here each one surely, twice over)."""
+    import random
+    _history(name, 4, True, ["step", event, "step", event], random.Random(7), contiguous=True)
+
+
+def _history(name, n, with_mults, events, rnd, contiguous=None):
+    """Steps of a read-only index array through ``step_scalars`` and ``commit_counts`` beside
+    the per-index loop, ``events`` between them; after each, the same counts."""
+    conv = specs()[name].conventions[0]
+    kw = dict(convention=conv, learning_rate=0.1, wd=0.0 if name == "groupadagrad" else 0.01)
+    vec, ref = (optimizer.create(name, **kw) for _ in range(2))
+    if contiguous is None:
+        contiguous = rnd.random() < 0.7
+    idx = _frozen(range(n)) if contiguous else _frozen(range(1, 2 * n, 2))
+    holders = [_Holder(1.0, 1.0) for _ in idx.tolist()]
+    mults = None
+
+    def set_mults():
+        nonlocal mults
+        for h in holders:
+            h.lr_mult, h.wd_mult = rnd.choice([1.0, 0.5, 2.0]), rnd.choice([1.0, 0.0, 0.5])
+        size = int(idx[-1]) + 1
+        lr_m, wd_m = np.ones(size), np.ones(size)
+        for i, h in zip(idx.tolist(), holders):
+            lr_m[i], wd_m[i] = h.lr_mult, h.wd_mult
+        mults = (_frozen_f(lr_m), _frozen_f(wd_m))
+        # what the arrays hold, as the Trainer's param_dict gives it (the per-index path reads it)
+        vec.param_dict = dict(zip(idx.tolist(), holders))
+        ref.param_dict = dict(zip(idx.tolist(), holders))
+
+    if with_mults:
+        set_mults()
+    for event in ["step"] + events + ["step", "step"]:
+        if event == "step":
+            try:
+                want = _loop(ref, idx.tolist())
+            except ValueError as e:
+                with pytest.raises(ValueError) as got:
+                    vec.step_scalars(idx, multipliers=mults)
+                assert str(got.value) == str(e)
+                return
+            got = vec.step_scalars(idx, multipliers=mults)
+            assert got.t.tolist() == [w[0] for w in want]
+            assert np.array_equal(_bits(got.lr), _bits([w[1] for w in want]))
+            assert np.array_equal(_bits(got.wd), _bits([w[2] for w in want]))
+            first, inverse = got.distinct()
+            key = [(w[0], *_bits(w[1:3]).tolist()) for w in want]
+            assert len(first) == len(set(key))  # one planned row per distinct (t, lr, wd)
+            if inverse is not None:
+                assert [key[first[k]] for k in inverse.tolist()] == key
+            vec.commit_counts(idx, got.t)
+        elif event == "step a subset":
+            sub = idx.tolist()[::2]
+            for opt in (vec, ref):
+                opt.commit_counts(sub, np.array([opt.next_step(i).t for i in sub], np.int64))
+        elif event in ("set a count", "a count assigned as a float"):
+            i = rnd.choice(idx.tolist())
+            v = rnd.randrange(0, 9)
+            for opt in (vec, ref):
+                opt._index_update_count[i] = float(v) if event.startswith("a count") else v
+        elif event == "delete a count":
+            i = rnd.choice(idx.tolist())
+            for opt in (vec, ref):
+                opt._index_update_count.pop(i, None)
+        elif event == "restore the counts":
+            for opt in (vec, ref):
+                opt.restore_counts({i: 4 for i in idx.tolist()}, 4)
+        elif event in ("replace the counts", "replace the counts, one a float"):
+            # another Counts that may have taken as many writes (its ``changes`` the same):
+            # without the last index's count, or with it as a float (in its dict)
+            old = vec._index_update_count
+            for opt in (vec, ref):
+                new = Counts()
+                new.scatter(idx[:-1], np.full(len(idx) - 1, 6, np.int64))
+                if event.endswith("float"):
+                    new[int(idx[-1])] = 5.0
+                while new.changes < old.changes:
+                    new[int(idx[0])] = 6
+                opt._index_update_count = new
+        elif event in ("set lr", "set lr again"):
+            lr = float(repr(vec.lr)) if event == "set lr again" else rnd.choice([0.05, 0.2])
+            for opt in (vec, ref):
+                if opt.lr_scheduler is None:
+                    opt.set_learning_rate(lr)
+        elif event == "set wd" and name != "groupadagrad":
+            wd = rnd.choice([0.0, 0.02, 0.5])
+            for opt in (vec, ref):
+                opt.wd = wd
+        elif event == "new multipliers" and with_mults:
+            set_mults()
+        elif event == "schedule":
+            for opt in (vec, ref):
+                opt.lr_scheduler = lr_scheduler.FactorScheduler(step=2, factor=0.5, base_lr=0.1)
+        elif event == "no schedule":
+            for opt in (vec, ref):
+                opt.lr_scheduler = None
+        mine, theirs = vec._index_update_count, ref._index_update_count
+        assert (list(mine.items()), len(mine), vec.num_update) == (
+            list(theirs.items()), len(theirs), ref.num_update), event
+
+
+def test_a_count_deleted_between_the_scalars_and_their_commit_is_committed_again():
+    """Counts written between ``step_scalars`` and ``commit_counts`` of the kept path: the
+    commit writes every index's count as the loop's would, and the mapping counts them all."""
+    opt = optimizer.create("adam", learning_rate=0.1)
+    idx = _frozen(range(5))
+    for _ in range(2):
+        opt.commit_counts(idx, opt.step_scalars(idx).t)
+    got = opt.step_scalars(idx)
+    del opt._index_update_count[0]
+    opt._index_update_count[9] = 1
+    opt.commit_counts(idx, got.t)
+    assert dict(opt._index_update_count) == {**{i: 3 for i in range(5)}, 9: 3 - 2}
+    assert len(opt._index_update_count) == 6
+
+
+def _frozen_f(a):
+    a = np.array(a, np.float64)
+    a.setflags(write=False)
+    return a
+
+
+def test_a_step_of_the_same_read_only_indices_reads_back_what_it_kept():
+    """The second step of a read-only index array takes the kept path: its scalars are one
+    triple without a table of keys, and the counts are rewritten at the positions kept."""
+    opt = optimizer.create("adam", learning_rate=0.1)
+    idx = _frozen(range(5))
+    for _ in range(2):
+        got = opt.step_scalars(idx)
+        opt.commit_counts(idx, got.t)
+    got = opt.step_scalars(idx)
+    assert type(got).distinct is not type(opt.step_scalars(list(range(5)))).distinct
+    assert not got.lr.flags.writeable and not got.t.flags.writeable
+    assert got.t.tolist() == [3] * 5
+
+
+def _set_count(opt, twin):
+    for o in (opt, twin):
+        o._index_update_count[1] = 7
+
+
+def _restore_counts(opt, twin):
+    for o in (opt, twin):
+        o.restore_counts({0: 3, 1: 1, 2: 5}, 5)
+
+
+def _set_lr(opt, twin):
+    for o in (opt, twin):
+        o.set_learning_rate(0.25)
+
+
+def _set_wd(opt, twin):
+    for o in (opt, twin):
+        o.wd = 0.5
+
+
+def _set_a_multiplier(opt, twin):
+    opt.param_dict[2].lr_mult = 4.0  # the twin reads the same parameter
+
+
+@pytest.mark.parametrize("change", [_set_count, _restore_counts, _set_lr, _set_wd,
+                                    _set_a_multiplier])
+def test_a_trainer_step_after_a_change_to_what_the_last_step_kept_is_the_loops(change):
+    """The Trainer's second step reads back what its first kept (every parameter fresh: the
+    same read-only index array); a change in between is read, as the per-parameter loop
+    reads it."""
+    # Adam's rows read t; every multiplier 1: one row, until the change
+    _steps_beside_the_loop(change, "adam", steps=4, mults=False)

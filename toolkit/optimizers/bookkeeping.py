@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -63,9 +64,54 @@ class StepScalars(NamedTuple):
         return first.tolist(), inverse.reshape(-1)
 
 
+class _OneTriple(StepScalars):
+    """:class:`StepScalars` known, from how they were made, to be one ``(t, lr, wd)``."""
+
+    __slots__ = ()
+
+    def distinct(self):
+        return [0], None
+
+
+class _Committed(NamedTuple):
+    """What the last vectorised commit wrote, so that the next step of the same indices reads
+    its counts back without a check: the counts of ``indices`` (a read-only int64 array that
+    owns its data, increasing; the very object given next time) at the array positions
+    ``where`` (a slice when they are contiguous) of ``counts``, whose ``changes`` were then
+    ``changes``; the largest of them and whether they were all equal."""
+    counts: Counts
+    changes: int
+    indices: np.ndarray
+    where: object
+    top: int
+    uniform: bool
+
+
+class _Rates(NamedTuple):
+    """The checked learning rates and weight decays of a step without a schedule, kept while
+    what they were made from is the very same objects: the indices, ``lr``, ``wd``, the
+    multiplier arrays (read-only; None: no multipliers anywhere), ``requires_positive_lr``."""
+    key: tuple
+    lr: np.ndarray   # read-only
+    wd: np.ndarray   # read-only
+    uniform: bool    # every lr one value, bit for bit, and every wd
+
+
+def _frozen(a):
+    """Whether the array ``a`` cannot change under us: read-only and owning its data."""
+    return isinstance(a, np.ndarray) and not a.flags.writeable and a.base is None
+
+
+def _same(key, held):
+    return len(key) == len(held) and all(map(operator.is_, key, held))
+
+
 #: the methods whose definitions here ``step_scalars`` vectorises
 _VECTORISED = ("_step_scalars", "_next_count", "_lr_count", "_get_lr", "_get_wd", "_mult",
                "_commit_count")
+_VECTORISED_HERE = None  # (name, Bookkeeping's function) pairs, made on first use
+#: ``step_scalars``' multipliers when there are none anywhere (every index's is 1.0)
+_NO_MULTIPLIERS = ()
 
 
 def _builtin_schedule(sched):
@@ -271,39 +317,45 @@ class Bookkeeping:
         holding the multiplier each index takes (the Trainer keeps them for its parameters,
         whose ``lr_mult`` and ``wd_mult`` attributes are what ``param_dict`` gives); None reads
         them index by index."""
-        cls = type(self)
-        if any(getattr(cls, m) is not getattr(Bookkeeping, m) for m in _VECTORISED):
+        if not self._vectorises():
             return self._scalars_per_index(_as_list(indices))
         counts = self._index_update_count
         c = None
-        if isinstance(counts, Counts):
-            indices = _index_array(indices)
-        if isinstance(indices, np.ndarray) and indices.dtype == np.int64 and \
-                isinstance(counts, Counts):
-            if not indices.size:
-                return self._scalars_per_index([])
-            if indices[0] >= 0:  # increasing: all of them
-                c = counts.gather(indices, self.begin_num_update)
-        if c is None:
-            idx = _as_list(indices)
-            n = len(idx)
-            if n == 0:
-                return self._scalars_per_index(idx)
-            try:  # an index twice: the loop commits the first before it reads the second
-                repeated = len(set(idx)) < n
-            except TypeError:  # an index a dict cannot hold: the loop says what happens
-                repeated = True
-            if repeated:
-                return self._scalars_per_index(idx)
-            start = self.begin_num_update
-            values = [counts.get(i, start) for i in idx]  # never stepped: begin_num_update
-            # a count that is not an int of int64 (assigned directly): the loop says what it is
-            if not all(type(v) is int and 0 <= v <= _INT64_MAX for v in values):
-                return self._scalars_per_index(idx)
-            c = np.array(values, np.int64)
+        done = self.__dict__.get("_committed")
+        if done is not None and indices is done.indices and counts is done.counts and \
+                counts.changes == done.changes:
+            # the counts the last commit wrote for these very indices, untouched since
+            c, top, uniform = counts.read(done.where), done.top, done.uniform
         else:
-            idx = None  # read as a list only where needed
-        if int(c.max()) == np.iinfo(np.int64).max:  # t would wrap: the loop says what it does
+            uniform = False  # not known
+            if isinstance(counts, Counts):
+                indices = _index_array(indices)
+            if isinstance(indices, np.ndarray) and indices.dtype == np.int64 and \
+                    isinstance(counts, Counts):
+                if not indices.size:
+                    return self._scalars_per_index([])
+                if indices[0] >= 0:  # increasing: all of them
+                    c = counts.gather(indices, self.begin_num_update)
+            if c is None:
+                idx = _as_list(indices)
+                n = len(idx)
+                if n == 0:
+                    return self._scalars_per_index(idx)
+                try:  # an index twice: the loop commits the first before it reads the second
+                    repeated = len(set(idx)) < n
+                except TypeError:  # an index a dict cannot hold: the loop says what happens
+                    repeated = True
+                if repeated:
+                    return self._scalars_per_index(idx)
+                start = self.begin_num_update
+                values = [counts.get(i, start) for i in idx]  # never stepped: begin_num_update
+                # a count that is not an int of int64 (assigned directly): the loop says what
+                # it is
+                if not all(type(v) is int and 0 <= v <= _INT64_MAX for v in values):
+                    return self._scalars_per_index(idx)
+                c = np.array(values, np.int64)
+            top = int(c.max())
+        if top == _INT64_MAX:  # t would wrap: the loop says what it does
             return self._scalars_per_index(_as_list(indices))
         t = c + 1
         sched = self.lr_scheduler
@@ -312,60 +364,112 @@ class Bookkeeping:
                 (sched is not None and not _builtin_schedule(sched)):
             # a schedule of the user's own: read once per index, as MXNet does
             return self._scalars_per_index(_as_list(indices))
-        n = len(c)
         # the multipliers first: reading them changes nothing (the schedule may keep state)
         pd = self.param_dict
         if multipliers is None and type(pd) is dict and not pd and not self.lr_mult and \
                 not self.wd_mult:
-            lr_mult = wd_mult = None  # none anywhere: every index's is 1.0 (x * 1.0 is x)
-        elif multipliers is None:
-            if idx is None:
-                idx = _as_list(indices)
-            try:
-                lr_mult = np.fromiter((self._mult(i, self.lr_mult, "lr_mult") for i in idx),
-                                      np.float64, n)
-                wd_mult = np.fromiter((self._mult(i, self.wd_mult, "wd_mult") for i in idx),
-                                      np.float64, n)
-            except (TypeError, ValueError):  # not a number: the loop says what happens
-                return self._scalars_per_index(idx)
-        else:
-            where = indices if idx is None else np.asarray(idx, np.int64)
-            lr_mult, wd_mult = multipliers[0][where], multipliers[1][where]
+            multipliers = _NO_MULTIPLIERS  # every index's is 1.0 (x * 1.0 is x)
         if sched is None:
-            base = self.lr
-        else:
-            num_update = np.maximum.accumulate(np.maximum(t, self.num_update))
-            distinct = np.unique(num_update)  # increasing: the order the loop reads them in
-            # the schedule keeps state (Factor's decays): what reading it did is undone where
-            # the loop takes over, which reads it from where it was (and raises what it raises
-            # for the first index it would: a refused index before a schedule that raises)
-            sched_state = sched.state_dict()
-            try:
-                values = [sched(v) for v in distinct.tolist()]
-            except Exception:
-                values = None
-            if values is None or any(type(v) is not float for v in values):
-                sched.load_state_dict(sched_state)
-                return self._scalars_per_index(_as_list(indices))
-            base = np.array(values, np.float64)[np.searchsorted(distinct, num_update)]
-        if lr_mult is None:
-            lr = np.full(n, base, np.float64) if np.ndim(base) == 0 else base
-            wd = np.full(n, wd, np.float64)
-        else:
-            lr = base * lr_mult
-            wd = wd * wd_mult
-        # every lr and wd in [0, inf) (lr > 0 where required): read from the extremes, which
-        # are NaN where any is NaN (and a NaN compares False)
-        lo, hi = float(lr.min()), float(lr.max())
-        ok = lo >= 0.0 and hi < math.inf and (lo > 0.0 or not self.requires_positive_lr)
-        if ok:
-            lo, hi = float(wd.min()), float(wd.max())
-            ok = lo >= 0.0 and hi < math.inf
-        if not ok:  # the per-index loop raises the error that names the index
-            if sched is not None:
-                sched.load_state_dict(sched_state)
+            # what the rates are made of (None: multipliers read index by index, never kept)
+            key = None if multipliers is None else (
+                indices, self.lr, wd, self.requires_positive_lr, *multipliers)
+            rates = self.__dict__.get("_rates")
+            if rates is None or key is None or not _same(key, rates.key):
+                rates = self._rates_of(indices, t, multipliers, key)
+                if rates is None:  # the per-index loop raises the error that names the index
+                    return self._scalars_per_index(_as_list(indices))
+            if uniform and rates.uniform:
+                t.setflags(write=False)  # commit_counts then reads what is kept of it
+                self.__dict__["_stepped"] = (t, top + 1)
+                return _OneTriple(t, rates.lr, rates.wd)
+            return StepScalars(t, rates.lr, rates.wd)
+        lr_mult, wd_mult = self._multiplier_arrays(indices, multipliers)
+        if lr_mult is False:
+            return self._scalars_per_index(_as_list(indices))
+        num_update = np.maximum.accumulate(np.maximum(t, self.num_update))
+        distinct = np.unique(num_update)  # increasing: the order the loop reads them in
+        # the schedule keeps state (Factor's decays): what reading it did is undone where
+        # the loop takes over, which reads it from where it was (and raises what it raises
+        # for the first index it would: a refused index before a schedule that raises)
+        sched_state = sched.state_dict()
+        try:
+            values = [sched(v) for v in distinct.tolist()]
+        except Exception:
+            values = None
+        if values is None or any(type(v) is not float for v in values):
+            sched.load_state_dict(sched_state)
+            return self._scalars_per_index(_as_list(indices))
+        base = np.array(values, np.float64)[np.searchsorted(distinct, num_update)]
+        lr, wd = self._products(base, wd, lr_mult, wd_mult, len(t))
+        if not self._rates_ok(lr, wd):  # the per-index loop raises the error that names it
+            sched.load_state_dict(sched_state)
             return self._scalars_per_index(_as_list(indices))
         return StepScalars(t, lr, wd)
+
+    def _vectorises(self):
+        """Whether this class keeps every piece of bookkeeping ``step_scalars`` vectorises."""
+        global _VECTORISED_HERE
+        if _VECTORISED_HERE is None:
+            _VECTORISED_HERE = tuple((m, getattr(Bookkeeping, m)) for m in _VECTORISED)
+        cls = type(self)
+        for m, f in _VECTORISED_HERE:
+            if getattr(cls, m) is not f:
+                return False
+        return True
+
+    def _multiplier_arrays(self, indices, multipliers):
+        """``(lr_mult, wd_mult)`` of ``indices``: float64 arrays, None for none anywhere
+        (``multipliers == ()``), or ``(False, False)`` when one is not a number (the per-index
+        loop says what happens)."""
+        if multipliers == ():
+            return None, None
+        if multipliers is None:
+            idx = _as_list(indices)
+            try:
+                return (np.fromiter((self._mult(i, self.lr_mult, "lr_mult") for i in idx),
+                                    np.float64, len(idx)),
+                        np.fromiter((self._mult(i, self.wd_mult, "wd_mult") for i in idx),
+                                    np.float64, len(idx)))
+            except (TypeError, ValueError):
+                return False, False
+        where = indices if isinstance(indices, np.ndarray) and indices.dtype == np.int64 \
+            else np.asarray(_as_list(indices), np.int64)
+        return multipliers[0][where], multipliers[1][where]
+
+    @staticmethod
+    def _products(base, wd, lr_mult, wd_mult, n):
+        """``lr = base * lr_mult`` and ``wd * wd_mult``, float64 arrays of ``n``."""
+        if lr_mult is None:
+            return (np.full(n, base, np.float64) if np.ndim(base) == 0 else base,
+                    np.full(n, wd, np.float64))
+        return base * lr_mult, wd * wd_mult
+
+    def _rates_ok(self, lr, wd):
+        """Every lr and wd in [0, inf) (lr > 0 where required): read from the extremes, which
+        are NaN where any is NaN (and a NaN compares False)."""
+        lo, hi = float(lr.min()), float(lr.max())
+        if not (lo >= 0.0 and hi < math.inf and (lo > 0.0 or not self.requires_positive_lr)):
+            return False
+        lo, hi = float(wd.min()), float(wd.max())
+        return lo >= 0.0 and hi < math.inf
+
+    def _rates_of(self, indices, t, multipliers, key):
+        """The checked :class:`_Rates` of a step without a schedule, kept for the next step
+        when ``key``'s arrays cannot change under us; None when a check fails."""
+        lr_mult, wd_mult = self._multiplier_arrays(indices, multipliers)
+        if lr_mult is False:
+            return None
+        lr, wd = self._products(self.lr, self.wd, lr_mult, wd_mult, len(t))
+        if not self._rates_ok(lr, wd):
+            return None
+        lr.setflags(write=False)
+        wd.setflags(write=False)
+        lr_bits, wd_bits = lr.view(np.int64), wd.view(np.int64)
+        rates = _Rates(key, lr, wd, bool((lr_bits == lr_bits[0]).all()) and
+                       bool((wd_bits == wd_bits[0]).all()))
+        if key is not None and _frozen(indices) and all(map(_frozen, key[4:])):
+            self.__dict__["_rates"] = rates
+        return rates
 
     def _scalars_per_index(self, idx):
         """:meth:`step_scalars` the way it is defined: index by index, each count committed
@@ -397,6 +501,22 @@ class Bookkeeping:
         the per-index loop commits them one by one: each index's count, and ``num_update`` the
         largest count seen."""
         counts = self._index_update_count
+        done = self.__dict__.get("_committed")
+        if done is not None and indices is done.indices and counts is done.counts and \
+                counts.changes == done.changes and self._vectorises():
+            # the very indices the last commit wrote, untouched since: at the same positions
+            counts.rewrite(done.where, t)
+            stepped = self.__dict__.pop("_stepped", None)
+            if stepped is not None and stepped[0] is t and not t.flags.writeable:
+                top, uniform = stepped[1], done.uniform  # t = the counts read + 1
+            else:
+                top = int(t.max())
+                uniform = bool(t.min() == top)
+            self.__dict__["_committed"] = done._replace(changes=counts.changes, top=top,
+                                                        uniform=uniform)
+            if top > self.num_update:
+                self.num_update = top
+            return
         if isinstance(counts, Counts):
             indices = _index_array(indices)
         if type(self)._commit_count is Bookkeeping._commit_count and isinstance(counts, Counts) \
@@ -404,8 +524,13 @@ class Bookkeeping:
             if not indices.size:
                 return
             if indices[0] >= 0 and indices[-1] < 2 ** 31:  # increasing: all of them
-                counts.scatter(indices, t)
+                whole = counts.scatter(indices, t)
                 top = int(t.max())
+                if whole and _frozen(indices) and self._vectorises():
+                    a, b = int(indices[0]), int(indices[-1]) + 1
+                    where = slice(a, b) if b - a == indices.size else indices
+                    self.__dict__["_committed"] = _Committed(
+                        counts, counts.changes, indices, where, top, bool(t.min() == top))
                 if top > self.num_update:
                     self.num_update = top
                 return

@@ -67,13 +67,20 @@ def _fits(value):
 class Counts(MutableMapping):
     """``{index: t}`` with the integer indices' counts in one int64 array (see the module)."""
 
-    __slots__ = ("_t", "_size", "_other")
+    __slots__ = ("_t", "_size", "_other", "_changes")
 
     def __init__(self, items=()):
         self._t = np.full(8, -1, np.int64)
         self._size = 0  # how many array positions hold a count
         self._other = {}
+        self._changes = 0
         self.update(items)
+
+    @property
+    def changes(self):
+        """How many writes this mapping has taken (each assignment, deletion, scatter and
+        rewrite counts one): equal between two reads, nothing was written in between."""
+        return self._changes
 
     # --- the mapping ------------------------------------------------------------------------
     def __getitem__(self, key):
@@ -85,6 +92,7 @@ class Counts(MutableMapping):
         return self._other[key]
 
     def __setitem__(self, key, value):
+        self._changes += 1
         k = _slot(key)
         if k is not None and _fits(value) and self._room(k):
             if self._t[k] < 0:
@@ -98,6 +106,7 @@ class Counts(MutableMapping):
         self._other[key] = value
 
     def __delitem__(self, key):
+        self._changes += 1
         k = _slot(key)
         if k is not None and k < len(self._t) and self._t[k] >= 0:
             self._t[k] = -1
@@ -130,6 +139,7 @@ class Counts(MutableMapping):
     def copy(self):
         c = Counts.__new__(Counts)
         c._t, c._size, c._other = self._t.copy(), self._size, dict(self._other)
+        c._changes = 0
         return c
 
     __copy__ = copy
@@ -174,15 +184,30 @@ class Counts(MutableMapping):
     def scatter(self, indices, t):
         """Set the counts of ``indices`` (an int64 array) to ``t`` (a non-negative int64
         array), as ``self[i] = t_i`` one by one would (one by one where ``indices`` is not
-        non-negative and strictly increasing)."""
+        non-negative and strictly increasing). Returns whether every count now lives in the
+        array at its index's position (then :meth:`rewrite` may write them again)."""
         if not indices.size:
-            return
+            return False
         if not _increasing(indices) or not self._room(int(indices[-1]), adding=indices.size):
             for i, v in zip(indices.tolist(), t.tolist()):
                 self[i] = v
-            return
+            return False
+        self._changes += 1
         if self._other:
             for i in indices.tolist():
                 self._other.pop(i, None)
         self._size += int(np.count_nonzero(self._t[indices] < 0))
         self._t[indices] = t
+        return True
+
+    def rewrite(self, where, t):
+        """Set the counts at the array positions ``where`` (a slice or an int64 array) to
+        ``t`` (a non-negative int64 array), where each of those positions holds a count: the
+        caller's last :meth:`scatter` of them returned True and :attr:`changes` has moved by
+        that scatter's (or the last rewrite's) one since. No check."""
+        self._changes += 1
+        self._t[where] = t
+
+    def read(self, where):
+        """The counts at the array positions ``where`` (as for :meth:`rewrite`), as read."""
+        return self._t[where]

@@ -114,16 +114,17 @@ class StepWork:
         self.calls_from[k] = len(self.recorder.calls)
         return wv, gv, sv
 
-    def plan_scalars(self, ks, indices, t, lr, wd):
+    def plan_scalars(self, ks, indices, scalars: StepScalars):
         """Plan members ``ks`` (increasing positions; their optimizer indices ``indices``) of
-        an optimizer whose launch is a function of ``(t, lr, wd)`` alone, with those scalars
-        (arrays, one entry per member): one planned launch per distinct ``(t, lr, wd)``, told
-        apart by their bits. When each is one rule call on its member's slices of the same flat
-        buffers, every member takes the row of its ``(t, lr, wd)`` and :meth:`execute` runs one
-        segmented call from that table (made with numpy, no Python work per member); else
-        every member is planned on its own."""
+        an optimizer whose launch is a function of ``(t, lr, wd)`` alone, with those
+        ``scalars`` (one entry per member): one planned launch per distinct ``(t, lr, wd)``,
+        told apart by their bits. When each is one rule call on its member's slices of the
+        same flat buffers, every member takes the row of its ``(t, lr, wd)`` and
+        :meth:`execute` runs one segmented call from that table (made with numpy, no Python
+        work per member); else every member is planned on its own."""
         opt = self.opt
-        first, inverse = StepScalars(t, lr, wd).distinct()
+        t, lr, wd = scalars
+        first, inverse = scalars.distinct()
         calls = self.recorder.calls
         planned = []
         for j in first:

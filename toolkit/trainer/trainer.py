@@ -9,6 +9,7 @@ per-parameter ``optimizer.update`` calls it replaces, bit for bit (``docs/traine
 """
 from __future__ import annotations
 
+import math
 import numbers
 import threading
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from .. import optimizer as _optimizer
 from ..backends import arrays
+from ..optimizers.bookkeeping import StepScalars
 from . import compression as _compression, dist as _dist
 from .buffers import Group
 from .errors import ParamsError, StaleGradientError
@@ -110,9 +112,17 @@ class Trainer:
         for i, p in enumerate(self._params):
             p.hold(self, self._fresh_flags, i)
         self._holds_seen = holds_version()
-        #: the indices of the parameters with a gradient (grad_req is fixed while held)
+        #: the indices of the parameters with a gradient (grad_req is fixed while held),
+        #: read-only: a step of all of them hands this very array to the optimizer, whose
+        #: bookkeeping then reads back the counts it wrote for it last step without a check
         self._live = np.array([i for i, p in enumerate(self._params) if p.grad_req != "null"],
                               np.int64)
+        self._live.setflags(write=False)
+        self._live_members = self._member_of[self._live]  # their positions in their groups
+        # where they are in the freshness flags: a slice when they are contiguous (a view)
+        n_live = len(self._live)
+        self._live_flags = slice(int(self._live[0]), int(self._live[-1]) + 1) if n_live and \
+            int(self._live[-1]) - int(self._live[0]) + 1 == n_live else self._live
         self._any_sparse = any(p.grad_stype == "row_sparse" for p in self._params)
         self._mults = (None, None)  # (multipliers_version, (lr_mult, wd_mult) arrays)
         self._dist = None if dist_type is None else _dist.DistKVStore(
@@ -341,11 +351,17 @@ class Trainer:
         self._update(ignore_stale_grad)
 
     def _set_rescale(self, batch_size):
-        if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Real) or \
-                not np.isfinite(batch_size) or batch_size <= 0:
+        if type(batch_size) is int:  # the common cases, without an ABC check
+            ok = batch_size > 0
+        elif type(batch_size) is float:
+            ok = batch_size > 0 and math.isfinite(batch_size)
+        else:
+            ok = not isinstance(batch_size, bool) and isinstance(batch_size, numbers.Real) \
+                and np.isfinite(batch_size) and batch_size > 0
+        if not ok:
             raise ValueError(f"batch_size must be a finite number > 0, got {batch_size!r}")
         rescale = self._scale / batch_size
-        if not np.isfinite(rescale):
+        if not (math.isfinite(rescale) if type(rescale) is float else np.isfinite(rescale)):
             raise ValueError(f"batch_size {batch_size!r} makes rescale_grad = scale/batch_size = "
                              f"{rescale!r}, which is not finite")
         held = self._optimizer.rescale_grad
@@ -371,14 +387,15 @@ class Trainer:
                                    "step that one")
             self._holds_seen = holds_version()
         live = self._live
-        fresh = self._fresh_flags[live]
-        if not ignore_stale_grad and not fresh.all():
+        fresh = self._fresh_flags[self._live_flags]
+        every = bool(fresh.all())
+        if not ignore_stale_grad and not every:
             stale = [self._params[i].name for i in live[~fresh].tolist()]
             raise StaleGradientError(
                 f"gradient of parameter(s) {stale} has not been written since the last step "
                 "(write into param.grad() or call param.set_grad() first, or pass "
                 "ignore_stale_grad=True to skip them); nothing was updated")
-        active = live[fresh]  # indices, increasing
+        active = live if every else live[fresh]  # indices, increasing
         self.last_step_launches = 0
         if not active.size:
             return
@@ -392,8 +409,9 @@ class Trainer:
         if active.size:
             self._update_active(active)
         # the skipped gradients count as used, as the updated ones, once the step went through
-        self._fresh_flags[np.asarray(skipped, np.int64)] = False
-        self.skipped = tuple(self._params[i].name for i in skipped)
+        if skipped:
+            self._fresh_flags[np.asarray(skipped, np.int64)] = False
+        self.skipped = tuple(self._params[i].name for i in skipped) if skipped else ()
 
     def _update_active(self, active):
         """Update the parameters of ``active`` (an int64 array of indices, increasing), their
@@ -410,7 +428,7 @@ class Trainer:
             self._vectorised_update(active)
         else:
             self._kernel_update(active.tolist())
-        self._fresh_flags[active] = False
+        self._fresh_flags[self._live_flags if active is self._live else active] = False
 
     def _multipliers(self):
         """``(lr_mult, wd_mult)``: float64 arrays by index of what the optimizer's
@@ -426,6 +444,8 @@ class Trainer:
             version = multipliers_version()
             mults = (np.array([float(p.lr_mult) for p in self._params], np.float64),
                      np.array([float(p.wd_mult) for p in self._params], np.float64))
+            for a in mults:  # read-only: the optimizer keeps what it made of them
+                a.setflags(write=False)
             self._mults = (version, mults)
         return mults
 
@@ -437,16 +457,23 @@ class Trainer:
         opt = self._optimizer
         scalars = opt.step_scalars(active, multipliers=self._multipliers())
         works = []
-        groups = self._group_of[active]
-        for n, g in enumerate(self._groups):
-            # where the active members of g are in ``active`` (and ``scalars``), and in g
-            at = np.flatnonzero(groups == n) if len(self._groups) > 1 else slice(None)
-            ks = self._member_of[active[at]]
-            if not ks.size:
-                continue
-            w = StepWork(g, opt)
-            w.plan_scalars(ks, active[at], scalars.t[at], scalars.lr[at], scalars.wd[at])
+        if len(self._groups) == 1:
+            # every active index is a member of the one group: its own scalars
+            ks = self._live_members if active is self._live else self._member_of[active]
+            w = StepWork(self._groups[0], opt)
+            w.plan_scalars(ks, active, scalars)
             works.append(w)
+        else:
+            groups = self._group_of[active]
+            for n, g in enumerate(self._groups):
+                # where the active members of g are in ``active`` (and ``scalars``), and in g
+                at = np.flatnonzero(groups == n)
+                if not at.size:
+                    continue
+                w = StepWork(g, opt)
+                w.plan_scalars(self._member_of[active[at]], active[at], StepScalars(
+                    scalars.t[at], scalars.lr[at], scalars.wd[at]))
+                works.append(w)
         opt.commit_counts(active, scalars.t)
         for w in works:
             self.last_step_launches += w.execute()
