@@ -93,6 +93,14 @@ class Counts(MutableMapping):
 
     def __setitem__(self, key, value):
         self._changes += 1
+        t = self._t
+        if type(key) is int and type(value) is int and 0 <= key < len(t) and \
+                0 <= value <= _INT64_MAX:  # an index of the array and a count: no lookups
+            if t[key] < 0:
+                self._size += 1
+                self._other.pop(key, None)
+            t[key] = value
+            return
         k = _slot(key)
         if k is not None and _fits(value) and self._room(k):
             if self._t[k] < 0:
