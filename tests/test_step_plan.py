@@ -23,6 +23,7 @@ from hypothesis import given, strategies as st
 
 from toolkit import Parameter, Trainer, lr_scheduler, optimizer
 from toolkit.optimizer import specs
+from toolkit.optimizers.bookkeeping import Kept, StepScalars
 from toolkit.optimizers.counts import Counts
 from toolkit.optimizers.reference_step import ReferenceStep
 
@@ -701,18 +702,13 @@ def test_a_step_refused_after_its_scalars_leaves_the_schedule_as_it_was():
 
 
 # --- what a step keeps for the next one ----------------------------------------------------
-# A step of a read-only index array (the Trainer's, every parameter fresh) keeps what it
-# committed and the rates it made, so that the next step of the same array reads them back
-# without a check. Whatever happens in between, the next step must still be the loop's.
-
-def _frozen(values):
-    a = np.array(values, np.int64)
-    a.setflags(write=False)
-    return a
+# A step of a Kept index array (the Trainer's, every parameter fresh) keeps what it committed
+# and the rates it made, so that the next step of the same one reads them back without a
+# check. Whatever happens in between, the next step must still be the loop's.
 
 
 EVENT_NAMES = ["set a count", "delete a count", "restore the counts", "replace the counts",
-               "replace the counts, one a float",
+               "replace the counts, one a float", "counts as a dict", "step another kept",
                "set lr", "set lr again", "set wd", "new multipliers", "schedule", "no schedule",
                "a count assigned as a float", "step a subset"]
 EVENTS = st.sampled_from(["step"] * 4 + EVENT_NAMES)
@@ -742,7 +738,8 @@ def _history(name, n, with_mults, events, rnd, contiguous=None):
     vec, ref = (optimizer.create(name, **kw) for _ in range(2))
     if contiguous is None:
         contiguous = rnd.random() < 0.7
-    idx = _frozen(range(n)) if contiguous else _frozen(range(1, 2 * n, 2))
+    idx = np.arange(n) if contiguous else np.arange(1, 2 * n, 2)
+    kept = Kept(idx)
     holders = [_Holder(1.0, 1.0) for _ in idx.tolist()]
     mults = None
 
@@ -754,7 +751,7 @@ def _history(name, n, with_mults, events, rnd, contiguous=None):
         lr_m, wd_m = np.ones(size), np.ones(size)
         for i, h in zip(idx.tolist(), holders):
             lr_m[i], wd_m[i] = h.lr_mult, h.wd_mult
-        mults = (_frozen_f(lr_m), _frozen_f(wd_m))
+        mults = (Kept(lr_m, np.float64), Kept(wd_m, np.float64))
         # what the arrays hold, as the Trainer's param_dict gives it (the per-index path reads it)
         vec.param_dict = dict(zip(idx.tolist(), holders))
         ref.param_dict = dict(zip(idx.tolist(), holders))
@@ -767,10 +764,10 @@ def _history(name, n, with_mults, events, rnd, contiguous=None):
                 want = _loop(ref, idx.tolist())
             except ValueError as e:
                 with pytest.raises(ValueError) as got:
-                    vec.step_scalars(idx, multipliers=mults)
+                    vec.step_scalars(kept, multipliers=mults)
                 assert str(got.value) == str(e)
                 return
-            got = vec.step_scalars(idx, multipliers=mults)
+            got = vec.step_scalars(kept, multipliers=mults)
             assert got.t.tolist() == [w[0] for w in want]
             assert np.array_equal(_bits(got.lr), _bits([w[1] for w in want]))
             assert np.array_equal(_bits(got.wd), _bits([w[2] for w in want]))
@@ -779,7 +776,16 @@ def _history(name, n, with_mults, events, rnd, contiguous=None):
             assert len(first) == len(set(key))  # one planned row per distinct (t, lr, wd)
             if inverse is not None:
                 assert [key[first[k]] for k in inverse.tolist()] == key
-            vec.commit_counts(idx, got.t)
+            vec.commit_counts(kept, got.t)
+        elif event == "step another kept":
+            other = Kept(idx[1:] if len(idx) > 1 else idx)
+            want = _loop(ref, other.values().tolist())
+            got = vec.step_scalars(other)
+            assert got.t.tolist() == [w[0] for w in want]
+            vec.commit_counts(other, got.t)
+        elif event == "counts as a dict":
+            for opt in (vec, ref):
+                opt._index_update_count = dict(opt._index_update_count)
         elif event == "step a subset":
             sub = idx.tolist()[::2]
             for opt in (vec, ref):
@@ -797,16 +803,13 @@ def _history(name, n, with_mults, events, rnd, contiguous=None):
             for opt in (vec, ref):
                 opt.restore_counts({i: 4 for i in idx.tolist()}, 4)
         elif event in ("replace the counts", "replace the counts, one a float"):
-            # another Counts that may have taken as many writes (its ``changes`` the same):
-            # without the last index's count, or with it as a float (in its dict)
-            old = vec._index_update_count
+            # another Counts (whose write numbers are never the old one's): without the last
+            # index's count, or with it as a float (in its dict)
             for opt in (vec, ref):
                 new = Counts()
                 new.scatter(idx[:-1], np.full(len(idx) - 1, 6, np.int64))
                 if event.endswith("float"):
                     new[int(idx[-1])] = 5.0
-                while new.changes < old.changes:
-                    new[int(idx[0])] = 6
                 opt._index_update_count = new
         elif event in ("set lr", "set lr again"):
             lr = float(repr(vec.lr)) if event == "set lr again" else rnd.choice([0.05, 0.2])
@@ -834,7 +837,7 @@ def test_a_count_deleted_between_the_scalars_and_their_commit_is_committed_again
     """Counts written between ``step_scalars`` and ``commit_counts`` of the kept path: the
     commit writes every index's count as the loop's would, and the mapping counts them all."""
     opt = optimizer.create("adam", learning_rate=0.1)
-    idx = _frozen(range(5))
+    idx = Kept(range(5))
     for _ in range(2):
         opt.commit_counts(idx, opt.step_scalars(idx).t)
     got = opt.step_scalars(idx)
@@ -845,24 +848,38 @@ def test_a_count_deleted_between_the_scalars_and_their_commit_is_committed_again
     assert len(opt._index_update_count) == 6
 
 
-def _frozen_f(a):
-    a = np.array(a, np.float64)
-    a.setflags(write=False)
-    return a
-
-
-def test_a_step_of_the_same_read_only_indices_reads_back_what_it_kept():
-    """The second step of a read-only index array takes the kept path: its scalars are one
-    triple without a table of keys, and the counts are rewritten at the positions kept."""
+def test_a_step_of_the_same_kept_indices_reads_back_what_it_kept():
+    """The second step of a Kept index array takes the kept path: its scalars are one triple
+    without a table of keys; what it returns cannot be made writeable (a caller cannot change
+    what is kept); an equal plain array is never kept."""
     opt = optimizer.create("adam", learning_rate=0.1)
-    idx = _frozen(range(5))
+    idx = Kept(range(5))
     for _ in range(2):
         got = opt.step_scalars(idx)
         opt.commit_counts(idx, got.t)
     got = opt.step_scalars(idx)
     assert type(got).distinct is not type(opt.step_scalars(list(range(5)))).distinct
-    assert not got.lr.flags.writeable and not got.t.flags.writeable
     assert got.t.tolist() == [3] * 5
+    for a in got:
+        with pytest.raises(ValueError):
+            a.setflags(write=True)
+    plain = np.arange(5)
+    plain.setflags(write=False)
+    opt.commit_counts(plain, opt.step_scalars(plain).t)
+    assert "_committed" in opt.__dict__ and opt.__dict__["_committed"].kept is idx
+    assert type(got._replace(lr=np.array([0.1, 0.2, 0.1, 0.1, 0.1]))).distinct is \
+        StepScalars.distinct  # other values: no longer known to be one triple
+
+
+def test_kept_holds_its_own_copy():
+    values = np.arange(4)
+    kept = Kept(values)
+    values[0] = 9
+    assert kept.values().tolist() == [0, 1, 2, 3] and len(kept) == 4
+    kept.values()[1] = 7
+    assert kept.values().tolist() == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="1-D"):
+        Kept([[1, 2]])
 
 
 def _set_count(opt, twin):

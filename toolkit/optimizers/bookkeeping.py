@@ -37,7 +37,7 @@ import numpy as np
 from .counts import Counts
 from .validation import check_nonneg
 
-__all__ = ["Bookkeeping", "StepScalars"]
+__all__ = ["Bookkeeping", "Kept", "StepScalars"]
 
 
 _INT64_MAX = 2 ** 63 - 1
@@ -64,6 +64,41 @@ class StepScalars(NamedTuple):
         return first.tolist(), inverse.reshape(-1)
 
 
+class Kept:
+    """An array that a caller hands to :meth:`Bookkeeping.step_scalars` and
+    :meth:`Bookkeeping.commit_counts` step after step (the Trainer: its indices when every
+    parameter is fresh, and its multipliers): a private read-only copy, taken here and reachable
+    by no public name, so that the optimizer may keep, by this object's identity, what it made
+    of it (the counts its last commit wrote, the rates). ``len`` and :meth:`values` (a copy)
+    read it."""
+
+    __slots__ = ("_a",)
+
+    def __init__(self, values, dtype=np.int64):
+        a = np.array(values, dtype)
+        if a.ndim != 1:
+            raise ValueError(f"Kept holds a 1-D array, got shape {a.shape}")
+        a.setflags(write=False)
+        self._a = a
+
+    def __len__(self):
+        return len(self._a)
+
+    def values(self):
+        """A copy of the array."""
+        return self._a.copy()
+
+    def __repr__(self):
+        return f"Kept({self._a.tolist()!r}, {self._a.dtype})"
+
+
+def _read_only(a):
+    """A read-only view of ``a``, made read-only first: a view of a read-only array cannot be
+    made writeable (what the caller receives cannot change what is kept)."""
+    a.setflags(write=False)
+    return a.view()
+
+
 class _OneTriple(StepScalars):
     """:class:`StepScalars` known, from how they were made, to be one ``(t, lr, wd)``."""
 
@@ -72,16 +107,19 @@ class _OneTriple(StepScalars):
     def distinct(self):
         return [0], None
 
+    def _replace(self, **changes):  # other values: no longer known to be one triple
+        return StepScalars(*self)._replace(**changes)
+
 
 class _Committed(NamedTuple):
-    """What the last vectorised commit wrote, so that the next step of the same indices reads
-    its counts back without a check: the counts of ``indices`` (a read-only int64 array that
-    owns its data, increasing; the very object given next time) at the array positions
-    ``where`` (a slice when they are contiguous) of ``counts``, whose ``changes`` were then
-    ``changes``; the largest of them and whether they were all equal."""
+    """What the last vectorised commit of a :class:`Kept` array of indices wrote, so that the
+    next step of the same one reads its counts back without a check: the counts of ``kept``
+    (increasing) at the array positions ``where`` (a slice when they are contiguous) of
+    ``counts``, whose ``changes`` were then ``changes``; the largest of them and whether they
+    were all equal."""
     counts: Counts
     changes: int
-    indices: np.ndarray
+    kept: Kept
     where: object
     top: int
     uniform: bool
@@ -89,17 +127,13 @@ class _Committed(NamedTuple):
 
 class _Rates(NamedTuple):
     """The checked learning rates and weight decays of a step without a schedule, kept while
-    what they were made from is the very same objects: the indices, ``lr``, ``wd``, the
-    multiplier arrays (read-only; None: no multipliers anywhere), ``requires_positive_lr``."""
+    what they were made from is the very same objects: the :class:`Kept` indices, ``lr``,
+    ``wd``, ``requires_positive_lr`` and the :class:`Kept` multipliers (none: no multipliers
+    anywhere)."""
     key: tuple
     lr: np.ndarray   # read-only
     wd: np.ndarray   # read-only
     uniform: bool    # every lr one value, bit for bit, and every wd
-
-
-def _frozen(a):
-    """Whether the array ``a`` cannot change under us: read-only and owning its data."""
-    return isinstance(a, np.ndarray) and not a.flags.writeable and a.base is None
 
 
 def _same(key, held):
@@ -111,7 +145,7 @@ _VECTORISED = ("_step_scalars", "_next_count", "_lr_count", "_get_lr", "_get_wd"
                "_commit_count")
 _VECTORISED_HERE = None  # (name, Bookkeeping's function) pairs, made on first use
 #: ``step_scalars``' multipliers when there are none anywhere (every index's is 1.0)
-_NO_MULTIPLIERS = ()
+_NO_MULTIPLIERS = ("none anywhere",)
 
 
 def _builtin_schedule(sched):
@@ -316,14 +350,27 @@ class Bookkeeping:
         ``multipliers``: None, or ``(lr_mult, wd_mult)``: float64 arrays indexed by index,
         holding the multiplier each index takes (the Trainer keeps them for its parameters,
         whose ``lr_mult`` and ``wd_mult`` attributes are what ``param_dict`` gives); None reads
-        them index by index."""
+        them index by index.
+
+        ``indices`` and each multiplier array may be a :class:`Kept` (the Trainer's, when
+        every parameter is fresh): the next step of the same one reads back what the last
+        commit of it wrote, and the rates made of the same ones, without a check, as long as
+        the counts mapping has taken no other write (``Counts.changes``) and ``lr``, ``wd``
+        are the same objects. The arrays returned are read-only."""
+        kept = indices if type(indices) is Kept else None
+        if kept is not None:
+            indices = kept._a
+        mults_kept = ()
+        if multipliers is not None and len(multipliers) == 2 and \
+                all(type(m) is Kept for m in multipliers):
+            mults_kept, multipliers = tuple(multipliers), tuple(m._a for m in multipliers)
         if not self._vectorises():
             return self._scalars_per_index(_as_list(indices))
         counts = self._index_update_count
         c = None
         done = self.__dict__.get("_committed")
-        if done is not None and indices is done.indices and counts is done.counts and \
-                counts.changes == done.changes:
+        if kept is not None and done is not None and kept is done.kept and \
+                counts is done.counts and counts.changes == done.changes:
             # the counts the last commit wrote for these very indices, untouched since
             c, top, uniform = counts.read(done.where), done.top, done.uniform
         else:
@@ -370,16 +417,17 @@ class Bookkeeping:
                 not self.wd_mult:
             multipliers = _NO_MULTIPLIERS  # every index's is 1.0 (x * 1.0 is x)
         if sched is None:
-            # what the rates are made of (None: multipliers read index by index, never kept)
-            key = None if multipliers is None else (
-                indices, self.lr, wd, self.requires_positive_lr, *multipliers)
+            # what the rates are made of, when it is all kept objects (else they are not kept)
+            key = None
+            if kept is not None and (multipliers is _NO_MULTIPLIERS or mults_kept):
+                key = (kept, self.lr, wd, self.requires_positive_lr, *mults_kept)
             rates = self.__dict__.get("_rates")
             if rates is None or key is None or not _same(key, rates.key):
                 rates = self._rates_of(indices, t, multipliers, key)
                 if rates is None:  # the per-index loop raises the error that names the index
                     return self._scalars_per_index(_as_list(indices))
             if uniform and rates.uniform:
-                t.setflags(write=False)  # commit_counts then reads what is kept of it
+                t = _read_only(t)  # commit_counts then reads what is kept of it
                 self.__dict__["_stepped"] = (t, top + 1)
                 return _OneTriple(t, rates.lr, rates.wd)
             return StepScalars(t, rates.lr, rates.wd)
@@ -419,9 +467,9 @@ class Bookkeeping:
 
     def _multiplier_arrays(self, indices, multipliers):
         """``(lr_mult, wd_mult)`` of ``indices``: float64 arrays, None for none anywhere
-        (``multipliers == ()``), or ``(False, False)`` when one is not a number (the per-index
+        (``_NO_MULTIPLIERS``), or ``(False, False)`` when one is not a number (the per-index
         loop says what happens)."""
-        if multipliers == ():
+        if multipliers is _NO_MULTIPLIERS:
             return None, None
         if multipliers is None:
             idx = _as_list(indices)
@@ -462,12 +510,10 @@ class Bookkeeping:
         lr, wd = self._products(self.lr, self.wd, lr_mult, wd_mult, len(t))
         if not self._rates_ok(lr, wd):
             return None
-        lr.setflags(write=False)
-        wd.setflags(write=False)
         lr_bits, wd_bits = lr.view(np.int64), wd.view(np.int64)
-        rates = _Rates(key, lr, wd, bool((lr_bits == lr_bits[0]).all()) and
-                       bool((wd_bits == wd_bits[0]).all()))
-        if key is not None and _frozen(indices) and all(map(_frozen, key[4:])):
+        rates = _Rates(key, _read_only(lr), _read_only(wd),
+                       bool((lr_bits == lr_bits[0]).all()) and bool((wd_bits == wd_bits[0]).all()))
+        if key is not None:
             self.__dict__["_rates"] = rates
         return rates
 
@@ -500,10 +546,13 @@ class Bookkeeping:
         """Commit the counts ``t`` (from :meth:`step_scalars`) of a step of ``indices``, as
         the per-index loop commits them one by one: each index's count, and ``num_update`` the
         largest count seen."""
+        kept = indices if type(indices) is Kept else None
+        if kept is not None:
+            indices = kept._a
         counts = self._index_update_count
         done = self.__dict__.get("_committed")
-        if done is not None and indices is done.indices and counts is done.counts and \
-                counts.changes == done.changes and self._vectorises():
+        if kept is not None and done is not None and kept is done.kept and \
+                counts is done.counts and counts.changes == done.changes and self._vectorises():
             # the very indices the last commit wrote, untouched since: at the same positions
             counts.rewrite(done.where, t)
             stepped = self.__dict__.pop("_stepped", None)
@@ -526,11 +575,11 @@ class Bookkeeping:
             if indices[0] >= 0 and indices[-1] < 2 ** 31:  # increasing: all of them
                 whole = counts.scatter(indices, t)
                 top = int(t.max())
-                if whole and _frozen(indices) and self._vectorises():
+                if whole and kept is not None and self._vectorises():
                     a, b = int(indices[0]), int(indices[-1]) + 1
                     where = slice(a, b) if b - a == indices.size else indices
                     self.__dict__["_committed"] = _Committed(
-                        counts, counts.changes, indices, where, top, bool(t.min() == top))
+                        counts, counts.changes, kept, where, top, bool(t.min() == top))
                 if top > self.num_update:
                     self.num_update = top
                 return

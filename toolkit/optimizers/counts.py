@@ -17,6 +17,7 @@ the order stored), and it is not a ``dict`` instance (``json.dumps`` refuses it;
 """
 from __future__ import annotations
 
+import itertools
 from collections.abc import MutableMapping
 
 import numpy as np
@@ -29,6 +30,8 @@ _ARRAY_LIMIT = 2 ** 31
 #: more positions than counts
 _DENSE = 1024
 _INT64_MAX = 2 ** 63 - 1
+#: every write of every Counts takes the next number (``Counts.changes``): no two share one
+_WRITES = itertools.count(1)
 
 
 def _increasing(indices):
@@ -78,8 +81,9 @@ class Counts(MutableMapping):
 
     @property
     def changes(self):
-        """How many writes this mapping has taken (each assignment, deletion, scatter and
-        rewrite counts one): equal between two reads, nothing was written in between."""
+        """A number that every write moves (each assignment, deletion, scatter and rewrite;
+        a copy starts at a new one): equal between two reads, nothing was written in between.
+        No two writes of any two Counts give the same number."""
         return self._changes
 
     # --- the mapping ------------------------------------------------------------------------
@@ -92,10 +96,10 @@ class Counts(MutableMapping):
         return self._other[key]
 
     def __setitem__(self, key, value):
-        self._changes += 1
+        self._changes = next(_WRITES)
         t = self._t
         if type(key) is int and type(value) is int and 0 <= key < len(t) and \
-                0 <= value <= _INT64_MAX:  # an index of the array and a count: no lookups
+                key < _ARRAY_LIMIT and 0 <= value <= _INT64_MAX:  # no lookups
             if t[key] < 0:
                 self._size += 1
                 self._other.pop(key, None)
@@ -114,7 +118,7 @@ class Counts(MutableMapping):
         self._other[key] = value
 
     def __delitem__(self, key):
-        self._changes += 1
+        self._changes = next(_WRITES)
         k = _slot(key)
         if k is not None and k < len(self._t) and self._t[k] >= 0:
             self._t[k] = -1
@@ -147,7 +151,7 @@ class Counts(MutableMapping):
     def copy(self):
         c = Counts.__new__(Counts)
         c._t, c._size, c._other = self._t.copy(), self._size, dict(self._other)
-        c._changes = 0
+        c._changes = next(_WRITES)
         return c
 
     __copy__ = copy
@@ -200,7 +204,7 @@ class Counts(MutableMapping):
             for i, v in zip(indices.tolist(), t.tolist()):
                 self[i] = v
             return False
-        self._changes += 1
+        self._changes = next(_WRITES)
         if self._other:
             for i in indices.tolist():
                 self._other.pop(i, None)
@@ -213,7 +217,7 @@ class Counts(MutableMapping):
         ``t`` (a non-negative int64 array), where each of those positions holds a count: the
         caller's last :meth:`scatter` of them returned True and :attr:`changes` has moved by
         that scatter's (or the last rewrite's) one since. No check."""
-        self._changes += 1
+        self._changes = next(_WRITES)
         self._t[where] = t
 
     def read(self, where):

@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import optimizer as _optimizer
 from ..backends import arrays
-from ..optimizers.bookkeeping import StepScalars
+from ..optimizers.bookkeeping import Kept, StepScalars
 from . import compression as _compression, dist as _dist
 from .buffers import Group
 from .errors import ParamsError, StaleGradientError
@@ -112,12 +112,12 @@ class Trainer:
         for i, p in enumerate(self._params):
             p.hold(self, self._fresh_flags, i)
         self._holds_seen = holds_version()
-        #: the indices of the parameters with a gradient (grad_req is fixed while held),
-        #: read-only: a step of all of them hands this very array to the optimizer, whose
-        #: bookkeeping then reads back the counts it wrote for it last step without a check
+        #: the indices of the parameters with a gradient (grad_req is fixed while held); a
+        #: step of all of them hands the optimizer the same ``Kept`` copy, whose bookkeeping
+        #: then reads back the counts it wrote for it last step without a check
         self._live = np.array([i for i, p in enumerate(self._params) if p.grad_req != "null"],
                               np.int64)
-        self._live.setflags(write=False)
+        self._live_kept = Kept(self._live)
         self._live_members = self._member_of[self._live]  # their positions in their groups
         # where they are in the freshness flags: a slice when they are contiguous (a view)
         n_live = len(self._live)
@@ -431,7 +431,7 @@ class Trainer:
         self._fresh_flags[self._live_flags if active is self._live else active] = False
 
     def _multipliers(self):
-        """``(lr_mult, wd_mult)``: float64 arrays by index of what the optimizer's
+        """``(lr_mult, wd_mult)``: ``Kept`` float64 arrays by index of what the optimizer's
         ``param_dict`` gives each index (the parameters' ``lr_mult`` and ``wd_mult``), kept
         until a multiplier is set; None when the optimizer's ``param_dict`` is no longer the
         one this Trainer gave it (then the optimizer reads each index's)."""
@@ -442,10 +442,9 @@ class Trainer:
         version, mults = self._mults
         if version != multipliers_version():
             version = multipliers_version()
-            mults = (np.array([float(p.lr_mult) for p in self._params], np.float64),
-                     np.array([float(p.wd_mult) for p in self._params], np.float64))
-            for a in mults:  # read-only: the optimizer keeps what it made of them
-                a.setflags(write=False)
+            # kept copies: the optimizer keeps what it made of them while they are these
+            mults = (Kept([float(p.lr_mult) for p in self._params], np.float64),
+                     Kept([float(p.wd_mult) for p in self._params], np.float64))
             self._mults = (version, mults)
         return mults
 
@@ -455,11 +454,13 @@ class Trainer:
         (``Optimizer.step_scalars``), one planned launch per distinct ``(t, lr, wd)`` of a group,
         and a table of rows indexed by member: no Python work per parameter."""
         opt = self._optimizer
-        scalars = opt.step_scalars(active, multipliers=self._multipliers())
+        every = active is self._live
+        given = self._live_kept if every else active
+        scalars = opt.step_scalars(given, multipliers=self._multipliers())
         works = []
         if len(self._groups) == 1:
             # every active index is a member of the one group: its own scalars
-            ks = self._live_members if active is self._live else self._member_of[active]
+            ks = self._live_members if every else self._member_of[active]
             w = StepWork(self._groups[0], opt)
             w.plan_scalars(ks, active, scalars)
             works.append(w)
@@ -474,7 +475,7 @@ class Trainer:
                 w.plan_scalars(self._member_of[active[at]], active[at], StepScalars(
                     scalars.t[at], scalars.lr[at], scalars.wd[at]))
                 works.append(w)
-        opt.commit_counts(active, scalars.t)
+        opt.commit_counts(given, scalars.t)
         for w in works:
             self.last_step_launches += w.execute()
 
