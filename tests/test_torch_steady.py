@@ -220,3 +220,15 @@ def test_a_steady_step_does_no_python_work_per_parameter(steady_steps):
         return counts[2:]
     small, large = calls(10), calls(300)
     assert steady_steps and small == large, (small, large)
+
+
+def test_a_steady_step_reads_back_what_the_last_one_kept(steady_steps):
+    """The steady path hands the optimizer's bookkeeping the same Kept indices every step, so
+    a step reads back the counts the last one committed (the numbers are the numpy path's:
+    the test above)."""
+    rng, params, opt, ref, ws, states = _setup("adam", "mxnet", np.float32)
+    for _ in range(4):
+        _step(rng, params, opt, ref, ws, states)
+    assert steady_steps
+    kept = opt._steady[0].kept
+    assert opt._inners[0].__dict__["_committed"].kept is kept

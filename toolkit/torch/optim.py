@@ -331,7 +331,7 @@ class TorchOptimizer(torch.optim.Optimizer):
             return None
         grads, grad_ptrs = got
         inner.num_update = num_update
-        scalars = inner.step_scalars(steady.indices)
+        scalars = inner.step_scalars(steady.kept)
         t, lr, wd = scalars.t, scalars.lr, scalars.wd
         first, inverse = scalars.distinct()
         planned = []
@@ -473,7 +473,7 @@ class TorchOptimizer(torch.optim.Optimizer):
             group = self.param_groups[gi]
             if isinstance(members, SteadyStep):
                 inner.num_update = self._num_update
-                inner.commit_counts(members.steady.indices, scalars.t)
+                inner.commit_counts(members.steady.kept, scalars.t)
                 members.steady.run(members)
                 self._num_update = inner.num_update
                 continue

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from ..backends.addressed import run_rule_addressed
+from ..optimizers.bookkeeping import Kept
 
 __all__ = ["SteadyGroup", "SteadyStep"]
 
@@ -50,11 +51,13 @@ class SteadyStep(NamedTuple):
 class SteadyGroup:
     """A param group's parameters, their weights' and states' addresses and sizes, as the
     last general step left them (:meth:`build`), and the checks of a step against them."""
-    __slots__ = ("params", "indices", "dtype", "np_dtype", "shapes", "weight_ptrs", "ptrs",
-                 "sizes", "tensors")
+    __slots__ = ("params", "indices", "kept", "dtype", "np_dtype", "shapes", "weight_ptrs",
+                 "ptrs", "sizes", "tensors")
 
     def __init__(self, params, indices, dtype, shapes, weight_ptrs, ptrs, sizes, tensors):
         self.params, self.indices, self.dtype = params, indices, dtype
+        # the indices as the optimizer's bookkeeping keeps what it made of them, step to step
+        self.kept = Kept(indices)
         self.np_dtype = _DTYPES[dtype]
         self.shapes, self.weight_ptrs = shapes, weight_ptrs
         self.ptrs, self.sizes = ptrs, sizes
