@@ -808,3 +808,16 @@ def test_states_and_dist_use_the_trainers_public_seams_step_lock_and_skipping_no
             continue
         found = re.findall(r"\._guard_on\b|\b\w*trainer\w*\._lock\b", path.read_text())
         assert not found, f"{path} reaches into the Trainer's private {found}"
+
+
+def test_a_step_sets_rescale_grad_to_the_bits_of_scale_over_batch_size():
+    """The step keeps the optimizer's rescale_grad object when it holds the very value
+    (its step constants stay remembered), told by its bits: -0.0 is not 0.0."""
+    import math
+    params = [Parameter("w", init=np.ones(3, np.float32))]
+    opt = optimizer.create("sgd", learning_rate=0.1, rescale_grad=-0.0)
+    trainer = Trainer(params, opt)
+    opt.rescale_grad = 0.0
+    params[0].grad()[...] = 1.0
+    trainer.step(1)
+    assert math.copysign(1.0, opt.rescale_grad) == -1.0  # -0.0 / 1

@@ -143,7 +143,6 @@ def _same(key, held):
 #: the methods whose definitions here ``step_scalars`` vectorises
 _VECTORISED = ("_step_scalars", "_next_count", "_lr_count", "_get_lr", "_get_wd", "_mult",
                "_commit_count")
-_VECTORISED_HERE = None  # (name, Bookkeeping's function) pairs, made on first use
 #: ``step_scalars``' multipliers when there are none anywhere (every index's is 1.0)
 _NO_MULTIPLIERS = ("none anywhere",)
 
@@ -456,9 +455,6 @@ class Bookkeeping:
 
     def _vectorises(self):
         """Whether this class keeps every piece of bookkeeping ``step_scalars`` vectorises."""
-        global _VECTORISED_HERE
-        if _VECTORISED_HERE is None:
-            _VECTORISED_HERE = tuple((m, getattr(Bookkeeping, m)) for m in _VECTORISED)
         cls = type(self)
         for m, f in _VECTORISED_HERE:
             if getattr(cls, m) is not f:
@@ -595,3 +591,7 @@ class Bookkeeping:
         top = max(ts)
         if top > self.num_update:
             self.num_update = top
+
+
+#: ``(name, Bookkeeping's function)`` of each of ``_VECTORISED``, compared by ``_vectorises``
+_VECTORISED_HERE = tuple((m, getattr(Bookkeeping, m)) for m in _VECTORISED)

@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import optimizer as _optimizer
 from ..backends import arrays
-from ..optimizers.bookkeeping import Kept, StepScalars
+from ..optimizers.bookkeeping import Kept
 from . import compression as _compression, dist as _dist
 from .buffers import Group
 from .errors import ParamsError, StaleGradientError
@@ -365,8 +365,9 @@ class Trainer:
             raise ValueError(f"batch_size {batch_size!r} makes rescale_grad = scale/batch_size = "
                              f"{rescale!r}, which is not finite")
         held = self._optimizer.rescale_grad
-        if type(held) is float and type(rescale) is float and held == rescale:
-            return  # the same value: the object kept too (the optimizer's step constants,
+        if type(held) is float and type(rescale) is float and held == rescale and \
+                math.copysign(1.0, held) == math.copysign(1.0, rescale):
+            return  # the same bits: the object kept too (the optimizer's step constants,
             # remembered while their inputs are the same objects, stay remembered)
         self._optimizer.rescale_grad = rescale
 
@@ -472,8 +473,8 @@ class Trainer:
                 if not at.size:
                     continue
                 w = StepWork(g, opt)
-                w.plan_scalars(self._member_of[active[at]], active[at], StepScalars(
-                    scalars.t[at], scalars.lr[at], scalars.wd[at]))
+                w.plan_scalars(self._member_of[active[at]], active[at], type(scalars)(
+                    scalars.t[at], scalars.lr[at], scalars.wd[at]))  # one triple stays one
                 works.append(w)
         opt.commit_counts(given, scalars.t)
         for w in works:
