@@ -66,7 +66,7 @@ def test_counts_read_and_write_as_a_dict(ops):
 
 
 @given(st.dictionaries(st.integers(0, 50), st.integers(0, 1000)),
-       st.sets(st.integers(0, 80), min_size=1), st.integers(0, 5), st.integers(0, 10 ** 6))
+       st.sets(st.integers(0, 80), min_size=1), st.integers(0, 5), st.integers(-3, 10 ** 6))
 def test_gather_and_scatter_are_the_dicts_reads_and_writes(start, indices, default, base):
     c, d = Counts(start), dict(start)
     idx = np.array(sorted(indices), np.int64)
@@ -282,3 +282,27 @@ def test_scatter_says_whether_every_count_is_in_the_array():
     assert not c.scatter(np.array([2, 1], np.int64), np.array([3, 3], np.int64))  # one by one
     assert not c.scatter(np.array([2 ** 31], np.int64), np.array([3], np.int64))  # the dict
     assert not c.scatter(np.array([], np.int64), np.array([], np.int64))
+
+
+def test_a_negative_count_scattered_or_committed_is_kept_as_the_dict_keeps_it():
+    """``scatter`` wrote a negative count into the array, where negative means "no count":
+    the index vanished from the mapping while ``len`` still counted it. A negative count is
+    a caller's mistake (``step_scalars`` gives counts from 1), yet it must not corrupt the
+    counts: it now goes where ``self[i] = t`` puts it, as does a kept commit's."""
+    from toolkit.optimizers.bookkeeping import Kept
+    c, d = Counts(), {}
+    c.scatter(np.array([0, 1, 2], np.int64), np.array([3, -2, 5], np.int64))
+    d.update({0: 3, 1: -2, 2: 5})
+    _same(c, d)
+    c[1] = 4
+    d[1] = 4
+    _same(c, d)
+    opt, ref = optimizer.create("adam"), optimizer.create("adam")
+    kept = Kept([0, 1, 2])
+    for t in ([1, 1, 1], [2, -7, 2], [3, 3, 3]):
+        t = np.array(t, np.int64)
+        opt.commit_counts(kept, t)
+        for i, ti in zip(range(3), t.tolist()):
+            ref._commit_count(i, ti)
+        _same(opt._index_update_count, dict(ref._index_update_count))
+        assert opt.num_update == ref.num_update

@@ -550,18 +550,21 @@ class Bookkeeping:
         if kept is not None and done is not None and kept is done.kept and \
                 counts is done.counts and counts.changes == done.changes and self._vectorises():
             # the very indices the last commit wrote, untouched since: at the same positions
-            counts.rewrite(done.where, t)
             stepped = self.__dict__.pop("_stepped", None)
             if stepped is not None and stepped[0] is t and not t.flags.writeable:
                 top, uniform = stepped[1], done.uniform  # t = the counts read + 1
+                low = 1
             else:
                 top = int(t.max())
-                uniform = bool(t.min() == top)
-            self.__dict__["_committed"] = done._replace(changes=counts.changes, top=top,
-                                                        uniform=uniform)
-            if top > self.num_update:
-                self.num_update = top
-            return
+                low = int(t.min())
+                uniform = low == top
+            if low >= 0:  # a negative count belongs in the dict beside (scatter puts it there)
+                counts.rewrite(done.where, t)
+                self.__dict__["_committed"] = done._replace(changes=counts.changes, top=top,
+                                                            uniform=uniform)
+                if top > self.num_update:
+                    self.num_update = top
+                return
         if isinstance(counts, Counts):
             indices = _index_array(indices)
         if type(self)._commit_count is Bookkeeping._commit_count and isinstance(counts, Counts) \

@@ -194,13 +194,15 @@ class Counts(MutableMapping):
         return np.where(c < 0, np.int64(default), c)
 
     def scatter(self, indices, t):
-        """Set the counts of ``indices`` (an int64 array) to ``t`` (a non-negative int64
-        array), as ``self[i] = t_i`` one by one would (one by one where ``indices`` is not
-        non-negative and strictly increasing). Returns whether every count now lives in the
-        array at its index's position (then :meth:`rewrite` may write them again)."""
+        """Set the counts of ``indices`` (an int64 array) to ``t`` (an int64 array), as
+        ``self[i] = t_i`` one by one would (one by one where ``indices`` is not non-negative
+        and strictly increasing, or a count is negative: the dict beside holds those). Returns
+        whether every count now lives in the array at its index's position (then
+        :meth:`rewrite` may write them again)."""
         if not indices.size:
             return False
-        if not _increasing(indices) or not self._room(int(indices[-1]), adding=indices.size):
+        if not _increasing(indices) or t.min() < 0 or \
+                not self._room(int(indices[-1]), adding=indices.size):
             for i, v in zip(indices.tolist(), t.tolist()):
                 self[i] = v
             return False
