@@ -424,14 +424,16 @@ def test_a_refused_step_leaves_the_schedule_as_it_was():
 def test_a_failed_trainer_step_leaves_the_schedule_as_it_was(name):
     """A Trainer step refused at its second parameter (a NaN multiplier) leaves the optimizer
     as it was, its schedule's state included (the vectorised plan, and the per-index plan of
-    ``restored_on_error``)."""
+    ``restored_on_error``). A Parameter refuses a NaN ``lr_mult``; a ``param_dict`` entry of
+    the user's own (MXNet's optimizers read any object with the two attributes) still holds
+    one."""
     params = [Parameter(f"p{i}", init=np.ones(3, np.float32)) for i in range(2)]
     trainer = Trainer(params, optimizer.create(name, lr_scheduler=_factor()))
     for p in params:
         p.grad()[...] = 0.5
     trainer.step(1)
     before = (trainer.optimizer.lr_scheduler.state_dict(), trainer.optimizer.update_counts)
-    params[1].lr_mult = float("nan")
+    trainer.optimizer.param_dict[1] = _Holder(float("nan"), 1.0)
     for p in params:
         p.grad()[...] = 0.5
     with pytest.raises(ValueError, match="index 1"):
@@ -616,14 +618,16 @@ def test_a_param_dict_that_is_a_mapping_but_not_a_dict_is_read():
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0])
 def test_a_weight_decay_the_loop_cannot_take_is_refused_before_anything_is_written(bad):
-    """A weight-decay multiplier set after construction (``param.wd_mult = nan``: the setter,
-    as MXNet's attribute, takes anything; or a table assigned directly) went unchecked: the
-    step wrote NaN weights, where the learning rate of the same multiplier is refused. Now the
-    weight decay is checked as the learning rate is (finite, >= 0), by ``update`` and the
-    Trainer alike, before anything is written, naming the index."""
+    """A weight-decay multiplier set after construction (a ``param_dict`` entry of the user's
+    own, or a table assigned directly) went unchecked: the step wrote NaN weights, where the
+    learning rate of the same multiplier is refused. Now the weight decay is checked as the
+    learning rate is (finite, >= 0), by ``update`` and the Trainer alike, before anything is
+    written, naming the index. (A Parameter's own setter refuses it when set.)"""
     params = [Parameter(f"p{i}_weight", init=np.ones(3, np.float32)) for i in range(2)]
     trainer = Trainer(params, "sgd", {"learning_rate": 0.1, "wd": 0.01})
-    params[1].wd_mult = bad
+    with pytest.raises(ValueError, match="wd_mult must be a finite number >= 0"):
+        params[1].wd_mult = bad
+    trainer.optimizer.param_dict[1] = _Holder(1.0, bad)
     for p in params:
         p.grad()[...] = 0.5
     with pytest.raises(ValueError, match="weight decay for index 1"):

@@ -56,3 +56,23 @@ def test_errors_have_one_home():
     assert toolkit.ParamsError is errors.ParamsError
     assert dist.DistMismatchError is errors.DistMismatchError
     assert issubclass(errors.DistMismatchError, ValueError)
+
+
+@pytest.mark.parametrize("name", ["lr_mult", "wd_mult"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0, "2", True, None])
+def test_a_multiplier_is_checked_when_set_as_when_built(name, bad):
+    """The constructor refused a NaN, infinite, negative or non-number multiplier, but the
+    setter took any value, which a later step then refused (or, for a string, failed
+    deep in the plan). The setter now refuses it with the constructor's message and keeps the
+    multiplier it had."""
+    with pytest.raises(ValueError, match=f"{name} must be a finite number >= 0"):
+        Parameter("w", shape=(2,), **{name: bad})
+    params, t = _trainer()
+    a = params["a"]
+    setattr(a, name, 3)
+    assert getattr(a, name) == 3.0 and type(getattr(a, name)) is float
+    with pytest.raises(ValueError, match=f"{name} must be a finite number >= 0"):
+        setattr(a, name, bad)
+    assert getattr(a, name) == 3.0
+    a.grad()[...] = 1.0
+    t.step(1, ignore_stale_grad=True)  # the step takes the multiplier kept

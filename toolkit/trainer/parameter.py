@@ -118,7 +118,7 @@ class Parameter:
 
     @lr_mult.setter
     def lr_mult(self, value):
-        self._lr_mult = value
+        self._lr_mult = _check_mult("lr_mult", value)  # as the constructor: refused before it lands
         _bump_multipliers()
 
     @property
@@ -128,7 +128,7 @@ class Parameter:
 
     @wd_mult.setter
     def wd_mult(self, value):
-        self._wd_mult = value
+        self._wd_mult = _check_mult("wd_mult", value)  # as the constructor: refused before it lands
         _bump_multipliers()
 
     # --- freshness --------------------------------------------------------------------------
