@@ -25,7 +25,7 @@ from typing import NamedTuple
 from . import gradient
 from .base import Optimizer, scalar_only
 from .registry import register
-from .spaces import Decades, Interval
+from .spaces import Decades, Interval, USUAL_BETA1, USUAL_BETA2
 from .spec import BenchSetting, Spec
 from .validation import flag, nonneg, unit
 
@@ -105,8 +105,7 @@ SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.p
     pytorch="guide", torch="Adam",
     space={"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999),
            "epsilon": Decades(-10, -2)},
-    usual={"beta1": Interval(0.5, 0.99), "beta2": Interval(0.9, 0.9999),
-           "epsilon": Decades(-8, -3)},
+    usual={"beta1": USUAL_BETA1, "beta2": USUAL_BETA2, "epsilon": Decades(-8, -3)},
     variants=("hyper_f32", "hyper_f64", "constants_in_dtype", "lerp", "eps_inside_root",
               "eps_uncorrected", "eps_corrected", "wd_before_clip", "wd_after_clip",
               "no_bias_correction"),

@@ -21,7 +21,7 @@ from typing import NamedTuple
 from . import gradient
 from .base import Optimizer, scalar_only
 from .registry import register
-from .spaces import Decades, Interval, OneOf
+from .spaces import Decades, Interval, OneOf, USUAL_BETA1, USUAL_BETA2
 from .spec import BenchSetting, Spec
 from .validation import nonneg, unit
 
@@ -95,8 +95,7 @@ SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.p
     pytorch="pytorch", torch="AdamW",
     space={"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999),
            "epsilon": Decades(-10, -2), "eta": OneOf(1.0, Interval(0.0, 1.0))},
-    usual={"beta1": Interval(0.5, 0.99), "beta2": Interval(0.9, 0.9999),
-           "epsilon": Decades(-8, -3)},
+    usual={"beta1": USUAL_BETA1, "beta2": USUAL_BETA2, "epsilon": Decades(-8, -3)},
     variants=("hyper_f32", "hyper_f64", "constants_in_dtype", "lerp"),
     record={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-08, "eta": 0.5}, record_ulps=1,
     layouts=({"learning_rate": 0.01, "eta": 0.5},),

@@ -17,7 +17,7 @@ from typing import NamedTuple
 from . import gradient
 from .base import Optimizer, scalar_only
 from .registry import register
-from .spaces import Decades, Interval, USUAL_BETA2
+from .spaces import Decades, Interval, USUAL_BETA1, USUAL_BETA2
 from .spec import BenchSetting, Spec
 from .validation import nonneg, unit
 
@@ -63,9 +63,9 @@ SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.p
     pytorch=None, torch=None,
     space={"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999),
            "epsilon": Decades(-10, -2)},
-    # Zheng and Kwok (2017) and MXNet: beta1 0.6, beta2 0.999, epsilon 1e-8; beta1 of Adam's
-    # range or a little below it
-    usual={"beta1": Interval(0.5, 0.99), "beta2": USUAL_BETA2, "epsilon": Decades(-8, -3)},
+    # Zheng and Kwok (2017) and MXNet: beta1 0.6, beta2 0.999, epsilon 1e-8, within the usual
+    # ranges of Adam's moments
+    usual={"beta1": USUAL_BETA1, "beta2": USUAL_BETA2, "epsilon": Decades(-8, -3)},
     variants=("hyper_f32", "hyper_f64", "wd_before_clip", "wd_after_clip"),  # reference FORMS
     half_state_lr=0.1, half_state_reason="a float16 state (no master copy) holds about w/lr",
     record={"beta1": 0.6, "beta2": 0.999, "epsilon": 1e-08}, record_ulps=1,
