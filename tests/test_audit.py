@@ -49,6 +49,24 @@ def fake_on_path(monkeypatch):
     monkeypatch.setattr(conformance, "WORKER_TIMEOUT", 600)
 
 
+def test_seed_random_is_taken_and_recorded_as_verify_takes_it(fake_on_path, tmp_path, capsys):
+    """``audit`` and ``mxopt audit --seed`` took an int only, where ``verify``, ``identify``
+    and ``mxopt check`` also take ``"random"`` (a fresh seed, recorded): all now resolve a
+    seed in one place (``oracle.resolve_seed``), so the audit takes it and records the int."""
+    report = oracle.audit([FAKE], dtypes=("float32",), examples=2, cases=2, seed="random",
+                          progress=lambda line: None)
+    assert type(report.seed) is int and report.seed >= 0
+    js = tmp_path / "table.json"
+    assert conformance.main(["--frameworks", FAKE, "--dtypes", "float32", "--examples", "2",
+                             "--cases", "2", "--seed", "random", "--json", str(js)]) == 0
+    seed = json.loads(js.read_text())["seed"]
+    assert type(seed) is int and f"seed {seed}," in AuditReport.from_dict(
+        json.loads(js.read_text())).to_markdown()
+    with pytest.raises(SystemExit) as e:
+        conformance.main(["--frameworks", FAKE, "--seed", "-3"])
+    assert e.value.code == 2 and "'random'" in capsys.readouterr().err
+
+
 # --------------------------------------------------------------------------------------------
 # the adapter tables (no framework needed)
 # --------------------------------------------------------------------------------------------

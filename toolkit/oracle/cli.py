@@ -25,6 +25,8 @@ import json
 import os
 import sys
 
+from .seeds import parse_seed
+
 __all__ = ["main_verify", "main_identify", "main_list", "load_target", "parse_fixed",
            "parse_seed"]
 
@@ -74,20 +76,6 @@ def parse_fixed(items):
         except json.JSONDecodeError:
             fixed[key] = raw  # a string value, such as warmup_strategy=lars
     return fixed
-
-
-def parse_seed(text):
-    """``--seed``'s value: an int >= 0, or ``"random"`` (a fresh seed, which the report records
-    so that the run can be repeated); anything else is an argparse usage error that says so."""
-    if text == "random":
-        return text
-    try:
-        seed = int(text)
-    except ValueError:
-        seed = -1
-    if seed < 0:
-        raise argparse.ArgumentTypeError(f"takes an int >= 0 or 'random', got {text!r}")
-    return seed
 
 
 def _parser(prog, what):

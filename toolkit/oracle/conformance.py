@@ -27,9 +27,10 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
-from .core import DEFAULT_SEED, identify, verify
+from .core import identify, verify
 from .core import versions as _oracle_versions
 from . import frameworks as _frameworks
+from .seeds import DEFAULT_SEED, parse_seed, resolve_seed
 
 __all__ = ["audit", "AuditReport", "AuditRow", "verdict_of", "worst_error", "main", "worker"]
 
@@ -277,8 +278,9 @@ def audit(frameworks=None, dtypes=("float32", "float64"), examples=EXAMPLES, see
         ``fused`` in float32).
     examples : int
         ``verify``'s cases per row. ``cases``: ``identify``'s discriminating cases per row.
-    seed : int
-        The seed of both (the same table every run).
+    seed : int or "random"
+        The seed of both (an int: the same table every run; "random": a fresh one, which the
+        report records).
     progress : callable, optional
         ``progress(line)`` after each row; by default a line on stderr.
     """
@@ -288,8 +290,7 @@ def audit(frameworks=None, dtypes=("float32", "float64"), examples=EXAMPLES, see
     for name, value in (("examples", examples), ("cases", cases)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be an int >= 0 (default {DEFAULT_SEED}), got {seed!r}")
+    seed = resolve_seed(seed)
     fws, skipped = _resolve(frameworks)
     if progress is None:
         def progress(line):
@@ -350,8 +351,9 @@ def main(argv):
                     help="verify's cases per row (default: %(default)s)")
     ap.add_argument("--cases", type=int, default=CASES,
                     help="identify's discriminating cases per row (default: %(default)s)")
-    ap.add_argument("--seed", type=int, default=DEFAULT_SEED,
-                    help="seed of the cases (default: %(default)s, the same table every run)")
+    ap.add_argument("--seed", type=parse_seed, default=DEFAULT_SEED, metavar="INT|random",
+                    help="seed of the cases: an int >= 0 (default: %(default)s, the same table "
+                         "every run) or 'random' for a fresh one (recorded in the table)")
     ap.add_argument("--json", metavar="PATH", help="write the report as JSON to PATH")
     ap.add_argument("--markdown", metavar="PATH",
                     help="write the Markdown table to PATH (without --json, --markdown or "

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import numbers
-import secrets
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -20,11 +18,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import space as _space
+from .seeds import DEFAULT_SEED, resolve_seed
 from . import variants as _variants
 
 __all__ = ["verify", "identify", "assert_matches_oracle", "VerifyReport", "IdentifyReport",
            "conventions_of", "OracleMismatch", "DEFAULT_SEED", "FRAMEWORKS", "versions",
-           "Explanation", "DomainVerdict", "KINDS"]
+           "Explanation", "DomainVerdict", "KINDS", "resolve_seed"]
 
 #: the order in which a convention is named when several match (ours first)
 ORDER = ("mxnet", "guide", "pytorch")
@@ -33,8 +32,6 @@ DISTINCT = 16.0
 #: weights and gradients: magnitudes 10**lo .. 10**hi per dtype (float16 keeps squares finite)
 RANGES = {"float16": ((-2, 1), (-2, 1)), "float32": ((-3, 2), (-4, 3)),
           "float64": ((-3, 2), (-4, 3))}
-#: the seed of ``verify`` and ``identify`` unless another is asked for: the same verdict every run
-DEFAULT_SEED = 0
 #: frameworks whose version a report records when the implementation has imported them (the
 #: audit's, :mod:`toolkit.oracle.frameworks`, among them: a test checks that)
 FRAMEWORKS = ("torch", "optax", "jax", "jaxlib", "tensorflow", "mxnet", "cupy")
@@ -77,18 +74,6 @@ def _dtype(dtype):
     if dt.name not in RANGES:
         raise ValueError(f"dtype must be one of {tuple(RANGES)}, got {dtype!r}")
     return dt
-
-
-def _seed(seed):
-    """The int seed of a run: ``seed`` itself, or a fresh one for ``"random"`` (recorded in the
-    report, so the run can be repeated)."""
-    if isinstance(seed, str) and seed == "random":
-        return secrets.randbelow(2 ** 32)
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-        raise ValueError(f"seed must be an int >= 0 (default {DEFAULT_SEED}: the same cases and "
-                         f"verdict every run) or 'random' (a fresh seed, recorded in the "
-                         f"report), got {seed!r}")
-    return int(seed)
 
 
 def versions():
@@ -535,7 +520,7 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
     if not callable(make_step):
         raise TypeError("make_step must be callable: make_step(weight0, **hyper) -> step(grad)")
     fixed = _check_fixed(ref.NAME, fixed)
-    seed = _seed(seed)
+    seed = resolve_seed(seed)
     _space.hyper_space(ref.NAME, fixed, "full", ranges)  # ranges checked before any run
     spec = _spec_of(ref.NAME)
     declared = _variants.variants_of(spec)
@@ -968,7 +953,7 @@ def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, scr
     if not callable(make_step):
         raise TypeError("make_step must be callable: make_step(weight0, **hyper) -> step(grad)")
     fixed = _check_fixed(ref.NAME, fixed)
-    seed = _seed(seed)
+    seed = resolve_seed(seed)
     klass = _optimizer_class(ref.NAME)
     rng = np.random.default_rng(seed)
     hyper_space = _space.hyper_space(ref.NAME, fixed)

@@ -19,15 +19,13 @@ from __future__ import annotations
 import argparse
 import functools
 import math
-import secrets
 import sys
 import time
 
 import numpy as np
 
 from .. import optimizer
-from ..oracle import DEFAULT_SEED
-from ..oracle.cli import parse_seed
+from ..oracle.seeds import DEFAULT_SEED, parse_seed, resolve_seed
 from ..verify import step_errors
 
 DTYPES = ("float16-mp", "float32", "float64")
@@ -206,11 +204,7 @@ def main(argv=None):
                    help="print the rows as JSON on stdout (exit codes unchanged: 0 all pass, "
                         "1 a row failed)")
     args = p.parse_args(argv)
-    seed = args.seed
-    if seed is None:
-        seed = DEFAULT_SEED  # the same cases every run
-    elif seed == "random":
-        seed = secrets.randbelow(2 ** 32)
+    seed = resolve_seed(DEFAULT_SEED if args.seed is None else args.seed)
     rng = np.random.default_rng(seed)
     say = (lambda *a, **k: None) if args.json else functools.partial(print, flush=True)
     say(f"toolkit check (seed {seed}); normalised error: 1.0 is the bound, lower is better\n")
