@@ -2,7 +2,7 @@
 the optimizer's step (grad read; weight and every state slot read and written; the float16
 weight written from the float32 master; the host buffers a step touches; a first pass's reads),
 with trivial arithmetic. Serial below the toolkit's ``PARALLEL_THRESHOLD``, as the toolkit.
-(The CUDA floor is a device-to-device copy of the same bytes: ``toolkit.bench.cases``.)
+The CUDA floor is a device-to-device copy of the same bytes (:func:`cuda_floor`).
 """
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import numba
 import numpy as np
 from numba import prange
 
-__all__ = ["floor_kernel", "cpu_floor"]
+from .settings import Traffic
+
+__all__ = ["floor_kernel", "cpu_floor", "cuda_floor", "adam_floor", "ADAM_TRAFFIC"]
 
 
 # ``g`` is the float32 grad, or a float16 grad viewed as uint16 (converted, not decoded: only the
@@ -158,3 +160,26 @@ def cpu_floor(n, tr, half, g):
         read(*first)
         kernel(*args)
     return step
+
+
+def cuda_floor(nbytes):
+    """The CUDA floor's step for a step that moves ``nbytes`` bytes: a device-to-device copy of
+    half of them (a copy reads and writes each byte)."""
+    from numba import cuda
+    half = max(1, nbytes // 2)
+    src = cuda.device_array(half, np.uint8)
+    dst = cuda.device_array(half, np.uint8)
+    return lambda: dst.copy_to_device(src)
+
+
+#: Adam's float32 step, per element: the grad read; weight, mean and variance read and written
+ADAM_TRAFFIC = Traffic(3, 0, 28)
+
+
+def adam_floor(device, n, rng):
+    """The floor of float32 Adam's traffic (:data:`ADAM_TRAFFIC`) over ``n`` elements on
+    ``device``, as the whole-model cases compare with; ``rng`` draws the CPU floor's gradient."""
+    if device == "cuda":
+        return cuda_floor(ADAM_TRAFFIC.bytes * n)
+    return cpu_floor(n, ADAM_TRAFFIC, False, rng.standard_normal(n, dtype=np.float32))
+

@@ -20,11 +20,11 @@ import statistics
 
 import numpy as np
 
-from .floor import cpu_floor
-from .settings import Traffic
+from .floor import ADAM_TRAFFIC, adam_floor
 from .timing import Prepared, device_sync, measure, paired
 
-__all__ = ["resnet50_shapes", "many_tensor_shapes", "make_trainer", "make_torch",
+__all__ = ["resnet50_shapes", "many_tensor_shapes", "make_trainer", "make_torch", "torch_leaves",
+           "torch_adam",
            "make_deepspeed", "trainer_case", "host_time_us", "HOST_BUDGET_US"]
 
 #: the host budget of one Trainer step: (fixed us, us per parameter)
@@ -78,21 +78,32 @@ def _marking(trainer):
     return mark
 
 
+def torch_leaves(torch, device, shapes, rng):
+    """torch tensors of ``shapes`` on ``device`` that require a gradient (small values)."""
+    dev = "cuda" if device == "cuda" else "cpu"
+    return [torch.tensor(rng.standard_normal(s).astype(np.float32) * 0.01, device=dev,
+                         requires_grad=True) for s in shapes]
+
+
+def torch_adam(torch, params):
+    """torch's Adam over ``params`` (their gradients set), fused where torch has the kernel on
+    their device, else foreach, stepped once (a missing fused kernel shows on the first step):
+    ``(optimizer, kind)``."""
+    try:
+        opt = torch.optim.Adam(params, lr=1e-3, fused=True)
+        opt.step()
+        return opt, "fused"
+    except (RuntimeError, TypeError):
+        return torch.optim.Adam(params, lr=1e-3, foreach=True), "foreach"
+
+
 def make_torch(device, shapes, rng):
     """torch's Adam (fused, else foreach) over tensors of ``shapes``, and its step."""
     import torch
-    dev = "cuda" if device == "cuda" else "cpu"
-    ps = [torch.tensor(rng.standard_normal(s).astype(np.float32) * 0.01, device=dev,
-                       requires_grad=True) for s in shapes]
+    ps = torch_leaves(torch, device, shapes, rng)
     for p in ps:
-        p.grad = torch.tensor(rng.standard_normal(p.shape).astype(np.float32), device=dev)
-    try:
-        opt = torch.optim.Adam(ps, lr=1e-3, fused=True)
-        kind = "fused"
-        opt.step()
-    except (RuntimeError, TypeError):
-        opt = torch.optim.Adam(ps, lr=1e-3, foreach=True)
-        kind = "foreach"
+        p.grad = torch.tensor(rng.standard_normal(p.shape).astype(np.float32), device=p.device)
+    opt, kind = torch_adam(torch, ps)
     return opt.step, kind, torch.__version__
 
 
@@ -145,21 +156,15 @@ def trainer_case(device, shapes, repeats, torch):
     rng = np.random.default_rng(0)
     n = int(sum(int(np.prod(s)) for s in shapes))
     trainer, tk_step = make_trainer(device, shapes, rng)
-    tr = Traffic(3, False, 28)
-    if device == "cuda":
-        from numba import cuda
-        src = cuda.device_array(14 * n, np.uint8)
-        dst = cuda.device_array(14 * n, np.uint8)
-        floor = lambda: dst.copy_to_device(src)  # noqa: E731
-    else:
-        floor = cpu_floor(n, tr, False, rng.standard_normal(n, dtype=np.float32))
+    floor = adam_floor(device, n, rng)
     # the same step with the non-finite guard: its one pre-pass reads the gradients (4 bytes
     # per element more; on CUDA one device-to-host read of the flags)
     mark = _marking(trainer)
     steps = {"toolkit": tk_step, "floor": floor, "marking": mark,
              "step": Prepared(mark, lambda: trainer.step(1)),
              "guarded": lambda: tk_step(skip_nonfinite=True)}
-    row = {"tensors": len(shapes), "elements": n, "bytes_per_element": 28,
+    b = ADAM_TRAFFIC.bytes
+    row = {"tensors": len(shapes), "elements": n, "bytes_per_element": b,
            "repeats": repeats, "timing": "as the single-tensor cases (measure): interleaved, "
                                          "fastest of up to 3 steps per repetition, medians"}
     if torch is not None:
@@ -177,8 +182,8 @@ def trainer_case(device, shapes, repeats, torch):
     tk = times["toolkit"]
     t_tk, t_floor = statistics.median(tk), statistics.median(times["floor"])
     row.update(toolkit_ms=t_tk * 1e3, toolkit_launches_per_step=trainer.last_step_launches,
-               toolkit_GBps=28 * n / t_tk / 1e9, floor_ms=t_floor * 1e3,
-               floor_GBps=28 * n / t_floor / 1e9, of_floor=paired(times["floor"], tk))
+               toolkit_GBps=b * n / t_tk / 1e9, floor_ms=t_floor * 1e3,
+               floor_GBps=b * n / t_floor / 1e9, of_floor=paired(times["floor"], tk))
     step_times = times["step"]
     row.update(marking_ms=statistics.median(times["marking"]) * 1e3,
                step_ms=statistics.median(step_times) * 1e3,

@@ -17,9 +17,8 @@ import statistics
 
 import numpy as np
 
-from .floor import cpu_floor
-from .resnet import many_tensor_shapes, resnet50_shapes
-from .settings import Traffic
+from .floor import ADAM_TRAFFIC, adam_floor
+from .resnet import many_tensor_shapes, resnet50_shapes, torch_adam, torch_leaves
 from .timing import Prepared, device_sync, measure, paired
 
 __all__ = ["TORCH_CASES", "torch_case"]
@@ -29,20 +28,10 @@ TORCH_CASES = (("resnet50", resnet50_shapes), ("many_tensors", many_tensor_shape
                ("one_2^24", lambda: [(1 << 24,)]))
 
 
-def _floor(device, n, rng):
-    if device == "cuda":
-        from numba import cuda
-        src = cuda.device_array(14 * n, np.uint8)
-        dst = cuda.device_array(14 * n, np.uint8)
-        return lambda: dst.copy_to_device(src)
-    return cpu_floor(n, Traffic(3, False, 28), False, rng.standard_normal(n, dtype=np.float32))
-
-
 def _params(torch, dev, shapes, rng):
     """Parameters of ``shapes`` and two sets of gradients for them, and the function that
     assigns the next set to ``.grad`` (autograd's fresh gradients)."""
-    ps = [torch.tensor(rng.standard_normal(s).astype(np.float32) * 0.01, device=dev,
-                       requires_grad=True) for s in shapes]
+    ps = torch_leaves(torch, dev, shapes, rng)
     sets = [[torch.tensor(rng.standard_normal(s).astype(np.float32) * 0.01, device=dev)
              for s in shapes] for _ in range(2)]
     turn = [0]
@@ -67,25 +56,21 @@ def torch_case(device, shapes, repeats, torch):
     tk = tkt.Adam(ps, lr=1e-3)
     tk.step()
     qs, torch_regrad = _params(torch, dev, shapes, rng)
-    try:
-        ref = torch.optim.Adam(qs, lr=1e-3, fused=True)
-        ref.step()
-        kind = "fused"
-    except (RuntimeError, TypeError):
-        ref = torch.optim.Adam(qs, lr=1e-3, foreach=True)
-        kind = "foreach"
+    ref, kind = torch_adam(torch, qs)
 
     steps = {"toolkit.torch": Prepared(tk_regrad, tk.step),
              "torch": Prepared(torch_regrad, ref.step), "regrad": tk_regrad,
-             "floor": _floor(device, n, rng)}
+             "floor": adam_floor(device, n, rng)}
     times, _ = measure(steps, repeats, 0.005, device_sync(device), untimed_first_call_skip=())
     med = {k: statistics.median(v) for k, v in times.items()}
-    return {"tensors": len(shapes), "elements": n, "bytes_per_element": 28,
+    b = ADAM_TRAFFIC.bytes
+    return {"tensors": len(shapes), "elements": n, "bytes_per_element": b,
             "repeats": repeats, "torch_kind": kind, "torch_version": torch.__version__,
             "timing": "as the single-tensor cases (measure): interleaved, fastest of up to 3 "
                       "steps per repetition, medians",
             "toolkit_torch_ms": med["toolkit.torch"] * 1e3, "torch_ms": med["torch"] * 1e3,
-            "regrad_ms": med["regrad"] * 1e3, "floor_ms": med["floor"] * 1e3, "floor_GBps": 28 * n / med["floor"] / 1e9,
-            "toolkit_torch_GBps": 28 * n / med["toolkit.torch"] / 1e9,
+            "regrad_ms": med["regrad"] * 1e3, "floor_ms": med["floor"] * 1e3,
+            "floor_GBps": b * n / med["floor"] / 1e9,
+            "toolkit_torch_GBps": b * n / med["toolkit.torch"] / 1e9,
             "vs_torch": paired(times["torch"], times["toolkit.torch"]),
             "of_floor": paired(times["floor"], times["toolkit.torch"])}
