@@ -332,20 +332,30 @@ class TorchOptimizer(torch.optim.Optimizer):
         grads, grad_ptrs = got
         inner.num_update = num_update
         scalars = inner.step_scalars(steady.kept)
+        table = self._planned_table(inner, scalars, lambda j: (
+            _Member(int(steady.indices[j]), steady.params[j], grads[j]),
+            (steady.tensors[j][0], grads[j])))
+        if table is None:
+            return None
+        return SteadyStep(steady, grads, grad_ptrs, scalars, *table)
+
+    def _planned_table(self, inner, scalars, member):
+        """``(factory, rows, inverse)``: one recorded row per distinct ``(t, lr, wd)`` of
+        ``scalars`` (``member(j)`` gives position ``j``'s member and its weight and gradient
+        arrays) and where each position's row is (:func:`planned_rows`); None unless every
+        distinct triple is one rule call of one factory, with rows of one length."""
         t, lr, wd = scalars.t, scalars.lr, scalars.wd
         first, inverse = scalars.distinct()
         planned = []
         for j in first:
-            m = _Member(int(steady.indices[j]), steady.params[j], grads[j])
-            rec = self._record(inner, m, (steady.tensors[j][0], grads[j]), int(t[j]),
-                               float(lr[j]), float(wd[j]))
-            if rec is None or (planned and rec[0] is not planned[0][0]):
+            j = int(j)
+            rec = self._record(inner, *member(j), int(t[j]), float(lr[j]), float(wd[j]))
+            if rec is None or (planned and (rec[0] is not planned[0][0]
+                                            or len(rec[1]) != len(planned[0][1]))):
                 return None
             planned.append(rec)
-        if len({len(row) for _, row in planned}) != 1:
-            return None
         rows, inverse = planned_rows([row for _, row in planned], inverse)
-        return SteadyStep(steady, grads, grad_ptrs, scalars, planned[0][0], rows, inverse)
+        return planned[0][0], rows, inverse
 
     def _member(self, index, p, inner, group):
         """The checked member ``index`` (``p`` with its gradient)."""
@@ -559,16 +569,12 @@ class TorchOptimizer(torch.optim.Optimizer):
         work = []  # in order: a _TableRun per dtype, or a _SingleRun per member on its own
         for dtype, js in by_dtype.items():
             js = np.array(js)
-            first, inverse = StepScalars(t[js], lr[js], wd[js]).distinct()
-            planned = [self._record(inner, members[js[f]], tensors[js[f]],
-                                    int(t[js[f]]), float(lr[js[f]]), float(wd[js[f]]))
-                       for f in first]
-            factory = planned[0][0] if planned[0] is not None else None
-            if factory is not None and all(
-                    pl is not None and pl[0] is factory and len(pl[1]) == len(planned[0][1])
-                    for pl in planned):
+            planned = self._planned_table(
+                inner, StepScalars(t[js], lr[js], wd[js]),
+                lambda f: (members[js[f]], tensors[js[f]]))
+            if planned is not None:
+                factory, rows, inverse = planned
                 np_dtype = np.dtype(str(dtype).replace("torch.", ""))
-                rows, inverse = planned_rows([pl[1] for pl in planned], inverse)
                 table = np.ones((len(js), 1 + rows.shape[1]), np_dtype)
                 # each rounded to the dtype, as a single call rounds
                 table[:, 1:] = rows if inverse is None else rows[inverse]
