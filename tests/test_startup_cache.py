@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = """
 import numpy as np
 from toolkit import Parameter, Trainer, optimizer
@@ -42,21 +44,30 @@ def _run(cache_dir):
     return out.stdout + out.stderr
 
 
-def test_a_second_process_loads_every_kernel_from_the_cache(tmp_path):
-    first = _run(tmp_path)
+@pytest.fixture(scope="module")
+def first_process(tmp_path_factory):
+    """One process that compiled every kernel of ``SCRIPT`` into a fresh cache: the cache
+    directory and what it printed (both tests read the same first run: it compiles everything,
+    the slowest part of this file)."""
+    cache = tmp_path_factory.mktemp("numba_cache")
+    return cache, _run(cache)
+
+
+def test_a_second_process_loads_every_kernel_from_the_cache(first_process):
+    cache, first = first_process
     assert "data saved" in first                    # the first process compiled and saved
-    second = _run(tmp_path)
+    second = _run(cache)
     assert "data loaded" in second
     saved = [line for line in second.splitlines() if "data saved" in line]
     assert saved == [], f"the second process compiled again: {saved}"
 
 
-def test_serial_and_parallel_kernels_are_cached_apart(tmp_path):
+def test_serial_and_parallel_kernels_are_cached_apart(first_process):
     """numba's cache key ignores ``parallel``: the two variants of a loop must not share an
     index, or the one compiled first is loaded for both (a serial call then ran the parallel
     kernel, 8 ms for 2^12 elements)."""
-    _run(tmp_path)
-    names = [p.name for p in tmp_path.rglob("*.nbi")]
+    cache, _ = first_process
+    names = [p.name for p in cache.rglob("*.nbi")]
     assert any(".serial" in n for n in names) and any(".parallel" in n for n in names), names
     shared = [n for n in names if "loop" in n and ".serial" not in n and ".parallel" not in n]
     assert shared == [], shared
