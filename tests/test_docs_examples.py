@@ -84,7 +84,12 @@ def test_readme_says_what_the_toolkit_does():
     two = text.split("## Two commands\n", 1)[1].split("\n## ", 1)[0]
     commands = [p for p in two.split("\n\n") if p.startswith("    ")]  # indented: code
     assert [c.strip().split(" && ")[-1] for c in commands] == [  # exactly two: the job, the tests
-        "python -m toolkit check", "python -m pytest -q -p no:cacheprovider"]
+        "python -m toolkit check", "python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile"]
+    # CI runs exactly the README's test command: its install, then its pytest line
+    ci = open(os.path.join(os.path.dirname(README), ".ci", "run"), encoding="utf-8").read()
+    install, run = commands[1].strip().split(" && ")
+    quiet = install.replace("pip install ", "pip install -q ")  # CI's log without pip's lines
+    assert f"\n{quiet}\n" in ci and f"\n{run}\n" in ci
     intro = text.split("## Two commands", 1)[0]
     from toolkit import optimizer
     registry = optimizer.registry()
