@@ -485,18 +485,29 @@ def test_the_reference_backend_reads_a_users_schedule_as_often_as_the_kernels(na
     assert reads[0] == reads[1], reads
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_a_trainer_step_reads_a_users_schedule_as_the_updates_do(name):
+_LARS_OWN_READS = pytest.mark.xfail(strict=True, reason=(
+    "LARS's reference step reads the schedule itself twice more per update (its momentum "
+    "correction's cur_lr/last_lr and the oracle's ratio), after the checks' reads: a schedule "
+    "that keeps state gives other rates in that order; known, not fixed"))
+
+
+@pytest.mark.parametrize("name, backend", [
+    pytest.param(n, b, marks=_LARS_OWN_READS) if (n, b) == ("lars", "reference") else (n, b)
+    for b in ("cpu", "reference") for n in NAMES])
+def test_a_trainer_step_reads_a_users_schedule_as_the_updates_do(name, backend):
     """LAMB's first pass (``norm_inputs``) read the schedule before the step's planning read it
     again, so a Trainer step of LAMB with a schedule that keeps state per call took other
-    learning rates than the per-parameter updates it stands for."""
+    learning rates than the per-parameter updates it stands for. On the reference backend
+    (and every per-parameter path: row-sparse gradients, an optimizer without a kernel) the
+    checks before the first write read the schedule, and each update read it again: the rates
+    were halved twice as often. The updates now get the rates the checks read."""
     shapes = MATRIX if specs()[name].matrix else SHAPES
     rng = np.random.default_rng(3)
     init = [rng.standard_normal(s).astype(np.float32) for s in shapes]
     params = [Parameter(f"p{i}_weight", init=a) for i, a in enumerate(init)]
-    trainer = Trainer(params, name, {"learning_rate": 0.1})
+    trainer = Trainer(params, name, {"learning_rate": 0.1}, backend=backend)
     trainer.optimizer.lr_scheduler = _Halving()
-    twin = optimizer.create(name, learning_rate=0.1)
+    twin = optimizer.create(name, learning_rate=0.1, backend=backend)
     twin.lr_scheduler = _Halving()
     twin.param_dict = dict(enumerate(params))
     ws = [a.copy() for a in init]
@@ -918,3 +929,30 @@ def test_a_trainer_step_after_a_change_to_what_the_last_step_kept_is_the_loops(c
     reads it."""
     # Adam's rows read t; every multiplier 1: one row, until the change
     _steps_beside_the_loop(change, "adam", steps=4, mults=False)
+
+
+def test_schedule_read_once_answers_a_repeated_index_and_count_from_the_first_read():
+    """``Optimizer.schedule_read_once``: within it a user's schedule is read once per (index,
+    count), later reads of the same get the first one's rate, other indices and counts are
+    read; a toolkit schedule (a function of the count) is read as usual; after the block,
+    even one that raised, every read reaches the schedule again."""
+    opt = optimizer.create("sgd", learning_rate=0.1)
+    opt.lr_scheduler = sched = _Halving()
+    with opt.schedule_read_once():
+        first = opt._get_lr(0, 1)
+        assert opt._get_lr(0, 1) == first == 0.05 and sched.lr == 0.05  # read once
+        assert opt._get_lr(1, 1) == 0.025 and opt._get_lr(0, 2) == 0.0125  # read again
+        with opt.schedule_read_once():  # nested: the same record
+            assert opt._get_lr(0, 1) == first
+    assert opt._get_lr(0, 1) == 0.00625
+    with pytest.raises(RuntimeError):
+        with opt.schedule_read_once():
+            opt._get_lr(0, 1)
+            raise RuntimeError("a step that failed")
+    before = sched.lr
+    opt._get_lr(0, 1)
+    assert sched.lr == before / 2
+    from toolkit import lr_scheduler
+    opt.lr_scheduler = factor = lr_scheduler.FactorScheduler(step=1, factor=0.5, base_lr=0.1)
+    with opt.schedule_read_once():
+        assert "_read_once" not in opt.__dict__ and opt._get_lr(0, 3) == factor(3)

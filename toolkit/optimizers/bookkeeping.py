@@ -26,6 +26,7 @@ step is planned. ``Optimizer`` derives from :class:`Bookkeeping`.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import operator
@@ -263,9 +264,16 @@ class Bookkeeping:
 
     def _get_lr(self, index, num_update=None):
         """The learning rate of ``index``: schedule (at ``num_update``) times its multiplier."""
-        if self.lr_scheduler is not None:
+        sched = self.lr_scheduler
+        if sched is not None:
             n = self.num_update if num_update is None else num_update
-            lr = self.lr_scheduler(n)
+            once = self.__dict__.get("_read_once")
+            if once is None or once[0] is not sched:
+                lr = sched(n)
+            else:  # within schedule_read_once: the first read of (index, n) answers the others
+                lr = once[1].get((index, n), once)
+                if lr is once:
+                    lr = once[1][(index, n)] = sched(n)
         else:
             lr = self.lr
         pd = self.param_dict
@@ -337,6 +345,25 @@ class Bookkeeping:
         of it passed)."""
         self._index_update_count = Counts(counts)
         self.num_update = num_update
+
+    @contextlib.contextmanager
+    def schedule_read_once(self):
+        """Within the block, a learning-rate schedule of the user's own is read once per index
+        and count: the first read of index ``i`` at count ``n`` is kept, and a later read of
+        the same ``(i, n)`` gets what it returned. A caller that checks every index's step
+        (:meth:`step_scalars`) before updating them one by one (the Trainer's per-parameter
+        path) so reads the schedule as the updates alone would, once per index and update as
+        MXNet does: a schedule that keeps state between calls gives the same rates. The
+        toolkit's schedules (a function of the count) are read as usual."""
+        sched = self.lr_scheduler
+        if sched is None or _builtin_schedule(sched) or "_read_once" in self.__dict__:
+            yield self
+            return
+        self.__dict__["_read_once"] = (sched, {})
+        try:
+            yield self
+        finally:
+            self.__dict__.pop("_read_once", None)
 
     # --- many indices at once ---------------------------------------------------------------
     def step_scalars(self, indices, *, multipliers=None):

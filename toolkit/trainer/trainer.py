@@ -422,9 +422,11 @@ class Trainer:
                                           for i in active.tolist())
         if self._backend == "reference" or sparse or not opt.has_kernel:
             # per-parameter steps write as they go: check them all first (an optimizer without
-            # a kernel, one that overrides ``update`` only, steps this way too)
-            self._dry_run(active.tolist())
-            self._per_parameter_update(active.tolist())
+            # a kernel, one that overrides ``update`` only, steps this way too); the steps
+            # read a schedule of the user's own at the counts the checks read it at, once
+            with opt.schedule_read_once():
+                self._dry_run(active.tolist())
+                self._per_parameter_update(active.tolist())
         elif opt.plans_by_scalars and not opt.takes_norms:
             self._vectorised_update(active)
         else:
