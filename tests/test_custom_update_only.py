@@ -63,3 +63,53 @@ def test_an_optimizer_with_neither_update_nor_rule_names_only_public_ways_out():
     assert "update" in msg and "rule" in msg and "custom-optimizer.md" in msg
     assert not re.search(r"\b_[a-z]\w*", msg), msg            # no private name
     np.testing.assert_array_equal(w, 1.0)
+
+
+class _Halving:
+    """A schedule of the user's own that halves at every read, counting its reads."""
+
+    def __init__(self):
+        self.lr, self.reads = 0.1, 0
+
+    def __call__(self, num_update):
+        self.reads += 1
+        self.lr *= 0.5
+        return self.lr
+
+
+@pytest.mark.parametrize("counts", [False, True])
+def test_an_update_only_optimizer_reads_a_users_schedule_as_its_updates_alone_do(counts):
+    """The Trainer checked every index's scalars before the per-parameter updates, reading
+    the schedule at the count a toolkit update would read it at; an ``update`` of the user's
+    own reads it where it chooses (the guide's ``HalfSGD`` at ``num_update`` as it stands, no
+    count first), so a schedule that keeps state was read twice per update and gave other
+    rates. The Trainer now reads no scalars for an update of the user's own: it steps as the
+    updates alone, with or without ``_update_count`` (the reviewer's case)."""
+    @optimizer.register
+    class HalvedSGDProbe(optimizer.Optimizer):
+        def create_state(self, index, weight):
+            return None
+
+        def update(self, index, weight, grad, state):
+            if counts:
+                self._update_count(index)
+            weight -= 0.5 * self._get_lr(index) * grad
+    try:
+        params = _params(2)
+        trainer = Trainer(params, "halvedsgdprobe", {"learning_rate": 0.1})
+        trainer.optimizer.lr_scheduler = ours = _Halving()
+        twin = optimizer.create("halvedsgdprobe", learning_rate=0.1)
+        twin.lr_scheduler = alone = _Halving()
+        twin.param_dict = dict(enumerate(params))
+        ws = [np.ones((2, 3), np.float32) for _ in params]
+        for _ in range(2):
+            for p in params:
+                p.grad()[:] = 1.0
+            trainer.step(1)
+            for i, w in enumerate(ws):
+                twin.update(i, w, np.ones_like(w), None)
+        assert ours.reads == alone.reads == 4
+        for p, w in zip(params, ws):
+            np.testing.assert_array_equal(p.data(), w)
+    finally:
+        optimizer.unregister("halvedsgdprobe")

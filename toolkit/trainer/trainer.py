@@ -425,7 +425,7 @@ class Trainer:
             # a kernel, one that overrides ``update`` only, steps this way too); the steps
             # read a schedule of the user's own at the counts the checks read it at, once
             with opt.schedule_read_once():
-                self._dry_run(active.tolist())
+                self._dry_run(active.tolist(), scalars=opt.has_kernel)
                 self._per_parameter_update(active.tolist())
         elif opt.plans_by_scalars and not opt.takes_norms:
             self._vectorised_update(active)
@@ -514,14 +514,17 @@ class Trainer:
                     bad.append(i)
         return sorted(bad)
 
-    def _dry_run(self, active):
+    def _dry_run(self, active, scalars=True):
         """Every check the per-parameter steps of ``active`` (indices in order) would make
-        before writing: their scalars (``Optimizer.step_scalars``, which commits nothing), and
-        a row-sparse gradient's own checks and the optimizer's refusals of it."""
+        before writing: their scalars (``Optimizer.step_scalars``, which commits nothing;
+        not for an optimizer whose ``update`` is its own, ``scalars=False``: that reads what it
+        reads, at the counts it chooses, as MXNet's Trainer leaves it to), and a row-sparse
+        gradient's own checks and the optimizer's refusals of it."""
         opt = self._optimizer
         # reading the scalars reads the schedule: a refusal below puts its state back
         with opt.restored_on_error():
-            opt.step_scalars(active)
+            if scalars:
+                opt.step_scalars(active)
             for i in active:
                 p = self._params[i]
                 if p.grad_stype == "row_sparse":
