@@ -59,7 +59,8 @@ def test_errors_have_one_home():
 
 
 @pytest.mark.parametrize("name", ["lr_mult", "wd_mult"])
-@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0, "2", True, None])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0, "2", True, None, 10 ** 400,
+                                 np.longdouble("1e400"), np.float64(-0.5), 1j])
 def test_a_multiplier_is_checked_when_set_as_when_built(name, bad):
     """The constructor refused a NaN, infinite, negative or non-number multiplier, but the
     setter took any value, which a later step then refused (or, for a string, failed
@@ -76,3 +77,16 @@ def test_a_multiplier_is_checked_when_set_as_when_built(name, bad):
     assert getattr(a, name) == 3.0
     a.grad()[...] = 1.0
     t.step(1, ignore_stale_grad=True)  # the step takes the multiplier kept
+
+
+def test_a_multiplier_is_the_float_a_step_multiplies_by():
+    """A real number of any kind is taken as its float (a Fraction, a numpy scalar, an int);
+    the check is made on that float (a long double of 1e400 is finite, its float is not), and
+    what is refused is refused with a ValueError, never a TypeError from deep inside."""
+    import fractions
+    for value, want in ((fractions.Fraction(1, 4), 0.25), (np.float32(0.5), 0.5), (2, 2.0),
+                        (np.int64(3), 3.0), (0, 0.0)):
+        p = Parameter("w", shape=(2,), lr_mult=value, wd_mult=value)
+        assert p.lr_mult == p.wd_mult == want and type(p.lr_mult) is float
+        p.lr_mult = value
+        assert p.lr_mult == want and type(p.lr_mult) is float

@@ -11,6 +11,7 @@ in. ``zero_grad()`` alone does not make it fresh. Each update makes it stale aga
 """
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
@@ -406,6 +407,12 @@ def _copy_into(dst, host):
 
 
 def _check_mult(name, x):
-    if isinstance(x, bool) or not isinstance(x, numbers.Real) or not np.isfinite(x) or x < 0:
+    """``x`` as the float a step multiplies by, refused unless a real number that is finite and
+    >= 0 as that float (a long double of 1e400 is finite, its float is not)."""
+    try:
+        v = float(x) if isinstance(x, numbers.Real) and not isinstance(x, bool) else None
+    except (OverflowError, ValueError, TypeError):
+        v = None
+    if v is None or not (math.isfinite(v) and v >= 0):
         raise ValueError(f"{name} must be a finite number >= 0, got {x!r}")
-    return float(x)
+    return v
