@@ -25,7 +25,6 @@ from toolkit import Parameter, Trainer, lr_scheduler, optimizer
 from toolkit.optimizer import specs
 from toolkit.optimizers.bookkeeping import Kept, StepScalars
 from toolkit.optimizers.counts import Counts
-from toolkit.optimizers.reference_step import ReferenceStep
 
 NAMES = sorted(specs(oracle=True))
 
@@ -465,13 +464,13 @@ class _Constant:
         return 0.01
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if type(optimizer.create(n))._reference_step
-                                  is ReferenceStep._reference_step])
+@pytest.mark.parametrize("name", NAMES)
 def test_the_reference_backend_reads_a_users_schedule_as_often_as_the_kernels(name):
     """The shared reference step read the schedule a second time in every update
     (``next_step``, for the oracle's extra state), so a schedule of the user's own that keeps
-    state gave the reference backend other learning rates than the CPU kernels. (LARS, whose
-    reference step is its own, still reads it three times to the kernels' two: not fixed.)"""
+    state gave the reference backend other learning rates than the CPU kernels. LARS, whose
+    reference step is its own, read it three times to the kernels' two; both now read it
+    once per update, as MXNet's ``_get_lrs`` does (the test below)."""
     reads = []
     for backend in ("cpu", "reference"):
         opt = optimizer.create(name, backend=backend)
@@ -485,22 +484,16 @@ def test_the_reference_backend_reads_a_users_schedule_as_often_as_the_kernels(na
     assert reads[0] == reads[1], reads
 
 
-_LARS_OWN_READS = pytest.mark.xfail(strict=True, reason=(
-    "LARS's reference step reads the schedule itself twice more per update (its momentum "
-    "correction's cur_lr/last_lr and the oracle's ratio), after the checks' reads: a schedule "
-    "that keeps state gives other rates in that order; known, not fixed"))
-
-
-@pytest.mark.parametrize("name, backend", [
-    pytest.param(n, b, marks=_LARS_OWN_READS) if (n, b) == ("lars", "reference") else (n, b)
-    for b in ("cpu", "reference") for n in NAMES])
+@pytest.mark.parametrize("name, backend", [(n, b) for b in ("cpu", "reference") for n in NAMES])
 def test_a_trainer_step_reads_a_users_schedule_as_the_updates_do(name, backend):
     """LAMB's first pass (``norm_inputs``) read the schedule before the step's planning read it
     again, so a Trainer step of LAMB with a schedule that keeps state per call took other
     learning rates than the per-parameter updates it stands for. On the reference backend
     (and every per-parameter path: row-sparse gradients, an optimizer without a kernel) the
     checks before the first write read the schedule, and each update read it again: the rates
-    were halved twice as often. The updates now get the rates the checks read."""
+    were halved twice as often. The updates now get the rates the checks read. (LARS's own
+reads of the schedule, for its momentum correction, came after the checks' and failed on the
+reference backend too, until LARS read it once per update.)"""
     shapes = MATRIX if specs()[name].matrix else SHAPES
     rng = np.random.default_rng(3)
     init = [rng.standard_normal(s).astype(np.float32) for s in shapes]
@@ -956,3 +949,29 @@ def test_schedule_read_once_answers_a_repeated_index_and_count_from_the_first_re
     opt.lr_scheduler = factor = lr_scheduler.FactorScheduler(step=1, factor=0.5, base_lr=0.1)
     with opt.schedule_read_once():
         assert "_read_once" not in opt.__dict__ and opt._get_lr(0, 3) == factor(3)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "reference"])
+def test_lars_reads_a_users_schedule_once_per_update_as_mxnet(backend):
+    """MXNet's LARS reads its schedule once per update (``_get_lrs``, optimizer.py:841-874)
+    and takes that rate both as the learning rate and as ``cur_lr`` of its momentum
+    correction. LARS here read it again for the correction (twice per update on the kernels,
+    three times on the reference backend), so a schedule that keeps state gave another
+    ``cur_lr/last_lr`` than MXNet's. Now once, on both; the correction takes the rate the
+    learning rate read (a halving schedule: the ratio is 1/2 from the second update)."""
+    opt = optimizer.create("lars", learning_rate=0.1, momentum=0.9, backend=backend)
+    opt.lr_scheduler = sched = _Constant()
+    halving = _Halving()
+    w = np.full(6, 0.5, np.float32)
+    state = opt.create_state(0, w)
+    for _ in range(3):
+        opt.update(0, w, np.full(6, 0.25, np.float32), state)
+    assert sched.calls == 3
+    opt = optimizer.create("lars", learning_rate=0.1, momentum=0.9, backend=backend)
+    opt.lr_scheduler = halving
+    state = opt.create_state(0, w)
+    for step in range(3):
+        opt.update(0, w, np.full(6, 0.25, np.float32), state)
+        assert opt.cur_lr == halving.lr  # the rate this update read, not a read of its own
+        if step:
+            assert opt.cur_lr / opt.last_lr == 0.5

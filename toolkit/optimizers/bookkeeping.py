@@ -266,14 +266,8 @@ class Bookkeeping:
         """The learning rate of ``index``: schedule (at ``num_update``) times its multiplier."""
         sched = self.lr_scheduler
         if sched is not None:
-            n = self.num_update if num_update is None else num_update
-            once = self.__dict__.get("_read_once")
-            if once is None or once[0] is not sched:
-                lr = sched(n)
-            else:  # within schedule_read_once: the first read of (index, n) answers the others
-                lr = once[1].get((index, n), once)
-                if lr is once:
-                    lr = once[1][(index, n)] = sched(n)
+            lr = self._read_schedule(sched, index,
+                                     self.num_update if num_update is None else num_update)
         else:
             lr = self.lr
         pd = self.param_dict
@@ -287,6 +281,17 @@ class Bookkeeping:
             raise ValueError(f"the learning rate for index {index!r} is {lr!r}; it must be "
                              "finite and >= 0 (check the lr_scheduler and lr_mult)")
         return float(lr)
+
+    def _read_schedule(self, sched, index, n):
+        """The rate of schedule ``sched`` at count ``n`` for a step of ``index``: one read,
+        or within :meth:`schedule_read_once` what the first read of ``(index, n)`` gave."""
+        once = self.__dict__.get("_read_once")
+        if once is None or once[0] is not sched:
+            return sched(n)
+        lr = once[1].get((index, n), once)
+        if lr is once:
+            lr = once[1][(index, n)] = sched(n)
+        return lr
 
     def _get_wd(self, index):
         pd = self.param_dict

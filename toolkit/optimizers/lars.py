@@ -142,10 +142,30 @@ class LARS(SGD):
         """0 (norms of ``w`` and ``grad``) for the tensors LARS scales, else None."""
         return 0 if self._layer_lars(index) else None
 
+    def _read_schedule(self, sched, index, n):
+        # kept for this update's momentum correction: MXNet's _get_lrs reads the schedule once
+        # per update, for the learning rate and cur_lr alike (optimizer.py:841-874)
+        lr = super()._read_schedule(sched, index, n)
+        self.__dict__["_schedule_read"] = (sched, n, lr)
+        return lr
+
+    def _schedule_rate(self, n, take):
+        """The schedule's rate at count ``n`` before multipliers: the one this update's
+        learning rate read (``take``: the last use of it), else read now."""
+        sched = self.lr_scheduler
+        if sched is None:
+            return self.lr
+        kept = self.__dict__.get("_schedule_read")
+        if kept is not None and kept[0] is sched and kept[1] == n:
+            if take:
+                del self.__dict__["_schedule_read"]
+            return kept[2]
+        return sched(n)
+
     def _lr_ratio(self, t):
         """MXNet's ``cur_lr/last_lr`` bookkeeping (optimizer.py:854-864), advanced by one call."""
         n = max(self.num_update, t)
-        lr = self.lr_scheduler(n) if self.lr_scheduler is not None else self.lr
+        lr = self._schedule_rate(n, take=True)
         self.last_lr = lr if self.cur_lr is None else self.cur_lr
         self.cur_lr = lr
         if self.momentum_correction and self.last_lr != 0:
@@ -155,7 +175,7 @@ class LARS(SGD):
     def _reference_call_kwargs(self, index, t):
         # read without advancing: the bookkeeping advances in the step itself
         n = max(self.num_update, t)
-        lr = self.lr_scheduler(n) if self.lr_scheduler is not None else self.lr
+        lr = self._schedule_rate(n, take=False)
         last = lr if self.cur_lr is None else self.cur_lr
         ratio = lr / last if (self.momentum_correction and last != 0) else 1.0
         return {"lr_ratio": ratio, "layer_lars": self._layer_lars(index)}
