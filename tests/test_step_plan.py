@@ -975,3 +975,45 @@ def test_lars_reads_a_users_schedule_once_per_update_as_mxnet(backend):
         assert opt.cur_lr == halving.lr  # the rate this update read, not a read of its own
         if step:
             assert opt.cur_lr / opt.last_lr == 0.5
+
+
+def test_lars_launched_from_step_scalars_reads_as_its_updates_and_pickles():
+    """Review of the once-per-update read: the rate was kept for one index only, so
+    ``step_scalars`` then ``launch_step`` of several indices (the documented protocol) gave an
+    index another's rate as ``cur_lr`` and read the schedule again for the rest; and the kept
+    entry held the schedule itself, so an optimizer that had read a lambda schedule could not
+    be pickled once it was swapped. The rate is now kept per index, as a number."""
+    import pickle
+
+    from toolkit.backends import cpu
+
+    def run(protocol):
+        opt = optimizer.create("lars", learning_rate=0.1, momentum=0.9)
+        opt.lr_scheduler = sched = _Halving()
+        ws = [np.full(4, 0.5, np.float32) for _ in range(3)]
+        ss = [opt.create_state(i, w) for i, w in enumerate(ws)]
+        g = np.full(4, 0.25, np.float32)
+        ratios = []
+        for _ in range(3):
+            if protocol:
+                sc = opt.step_scalars([0, 1, 2])
+                for i in range(3):
+                    opt.launch_step(i, ws[i], g, ss[i], int(sc.t[i]), float(sc.lr[i]),
+                                    float(sc.wd[i]), cpu.LAUNCHER)
+                    ratios.append(opt.cur_lr / opt.last_lr)
+                opt.commit_counts([0, 1, 2], sc.t)
+            else:
+                for i in range(3):
+                    opt.update(i, ws[i], g, ss[i])
+                    ratios.append(opt.cur_lr / opt.last_lr)
+        return sched.lr, ratios, ws
+    alone, launched = run(False), run(True)
+    assert launched[0] == alone[0] == 0.1 * 0.5 ** 9  # nine reads for nine updates
+    assert launched[1] == alone[1]
+    for a, b in zip(alone[2], launched[2]):
+        np.testing.assert_array_equal(a, b)
+    opt = optimizer.create("lars", learning_rate=0.1, momentum=0.9)
+    opt.lr_scheduler = lambda n: 0.1
+    opt.next_step(0, np.ones(3, np.float32))
+    opt.lr_scheduler = None
+    pickle.loads(pickle.dumps(opt))

@@ -143,29 +143,30 @@ class LARS(SGD):
         return 0 if self._layer_lars(index) else None
 
     def _read_schedule(self, sched, index, n):
-        # kept for this update's momentum correction: MXNet's _get_lrs reads the schedule once
-        # per update, for the learning rate and cur_lr alike (optimizer.py:841-874)
+        # kept, per index, for this update's momentum correction: MXNet's _get_lrs reads the
+        # schedule once per update, for the learning rate and cur_lr alike (optimizer.py:841-874)
         lr = super()._read_schedule(sched, index, n)
-        self.__dict__["_schedule_read"] = (sched, n, lr)
+        self.__dict__.setdefault("_rates_read", {})[index] = (n, lr)
         return lr
 
-    def _schedule_rate(self, n, take):
-        """The schedule's rate at count ``n`` before multipliers: the one this update's
-        learning rate read (``take``: the last use of it), else read now."""
+    def _schedule_rate(self, index, n, take):
+        """The schedule's rate at count ``n`` before multipliers for the update of ``index``:
+        the one its learning rate read (``take``: the last use of it), else read now."""
         sched = self.lr_scheduler
         if sched is None:
             return self.lr
-        kept = self.__dict__.get("_schedule_read")
-        if kept is not None and kept[0] is sched and kept[1] == n:
+        read = self.__dict__.get("_rates_read")
+        got = read.get(index) if read else None
+        if got is not None and got[0] == n:
             if take:
-                del self.__dict__["_schedule_read"]
-            return kept[2]
+                del read[index]
+            return got[1]
         return sched(n)
 
-    def _lr_ratio(self, t):
+    def _lr_ratio(self, index, t):
         """MXNet's ``cur_lr/last_lr`` bookkeeping (optimizer.py:854-864), advanced by one call."""
         n = max(self.num_update, t)
-        lr = self._schedule_rate(n, take=True)
+        lr = self._schedule_rate(index, n, take=True)
         self.last_lr = lr if self.cur_lr is None else self.cur_lr
         self.cur_lr = lr
         if self.momentum_correction and self.last_lr != 0:
@@ -175,14 +176,14 @@ class LARS(SGD):
     def _reference_call_kwargs(self, index, t):
         # read without advancing: the bookkeeping advances in the step itself
         n = max(self.num_update, t)
-        lr = self._schedule_rate(n, take=False)
+        lr = self._schedule_rate(index, n, take=False)
         last = lr if self.cur_lr is None else self.cur_lr
         ratio = lr / last if (self.momentum_correction and last != 0) else 1.0
         return {"lr_ratio": ratio, "layer_lars": self._layer_lars(index)}
 
     def _reference_step(self, index, weight, grad, state, t, lr, wd):
         super()._reference_step(index, weight, grad, state, t, lr, wd)
-        self._lr_ratio(t)
+        self._lr_ratio(index, t)
 
     def _trust_lr(self, index, weight, grad, lr, wd):
         """The guide's ``lr*trust`` in float64 (``lr`` for an unscaled tensor or a zero norm)."""
@@ -196,7 +197,7 @@ class LARS(SGD):
                                   rescale_grad=self.rescale_grad))
 
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
-        ratio = self._lr_ratio(t)
+        ratio = self._lr_ratio(index, t)
         states = self.state_arrays(state)
         if self.convention == "mxnet":
             if self._layer_lars(index):
