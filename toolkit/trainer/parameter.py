@@ -11,12 +11,12 @@ in. ``zero_grad()`` alone does not make it fresh. Each update makes it stale aga
 """
 from __future__ import annotations
 
-import math
 import numbers
 
 import numpy as np
 
 from ..backends import arrays
+from ..optimizers.validation import check_nonneg
 
 __all__ = ["Parameter", "ParamDict", "GRAD_REQS", "DEVICES", "GRAD_STYPES"]
 
@@ -407,12 +407,9 @@ def _copy_into(dst, host):
 
 
 def _check_mult(name, x):
-    """``x`` as the float a step multiplies by, refused unless a real number that is finite and
-    >= 0 as that float (a long double of 1e400 is finite, its float is not)."""
+    """``x`` as the float a step multiplies by (the optimizers' check of a hyperparameter:
+    finite and >= 0 as that float), refused with a ValueError whatever is wrong with it."""
     try:
-        v = float(x) if isinstance(x, numbers.Real) and not isinstance(x, bool) else None
-    except (OverflowError, ValueError, TypeError):
-        v = None
-    if v is None or not (math.isfinite(v) and v >= 0):
-        raise ValueError(f"{name} must be a finite number >= 0, got {x!r}")
-    return v
+        return check_nonneg(name, x)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{name} must be a finite number >= 0 ({e})") from None
