@@ -514,7 +514,7 @@ class Trainer:
                     bad.append(i)
         return sorted(bad)
 
-    def _dry_run(self, active, scalars=True):
+    def _dry_run(self, active, scalars):
         """Every check the per-parameter steps of ``active`` (indices in order) would make
         before writing: their scalars (``Optimizer.step_scalars``, which commits nothing;
         not for an optimizer whose ``update`` is its own, ``scalars=False``: that reads what it
