@@ -64,7 +64,7 @@ def pack(opt):
             entry = {}
             if index in counts:
                 entry["step"] = int(counts[index])
-            if p in opt._toolkit_state:
+            if p in opt._bindings:
                 entry.update(opt.state[p])
             if entry:
                 state[index] = entry
@@ -197,22 +197,20 @@ def unpack(opt, sd):
             if not isinstance(v, torch.Tensor):
                 _fail(f"parameter {k}'s state {n!r} must be a tensor, got {type(v).__name__}",
                       TypeError)
-            if tuple(v.shape) != tuple(fresh.shape) or v.dtype != fresh.dtype:
+            # a floating state of another dtype is cast to the one the parameter's state has
+            # now, as torch.optim's load_state_dict casts it (after p.to(...))
+            if tuple(v.shape) != tuple(fresh.shape) or not (
+                    v.dtype == fresh.dtype or (v.is_floating_point() and
+                                               fresh.is_floating_point())):
                 _fail(f"parameter {k}'s state {n!r} is {tuple(v.shape)} {v.dtype}; it must be "
                       f"{tuple(fresh.shape)} {fresh.dtype}")
         new_state[p] = (toolkit_state, named, arrays)
     # commit: nothing below raises
-    for p, (toolkit_state, named, arrays) in new_state.items():
-        for n, fresh in named.items():
-            with torch.no_grad():
-                fresh.copy_(arrays[n])
     opt.state.clear()
-    opt._toolkit_state.clear()
-    opt._views.clear()
+    opt._bindings.clear()
     opt._facts.clear()
-    for p, (toolkit_state, named, _) in new_state.items():
-        opt._toolkit_state[p] = toolkit_state
-        opt.state[p] = named
+    for p, (toolkit_state, named, arrays) in new_state.items():
+        opt._install(p, toolkit_state, named, arrays)
     for gi, (group, options) in enumerate(zip(opt.param_groups, new_options)):
         for key in list(group):
             if key not in ("params", "param_names"):

@@ -1,7 +1,9 @@
-"""The one function that runs a rule's table of rows over CPU tensors
-(:func:`run_rule_table`), what ``toolkit.torch``'s vectorised step calls for each (param group,
-dtype): one call of the addressed kernel (:func:`toolkit.backends.addressed.run_rule_addressed`)
-over the tensors' own memory, read through ``data_ptr()`` (no numpy view, no copy).
+"""Where ``toolkit.torch`` hands addresses to a kernel: :func:`launch_addressed`, the one call
+of the addressed kernel (:func:`toolkit.backends.addressed.run_rule_addressed`) that the
+vectorised and the steady step make, and :func:`run_rule_table`, which reads a table's
+addresses from its tensors (``data_ptr()``: no numpy view, no copy). Every address reaching
+``launch_addressed`` is a weight or gradient checked in this step or an array the toolkit owns
+(``toolkit.torch.binding``); ``tests/test_torch_memory.py`` wraps it to prove so.
 """
 from __future__ import annotations
 
@@ -9,7 +11,14 @@ import numpy as np
 
 from ..backends.addressed import run_rule_addressed
 
-__all__ = ["run_rule_table"]
+__all__ = ["launch_addressed", "run_rule_table"]
+
+
+def launch_addressed(factory, dtype, ptrs, sizes, table):
+    """Run ``factory``'s rule on row ``k`` of ``ptrs`` (the addresses of ``(weight, grad,
+    *states)``, each ``sizes[k]`` elements of ``dtype``) with the hyperparameters of
+    ``table[k]``."""
+    run_rule_addressed(factory, dtype, ptrs, sizes, table)
 
 
 def run_rule_table(factory, dtype, tensors, table):
@@ -22,4 +31,4 @@ def run_rule_table(factory, dtype, tensors, table):
         return
     ptrs = np.array([[a.data_ptr() for a in arrays] for arrays in tensors], np.int64)
     sizes = np.array([arrays[0].numel() for arrays in tensors], np.int64)
-    run_rule_addressed(factory, dtype, ptrs, sizes, table)
+    launch_addressed(factory, dtype, ptrs, sizes, table)

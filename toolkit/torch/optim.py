@@ -23,6 +23,7 @@ from ..sparse import RowSparse
 from ..optimizers.bookkeeping import StepScalars
 from ..trainer.buffers import Recorder, planned_rows
 from . import keywords
+from .binding import FRESH, REBIND, Binding, TrackedState, check_entry
 from .launch import run_rule_table
 from .steady import SteadyGroup, SteadyStep
 
@@ -60,7 +61,9 @@ class _SingleRun(NamedTuple):
 
 class _Member:
     """One parameter with a gradient in this step: its index, tensor, the arrays the update
-    reads, and how it runs."""
+    reads, and how it runs; ``new_state``: ``(toolkit state, named tensors, values)`` where
+    this step binds a new state (``values``: the ``opt.state`` entry's tensors it takes, or
+    None for a fresh state)."""
     __slots__ = ("index", "p", "grad", "perm", "sparse", "new_state", "route")
 
     def __init__(self, index, p, grad):
@@ -153,14 +156,18 @@ class TorchOptimizer(torch.optim.Optimizer):
                 defaults[key] = value
         self._inners = []
         self._synced = []
-        self._toolkit_state = {}
-        #: parameter -> (its data_ptr, its weight and state tensors in memory order)
-        self._views = {}
+        #: parameter -> its :class:`~toolkit.torch.binding.Binding` (the arrays the kernels
+        #: write, which ``self.state[p]`` shows)
+        self._bindings = {}
         #: parameter -> what its last full check found (``_member``)
         self._facts = {}
         #: param group -> its steady state (``toolkit.torch.steady``), after a general step
         self._steady = {}
         super().__init__(params, defaults)
+        self.state = self._tracked = TrackedState(self.state)
+        #: ``self.state``'s generation when the steady groups were made, and when this
+        #: optimizer last took the changes made to it (``_take_state_changes``)
+        self._steady_generation = self._seen_generation = self._tracked.generation
 
     # --- construction ----------------------------------------------------------------------
     def _build(self, opts, scheduler_lr=None):
@@ -225,6 +232,7 @@ class TorchOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self._take_state_changes()
         undo = self._sync_options()
         try:
             plans = self._plan()
@@ -235,6 +243,34 @@ class TorchOptimizer(torch.optim.Optimizer):
             self._synced[gi] = self._snapshot(group)
         self._run(plans)
         return loss
+
+    def _take_state_changes(self):
+        """Take what was done to ``self.state`` since the last step: a mapping assigned to
+        ``opt.state`` is wrapped again (:class:`TrackedState`), and a parameter whose entry was
+        deleted or emptied loses its toolkit state and its count (its next step starts a fresh
+        state at count 1, as torch starts one)."""
+        if self.state is not self._tracked:
+            self.state = self._tracked = TrackedState(self.state)
+            self._steady.clear()
+            self._seen_generation = -1
+        generation = self._tracked.generation
+        if generation == self._seen_generation:
+            return
+        index = 0
+        for group, inner in zip(self.param_groups, self._inners):
+            forget = []
+            for p in group["params"]:
+                if p in self._bindings and not self.state.get(p):
+                    del self._bindings[p]
+                    self._facts.pop(p, None)
+                    forget.append(index)
+                index += 1
+            if forget:
+                counts = inner.update_counts
+                for i in forget:
+                    counts.pop(i, None)
+                inner.restore_counts(counts, inner.num_update)
+        self._seen_generation = self._tracked.generation
 
     def _sync_options(self):
         """Hand each group's options (as torch's schedulers or the user left them) to its
@@ -292,7 +328,8 @@ class TorchOptimizer(torch.optim.Optimizer):
             inner = self._inners[gi]
             steady = self._steady.get(gi)
             if steady is not None and self._scheduler is None and \
-                    group.get("maximize", False) is False:
+                    group.get("maximize", False) is False and \
+                    self._tracked.generation == self._steady_generation:
                 step = self._steady_step(steady, group["params"], inner, num_update)
                 if step is not None:
                     num_update = max(num_update, int(step.scalars.t.max()))
@@ -365,10 +402,10 @@ class TorchOptimizer(torch.optim.Optimizer):
         facts = self._facts.get(p)
         if facts is not None and p.data_ptr() == facts[0] and grad.layout is _STRIDED and \
                 grad.is_cpu and grad.dtype is facts[1] and p.dtype is facts[1] and \
-                grad.shape == facts[2] and p.shape == facts[2] and p.stride() == facts[3] and \
-                p in self._toolkit_state:
+                grad.shape == facts[2] and p.shape == facts[2] and p.stride() == facts[3]:
             m = _Member(index, p, grad)
             m.route, m.perm = facts[4], facts[5]
+            self._bind(m, inner, f"parameter {index}")
             return m
         where = f"parameter {index}"
         if p.layout != torch.strided:
@@ -430,11 +467,33 @@ class TorchOptimizer(torch.optim.Optimizer):
                 "reads rows or whole-tensor norms in the tensor's logical order: pass "
                 "p.contiguous() parameters (docs/torch.md, 'Memory order')")
         m.perm = memory_order(p)
-        if p not in self._toolkit_state:
-            m.new_state = self._new_state(index, p, inner)
+        self._bind(m, inner, where)
         if p.device.type == "cpu" and not m.sparse:
             self._facts[p] = (p.data_ptr(), p.dtype, p.shape, p.stride(), m.route, m.perm)
         return m
+
+    def _bind(self, m, inner, where):
+        """Check member ``m``'s state against its weight and ``opt.state`` entry
+        (:meth:`Binding.check`) and set ``m.new_state`` where this step binds a new one."""
+        p = m.p
+        binding = self._bindings.get(p)
+        entry = self.state.get(p)
+        verdict = FRESH if binding is None else binding.check(p, entry, m.perm, where)
+        if verdict is FRESH or verdict is REBIND:
+            toolkit_state, named = self._new_state(m.index, p, inner)
+            values = check_entry(entry, named, where) if entry else None
+            m.new_state = (toolkit_state, named, values)
+
+    def _install(self, p, toolkit_state, named, values=None):
+        """Bind ``p`` to a new toolkit state (``named``: its tensors by slot name), taking
+        ``values`` (slot name -> tensor) into it where given, and show it in ``opt.state``."""
+        if values:
+            with torch.no_grad():
+                for n, fresh in named.items():
+                    fresh.copy_(values[n])
+        self._bindings[p] = Binding(toolkit_state, named, p, memory_order(p)
+                                    if p.layout == torch.strided else None)
+        self.state[p] = named
 
     def _new_state(self, index, p, inner):
         """``(toolkit state, {name: tensor})`` of a parameter stepped for the first time."""
@@ -490,8 +549,7 @@ class TorchOptimizer(torch.optim.Optimizer):
             maximize = group.get("maximize", False)
             for m in members:
                 if m.new_state is not None:
-                    self._toolkit_state[m.p], self.state[m.p] = m.new_state
-                    self._views.pop(m.p, None)
+                    self._install(m.p, *m.new_state)
             inner.num_update = self._num_update
             if members[0].route == "vector":
                 self._run_vector(inner, members, scalars, maximize)
@@ -505,6 +563,8 @@ class TorchOptimizer(torch.optim.Optimizer):
                                            self._held_views)
                 if steady is not None:
                     self._steady[gi] = steady
+        # the steady groups hold for the state as this step leaves it
+        self._steady_generation = self._seen_generation = self._tracked.generation
         if self._scheduler is not None:  # every group shows the rate at num_update
             for gi, (group, inner) in enumerate(zip(self.param_groups, self._inners)):
                 inner.num_update = self._num_update
@@ -513,7 +573,7 @@ class TorchOptimizer(torch.optim.Optimizer):
     def _run_each(self, inner, members, maximize):
         """Index by index through the inner optimizer's own update (it commits each count)."""
         for m in members:
-            state = self._toolkit_state[m.p]
+            state = self._bindings[m.p].toolkit_state
             grad = m.grad
             if maximize:
                 grad = -grad
@@ -550,18 +610,15 @@ class TorchOptimizer(torch.optim.Optimizer):
         if scalars is None:
             scalars = inner.step_scalars([m.index for m in members])
         t, lr, wd = scalars.t, scalars.lr, scalars.wd
-        names = self._names(inner, self._toolkit_state[members[0].p])  # one layout per group
-        views = self._views
+        bindings = self._bindings
+        names = self._names(inner, bindings[members[0].p].toolkit_state)  # one layout a group
         tensors = []
         for m in members:
             grad = -m.grad if maximize else m.grad
-            # the weight and state views in memory order, kept while the weight's storage is
-            # the same (an assignment to p.data makes them again)
-            held = views.get(m.p)
-            if held is None or held[0] != m.p.data_ptr():
-                held = views[m.p] = (m.p.data_ptr(), (_ordered(m.p.detach(), m.perm),) + tuple(
-                    _ordered(self.state[m.p][n], m.perm) for n in names))
-            w_and_states = held[1]
+            # the weight and the bound state in memory order, kept while the weight's storage
+            # is the same (an assignment to p.data makes them again)
+            w_and_states = bindings[m.p].views(m.p, lambda t, perm=m.perm: _ordered(t, perm),
+                                               names)
             tensors.append((w_and_states[0], _ordered(grad, m.perm)) + w_and_states[1:])
         by_dtype = {}
         for j, m in enumerate(members):
@@ -591,20 +648,19 @@ class TorchOptimizer(torch.optim.Optimizer):
             else:
                 m, arrays = run.member, run.arrays
                 inner.launch_step(m.index, arrays[0].numpy(), arrays[1].numpy(),
-                                  self._toolkit_state[m.p], run.t, run.lr, run.wd, cpu.LAUNCHER)
+                                  self._bindings[m.p].toolkit_state, run.t, run.lr, run.wd,
+                                  cpu.LAUNCHER)
 
     def _held_views(self, p):
         """``p``'s weight and state tensors in the rule's order as the last general step kept
         them (contiguous, in memory order), or None where they are not current."""
-        held = self._views.get(p)
-        if held is None or held[0] != p.data_ptr():
-            return None
-        return held[1]
+        binding = self._bindings.get(p)
+        return None if binding is None else binding.held_views(p)
 
     def _record(self, inner, m, arrays, t, lr, wd):
         """``(factory, row)`` of member ``m``'s step with ``(t, lr, wd)`` when it is one rule
         call on its own weight, gradient and states (in that order), else None."""
-        state = self._toolkit_state[m.p]
+        state = self._bindings[m.p].toolkit_state
         views = [arrays[0].numpy(), arrays[1].numpy(), *inner.state_arrays(state)]
         recorder = Recorder(cpu.LAUNCHER)
         inner.launch_step(m.index, views[0], views[1], state, t, lr, wd, recorder)
@@ -654,29 +710,34 @@ class TorchOptimizer(torch.optim.Optimizer):
         views in memory order): :meth:`__setstate__` makes them again over the copied
         tensors."""
         out = dict(self.__dict__)
-        out["_toolkit_state"] = {}
-        out["_views"] = {}
+        out["_bindings"] = {}
         out["_facts"] = {}
         out["_steady"] = {}
+        out["state"] = out["_tracked"] = None  # __setstate__ takes the copied state below
+        out["_copied_state"] = {p: dict(entry) for p, entry in self.state.items()}
         return out
 
     def __setstate__(self, state):
         had_differentiable = "differentiable" in state.get("defaults", {})
+        state = dict(state)
+        copied = state.pop("_copied_state", None)
+        if copied is not None:
+            state["state"] = copied
         super().__setstate__(state)
         self.__dict__.setdefault("_steady", {})
         if not had_differentiable:  # torch's __setstate__ adds it; it is no option here
             self.defaults.pop("differentiable", None)
+        self.state = self._tracked = TrackedState(self.state)
+        self._bindings = {}
         index = 0
         for group, inner in zip(self.param_groups, self._inners):
             for p in group["params"]:
                 named = self.state.get(p)
                 if named:  # the copied tensors' values in state made as a step makes it
                     toolkit_state, fresh = self._new_state(index, p, inner)
-                    with torch.no_grad():
-                        for n, tensor in fresh.items():
-                            tensor.copy_(named[n])
-                    self._toolkit_state[p], self.state[p] = toolkit_state, fresh
+                    self._install(p, toolkit_state, fresh, named)
                 index += 1
+        self._steady_generation = self._seen_generation = self._tracked.generation
 
     def __repr__(self):
         klass = type(self).toolkit_class

@@ -26,12 +26,13 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ..backends.addressed import run_rule_addressed
 from ..optimizers.bookkeeping import Kept
+from . import launch
 
 __all__ = ["SteadyGroup", "SteadyStep"]
 
 _STRIDED = torch.strided
+_data_ptr = torch.Tensor.data_ptr
 _DTYPES = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64)}
 
 
@@ -52,7 +53,7 @@ class SteadyGroup:
     """A param group's parameters, their weights' and states' addresses and sizes, as the
     last general step left them (:meth:`build`), and the checks of a step against them."""
     __slots__ = ("params", "indices", "kept", "dtype", "np_dtype", "shapes", "weight_ptrs",
-                 "ptrs", "sizes", "tensors")
+                 "ptrs", "sizes", "tensors", "states", "state_ptrs")
 
     def __init__(self, params, indices, dtype, shapes, weight_ptrs, ptrs, sizes, tensors):
         self.params, self.indices, self.dtype = params, indices, dtype
@@ -62,6 +63,10 @@ class SteadyGroup:
         self.shapes, self.weight_ptrs = shapes, weight_ptrs
         self.ptrs, self.sizes = ptrs, sizes
         self.tensors = tensors  # the weights and states in the table, kept alive
+        # the state tensors opt.state shows (contiguous: the very ones in the table) and their
+        # addresses: a storage swapped under one (set_, .data =) is a change
+        self.states = [a for arrays in tensors for a in arrays[1:]]
+        self.state_ptrs = list(map(_data_ptr, self.states))
 
     @classmethod
     def build(cls, params, first_index, inner, state_tensors):
@@ -104,10 +109,11 @@ class SteadyGroup:
         for g, p, shape in zip(grads, mine, self.shapes):
             if g is None or g.layout is not _STRIDED or g.dtype is not dtype or \
                     not g.is_cpu or g.shape != shape or p.shape != shape or \
-                    not g.is_contiguous():
+                    p.dtype is not dtype or not g.is_contiguous() or not p.is_contiguous():
                 return None
         if not np.array_equal(np.array([p.data_ptr() for p in mine], np.int64),
-                              self.weight_ptrs):
+                              self.weight_ptrs) or \
+                list(map(_data_ptr, self.states)) != self.state_ptrs:
             return None
         return grads, [g.data_ptr() for g in grads]
 
@@ -120,6 +126,6 @@ class SteadyGroup:
         ptrs = self.ptrs
         ptrs[:, 1] = step.grad_ptrs
         try:
-            run_rule_addressed(step.factory, self.np_dtype, ptrs, self.sizes, table)
+            launch.launch_addressed(step.factory, self.np_dtype, ptrs, self.sizes, table)
         finally:
             ptrs[:, 1] = 0  # no gradient's address outlives its step

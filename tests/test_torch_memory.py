@@ -1,0 +1,252 @@
+"""Memory safety of ``toolkit.torch`` where user code changes parameters and state between steps:
+every launch's addresses are checked against the live tensors (``tests/torch_memory.py``), the
+cases the issue found (``model.double()``, a parameter that grows, a state tensor replaced or
+deleted) either continue with torch's meaning or refuse naming the parameter with nothing
+changed, and a seeded random walk over such changes runs in subprocesses (a crash is a failure
+that names its walk)."""
+from __future__ import annotations
+
+import copy
+import os
+import re
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="toolkit.torch needs PyTorch")
+
+import toolkit.torch  # noqa: E402
+from torch_memory import checked_launches  # noqa: E402
+
+HERE = Path(__file__).parent
+
+
+def _model(name="Adam"):
+    """A small MLP (without biases for GroupAdaGrad, which takes 2-D weights only)."""
+    torch.manual_seed(0)
+    bias = name != "GroupAdaGrad"
+    return torch.nn.Sequential(torch.nn.Linear(6, 5, bias=bias), torch.nn.Tanh(),
+                               torch.nn.Linear(5, 2, bias=bias))
+
+
+def _train(model, opt, steps, dtype=torch.float32):
+    g = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        x = torch.randn(4, 6, generator=g, dtype=dtype)
+        opt.zero_grad()
+        model(x).square().sum().backward()
+        opt.step()
+
+
+def _snapshot(model, opt):
+    return ([p.detach().clone() for p in model.parameters()],
+            {k: {n: v.clone() if isinstance(v, torch.Tensor) else v for n, v in e.items()}
+             for k, e in opt.state_dict()["state"].items()})
+
+
+def _same(a, b):
+    (wa, sa), (wb, sb) = a, b
+    assert all(torch.equal(x, y) for x, y in zip(wa, wb))
+    assert sa.keys() == sb.keys()
+    for k in sa:
+        assert sa[k].keys() == sb[k].keys()
+        for n in sa[k]:
+            x, y = sa[k][n], sb[k][n]
+            assert torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y, (k, n)
+
+
+OPTIMIZERS = [("Adam", {}), ("AdaGrad", {}), ("SGD", {"momentum": 0.9}), ("LAMB", {}),
+              ("GroupAdaGrad", {})]
+
+
+@pytest.mark.parametrize("name,kw", OPTIMIZERS)
+@pytest.mark.parametrize("steady", [False, True], ids=["first", "steady"])
+def test_dtype_change_after_a_step_is_refused_and_changes_nothing(name, kw, steady):
+    """``model.double()`` after a step: the issue's heap corruption (Adam, AdaGrad) and NaN then
+    SIGSEGV (SGD with momentum). torch refuses; so does the step, naming the parameter, with
+    every weight and state as it was."""
+    model = _model(name)
+    opt = getattr(toolkit.torch, name)(model.parameters(), lr=0.01, **kw)
+    with checked_launches():
+        _train(model, opt, 3 if steady else 1)
+        model.double()
+        x = torch.randn(4, 6, dtype=torch.float64)
+        opt.zero_grad()
+        model(x).square().sum().backward()
+        before = _snapshot(model, opt)
+        with pytest.raises(TypeError, match=r"parameter 0 is now \(5, 6\) torch.float64.*made "
+                                            r"for \(5, 6\) torch.float32"):
+            opt.step()
+        _same(_snapshot(model, opt), before)
+        # torch's way on: load_state_dict casts the state to the parameters' dtype
+        opt.load_state_dict(opt.state_dict())
+        opt.step()
+    assert all(s.dtype == torch.float64 for s in opt.state[model[0].weight].values())
+
+
+@pytest.mark.parametrize("name,kw", OPTIMIZERS)
+def test_a_parameter_that_grows_is_refused(name, kw):
+    model = _model(name)
+    opt = getattr(toolkit.torch, name)(model.parameters(), lr=0.01, **kw)
+    with checked_launches():
+        _train(model, opt, 3)
+        params = list(model.parameters())
+        p = params[-1]
+        shape = tuple(p.shape)
+        p.data = torch.randn(64, 2)
+        p.grad = torch.randn(64, 2)
+        before = _snapshot(model, opt)
+        with pytest.raises(ValueError, match=rf"parameter {len(params) - 1} is now \(64, 2\).*"
+                                             rf"made for {re.escape(str(shape))}"):
+            opt.step()
+        _same(_snapshot(model, opt), before)
+
+
+@pytest.mark.parametrize("steps", [1, 3], ids=["general", "steady"])
+@pytest.mark.parametrize("how", ["replace", "set_", "plain_dict"])
+def test_a_state_tensor_the_user_replaces_is_the_one_the_step_uses(steps, how):
+    """``opt.state[p]["mean"] = torch.zeros(...)``: the step kept updating its old hidden array
+    while ``opt.state`` and ``state_dict()`` showed the zeros. The next step now takes the
+    replacement's values, exactly as loading a state_dict that holds them."""
+    model, twin = _model(), _model()
+    opt = toolkit.torch.Adam(model.parameters(), lr=0.01)
+    other = toolkit.torch.Adam(twin.parameters(), lr=0.01)
+    with checked_launches():
+        _train(model, opt, steps)
+        sd = opt.state_dict()
+        p = model[0].weight
+        zeros = torch.zeros_like(opt.state[p]["mean"])
+        if how == "replace":
+            opt.state[p]["mean"] = zeros
+        elif how == "set_":
+            opt.state[p]["mean"].set_(zeros)
+        else:
+            opt.state[p] = {**opt.state[p], "mean": zeros}
+        sd["state"][0]["mean"] = torch.zeros_like(zeros)
+        twin.load_state_dict(model.state_dict())
+        other.load_state_dict(sd)
+        _train(model, opt, 2)
+        _train(twin, other, 2)
+    _same(_snapshot(model, opt), _snapshot(twin, other))
+
+
+@pytest.mark.parametrize("bad,match", [
+    (lambda t: torch.zeros(5), r"parameter 0: opt.state\[p\]\['mean'\] is \(5,\)"),
+    (lambda t: t.double(), r"parameter 0: opt.state\[p\]\['mean'\] is .*torch.float64.*must be "
+                           r"\(5, 6\) torch.float32"),
+    (lambda t: 0.5, r"opt.state\[p\]\['mean'\] must be a tensor, got float"),
+], ids=["shape", "dtype", "not-a-tensor"])
+def test_a_replacement_that_does_not_fit_is_refused_and_changes_nothing(bad, match):
+    model = _model()
+    opt = toolkit.torch.Adam(model.parameters(), lr=0.01)
+    with checked_launches():
+        _train(model, opt, 3)
+        p = model[0].weight
+        opt.state[p]["mean"] = bad(opt.state[p]["mean"])
+        opt.zero_grad()
+        model(torch.randn(4, 6)).square().sum().backward()
+        weights = [q.detach().clone() for q in model.parameters()]
+        with pytest.raises((TypeError, ValueError), match=match):
+            opt.step()
+    assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters()))
+
+
+@pytest.mark.parametrize("how", ["del", "clear", "reset", "entry_clear"])
+def test_deleted_state_starts_afresh_as_in_torch(how):
+    """Deleting a parameter's state (or all of it) starts it afresh at the next step, count 1,
+    as torch.optim starts a state it does not find."""
+    model = _model()
+    opt = toolkit.torch.Adam(model.parameters(), lr=0.01)
+    with checked_launches():
+        _train(model, opt, 3)
+        twin = copy.deepcopy(model)
+        new = toolkit.torch.Adam(twin.parameters(), lr=0.01)
+        if how == "del":
+            for p in model.parameters():
+                del opt.state[p]
+        elif how == "clear":
+            opt.state.clear()
+        elif how == "reset":
+            opt.state = defaultdict(dict)
+        else:
+            for p in model.parameters():
+                opt.state[p].clear()
+        _train(model, opt, 2)
+        _train(twin, new, 2)
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), twin.parameters()))
+    assert [e["step"] for e in opt.state_dict()["state"].values()] == [2] * 4
+
+
+def test_deleting_one_slot_is_refused():
+    model = _model()
+    opt = toolkit.torch.Adam(model.parameters(), lr=0.01)
+    _train(model, opt, 2)
+    del opt.state[model[0].weight]["var"]
+    with pytest.raises(ValueError, match=r"parameter 0: opt.state\[p\] holds \['mean'\]; this "
+                                         r"optimizer keeps \['mean', 'var'\]"):
+        _train(model, opt, 1)
+
+
+def test_a_new_memory_order_continues_with_the_same_numbers():
+    """A 4-D weight moved to channels_last between steps: the state follows it (element-wise
+    rules give the numbers of the contiguous run)."""
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(2, 3, 4, 4))
+    v = torch.nn.Parameter(w.detach().clone())
+    a, b = toolkit.torch.Adam([w], lr=0.01), toolkit.torch.Adam([v], lr=0.01)
+    g = torch.Generator().manual_seed(3)
+    with checked_launches():
+        for k in range(5):
+            if k == 2:
+                w.data = w.data.contiguous(memory_format=torch.channels_last)
+            grad = torch.randn(w.shape, generator=g)
+            w.grad, v.grad = grad.clone(), grad.clone()
+            a.step()
+            b.step()
+    assert w.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(w.detach(), v.detach())
+    assert torch.equal(a.state[w]["mean"], b.state[v]["mean"])
+
+
+def test_the_address_check_catches_a_bad_row():
+    """The check can fail: a row naming memory no tensor holds."""
+    import numpy as np
+    from torch_memory import BadAddress, check_rows
+    t = torch.zeros(8)
+    check_rows(np.float32, np.array([[t.data_ptr()]]), np.array([8]))
+    with pytest.raises(BadAddress):
+        check_rows(np.float32, np.array([[t.data_ptr()]]), np.array([9]))
+    with pytest.raises(BadAddress):
+        check_rows(np.float64, np.array([[t.data_ptr()]]), np.array([4]))
+
+
+#: 3 subprocesses of 20 walks each (a walk: 40 random steps and changes)
+BATCHES = [list(range(k, k + 20)) for k in (0, 20, 40)]
+
+
+def _run_walks(seeds):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    return subprocess.run([sys.executable, str(HERE / "torch_memory.py"), *map(str, seeds)],
+                          capture_output=True, text=True, timeout=600, env=env)
+
+
+@pytest.mark.parametrize("seeds", BATCHES, ids=lambda s: f"walks{s[0]}-{s[-1]}")
+def test_random_walks_of_changes_never_reach_bad_memory(seeds):
+    """Each walk changes parameters (dtype, size, storage, memory order), state (replaced,
+    resized, deleted) and groups between steps, with every launch's addresses checked; a
+    process that dies (heap corruption, SIGSEGV) is rerun walk by walk to name the walk."""
+    done = _run_walks(seeds)
+    if done.returncode == 0 and f"walked {len(seeds)}" in done.stdout:
+        return
+    named = []
+    for seed in seeds:
+        one = _run_walks([seed])
+        if one.returncode != 0:
+            named.append(f"walk {seed} (exit {one.returncode}):\n{one.stdout[-3000:]}"
+                         f"{one.stderr[-3000:]}")
+    pytest.fail(f"walks {seeds[0]}-{seeds[-1]} exited {done.returncode}; "
+                + ("\n".join(named) or f"no single walk fails alone:\n{done.stderr[-3000:]}"))

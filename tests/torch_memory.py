@@ -1,0 +1,249 @@
+"""The address check of ``toolkit.torch``'s kernel launches, and the random walks of the fuzz
+test (``tests/test_torch_memory.py``), which runs them in a subprocess: ``python
+tests/torch_memory.py SEED [SEED ...]`` runs one walk per seed with every launch checked, and
+prints ``walked N`` at the end.
+
+The check (:func:`checked_launches`) wraps :func:`toolkit.torch.launch.launch_addressed`, the one
+place ``toolkit.torch`` hands addresses to a kernel: before each launch, every address of every
+row, with the row's size and the launch's dtype, must lie inside the storage of a tensor that is
+alive at that moment and has that dtype (found through ``gc``, not through anything the
+optimizer keeps). Heap corruption does not always crash; this fails at the first bad row.
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import random
+import sys
+from collections import defaultdict
+
+import numpy as np
+import torch
+
+import toolkit.torch
+from toolkit.torch import launch
+
+_TORCH_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64,
+                 np.dtype(np.float16): torch.float16}
+
+
+class BadAddress(AssertionError):
+    pass
+
+
+def live_storages():
+    """``(start, end, dtype)`` of the storage of every live CPU tensor."""
+    out = []
+    for o in gc.get_objects():
+        if issubclass(type(o), torch.Tensor) and o.layout == torch.strided and o.is_cpu:
+            storage = o.untyped_storage()
+            start = storage.data_ptr()
+            out.append((start, start + storage.nbytes(), o.dtype))
+    return out
+
+
+def check_rows(dtype, ptrs, sizes):
+    """Raise :class:`BadAddress` unless every address in ``ptrs`` (rows of addresses, 0 for
+    none) spans ``sizes[k]`` elements of ``dtype`` inside a live tensor of that dtype."""
+    want = _TORCH_DTYPES[np.dtype(dtype)]
+    itemsize = np.dtype(dtype).itemsize
+    live = [(s, e) for s, e, d in live_storages() if d == want]
+    for k, row in enumerate(np.asarray(ptrs)):
+        nbytes = int(sizes[k]) * itemsize
+        for c, ptr in enumerate(row.tolist()):
+            if ptr == 0:
+                continue
+            if not any(s <= ptr and ptr + nbytes <= e for s, e in live):
+                raise BadAddress(f"row {k}, column {c}: {nbytes} bytes at {ptr:#x} are in no "
+                                 f"live {want} tensor")
+
+
+@contextlib.contextmanager
+def checked_launches():
+    """Within the block every ``toolkit.torch`` launch is checked first (:func:`check_rows`);
+    yields a list that counts the launches checked."""
+    real = launch.launch_addressed
+    seen = []
+
+    def checked(factory, dtype, ptrs, sizes, table):
+        check_rows(dtype, ptrs, sizes)
+        seen.append(len(sizes))
+        return real(factory, dtype, ptrs, sizes, table)
+
+    launch.launch_addressed = checked
+    try:
+        yield seen
+    finally:
+        launch.launch_addressed = real
+
+
+# --- the random walks -----------------------------------------------------------------------
+#: (class name, keywords) of the optimizers a walk draws from: element-wise rules of several
+#: state layouts, a per-tensor norm (LAMB) and a row-wise state (GroupAdaGrad)
+OPTIMIZERS = [("Adam", {"lr": 1e-2}), ("AdaGrad", {"lr": 1e-2}),
+              ("SGD", {"lr": 1e-2, "momentum": 0.9}), ("SGD", {"lr": 1e-2}),
+              ("NAG", {"lr": 1e-2, "momentum": 0.9}), ("RMSProp", {"lr": 1e-3}),
+              ("AdamW", {"lr": 1e-2}), ("LAMB", {"lr": 1e-2}), ("GroupAdaGrad", {"lr": 1e-2}),
+              ("FTML", {"lr": 1e-2}), ("Signum", {"lr": 1e-2, "momentum": 0.9})]
+
+#: what a step may refuse with: a changed parameter or state it cannot go on with
+REFUSALS = (TypeError, ValueError)
+
+
+def _params(rng):
+    shapes = [(4, 5), (4,), (2, 3, 2, 2), (6,)]
+    return [torch.nn.Parameter(torch.randn(*s)) for s in shapes[:rng.randint(2, 4)]]
+
+
+def _grads(params, rng):
+    for p in params:
+        if rng.random() < 0.85:
+            p.grad = torch.randn(p.shape, dtype=p.dtype) if p.dtype.is_floating_point else None
+        else:
+            p.grad = None
+
+
+def _pick(params, rng):
+    return params[rng.randrange(len(params))]
+
+
+def _slot(opt, p, rng):
+    entry = opt.state.get(p)
+    if not entry:
+        return None
+    names = [n for n in entry if isinstance(entry[n], torch.Tensor)]
+    return names[rng.randrange(len(names))] if names else None
+
+
+def _op_weight(opt, group, rng):
+    p = _pick(group, rng)
+    kind = rng.choice(["double", "float", "half", "grow", "shrink", "clone", "set_", "resize_",
+                       "channels_last", "transpose", "int"])
+    with torch.no_grad():
+        if kind == "double":
+            p.data = p.data.double()
+        elif kind == "float":
+            p.data = p.data.float()
+        elif kind == "half":
+            p.data = p.data.half()
+        elif kind == "grow":
+            p.data = torch.randn(p.numel() + rng.randint(1, 64), dtype=p.dtype)
+        elif kind == "shrink":
+            p.data = p.data.flatten()[: max(1, p.numel() // 2)].clone()
+        elif kind == "clone":
+            p.data = p.data.clone()
+        elif kind == "set_":
+            p.set_(torch.randn(p.shape, dtype=p.dtype))
+        elif kind == "resize_":
+            p.data.resize_(p.numel() * rng.randint(2, 5))
+        elif kind == "channels_last" and p.dim() == 4:
+            p.data = p.data.contiguous(memory_format=torch.channels_last)
+        elif kind == "transpose" and p.dim() == 2:
+            p.data = p.data.t()
+        elif kind == "int":
+            p.data = p.data.view(torch.int32) if p.dtype == torch.float32 else p.data
+    return f"{kind} {tuple(p.shape)} {p.dtype}"
+
+
+def _op_state(opt, group, rng):
+    p = _pick(group, rng)
+    slot = _slot(opt, p, rng)
+    kind = rng.choice(["zeros", "wrong_shape", "wrong_dtype", "del_slot", "del", "reset",
+                       "clear", "set_", "data", "shrink", "grow", "not_a_tensor", "plain_dict"])
+    if slot is None and kind not in ("reset", "del", "clear"):
+        return f"{kind}: no state"
+    with torch.no_grad():
+        if kind == "zeros":
+            opt.state[p][slot] = torch.zeros_like(opt.state[p][slot])
+        elif kind == "wrong_shape":
+            opt.state[p][slot] = torch.zeros(3)
+        elif kind == "wrong_dtype":
+            opt.state[p][slot] = opt.state[p][slot].double()
+        elif kind == "del_slot":
+            del opt.state[p][slot]
+        elif kind == "del":
+            opt.state.pop(p, None)
+        elif kind == "reset":
+            opt.state = defaultdict(dict)
+        elif kind == "clear":
+            opt.state.clear()
+        elif kind == "set_":
+            t = opt.state[p][slot]
+            t.set_(torch.randn(t.shape, dtype=t.dtype).abs())
+        elif kind == "data":
+            t = opt.state[p][slot]
+            t.data = torch.zeros(t.numel() + 7, dtype=t.dtype)
+        elif kind == "shrink":
+            opt.state[p][slot].resize_(1)
+        elif kind == "grow":
+            opt.state[p][slot].resize_(10_000)
+        elif kind == "not_a_tensor":
+            opt.state[p][slot] = 0.0
+        elif kind == "plain_dict":
+            opt.state[p] = {n: v.clone() if isinstance(v, torch.Tensor) else v
+                            for n, v in opt.state[p].items()}
+    return f"state {kind} {slot}"
+
+
+def _op_group(opt, params, rng):
+    kind = rng.choice(["swap", "replace", "load"])
+    if kind == "swap" and len(params) > 1:
+        i, j = rng.sample(range(len(params)), 2)
+        params[i], params[j] = params[j], params[i]
+    elif kind == "replace":
+        i = rng.randrange(len(params))
+        params[i] = torch.nn.Parameter(torch.randn(params[i].shape))
+    elif kind == "load":
+        opt.load_state_dict(opt.state_dict())
+    return kind
+
+
+def walk(seed, steps=40, log=None):
+    """One random walk: an optimizer over a few parameters, steps interleaved with changes to
+    the parameters, the state and the groups. A step either runs or refuses (``REFUSALS``);
+    anything else raises."""
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    name, kwargs = OPTIMIZERS[rng.randrange(len(OPTIMIZERS))]
+    params = _params(rng)
+    opt = getattr(toolkit.torch, name)(params, **kwargs)
+    params = opt.param_groups[0]["params"]  # the group's own list, which the walk changes
+    log = [] if log is None else log
+    log.append(f"{name}({kwargs}) over {[tuple(p.shape) for p in params]}")
+    for _ in range(steps):
+        r = rng.random()
+        stepping = r < 0.55
+        try:
+            if stepping:
+                log.append("step")
+                _grads(params, rng)
+                opt.step()
+            elif r < 0.75:
+                log.append(_op_weight(opt, params, rng))
+            elif r < 0.93:
+                log.append(_op_state(opt, params, rng))
+            else:
+                log.append(_op_group(opt, params, rng))
+        except REFUSALS as e:  # the step refused, or torch refused the change
+            log.append(f"  refused: {type(e).__name__}: {str(e)[:160]}")
+        except RuntimeError as e:  # torch refusing the user's own change (never a step)
+            if stepping:
+                raise
+            log.append(f"  torch refused the change: {str(e)[:160]}")
+    return log
+
+
+def main(seeds):
+    with checked_launches() as seen:
+        for seed in seeds:
+            log = []
+            try:
+                walk(seed, log=log)
+            except BaseException:
+                print(f"walk {seed} failed after:\n  " + "\n  ".join(log), flush=True)
+                raise
+    print(f"walked {len(seeds)} ({len(seen)} launches checked)", flush=True)
+
+
+if __name__ == "__main__":
+    main([int(s) for s in sys.argv[1:]])

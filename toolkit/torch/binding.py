@@ -1,0 +1,249 @@
+"""What a ``toolkit.torch`` parameter's state is bound to, and the checks that keep every address
+a kernel receives inside memory the toolkit owns or checked in this step.
+
+The toolkit state of a parameter (:class:`Binding`) is arrays the toolkit made and holds: the
+kernels write into them and nothing else. ``opt.state[p]`` shows them as tensors (views of the
+same memory, :attr:`Binding.named`). A user may change anything around them (``p.data`` to
+another dtype, size, device or storage, a state tensor replaced, resized or deleted,
+``opt.state`` replaced): each step compares the parameter and its ``opt.state`` entry with the
+binding (:meth:`Binding.check`) and either continues, takes the entry's values into a fresh
+binding (a state tensor the user replaced, a parameter whose memory order changed), starts
+afresh (the entry deleted), or refuses with an error naming the parameter. Nothing here keeps an
+address that a later step could read after its memory was freed.
+
+``opt.state`` is a :class:`TrackedState`: every assignment or deletion in it or in one of its
+entries adds one to its ``generation``, so the steady path (``toolkit.torch.steady``) knows in
+one comparison per group that nobody touched the state since it last checked.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+
+__all__ = ["Binding", "TrackedState", "TrackedEntry", "address", "KEEP", "REBIND", "FRESH"]
+
+#: what :meth:`Binding.check` found: the binding holds; the entry's values are to be taken
+#: into a fresh binding; the entry was emptied or deleted (a fresh state, as torch starts one)
+KEEP, REBIND, FRESH = "keep", "rebind", "fresh"
+
+
+def address(a):
+    """The address of the first element of a tensor, a numpy array or a CUDA array."""
+    if isinstance(a, torch.Tensor):
+        return a.data_ptr()
+    cai = getattr(a, "__cuda_array_interface__", None)
+    if cai is not None:
+        return cai["data"][0]
+    return a.ctypes.data
+
+
+class _Counter:
+    __slots__ = ("value",)
+
+    def __init__(self):
+        self.value = 0
+
+
+class TrackedEntry(dict):
+    """One parameter's ``opt.state[p]``: a dict whose every change is counted."""
+    __slots__ = ("_counter",)
+
+    def __init__(self, counter, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._counter = counter
+
+    def _changed(self):
+        self._counter.value += 1
+
+    def __setitem__(self, key, value):
+        self._changed()
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key):
+        self._changed()
+        super().__delitem__(key)
+
+    def __ior__(self, other):
+        self._changed()
+        return super().__ior__(other)
+
+    def clear(self):
+        self._changed()
+        super().clear()
+
+    def pop(self, *args):
+        self._changed()
+        return super().pop(*args)
+
+    def popitem(self):
+        self._changed()
+        return super().popitem()
+
+    def setdefault(self, key, default=None):
+        self._changed()
+        return super().setdefault(key, default)
+
+    def update(self, *args, **kwargs):
+        self._changed()
+        super().update(*args, **kwargs)
+
+    def __reduce__(self):  # a copy or a pickle is a plain dict (the optimizer wraps it again)
+        return dict, (dict(self),)
+
+
+class TrackedState(defaultdict):
+    """``opt.state``: torch's ``defaultdict(dict)`` whose entries are :class:`TrackedEntry`
+    and whose every change (here or in an entry) adds one to :attr:`generation`."""
+
+    def __init__(self, items=()):
+        super().__init__(None)
+        self._counter = _Counter()
+        for key, value in dict(items).items():
+            super().__setitem__(key, self._entry(value))
+
+    @property
+    def generation(self):
+        return self._counter.value
+
+    def _entry(self, value):
+        if isinstance(value, dict) and not isinstance(value, TrackedEntry):
+            return TrackedEntry(self._counter, value)
+        return value
+
+    def __missing__(self, key):
+        entry = TrackedEntry(self._counter)
+        self[key] = entry
+        return entry
+
+    def __setitem__(self, key, value):
+        self._counter.value += 1
+        super().__setitem__(key, self._entry(value))
+
+    def __delitem__(self, key):
+        self._counter.value += 1
+        super().__delitem__(key)
+
+    def __ior__(self, other):
+        for key, value in dict(other).items():
+            self[key] = value
+        return self
+
+    def clear(self):
+        self._counter.value += 1
+        super().clear()
+
+    def pop(self, *args):
+        self._counter.value += 1
+        return super().pop(*args)
+
+    def popitem(self):
+        self._counter.value += 1
+        return super().popitem()
+
+    def setdefault(self, key, default=None):
+        if key not in self:
+            self[key] = {} if default is None else default
+        return super().__getitem__(key)
+
+    def update(self, *args, **kwargs):
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+    def __reduce__(self):  # a copy or a pickle is torch's defaultdict(dict)
+        return _plain_state, (dict(self),)
+
+
+def _plain_state(items):
+    out = defaultdict(dict)
+    out.update(items)
+    return out
+
+
+class Binding:
+    """A parameter's toolkit state and what it was made for.
+
+    ``toolkit_state``: what the inner optimizer's update takes (arrays the toolkit owns);
+    ``named``: the tensors shown in ``opt.state[p]`` (views of those arrays), by slot name;
+    ``ptrs``: their addresses when bound; ``dtype``, ``shape``, ``device``, ``perm``: the
+    weight's when bound (``perm``: its memory order, ``toolkit.torch.optim.memory_order``);
+    ``held``: the weight's address and the weight and state tensors in memory order, as the
+    vectorised step last made them (:meth:`views`)."""
+    __slots__ = ("toolkit_state", "named", "ptrs", "shapes", "dtype", "shape", "device", "perm",
+                 "held")
+
+    def __init__(self, toolkit_state, named, p, perm):
+        self.toolkit_state = toolkit_state
+        self.named = dict(named)
+        self.ptrs = tuple(address(t) for t in self.named.values())
+        self.shapes = tuple(t.shape for t in self.named.values())
+        self.dtype, self.shape, self.device = p.dtype, p.shape, p.device
+        self.perm = perm
+        self.held = None
+
+    def check(self, p, entry, perm, where):
+        """KEEP, REBIND or FRESH for parameter ``p`` (its memory order ``perm``) whose
+        ``opt.state`` entry is ``entry`` (None where it has none); a TypeError or ValueError
+        naming ``where`` when the state cannot go on with this weight."""
+        if not entry:
+            return FRESH
+        if p.dtype != self.dtype or p.device != self.device or p.shape != self.shape:
+            raise (ValueError if p.shape != self.shape else TypeError)(
+                f"{where} is now {_describe(p)}, but its optimizer state was made for "
+                f"{_describe_facts(self.dtype, self.shape, self.device)}: the step cannot go on "
+                "with that state (torch.optim refuses this too). Convert the state with "
+                "opt.load_state_dict(opt.state_dict()), which casts it to the parameters' "
+                "dtype and device, or delete opt.state[p] to start it afresh")
+        named = self.named
+        if len(entry) == len(named) and all(
+                entry.get(n) is t for n, t in named.items()) and all(
+                address(t) == ptr and t.shape == shape
+                for t, ptr, shape in zip(named.values(), self.ptrs, self.shapes)):
+            return KEEP if perm == self.perm else REBIND
+        return REBIND
+
+    def views(self, p, ordered, names):
+        """``(weight, *states)`` in memory order (``ordered(tensor)`` makes one), the states
+        those this binding owns; kept while the weight's address is the same."""
+        held = self.held
+        ptr = p.data_ptr()
+        if held is None or held[0] != ptr:
+            held = self.held = (ptr, (ordered(p.detach()),) + tuple(
+                ordered(self.named[n]) for n in names))
+        return held[1]
+
+    def held_views(self, p):
+        """What :meth:`views` kept, or None where the weight moved since."""
+        held = self.held
+        if held is None or held[0] != p.data_ptr():
+            return None
+        return held[1]
+
+
+def check_entry(entry, fresh, where):
+    """Check the ``opt.state`` entry ``entry`` a user filled or changed against ``fresh``
+    (slot name -> tensor, what a new state holds): the same slot names (``"step"`` aside), each
+    a tensor of the same shape, dtype and device. Raises a ValueError/TypeError naming
+    ``where`` and the slot."""
+    arrays = {n: v for n, v in entry.items() if n != "step"}
+    if set(arrays) != set(fresh):
+        raise ValueError(f"{where}: opt.state[p] holds {sorted(arrays)}; this optimizer keeps "
+                         f"{sorted(fresh)} for it. Delete opt.state[p] to start its state "
+                         "afresh")
+    for n, want in fresh.items():
+        v = arrays[n]
+        if not isinstance(v, torch.Tensor):
+            raise TypeError(f"{where}: opt.state[p][{n!r}] must be a tensor, got "
+                            f"{type(v).__name__}")
+        if v.shape != want.shape or v.dtype != want.dtype or v.device != want.device:
+            raise ValueError(f"{where}: opt.state[p][{n!r}] is {_describe(v)}; it must be "
+                             f"{_describe(want)}")
+    return arrays
+
+
+def _describe(t):
+    return _describe_facts(t.dtype, t.shape, t.device)
+
+
+def _describe_facts(dtype, shape, device):
+    return f"{tuple(shape)} {dtype} on {device}"
