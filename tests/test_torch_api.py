@@ -124,29 +124,50 @@ def test_torch_keyword_table_fits_the_registry(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_torch_names_equal_mxnet_names(name):
-    """PyTorch's spelling of an option gives the group (and the numbers) of MXNet's."""
+    """PyTorch's spelling of an option that means the same as MXNet's (``meaning.Same``) gives
+    the MXNet keys (and the numbers) of MXNet's spelling; the group shows both spellings."""
+    from toolkit.torch import meaning
     klass = registry()[name]
-    table = aliases.torch_keywords(klass)
+    same = {k: r.names for k, (r, _) in meaning.rules(klass, "mxnet").items()
+            if isinstance(r, meaning.Same)}
     mx = opts(name, learning_rate=0.05, wd=0.01)
-    torch_kw = {"lr": mx.pop("learning_rate"), "weight_decay": mx.pop("wd")}
-    if "betas" in table and "beta1" in mx and "beta2" in mx:
+    torch_kw = {} if "lr" in meaning.rules(klass, "mxnet") else {"lr": mx.pop("learning_rate")}
+    if "weight_decay" in same:
+        torch_kw["weight_decay"] = mx.pop("wd")
+    if "betas" in same and "beta1" in mx and "beta2" in mx:
         torch_kw["betas"] = (mx.pop("beta1"), mx.pop("beta2"))
-    if "eps" in table and table["eps"] != ("eps",) and table["eps"][0] in mx:
-        torch_kw["eps"] = mx.pop(table["eps"][0])
+    if "eps" in same and same["eps"][0] in mx:
+        torch_kw["eps"] = mx.pop(same["eps"][0])
     a = tt.create(name, [param(name)], **opts(name, learning_rate=0.05, wd=0.01))
     b = tt.create(name, [param(name)], **mx, **torch_kw)
     strip = lambda g: {k: v for k, v in g.items() if k != "params"}  # noqa: E731
     assert strip(a.param_groups[0]) == strip(b.param_groups[0])
+    for key, names in same.items():
+        shown = a.param_groups[0][key]
+        assert shown == (tuple(a.param_groups[0][n] for n in names) if len(names) > 1
+                         else a.param_groups[0][names[0]])
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_keywords_without_counterpart_are_errors(name):
+def test_keywords_without_counterpart(name):
+    """torch's keywords at their off values are taken; other values are refused naming the
+    keyword and why; a keyword torch's namesake does not have is a TypeError that says why."""
+    from toolkit.torch import meaning
     klass = registry()[name]
-    table = aliases.torch_keywords(klass)
+    rules = meaning.rules(klass, "mxnet")
     for key in ("nesterov", "amsgrad", "foreach", "dampening"):
-        with pytest.raises(TypeError, match=f"no counterpart of '{key}'"):
+        rule = rules.get(key, (None,))[0]
+        if rule is None:
+            with pytest.raises(TypeError, match=f"no counterpart of '{key}'"):
+                tt.create(name, [param(name)], **{key: True})
+        elif isinstance(rule, meaning.OffOnly):
+            tt.create(name, [param(name)], **{key: rule.off})
+            with pytest.raises(ValueError, match=f"{key}=.* is refused"):
+                tt.create(name, [param(name)], **{key: 0.5 if rule.off in (0, False) else 0})
+        else:
+            assert isinstance(rule, meaning.Moot)
             tt.create(name, [param(name)], **{key: True})
-    if "momentum" not in table:
+    if "momentum" not in rules and "momentum" not in aliases.accepted_keywords(klass):
         with pytest.raises(TypeError, match="no counterpart of 'momentum'"):
             tt.create(name, [param(name)], momentum=0.9)
     for key, flag in specs()[name].torch_requires.items():
@@ -201,10 +222,15 @@ def test_param_groups_with_different_options(name):
     add_param_group takes PyTorch's names."""
     spec = specs()[name]
     a, b, c = param(name, 0), param(name, 1), param(name, 2)
-    base = opts(name)
-    opt = tt.create(name, [{"params": [a]}, {"params": [b], "lr": 0.05}], lr=0.01, **base)
+    base = {"wd": 0.0, **opts(name)}  # MXNet's default, given (AdamW's torch default is 0.01)
+    opt = tt.create(name, [{"params": [a]}, {"params": [b], "learning_rate": 0.05}],
+                    learning_rate=0.01, **base)
     wd = 0.0 if "wd" in spec.fixed else 0.02
-    opt.add_param_group({"params": [c], "weight_decay": wd, "lr": 0.002})
+    # torch's weight_decay where it means MXNet's wd (meaning.Same), else MXNet's name
+    from toolkit.torch import meaning
+    rule = meaning.rules(registry()[name], "mxnet").get("weight_decay", (None,))[0]
+    key = "weight_decay" if isinstance(rule, meaning.Same) else "wd"
+    opt.add_param_group({"params": [c], key: wd, "learning_rate": 0.002})
     assert opt.param_groups[2]["wd"] == wd and opt.param_groups[1]["lr"] == 0.05
     refs = [create(name, learning_rate=lr, **dict(base, **extra))
             for lr, extra in ((0.01, {}), (0.05, {}), (0.002, {"wd": wd}))]
@@ -451,34 +477,6 @@ def test_maximize_steps_against_the_gradient(name):
 
 
 # --- docs --------------------------------------------------------------------------------------
-def _docs_rows():
-    import os
-    import re
-    text = open(os.path.join(os.path.dirname(__file__), "..", "docs", "torch.md"),
-                encoding="utf-8").read()
-    table = text.split("| toolkit.torch | torch.optim namesake |", 1)[1].split("\n\n", 1)[0]
-    rows = {}
-    for line in table.splitlines()[2:]:
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        torch_names = re.findall(r"(?:^|, )`(\w+)`", cells[2])
-        rows[cells[0].strip("`")] = (cells[1], set(torch_names), cells[2])
-    return rows
-
-
-def test_docs_table_matches_the_keywords():
-    """docs/torch.md's table names every registered optimizer, its torch.optim namesake (the
-    spec's) and exactly the PyTorch keywords it takes (the one table)."""
-    rows = _docs_rows()
-    assert set(rows) == {k.__name__ for k in registry().values()}
-    for name, klass in registry().items():
-        namesake, torch_names, text = rows[klass.__name__]
-        spec = specs()[name]
-        assert namesake == (f"`torch.optim.{spec.torch}`" if spec.torch else "none")
-        assert torch_names == set(aliases.torch_keywords(klass)), klass.__name__
-        for key, flag in spec.torch_requires.items():
-            assert f"only with `{flag}=True`" in text
-
-
 def test_module_docstring_example_runs():
     import doctest
     result = doctest.testmod(tt, optionflags=doctest.NORMALIZE_WHITESPACE)

@@ -58,8 +58,17 @@ def _same(a, b):
             assert torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y, (k, n)
 
 
-OPTIMIZERS = [("Adam", {}), ("AdaGrad", {}), ("SGD", {"momentum": 0.9}), ("LAMB", {}),
-              ("GroupAdaGrad", {})]
+#: one of each kind of state: Adam's two moments, AdaGrad's history, SGD's momentum, LAMB's
+#: whole-tensor norms, GroupAdaGrad's rows
+OPTIMIZERS = [  # checked against the registry by test_the_listed_optimizers_are_registered
+    ("Adam", {}), ("AdaGrad", {}), ("SGD", {"momentum": 0.9}), ("LAMB", {}),
+    ("GroupAdaGrad", {})]
+
+
+def test_the_listed_optimizers_are_registered():
+    from toolkit.optimizer import registry
+    classes = {k.__name__ for k in registry().values()}
+    assert all(name in classes for name, _ in OPTIMIZERS)
 
 
 @pytest.mark.parametrize("name,kw", OPTIMIZERS)

@@ -53,8 +53,8 @@ def bits(params):
 
 
 def make(name, params):
-    return tt.create(name, [{"params": params[:2]}, {"params": params[2:], "lr": 0.02}],
-                     **opts(name))
+    return tt.create(name, [{"params": params[:2]},
+                            {"params": params[2:], "learning_rate": 0.02}], **opts(name))
 
 
 @pytest.mark.parametrize("name", NAMES)

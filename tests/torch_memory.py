@@ -78,13 +78,15 @@ def checked_launches():
 
 
 # --- the random walks -----------------------------------------------------------------------
-#: (class name, keywords) of the optimizers a walk draws from: element-wise rules of several
-#: state layouts, a per-tensor norm (LAMB) and a row-wise state (GroupAdaGrad)
-OPTIMIZERS = [("Adam", {"lr": 1e-2}), ("AdaGrad", {"lr": 1e-2}),
-              ("SGD", {"lr": 1e-2, "momentum": 0.9}), ("SGD", {"lr": 1e-2}),
-              ("NAG", {"lr": 1e-2, "momentum": 0.9}), ("RMSProp", {"lr": 1e-3}),
-              ("AdamW", {"lr": 1e-2}), ("LAMB", {"lr": 1e-2}), ("GroupAdaGrad", {"lr": 1e-2}),
-              ("FTML", {"lr": 1e-2}), ("Signum", {"lr": 1e-2, "momentum": 0.9})]
+def _optimizer(rng):
+    """A registered optimizer (its class name) and the keywords of its recorded configuration
+    (what its golden files and tests use), drawn from the registry."""
+    from toolkit.optimizer import registry, specs
+    names = sorted(specs())
+    name = names[rng.randrange(len(names))]
+    kwargs = {**specs()[name].record, **specs()[name].fixed}
+    return registry()[name].__name__, kwargs
+
 
 #: what a step may refuse with: a changed parameter or state it cannot go on with
 REFUSALS = (TypeError, ValueError)
@@ -204,7 +206,7 @@ def walk(seed, steps=40, log=None):
     anything else raises."""
     rng = random.Random(seed)
     torch.manual_seed(seed)
-    name, kwargs = OPTIMIZERS[rng.randrange(len(OPTIMIZERS))]
+    name, kwargs = _optimizer(rng)
     params = _params(rng)
     opt = getattr(toolkit.torch, name)(params, **kwargs)
     params = opt.param_groups[0]["params"]  # the group's own list, which the walk changes

@@ -66,7 +66,7 @@ def guide_rule(f):
 
 SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
     name="nag", reference="reference.nag",
-    pytorch="pytorch", torch="SGD",
+    pytorch="pytorch", torch="SGD", torch_flags={"nesterov": True},
     space={"momentum": MOMENTUM},
     # Nesterov momentum as trained: 0.9 (torch.optim.SGD(nesterov=True)'s examples, optax.sgd
     # with nesterov; Sutskever et al. 2013: 0.9 to 0.99), or off

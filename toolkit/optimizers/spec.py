@@ -66,6 +66,8 @@ class Spec:
         ``torch_requires``: ``{PyTorch keyword: flag}``, a keyword of ``toolkit.torch`` that
         has its counterpart only with that constructor flag on (RMSProp: ``momentum`` is
         ``gamma2`` of the centered variant; plain RMSProp keeps no momentum buffer).
+        ``torch_flags``: ``{torch keyword: value}`` that make the ``torch`` class this update
+        (NAG: ``{"nesterov": True}``); ``toolkit.torch`` takes those values only.
     What the oracle draws
         ``space``: its own hyperparameters (MXNet's constructor names) as :class:`Space` s,
         aimed at branch points. ``fixed``: common hyperparameters it does not take freely, with
@@ -110,6 +112,7 @@ class Spec:
     pytorch: str | None = None
     torch: str | None = None
     torch_requires: Mapping[str, str] = field(default_factory=dict)
+    torch_flags: Mapping[str, Any] = field(default_factory=dict)
     space: Mapping[str, Space] = field(default_factory=dict)
     fixed: Mapping[str, Any] = field(default_factory=dict)
     fixed_reason: str = ""
@@ -149,7 +152,8 @@ class Spec:
             raise TypeError(f"Spec {self.name!r}: variants must be a tuple of variant names "
                             f"(toolkit.oracle.variants.VARIANTS), got {self.variants!r}")
         object.__setattr__(self, "variants", tuple(self.variants))
-        for key in ("space", "fixed", "usual", "record", "demo", "torch_requires"):
+        for key in ("space", "fixed", "usual", "record", "demo", "torch_requires",
+                    "torch_flags"):
             object.__setattr__(self, key, _frozen(getattr(self, key)))
         for key in ("layouts", "trainer"):
             object.__setattr__(self, key, tuple(_frozen(c) for c in getattr(self, key)))

@@ -81,7 +81,10 @@ def pack(opt):
     saved_sched = _plain(sched.state_dict()) if hasattr(sched, "state_dict") else None
     return {"state": state, "param_groups": groups,
             "toolkit": {"format": FORMAT, "optimizer": name, "num_update": int(opt._num_update),
-                        "host": host, "lr_scheduler": saved_sched}}
+                        "host": host, "lr_scheduler": saved_sched,
+                        # per group, whether each converted torch key was set in torch's or
+                        # in MXNet's spelling (toolkit.torch.keywords.settle)
+                        "sources": [dict(s) for s in opt._sources]}}
 
 
 def _fail(msg, kind=ValueError):
@@ -218,6 +221,10 @@ def unpack(opt, sd):
         group.update(options)
         opt._synced[gi] = opt._snapshot(group)
     opt._inners[:] = new_inners
+    sources = meta.get("sources")
+    opt._sources[:] = [dict(s) for s in sources] if isinstance(sources, list) and \
+        len(sources) == len(new_inners) and all(isinstance(s, dict) for s in sources) else \
+        [{} for _ in new_inners]
     opt._num_update = int(num_update)
     if sched_copy is not None:
         opt._scheduler.load_state_dict(saved_sched)

@@ -17,8 +17,10 @@ import inspect
 
 from ..optimizers import aliases
 from ..optimizers.registry import spec_of
+from . import meaning
 
-__all__ = ["OPTIMIZER_LEVEL", "group_keys", "normalise", "attribute_of"]
+__all__ = ["OPTIMIZER_LEVEL", "group_keys", "normalise", "attribute_of", "torch_keys",
+           "settle", "convention_of", "torch_default_lr", "MISSING"]
 
 #: keywords that belong to the whole optimizer, not to a param group
 OPTIMIZER_LEVEL = ("lr_scheduler", "begin_num_update")
@@ -77,26 +79,42 @@ def _did_you_mean(key, known):
     return f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
 
 
+def convention_of(klass, opts, inherited=None):
+    """The convention a group's options give (else the inherited one, else the class's
+    default)."""
+    for source in (opts, inherited or {}):
+        if source.get("convention") is not None:
+            return source["convention"]
+    for name, default in aliases.constructor_parameters(klass):
+        if name == "convention" and default is not inspect.Parameter.empty:
+            return default
+    return "mxnet"
+
+
 def normalise(klass, kwargs, *, where, level=True, inherited=None):
-    """``kwargs`` (MXNet's or PyTorch's names) in a group's spelling, checked: a TypeError for
-    a keyword ``klass`` has no counterpart of (naming it and why), or one it does not know (with
-    "did you mean"). ``where`` names the call in messages; ``level``: whether optimizer-level
-    keywords (``lr_scheduler``, ``begin_num_update``) may be given (the constructor, not a
-    param group); ``inherited``: the options a group takes from the optimizer's defaults."""
+    """``kwargs`` (MXNet's or PyTorch's names) in a group's spelling, checked: MXNet's names and
+    their aliases become MXNet's keys (``learning_rate``: ``lr``), torch's keywords stay torch
+    keys (:mod:`toolkit.torch.meaning`, settled by :func:`settle`); a TypeError for a keyword
+    ``klass`` has no counterpart of (naming it and why), or one it does not know (with "did you
+    mean"). ``where`` names the call in messages; ``level``: whether optimizer-level keywords
+    (``lr_scheduler``, ``begin_num_update``) may be given (the constructor, not a param group);
+    ``inherited``: the options a group takes from the optimizer's defaults."""
     cls = klass.__name__
     keys = group_keys(klass)
     alias_only = _alias_only(klass)
-    torch_map = aliases.torch_keywords(klass)
+    torch_rules = meaning.rules(klass, convention_of(klass, kwargs, inherited))
     spec = spec_of(klass)
     out = {}
-    given_as = {}
+    given_as = {}  # MXNet key -> the keyword that gave it (a torch keyword gives its MXNet ones)
 
-    def put(name, value, given):
-        if name in out:
-            raise TypeError(f"{where}: {given!r} and {given_as[name]!r} both give {name}; "
-                            "give one of them")
+    def put(name, value, given, gives=()):
+        for n in (name, *gives):
+            if n in given_as:
+                raise TypeError(f"{where}: {given!r} and {given_as[n]!r} both give {n}; "
+                                "give one of them")
         out[name] = value
-        given_as[name] = given
+        for n in (name, *gives):
+            given_as[n] = given
 
     for key, value in kwargs.items():
         if key in OPTIMIZER_LEVEL:
@@ -110,20 +128,11 @@ def normalise(klass, kwargs, *, where, level=True, inherited=None):
             put(key, value, key)
         elif key in alias_only:
             put(alias_only[key], value, key)
-        elif key in torch_map:
-            names = torch_map[key]
-            if len(names) == 1:
-                put(names[0], value, key)
-            else:  # betas
-                try:
-                    values = tuple(value)
-                except TypeError:
-                    values = ()
-                if len(values) != len(names):
-                    raise TypeError(f"{where}: {key} must be a pair ({', '.join(names)}), got "
-                                    f"{value!r}")
-                for n, v in zip(names, values):
-                    put(n, v, key)
+        elif key in torch_rules:
+            rule = torch_rules[key][0]
+            gives = getattr(rule, "names", None) or (
+                (rule.name,) if isinstance(rule, meaning.Converted) else ())
+            put(key, value, key, gives)
         elif key in _REFUSED:
             raise TypeError(f"{where}: toolkit.torch.{cls} takes no {key}: {_REFUSED[key]}")
         else:
@@ -131,7 +140,7 @@ def normalise(klass, kwargs, *, where, level=True, inherited=None):
             if why is not None:
                 raise TypeError(f"{where}: toolkit.torch.{cls} has no counterpart of {key!r}: "
                                 f"{why}")
-            known = sorted(set(keys) | set(torch_map) | set(alias_only) | {"learning_rate"}
+            known = sorted(set(keys) | set(torch_rules) | set(alias_only) | {"learning_rate"}
                            | (set(OPTIMIZER_LEVEL) if level else set()))
             raise TypeError(f"{where}: unknown keyword {key!r} for toolkit.torch.{cls}"
                             f"{_did_you_mean(key, known)} (its keywords: {', '.join(known)})")
@@ -143,6 +152,103 @@ def normalise(klass, kwargs, *, where, level=True, inherited=None):
                             f"(without it {cls} keeps no {key} buffer); pass {flag}=True, or "
                             f"leave {key} out")
     return out
+
+
+def torch_keys(klass, group):
+    """The torch keys of a group of ``klass`` under its convention."""
+    return meaning.rules(klass, convention_of(klass, group))
+
+
+def settle(klass, group, changed, sources, *, where, scheduled=False):
+    """Make a group's torch keys and MXNet keys agree, in place, after the user set the keys
+    ``changed`` (all given ones at construction; those that differ from the last step's after
+    it): a torch key's value becomes its MXNet counterpart's (:class:`~meaning.Same`,
+    :class:`~meaning.Converted`: recomputed every step while the torch key is the one the user
+    set, ``sources[key] == "torch"``), an MXNet key's value shows in its torch key, and a torch
+    key without counterpart is checked (:class:`~meaning.OffOnly`, :class:`~meaning.Moot`).
+    Raises TypeError/ValueError naming ``where`` and the key; returns the ``(key, old value)``
+    pairs it wrote (for an undo). ``scheduled``: a toolkit lr_scheduler sets lr inside the
+    step."""
+    written = []
+
+    def write(key, value):
+        if key not in group or not _same_value(group[key], value):
+            written.append((key, group.get(key, MISSING)))
+            group[key] = value
+
+    for key, (rule, default) in torch_keys(klass, group).items():
+        try:
+            if key == "lr":  # lr is MXNet's key too: only a rule that refuses some values
+                if "lr" in changed:
+                    rule.check("lr", group["lr"])
+                continue
+            if isinstance(rule, meaning.OffOnly):
+                if key in group:
+                    rule.check(key, group[key])
+                else:
+                    write(key, rule.off)
+            elif isinstance(rule, meaning.Moot):
+                if key in group:
+                    rule.check(key, group[key])
+                else:
+                    write(key, default)
+            elif isinstance(rule, meaning.Same):
+                if key in changed and key in group:
+                    new = rule.to_mxnet(key, group[key])
+                    for name, value in new.items():
+                        if name in changed and not _same_value(group.get(name), value):
+                            raise ValueError(f"{key}={group[key]!r} and {name}="
+                                             f"{group.get(name)!r} were both set and disagree; "
+                                             "set one of them")
+                        write(name, value)
+                else:
+                    write(key, rule.from_mxnet(group))
+            else:  # Converted
+                if key in changed and key in group:
+                    if rule.name in changed and key in sources:
+                        raise ValueError(f"{key} and {rule.name} were both set; set one of "
+                                         f"them ({key} is {rule.formula})")
+                    if scheduled:
+                        raise ValueError(f"{key} is {rule.formula}, and a toolkit lr_scheduler "
+                                         "sets lr inside the step; give "
+                                         f"{rule.name}= (MXNet's) instead")
+                    sources[key] = "torch"
+                elif rule.name in changed or key not in sources:
+                    # neither given: torch's default, but MXNet's under a toolkit lr_scheduler
+                    sources[key] = "mxnet" if rule.name in changed or scheduled else "torch"
+                if sources[key] == "torch":
+                    value = group.get(key, default)
+                    write(key, value)
+                    for name, mx in rule.to_mxnet(key, value, group).items():
+                        write(name, mx)
+                else:
+                    write(key, rule.from_mxnet(group))
+        except (TypeError, ValueError) as e:
+            for k, old in reversed(written):
+                if old is MISSING:
+                    group.pop(k, None)
+                else:
+                    group[k] = old
+            raise type(e)(f"{where}: {e}") from None
+    return written
+
+
+MISSING = object()
+
+
+def torch_default_lr(klass, group):
+    """Where torch's lr has one value only (AdaDelta's 1.0: MXNet's has no learning rate), a
+    group made without a learning rate shows it."""
+    rule = torch_keys(klass, group).get("lr")
+    if rule is not None and isinstance(rule[0], meaning.OffOnly):
+        group["lr"] = rule[0].off
+
+
+def _same_value(a, b):
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except (TypeError, ValueError, RuntimeError):
+        return False
 
 
 def _flag_value(klass, out, flag, inherited):

@@ -42,6 +42,19 @@ def _plain(value):
     return value
 
 
+_UNSET = object()
+
+
+def _scalar(value, key, where):
+    """A one-element tensor (torch takes a tensor lr) as the Python float it holds."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"{where}: a tensor {key} must hold one element, got shape "
+                             f"{tuple(value.shape)}")
+        return float(value.item())
+    return value
+
+
 class _TableRun(NamedTuple):
     """One table of rows run over the tensors of one dtype (:func:`run_rule_table`)."""
     factory: object
@@ -120,21 +133,62 @@ class TorchOptimizer(torch.optim.Optimizer):
     #: the toolkit optimizer class (set on each generated subclass)
     toolkit_class = None
 
-    def __init__(self, params, **kwargs):
+    def __init__(self, params, lr=_UNSET, **kwargs):
         klass = type(self).toolkit_class
         if klass is None:
             raise TypeError("TorchOptimizer is a base class: use toolkit.torch.<Name> or "
                             "toolkit.torch.create(name, params, ...)")
         name = f"toolkit.torch.{klass.__name__}()"
+        if lr is not _UNSET:  # torch's second positional argument
+            kwargs = {"lr": _scalar(lr, "lr", name), **kwargs}
         opts = keywords.normalise(klass, kwargs, where=name)
         self._scheduler = opts.pop("lr_scheduler", None)
         self._begin = opts.pop("begin_num_update", 0)
         given_lr = opts.pop("lr", None) if self._scheduler is not None else None
+        torch_given = {k: opts.pop(k) for k in list(opts)
+                       if k != "lr" and k in keywords.torch_keys(klass, opts)}
         # checks every option before anything is kept; with a toolkit scheduler, MXNet's rule
         # (the given learning rate, else the optimizer's default one, is its base_lr) applies
         # once, here
         template = self._build(opts, given_lr)
+        defaults = self._options_of(template, opts, name)
+        defaults.update(torch_given)
+        #: per group, where each converted torch key's value comes from (keywords.settle)
+        self._default_sources = {}
+        # the keys the user set (lr: in torch's spelling; MXNet's learning_rate keeps MXNet's
+        # meaning, which AdaDelta ignores)
+        changed = (set(opts) | set(torch_given)) - {"lr"} | ({"lr"} & set(kwargs))
+        if "lr" not in opts and given_lr is None:
+            keywords.torch_default_lr(klass, defaults)
+        if keywords.settle(klass, defaults, changed, self._default_sources, where=name,
+                           scheduled=self._scheduler is not None):
+            # torch keys gave MXNet ones: built again with them, checked as the constructor
+            # checks its keywords
+            template = self._build({k: defaults[k] for k in keywords.group_keys(klass)
+                                    if k in defaults}, given_lr)
         self._num_update = template.num_update
+        self._sources = []
+        self._inners = []
+        self._synced = []
+        #: parameter -> its :class:`~toolkit.torch.binding.Binding` (the arrays the kernels
+        #: write, which ``self.state[p]`` shows)
+        self._bindings = {}
+        #: parameter -> what its last full check found (``_member``)
+        self._facts = {}
+        #: param group -> its steady state (``toolkit.torch.steady``), after a general step
+        self._steady = {}
+        super().__init__(params, defaults)
+        self.state = self._tracked = TrackedState(self.state)
+        #: ``self.state``'s generation when the steady groups were made, and when this
+        #: optimizer last took the changes made to it (``_take_state_changes``)
+        self._steady_generation = self._seen_generation = self._tracked.generation
+
+    # --- construction ----------------------------------------------------------------------
+    @staticmethod
+    def _options_of(template, opts, name):
+        """The MXNet keys of a group made from the toolkit optimizer ``template`` (its
+        attributes) and the given options ``opts``."""
+        klass = type(template)
         defaults = {}
         for key in keywords.group_keys(klass):
             if key == "lr":
@@ -154,28 +208,15 @@ class TorchOptimizer(torch.optim.Optimizer):
             value = _plain(value)
             if value is None or isinstance(value, (bool, numbers.Real, str)):
                 defaults[key] = value
-        self._inners = []
-        self._synced = []
-        #: parameter -> its :class:`~toolkit.torch.binding.Binding` (the arrays the kernels
-        #: write, which ``self.state[p]`` shows)
-        self._bindings = {}
-        #: parameter -> what its last full check found (``_member``)
-        self._facts = {}
-        #: param group -> its steady state (``toolkit.torch.steady``), after a general step
-        self._steady = {}
-        super().__init__(params, defaults)
-        self.state = self._tracked = TrackedState(self.state)
-        #: ``self.state``'s generation when the steady groups were made, and when this
-        #: optimizer last took the changes made to it (``_take_state_changes``)
-        self._steady_generation = self._seen_generation = self._tracked.generation
+        return defaults
 
-    # --- construction ----------------------------------------------------------------------
     def _build(self, opts, scheduler_lr=None):
         """A toolkit optimizer for the options ``opts`` (a group's spelling), checked. With a
         toolkit scheduler its learning rate is the scheduler's ``base_lr``
         (``scheduler_lr``: the one given to the constructor, MXNet's rule)."""
         klass = type(self).toolkit_class
-        kw = {k: v for k, v in opts.items() if k not in ("lr", "maximize")}
+        mxnet_keys = keywords.group_keys(klass)
+        kw = {k: v for k, v in opts.items() if k not in ("lr", "maximize") and k in mxnet_keys}
         if self._scheduler is None:
             if opts.get("lr") is not None:
                 kw["learning_rate"] = opts["lr"]
@@ -203,6 +244,9 @@ class TorchOptimizer(torch.optim.Optimizer):
             raise TypeError("add_param_group: this optimizer's learning rate comes from its "
                             "lr_scheduler; a param group cannot give its own lr")
         merged = {**self.defaults, **opts}
+        sources = dict(self._default_sources)
+        keywords.settle(klass, merged, set(opts) - {"lr"} | ({"lr"} & set(param_group)),
+                        sources, where="add_param_group", scheduled=self._scheduler is not None)
         inner = self._build(merged)
         group = {"params": param_group["params"]}
         if "param_names" in param_group:
@@ -212,6 +256,7 @@ class TorchOptimizer(torch.optim.Optimizer):
             group["lr"] = inner.learning_rate
         super().add_param_group(group)
         self._inners.append(inner)
+        self._sources.append(sources)
         self._synced.append(self._snapshot(group))
 
     @staticmethod
@@ -277,14 +322,30 @@ class TorchOptimizer(torch.optim.Optimizer):
         toolkit optimizer, checked; returns what puts them back (on a later error)."""
         klass = type(self).toolkit_class
         done = []
+        written = []
 
         def undo():
             for inner, attr, old in reversed(done):
                 setattr(inner, attr, old)
+            for group, key, old in reversed(written):
+                if old is keywords.MISSING:
+                    group.pop(key, None)
+                else:
+                    group[key] = old
 
         try:
             for gi, group in enumerate(self.param_groups):
                 inner, last = self._inners[gi], self._synced[gi]
+                if isinstance(group.get("lr"), torch.Tensor):
+                    written.append((group, "lr", group["lr"]))
+                    group["lr"] = _scalar(group["lr"], "lr", f"param group {gi}")
+                changed = {k for k, v in group.items() if k not in ("params", "param_names") and
+                           (k not in last or not (v is last[k] or _same(v, last[k])))}
+                torch_keys = keywords.torch_keys(klass, group)
+                if changed:
+                    written.extend((group, k, old) for k, old in keywords.settle(
+                        klass, group, changed, self._sources[gi], where=f"param group {gi}",
+                        scheduled=self._scheduler is not None))
                 if self._scheduler is not None:
                     if "initial_lr" in group:
                         raise TypeError(
@@ -300,8 +361,9 @@ class TorchOptimizer(torch.optim.Optimizer):
                         continue
                     if key == "lr" and self._scheduler is not None:
                         continue
-                    if key not in last:
-                        continue  # a key of the user's own (torch allows them): not an option
+                    if key not in last or key in torch_keys:
+                        continue  # a key of the user's own (torch allows them), or a torch key
+                        # settled into MXNet's above
                     attr = keywords.attribute_of(klass, key)
                     if attr is None:
                         raise ValueError(

@@ -1,0 +1,264 @@
+"""What each ``torch.optim`` keyword means in a ``toolkit.torch`` optimizer: the one table.
+
+A torch keyword (``lr``, ``betas``, ``eps``, ``weight_decay``, ``amsgrad``, ``foreach``...) is
+a key of its own in every param group, beside MXNet's keys (``wd``, ``beta1``, ``epsilon``...),
+and means what it means in the ``torch.optim`` namesake (the spec's ``torch``) or is refused:
+
+* :class:`Same`: the MXNet hyperparameter(s) of the same meaning (``betas`` = ``beta1, beta2``);
+  the two spellings are kept equal, whichever the user sets.
+* :class:`Converted`: another MXNet hyperparameter, recomputed at every step from the group
+  (AdamW's ``weight_decay`` is MXNet's ``wd = lr*weight_decay/eta``, and follows ``lr``).
+* :class:`OffOnly`: no counterpart; taken at its off value only, else refused at construction
+  or at the step with the reason (``amsgrad=True``, Adam's ``eps`` under MXNet's placement).
+* :class:`Moot`: how torch runs the update (``foreach``, ``fused``), which the toolkit's own
+  path decides; accepted at the values given (``capturable`` and ``differentiable``: False).
+
+The keywords are torch's own signature of the namesake (read from ``torch.optim``), so none is
+missing; :data:`RULES` holds the ones whose meaning is not the MXNet keyword of the same name
+(:data:`toolkit.optimizers.aliases.TORCH_KEYWORDS`). An optimizer torch does not ship takes
+torch's usual names for its MXNet hyperparameters (``lr``, ``weight_decay`` = ``wd``,
+``betas``, ``eps``, ``momentum``), since there is no torch meaning to differ from.
+docs/torch.md prints the table (:func:`table`) and ``tests/test_torch_keywords.py`` tests it
+row by row.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+from typing import Callable, NamedTuple
+
+from ..optimizers import aliases
+from ..optimizers.registry import spec_of
+
+__all__ = ["Same", "Converted", "OffOnly", "Moot", "RULES", "rules", "table"]
+
+
+class Same(NamedTuple):
+    """The MXNet hyperparameters ``names`` (two for ``betas``)."""
+    names: tuple
+
+    def to_mxnet(self, key, value):
+        if len(self.names) == 1:
+            return {self.names[0]: value}
+        try:
+            values = tuple(value)
+        except TypeError:
+            values = ()
+        if len(values) != len(self.names):
+            raise TypeError(f"{key} must be a pair ({', '.join(self.names)}), got {value!r}")
+        return dict(zip(self.names, values))
+
+    def from_mxnet(self, group):
+        values = tuple(group.get(n) for n in self.names)
+        return values[0] if len(values) == 1 else values
+
+    def describe(self):
+        return "same: " + " and ".join(f"`{n}`" for n in self.names)
+
+
+class Converted(NamedTuple):
+    """The MXNet hyperparameter ``name`` = ``to_mxnet(value, group)`` at every step;
+    ``from_mxnet(group)`` is the torch value a group shows when MXNet's key was set."""
+    name: str
+    to_mxnet_fn: Callable
+    from_mxnet_fn: Callable
+    formula: str
+
+    def to_mxnet(self, key, value, group):
+        return {self.name: self.to_mxnet_fn(value, group)}
+
+    def from_mxnet(self, group):
+        return self.from_mxnet_fn(group)
+
+    def describe(self):
+        return f"converted: {self.formula}, at every step"
+
+
+class OffOnly(NamedTuple):
+    """No counterpart: ``off`` (the value a group shows) is taken, anything else refused."""
+    off: object
+    why: str
+
+    def check(self, key, value):
+        if not _equal(value, self.off):
+            raise ValueError(f"{key}={value!r} is refused: {self.why}" +
+                             ("" if self.off is None else f" (only {key}={self.off!r} is taken)"))
+
+    def describe(self):
+        return f"refused unless {self.off!r}: {self.why}"
+
+
+class Moot(NamedTuple):
+    """How torch runs the update, decided by the toolkit's own path: ``allowed`` values
+    (None: any), the group shows what was given (else ``default``)."""
+    allowed: tuple | None
+    default: object
+    why: str
+
+    def check(self, key, value):
+        if self.allowed is not None and not any(_equal(value, a) for a in self.allowed):
+            raise ValueError(f"{key}={value!r} is refused: {self.why}")
+
+    def describe(self):
+        taken = "any value" if self.allowed is None else \
+            " or ".join(repr(a) for a in self.allowed)
+        return f"taken ({taken}): {self.why}"
+
+
+def _equal(a, b):
+    if a is None or b is None:
+        return a is b
+    try:
+        return type(a) is not bool and type(b) is not bool and a == b or a is b
+    except (TypeError, ValueError):
+        return False
+
+
+_MOOT = {
+    "foreach": Moot(None, None, "the toolkit's own fused path runs whatever is asked"),
+    "fused": Moot(None, None, "the toolkit's own fused path runs whatever is asked"),
+    "capturable": Moot((False,), False, "CUDA-graph capture of the step is not supported"),
+    "differentiable": Moot((False,), False, "the step is not differentiable through autograd"),
+}
+
+
+def _adamw_wd(value, group):
+    return float(group["lr"]) * float(value) / float(group.get("eta", 1.0))
+
+
+def _adamw_weight_decay(group):
+    lr = float(group["lr"])
+    return float(group["wd"]) * float(group.get("eta", 1.0)) / lr if lr else math.nan
+
+
+_PLACEMENT = ("torch adds eps to the bias-corrected root sqrt(v/(1-beta2^t)); MXNet's Adam adds "
+              "epsilon to sqrt(v) and folds the bias corrections into the learning rate, so one "
+              "number means two updates. Give epsilon= for MXNet's, or convention='guide' "
+              "(torch's update)")
+
+#: ``(torch class, torch keyword) -> {convention: rule}`` where the meaning is not the MXNet
+#: keyword of the same name (``"*"``: every convention but those listed)
+RULES = {  # checked against the registry by tests/test_torch_keywords.py::test_rules_name_torch_facts
+    ("Adam", "eps"): {"mxnet": OffOnly(None, _PLACEMENT), "*": Same(("epsilon",))},
+    ("Adam", "amsgrad"): {"*": OffOnly(False, "MXNet 1.9.1 has no AMSGrad")},
+    ("Adam", "decoupled_weight_decay"): {"*": OffOnly(False, "decoupled decay is "
+                                                             "toolkit.torch.AdamW")},
+    ("AdamW", "weight_decay"): {"*": Converted(
+        "wd", _adamw_wd, _adamw_weight_decay, "`wd = lr*weight_decay/eta` (torch decays by "
+        "lr*weight_decay per step; MXNet's AdamW by eta*wd)")},
+    ("AdamW", "eps"): {"mxnet": OffOnly(None, "MXNet's AdamW (contrib adamw_update) has no "
+                                              "bias correction: its epsilon is added to sqrt(v),"
+                                              " torch's eps to sqrt(v/(1-beta2^t)); give "
+                                              "epsilon= for MXNet's, or convention='guide'"),
+                       "*": Same(("epsilon",))},
+    ("AdamW", "amsgrad"): {"*": OffOnly(False, "MXNet 1.9.1 has no AMSGrad")},
+    ("Adamax", "eps"): {"*": OffOnly(None, "torch adds eps to |g| inside the max; MXNet's "
+                                           "Adamax has no epsilon (the guide's adds it to the "
+                                           "denominator: epsilon= with convention='guide')")},
+    ("NAdam", "decoupled_weight_decay"): {"*": OffOnly(False, "MXNet's Nadam couples wd into "
+                                                              "the gradient")},
+    ("Adagrad", "weight_decay"): {"*": OffOnly(0, "torch adds weight_decay*w to the gradient "
+                                                  "before the history; MXNet's AdaGrad adds "
+                                                  "wd*w to the step after the division: give "
+                                                  "wd= for MXNet's")},
+    ("Adagrad", "lr_decay"): {"*": OffOnly(0, "use a learning-rate scheduler")},
+    ("Adagrad", "initial_accumulator_value"): {"*": OffOnly(0, "MXNet's history starts at 0")},
+    ("RMSprop", "eps"): {"*": OffOnly(None, "torch adds eps outside the root (sqrt(v) + eps); "
+                                            "MXNet's RMSProp inside (sqrt(n + epsilon)): give "
+                                            "epsilon= for MXNet's")},
+    ("RMSprop", "momentum"): {"*": Same(("gamma2",))},
+    ("Adadelta", "lr"): {"*": OffOnly(1.0, "MXNet's AdaDelta has no learning rate (the step is "
+                                           "the delta itself, torch's lr=1.0)")},
+    ("Adadelta", "weight_decay"): {"*": OffOnly(0, "torch adds weight_decay*w to the gradient; "
+                                                   "MXNet's AdaDelta subtracts wd*w from the "
+                                                   "weight, without the learning rate: give wd="
+                                                   " for MXNet's")},
+    ("SGD", "dampening"): {"*": OffOnly(0, "MXNet's momentum has no dampening")},
+    ("SGD", "nesterov"): {"*": OffOnly(False, "Nesterov momentum is toolkit.torch.NAG")},
+}
+
+#: ``(torch class, keyword) -> note`` where a torch keyword is also the MXNet keyword of the
+#: same spelling (an MXNet key, MXNet's meaning) and the two meanings differ
+SHARED = {  # checked against the registry by tests/test_torch_keywords.py::test_rules_name_torch_facts
+    ("Adagrad", "eps"): "MXNet's eps, inside the root: sqrt(h + eps); torch's is outside, "
+                        "sqrt(h) + eps",
+    ("SGD", "momentum"): "MXNet's momentum: its buffer holds -lr*buf, so the two agree while "
+                         "lr is constant and differ where it changes",
+}
+
+
+def _torch_signature(torch_name):
+    """``{keyword: default}`` of ``torch.optim.<torch_name>`` (after ``params``)."""
+    import torch
+    klass = getattr(torch.optim, torch_name, None)
+    if klass is None:
+        return {}
+    params = list(inspect.signature(klass.__init__).parameters.values())[2:]
+    return {p.name: p.default for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD,
+                                                            p.KEYWORD_ONLY)}
+
+
+@functools.lru_cache(maxsize=None)
+def rules(klass, convention):
+    """``{torch keyword: (rule, torch's default)}`` of the toolkit optimizer class ``klass``
+    under ``convention``: the keywords of its ``torch.optim`` namesake (with the spec's
+    ``torch_flags`` fixed: NAG is SGD with ``nesterov=True``), or torch's usual names where
+    torch ships none. MXNet's own keywords of the same spelling (AdaGrad's ``eps``, RMSProp's
+    ``centered``, SGD's ``momentum``) are MXNet's keys, not torch ones, and are left out."""
+    spec = spec_of(klass)
+    accepted = aliases.accepted_keywords(klass)
+    mapped = aliases.torch_keywords(klass)
+    out = {}
+    if spec.torch is None:
+        for key, names in mapped.items():
+            if key not in accepted and key != "lr":
+                out[key] = (Same(names), None)
+        return out
+    for key, default in _torch_signature(spec.torch).items():
+        if key in ("lr", "maximize"):
+            rule = RULES.get((spec.torch, key))
+            if rule is not None:
+                out[key] = (_pick(rule, convention), default)
+            continue
+        flags = spec.torch_flags
+        if key in flags:
+            out[key] = (OffOnly(flags[key], f"{klass.__name__} is torch's "
+                                            f"{spec.torch}({key}={flags[key]!r})"), default)
+            continue
+        rule = RULES.get((spec.torch, key))
+        if rule is not None:
+            out[key] = (_pick(rule, convention), default)
+        elif key in _MOOT:
+            out[key] = (_MOOT[key], default)
+        elif key in accepted:
+            continue  # MXNet's own keyword of that spelling
+        elif key in mapped:
+            out[key] = (Same(mapped[key]), default)
+        else:
+            out[key] = (OffOnly(default, aliases.hint(klass, key, True) or
+                                f"{klass.__name__} has no {key}"), default)
+    return out
+
+
+def _pick(by_convention, convention):
+    return by_convention.get(convention, by_convention["*"])
+
+
+def table(klass, convention="mxnet"):
+    """Markdown rows ``| keyword | meaning |`` of :func:`rules` (docs/torch.md), and of torch's
+    keywords that are MXNet keywords of the same spelling too."""
+    spec = spec_of(klass)
+    own = rules(klass, convention)
+    rows = []
+    for key in _torch_signature(spec.torch) if spec.torch else own:
+        if key in own:
+            flag = spec.torch_requires.get(key)
+            only = f", only with `{flag}=True`" if flag else ""
+            rows.append(f"| `{key}` | {own[key][0].describe()}{only} |")
+        elif key == "lr":
+            rows.append("| `lr` | same: `learning_rate` |")
+        elif key in aliases.accepted_keywords(klass):
+            note = SHARED.get((spec.torch, key), "same")
+            rows.append(f"| `{key}` | MXNet's keyword of that name: {note} |")
+    return rows
