@@ -15,12 +15,15 @@ from __future__ import annotations
 import numbers
 from typing import NamedTuple
 
+import numba
 import numpy as np
 import torch
 
 from ..backends import cpu
 from ..sparse import RowSparse
+from ..optimizers import aliases
 from ..optimizers.bookkeeping import StepScalars
+from ..optimizers.registry import spec_of
 from ..trainer.buffers import Recorder, planned_rows
 from . import keywords
 from .binding import FRESH, REBIND, Binding, TrackedState, check_entry
@@ -30,6 +33,7 @@ from .steady import SteadyGroup, SteadyStep
 __all__ = ["TorchOptimizer"]
 
 _DENSE_DTYPES = (torch.float32, torch.float64)
+_NUMBA_MAX = numba.config.NUMBA_NUM_THREADS
 _STRIDED = torch.strided
 _HALF = (torch.float16, torch.bfloat16)
 
@@ -43,6 +47,25 @@ def _plain(value):
 
 
 _UNSET = object()
+
+
+class torch_threads:
+    """Within the block numba's parallel kernels use ``torch.get_num_threads()`` threads (at
+    most ``NUMBA_NUM_THREADS``), as torch's own CPU kernels would; numba's setting (per
+    thread) is put back after."""
+    __slots__ = ("old",)
+
+    def __enter__(self):
+        want = min(torch.get_num_threads(), _NUMBA_MAX)
+        old = numba.get_num_threads()
+        self.old = old if old != want else None
+        if self.old is not None:
+            numba.set_num_threads(want)
+        return self
+
+    def __exit__(self, *exc):
+        if self.old is not None:
+            numba.set_num_threads(self.old)
 
 
 def _scalar(value, key, where):
@@ -145,6 +168,10 @@ class TorchOptimizer(torch.optim.Optimizer):
         self._scheduler = opts.pop("lr_scheduler", None)
         self._begin = opts.pop("begin_num_update", 0)
         given_lr = opts.pop("lr", None) if self._scheduler is not None else None
+        if spec_of(klass).noise and "seed" not in opts and \
+                "seed" in aliases.accepted_keywords(klass):
+            # a noise-drawing optimizer (SGLD) follows torch.manual_seed unless given a seed
+            opts["seed"] = torch.initial_seed()
         torch_given = {k: opts.pop(k) for k in list(opts)
                        if k != "lr" and k in keywords.torch_keys(klass, opts)}
         # checks every option before anything is kept; with a toolkit scheduler, MXNet's rule
@@ -270,9 +297,11 @@ class TorchOptimizer(torch.optim.Optimizer):
         return tuple(self._inners)
 
     # --- the step --------------------------------------------------------------------------
+    @torch.compiler.disable  # under torch.compile: a graph break, the step runs eagerly
     def step(self, closure=None):
         """One update of every parameter whose ``.grad`` is not None (the closure, if given,
-        runs first under ``torch.enable_grad()`` and its value is returned)."""
+        runs first under ``torch.enable_grad()`` and its value is returned). The CPU kernels
+        run on ``torch.get_num_threads()`` threads (at most numba's ``NUMBA_NUM_THREADS``)."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -286,7 +315,8 @@ class TorchOptimizer(torch.optim.Optimizer):
             raise
         for gi, group in enumerate(self.param_groups):  # the options are the inner ones now
             self._synced[gi] = self._snapshot(group)
-        self._run(plans)
+        with torch_threads():
+            self._run(plans)
         return loss
 
     def _take_state_changes(self):
@@ -370,7 +400,17 @@ class TorchOptimizer(torch.optim.Optimizer):
                             f"param group {gi}: {key} cannot change after the group is made "
                             f"(from {last[key]!r} to {value!r}); add a new param group with it")
                     old = getattr(inner, attr)
-                    setattr(inner, attr, value)
+                    try:
+                        setattr(inner, attr, value)
+                    except ValueError as e:
+                        if "cannot change from" not in str(e):
+                            raise
+                        raise ValueError(
+                            f"param group {gi}: {key} cannot change from {last[key]!r} to "
+                            f"{value!r} once the group's parameters have state: it changes "
+                            f"the state {klass.__name__} keeps for them. Add a new param group "
+                            f"with {key}={value!r} (opt.add_param_group) for the parameters "
+                            "that should take it") from None
                     done.append((inner, attr, old))
                 if not isinstance(group.get("maximize", False), bool):
                     raise TypeError(f"param group {gi}: maximize must be a bool, got "
