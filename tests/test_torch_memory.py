@@ -117,7 +117,7 @@ def test_a_parameter_that_grows_is_refused(name, kw):
 @pytest.mark.parametrize("steps", [1, 3], ids=["general", "steady"])
 @pytest.mark.parametrize("how", ["replace", "set_", "plain_dict"])
 def test_a_state_tensor_the_user_replaces_is_the_one_the_step_uses(steps, how):
-    """``opt.state[p]["mean"] = torch.zeros(...)``: the step kept updating its old hidden array
+    """``opt.state[p]["exp_avg"] = torch.zeros(...)``: the step kept updating its old hidden array
     while ``opt.state`` and ``state_dict()`` showed the zeros. The next step now takes the
     replacement's values, exactly as loading a state_dict that holds them."""
     model, twin = _model(), _model()
@@ -127,14 +127,14 @@ def test_a_state_tensor_the_user_replaces_is_the_one_the_step_uses(steps, how):
         _train(model, opt, steps)
         sd = opt.state_dict()
         p = model[0].weight
-        zeros = torch.zeros_like(opt.state[p]["mean"])
+        zeros = torch.zeros_like(opt.state[p]["exp_avg"])
         if how == "replace":
-            opt.state[p]["mean"] = zeros
+            opt.state[p]["exp_avg"] = zeros
         elif how == "set_":
-            opt.state[p]["mean"].set_(zeros)
+            opt.state[p]["exp_avg"].set_(zeros)
         else:
-            opt.state[p] = {**opt.state[p], "mean": zeros}
-        sd["state"][0]["mean"] = torch.zeros_like(zeros)
+            opt.state[p] = {**opt.state[p], "exp_avg": zeros}
+        sd["state"][0]["exp_avg"] = torch.zeros_like(zeros)
         twin.load_state_dict(model.state_dict())
         other.load_state_dict(sd)
         _train(model, opt, 2)
@@ -143,10 +143,10 @@ def test_a_state_tensor_the_user_replaces_is_the_one_the_step_uses(steps, how):
 
 
 @pytest.mark.parametrize("bad,match", [
-    (lambda t: torch.zeros(5), r"parameter 0: opt.state\[p\]\['mean'\] is \(5,\)"),
-    (lambda t: t.double(), r"parameter 0: opt.state\[p\]\['mean'\] is .*torch.float64.*must be "
+    (lambda t: torch.zeros(5), r"parameter 0: opt.state\[p\]\['exp_avg'\] is \(5,\)"),
+    (lambda t: t.double(), r"parameter 0: opt.state\[p\]\['exp_avg'\] is .*torch.float64.*must be "
                            r"\(5, 6\) torch.float32"),
-    (lambda t: 0.5, r"opt.state\[p\]\['mean'\] must be a tensor, got float"),
+    (lambda t: 0.5, r"opt.state\[p\]\['exp_avg'\] must be a tensor, got float"),
 ], ids=["shape", "dtype", "not-a-tensor"])
 def test_a_replacement_that_does_not_fit_is_refused_and_changes_nothing(bad, match):
     model = _model()
@@ -154,7 +154,7 @@ def test_a_replacement_that_does_not_fit_is_refused_and_changes_nothing(bad, mat
     with checked_launches():
         _train(model, opt, 3)
         p = model[0].weight
-        opt.state[p]["mean"] = bad(opt.state[p]["mean"])
+        opt.state[p]["exp_avg"] = bad(opt.state[p]["exp_avg"])
         opt.zero_grad()
         model(torch.randn(4, 6)).square().sum().backward()
         weights = [q.detach().clone() for q in model.parameters()]
@@ -193,9 +193,9 @@ def test_deleting_one_slot_is_refused():
     model = _model()
     opt = toolkit.torch.Adam(model.parameters(), lr=0.01)
     _train(model, opt, 2)
-    del opt.state[model[0].weight]["var"]
-    with pytest.raises(ValueError, match=r"parameter 0: opt.state\[p\] holds \['mean'\]; this "
-                                         r"optimizer keeps \['mean', 'var'\]"):
+    del opt.state[model[0].weight]["exp_avg_sq"]
+    with pytest.raises(ValueError, match=r"parameter 0: opt.state\[p\] holds \['exp_avg'\]; "
+                                         r"this optimizer keeps \['exp_avg', 'exp_avg_sq'\]"):
         _train(model, opt, 1)
 
 
@@ -217,7 +217,7 @@ def test_a_new_memory_order_continues_with_the_same_numbers():
             b.step()
     assert w.is_contiguous(memory_format=torch.channels_last)
     assert torch.equal(w.detach(), v.detach())
-    assert torch.equal(a.state[w]["mean"], b.state[v]["mean"])
+    assert torch.equal(a.state[w]["exp_avg"], b.state[v]["exp_avg"])
 
 
 def test_the_address_check_catches_a_bad_row():

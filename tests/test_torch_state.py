@@ -116,11 +116,11 @@ def test_a_state_that_does_not_fit_is_an_error_and_changes_nothing():
     good = saved(opt.state_dict())
 
     bad = copy.deepcopy(good)
-    bad["state"][1]["mean"] = torch.zeros(5)
-    _unchanged(opt, params, lambda: opt.load_state_dict(bad), "state 'mean' is")
+    bad["state"][1]["exp_avg"] = torch.zeros(5)
+    _unchanged(opt, params, lambda: opt.load_state_dict(bad), "state 'exp_avg' is")
     bad = copy.deepcopy(good)
-    del bad["state"][0]["var"]
-    _unchanged(opt, params, lambda: opt.load_state_dict(bad), "holds \\['mean'\\]")
+    del bad["state"][0]["exp_avg_sq"]
+    _unchanged(opt, params, lambda: opt.load_state_dict(bad), "holds \\['exp_avg'\\]")
     bad = copy.deepcopy(good)
     bad["param_groups"][0]["beta1"] = 3.0
     _unchanged(opt, params, lambda: opt.load_state_dict(bad), "beta1")
@@ -130,8 +130,16 @@ def test_a_state_that_does_not_fit_is_an_error_and_changes_nothing():
     bad = copy.deepcopy(good)
     bad["state"][0]["step"] = 99
     _unchanged(opt, params, lambda: opt.load_state_dict(bad), "step 99")
-    foreign = torch.optim.Adam(params, lr=0.01).state_dict()
-    _unchanged(opt, params, lambda: opt.load_state_dict(foreign), "not made by a toolkit.torch")
+    # a torch.optim state_dict of the namesake crosses (tests/test_torch_crossing.py); one of
+    # another optimizer, or with what cannot continue here, does not
+    foreign = torch.optim.Adam(params, lr=0.01, amsgrad=True).state_dict()
+    _unchanged(opt, params, lambda: opt.load_state_dict(foreign), "amsgrad=True cannot continue")
+    foreign = torch.optim.SGD(params, lr=0.01, momentum=0.9)
+    for p, g in zip(params, grads(params, 0)):
+        p.grad = g
+    foreign.step()
+    _unchanged(opt, params, lambda: opt.load_state_dict(foreign.state_dict()),
+               "holds \\['momentum_buffer'\\]")
     smaller = tt.Adam(params[:2], lr=0.01)
     _unchanged(smaller, params, lambda: smaller.load_state_dict(good), "holds 3 parameters")
     nadam = saved(tt.Nadam(model(), lr=0.01).state_dict())

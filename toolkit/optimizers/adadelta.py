@@ -67,6 +67,7 @@ def guide_rule(f):
 SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
     name="adadelta", reference="reference.adadelta",
     pytorch="pytorch", torch="Adadelta",
+    torch_slots={"acc_g": "square_avg"},
     space={"rho": Interval(0.0, 0.999), "epsilon": Decades(-9, -3)},
     # rho: Zeiler (2012) tries 0.9 to 0.99 (0.95 in his experiments, Keras's default); MXNet,
     # torch.optim and optax take 0.9. epsilon: Zeiler 1e-6 and 1e-8, torch and optax 1e-6,

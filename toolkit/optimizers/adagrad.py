@@ -67,6 +67,7 @@ def guide_rule(f):
 SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
     name="adagrad", reference="reference.adagrad",
     pytorch="pytorch", torch="Adagrad",
+    torch_slots={"history": "sum"},
     space={"eps": OneOf(1e-07, Decades(-10, -1))},
     # eps: torch.optim.Adagrad 1e-10, MXNet, optax and Keras 1e-7; larger values change the
     # algorithm (they dominate the first steps' root)

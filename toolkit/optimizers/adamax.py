@@ -82,6 +82,7 @@ def guide_rule(f):
 SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
     name="adamax", reference="reference.adamax",
     pytorch="pytorch", torch="Adamax",
+    torch_slots={"mean": "exp_avg", "u": "exp_inf"},
     space={"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999)},
     # Kingma and Ba (2015, section 7.1) and MXNet, torch.optim, optax: 0.9 and 0.999
     usual={"beta1": USUAL_BETA1, "beta2": USUAL_BETA2},

@@ -93,6 +93,7 @@ def guide_rule(f):
 SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
     name="adamw", reference="reference.adamw",
     pytorch="pytorch", torch="AdamW",
+    torch_slots={"mean": "exp_avg", "var": "exp_avg_sq"},
     space={"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999),
            "epsilon": Decades(-10, -2), "eta": OneOf(1.0, Interval(0.0, 1.0))},
     usual={"beta1": USUAL_BETA1, "beta2": USUAL_BETA2, "epsilon": Decades(-8, -3)},

@@ -64,6 +64,7 @@ SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.p
     name="nadam", reference="reference.nadam",
     conventions=("mxnet",),
     pytorch="mxnet", torch="NAdam",
+    torch_slots={"m": "exp_avg", "v": "exp_avg_sq"},
     space={"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999),
            "epsilon": Decades(-10, -2), "schedule_decay": OneOf(0.004, Interval(0.0, 0.1))},
     # betas and epsilon as Adam's (Dozat 2016; MXNet, torch.optim.NAdam, optax: 0.9, 0.999,

@@ -106,6 +106,7 @@ _UNSET = object()
 SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
     name="rmsprop", reference="reference.rmsprop",
     pytorch="pytorch", torch="RMSprop", torch_requires={"momentum": "centered"},
+    torch_slots={"n": "square_avg", "g": "grad_avg"},
     space={"gamma1": Interval(0.0, 0.999), "gamma2": Interval(0.0, 0.99),
            "epsilon": Decades(-10, -2), "centered": OneOf(False, True),
            "clip_weights": OneOf(None, Decades(-1, 1))},

@@ -68,6 +68,9 @@ class Spec:
         ``gamma2`` of the centered variant; plain RMSProp keeps no momentum buffer).
         ``torch_flags``: ``{torch keyword: value}`` that make the ``torch`` class this update
         (NAG: ``{"nesterov": True}``); ``toolkit.torch`` takes those values only.
+        ``torch_slots``: ``{state slot: torch's name}`` for the slots that hold the same
+        quantity as the ``torch`` class's state of that name (Adam: ``mean`` is
+        ``exp_avg``); ``toolkit.torch`` shows and saves them under torch's name.
     What the oracle draws
         ``space``: its own hyperparameters (MXNet's constructor names) as :class:`Space` s,
         aimed at branch points. ``fixed``: common hyperparameters it does not take freely, with
@@ -113,6 +116,7 @@ class Spec:
     torch: str | None = None
     torch_requires: Mapping[str, str] = field(default_factory=dict)
     torch_flags: Mapping[str, Any] = field(default_factory=dict)
+    torch_slots: Mapping[str, str] = field(default_factory=dict)
     space: Mapping[str, Space] = field(default_factory=dict)
     fixed: Mapping[str, Any] = field(default_factory=dict)
     fixed_reason: str = ""
@@ -153,7 +157,7 @@ class Spec:
                             f"(toolkit.oracle.variants.VARIANTS), got {self.variants!r}")
         object.__setattr__(self, "variants", tuple(self.variants))
         for key in ("space", "fixed", "usual", "record", "demo", "torch_requires",
-                    "torch_flags"):
+                    "torch_flags", "torch_slots"):
             object.__setattr__(self, key, _frozen(getattr(self, key)))
         for key in ("layouts", "trainer"):
             object.__setattr__(self, key, tuple(_frozen(c) for c in getattr(self, key)))

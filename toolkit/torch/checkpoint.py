@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from ..optimizers.registry import spec_of
-from . import keywords
+from . import crossing, keywords
 
 __all__ = ["pack", "unpack"]
 
@@ -51,14 +51,17 @@ def _plain(x):
 
 
 def pack(opt):
-    """``opt.state_dict()``."""
+    """``opt.state_dict()``, which ``torch.optim``'s namesake loads too
+    (:mod:`toolkit.torch.crossing`)."""
+    klass = type(opt).toolkit_class
     counts = {}
     for inner in opt._inners:
         counts.update(inner.update_counts)
     state, groups = {}, []
     index = 0
-    for group in opt.param_groups:
-        packed = {k: v for k, v in group.items() if k != "params"}
+    for group, inner in zip(opt.param_groups, opt._inners):
+        packed = crossing.exported(klass, {k: v for k, v in group.items() if k != "params"})
+        host_data = inner.host_state()[0]
         ids = []
         for p in group["params"]:
             entry = {}
@@ -67,7 +70,7 @@ def pack(opt):
             if p in opt._bindings:
                 entry.update(opt.state[p])
             if entry:
-                state[index] = entry
+                state[index] = crossing.for_torch(klass, group, entry, host_data)
             ids.append(index)
             index += 1
         packed["params"] = ids
@@ -98,9 +101,19 @@ def unpack(opt, sd):
         _fail("expected a dict with 'state' and 'param_groups' (what state_dict() gives)",
               TypeError)
     meta = sd.get("toolkit")
+    notes = []
+    if meta is None:  # a torch.optim state_dict of the namesake
+        try:
+            sd, notes = crossing.from_torch(opt, sd)
+        except (TypeError, ValueError, KeyError, AttributeError) as e:
+            _fail(f"this torch.optim state_dict does not cross: {e}")
+        meta = sd["toolkit"]
+    else:
+        sd = {**sd, "state": {k: crossing.without_torch_entries(klass, v) if isinstance(v, dict)
+                              else v for k, v in sd["state"].items()} if isinstance(
+            sd["state"], dict) else sd["state"]}
     if not isinstance(meta, dict):
-        _fail("this state_dict has no 'toolkit' entry: it was not made by a toolkit.torch "
-              "optimizer")
+        _fail("its 'toolkit' entry is not a dict: it was not made by a toolkit.torch optimizer")
     if meta.get("format") != FORMAT:
         _fail(f"format {meta.get('format')!r} is not {FORMAT}, the one this version reads")
     name = spec_of(klass).name
@@ -140,7 +153,8 @@ def unpack(opt, sd):
         if not isinstance(ids, list) or len(ids) != len(group["params"]):
             _fail(f"param group {gi} holds {len(ids) if isinstance(ids, list) else ids!r} "
                   f"parameters, this optimizer's {len(group['params'])}")
-        options = {k: v for k, v in saved.items() if k not in ("params", "param_names")}
+        options = crossing.reimported(
+            klass, {k: v for k, v in saved.items() if k not in ("params", "param_names")})
         missing = sorted(k for k in group_keys if k not in options)
         if missing:
             _fail(f"param group {gi} lacks the options {missing}")
@@ -230,3 +244,4 @@ def unpack(opt, sd):
         opt._scheduler.load_state_dict(saved_sched)
     for restore in commits:
         restore()
+    crossing.warn(notes)

@@ -193,7 +193,15 @@ def settle(klass, group, changed, sources, *, where, scheduled=False):
                 else:
                     write(key, default)
             elif isinstance(rule, meaning.Same):
-                if key in changed and key in group:
+                flag = spec_of(klass).torch_requires.get(key)
+                if flag is not None and not group.get(flag):
+                    # its counterpart needs the flag on (RMSProp's momentum: centered): off
+                    # here, the key is torch's off value
+                    if key in changed and key in group and group[key]:
+                        raise ValueError(f"{key}={group[key]!r} needs {flag}=True (without it "
+                                         f"{klass.__name__} keeps no {key} buffer)")
+                    write(key, default if default is not None else 0)
+                elif key in changed and key in group:
                     new = rule.to_mxnet(key, group[key])
                     for name, value in new.items():
                         if name in changed and not _same_value(group.get(name), value):

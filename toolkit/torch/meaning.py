@@ -31,7 +31,8 @@ from typing import Callable, NamedTuple
 from ..optimizers import aliases
 from ..optimizers.registry import spec_of
 
-__all__ = ["Same", "Converted", "OffOnly", "Moot", "RULES", "rules", "table"]
+__all__ = ["Same", "Converted", "OffOnly", "Moot", "RULES", "SHARED", "rules", "table",
+           "equal"]
 
 
 class Same(NamedTuple):
@@ -76,12 +77,15 @@ class Converted(NamedTuple):
 
 
 class OffOnly(NamedTuple):
-    """No counterpart: ``off`` (the value a group shows) is taken, anything else refused."""
+    """No counterpart: ``off`` (the value a group shows) is taken, anything else refused.
+    ``export``: the MXNet key whose value torch's namesake takes for it when a toolkit
+    state_dict is loaded there (``toolkit.torch.crossing``)."""
     off: object
     why: str
+    export: str | None = None
 
     def check(self, key, value):
-        if not _equal(value, self.off):
+        if not equal(value, self.off):
             raise ValueError(f"{key}={value!r} is refused: {self.why}" +
                              ("" if self.off is None else f" (only {key}={self.off!r} is taken)"))
 
@@ -97,7 +101,7 @@ class Moot(NamedTuple):
     why: str
 
     def check(self, key, value):
-        if self.allowed is not None and not any(_equal(value, a) for a in self.allowed):
+        if self.allowed is not None and not any(equal(value, a) for a in self.allowed):
             raise ValueError(f"{key}={value!r} is refused: {self.why}")
 
     def describe(self):
@@ -106,7 +110,8 @@ class Moot(NamedTuple):
         return f"taken ({taken}): {self.why}"
 
 
-def _equal(a, b):
+def equal(a, b):
+    """Whether a group's value ``a`` is the rule's value ``b`` (a bool only equals a bool)."""
     if a is None or b is None:
         return a is b
     try:
@@ -140,7 +145,7 @@ _PLACEMENT = ("torch adds eps to the bias-corrected root sqrt(v/(1-beta2^t)); MX
 #: ``(torch class, torch keyword) -> {convention: rule}`` where the meaning is not the MXNet
 #: keyword of the same name (``"*"``: every convention but those listed)
 RULES = {  # checked against the registry by tests/test_torch_keywords.py::test_rules_name_torch_facts
-    ("Adam", "eps"): {"mxnet": OffOnly(None, _PLACEMENT), "*": Same(("epsilon",))},
+    ("Adam", "eps"): {"mxnet": OffOnly(None, _PLACEMENT, "epsilon"), "*": Same(("epsilon",))},
     ("Adam", "amsgrad"): {"*": OffOnly(False, "MXNet 1.9.1 has no AMSGrad")},
     ("Adam", "decoupled_weight_decay"): {"*": OffOnly(False, "decoupled decay is "
                                                              "toolkit.torch.AdamW")},
@@ -150,12 +155,14 @@ RULES = {  # checked against the registry by tests/test_torch_keywords.py::test_
     ("AdamW", "eps"): {"mxnet": OffOnly(None, "MXNet's AdamW (contrib adamw_update) has no "
                                               "bias correction: its epsilon is added to sqrt(v),"
                                               " torch's eps to sqrt(v/(1-beta2^t)); give "
-                                              "epsilon= for MXNet's, or convention='guide'"),
+                                              "epsilon= for MXNet's, or convention='guide'",
+                                      "epsilon"),
                        "*": Same(("epsilon",))},
     ("AdamW", "amsgrad"): {"*": OffOnly(False, "MXNet 1.9.1 has no AMSGrad")},
     ("Adamax", "eps"): {"*": OffOnly(None, "torch adds eps to |g| inside the max; MXNet's "
                                            "Adamax has no epsilon (the guide's adds it to the "
-                                           "denominator: epsilon= with convention='guide')")},
+                                           "denominator: epsilon= with convention='guide')",
+                                    "epsilon")},
     ("NAdam", "decoupled_weight_decay"): {"*": OffOnly(False, "MXNet's Nadam couples wd into "
                                                               "the gradient")},
     ("Adagrad", "weight_decay"): {"*": OffOnly(0, "torch adds weight_decay*w to the gradient "
@@ -166,7 +173,7 @@ RULES = {  # checked against the registry by tests/test_torch_keywords.py::test_
     ("Adagrad", "initial_accumulator_value"): {"*": OffOnly(0, "MXNet's history starts at 0")},
     ("RMSprop", "eps"): {"*": OffOnly(None, "torch adds eps outside the root (sqrt(v) + eps); "
                                             "MXNet's RMSProp inside (sqrt(n + epsilon)): give "
-                                            "epsilon= for MXNet's")},
+                                            "epsilon= for MXNet's", "epsilon")},
     ("RMSprop", "momentum"): {"*": Same(("gamma2",))},
     ("Adadelta", "lr"): {"*": OffOnly(1.0, "MXNet's AdaDelta has no learning rate (the step is "
                                            "the delta itself, torch's lr=1.0)")},

@@ -624,10 +624,15 @@ class TorchOptimizer(torch.optim.Optimizer):
 
     @staticmethod
     def _names(inner, inner_state):
+        """The names ``opt.state[p]`` shows a toolkit state's arrays under: torch's name where
+        the slot holds the quantity torch's namesake keeps under it (the spec's
+        ``torch_slots``: Adam's ``mean`` is ``exp_avg``), else the slot's own."""
         arrays = inner.state_arrays(inner_state)
         slots = tuple(inner.state_slots())
-        return slots if len(slots) == len(arrays) else tuple(f"state{k}"
-                                                              for k in range(len(arrays)))
+        if len(slots) != len(arrays):
+            return tuple(f"state{k}" for k in range(len(arrays)))
+        torch_names = spec_of(type(inner)).torch_slots
+        return tuple(torch_names.get(n, n) for n in slots)
 
     def _named(self, inner, state, w):
         """The arrays of a toolkit state by name: ``weight32`` (a float32 master copy), then the

@@ -1,0 +1,183 @@
+"""Checkpoints cross between torch.optim and toolkit.torch (toolkit/torch/crossing.py,
+docs/torch.md): a torch.optim state_dict loads into the toolkit.torch namesake and the reverse,
+through torch.save / torch.load(weights_only=True), states by name (the same quantities under
+torch's names, SGD's buffer converted), options by the keyword table; a run continues; what
+cannot continue is refused with the optimizer unchanged."""
+from __future__ import annotations
+
+import io
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="toolkit.torch needs PyTorch")
+
+import toolkit.torch as tt  # noqa: E402
+from toolkit.optimizer import registry, specs  # noqa: E402
+from toolkit.torch import crossing  # noqa: E402
+
+#: a namesake pair and options that both take (the toolkit side in MXNet's default convention)
+PAIRS = [(n, specs()[n].torch) for n in sorted(specs()) if specs()[n].torch]
+
+
+def _model():
+    torch.manual_seed(0)
+    return torch.nn.Linear(4, 3).double()
+
+
+X = torch.randn(8, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+
+
+def _train(model, opt, steps):
+    for _ in range(steps):
+        opt.zero_grad()
+        model(X).square().sum().backward()
+        opt.step()
+
+
+def _saved(sd):
+    buf = io.BytesIO()
+    torch.save(sd, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=True)
+
+
+def _torch_kwargs(name):
+    """Options both sides take: SGD's momentum; AdaDelta's lr at 1.0 (MXNet's has none)."""
+    from toolkit.torch import meaning
+    lr = meaning.rules(registry()[name], "mxnet").get("lr", (None,))[0]
+    return {**({"momentum": 0.9} if specs()[name].torch == "SGD" else {}),
+            "lr": lr.off if lr is not None else 1e-2}
+
+
+def _toolkit(name, params, **kw):
+    klass = registry()[name]
+    extra = {"momentum": 0.9} if specs()[name].torch == "SGD" else {}
+    return tt.optimizer_class(klass)(params, **{**extra, **kw})
+
+
+@pytest.mark.parametrize("name,torch_name", PAIRS)
+def test_a_torch_checkpoint_loads_and_the_run_goes_on(name, torch_name):
+    """torch.optim's state_dict into the namesake: each state is torch's (by name; SGD's
+    buffer as MXNet's -lr*buf), the counts are torch's steps, and the run steps on."""
+    a = _model()
+    nesterov = {"nesterov": True} if specs()[name].torch_flags.get("nesterov") else {}
+    theirs = getattr(torch.optim, torch_name)(a.parameters(), **_torch_kwargs(name),
+                                              **nesterov)
+    _train(a, theirs, 3)
+    b = _model()
+    b.load_state_dict(a.state_dict())
+    mine = _toolkit(name, b.parameters())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # an eps not taken is said (test below)
+        mine.load_state_dict(_saved(theirs.state_dict()))
+    assert mine.param_groups[0]["lr"] == _torch_kwargs(name)["lr"]
+    sd = mine.state_dict()
+    for k, entry in theirs.state_dict()["state"].items():
+        for key, value in entry.items():
+            if key in ("step", "mu_product"):
+                assert float(sd["state"][k][key]) == float(value)
+            elif (torch_name, key) in crossing.SCALED:  # -lr*buf and back: two roundings
+                torch.testing.assert_close(sd["state"][k][key], value, rtol=2 ** -51, atol=0)
+            else:
+                assert torch.equal(sd["state"][k][key], value), (k, key)
+    _train(b, mine, 2)
+    assert all(torch.isfinite(p).all() for p in b.parameters())
+
+
+@pytest.mark.parametrize("name,torch_name", PAIRS)
+def test_a_toolkit_checkpoint_loads_into_torch_optim(name, torch_name):
+    a = _model()
+    lr = _torch_kwargs(name)["lr"]
+    mine = _toolkit(name, a.parameters(), lr=lr)
+    _train(a, mine, 3)
+    b = _model()
+    nesterov = {"nesterov": True} if specs()[name].torch_flags.get("nesterov") else {}
+    theirs = getattr(torch.optim, torch_name)(b.parameters(), **{
+        **_torch_kwargs(name), "lr": 0.123}, **nesterov)
+    theirs.load_state_dict(_saved(mine.state_dict()))
+    assert theirs.param_groups[0]["lr"] == lr
+    mx = mine.state_dict()["state"]
+    for k, entry in theirs.state_dict()["state"].items():
+        for key, value in entry.items():
+            if key in mx[k]:
+                ref = mx[k][key]
+                assert torch.equal(torch.as_tensor(ref, dtype=value.dtype), value), (k, key)
+    _train(b, theirs, 2)  # torch's own step runs from it
+
+
+def test_adam_crosses_both_ways_and_continues_torchs_run():
+    """Under convention="guide" (torch's Adam) a run moved from torch.optim continues as
+    torch's own would, and back: float64, to the last bits of rounding."""
+    a, b = _model(), _model()
+    theirs = torch.optim.Adam(a.parameters(), lr=1e-2)
+    _train(a, theirs, 3)
+    b.load_state_dict(a.state_dict())
+    mine = tt.Adam(b.parameters(), convention="guide")
+    mine.load_state_dict(_saved(theirs.state_dict()))
+    _train(a, theirs, 3)
+    _train(b, mine, 3)
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=1e-15)
+    back = torch.optim.Adam(a.parameters(), lr=1e-3)
+    a.load_state_dict(b.state_dict())
+    back.load_state_dict(_saved(mine.state_dict()))
+    _train(a, back, 3)
+    _train(b, mine, 3)
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=1e-15)
+
+
+def test_sgd_buffer_is_converted():
+    a = _model()
+    theirs = torch.optim.SGD(a.parameters(), lr=0.1, momentum=0.9)
+    _train(a, theirs, 2)
+    mine = tt.SGD(_model().parameters(), lr=0.5, momentum=0.9)
+    mine.load_state_dict(_saved(theirs.state_dict()))
+    buf = theirs.state[a.weight]["momentum_buffer"]
+    assert torch.equal(mine.state_dict()["state"][0]["mom"], buf * -0.1)
+
+
+def test_what_cannot_continue_is_refused_and_an_eps_not_taken_is_said():
+    a = _model()
+    theirs = torch.optim.Adam(a.parameters(), lr=1e-2, amsgrad=True)
+    _train(a, theirs, 1)
+    mine = tt.Adam(_model().parameters())
+    before = mine.state_dict()
+    with pytest.raises(ValueError, match="amsgrad=True cannot continue here: MXNet 1.9.1 has "
+                                         "no AMSGrad; the optimizer is unchanged"):
+        mine.load_state_dict(_saved(theirs.state_dict()))
+    assert repr(mine.state_dict()) == repr(before)
+    theirs = torch.optim.Adam(a.parameters(), lr=1e-2, eps=1e-6)
+    _train(a, theirs, 1)
+    with pytest.warns(UserWarning, match="eps=1e-06 is not taken"):
+        mine.load_state_dict(_saved(theirs.state_dict()))
+    assert mine.param_groups[0]["epsilon"] == 1e-8  # MXNet's own, as the warning says
+
+
+def test_a_file_saved_with_mxnet_slot_names_still_loads():
+    a = _model()
+    mine = tt.Adam(a.parameters(), lr=1e-2)
+    _train(a, mine, 2)
+    sd = _saved(mine.state_dict())
+    for entry in sd["state"].values():
+        entry["mean"], entry["var"] = entry.pop("exp_avg"), entry.pop("exp_avg_sq")
+        entry["step"] = int(entry["step"])
+    again = tt.Adam(_model().parameters(), lr=1e-2)
+    again.load_state_dict(sd)
+    assert torch.equal(again.state_dict()["state"][0]["exp_avg"],
+                       mine.state_dict()["state"][0]["exp_avg"])
+
+
+def test_tables_name_torch_facts():
+    from toolkit.torch import meaning
+    namesakes = {s.torch for s in specs().values() if s.torch}
+    for torch_name, key in list(crossing.SCALED) + list(crossing.HOST):
+        assert torch_name in namesakes
+        a = _model()
+        opt = getattr(torch.optim, torch_name)(a.parameters(), lr=0.1, **(
+            {"momentum": 0.9, "centered": True} if torch_name == "RMSprop" else
+            {"momentum": 0.9} if torch_name == "SGD" else {}))
+        _train(a, opt, 1)
+        assert key in opt.state[a.weight], (torch_name, key)
+    assert meaning.equal(False, False) and not meaning.equal(0, False)

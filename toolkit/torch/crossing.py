@@ -1,0 +1,175 @@
+"""Checkpoints that cross between ``torch.optim`` and ``toolkit.torch`` (docs/torch.md,
+"Checkpoints from and to torch.optim").
+
+:func:`for_torch` adds to a toolkit state_dict what ``torch.optim``'s namesake reads: each
+state's ``step`` as torch's float32 tensor, torch's state entries that MXNet keeps as another
+quantity (SGD's and centered RMSprop's ``momentum_buffer = -mom/lr``: MXNet's buffer holds
+``-lr*buf``), NAdam's per-parameter ``mu_product`` (MXNet keeps one ``m_schedule`` per group),
+and a number for every torch key a toolkit group holds as None (Adam's ``eps`` under MXNet's
+placement: MXNet's ``epsilon``, torch's default where MXNet has none). :func:`from_torch`
+makes a ``torch.optim`` state_dict of the same optimizer into a toolkit one: its options through
+the keyword table (``meaning``: torch's keys with torch's meaning; a key the toolkit refuses
+but at its off value is refused, one whose number means another update here is not taken, with
+a warning), its states by name, the conversions above undone.
+
+The same quantities cross exactly; where the conventions differ (MXNet's Adam against torch's),
+the next step computes the loading optimizer's own update from that state.
+"""
+from __future__ import annotations
+
+import numbers
+import warnings
+
+import torch
+
+from ..optimizers.registry import spec_of
+from . import keywords, meaning
+
+__all__ = ["exported", "reimported", "for_torch", "without_torch_entries", "from_torch", "warn"]
+
+#: ``(torch class, torch's state entry) -> the toolkit slot holding -lr times it``
+SCALED = {  # checked against the registry by tests/test_torch_crossing.py::test_tables_name_torch_facts
+    ("SGD", "momentum_buffer"): "mom",
+    ("RMSprop", "momentum_buffer"): "delta",
+}
+#: ``(torch class, torch's per-parameter state entry) -> the group's host value it is``
+HOST = {("NAdam", "mu_product"): "m_schedule"}  # checked against the registry by tests/test_torch_crossing.py::test_tables_name_torch_facts
+
+
+def _torch_name(klass):
+    return spec_of(klass).torch
+
+
+def exported(klass, group):
+    """``group``'s options as torch's namesake reads them: a torch key the toolkit holds as
+    None gets the number torch needs (its MXNet counterpart's, else torch's default)."""
+    out = dict(group)
+    for key, (rule, default) in keywords.torch_keys(klass, group).items():
+        if isinstance(rule, meaning.OffOnly) and rule.off is None and out.get(key) is None:
+            mx = group.get(rule.export) if rule.export else None
+            out[key] = mx if mx is not None else default
+    return out
+
+
+def reimported(klass, options):
+    """The options of a toolkit state_dict's group as a group holds them (what
+    :func:`exported` filled in put back)."""
+    out = dict(options)
+    for key, (rule, _) in keywords.torch_keys(klass, out).items():
+        if isinstance(rule, meaning.OffOnly) and rule.off is None:
+            out[key] = None
+    return out
+
+
+def without_torch_entries(klass, entry):
+    """A toolkit state entry without what :func:`for_torch` added for torch, its slots under
+    the names ``opt.state`` shows (a file saved before they took torch's names, ``mean`` for
+    ``exp_avg``, loads too)."""
+    torch_name = _torch_name(klass)
+    added = {key for (name, key) in list(SCALED) + list(HOST) if name == torch_name}
+    renamed = spec_of(klass).torch_slots
+    return {renamed.get(k, k): v for k, v in entry.items() if k not in added}
+
+
+def for_torch(klass, group, entry, host_data):
+    """A toolkit state entry (``{"step": t, slot: tensor}``) with what torch's namesake reads
+    added (``group``: its param group's options; ``host_data``: its group's host state)."""
+    torch_name = _torch_name(klass)
+    out = dict(entry)
+    if "step" in out:
+        out["step"] = torch.tensor(float(out["step"]))
+    for (name, key), slot in SCALED.items():
+        if name == torch_name and slot in out:
+            out[key] = out[slot] / -float(group["lr"])
+    for (name, key), host_key in HOST.items():
+        if name == torch_name and host_key in host_data:
+            out[key] = torch.tensor(float(host_data[host_key]))
+    return out
+
+
+def from_torch(opt, sd):
+    """``sd``, a ``torch.optim`` state_dict of ``opt``'s namesake, as a toolkit state_dict for
+    ``opt`` (checked later as any; a TypeError/ValueError here names what does not cross)."""
+    klass = type(opt).toolkit_class
+    torch_name = _torch_name(klass)
+    where = "load_state_dict"
+    if torch_name is None:
+        raise ValueError(f"{where}: this state_dict has no 'toolkit' entry, and "
+                         f"{klass.__name__} has no torch.optim namesake whose state_dict it "
+                         "could be")
+    saved_groups = sd["param_groups"]
+    if not isinstance(saved_groups, list) or len(saved_groups) != len(opt.param_groups):
+        raise ValueError(f"{where}: it has {len(saved_groups)} param groups, this optimizer "
+                         f"{len(opt.param_groups)}")
+    notes = []
+    groups, group_of = [], {}
+    for gi, (saved, group) in enumerate(zip(saved_groups, opt.param_groups)):
+        options = {k: v for k, v in group.items() if k != "params"}
+        changed = set()
+        rules = keywords.torch_keys(klass, options)
+        for key, value in saved.items():
+            if key in ("params", "param_names", "initial_lr"):
+                if key != "params":
+                    options[key] = value
+                continue
+            if key == "lr" or key == "maximize":
+                options[key], changed = value, changed | {key}
+                continue
+            rule = rules.get(key, (None,))[0]
+            if rule is None:
+                continue  # a key of torch's this optimizer has no use for (decoupled_weight_decay)
+            if isinstance(rule, meaning.OffOnly) and not meaning.equal(value, rule.off):
+                if rule.off is not None:
+                    raise ValueError(f"{where}: param group {gi}: {key}={value!r} cannot "
+                                     f"continue here: {rule.why}")
+                notes.append(f"param group {gi}: {key}={value!r} is not taken ({rule.why}); "
+                             f"the group keeps its own")
+                continue
+            if isinstance(rule, meaning.Moot) and rule.allowed is not None and \
+                    not any(meaning.equal(value, a) for a in rule.allowed):
+                continue
+            options[key] = value
+            changed.add(key)
+        keywords.settle(klass, options, changed, {}, where=f"{where}: param group {gi}")
+        ids = saved.get("params", [])
+        for k in ids:
+            group_of[k] = (gi, options)
+        groups.append({**options, "params": list(ids)})
+    host = []
+    for inner in opt.toolkit_optimizers:
+        data, arrays = inner.host_state()
+        host.append({"data": dict(data), "arrays": dict(arrays)})
+    state, steps = {}, []
+    for k, entry in sd["state"].items():
+        if k not in group_of:
+            raise ValueError(f"{where}: it holds state for parameter {k!r} that no param "
+                             "group holds")
+        gi, options = group_of[k]
+        out = {}
+        for key, value in entry.items():
+            if key == "step":
+                t = value.item() if isinstance(value, torch.Tensor) else value
+                if not isinstance(t, numbers.Real) or t != int(t):
+                    raise ValueError(f"{where}: parameter {k}'s step {value!r} is not a count")
+                if int(t) > 0:
+                    out["step"] = int(t)
+                    steps.append(int(t))
+                continue
+            scaled = SCALED.get((torch_name, key))
+            host_key = HOST.get((torch_name, key))
+            if scaled is not None:
+                out[scaled] = value * -float(options["lr"])
+            elif host_key is not None:
+                host[gi]["data"][host_key] = float(value)
+            else:
+                out[key] = value
+        state[k] = out
+    meta = {"format": 1, "optimizer": spec_of(klass).name,
+            "num_update": max([opt.toolkit_optimizers[0].begin_num_update, *steps]), "host": host, "lr_scheduler": None}
+    return {"state": state, "param_groups": groups, "toolkit": meta}, notes
+
+
+def warn(notes):
+    for note in notes:
+        warnings.warn(f"load_state_dict of a torch.optim state_dict: {note}", UserWarning,
+                      stacklevel=3)
