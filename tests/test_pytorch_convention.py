@@ -247,3 +247,17 @@ def test_torch_foreach_is_its_single_tensor_path(case, dtype):
             opt.step()
         return p.detach().numpy()
     assert np.array_equal(_bits(run(foreach=False)), _bits(run(foreach=True)))
+
+
+@pytest.mark.parametrize("name", sorted(n for n, s in specs().items()
+                                        if "pytorch" not in s.conventions))
+def test_an_optimizer_without_the_convention_refuses_it(name):
+    """The kernels implement "pytorch" where the spec lists it; elsewhere (torch has no such
+    optimizer, or Nadam, not done) it is refused at construction and on assignment, and an
+    assignment refused leaves the convention as it was."""
+    with pytest.raises(ValueError, match="pytorch"):
+        optimizer.create(name, convention="pytorch")
+    opt = optimizer.create(name)
+    with pytest.raises(ValueError, match="pytorch"):
+        opt.convention = "pytorch"
+    assert opt.convention == "mxnet"
