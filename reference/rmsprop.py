@@ -34,10 +34,13 @@ HYPER = {"learning_rate": 0.001, "gamma1": 0.9, "gamma2": 0.9, "epsilon": 1e-8,
 #: known variants of the same equations, ``step(..., form=...)``: {form: the conventions whose
 #: equations it changes} (written out in :func:`step`'s docstring; see reference/adam.py): the
 #: orders of weight decay and clipping, MXNet's in the guide's equations and the reverse (the
-#: pytorch convention clips, as the guide, before torch adds its weight decay)
+#: pytorch convention clips, as the guide, before torch adds its weight decay); and torch's lerp
+#: of the centered first moment (``grad_avg.lerp_(grad, 1 - alpha)``, torch/optim/rmsprop.py,
+#: torch 2.13)
 FORMS = {
     "wd_before_clip": ("guide",),
     "wd_after_clip": ("mxnet",),
+    "lerp": ("pytorch",),
 }
 
 
@@ -129,6 +132,8 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
 
         wd_before_clip   guide: G = clip(rs*grad + wd*w, c)      (MXNet's order)
         wd_after_clip    mxnet: g = clip(rs*grad, c) + wd*w      (the guide's order)
+        lerp             pytorch, centered: gbar = gbar + (1-gamma1)*(g - gbar)
+                         (torch.optim.RMSprop: grad_avg.lerp_(grad, 1 - alpha))
     """
     convention = check_convention(convention, CONVENTIONS, NAME, PYTORCH)
     form = check_form(form, FORMS, NAME, convention)
@@ -172,7 +177,10 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
             w_new = w - lr * g / (np.sqrt(n_new) + eps)              # eps outside the root
             new_state = {"n": n_new}
         else:
-            gbar_new = gamma1 * gbar + (1.0 - gamma1) * g            # torch's grad_avg
+            if form == "lerp":
+                gbar_new = gbar + (1.0 - gamma1) * (g - gbar)
+            else:
+                gbar_new = gamma1 * gbar + (1.0 - gamma1) * g        # torch's grad_avg
             var = np.maximum(n_new - gbar_new * gbar_new, 0.0)       # clamped: see the guide branch
             b = gamma2 * delta + g / (np.sqrt(var) + eps)            # torch's momentum_buffer
             w_new = w - lr * b

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+from toolkit.optimizer import spec_of
 from toolkit.tools import accuracy
 
 pytest.importorskip("rich")
@@ -13,13 +14,16 @@ pytest.importorskip("matplotlib")
 
 TINY = ["--only", "sgd,adam", "--backend", "cpu", "--dtype", "float32", "--dtype", "float16-mp",
         "--cases", "3", "--quiet"]
+#: the rows of TINY: sgd and adam, each in its spec's conventions, x its two dtypes
+TINY_ROWS = sum(len(spec_of(n).conventions) for n in ("sgd", "adam")) * 2
 
 
 def test_measure_rows_and_statistics():
     res = accuracy.measure(["sgd", "adam"], backends=["cpu"], dtypes=["float32", "float16"],
                            cases=4, progress=False)
     assert [r.id for r in res.rows] == [f"{n}/{c}/cpu/{d}" for n in ("sgd", "adam")
-                                        for c in ("mxnet", "guide") for d in ("float32", "float16")]
+                                        for c in spec_of(n).conventions
+                                        for d in ("float32", "float16")]
     for r in res.rows:
         assert r.cases == 4 and 0 <= r.median <= r.p99 <= r.worst <= 1.0
         assert r.worst_case["case"] in range(4) and not r.failures
@@ -35,7 +39,7 @@ def test_main_prints_the_table_and_writes_the_plot(tmp_path, capsys):
     assert accuracy.main(TINY + ["--plot", str(png)]) == 0
     out = capsys.readouterr().out
     for name in ("sgd", "adam"):
-        for conv in ("mxnet", "guide"):
+        for conv in spec_of(name).conventions:
             for dtype in ("float32", "float16-mp"):
                 assert any(name in line and conv in line and dtype in line and "ok" in line
                            for line in out.splitlines()), (name, conv, dtype)
@@ -48,7 +52,7 @@ def test_json_parses(tmp_path, capsys):
     assert accuracy.main(TINY + ["--json", "--no-plot"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["ok"] is True and doc["exit_code"] == 0 and doc["cases"] == 3
-    assert len(doc["rows"]) == 8 and doc["plot"] is None
+    assert len(doc["rows"]) == TINY_ROWS and doc["plot"] is None
     row = doc["rows"][0]
     assert {"median", "p99", "worst", "cases", "worst_case"} <= set(row)
     assert doc["provenance"]["numpy"] == np.__version__

@@ -110,12 +110,18 @@ def test_conventions_and_pytorch_attributes(mod):
         assert "torch/optim/" in doc and "class " in doc and "torch 2.13" in doc
 
 
-def test_toolkit_conventions_unchanged():
-    """The kernels do not implement the pytorch convention."""
+def test_toolkit_conventions():
+    """The reference's common default stays mxnet and guide; the toolkit's optimizers take
+    "pytorch" too, and the kernels implement it only where torch.optim has the optimizer (the
+    reference has a pytorch convention) and the spec lists it (tests/test_pytorch_convention.py
+    checks those against torch.optim)."""
     from reference import _util
     from toolkit.optimizers import base
     assert _util.CONVENTIONS == ("mxnet", "guide")
-    assert base.CONVENTIONS == ("mxnet", "guide")
+    assert base.CONVENTIONS == ("mxnet", "guide", "pytorch")
+    for name, spec in specs(oracle=True).items():
+        if "pytorch" in spec.conventions:
+            assert spec.pytorch is not None, name
 
 
 @pytest.mark.parametrize("mod", WITHOUT, ids=_ids)

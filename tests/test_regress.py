@@ -10,9 +10,12 @@ import shutil
 import numpy as np
 import pytest
 
+from toolkit.optimizer import spec_of
 from toolkit.tools import regress
 
 OPTS, DTYPES, STEPS, SIZE = ["sgd", "adam"], ["float32", "float16-mp"], 3, 4
+#: the entries recorded: each optimizer's conventions (its spec's) x DTYPES
+ENTRIES = sum(len(spec_of(n).conventions) for n in OPTS) * len(DTYPES)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +47,10 @@ def test_record_then_compare_is_bit_identical(recorded):
     (doc,) = regress.load(recorded)
     assert doc["format"] == "mxopt-regress" and doc["version"] == regress.VERSION
     ids = [e["id"] for e in doc["entries"]]
-    assert len(ids) == 2 * 2 * 2 and "adam/mxnet/cpu/float16-mp" in ids
+    assert len(ids) == ENTRIES and "adam/mxnet/cpu/float16-mp" in ids
+    # the scope names the conventions known when recording (a scope without them, as the golden
+    # files', covers mxnet and guide: tests/test_golden.py)
+    assert doc["scope"]["conventions"] == ["mxnet", "guide", "pytorch"]
     prov = doc["provenance"]
     for key in ("numpy", "numba", "toolkit", "python", "platform", "cpu", "date", "command"):
         assert prov.get(key), key
@@ -102,7 +108,7 @@ def test_json_report_parses(copy, capsys):
     assert regress.main(["compare", str(copy), "--json"]) == 1
     rep = json.loads(capsys.readouterr().out)
     assert rep["ok"] is False and rep["exit_code"] == 1 and rep["bound"] == 0
-    assert rep["counts"]["changed"] == 1 and rep["counts"]["same"] == 7
+    assert rep["counts"]["changed"] == 1 and rep["counts"]["same"] == ENTRIES - 1
     (e,) = [e for e in rep["entries"] if e["status"] == "changed"]
     assert e["id"] == "adam/mxnet/cpu/float32" and e["max_ulps"] == 1 and e["first_step"] == 2
     assert e["changes"][0]["array"] == "mean" and e["changes"][0]["elements"] == 1
@@ -196,3 +202,20 @@ def test_encode_decode_round_trip(dtype, encoding):
     a = np.array([0.0, -0.0, 1.5, -3e-5, np.inf, 6e4], dtype)
     back = regress.decode(regress.encode(a, encoding), dtype, encoding)
     assert back.dtype == dtype and a.tobytes() == back.tobytes()
+
+
+def test_a_scope_without_conventions_covers_mxnet_and_guide(copy):
+    """A file recorded before the kernels had "pytorch" (its scope names no conventions, as
+    the golden files') is complete without pytorch entries; one whose scope names "pytorch"
+    is not."""
+    def drop_pytorch(doc):
+        doc["entries"] = [e for e in doc["entries"] if e["convention"] != "pytorch"]
+    _edit(copy, drop_pytorch)
+    missing = [e.id for e in regress.compare(copy, progress=False).entries
+               if e.status == "missing"]
+    assert missing and all("/pytorch/" in m for m in missing)
+
+    def old_scope(doc):
+        del doc["scope"]["conventions"]
+    _edit(copy, old_scope)
+    assert regress.compare(copy, progress=False).ok

@@ -18,6 +18,7 @@ This module is the bottom of the backends: it imports numba and numpy, nothing o
 from __future__ import annotations
 
 import threading
+from fractions import Fraction
 import types as pytypes
 import warnings
 
@@ -25,11 +26,11 @@ import numba
 import numpy as np
 from numba import types
 from numba.core.errors import NumbaIRAssumptionWarning
-from numba.extending import register_jitable
+from numba.extending import intrinsic, overload, register_jitable
 
 __all__ = ["COMPILE_OPTIONS", "PARALLEL_THRESHOLD", "DTYPES", "NUMBA_TYPES", "KernelCache",
            "KERNELS", "cached", "compile_kernel", "readonly_variant", "call_readonly",
-           "by_value", "inlined"]
+           "by_value", "inlined", "fma"]
 
 #: The compile options of every CPU kernel.
 COMPILE_OPTIONS = dict(error_model="numpy", fastmath=False, cache=True, nogil=True,
@@ -148,3 +149,35 @@ def inlined(fn):
     to the cache. The key also changes when a rule's code changes, so a stale kernel is never
     loaded."""
     return register_jitable(inline="always")(fn)
+
+
+def fma(a, b, c):
+    """``a*b + c`` rounded once (a fused multiply-add), for the rules that must round as an
+    implementation that fuses does (torch's CPU kernels form ``x.add_(y, alpha=a)``,
+    ``addcmul_`` and ``lerp_`` with one: ``convention="pytorch"``), in the widest of the three
+    float types. Compiled code (the CPU loops and the CUDA device functions) calls LLVM's
+    ``llvm.fma``, a hardware FMA on x86-64 with FMA3 and on every CUDA GPU; called from Python
+    (numba's CUDA simulator) it is computed exactly with :class:`fractions.Fraction` and rounded
+    to float64 (correctly), then to a narrower numpy type if the operands are one (float32:
+    rounded twice, which the simulator's tests allow)."""
+    exact = float(Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c)))
+    kinds = [type(x) for x in (a, b, c) if isinstance(x, np.floating)]
+    return np.result_type(*kinds).type(exact) if kinds else exact
+
+
+@intrinsic
+def _llvm_fma(typingctx, a, b, c):
+    if not all(isinstance(x, types.Float) for x in (a, b, c)):
+        return None
+    out = typingctx.unify_types(a, b, c)
+
+    def codegen(context, builder, signature, args):
+        args = [context.cast(builder, v, t, out) for v, t in zip(args, signature.args)]
+        return builder.fma(*args)
+    return out(a, b, c), codegen
+
+
+@overload(fma, jit_options={}, inline="always")
+def _fma_overload(a, b, c):
+    if all(isinstance(x, types.Float) for x in (a, b, c)):
+        return lambda a, b, c: _llvm_fma(a, b, c)

@@ -17,7 +17,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from . import gradient
+from ..backends.jit import fma
+from . import gradient, torch_ops
 from .base import Optimizer, scalar_only
 from .registry import register
 from .spaces import Decades, Interval
@@ -64,8 +65,42 @@ def guide_rule(f):
     return rule
 
 
+class PytorchRow(NamedTuple):
+    """The scalars of :func:`pytorch_rule`."""
+    nlr: float     #: -lr (torch's lr: AdaDelta's learning rate enters under "pytorch" only)
+    wd: float
+    rs: float      #: rescale_grad
+    c: float       #: clip_gradient, negative for none
+    rho: float
+    omrho: float   #: 1 - rho
+    eps: float
+
+
+def pytorch_rule(f):
+    """torch.optim.Adadelta's single-tensor update (torch 2.13, torch/optim/adadelta.py,
+    ``_single_tensor_adadelta``; its documented algorithm), in torch's order of operations::
+
+        g = clip(rs*grad, c) + wd*w                      (when wd != 0)
+        acc_g = acc_g*rho + (1 - rho)*g*g                (rounded once: addcmul_)
+        delta = (sqrt(acc_delta + eps)/sqrt(acc_g + eps))*g
+        acc_delta = acc_delta*rho + (1 - rho)*delta*delta
+        w = w - lr*delta                                 (rounded once)"""
+    grad_of = torch_ops.gradient(f)
+    square_avg = torch_ops.square_avg(f)
+
+    def rule(w, grad, acc_g, acc_delta, hp):
+        p = PytorchRow(*hp)
+        g = grad_of(grad, w, p.rs, p.wd, p.c)
+        acc_g = square_avg(acc_g, g, p.rho, p.omrho)
+        delta = (math.sqrt(acc_delta + p.eps) / math.sqrt(acc_g + p.eps)) * g
+        acc_delta = square_avg(acc_delta, delta, p.rho, p.omrho)
+        return fma(p.nlr, delta, w), acc_g, acc_delta
+    return rule
+
+
 SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
     name="adadelta", reference="reference.adadelta",
+    conventions=("mxnet", "guide", "pytorch"),
     pytorch="pytorch", torch="Adadelta",
     torch_slots={"acc_g": "square_avg"},
     space={"rho": Interval(0.0, 0.999), "epsilon": Decades(-9, -3)},
@@ -84,13 +119,17 @@ SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.p
 
 @register
 class AdaDelta(Optimizer):
-    """AdaDelta (MXNet ``adadelta``; Zeiler 2012). ``learning_rate`` is accepted and ignored.
+    """AdaDelta (MXNet ``adadelta``; Zeiler 2012). ``learning_rate`` is accepted and ignored
+    ("mxnet", "guide").
 
     * mxnet: ``acc_g = rho*acc_g + (1-rho)*g^2; delta = sqrt(acc_delta+eps)/sqrt(acc_g+eps)*g;
       acc_delta = rho*acc_delta + (1-rho)*delta^2; w = w - (delta + wd*w)``
     * guide: the same with ``G = g + wd*w`` and ``acc_delta`` accumulating ``(w_new - w)^2``
 
     ``rho`` is the guide's beta. State: ``(acc_g, acc_delta)``.
+
+    ``convention="pytorch"``: ``torch.optim.Adadelta``, where the learning rate enters
+    (``w = w - lr*delta``; :func:`pytorch_rule`).
 
     Example::
 
@@ -120,6 +159,11 @@ class AdaDelta(Optimizer):
 
     @scalar_only
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+        if self.convention == "pytorch":
+            self._run_rule(pytorch_rule, weight, grad, state,
+                           PytorchRow(nlr=-lr, wd=wd, rs=self.rescale_grad, c=self._clip_bound(),
+                                      rho=self.rho, omrho=1.0 - self.rho, eps=self.epsilon))
+            return
         rule = mxnet_rule if self.convention == "mxnet" else guide_rule
         self._run_rule(rule, weight, grad, state,
                        Row(wd=wd, rs=self.rescale_grad, c=self._clip_bound(), rho=self.rho,

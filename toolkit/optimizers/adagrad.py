@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from . import gradient
+from ..backends.jit import fma
+from . import gradient, torch_ops
 from .base import Optimizer, scalar_only
 from .registry import register
 from .spaces import Decades, OneOf
@@ -64,8 +65,36 @@ def guide_rule(f):
     return rule
 
 
+class PytorchRow(NamedTuple):
+    """The scalars of :func:`pytorch_rule`."""
+    nlr: float    #: -lr (torch's -clr with lr_decay 0)
+    wd: float
+    rs: float     #: rescale_grad
+    c: float      #: clip_gradient, negative for none
+    eps: float
+
+
+def pytorch_rule(f):
+    """torch.optim.Adagrad's single-tensor update (torch 2.13, torch/optim/adagrad.py,
+    ``_single_tensor_adagrad``, ``lr_decay=0``, ``initial_accumulator_value=0``; its
+    documented algorithm), in torch's order of operations::
+
+        g = clip(rs*grad, c) + wd*w      (when wd != 0)
+        h = h + g*g                      (rounded once: addcmul_)
+        w = w + (-lr*g)/(sqrt(h) + eps)  (eps outside the root)"""
+    grad_of = torch_ops.gradient(f)
+
+    def rule(w, grad, h, hp):
+        p = PytorchRow(*hp)
+        g = grad_of(grad, w, p.rs, p.wd, p.c)
+        h = fma(g, g, h)
+        return w + (p.nlr * g) / (math.sqrt(h) + p.eps), h
+    return rule
+
+
 SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
     name="adagrad", reference="reference.adagrad",
+    conventions=("mxnet", "guide", "pytorch"),
     pytorch="pytorch", torch="Adagrad",
     torch_slots={"history": "sum"},
     space={"eps": OneOf(1e-07, Decades(-10, -1))},
@@ -90,6 +119,9 @@ class AdaGrad(Optimizer):
     ``eps`` is added inside the square root on every step (MXNet's docstring calls it the
     initial accumulator value; it is not). State: ``history`` (zeros, the weight's dtype; MXNet
     1.9.1 keeps it in float32 only, a limitation not reproduced).
+
+    ``convention="pytorch"``: ``torch.optim.Adagrad`` with ``lr_decay=0``,
+    ``initial_accumulator_value=0`` (:func:`pytorch_rule`: ``eps`` outside the root).
 
     Example::
 
@@ -132,5 +164,7 @@ class AdaGrad(Optimizer):
                       eps=self.float_stable_eps)
         if self.convention == "mxnet":
             self._run_rule(mxnet_rule, weight, grad, (state,), MxnetRow(neg_lr=-lr, **common))
+        elif self.convention == "pytorch":
+            self._run_rule(pytorch_rule, weight, grad, (state,), PytorchRow(nlr=-lr, **common))
         else:
             self._run_rule(guide_rule, weight, grad, (state,), GuideRow(lr=lr, **common))

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from . import gradient
+from . import gradient, torch_ops
 from .base import Optimizer, scalar_only
 from .registry import register
 from .spaces import Decades, Interval, USUAL_BETA1, USUAL_BETA2
@@ -59,6 +59,20 @@ class GuideRow(NamedTuple):
     eps: float
     bc1: float    #: 1 - beta1^t
     bc2: float    #: 1 - beta2^t
+
+
+class PytorchRow(NamedTuple):
+    """The scalars of :func:`pytorch_rule` (torch.optim.Adam and AdamW)."""
+    decay: float  #: 1 - lr*wd, torch's decoupled decay (AdamW); 1 for Adam
+    wd: float     #: torch's coupled weight decay (Adam); 0 for AdamW
+    rs: float     #: rescale_grad
+    c: float      #: clip_gradient, negative for none
+    omb1: float   #: 1 - beta1, the weight of the first moment's lerp
+    b2: float
+    omb2: float   #: 1 - beta2
+    eps: float
+    bc2s: float   #: (1 - beta2^t)**0.5
+    nss: float    #: -lr/(1 - beta1^t), torch's -step_size
 
 
 def _mxnet_rule(f, square_first):
@@ -100,8 +114,44 @@ def guide_rule(f):
     return rule
 
 
+def pytorch_rule(f):
+    """torch.optim.Adam's and AdamW's single-tensor update (torch 2.13, torch/optim/adam.py,
+    ``_single_tensor_adam``, ``amsgrad=False``; the documented algorithm of both classes), in
+    torch's order of operations::
+
+        w = w*(1 - lr*wd)                            (AdamW: decoupled decay; 1 for Adam)
+        g = clip(rs*grad, c) + wd*w                  (Adam: coupled, when wd != 0)
+        m = m.lerp(g, 1 - beta1)
+        v = v*beta2 + (1 - beta2)*g*g
+        w = w + (-lr/(1 - beta1^t))*m / (sqrt(v)/sqrt(1 - beta2^t) + eps)
+
+    (:mod:`.torch_ops`: the lerp and the sums rounded once, as torch's kernels round them)."""
+    grad_of = torch_ops.gradient(f)
+    lerp = torch_ops.lerp(f)
+    square_avg = torch_ops.square_avg(f)
+
+    def rule(w, grad, m, v, hp):
+        p = PytorchRow(*hp)
+        w = w * p.decay
+        g = grad_of(grad, w, p.rs, p.wd, p.c)
+        m = lerp(m, g, p.omb1)
+        v = square_avg(v, g, p.b2, p.omb2)
+        return w + (p.nss * m) / (math.sqrt(v) / p.bc2s + p.eps), m, v
+    return rule
+
+
+def pytorch_row(constants, t, lr, decay, wd):
+    """The :class:`PytorchRow` of step ``t`` from Adam's or AdamW's step constants (by name),
+    formed in float64 as torch forms them in Python floats."""
+    return PytorchRow(decay=decay, wd=wd, rs=constants["rs"], c=constants["c"],
+                      omb1=constants["omb1"], b2=constants["b2"], omb2=constants["omb2"],
+                      eps=constants["eps"], bc2s=(1.0 - constants["b2"] ** t) ** 0.5,
+                      nss=-(lr / (1.0 - constants["b1"] ** t)))
+
+
 SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
     name="adam", reference="reference.adam",
+    conventions=("mxnet", "guide", "pytorch"), pytorch_form="lerp",
     pytorch="guide", torch="Adam",
     torch_slots={"mean": "exp_avg", "var": "exp_avg_sq"},
     space={"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999),
@@ -130,6 +180,9 @@ class Adam(Optimizer):
     where ``m = beta1*m + (1-beta1)*g`` and ``v = beta2*v + (1-beta2)*g^2``; ``t`` is the
     per-index update count. MXNet's epsilon is the guide's ``epsilon/sqrt(1-beta2^t)`` (31.6x
     larger at t=1 with beta2=0.999). State: ``(mean, var)``.
+
+    ``convention="pytorch"``: ``torch.optim.Adam(amsgrad=False)`` in torch's order of operations
+    (:func:`pytorch_rule`; the reference's alias is "guide", the same update mathematically).
 
     Example::
 
@@ -185,6 +238,9 @@ class Adam(Optimizer):
             square = sparse == "standard" or (sparse == "lazy" and constants["c"] >= 0)
             self._run_rule(mxnet_square_rule if square else mxnet_rule, weight, grad,
                            state, MxnetRow(lr_t=r(lr_t), wd=r(wd), **constants))
+        elif self.convention == "pytorch":
+            self._run_rule(pytorch_rule, weight, grad, state,
+                           pytorch_row(constants, t, lr, decay=1.0, wd=wd))
         else:
             self._run_rule(guide_rule, weight, grad, state,
                            GuideRow(lr=lr, wd=r(wd), **constants,

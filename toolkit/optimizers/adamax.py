@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from . import gradient
+from . import gradient, torch_ops
 from .base import Optimizer, scalar_only
 from .registry import register
 from .spaces import Interval, USUAL_BETA1, USUAL_BETA2
@@ -79,8 +79,45 @@ def guide_rule(f):
     return rule
 
 
+class PytorchRow(NamedTuple):
+    """The scalars of :func:`pytorch_rule`."""
+    wd: float
+    rs: float     #: rescale_grad
+    c: float      #: clip_gradient, negative for none
+    omb1: float   #: 1 - beta1, the weight of the first moment's lerp
+    b2: float
+    eps: float
+    nclr: float   #: -lr/(1 - beta1^t)
+
+
+def pytorch_rule(f):
+    """torch.optim.Adamax's single-tensor update (torch 2.13, torch/optim/adamax.py,
+    ``_single_tensor_adamax``; its documented algorithm), in torch's order of operations::
+
+        g = clip(rs*grad, c) + wd*w                      (when wd != 0)
+        m = m.lerp(g, 1 - beta1)
+        u = maximum(u*beta2, |g| + eps)                  (eps inside the max; NaN propagates)
+        w = w + (-lr/(1 - beta1^t))*m / u"""
+    grad_of = torch_ops.gradient(f)
+    lerp = torch_ops.lerp(f)
+
+    def rule(w, grad, m, u, hp):
+        p = PytorchRow(*hp)
+        g = grad_of(grad, w, p.rs, p.wd, p.c)
+        m = lerp(m, g, p.omb1)
+        a = u * p.b2
+        b = abs(g) + p.eps
+        if a != a or a > b:  # torch.maximum: NaN if either is
+            u = a
+        else:
+            u = b
+        return w + (p.nclr * m) / u, m, u
+    return rule
+
+
 SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
     name="adamax", reference="reference.adamax",
+    conventions=("mxnet", "guide", "pytorch"), pytorch_form="lerp",
     pytorch="pytorch", torch="Adamax",
     torch_slots={"mean": "exp_avg", "u": "exp_inf"},
     space={"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999)},
@@ -106,6 +143,9 @@ class Adamax(Optimizer):
 
     ``epsilon`` exists only in the guide convention (MXNet's Adamax has none; giving one with
     convention "mxnet" is an error). State: ``(mean, u)``.
+
+    ``convention="pytorch"``: ``torch.optim.Adamax`` (:func:`pytorch_rule`: ``epsilon`` inside
+    the max, None meaning 1e-8).
 
     Example::
 
@@ -145,6 +185,12 @@ class Adamax(Optimizer):
         if self.convention == "mxnet":
             self._run_rule(mxnet_rule, weight, grad, state,
                            MxnetRow(lr_t=lr / (1.0 - b1 ** t), **common))
+        elif self.convention == "pytorch":
+            self._run_rule(pytorch_rule, weight, grad, state,
+                           PytorchRow(wd=wd, rs=common["rs"], c=common["c"], omb1=common["omb1"],
+                                      b2=common["b2"],
+                                      eps=1e-8 if self.epsilon is None else self.epsilon,
+                                      nclr=-(lr / (1.0 - b1 ** t))))
         else:
             self._run_rule(guide_rule, weight, grad, state,
                            GuideRow(lr=lr, **common,

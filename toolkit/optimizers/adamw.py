@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from . import gradient
+from . import adam, gradient
 from .base import Optimizer, scalar_only
 from .registry import register
 from .spaces import Decades, Interval, OneOf, USUAL_BETA1, USUAL_BETA2
@@ -92,6 +92,7 @@ def guide_rule(f):
 
 SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
     name="adamw", reference="reference.adamw",
+    conventions=("mxnet", "guide", "pytorch"), pytorch_form="lerp",
     pytorch="pytorch", torch="AdamW",
     torch_slots={"mean": "exp_avg", "var": "exp_avg_sq"},
     space={"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999),
@@ -120,6 +121,9 @@ class AdamW(Optimizer):
     where ``g = clip(rescale_grad*grad, clip_gradient)`` (no weight decay in ``g``),
     ``m = beta1*m + (1-beta1)*g`` and ``v = beta2*v + (1-beta2)*g^2``; ``eta`` is the paper's
     schedule multiplier. State: ``(mean, var)``.
+
+    ``convention="pytorch"``: ``torch.optim.AdamW(lr=eta*learning_rate, weight_decay=wd)``, the
+    decay ``w*(1 - lr*wd)`` first (``adam.pytorch_rule``).
 
     Example::
 
@@ -175,6 +179,11 @@ class AdamW(Optimizer):
         if self.convention == "mxnet":
             self._run_rule(mxnet_rule, weight, grad, state,
                            MxnetRow(lr=r(lr), wd=r(wd), **constants, skip=skip))
+        elif self.convention == "pytorch":
+            # torch.optim.AdamW: lr = eta*lr, the decay 1 - lr*wd (adam.pytorch_rule)
+            gamma = constants["eta"] * lr
+            self._run_rule(adam.pytorch_rule, weight, grad, state,
+                           adam.pytorch_row(constants, t, gamma, decay=1.0 - gamma * wd, wd=0.0))
         else:
             self._run_rule(guide_rule, weight, grad, state,
                            GuideRow(lr=r(lr), wd=r(wd), **constants,

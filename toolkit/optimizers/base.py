@@ -41,6 +41,7 @@ from .launching import LaunchContext
 from .nonfinite import NonFiniteGuard
 from .precision import MultiPrecision
 from .reference_step import ReferenceStep
+from .spec import CONVENTIONS, DEFAULT_CONVENTIONS
 from ..sparse import RowSparse
 from .validation import (AliasAttribute, Domain, alias_attribute, callable_or_none,
                          check_choice, check_int, check_nonneg, check_positive, check_unit,
@@ -50,7 +51,6 @@ __all__ = ["Optimizer", "StepInputs", "StepScalars", "Slot", "scalar_only",
            "BACKENDS", "CONVENTIONS"]
 
 BACKENDS = ("auto", "reference", "cpu", "cuda")
-CONVENTIONS = ("mxnet", "guide")
 
 _FLOAT16 = np.dtype(np.float16)
 
@@ -172,8 +172,9 @@ class Optimizer(ArrayChecks, MultiPrecision, NonFiniteGuard, ReferenceStep, Laun
         "reference" runs the float64 oracle (slow, for checks); "cpu" the Numba kernels;
         "cuda" the numba-cuda kernels on CUDA arrays (numba, CuPy, PyTorch; the ``cuda``
         extra); "auto" picks by the array type (device arrays to CUDA, numpy arrays to CPU).
-    convention : {"mxnet", "guide"}, default "mxnet"
-        MXNet 1.9.1's numerics or the guide's equations (``docs/conventions.md``).
+    convention : {"mxnet", "guide", "pytorch"}, default "mxnet"
+        MXNet 1.9.1's numerics, the guide's equations, or torch.optim's update (the optimizers
+        torch ships: those whose spec lists "pytorch"; ``docs/conventions.md``).
     """
 
     #: this optimizer's :class:`~toolkit.optimizers.spec.Spec`, declared beside the class
@@ -276,6 +277,18 @@ class Optimizer(ArrayChecks, MultiPrecision, NonFiniteGuard, ReferenceStep, Laun
         if attr == "begin_num_update":
             self._follow_begin_num_update(old)
         self.check_relations()
+        self._check_convention()
+
+    def _check_convention(self):
+        """Refuse a convention this optimizer's kernels do not implement (its spec's
+        ``conventions``; "mxnet" and "guide" for an optimizer without a spec)."""
+        spec = type(self).spec
+        implemented = DEFAULT_CONVENTIONS if spec is None else spec.conventions
+        if self.convention not in implemented:
+            extra = (" (torch.optim has no such optimizer, or the toolkit does not implement "
+                     "its update)" if self.convention == "pytorch" else "")
+            raise ValueError(f"convention={self.convention!r} is not available for "
+                             f"{type(self).__name__}{extra}; it implements {implemented}")
 
     def _follow_begin_num_update(self, old):
         """``begin_num_update`` is where the counts start: before any step it moves
@@ -342,6 +355,7 @@ class Optimizer(ArrayChecks, MultiPrecision, NonFiniteGuard, ReferenceStep, Laun
         self.set_lr_mult({})
         self.set_wd_mult({})
         self.check_relations()
+        self._check_convention()
         self._constructed = True
 
     # ---------------------------------------------------------------------------------------

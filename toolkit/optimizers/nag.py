@@ -24,7 +24,8 @@ from .registry import register
 from .spaces import MOMENTUM, USUAL_MOMENTUM
 from .spec import BenchSetting, Spec
 from .validation import unit
-from .sgd import GuidePlainRow, guide_plain_rule, sgd_update_hyper, sgd_update_rule
+from .sgd import (GuidePlainRow, guide_plain_rule, pytorch_plan, sgd_update_hyper,
+                  sgd_update_rule)
 
 __all__ = ["NAG"]
 
@@ -66,6 +67,7 @@ def guide_rule(f):
 
 SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
     name="nag", reference="reference.nag",
+    conventions=("mxnet", "guide", "pytorch"),
     pytorch="pytorch", torch="SGD", torch_flags={"nesterov": True},
     space={"momentum": MOMENTUM},
     # Nesterov momentum as trained: 0.9 (torch.optim.SGD(nesterov=True)'s examples, optax.sgd
@@ -93,6 +95,9 @@ class NAG(Optimizer):
 
     ``g = clip(rescale_grad*grad, clip_gradient)``. State: ``mom`` when momentum > 0, else None;
     with multi_precision on float16: ``(mom32 or None, weight32)``. With momentum 0 this is SGD.
+
+    ``convention="pytorch"``: ``torch.optim.SGD(nesterov=True, dampening=0)``
+    (``sgd.pytorch_nesterov_rule``); ``mom`` holds torch's ``momentum_buffer``.
 
     Example::
 
@@ -135,9 +140,14 @@ class NAG(Optimizer):
 
     @scalar_only
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+        states = self.state_arrays(state)
+        if self.convention == "pytorch":  # torch.optim.SGD(nesterov=True)
+            rule, row = pytorch_plan(bool(states), True, t == self.begin_num_update + 1, lr,
+                                     wd, self.rescale_grad, self._clip_bound(), self.momentum)
+            self._run_rule(rule, weight, grad, states, row)
+            return
         r = self._r
         lr, wd, rs, c, mu = r(lr), r(wd), r(self.rescale_grad), self._clip_bound(), r(self.momentum)
-        states = self.state_arrays(state)
         if not states:
             if self.convention == "mxnet":
                 self._run_rule(sgd_update_rule, weight, grad, (), sgd_update_hyper(lr, wd, rs, c))

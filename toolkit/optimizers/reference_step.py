@@ -42,6 +42,11 @@ class ReferenceStep:
         """Keep what the reference returned of ``_reference_extra``'s bookkeeping."""
 
     def _reference_call_kwargs(self, index, t):
+        """Extra keywords of ``reference.<name>.step``: the form of the equations the kernels'
+        "pytorch" rule computes (``Spec.pytorch_form``), under that convention."""
+        spec = type(self).spec
+        if self.convention == "pytorch" and spec is not None and spec.pytorch_form:
+            return {"form": spec.pytorch_form}
         return {}
 
     def reference_module(self):

@@ -17,7 +17,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from . import gradient
+from ..backends.jit import fma
+from . import gradient, torch_ops
 from .base import Optimizer, scalar_only
 from .registry import register
 from .spaces import Decades, Interval, OneOf, USUAL_MOMENTUM
@@ -100,11 +101,84 @@ def centered_rule(f):
     return rule
 
 
+class PytorchRow(NamedTuple):
+    """The scalars of :func:`pytorch_plain_rule` and :func:`pytorch_centered_rule`."""
+    nlr: float       #: -lr
+    wd: float
+    rs: float        #: rescale_grad
+    c: float         #: clip_gradient, negative for none
+    alpha: float     #: gamma1, torch's alpha
+    oma: float       #: 1 - gamma1
+    eps: float
+    cw: float        #: clip_weights, negative for none
+    mu: float        #: gamma2, torch's momentum (centered only; 0 plain)
+
+
+def pytorch_plain_rule(f):
+    """torch.optim.RMSprop's single-tensor update, ``centered=False``, ``momentum=0`` (torch
+    2.13, torch/optim/rmsprop.py, ``_single_tensor_rmsprop``; its documented algorithm)::
+
+        g = clip(rs*grad, c) + wd*w                  (when wd != 0)
+        n = n*alpha + (1 - alpha)*g*g                (rounded once: addcmul_)
+        w = w + (-lr*g)/(sqrt(n) + eps)              (eps outside the root)
+        w = clip(w, clip_weights)                    (the toolkit's, when set)"""
+    zero = f(0)
+    grad_of = torch_ops.gradient(f)
+    square_avg = torch_ops.square_avg(f)
+
+    def rule(w, grad, n, hp):
+        p = PytorchRow(*hp)
+        g = grad_of(grad, w, p.rs, p.wd, p.c)
+        n = square_avg(n, g, p.alpha, p.oma)
+        w = w + (p.nlr * g) / (math.sqrt(n) + p.eps)
+        if p.cw >= zero:
+            w = min(max(w, -p.cw), p.cw)
+        return w, n
+    return rule
+
+
+def pytorch_centered_rule(f):
+    """torch.optim.RMSprop, ``centered=True``, ``momentum`` = ``gamma2`` (torch 2.13)::
+
+        g = clip(rs*grad, c) + wd*w                  (when wd != 0)
+        n = n*alpha + (1 - alpha)*g*g ;  gbar = gbar.lerp(g, 1 - alpha)
+        avg = sqrt(max(n - gbar*gbar, 0)) + eps      (n - gbar*gbar rounded once; torch
+                                                      takes the root of a negative: NaN)
+        momentum > 0:  delta = delta*momentum + g/avg ;  w = w - lr*delta (rounded once)
+        momentum = 0:  delta = g/avg ;                   w = w + (-lr*g)/avg
+        w = clip(w, clip_weights)                    (the toolkit's, when set)"""
+    zero = f(0)
+    grad_of = torch_ops.gradient(f)
+    square_avg = torch_ops.square_avg(f)
+    lerp = torch_ops.lerp(f)
+
+    def rule(w, grad, n, gbar, delta, hp):
+        p = PytorchRow(*hp)
+        g = grad_of(grad, w, p.rs, p.wd, p.c)
+        n = square_avg(n, g, p.alpha, p.oma)
+        gbar = lerp(gbar, g, p.oma)
+        var = fma(-gbar, gbar, n)
+        if var < zero:
+            var = zero
+        avg = math.sqrt(var) + p.eps
+        if p.mu > zero:
+            delta = delta * p.mu + g / avg
+            w = fma(p.nlr, delta, w)
+        else:
+            delta = g / avg
+            w = w + (p.nlr * g) / avg
+        if p.cw >= zero:
+            w = min(max(w, -p.cw), p.cw)
+        return w, n, gbar, delta
+    return rule
+
+
 _UNSET = object()
 
 
 SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
     name="rmsprop", reference="reference.rmsprop",
+    conventions=("mxnet", "guide", "pytorch"), pytorch_form="lerp",
     pytorch="pytorch", torch="RMSprop", torch_requires={"momentum": "centered"},
     torch_slots={"n": "square_avg", "g": "grad_avg"},
     space={"gamma1": Interval(0.0, 0.999), "gamma2": Interval(0.0, 0.99),
@@ -141,6 +215,10 @@ class RMSProp(Optimizer):
     mxnet: ``g = clip(rs*grad + wd*w, c)``; guide: ``g = clip(rs*grad, c) + wd*w``. If
     ``clip_weights`` is set, the weight is clipped to ``[-clip_weights, clip_weights]``.
     State: ``(n,)``, or ``(n, g, delta)`` when centered.
+
+    ``convention="pytorch"``: ``torch.optim.RMSprop(alpha=gamma1, eps=epsilon,
+    momentum=gamma2 if centered else 0)`` (:func:`pytorch_plain_rule`,
+    :func:`pytorch_centered_rule`: ``eps`` outside the root).
 
     Example::
 
@@ -185,6 +263,14 @@ class RMSProp(Optimizer):
 
     @scalar_only
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+        if self.convention == "pytorch":
+            row = PytorchRow(nlr=-lr, wd=wd, rs=self.rescale_grad, c=self._clip_bound(),
+                             alpha=self.gamma1, oma=1.0 - self.gamma1, eps=self.epsilon,
+                             cw=self.clip_weights if self.clip_weights else -1.0,
+                             mu=self.gamma2 if self.centered else 0.0)
+            self._run_rule(pytorch_centered_rule if self.centered else pytorch_plain_rule,
+                           weight, grad, state, row)
+            return
         r = self._r
         g1 = r(self.gamma1)
         row = dict(lr=r(lr), wd=r(wd), rs=r(self.rescale_grad), c=self._clip_bound(), g1=g1,

@@ -18,8 +18,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ..backends import arrays
-from ..backends.jit import inlined
-from . import gradient
+from ..backends.jit import fma, inlined
+from . import gradient, torch_ops
 from .base import Optimizer, scalar_only
 from .registry import register
 from .spaces import MOMENTUM, USUAL_MOMENTUM
@@ -61,6 +61,24 @@ class GuideMomentumRow(NamedTuple):
 class GuidePlainRow(NamedTuple):
     """The scalars of :func:`guide_plain_rule`."""
     lr: float
+    wd: float
+    rs: float     #: rescale_grad
+    c: float      #: clip_gradient, negative for none
+
+
+class PytorchMomentumRow(NamedTuple):
+    """The scalars of :func:`pytorch_momentum_rule` and :func:`pytorch_nesterov_rule`."""
+    nlr: float    #: -lr
+    wd: float
+    rs: float     #: rescale_grad
+    c: float      #: clip_gradient, negative for none
+    mu: float     #: momentum
+    first: float  #: 1 on the index's first update (torch's buffer is then the gradient), else 0
+
+
+class PytorchPlainRow(NamedTuple):
+    """The scalars of :func:`pytorch_plain_rule`."""
+    nlr: float    #: -lr
     wd: float
     rs: float     #: rescale_grad
     c: float      #: clip_gradient, negative for none
@@ -135,8 +153,67 @@ def guide_plain_rule(f):
     return rule
 
 
+def _pytorch_momentum_rule(f, nesterov):
+    """torch.optim.SGD's single-tensor update with momentum and ``dampening=0`` (torch 2.13,
+    torch/optim/sgd.py, ``_single_tensor_sgd``; its documented algorithm)::
+
+        g = clip(rs*grad, c) + wd*w            (wd*w only when wd != 0)
+        b = g on the first step, else momentum*b + g
+        nesterov: g = g + momentum*b ; else g = b
+        w = w - lr*g
+
+    each ``x + a*y`` rounded once, as torch's ``add(y, alpha=a)`` is."""
+    grad_of = torch_ops.gradient(f)
+    zero = f(0)
+
+    def rule(w, grad, buf, hp):
+        p = PytorchMomentumRow(*hp)
+        g = grad_of(grad, w, p.rs, p.wd, p.c)
+        if p.first != zero:
+            buf = g
+        else:
+            buf = buf * p.mu + g
+        if nesterov:  # a closure constant: the compiled rule keeps one branch
+            g = fma(p.mu, buf, g)
+        else:
+            g = buf
+        return fma(p.nlr, g, w), buf
+    return rule
+
+
+def pytorch_momentum_rule(f):
+    """torch.optim.SGD with momentum (``nesterov=False``): see :func:`_pytorch_momentum_rule`."""
+    return _pytorch_momentum_rule(f, False)
+
+
+def pytorch_nesterov_rule(f):
+    """torch.optim.SGD with momentum and ``nesterov=True`` (the toolkit's NAG under "pytorch")."""
+    return _pytorch_momentum_rule(f, True)
+
+
+def pytorch_plain_rule(f):
+    """torch.optim.SGD without momentum: ``w = w - lr*(clip(rs*grad, c) + wd*w)``."""
+    grad_of = torch_ops.gradient(f)
+
+    def rule(w, grad, hp):
+        p = PytorchPlainRow(*hp)
+        return fma(p.nlr, grad_of(grad, w, p.rs, p.wd, p.c), w)
+    return rule
+
+
+def pytorch_plan(has_momentum, nesterov, first, lr, wd, rs, c, momentum):
+    """``(rule, row)`` of one "pytorch" step of SGD (``nesterov`` False) or NAG (True);
+    ``first``: the index's first update."""
+    if has_momentum:
+        rule = pytorch_nesterov_rule if nesterov else pytorch_momentum_rule
+        return rule, PytorchMomentumRow(nlr=-lr, wd=wd, rs=rs, c=c, mu=momentum,
+                                        first=1.0 if first else 0.0)
+    return pytorch_plain_rule, PytorchPlainRow(nlr=-lr, wd=wd, rs=rs, c=c)
+
+
 SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
     name="sgd", reference="reference.sgd",
+    conventions=("mxnet", "guide", "pytorch"),
     pytorch="pytorch", torch="SGD",
     space={"momentum": MOMENTUM},
     usual={"momentum": USUAL_MOMENTUM},  # 0 or 0.5..0.99 (spaces.USUAL_MOMENTUM: its sources)
@@ -162,6 +239,9 @@ class SGD(Optimizer):
     gamma, ``wd`` its delta. State: ``mom`` (zeros, the weight's dtype) when momentum > 0, else None.
     With multi_precision on float16 weights the state is ``(mom32 or None, weight32)`` (MXNet's
     order for SGD).
+
+    ``convention="pytorch"``: ``torch.optim.SGD`` (``dampening=0``, ``nesterov=False``), its own
+    rule (:func:`pytorch_momentum_rule`); ``mom`` holds torch's ``momentum_buffer`` (without lr).
 
     Example::
 
@@ -207,9 +287,14 @@ class SGD(Optimizer):
 
     @scalar_only
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+        states = self.state_arrays(state)
+        if self.convention == "pytorch":
+            rule, row = pytorch_plan(bool(states), False, t == self.begin_num_update + 1, lr,
+                                     wd, self.rescale_grad, self._clip_bound(), self.momentum)
+            self._run_rule(rule, weight, grad, states, row)
+            return
         r = self._r
         lr, wd, rs, c = r(lr), r(wd), r(self.rescale_grad), self._clip_bound()
-        states = self.state_arrays(state)
         sparse = self._row_sparse_numerics if (self.convention == "mxnet" and not states) \
             else None
         if sparse:

@@ -24,10 +24,14 @@ from typing import Any, Callable, Mapping
 
 from .spaces import Space
 
-__all__ = ["Spec", "BenchSetting", "CONVENTIONS", "PRECISION_VARIANTS"]
+__all__ = ["Spec", "BenchSetting", "CONVENTIONS", "DEFAULT_CONVENTIONS", "PRECISION_VARIANTS"]
 
-#: the conventions the toolkit's kernels implement (the oracle also has "pytorch")
-CONVENTIONS = ("mxnet", "guide")
+#: every convention a toolkit optimizer can take; each optimizer's kernels implement those of its
+#: spec (``Spec.conventions``)
+CONVENTIONS = ("mxnet", "guide", "pytorch")
+#: the conventions of a spec that lists none: MXNet's numerics and the guide's equations
+#: ("pytorch", torch.optim's update, only where a spec lists it: the optimizers torch ships)
+DEFAULT_CONVENTIONS = ("mxnet", "guide")
 #: the variants every spec declares unless it lists its own: the hyperparameters rounded to
 #: float32 as MXNet's kernels take them, or kept in double precision where MXNet rounds them
 #: (toolkit.oracle.variants; every reference module takes both)
@@ -59,10 +63,18 @@ class Spec:
     Identity and oracle
         ``name``: the registry name (the class's lower-case name, MXNet's rule).
         ``reference``: the module of its float64 oracle (``"reference.adam"``), or None.
-        ``conventions``: the conventions its kernels implement (Nadam: ``("mxnet",)``).
+        ``conventions``: the conventions its kernels implement (Nadam: ``("mxnet",)``; by
+        default :data:`DEFAULT_CONVENTIONS`). ``"pytorch"`` is listed for the optimizers whose
+        kernels have torch.optim's update (its own rule, in torch's order of operations:
+        docs/conventions.md, "pytorch").
         ``pytorch``: the PyTorch decision of its reference (``reference.<name>.PYTORCH``:
         ``"pytorch"``, the convention PyTorch's update equals, or None); a test checks the two
-        agree. ``torch``: the ``torch.optim`` class of the same update family, or None.
+        agree. The oracle's ``convention="pytorch"`` runs that convention of the reference, so
+        the kernels' "pytorch" is checked against it. ``pytorch_form``: the form of the
+        reference's equations (its ``FORMS``) that the kernels' "pytorch" rule computes, which
+        the toolkit's reference backend and ``toolkit.verify`` then evaluate (``"lerp"``:
+        torch's ``lerp_`` of a first moment, whose rounded weight ``1 - beta1`` drops a
+        ``beta1`` below float64's resolution, as torch does), or None. ``torch``: the ``torch.optim`` class of the same update family, or None.
         ``torch_requires``: ``{PyTorch keyword: flag}``, a keyword of ``toolkit.torch`` that
         has its counterpart only with that constructor flag on (RMSProp: ``momentum`` is
         ``gamma2`` of the centered variant; plain RMSProp keeps no momentum buffer).
@@ -111,8 +123,9 @@ class Spec:
     """
     name: str
     reference: str | None = None
-    conventions: tuple = CONVENTIONS
+    conventions: tuple = DEFAULT_CONVENTIONS
     pytorch: str | None = None
+    pytorch_form: str | None = None
     torch: str | None = None
     torch_requires: Mapping[str, str] = field(default_factory=dict)
     torch_flags: Mapping[str, Any] = field(default_factory=dict)

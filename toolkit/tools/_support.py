@@ -18,7 +18,6 @@ import sys
 DTYPES = ("float32", "float64", "float16-mp", "float16")
 #: the kernel backends of the matrix (the reference backend is the float64 oracle itself)
 KERNEL_BACKENDS = ("cpu", "cuda")
-CONVENTIONS = ("mxnet", "guide")
 DISTRIBUTION = "mxopt-toolkit"  # pyproject.toml's [project] name
 
 

@@ -14,6 +14,7 @@ from .._support import (DTYPES, UsageError, cuda_status, optimizer_conventions, 
                         provenance, select_optimizers)
 from .fileformat import (BACKENDS, FORMAT, UINT, VERSION, decode, encode, entry_id, load,
                          ulp_distance)
+from ...optimizers.spec import DEFAULT_CONVENTIONS
 from .recording import entry_matrix, run_entry
 
 __all__ = ["ArrayChange", "EntryResult", "Report", "FAILING", "STATUSES", "format_ulps",
@@ -253,7 +254,10 @@ def _missing(docs, only, backends, folder):
         bks = [b for b in sc.get("backends") or [] if b in BACKENDS
                and (backends is None or b in backends)]
         dts = [x for x in sc.get("dtypes") or [] if x in DTYPES]
-        for row in entry_matrix(names, bks, dts):
+        # a scope without "conventions" was recorded when the kernels had "mxnet" and "guide"
+        # only (before "pytorch"): it covers those
+        convs = sc.get("conventions", DEFAULT_CONVENTIONS)
+        for row in entry_matrix(names, bks, dts, convs):
             eid = entry_id(*row)
             if eid not in present and eid not in expected:
                 expected.append(eid)

@@ -14,6 +14,7 @@ import numpy as np
 
 from .._support import (UsageError, choose_backends, optimizer_conventions, progress_bar,
                         select_dtypes, select_optimizers, storage_dtype, to_device)
+from ...optimizers.spec import CONVENTIONS
 from .fileformat import BACKENDS, decode, document, encode, entry_id, write
 
 __all__ = ["DEFAULT_STEPS", "DEFAULT_SIZE", "SEED", "COMMON", "hyper_for", "common_for",
@@ -185,12 +186,15 @@ def recorded_inputs(name, convention, steps=DEFAULT_STEPS, size=DEFAULT_SIZE):
 # ----------------------------------------------------------------------------------------------
 # record
 # ----------------------------------------------------------------------------------------------
-def entry_matrix(optimizers, backends, dtypes):
-    """Entry ids (as tuples) in record order."""
+def entry_matrix(optimizers, backends, dtypes, conventions=None):
+    """Entry ids (as tuples) in record order; ``conventions`` (None: all) limits the
+    conventions to those named (a recorded scope's)."""
     convs = optimizer_conventions()
     out = []
     for name in optimizers:
         for conv in convs.get(name, ()):
+            if conventions is not None and conv not in conventions:
+                continue
             for b in backends:
                 for d in (["float64"] if b == "reference" else dtypes):
                     if b == "reference" and "float64" not in dtypes:
@@ -230,7 +234,8 @@ def record(path, *, optimizers=None, backends=None, dtypes=None, steps=DEFAULT_S
                 raise UsageError(f"{t} exists; refusing to overwrite recorded trajectories "
                                  "without --force (a changed file means changed numerics)")
     scope = {"optimizers": None if optimizers is None else names, "backends": bks,
-             "dtypes": dts, "steps": steps, "size": size, "layout": "file" if single else "folder"}
+             "dtypes": dts, "conventions": list(CONVENTIONS), "steps": steps, "size": size,
+             "layout": "file" if single else "folder"}
     rows = entry_matrix(names, bks, dts)
     t0 = time.perf_counter()
     entries = {}
