@@ -69,7 +69,8 @@ def assert_same(opt, params, ref, ws, states):
         assert got.tobytes() == w.tobytes(), f"weight {i}: {got} != {w}"
         # what state_dict() adds for torch.optim (SGD's momentum_buffer = -mom/lr, NAdam's
         # mu_product: toolkit.torch.crossing) is derived from these, not a state of its own
-        mine = crossing.without_torch_entries(type(ref), opt.state_dict()["state"].get(i, {}))
+        mine = crossing.without_torch_entries(type(ref), opt.state_dict()["state"].get(i, {}),
+                                              ref.convention)
         theirs = [a for a in _leaves(states[i])]
         arrays = [mine[k].numpy() for k in mine if k != "step"]
         assert sorted(a.tobytes() for a in arrays) == sorted(a.tobytes() for a in theirs), \
@@ -195,5 +196,5 @@ def test_drawn_hyperparameters_equal_numpy_bit_for_bit(case, data):
             ref.update_multi_precision(0, w, g, state)
     assert p.detach().numpy().tobytes() == w.tobytes()
     mine = [a.numpy().tobytes() for k, a in crossing.without_torch_entries(
-        type(ref), opt.state_dict()["state"][0]).items() if k != "step"]
+        type(ref), opt.state_dict()["state"][0], ref.convention).items() if k != "step"]
     assert sorted(mine) == sorted(a.tobytes() for a in _leaves(state))

@@ -10,7 +10,10 @@ tensor([0.9900, 0.9900, 0.9900])
 Every registered optimizer (a custom one registered later too) is a ``torch.optim.Optimizer``
 subclass here under its class name in ``toolkit.optimizer`` (``toolkit.torch.Adam``,
 ``toolkit.torch.FTML``...), made on first use from the registry; ``create(name, params,
-**kwargs)`` takes the registry name. Importing ``toolkit`` does not import torch; importing
+**kwargs)`` takes the registry name. torch's own spellings (``Adagrad``, ``RMSprop``,
+``Adadelta``, ``NAdam``) are torch's namesakes: ``convention="pytorch"`` where the kernels have
+it, torch's defaults (:func:`torch_optimizer_class`). A torch keyword means what it means in
+torch, or is refused (docs/torch.md). Importing ``toolkit`` does not import torch; importing
 ``toolkit.torch`` does.
 """
 from __future__ import annotations
@@ -24,9 +27,11 @@ except ImportError as e:  # pragma: no cover - the torch extra is not installed
 
 from .. import optimizer as _optimizer
 from ..optimizers.registry import registry as _registry
+from ..optimizers.registry import specs as _specs
+from . import meaning
 from .optim import TorchOptimizer
 
-__all__ = ["TorchOptimizer", "create", "optimizer_class"]
+__all__ = ["TorchOptimizer", "create", "optimizer_class", "torch_optimizer_class"]
 
 #: toolkit optimizer class -> its torch.optim class (made once)
 _CLASSES: dict = {}
@@ -60,17 +65,58 @@ def _toolkit_class(name):
     return None
 
 
+def _torch_spelled():
+    """``{torch's class name: toolkit class}`` where torch spells its namesake otherwise than
+    the toolkit (``Adagrad`` for ``AdaGrad``, ``NAdam`` for ``Nadam``): torch's optimizer under
+    torch's spelling (:func:`torch_optimizer_class`)."""
+    out = {}
+    for name, spec in _specs().items():
+        klass = _registry()[name]
+        if spec.torch and spec.torch != klass.__name__ and not spec.torch_flags and \
+                _toolkit_class(spec.torch) is None:
+            out[spec.torch] = klass
+    return out
+
+
+def torch_optimizer_class(klass):
+    """The ``torch.optim.Optimizer`` subclass that is torch's namesake of ``klass``: its update
+    under ``convention="pytorch"`` where the kernels have it (else MXNet's, a documented
+    difference), with torch's defaults for torch's keywords; made once."""
+    spec = _specs()[[n for n, k in _registry().items() if k is klass][0]]
+    made = _CLASSES.get((klass, "torch"))
+    if made is None:
+        base = optimizer_class(klass)
+        defaults = dict(meaning.torch_defaults(spec.torch))
+        if "pytorch" in spec.conventions:
+            defaults["convention"] = "pytorch"
+        made = type(spec.torch, (base,), {
+            "torch_defaults": defaults, "__module__": __name__, "__qualname__": spec.torch,
+            "__doc__": (f"torch.optim.{spec.torch} in toolkit.torch: "
+                        f"toolkit.optimizer.{klass.__name__} with torch's defaults "
+                        f"{defaults} (docs/torch.md, 'Torch's spellings').\n\n"
+                        f"{base.__doc__}")})
+        _CLASSES[(klass, "torch")] = made
+    return made
+
+
 def __getattr__(name):
     klass = _toolkit_class(name) if not name.startswith("_") else None
+    if klass is None and not name.startswith("_"):
+        spelled = _torch_spelled().get(name)
+        if spelled is not None:
+            return torch_optimizer_class(spelled)
     if klass is None:
         raise AttributeError(f"module 'toolkit.torch' has no attribute {name!r} (the "
                              "optimizers are the registered ones: "
-                             f"{', '.join(sorted(k.__name__ for k in _registry().values()))})")
+                             f"{', '.join(sorted(k.__name__ for k in _registry().values()))}, "
+                             "and torch's spellings "
+                             f"{', '.join(sorted(_torch_spelled()))})")
     return optimizer_class(klass)
 
 
 def __dir__():
-    return sorted(set(__all__) | {k.__name__ for k in _registry().values()})
+    return sorted(set(__all__) | {k.__name__ for k in _registry().values()} |
+                  set(_torch_spelled()))
 
 
 def create(name, params, **kwargs):

@@ -90,6 +90,22 @@ def pack(opt):
                         "sources": [dict(s) for s in opt._sources]}}
 
 
+def _toolkit_entries(opt, sd):
+    """A toolkit state_dict's states without what it carries for torch.optim, by the
+    convention of each parameter's saved group."""
+    state, groups = sd.get("state"), sd.get("param_groups")
+    if not isinstance(state, dict) or not isinstance(groups, list):
+        return state
+    klass = type(opt).toolkit_class
+    convention = {}
+    for group in groups:
+        if isinstance(group, dict):
+            for k in group.get("params", ()):
+                convention[k] = group.get("convention")
+    return {k: crossing.without_torch_entries(klass, v, convention.get(k))
+            if isinstance(v, dict) else v for k, v in state.items()}
+
+
 def _fail(msg, kind=ValueError):
     raise kind(f"load_state_dict: {msg}; the optimizer is unchanged")
 
@@ -109,9 +125,7 @@ def unpack(opt, sd):
             _fail(f"this torch.optim state_dict does not cross: {e}")
         meta = sd["toolkit"]
     else:
-        sd = {**sd, "state": {k: crossing.without_torch_entries(klass, v) if isinstance(v, dict)
-                              else v for k, v in sd["state"].items()} if isinstance(
-            sd["state"], dict) else sd["state"]}
+        sd = {**sd, "state": _toolkit_entries(opt, sd)}
     if not isinstance(meta, dict):
         _fail("its 'toolkit' entry is not a dict: it was not made by a toolkit.torch optimizer")
     if meta.get("format") != FORMAT:

@@ -40,6 +40,25 @@ def _torch_name(klass):
     return spec_of(klass).torch
 
 
+def slot_names(klass, convention):
+    """``{state slot: torch's name}`` of the slots that hold torch's quantity under
+    ``convention``: the spec's ``torch_slots``, and under "pytorch" the slots MXNet keeps
+    scaled by ``-lr`` too (SGD's ``mom`` is torch's ``momentum_buffer`` there)."""
+    names = dict(spec_of(klass).torch_slots)
+    if convention == "pytorch":
+        torch_name = _torch_name(klass)
+        names.update((slot, key) for (name, key), slot in SCALED.items() if name == torch_name)
+    return names
+
+
+def _scaled(klass, convention):
+    """``{torch entry: slot}`` converted by ``-lr`` under ``convention``."""
+    if convention == "pytorch":
+        return {}
+    torch_name = _torch_name(klass)
+    return {key: slot for (name, key), slot in SCALED.items() if name == torch_name}
+
+
 def exported(klass, group):
     """``group``'s options as torch's namesake reads them: a torch key the toolkit holds as
     None gets the number torch needs (its MXNet counterpart's, else torch's default)."""
@@ -61,13 +80,13 @@ def reimported(klass, options):
     return out
 
 
-def without_torch_entries(klass, entry):
+def without_torch_entries(klass, entry, convention="mxnet"):
     """A toolkit state entry without what :func:`for_torch` added for torch, its slots under
     the names ``opt.state`` shows (a file saved before they took torch's names, ``mean`` for
     ``exp_avg``, loads too)."""
     torch_name = _torch_name(klass)
-    added = {key for (name, key) in list(SCALED) + list(HOST) if name == torch_name}
-    renamed = spec_of(klass).torch_slots
+    added = set(_scaled(klass, convention)) | {key for (name, key) in HOST if name == torch_name}
+    renamed = slot_names(klass, convention)
     return {renamed.get(k, k): v for k, v in entry.items() if k not in added}
 
 
@@ -78,8 +97,8 @@ def for_torch(klass, group, entry, host_data):
     out = dict(entry)
     if "step" in out:
         out["step"] = torch.tensor(float(out["step"]))
-    for (name, key), slot in SCALED.items():
-        if name == torch_name and slot in out:
+    for key, slot in _scaled(klass, group.get("convention")).items():
+        if slot in out:
             out[key] = out[slot] / -float(group["lr"])
     for (name, key), host_key in HOST.items():
         if name == torch_name and host_key in host_data:
@@ -155,7 +174,7 @@ def from_torch(opt, sd):
                     out["step"] = int(t)
                     steps.append(int(t))
                 continue
-            scaled = SCALED.get((torch_name, key))
+            scaled = _scaled(klass, options.get("convention")).get(key)
             host_key = HOST.get((torch_name, key))
             if scaled is not None:
                 out[scaled] = value * -float(options["lr"])

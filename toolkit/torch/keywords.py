@@ -20,7 +20,7 @@ from ..optimizers.registry import spec_of
 from . import meaning
 
 __all__ = ["OPTIMIZER_LEVEL", "group_keys", "normalise", "attribute_of", "torch_keys",
-           "settle", "convention_of", "torch_default_lr", "MISSING"]
+           "settle", "convention_of", "torch_default_lr", "with_defaults", "MISSING"]
 
 #: keywords that belong to the whole optimizer, not to a param group
 OPTIMIZER_LEVEL = ("lr_scheduler", "begin_num_update")
@@ -152,6 +152,26 @@ def normalise(klass, kwargs, *, where, level=True, inherited=None):
                             f"(without it {cls} keeps no {key} buffer); pass {flag}=True, or "
                             f"leave {key} out")
     return out
+
+
+def with_defaults(klass, kwargs, defaults, *, where):
+    """``kwargs`` with each of ``defaults`` (keywords in either spelling) added unless what it
+    sets (its MXNet keys) is set by ``kwargs`` already."""
+    conv = kwargs.get("convention", defaults.get("convention"))
+    probe = {**kwargs, **({"convention": conv} if conv is not None else {})}
+    rules = torch_keys(klass, probe)
+
+    def sets(opts):
+        out = set()
+        for key in normalise(klass, opts, where=where):
+            rule = rules.get(key, (None,))[0]
+            out |= {key, *(getattr(rule, "names", None) or
+                           ((rule.name,) if isinstance(rule, meaning.Converted) else ()))}
+        return out
+
+    taken = sets(kwargs)
+    added = {k: v for k, v in defaults.items() if not sets({k: v}) & taken}
+    return {**added, **kwargs}
 
 
 def torch_keys(klass, group):

@@ -32,7 +32,7 @@ from ..optimizers import aliases
 from ..optimizers.registry import spec_of
 
 __all__ = ["Same", "Converted", "OffOnly", "Moot", "RULES", "SHARED", "rules", "table",
-           "equal"]
+           "equal", "torch_defaults"]
 
 
 class Same(NamedTuple):
@@ -143,13 +143,15 @@ _PLACEMENT = ("torch adds eps to the bias-corrected root sqrt(v/(1-beta2^t)); MX
               "(torch's update)")
 
 #: ``(torch class, torch keyword) -> {convention: rule}`` where the meaning is not the MXNet
-#: keyword of the same name (``"*"``: every convention but those listed)
+#: keyword of the same name (``"*"``: every convention but those listed; None: none, the plain
+#: meaning). Under ``convention="pytorch"`` MXNet's names carry torch's meanings
+#: (docs/conventions.md), so most keys are the same there
 RULES = {  # checked against the registry by tests/test_torch_keywords.py::test_rules_name_torch_facts
     ("Adam", "eps"): {"mxnet": OffOnly(None, _PLACEMENT, "epsilon"), "*": Same(("epsilon",))},
     ("Adam", "amsgrad"): {"*": OffOnly(False, "MXNet 1.9.1 has no AMSGrad")},
     ("Adam", "decoupled_weight_decay"): {"*": OffOnly(False, "decoupled decay is "
                                                              "toolkit.torch.AdamW")},
-    ("AdamW", "weight_decay"): {"*": Converted(
+    ("AdamW", "weight_decay"): {"pytorch": Same(("wd",)), "*": Converted(
         "wd", _adamw_wd, _adamw_weight_decay, "`wd = lr*weight_decay/eta` (torch decays by "
         "lr*weight_decay per step; MXNet's AdamW by eta*wd)")},
     ("AdamW", "eps"): {"mxnet": OffOnly(None, "MXNet's AdamW (contrib adamw_update) has no "
@@ -159,25 +161,25 @@ RULES = {  # checked against the registry by tests/test_torch_keywords.py::test_
                                       "epsilon"),
                        "*": Same(("epsilon",))},
     ("AdamW", "amsgrad"): {"*": OffOnly(False, "MXNet 1.9.1 has no AMSGrad")},
-    ("Adamax", "eps"): {"*": OffOnly(None, "torch adds eps to |g| inside the max; MXNet's "
+    ("Adamax", "eps"): {"pytorch": Same(("epsilon",)), "*": OffOnly(None, "torch adds eps to |g| inside the max; MXNet's "
                                            "Adamax has no epsilon (the guide's adds it to the "
                                            "denominator: epsilon= with convention='guide')",
                                     "epsilon")},
     ("NAdam", "decoupled_weight_decay"): {"*": OffOnly(False, "MXNet's Nadam couples wd into "
                                                               "the gradient")},
-    ("Adagrad", "weight_decay"): {"*": OffOnly(0, "torch adds weight_decay*w to the gradient "
+    ("Adagrad", "weight_decay"): {"pytorch": Same(("wd",)), "*": OffOnly(0, "torch adds weight_decay*w to the gradient "
                                                   "before the history; MXNet's AdaGrad adds "
                                                   "wd*w to the step after the division: give "
                                                   "wd= for MXNet's")},
     ("Adagrad", "lr_decay"): {"*": OffOnly(0, "use a learning-rate scheduler")},
     ("Adagrad", "initial_accumulator_value"): {"*": OffOnly(0, "MXNet's history starts at 0")},
-    ("RMSprop", "eps"): {"*": OffOnly(None, "torch adds eps outside the root (sqrt(v) + eps); "
+    ("RMSprop", "eps"): {"pytorch": Same(("epsilon",)), "*": OffOnly(None, "torch adds eps outside the root (sqrt(v) + eps); "
                                             "MXNet's RMSProp inside (sqrt(n + epsilon)): give "
                                             "epsilon= for MXNet's", "epsilon")},
     ("RMSprop", "momentum"): {"*": Same(("gamma2",))},
-    ("Adadelta", "lr"): {"*": OffOnly(1.0, "MXNet's AdaDelta has no learning rate (the step is "
+    ("Adadelta", "lr"): {"pytorch": None, "*": OffOnly(1.0, "MXNet's AdaDelta has no learning rate (the step is "
                                            "the delta itself, torch's lr=1.0)")},
-    ("Adadelta", "weight_decay"): {"*": OffOnly(0, "torch adds weight_decay*w to the gradient; "
+    ("Adadelta", "weight_decay"): {"pytorch": Same(("wd",)), "*": OffOnly(0, "torch adds weight_decay*w to the gradient; "
                                                    "MXNet's AdaDelta subtracts wd*w from the "
                                                    "weight, without the learning rate: give wd="
                                                    " for MXNet's")},
@@ -224,18 +226,18 @@ def rules(klass, convention):
         return out
     for key, default in _torch_signature(spec.torch).items():
         if key in ("lr", "maximize"):
-            rule = RULES.get((spec.torch, key))
+            rule = _pick(RULES.get((spec.torch, key)), convention)
             if rule is not None:
-                out[key] = (_pick(rule, convention), default)
+                out[key] = (rule, default)
             continue
         flags = spec.torch_flags
         if key in flags:
             out[key] = (OffOnly(flags[key], f"{klass.__name__} is torch's "
                                             f"{spec.torch}({key}={flags[key]!r})"), default)
             continue
-        rule = RULES.get((spec.torch, key))
+        rule = _pick(RULES.get((spec.torch, key)), convention)
         if rule is not None:
-            out[key] = (_pick(rule, convention), default)
+            out[key] = (rule, default)
         elif key in _MOOT:
             out[key] = (_MOOT[key], default)
         elif key in accepted:
@@ -248,7 +250,17 @@ def rules(klass, convention):
     return out
 
 
+def torch_defaults(torch_name):
+    """torch's defaults of ``torch.optim.<torch_name>``'s hyperparameters (not how it runs:
+    ``foreach``, ``fused``... are left out), what a torch-spelled ``toolkit.torch`` class
+    starts from."""
+    return {k: v for k, v in _torch_signature(torch_name).items()
+            if k not in _MOOT and k != "maximize" and v is not None}
+
+
 def _pick(by_convention, convention):
+    if by_convention is None:
+        return None
     return by_convention.get(convention, by_convention["*"])
 
 

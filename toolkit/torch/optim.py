@@ -25,7 +25,7 @@ from ..optimizers import aliases
 from ..optimizers.bookkeeping import StepScalars
 from ..optimizers.registry import spec_of
 from ..trainer.buffers import Recorder, planned_rows
-from . import keywords
+from . import crossing, keywords
 from .binding import FRESH, REBIND, Binding, TrackedState, check_entry
 from .launch import run_rule_table
 from .steady import SteadyGroup, SteadyStep
@@ -155,6 +155,8 @@ class TorchOptimizer(torch.optim.Optimizer):
 
     #: the toolkit optimizer class (set on each generated subclass)
     toolkit_class = None
+    #: keywords a class takes when not given (torch's defaults of a torch-spelled class)
+    torch_defaults = {}
 
     def __init__(self, params, lr=_UNSET, **kwargs):
         klass = type(self).toolkit_class
@@ -164,6 +166,8 @@ class TorchOptimizer(torch.optim.Optimizer):
         name = f"toolkit.torch.{klass.__name__}()"
         if lr is not _UNSET:  # torch's second positional argument
             kwargs = {"lr": _scalar(lr, "lr", name), **kwargs}
+        if self.torch_defaults:  # a torch-spelled class: torch's defaults where not given
+            kwargs = keywords.with_defaults(klass, kwargs, self.torch_defaults, where=name)
         opts = keywords.normalise(klass, kwargs, where=name)
         self._scheduler = opts.pop("lr_scheduler", None)
         self._begin = opts.pop("begin_num_update", 0)
@@ -631,7 +635,7 @@ class TorchOptimizer(torch.optim.Optimizer):
         slots = tuple(inner.state_slots())
         if len(slots) != len(arrays):
             return tuple(f"state{k}" for k in range(len(arrays)))
-        torch_names = spec_of(type(inner)).torch_slots
+        torch_names = crossing.slot_names(type(inner), inner.convention)
         return tuple(torch_names.get(n, n) for n in slots)
 
     def _named(self, inner, state, w):
