@@ -259,3 +259,26 @@ def test_random_walks_of_changes_never_reach_bad_memory(seeds):
                          f"{one.stderr[-3000:]}")
     pytest.fail(f"walks {seeds[0]}-{seeds[-1]} exited {done.returncode}; "
                 + ("\n".join(named) or f"no single walk fails alone:\n{done.stderr[-3000:]}"))
+
+
+def test_a_written_step_sets_the_count():
+    """torch keeps the step in opt.state[p]; written there it sets the count (0 starts afresh),
+    and a value that is not a count is refused at the step, nothing changed."""
+    p = torch.nn.Parameter(torch.ones(3))
+    opt = toolkit.torch.Adam([p], lr=0.1)
+    for _ in range(3):
+        p.grad = torch.ones(3)
+        opt.step()
+    opt.state[p]["step"] = torch.tensor(10.0)
+    opt.step()
+    assert opt.state_dict()["state"][0]["step"] == 11 and "step" not in opt.state[p]
+    opt.state[p]["step"] = 0
+    opt.step()
+    assert opt.state_dict()["state"][0]["step"] == 1
+    opt.state[p]["step"] = -1
+    before = p.detach().clone()
+    for _ in range(2):  # refused again: the bad value stays where the user put it
+        with pytest.raises(ValueError, match=r"parameter 0: opt.state\[p\]\['step'\] = -1 is "
+                                             r"not a count"):
+            opt.step()
+    assert torch.equal(p.detach(), before)

@@ -68,6 +68,19 @@ class torch_threads:
             numba.set_num_threads(self.old)
 
 
+def _written_step(value, index, inner):
+    """The count ``t`` a user wrote as ``opt.state[p]["step"]`` (torch keeps the step there):
+    a whole number >= 0, as a number or a one-element tensor; 0 starts the count afresh."""
+    t = value.item() if isinstance(value, torch.Tensor) and value.numel() == 1 else value
+    if isinstance(t, bool) or not isinstance(t, numbers.Real) or t != t or t < 0 or \
+            t != int(t):
+        raise ValueError(f"parameter {index}: opt.state[p]['step'] = {value!r} is not a count "
+                         "(a whole number >= 0)")
+    t = int(t)
+    begin = inner.begin_num_update
+    return begin + t if t else None
+
+
 def _scalar(value, key, where):
     """A one-element tensor (torch takes a tensor lr) as the Python float it holds."""
     if isinstance(value, torch.Tensor):
@@ -335,20 +348,36 @@ class TorchOptimizer(torch.optim.Optimizer):
         generation = self._tracked.generation
         if generation == self._seen_generation:
             return
+        written = []  # (entry, index, inner, count) of each step the user wrote, checked first
         index = 0
         for group, inner in zip(self.param_groups, self._inners):
-            forget = []
+            for p in group["params"]:
+                entry = self.state.get(p)
+                if entry and "step" in entry:
+                    written.append((entry, index, inner,
+                                    _written_step(entry["step"], index, inner)))
+                index += 1
+        index = 0
+        for group, inner in zip(self.param_groups, self._inners):
+            counts = {}  # index -> the count the user set (None: forgotten)
+            for entry, i, owner, t in written:
+                if owner is inner:
+                    del entry["step"]
+                    counts[i] = t
             for p in group["params"]:
                 if p in self._bindings and not self.state.get(p):
                     del self._bindings[p]
                     self._facts.pop(p, None)
-                    forget.append(index)
+                    counts[index] = None
                 index += 1
-            if forget:
-                counts = inner.update_counts
-                for i in forget:
-                    counts.pop(i, None)
-                inner.restore_counts(counts, inner.num_update)
+            if counts:
+                kept = inner.update_counts
+                for i, t in counts.items():
+                    if t:
+                        kept[i] = t
+                    else:
+                        kept.pop(i, None)
+                inner.restore_counts(kept, max([inner.num_update, *kept.values()]))
         self._seen_generation = self._tracked.generation
 
     def _sync_options(self):
