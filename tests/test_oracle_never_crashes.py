@@ -4,6 +4,9 @@ refuses"); only ``SystemExit`` and ``KeyboardInterrupt`` pass through."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from toolkit import oracle
 from toolkit.oracle import region
@@ -36,3 +39,131 @@ def test_a_failure_only_for_beta1_below_1e_200_is_located_not_a_crash():
                       examples=10, ranges={"beta1": Decades(-310, -290)})
     assert r.domains["usual"].passed and not r.domains["full"].passed
     assert r.region.startswith("only for beta1 < 1e-200"), r.region
+
+
+# --------------------------------------------------------------------------------------------
+# adversarial implementations: each call of step does what the plan says
+# --------------------------------------------------------------------------------------------
+class _Odd(BaseException):
+    """An exception outside Exception's tree (neither SystemExit nor KeyboardInterrupt)."""
+
+
+class _Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("no message either")
+
+
+class _Unreadable:
+    def __array__(self, *args, **kwargs):
+        raise RuntimeError("no array here")
+
+
+def _result(kind, w, g, right):
+    """What step returns for ``kind``; ``right`` is the correct implementation's result."""
+    table = {
+        "right": lambda: right,
+        "nan": lambda: np.full_like(w, np.nan),
+        "inf": lambda: np.full_like(w, np.inf),
+        "-inf": lambda: np.full_like(w, -np.inf),
+        "zero": lambda: np.zeros_like(w),
+        "huge": lambda: np.full(w.shape, 1e308),
+        "tiny": lambda: np.full_like(w, 5e-324 if w.dtype == np.float64 else 1e-45),
+        "one wrong element": lambda: np.where(np.arange(w.size).reshape(w.shape) == 0,
+                                              right * 3.0 + 1.0, right),
+        "wrong shape": lambda: np.zeros(w.size + 1, w.dtype),
+        "scalar": lambda: 1.0,
+        "string": lambda: "weights",
+        "none": lambda: None,
+        "list of strings": lambda: ["a"] * w.size,
+        "ints": lambda: np.zeros(w.shape, dtype=np.int64),
+        "complex": lambda: right + 1e-3j,
+        "object": lambda: object(),
+        "unreadable": lambda: _Unreadable(),
+        "float64": lambda: np.asarray(right, np.float64),
+        "float16": lambda: np.asarray(right, np.float16),
+        "gradient": lambda: g,
+    }
+    if kind == "raise":
+        raise RuntimeError("the user's bug")
+    if kind == "raise odd":
+        raise _Odd("not an Exception")
+    if kind == "raise unprintable":
+        raise _Unprintable()
+    if kind == "seterr raise":
+        np.seterr(all="raise")  # the user's code changes numpy's global error state
+        return right
+    return table[kind]()
+
+
+KINDS = ["right", "nan", "inf", "-inf", "zero", "huge", "tiny", "one wrong element",
+         "wrong shape", "scalar", "string", "none", "list of strings", "ints", "complex",
+         "object", "unreadable", "float64", "float16", "gradient", "raise", "raise odd",
+         "raise unprintable", "seterr raise"]
+#: what may pass (the right values, or values as precise as them)
+MAY_PASS = {"right", "seterr raise", "float64", "float16"}
+
+
+def _adversary(correct, plan, make_plan):
+    """A make_step that follows ``correct`` but returns what ``plan`` says on each step call
+    (cycling), and on each make_step call does what ``make_plan`` says."""
+    calls = {"make": 0, "step": 0}
+
+    def make(w, **hyper):
+        what = make_plan[calls["make"] % len(make_plan)]
+        calls["make"] += 1
+        if what == "raise":
+            raise ValueError("make_step refuses")
+        if what == "not callable":
+            return 42
+        step = correct(w, **hyper)
+
+        def adversarial(g):
+            kind = plan[calls["step"] % len(plan)]
+            calls["step"] += 1
+            return _result(kind, w, g, step(g))
+        return adversarial
+    return make
+
+
+def _correct(name):
+    from test_oracle import make_sgd
+    return make_adam() if name == "adam" else make_sgd()
+
+
+# verify draws its cases with a @given of its own: hypothesis asks the outer test to allow that
+@settings(max_examples=30, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.nested_given])
+@given(name=st.sampled_from(["sgd", "adam"]),
+       plan=st.lists(st.sampled_from(KINDS), min_size=1, max_size=4),
+       make_plan=st.lists(st.sampled_from(["ok", "ok", "ok", "raise", "not callable"]),
+                          min_size=1, max_size=3),
+       dtype=st.sampled_from(["float16", "float32", "float64"]),
+       seed=st.integers(0, 3))
+def test_verify_and_identify_return_a_report_whatever_the_user_does(name, plan, make_plan,
+                                                                      dtype, seed):
+    saved = np.geterr()
+    try:
+        make = _adversary(_correct(name), plan, make_plan)
+        r = oracle.verify(make, name, convention="guide", dtype=dtype, examples=3, seed=seed)
+        assert isinstance(r.summary, str) and r.to_dict()["passed"] == r.passed
+        if set(plan) - MAY_PASS or set(make_plan) != {"ok"}:
+            assert not r.passed, plan  # every other behaviour is wrong at once
+        i = oracle.identify(make, name, dtype=dtype, cases=6, screen=50, seed=seed)
+        assert isinstance(i.summary, str) and i.to_dict()["matches"] == i.matches
+    finally:
+        np.seterr(**saved)
+
+
+@pytest.mark.parametrize("stop", [SystemExit(3), KeyboardInterrupt()], ids=type)
+@pytest.mark.parametrize("where", ["make_step", "step"])
+def test_system_exit_and_keyboard_interrupt_pass_through(stop, where):
+    def make(w, **hyper):
+        if where == "make_step":
+            raise stop
+
+        def step(g):
+            raise stop
+        return step
+    for run in (oracle.verify, oracle.identify):
+        with pytest.raises(type(stop)):
+            run(make, "sgd")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import math
 import sys
-import traceback
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,6 +19,7 @@ import numpy as np
 from . import region as _region_text
 from . import space as _space
 from .seeds import DEFAULT_SEED, resolve_seed
+from . import user as _user
 from . import variants as _variants
 
 __all__ = ["verify", "identify", "assert_matches_oracle", "VerifyReport", "IdentifyReport",
@@ -180,54 +180,6 @@ def _reference_trajectory(ref, case, convention, dtype, moved=None, variant=None
                 w = further_beyond(w, moved[t])
             out.append(w)
     return out
-
-
-def _to_numpy(x):
-    if hasattr(x, "detach") and hasattr(x, "cpu"):          # a PyTorch tensor
-        x = x.detach().cpu().numpy()
-    elif hasattr(x, "__cuda_array_interface__"):
-        from ..backends.arrays import to_host
-        x = to_host(x)
-    return np.asarray(x)
-
-
-def _run_user(make_step, case, dtype):
-    """The user's weights after every step, or ``(None, message)`` on an exception/bad output."""
-    w0 = case.weight.astype(dtype)
-    try:
-        step = make_step(w0.copy(), **case.hyper)
-    except Exception as e:  # noqa: BLE001 - a user's exception is a verdict, not a crash
-        return None, f"make_step raised {_describe(e)}"
-    if not callable(step):
-        return None, f"make_step returned {type(step).__name__}, not a callable step(grad)"
-    outs = []
-    for t, g in enumerate(case.grads, start=1):
-        try:
-            raw = step(g.astype(dtype))
-        except Exception as e:  # noqa: BLE001
-            return outs, f"step {t} raised {_describe(e)}"
-        try:
-            out = _to_numpy(raw)
-        except Exception as e:  # noqa: BLE001
-            return outs, (f"step {t} returned a {type(raw).__name__} that numpy cannot read "
-                          f"as an array: {_describe(e)}")
-        if out.dtype.kind == "c":
-            return outs, (f"step {t} returned complex values (dtype {out.dtype}); a weight is "
-                          f"real, and dropping the imaginary part would hide the error")
-        if out.dtype.kind != "f":
-            return outs, (f"step {t} returned a {type(raw).__name__} of dtype {out.dtype}, "
-                          f"not floating-point numbers")
-        if out.shape != w0.shape:
-            return outs, (f"step {t} returned shape {out.shape}; the weight's shape is "
-                          f"{w0.shape}")
-        outs.append(np.array(out, dtype=np.float64))  # a copy: steps may reuse arrays
-    return outs, None
-
-
-def _describe(e):
-    tb = traceback.extract_tb(e.__traceback__)
-    where = f" at {tb[-1].filename}:{tb[-1].lineno}" if tb else ""
-    return f"{type(e).__name__}: {e}{where}"
 
 
 def _compare(outs, refs, rerun):
@@ -594,7 +546,7 @@ def _verify_run(make_step, ref, convention, fixed, dt, examples, seed, domain="f
             return  # the implementation already failed outright: nothing more to learn
         state["n"] += 1
         refs = _reference_trajectory(ref, case, convention, dt)
-        outs, failure = _run_user(make_step, case, dt)
+        outs, failure = _user.run(make_step, case, dt)
         if failure is not None:
             state["failure"] = failure
             state["worst"] = math.inf
@@ -708,7 +660,7 @@ def _region(make_step, ref, convention, dt, record, fixed=None):
         if not _constructible(klass, hyper):
             return True  # not a case the optimizer takes: not a passing one either
         c = _Case(hyper, case.weight, case.grads)
-        outs, failure = _run_user(make_step, c, dt)
+        outs, failure = _user.run(make_step, c, dt)
         if failure is not None:
             return True
         return _compare(outs, _reference_trajectory(ref, c, convention, dt),
@@ -913,7 +865,7 @@ def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, scr
     worst = {c: None for c in convs}
     failure = None
     for case, trajs, _ in chosen:
-        outs, failure = _run_user(make_step, case, dt)
+        outs, failure = _user.run(make_step, case, dt)
         if failure is not None:
             errors = {c: math.inf for c in convs}
             break

@@ -1,0 +1,89 @@
+"""Running the user's ``make_step`` on one case, and what counts as a failed step.
+
+Whatever the user's code returns or raises is a verdict, never a crash of the oracle: an
+exception (of any kind but ``SystemExit`` and ``KeyboardInterrupt``, which are the user's way
+to stop and pass through), a ``make_step`` that returns no callable, and a result that is not
+an array of real floating-point numbers of the weight's shape end the case with a message.
+"""
+from __future__ import annotations
+
+import traceback
+
+import numpy as np
+
+__all__ = ["run", "describe", "PASS_THROUGH"]
+
+#: exceptions of the user's code that stop the oracle too (everything else is a verdict)
+PASS_THROUGH = (SystemExit, KeyboardInterrupt)
+
+
+def run(make_step, case, dtype):
+    """``(outs, failure)``: the user's weights after every step of ``case`` (float64 copies),
+    and None; or the steps run so far (None when ``make_step`` itself failed) and a message
+    saying what went wrong."""
+    w0 = case.weight.astype(dtype)
+    try:
+        step = make_step(w0.copy(), **case.hyper)
+    except PASS_THROUGH:
+        raise
+    except BaseException as e:  # noqa: BLE001 - a user's exception is a verdict, not a crash
+        return None, f"make_step raised {describe(e)}"
+    if not callable(step):
+        return None, f"make_step returned {type(step).__name__}, not a callable step(grad)"
+    outs = []
+    for t, g in enumerate(case.grads, start=1):
+        try:
+            raw = step(g.astype(dtype))
+        except PASS_THROUGH:
+            raise
+        except BaseException as e:  # noqa: BLE001
+            return outs, f"step {t} raised {describe(e)}"
+        try:
+            out = _to_numpy(raw)
+        except PASS_THROUGH:
+            raise
+        except BaseException as e:  # noqa: BLE001
+            return outs, (f"step {t} returned a {type(raw).__name__} that numpy cannot read "
+                          f"as an array: {describe(e)}")
+        wrong = _wrong_output(out, raw, w0, t)
+        if wrong is not None:
+            return outs, wrong
+        with np.errstate(all="ignore"):  # a long double beyond float64's range is inf
+            outs.append(np.array(out, dtype=np.float64))  # a copy: steps may reuse arrays
+    return outs, None
+
+
+def _wrong_output(out, raw, w0, t):
+    """Why ``out`` (step ``t``'s result as numpy read it) is not a weight, or None."""
+    if out.dtype.kind == "c":
+        return (f"step {t} returned complex values (dtype {out.dtype}); a weight is real, and "
+                f"dropping the imaginary part would hide the error")
+    if out.dtype.kind != "f":
+        return (f"step {t} returned a {type(raw).__name__} of dtype {out.dtype}, not "
+                f"floating-point numbers")
+    if out.shape != w0.shape:
+        return f"step {t} returned shape {out.shape}; the weight's shape is {w0.shape}"
+    return None
+
+
+def _to_numpy(x):
+    if hasattr(x, "detach") and hasattr(x, "cpu"):          # a PyTorch tensor
+        x = x.detach().cpu().numpy()
+    elif hasattr(x, "__cuda_array_interface__"):
+        from ..backends.arrays import to_host
+        x = to_host(x)
+    return np.asarray(x)
+
+
+def describe(e):
+    """``"Type: message at file:line"`` of the user's exception ``e`` (its message as far as it
+    can be printed)."""
+    tb = traceback.extract_tb(e.__traceback__)
+    where = f" at {tb[-1].filename}:{tb[-1].lineno}" if tb else ""
+    try:
+        text = str(e)
+    except PASS_THROUGH:
+        raise
+    except BaseException:  # noqa: BLE001 - an exception whose message itself raises
+        text = "(its message cannot be printed)"
+    return f"{type(e).__name__}: {text}{where}"
