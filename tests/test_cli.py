@@ -252,3 +252,40 @@ def test_seed_takes_an_int_or_random(target, capsys, command, extra):
         assert exc.value.code == 2
         err = capsys.readouterr().err
         assert "--seed" in err and "'random'" in err and repr(bad) in err, err
+
+
+def test_an_internal_error_exits_3_and_asks_for_a_report(target, capsys, monkeypatch):
+    from toolkit.oracle import core
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("float division by zero")
+    monkeypatch.setattr(core, "_domain_verdict", broken)  # a bug of the oracle, planted
+    argv = ["verify", f"{target}:make_adam", "adam", "--examples", "2"]
+    assert _main(argv) == 3
+    err = capsys.readouterr().err
+    assert "internal error" in err and "bug of the toolkit" in err and "report" in err
+    assert "ZeroDivisionError" in err
+    assert _main(argv + ["--json"]) == 3
+    out = json.loads(capsys.readouterr().out)
+    assert out["error"] == "internal" and out["exit_code"] == 3
+    assert "ZeroDivisionError" in out["message"]
+    from toolkit import oracle
+    with pytest.raises(oracle.InternalError, match="bug of the toolkit"):
+        oracle.verify(lambda w, **h: (lambda g: w), "adam", examples=2)
+
+
+@pytest.mark.parametrize("argv", [
+    ["verify", "no_such_module_here:f", "adam"],
+    ["verify", "{target}:make_adam", "nosuchopt"],
+    ["verify", "{target}:make_adam", "adam", "--fixed", "wd=-1"],
+    ["identify", "{target}:make_adam", "adam", "--dtype", "float8"],
+    ["verify", "{target}:make_adam", "adam", "--examples", "many"],
+])
+def test_json_always_writes_a_report_even_on_a_usage_error(argv, target, capsys):
+    try:
+        code = _main([a.format(target=target) for a in argv] + ["--json"])
+    except SystemExit as exc:  # argparse's own usage error
+        code = exc.code
+    assert code == 2
+    out = json.loads(capsys.readouterr().out)
+    assert out["error"] == "usage" and out["exit_code"] == 2 and out["message"]

@@ -12,9 +12,13 @@ failure in the full domain only lies, and the explanation of a failure.
 Exit codes (also with ``--json``, which prints the report as JSON on stdout):
 
 * ``verify``: 0 passed, 1 failed (including an exception or a wrong output of the function),
-  2 usage error (bad arguments, the target cannot be imported).
-* ``identify``: 0 a convention was named, 1 none matches, 2 usage error.
+  2 usage error (bad arguments, the target cannot be imported), 3 internal error (a bug of the
+  oracle: the message asks for a report).
+* ``identify``: 0 a convention was named, 1 none matches, 2 usage error, 3 internal error.
 * ``list``: 0.
+
+With ``--json`` stdout always holds one JSON object: the report, or on a usage or internal error
+``{"error": "usage" | "internal", "message": ..., "exit_code": 2 | 3}``.
 """
 from __future__ import annotations
 
@@ -78,9 +82,26 @@ def parse_fixed(items):
     return fixed
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, which with ``--json`` on the command line also writes its usage error
+    as the JSON object of :func:`_error_json` on stdout (then exits 2, as argparse does)."""
+
+    def parse_args(self, args=None, namespace=None):
+        self.json_wanted = "--json" in (sys.argv[1:] if args is None else args)
+        return super().parse_args(args, namespace)
+
+    def error(self, message):
+        if getattr(self, "json_wanted", False):
+            _error_json("usage", f"{self.prog}: {message}", 2)
+        super().error(message)
+
+
+def _error_json(kind, message, code):
+    print(json.dumps({"error": kind, "message": message, "exit_code": code}, indent=2))
+
+
 def _parser(prog, what):
-    ap = argparse.ArgumentParser(prog=prog, description=what,
-                                 epilog=_EPILOG)
+    ap = _Parser(prog=prog, description=what, epilog=_EPILOG)
     ap.add_argument("target", help="module:function or path/to/file.py:function returning "
                                    "make_step(weight0, **hyperparameters) -> step(grad)")
     ap.add_argument("optimizer", help="registry name of the optimizer it implements, e.g. adam "
@@ -99,25 +120,48 @@ def _parser(prog, what):
 
 
 _EPILOG = ("exit codes: 0 passed (verify) or a convention named (identify), 1 not, "
-           "2 usage error")
+           "2 usage error, 3 internal error (a bug of the oracle: please report it)")
 
 
 def _run(report_of, args, ok):
     from rich.console import Console
+    from rich.markup import escape
+
+    from .errors import InternalError
     err = Console(stderr=True)
+
+    def fail(kind, e, code):
+        if args.json:
+            _error_json(kind, str(e), code)
+        err.print(f"[red]{'error' if code == 2 else 'internal error'}:[/red] {escape(str(e))}",
+                  highlight=False)
+        return code
+
     try:
         make_step = load_target(args.target)
         fixed = parse_fixed(args.fixed)
-        with err.status(f"running {args.target} against the oracle ({args.optimizer}) ..."):
+        with err.status(f"running {escape(args.target)} against the oracle "
+                        f"({escape(args.optimizer)}) ..."):
             report = report_of(make_step, fixed)
     except (UsageError, ValueError, TypeError) as e:
-        err.print(f"[red]error:[/red] {e}", highlight=False)
-        return 2
-    if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
-    else:
-        print(report.summary)
+        return fail("usage", e, 2)  # the oracle checks its arguments before anything runs
+    except InternalError as e:
+        return fail("internal", e, 3)
+    except Exception as e:  # noqa: BLE001 - outside the oracle's own guard: a bug of ours
+        return fail("internal", _bug(e), 3)
+    try:
+        text = json.dumps(report.to_dict(), indent=2) if args.json else report.summary
+    except Exception as e:  # noqa: BLE001
+        return fail("internal", _bug(e), 3)
+    print(text)
     return 0 if ok(report) else 1
+
+
+def _bug(e):
+    from .errors import REPORT_TO, InternalError
+    return InternalError(f"mxopt failed: {type(e).__name__}: {e}. This is a bug of the toolkit: "
+                         f"please report it to {REPORT_TO} with the command line and the "
+                         f"versions (mxopt --version)")
 
 
 def main_verify(argv):

@@ -20,11 +20,12 @@ from . import region as _region_text
 from . import space as _space
 from .seeds import DEFAULT_SEED, resolve_seed
 from . import user as _user
+from .errors import InternalError, bug_report as _bug_report
 from . import variants as _variants
 
 __all__ = ["verify", "identify", "assert_matches_oracle", "VerifyReport", "IdentifyReport",
            "conventions_of", "OracleMismatch", "DEFAULT_SEED", "FRAMEWORKS", "versions",
-           "Explanation", "DomainVerdict", "KINDS", "resolve_seed"]
+           "Explanation", "DomainVerdict", "KINDS", "resolve_seed", "InternalError"]
 
 #: the order in which a convention is named when several match (ours first)
 ORDER = ("mxnet", "guide", "pytorch")
@@ -477,45 +478,46 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
     _space.hyper_space(ref.NAME, fixed, "full", ranges)  # ranges checked before any run
     spec = _spec_of(ref.NAME)
     declared = _variants.variants_of(spec)
-    run = _verify_run(make_step, ref, convention, fixed, dt, examples, seed, ranges=ranges)
-    full = _domain_verdict(run)
-    if spec.usual:
-        usual_run = _verify_run(make_step, ref, convention, fixed, dt, usual_examples, seed,
-                                domain="usual", ranges=ranges)
-        pinned = _space.pinned_outside_usual(ref.NAME, fixed)
-        aimed = _space.aimed_without_usual(ref.NAME, ranges)
-        usual = _domain_verdict(usual_run, "; ".join(
-            [f"{k} pinned at {v!r}, outside its usual range {_space.describe(spec.usual[k])}"
-             for k, v in pinned.items()] +
-            [f"{k} aimed at {_space.describe(v)} by ranges, as in the full domain (it has no "
-             "usual range)" for k, v in aimed.items()]) or None)
-    else:  # one domain: the full one is the usual one
-        usual_run, usual = run, full
-    # the verdict is both domains': a failure of the usual domain is a failure (its cases
-    # are drawn apart from the full domain's, which may not meet them)
-    passed = full.passed and usual.passed
-    max_error = max(full.max_error, usual.max_error)
-    failure = run["failure"] or usual_run["failure"]
-    seen = (run["seen"] if not full.passed else []) + \
-        (usual_run["seen"] if not usual.passed and usual_run is not run else [])
-    passes_under, under_error = None, None
-    if not passed and failure is None:
-        passes_under, under_error = _passing_convention(
-            make_step, ref, convention, pytorch, implemented, fixed, dt, examples, seed,
-            seen, ranges)
-    explanation = None
-    if not passed and failure is None:
-        explanation = _explain(ref, convention, pytorch, implemented, dt, declared, seen,
-                               passes_under, under_error, max_error)
-    region = None
-    if usual.passed and not full.passed and run["failure"] is None and spec.usual:
-        region = _region(make_step, ref, convention, dt, run["record"], fixed)
-    worse = run if full.max_error >= max_error else usual_run
-    return VerifyReport(ref.NAME, asked, dt.name, passed=passed, max_error=max_error,
-                        examples=run["n"], worst=worse["record"], failure=failure,
-                        passes_under=passes_under, seed=seed, versions=versions(),
-                        domains={"usual": usual, "full": full}, region=region,
-                        explanation=explanation)
+    with _bug_report(f"verify of {ref.NAME}"):
+        run = _verify_run(make_step, ref, convention, fixed, dt, examples, seed, ranges=ranges)
+        full = _domain_verdict(run)
+        if spec.usual:
+            usual_run = _verify_run(make_step, ref, convention, fixed, dt, usual_examples, seed,
+                                    domain="usual", ranges=ranges)
+            pinned = _space.pinned_outside_usual(ref.NAME, fixed)
+            aimed = _space.aimed_without_usual(ref.NAME, ranges)
+            usual = _domain_verdict(usual_run, "; ".join(
+                [f"{k} pinned at {v!r}, outside its usual range {_space.describe(spec.usual[k])}"
+                 for k, v in pinned.items()] +
+                [f"{k} aimed at {_space.describe(v)} by ranges, as in the full domain (it has no "
+                 "usual range)" for k, v in aimed.items()]) or None)
+        else:  # one domain: the full one is the usual one
+            usual_run, usual = run, full
+        # the verdict is both domains': a failure of the usual domain is a failure (its cases
+        # are drawn apart from the full domain's, which may not meet them)
+        passed = full.passed and usual.passed
+        max_error = max(full.max_error, usual.max_error)
+        failure = run["failure"] or usual_run["failure"]
+        seen = (run["seen"] if not full.passed else []) + \
+            (usual_run["seen"] if not usual.passed and usual_run is not run else [])
+        passes_under, under_error = None, None
+        if not passed and failure is None:
+            passes_under, under_error = _passing_convention(
+                make_step, ref, convention, pytorch, implemented, fixed, dt, examples, seed,
+                seen, ranges)
+        explanation = None
+        if not passed and failure is None:
+            explanation = _explain(ref, convention, pytorch, implemented, dt, declared, seen,
+                                   passes_under, under_error, max_error)
+        region = None
+        if usual.passed and not full.passed and run["failure"] is None and spec.usual:
+            region = _region(make_step, ref, convention, dt, run["record"], fixed)
+        worse = run if full.max_error >= max_error else usual_run
+        return VerifyReport(ref.NAME, asked, dt.name, passed=passed, max_error=max_error,
+                            examples=run["n"], worst=worse["record"], failure=failure,
+                            passes_under=passes_under, seed=seed, versions=versions(),
+                            domains={"usual": usual, "full": full}, region=region,
+                            explanation=explanation)
 
 
 def _spec_of(name):
@@ -833,61 +835,62 @@ def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, scr
     fixed = _check_fixed(ref.NAME, fixed)
     seed = resolve_seed(seed)
     klass = _optimizer_class(ref.NAME)
-    rng = np.random.default_rng(seed)
-    hyper_space = _space.hyper_space(ref.NAME, fixed)
-    # "pytorch" is a convention of its own only where PyTorch's update is not one of ours
-    convs = [c for c in ORDER if c in implemented and (c != "pytorch" or pytorch == "pytorch")]
-    pairs = [(a, b) for i, a in enumerate(convs) for b in convs[i + 1:]]
-    scored = []  # (case, {conv: trajectory}, {pair: distance})
-    for _ in range(screen):
-        case = _sample_case(ref.NAME, hyper_space, dt, rng)
-        if not _constructible(klass, case.hyper):
-            continue  # a fixed value beside a drawn one it excludes
-        trajs = {c: _reference_trajectory(ref, case, c, dt) for c in convs}
-        if any(not np.all(np.isfinite(t[-1].value)) for t in trajs.values()):
-            continue  # an overflow in the reference tells nothing about conventions
-        scored.append((case, trajs, {p: _distance(trajs[p[0]], trajs[p[1]]) for p in pairs}))
-    chosen, indistinct = [], []
-    per_pair = max(1, cases // max(1, len(pairs)))
-    for p in pairs:
-        apart = sorted((s for s in scored if s[2][p] > DISTINCT), key=lambda s: -s[2][p])
-        if not apart:
-            indistinct.append(p)
-        for s in apart[:per_pair]:
+    with _bug_report(f"identify of {ref.NAME}"):
+        rng = np.random.default_rng(seed)
+        hyper_space = _space.hyper_space(ref.NAME, fixed)
+        # "pytorch" is a convention of its own only where PyTorch's update is not one of ours
+        convs = [c for c in ORDER if c in implemented and (c != "pytorch" or pytorch == "pytorch")]
+        pairs = [(a, b) for i, a in enumerate(convs) for b in convs[i + 1:]]
+        scored = []  # (case, {conv: trajectory}, {pair: distance})
+        for _ in range(screen):
+            case = _sample_case(ref.NAME, hyper_space, dt, rng)
+            if not _constructible(klass, case.hyper):
+                continue  # a fixed value beside a drawn one it excludes
+            trajs = {c: _reference_trajectory(ref, case, c, dt) for c in convs}
+            if any(not np.all(np.isfinite(t[-1].value)) for t in trajs.values()):
+                continue  # an overflow in the reference tells nothing about conventions
+            scored.append((case, trajs, {p: _distance(trajs[p[0]], trajs[p[1]]) for p in pairs}))
+        chosen, indistinct = [], []
+        per_pair = max(1, cases // max(1, len(pairs)))
+        for p in pairs:
+            apart = sorted((s for s in scored if s[2][p] > DISTINCT), key=lambda s: -s[2][p])
+            if not apart:
+                indistinct.append(p)
+            for s in apart[:per_pair]:
+                if all(s is not c for c in chosen):
+                    chosen.append(s)
+        for s in scored[:max(2, cases - len(chosen))]:  # and some ordinary cases
+            if len(chosen) >= cases:
+                break
             if all(s is not c for c in chosen):
                 chosen.append(s)
-    for s in scored[:max(2, cases - len(chosen))]:  # and some ordinary cases
-        if len(chosen) >= cases:
-            break
-        if all(s is not c for c in chosen):
-            chosen.append(s)
-    errors = {c: 0.0 for c in convs}
-    worst = {c: None for c in convs}
-    failure = None
-    for case, trajs, _ in chosen:
-        outs, failure = _user.run(make_step, case, dt)
-        if failure is not None:
-            errors = {c: math.inf for c in convs}
-            break
-        for c in convs:
-            err, t, i, expected, got = _compare(
-                outs, trajs[c],
-                lambda moved, case=case, c=c: _reference_trajectory(ref, case, c, dt, moved))
-            if err > errors[c] or worst[c] is None:
-                errors[c] = max(errors[c], err)
-                worst[c] = {**_case_dict(case, t), "step": t, "element": i,
-                            "expected": expected, "got": got, "error": _finite(err)}
-    matches = [c for c in convs if errors[c] <= 1.0 and failure is None]
-    closest = min(convs, key=lambda c: errors[c]) if convs else None
-    if pytorch not in (None, "pytorch") and pytorch in errors:
-        errors["pytorch"] = errors[pytorch]  # PyTorch's update is that one of ours
-        if pytorch in matches:
-            matches.append("pytorch")
-    named = next((c for c in ORDER if c in matches), None)
-    return IdentifyReport(ref.NAME, dt.name, matches, named, errors, len(chosen),
-                          closest=closest if named is None else None, pytorch=pytorch,
-                          indistinguishable=indistinct, failure=failure,
-                          worst=worst.get(closest) if named is None else None, seed=seed,
-                          versions=versions())
+        errors = {c: 0.0 for c in convs}
+        worst = {c: None for c in convs}
+        failure = None
+        for case, trajs, _ in chosen:
+            outs, failure = _user.run(make_step, case, dt)
+            if failure is not None:
+                errors = {c: math.inf for c in convs}
+                break
+            for c in convs:
+                err, t, i, expected, got = _compare(
+                    outs, trajs[c],
+                    lambda moved, case=case, c=c: _reference_trajectory(ref, case, c, dt, moved))
+                if err > errors[c] or worst[c] is None:
+                    errors[c] = max(errors[c], err)
+                    worst[c] = {**_case_dict(case, t), "step": t, "element": i,
+                                "expected": expected, "got": got, "error": _finite(err)}
+        matches = [c for c in convs if errors[c] <= 1.0 and failure is None]
+        closest = min(convs, key=lambda c: errors[c]) if convs else None
+        if pytorch not in (None, "pytorch") and pytorch in errors:
+            errors["pytorch"] = errors[pytorch]  # PyTorch's update is that one of ours
+            if pytorch in matches:
+                matches.append("pytorch")
+        named = next((c for c in ORDER if c in matches), None)
+        return IdentifyReport(ref.NAME, dt.name, matches, named, errors, len(chosen),
+                              closest=closest if named is None else None, pytorch=pytorch,
+                              indistinguishable=indistinct, failure=failure,
+                              worst=worst.get(closest) if named is None else None, seed=seed,
+                              versions=versions())
 
 
