@@ -53,12 +53,12 @@ def test_seed_random_is_taken_and_recorded_as_verify_takes_it(fake_on_path, tmp_
     """``audit`` and ``mxopt audit --seed`` took an int only, where ``verify``, ``identify``
     and ``mxopt check`` also take ``"random"`` (a fresh seed, recorded): all now resolve a
     seed in one place (``oracle.resolve_seed``), so the audit takes it and records the int."""
-    report = oracle.audit([FAKE], dtypes=("float32",), examples=2, cases=2, seed="random",
+    report = oracle.audit([FAKE], dtypes=("float32",), examples=2, cases=3, seed="random",
                           progress=lambda line: None)
     assert type(report.seed) is int and report.seed >= 0
     js = tmp_path / "table.json"
     assert conformance.main(["--frameworks", FAKE, "--dtypes", "float32", "--examples", "2",
-                             "--cases", "2", "--seed", "random", "--json", str(js)]) == 0
+                             "--cases", "3", "--seed", "random", "--json", str(js)]) == 0
     seed = json.loads(js.read_text())["seed"]
     assert type(seed) is int and f"seed {seed}," in AuditReport.from_dict(
         json.loads(js.read_text())).to_markdown()

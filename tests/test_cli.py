@@ -67,6 +67,8 @@ def test_verify_fixed_values_are_json(target, capsys):
     ["verify", "{target}:make_adam", "nosuchopt"],
     ["verify", "{target}:make_adam", "adam", "--fixed", "nonsense"],
     ["identify", "{target}", "adam"],
+    ["identify", "{target}:make_adam", "adam", "--cases", "0"],
+    ["identify", "{target}:make_adam", "sgd", "--cases", "2"],
 ])
 def test_usage_errors_exit_2(argv, target, capsys):
     assert _main([a.format(target=target) for a in argv]) == 2
@@ -289,3 +291,16 @@ def test_json_always_writes_a_report_even_on_a_usage_error(argv, target, capsys)
     assert code == 2
     out = json.loads(capsys.readouterr().out)
     assert out["error"] == "usage" and out["exit_code"] == 2 and out["message"]
+
+
+def test_allow_wider_on_the_command_line(tmp_path, capsys):
+    path = tmp_path / "wide.py"
+    path.write_text(ADAM + "\n\ndef wide(w, **hyper):\n"
+                    "    step = make_adam(w.astype(np.float64), **hyper)\n"
+                    "    return lambda g: step(g.astype(np.float64))\n")
+    argv = ["verify", f"{path}:wide", "adam", "--convention", "guide", "--examples", "5"]
+    assert _main(argv) == 1
+    assert "returned float64 for float32 input" in capsys.readouterr().out
+    assert _main(argv + ["--allow-wider", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["allow_wider"] is True and out["wider"] == "float64"

@@ -99,8 +99,8 @@ KINDS = ["right", "nan", "inf", "-inf", "zero", "huge", "tiny", "one wrong eleme
          "wrong shape", "scalar", "string", "none", "list of strings", "ints", "complex",
          "object", "unreadable", "float64", "float16", "gradient", "raise", "raise odd",
          "raise unprintable", "seterr raise"]
-#: what may pass (the right values, or values as precise as them)
-MAY_PASS = {"right", "seterr raise", "float64", "float16"}
+#: what may pass: the right values (a result of another dtype than the input's fails)
+MAY_PASS = {"right", "seterr raise"}
 
 
 def _adversary(correct, plan, make_plan):
@@ -146,7 +146,8 @@ def test_verify_and_identify_return_a_report_whatever_the_user_does(name, plan, 
         make = _adversary(_correct(name), plan, make_plan)
         r = oracle.verify(make, name, convention="guide", dtype=dtype, examples=3, seed=seed)
         assert isinstance(r.summary, str) and r.to_dict()["passed"] == r.passed
-        if set(plan) - MAY_PASS or set(make_plan) != {"ok"}:
+        same = {"float64": dtype == "float64", "float16": dtype == "float16"}
+        if {k for k in plan if not same.get(k, False)} - MAY_PASS or set(make_plan) != {"ok"}:
             assert not r.passed, plan  # every other behaviour is wrong at once
         i = oracle.identify(make, name, dtype=dtype, cases=6, screen=50, seed=seed)
         assert isinstance(i.summary, str) and i.to_dict()["matches"] == i.matches
@@ -167,3 +168,68 @@ def test_system_exit_and_keyboard_interrupt_pass_through(stop, where):
     for run in (oracle.verify, oracle.identify):
         with pytest.raises(type(stop)):
             run(make, "sgd")
+
+
+# --------------------------------------------------------------------------------------------
+# strict about what the user returns: the input's dtype, unless wider results are allowed
+# --------------------------------------------------------------------------------------------
+def _adam_returning(dtype):
+    correct = make_adam()
+
+    def make(w, **hyper):
+        step = correct(w.astype(dtype), **hyper)
+        return lambda g: step(g.astype(dtype))
+    return make
+
+
+@pytest.mark.parametrize("given, returned", [("float32", "float64"), ("float16", "float64"),
+                                             ("float16", "float32"), ("float32", "float16"),
+                                             ("float64", "float32")])
+def test_a_result_of_another_dtype_fails_naming_both(given, returned):
+    make = _adam_returning(returned)
+    r = oracle.verify(make, "adam", convention="guide", dtype=given, examples=5)
+    assert not r.passed
+    assert f"returned {returned} for {given} input" in r.failure, r.failure
+    if np.dtype(returned).itemsize > np.dtype(given).itemsize:
+        assert "allow_wider=True" in r.failure
+    i = oracle.identify(make, "adam", dtype=given, cases=4, screen=50)
+    assert i.convention is None and f"returned {returned} for {given} input" in i.failure
+
+
+def test_allow_wider_accepts_a_wider_result_and_says_so():
+    make = _adam_returning("float64")
+    r = oracle.verify(make, "adam", convention="guide", dtype="float32", examples=10,
+                      allow_wider=True)
+    assert r.passed, r.summary
+    assert r.allow_wider and r.wider == "float64" and r.to_dict()["wider"] == "float64"
+    assert "wider results allowed (allow_wider=True): yours are float64 for float32" in r.summary
+    # a narrower result is refused even then
+    narrow = oracle.verify(_adam_returning("float16"), "adam", convention="guide",
+                           dtype="float32", examples=5, allow_wider=True)
+    assert not narrow.passed and "returned float16 for float32 input" in narrow.failure
+    # the same dtype: allowed, and said to be the input's
+    same = oracle.verify(make_adam(), "adam", convention="guide", dtype="float32", examples=5,
+                         allow_wider=True)
+    assert same.passed and same.wider is None and "yours were all float32" in same.summary
+    i = oracle.identify(make, "adam", dtype="float32", cases=4, screen=50, allow_wider=True)
+    assert i.convention == "guide" and i.wider == "float64"
+
+
+@pytest.mark.parametrize("kwargs", [dict(cases=0), dict(cases=-1), dict(cases=2), dict(cases=True),
+                                    dict(cases=2.0), dict(screen=0), dict(screen=None)])
+def test_identify_counts_are_checked(kwargs):
+    # sgd has three conventions of its own (mxnet, guide, pytorch): three pairs, a case each
+    with pytest.raises(ValueError, match="must be an int >= "):
+        oracle.identify(make_adam(), "sgd", **kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [dict(examples=0), dict(examples=2.0), dict(examples=False),
+                                    dict(usual_examples=0), dict(usual_examples="5")])
+def test_verify_counts_are_checked(kwargs):
+    with pytest.raises(ValueError, match="must be an int >= 1"):
+        oracle.verify(make_adam(), "adam", **kwargs)
+
+
+def test_allow_wider_must_be_a_bool():
+    with pytest.raises(TypeError, match="allow_wider"):
+        oracle.verify(make_adam(), "adam", allow_wider="yes")

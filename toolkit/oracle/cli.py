@@ -115,7 +115,12 @@ def _parser(prog, what):
                     help="seed of the random cases: an int >= 0, or 'random' for a fresh one "
                          "(the report records it; default: the oracle's fixed default seed, "
                          "the same cases every run)")
-    ap.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    ap.add_argument("--allow-wider", action="store_true",
+                    help="accept results of a wider floating dtype than --dtype (float64 for "
+                         "float32 inputs), for an implementation that computes wider on purpose; "
+                         "by default another dtype fails the step (default: off)")
+    ap.add_argument("--json", action="store_true",
+                    help="print the report as JSON on stdout (default: off)")
     return ap
 
 
@@ -179,6 +184,7 @@ def main_verify(argv):
     from . import verify
     return _run(lambda f, fixed: verify(f, args.optimizer, convention=args.convention,
                                         fixed=fixed, dtype=args.dtype, examples=args.examples,
+                                        allow_wider=args.allow_wider,
                                         **({} if args.seed is None else {"seed": args.seed})),
                args, lambda r: r.passed)  # no --seed: verify's fixed default seed
 
@@ -191,7 +197,7 @@ def main_identify(argv):
     args = ap.parse_args(argv)
     from . import identify
     return _run(lambda f, fixed: identify(f, args.optimizer, fixed=fixed, dtype=args.dtype,
-                                          cases=args.cases,
+                                          cases=args.cases, allow_wider=args.allow_wider,
                                           seed=0 if args.seed is None else args.seed),
                 args, lambda r: r.convention is not None)
 

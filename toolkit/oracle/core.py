@@ -302,6 +302,8 @@ class VerifyReport:
     domains: dict = field(default_factory=dict)
     region: str | None = None
     explanation: Explanation | None = None
+    allow_wider: bool = False
+    wider: str | None = None
 
     @property
     def summary(self) -> str:
@@ -311,6 +313,8 @@ class VerifyReport:
                 f"{'PASSED' if self.passed else 'FAILED'} over {self.examples} example(s); "
                 f"worst normalised error {self.max_error:.3g} (1.0 is the rounding bound)")
         lines = [head]
+        if self.allow_wider:
+            lines.append(_wider_line(self.wider, self.dtype))
         if self.passes_under:
             c = self.passes_under
             lines.append(f"  it passes the {c!r} convention instead (same seed and examples): "
@@ -356,7 +360,15 @@ class VerifyReport:
                 "domains": {k: d.to_dict() for k, d in self.domains.items()},
                 "region": self.region,
                 "explanation": None if self.explanation is None else self.explanation.to_dict(),
+                "allow_wider": self.allow_wider, "wider": self.wider,
                 "summary": self.summary}
+
+
+def _wider_line(wider, dtype):
+    """The summary's line for ``allow_wider=True``: whether the results came wider."""
+    return ("  wider results allowed (allow_wider=True): " +
+            (f"yours are {wider} for {dtype} inputs, held to the {dtype} bound" if wider else
+             f"yours were all {dtype}"))
 
 
 def _provenance(seed, vers):
@@ -415,7 +427,8 @@ def _exact(x, dtype):
 
 
 def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float32",
-           examples=100, seed=DEFAULT_SEED, usual_examples=None, ranges=None) -> VerifyReport:
+           examples=100, seed=DEFAULT_SEED, usual_examples=None, ranges=None,
+           allow_wider=False) -> VerifyReport:
     """Check a user's optimizer against the oracle on ``examples`` hypothesis cases.
 
     Parameters
@@ -454,6 +467,11 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
         also in ``fixed`` is a ValueError. A ``fixed`` value pins its hyperparameter in both
         domains; one outside its usual range is named in the usual verdict (``pinned``), and a
         region is sought among the drawn hyperparameters only.
+    allow_wider : bool
+        Accept results of a wider floating dtype than ``dtype`` (float64 for float32 inputs),
+        for an implementation that computes wider on purpose; they are held to ``dtype``'s
+        bound and the report says so (``allow_wider``, ``wider``). By default a result of
+        another dtype than the input's is a failed step that names both.
 
     A failed run is explained (``report.explanation``): its cases are compared with the other
     conventions and with each known variant of the equations its spec declares; a failure in
@@ -463,26 +481,22 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
     implemented, pytorch = conventions_of(optimizer)
     asked, convention = convention, _resolve(convention, implemented, pytorch, ref.NAME)
     dt = _dtype(dtype)
-    if isinstance(examples, bool) or not isinstance(examples, int) or examples < 1:
-        raise ValueError(f"examples must be an int >= 1, got {examples!r}")
+    _count("examples", examples, 1)
     if usual_examples is None:
         usual_examples = max(1, examples // 2)
-    elif (isinstance(usual_examples, bool) or not isinstance(usual_examples, int)
-          or usual_examples < 1):
-        raise ValueError(f"usual_examples must be an int >= 1 or None (examples // 2), got "
-                         f"{usual_examples!r}")
-    if not callable(make_step):
-        raise TypeError("make_step must be callable: make_step(weight0, **hyper) -> step(grad)")
+    else:
+        _count("usual_examples", usual_examples, 1, " or None (examples // 2)")
+    impl = _user.Implementation(make_step, allow_wider)
     fixed = _check_fixed(ref.NAME, fixed)
     seed = resolve_seed(seed)
     _space.hyper_space(ref.NAME, fixed, "full", ranges)  # ranges checked before any run
     spec = _spec_of(ref.NAME)
     declared = _variants.variants_of(spec)
     with _bug_report(f"verify of {ref.NAME}"):
-        run = _verify_run(make_step, ref, convention, fixed, dt, examples, seed, ranges=ranges)
+        run = _verify_run(impl, ref, convention, fixed, dt, examples, seed, ranges=ranges)
         full = _domain_verdict(run)
         if spec.usual:
-            usual_run = _verify_run(make_step, ref, convention, fixed, dt, usual_examples, seed,
+            usual_run = _verify_run(impl, ref, convention, fixed, dt, usual_examples, seed,
                                     domain="usual", ranges=ranges)
             pinned = _space.pinned_outside_usual(ref.NAME, fixed)
             aimed = _space.aimed_without_usual(ref.NAME, ranges)
@@ -503,7 +517,7 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
         passes_under, under_error = None, None
         if not passed and failure is None:
             passes_under, under_error = _passing_convention(
-                make_step, ref, convention, pytorch, implemented, fixed, dt, examples, seed,
+                impl, ref, convention, pytorch, implemented, fixed, dt, examples, seed,
                 seen, ranges)
         explanation = None
         if not passed and failure is None:
@@ -511,13 +525,20 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
                                    passes_under, under_error, max_error)
         region = None
         if usual.passed and not full.passed and run["failure"] is None and spec.usual:
-            region = _region(make_step, ref, convention, dt, run["record"], fixed)
+            region = _region(impl, ref, convention, dt, run["record"], fixed)
         worse = run if full.max_error >= max_error else usual_run
         return VerifyReport(ref.NAME, asked, dt.name, passed=passed, max_error=max_error,
                             examples=run["n"], worst=worse["record"], failure=failure,
                             passes_under=passes_under, seed=seed, versions=versions(),
                             domains={"usual": usual, "full": full}, region=region,
-                            explanation=explanation)
+                            explanation=explanation, allow_wider=allow_wider,
+                            wider=impl.wider)
+
+
+def _count(name, value, least, also=""):
+    """Check a count argument: an int (not a bool) >= ``least``, else a ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{name} must be an int >= {least}{also}, got {value!r}")
 
 
 def _spec_of(name):
@@ -531,7 +552,7 @@ def _domain_verdict(run, pinned=None):
                          examples=run["n"], worst=run["record"], pinned=pinned)
 
 
-def _verify_run(make_step, ref, convention, fixed, dt, examples, seed, domain="full",
+def _verify_run(impl, ref, convention, fixed, dt, examples, seed, domain="full",
                 ranges=None):
     """One hypothesis run of ``verify`` over ``domain``: ``{"worst", "record", "failure", "n",
     "seen"}`` (``seen``: every case with the user's outputs and its error, for
@@ -548,7 +569,7 @@ def _verify_run(make_step, ref, convention, fixed, dt, examples, seed, domain="f
             return  # the implementation already failed outright: nothing more to learn
         state["n"] += 1
         refs = _reference_trajectory(ref, case, convention, dt)
-        outs, failure = _user.run(make_step, case, dt)
+        outs, failure = impl.run(case, dt)
         if failure is not None:
             state["failure"] = failure
             state["worst"] = math.inf
@@ -590,7 +611,7 @@ def _worst_under(ref, convention, dt, seen, variant=None, limit=1.0):
     return worst
 
 
-def _passing_convention(make_step, ref, convention, pytorch, implemented, fixed, dt, examples,
+def _passing_convention(impl, ref, convention, pytorch, implemented, fixed, dt, examples,
                         seed, seen, ranges=None):
     """``(convention, error)``: the first other convention (in :data:`ORDER`) that the user's
     outputs of the failed run ``seen`` all agree with and that a run of its own (same seed and
@@ -598,7 +619,7 @@ def _passing_convention(make_step, ref, convention, pytorch, implemented, fixed,
     for c in _other_conventions(convention, pytorch, implemented):
         if _worst_under(ref, c, dt, seen) > 1.0:
             continue  # already off on the cases drawn: no second run
-        again = _verify_run(make_step, ref, c, fixed, dt, examples, seed, ranges=ranges)
+        again = _verify_run(impl, ref, c, fixed, dt, examples, seed, ranges=ranges)
         if again["failure"] is None and again["worst"] <= 1.0:
             return c, max(again["worst"], 0.0)
     return None, None
@@ -643,7 +664,7 @@ def _explain(ref, convention, pytorch, implemented, dt, declared, seen, passes_u
                        f"({', '.join(others) or 'none'}) passes the failing cases", max_error)
 
 
-def _region(make_step, ref, convention, dt, record, fixed=None):
+def _region(impl, ref, convention, dt, record, fixed=None):
     """Where a failure of the full domain only lies: the worst case's hyperparameters that lie
     outside their usual ranges are moved, one at a time, to the usual value on each side of it
     (both pieces of a range with a gap, such as momentum's ``0.0 or [0.5, 0.99]``); the first
@@ -662,7 +683,7 @@ def _region(make_step, ref, convention, dt, record, fixed=None):
         if not _constructible(klass, hyper):
             return True  # not a case the optimizer takes: not a passing one either
         c = _Case(hyper, case.weight, case.grads)
-        outs, failure = _user.run(make_step, c, dt)
+        outs, failure = impl.run(c, dt)
         if failure is not None:
             return True
         return _compare(outs, _reference_trajectory(ref, c, convention, dt),
@@ -742,6 +763,8 @@ class IdentifyReport:
     worst: dict | None = None
     seed: int | None = None
     versions: dict = field(default_factory=dict)
+    allow_wider: bool = False
+    wider: str | None = None
 
     @property
     def summary(self) -> str:
@@ -760,6 +783,8 @@ class IdentifyReport:
                     f"bounds")
         lines = [head, f"  worst normalised error per convention over {self.cases} "
                        f"discriminating case(s): {errs} (<= 1 matches)"]
+        if self.allow_wider:
+            lines.append(_wider_line(self.wider, self.dtype))
         if self.pytorch not in (None, "pytorch"):
             lines.append(f"  PyTorch's {self.optimizer} is the same update as the "
                          f"{self.pytorch!r} convention")
@@ -787,7 +812,8 @@ class IdentifyReport:
                 "cases": self.cases, "closest": self.closest, "pytorch": self.pytorch,
                 "indistinguishable": [list(p) for p in self.indistinguishable],
                 "failure": self.failure, "worst": self.worst, "seed": self.seed,
-                "versions": dict(self.versions), "summary": self.summary}
+                "versions": dict(self.versions), "allow_wider": self.allow_wider,
+                "wider": self.wider, "summary": self.summary}
 
 
 def _fmt_err(e):
@@ -817,30 +843,33 @@ def _distance(a, b):
 
 
 def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, screen=400,
-             seed=DEFAULT_SEED) -> IdentifyReport:
+             seed=DEFAULT_SEED, allow_wider=False) -> IdentifyReport:
     """Name the convention a user's implementation follows.
 
     ``screen`` candidate cases are drawn (numpy generator ``seed``: by default
     :data:`DEFAULT_SEED`, the same cases every run; ``"random"`` for a fresh seed, recorded in
     the report) and run through every convention of the reference; those on which two
     conventions differ by more than :data:`DISTINCT` bounds are kept (up to ``cases``, spread
-    over the pairs), and the user's implementation runs on them. See :func:`verify` for
-    ``make_step``, ``fixed`` (checked the same way) and ``dtype``.
+    over the pairs), and the user's implementation runs on them. ``cases`` is at least the
+    number of pairs of conventions (one case each), ``screen`` at least 1. See :func:`verify`
+    for ``make_step``, ``fixed`` (checked the same way), ``dtype`` and ``allow_wider``.
     """
     ref = _module(optimizer)
     implemented, pytorch = conventions_of(optimizer)
     dt = _dtype(dtype)
-    if not callable(make_step):
-        raise TypeError("make_step must be callable: make_step(weight0, **hyper) -> step(grad)")
+    # "pytorch" is a convention of its own only where PyTorch's update is not one of ours
+    convs = [c for c in ORDER if c in implemented and (c != "pytorch" or pytorch == "pytorch")]
+    pairs = [(a, b) for i, a in enumerate(convs) for b in convs[i + 1:]]
+    _count("cases", cases, max(1, len(pairs)),
+           f" for {ref.NAME} (one case per pair of its conventions {', '.join(convs)})")
+    _count("screen", screen, 1)
+    impl = _user.Implementation(make_step, allow_wider)
     fixed = _check_fixed(ref.NAME, fixed)
     seed = resolve_seed(seed)
     klass = _optimizer_class(ref.NAME)
     with _bug_report(f"identify of {ref.NAME}"):
         rng = np.random.default_rng(seed)
         hyper_space = _space.hyper_space(ref.NAME, fixed)
-        # "pytorch" is a convention of its own only where PyTorch's update is not one of ours
-        convs = [c for c in ORDER if c in implemented and (c != "pytorch" or pytorch == "pytorch")]
-        pairs = [(a, b) for i, a in enumerate(convs) for b in convs[i + 1:]]
         scored = []  # (case, {conv: trajectory}, {pair: distance})
         for _ in range(screen):
             case = _sample_case(ref.NAME, hyper_space, dt, rng)
@@ -868,7 +897,7 @@ def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, scr
         worst = {c: None for c in convs}
         failure = None
         for case, trajs, _ in chosen:
-            outs, failure = _user.run(make_step, case, dt)
+            outs, failure = impl.run(case, dt)
             if failure is not None:
                 errors = {c: math.inf for c in convs}
                 break
@@ -891,6 +920,6 @@ def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, scr
                               closest=closest if named is None else None, pytorch=pytorch,
                               indistinguishable=indistinct, failure=failure,
                               worst=worst.get(closest) if named is None else None, seed=seed,
-                              versions=versions())
+                              versions=versions(), allow_wider=allow_wider, wider=impl.wider)
 
 

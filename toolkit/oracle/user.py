@@ -11,16 +11,46 @@ import traceback
 
 import numpy as np
 
-__all__ = ["run", "describe", "PASS_THROUGH"]
+__all__ = ["Implementation", "run", "describe", "PASS_THROUGH"]
 
 #: exceptions of the user's code that stop the oracle too (everything else is a verdict)
 PASS_THROUGH = (SystemExit, KeyboardInterrupt)
 
 
-def run(make_step, case, dtype):
+class Implementation:
+    """The user's ``make_step`` with what the oracle accepts of it: ``allow_wider``, results
+    of a wider floating dtype than the input's (an implementation that computes wider on
+    purpose; by default another dtype is a failed step). ``wider``: the wider dtype it returned,
+    once it has (None before, and when it never does)."""
+
+    def __init__(self, make_step, allow_wider=False):
+        if not callable(make_step):
+            raise TypeError("make_step must be callable: make_step(weight0, **hyper) -> "
+                            "step(grad)")
+        if not isinstance(allow_wider, bool):
+            raise TypeError(f"allow_wider must be True or False, got {allow_wider!r}")
+        self.make_step, self.allow_wider, self.wider = make_step, allow_wider, None
+
+    def run(self, case, dtype):
+        """:func:`run` of this implementation on ``case`` (``wider`` noted)."""
+        outs, failure = run(self.make_step, case, dtype, self.allow_wider)
+        returned = getattr(outs, "returned", None)
+        if returned is not None and self.wider is None:
+            self.wider = returned
+        return outs, failure
+
+
+class _Outputs(list):
+    """The weights a run returned, with ``returned``: the wider dtype they came in, or None."""
+    returned = None
+
+
+def run(make_step, case, dtype, allow_wider=False):
     """``(outs, failure)``: the user's weights after every step of ``case`` (float64 copies),
     and None; or the steps run so far (None when ``make_step`` itself failed) and a message
-    saying what went wrong."""
+    saying what went wrong. A result of another floating dtype than ``dtype`` is wrong, but a
+    wider one where ``allow_wider`` (``outs.returned`` names it)."""
+    dtype = np.dtype(dtype)
     w0 = case.weight.astype(dtype)
     try:
         step = make_step(w0.copy(), **case.hyper)
@@ -30,7 +60,7 @@ def run(make_step, case, dtype):
         return None, f"make_step raised {describe(e)}"
     if not callable(step):
         return None, f"make_step returned {type(step).__name__}, not a callable step(grad)"
-    outs = []
+    outs = _Outputs()
     for t, g in enumerate(case.grads, start=1):
         try:
             raw = step(g.astype(dtype))
@@ -45,9 +75,11 @@ def run(make_step, case, dtype):
         except BaseException as e:  # noqa: BLE001
             return outs, (f"step {t} returned a {type(raw).__name__} that numpy cannot read "
                           f"as an array: {describe(e)}")
-        wrong = _wrong_output(out, raw, w0, t)
+        wrong = _wrong_output(out, raw, w0, t) or _wrong_dtype(out.dtype, dtype, t, allow_wider)
         if wrong is not None:
             return outs, wrong
+        if out.dtype != dtype:
+            outs.returned = out.dtype.name
         with np.errstate(all="ignore"):  # a long double beyond float64's range is inf
             outs.append(np.array(out, dtype=np.float64))  # a copy: steps may reuse arrays
     return outs, None
@@ -64,6 +96,18 @@ def _wrong_output(out, raw, w0, t):
     if out.shape != w0.shape:
         return f"step {t} returned shape {out.shape}; the weight's shape is {w0.shape}"
     return None
+
+
+def _wrong_dtype(got, want, t, allow_wider):
+    """Why floating dtype ``got`` of step ``t``'s result is not the input's ``want``, or None."""
+    if got == want or (allow_wider and got.itemsize > want.itemsize):
+        return None
+    if got.itemsize > want.itemsize:
+        return (f"step {t} returned {got.name} for {want.name} input: the oracle checks "
+                f"{want.name} arithmetic; compute in {want.name}, or pass allow_wider=True "
+                f"(mxopt verify --allow-wider) if your implementation computes wider on purpose")
+    return (f"step {t} returned {got.name} for {want.name} input: a result narrower than its "
+            f"input loses the precision the oracle checks")
 
 
 def _to_numpy(x):
