@@ -29,6 +29,7 @@ import json
 import os
 import sys
 
+from .installed import user_folder
 from .seeds import parse_seed
 
 __all__ = ["main_verify", "main_identify", "main_list", "load_target", "parse_fixed",
@@ -40,7 +41,10 @@ class UsageError(Exception):
 
 
 def load_target(target):
-    """The callable named by ``module:function`` or ``path/to/file.py:function``."""
+    """The callable named by ``module:function`` or ``path/to/file.py:function``. The module is
+    imported with its folder (the current directory for ``module:function``) first on
+    ``sys.path`` meanwhile, and ours (``toolkit``, ``reference``) stay the installed ones
+    (:func:`toolkit.oracle.installed.user_folder`): a ``reference.py`` beside it is its own."""
     if ":" not in target:
         raise UsageError(f"target must be module:function or file.py:function, got {target!r}")
     where, _, name = target.rpartition(":")
@@ -52,11 +56,11 @@ def load_target(target):
             spec = importlib.util.spec_from_file_location(
                 os.path.splitext(os.path.basename(path))[0], path)
             module = importlib.util.module_from_spec(spec)
-            sys.path.insert(0, os.path.dirname(path))
-            spec.loader.exec_module(module)
+            with user_folder(os.path.dirname(path)):  # its own imports as when it runs alone
+                spec.loader.exec_module(module)
         else:
-            sys.path.insert(0, os.getcwd())
-            module = importlib.import_module(where)
+            with user_folder(os.getcwd()):
+                module = importlib.import_module(where)
     except UsageError:
         raise
     except Exception as e:  # noqa: BLE001 - any import failure is the user's to see

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import installed as _installed
 from . import region as _region_text
 from . import space as _space
 from .seeds import DEFAULT_SEED, resolve_seed
@@ -47,7 +48,10 @@ class OracleMismatch(AssertionError):
 # the reference side
 # --------------------------------------------------------------------------------------------
 def _module(name):
+    """The reference module of optimizer ``name`` (the installed ``reference`` package's, even
+    where a user's module of that name is on ``sys.path``: :mod:`toolkit.oracle.installed`)."""
     from ..optimizers.registry import specs
+    _installed.ensure_reference()
     if not isinstance(name, str):
         raise TypeError(f"optimizer must be a registry name such as 'adam', got {name!r}")
     spec = specs(oracle=True).get(name.lower())
