@@ -304,3 +304,53 @@ def test_allow_wider_on_the_command_line(tmp_path, capsys):
     assert _main(argv + ["--allow-wider", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["allow_wider"] is True and out["wider"] == "float64"
+
+
+def _parser_of(command, monkeypatch):
+    """The argparse parser ``mxopt <command>`` builds (caught as it parses)."""
+    import argparse
+
+    class Caught(Exception):
+        pass
+    got = []
+
+    def catch(self, args=None, namespace=None):
+        got.append(self)
+        raise Caught
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", catch)
+    try:
+        _main([command, "--help"])
+    except Caught:
+        pass
+    monkeypatch.undo()
+    return got[0]
+
+
+def _options(parser):
+    import argparse
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _options(sub)
+        elif (action.option_strings and action.help is not argparse.SUPPRESS
+              and not isinstance(action, (argparse._HelpAction, argparse._VersionAction))):
+            yield parser.prog, action
+
+
+@pytest.mark.parametrize("command", ["check", "verify", "identify", "list", "audit", "regress",
+                                     "accuracy", "demo", "bench", "launch"])
+def test_every_option_shows_its_default_in_help(command, monkeypatch):
+    missing = [f"{prog} {a.option_strings[-1]}" for prog, a in
+               _options(_parser_of(command, monkeypatch)) if "default" not in (a.help or "")]
+    assert not missing, f"--help gives no default for: {missing}"
+
+
+HINT = 'needs numba-cuda: pip install -e ".[cuda]" (the numba-cuda package)'
+
+
+def test_list_keeps_the_extra_of_an_install_hint(capsys, monkeypatch):
+    import toolkit.backends
+    monkeypatch.setattr(toolkit.backends, "cuda_available", lambda: (False, HINT))
+    monkeypatch.setenv("COLUMNS", "300")  # one line per row
+    assert _main(["list"]) == 0
+    assert HINT in capsys.readouterr().out  # rich read '[cuda]' as markup and dropped it

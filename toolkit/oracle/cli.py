@@ -112,7 +112,8 @@ def _parser(prog, what):
                                       "(mxopt list shows them all)")
     ap.add_argument("--fixed", action="append", metavar="NAME=VALUE",
                     help="pin a hyperparameter (JSON value: --fixed wd=0 --fixed "
-                         "clip_gradient=null); repeatable")
+                         "clip_gradient=null); repeatable (default: none, every "
+                         "hyperparameter drawn)")
     ap.add_argument("--dtype", default="float32", choices=("float16", "float32", "float64"),
                     help="the precision your implementation is given (default: %(default)s)")
     ap.add_argument("--seed", type=parse_seed, default=None, metavar="INT|random",
@@ -233,13 +234,15 @@ def listing():
 def main_list(argv):
     """``mxopt list``: optimizers, conventions and backends (exit 0)."""
     ap = argparse.ArgumentParser(prog="mxopt list", description=listing.__doc__)
-    ap.add_argument("--json", action="store_true", help="print the listing as JSON on stdout")
+    ap.add_argument("--json", action="store_true",
+                    help="print the listing as JSON on stdout (default: a table)")
     args = ap.parse_args(argv)
     data = listing()
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
     from rich.console import Console
+    from rich.markup import escape  # a cell is text: '.[cuda]' in a hint is not markup
     from rich.table import Table
     t = Table(title="optimizers")
     for col in ("name", "class", "kernels", "oracle", "PyTorch's update"):
@@ -252,7 +255,7 @@ def main_list(argv):
     for col in ("backend", "available", "why"):
         b.add_column(col)
     for r in data["backends"]:
-        b.add_row(r["backend"], "yes" if r["available"] else "no", str(r["why"]))
+        b.add_row(r["backend"], "yes" if r["available"] else "no", escape(str(r["why"])))
     console = Console()
     console.print(t)
     console.print(b)

@@ -354,13 +354,14 @@ def main(argv):
     ap.add_argument("--seed", type=parse_seed, default=DEFAULT_SEED, metavar="INT|random",
                     help="seed of the cases: an int >= 0 (default: %(default)s, the same table "
                          "every run) or 'random' for a fresh one (recorded in the table)")
-    ap.add_argument("--json", metavar="PATH", help="write the report as JSON to PATH")
+    ap.add_argument("--json", metavar="PATH",
+                    help="write the report as JSON to PATH (default: none)")
     ap.add_argument("--markdown", metavar="PATH",
                     help="write the Markdown table to PATH (without --json, --markdown or "
-                         "--into: the table on stdout)")
+                         "--into: the table on stdout; default: none)")
     ap.add_argument("--into", metavar="PATH",
                     help="replace the table between the audit's marker lines in the document "
-                         "PATH (docs/conformance.md), keeping the rest")
+                         "PATH (docs/conformance.md), keeping the rest (default: none)")
     args = ap.parse_args(argv)
     if args.into:
         try:
