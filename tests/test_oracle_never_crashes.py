@@ -233,3 +233,38 @@ def test_verify_counts_are_checked(kwargs):
 def test_allow_wider_must_be_a_bool():
     with pytest.raises(TypeError, match="allow_wider"):
         oracle.verify(make_adam(), "adam", allow_wider="yes")
+
+
+# --------------------------------------------------------------------------------------------
+# pinned hyperparameters that make_step does not take are not passed to it
+# --------------------------------------------------------------------------------------------
+def _torch_style_adam(w, learning_rate, beta1, beta2, epsilon, wd):
+    """Adam with PyTorch's argument list (no rescale_grad, no clip_gradient)."""
+    return make_adam()(w, learning_rate, wd, 1.0, None, beta1, beta2, epsilon)
+
+
+PINS = dict(rescale_grad=1.0, clip_gradient=None)
+
+
+def test_a_pinned_hyperparameter_make_step_does_not_take_is_not_passed():
+    r = oracle.verify(_torch_style_adam, "adam", convention="guide", examples=10, fixed=PINS)
+    assert r.passed, r.summary
+    i = oracle.identify(_torch_style_adam, "adam", cases=4, screen=50, fixed=PINS)
+    assert i.convention == "guide", i.summary
+    # **kwargs and a named parameter still get the pinned value
+    seen = []
+
+    def keeps(w, rescale_grad, **rest):
+        seen.append((rescale_grad, rest["clip_gradient"]))
+        return _torch_style_adam(w, **{k: rest[k] for k in ("learning_rate", "beta1", "beta2",
+                                                             "epsilon", "wd")})
+    assert oracle.verify(keeps, "adam", convention="guide", examples=3, fixed=PINS).passed
+    assert seen and set(seen) == {(1.0, None)}
+
+
+def test_a_drawn_hyperparameter_make_step_does_not_take_says_what_to_do():
+    r = oracle.verify(_torch_style_adam, "adam", convention="guide", examples=3,
+                      fixed=dict(rescale_grad=1.0))
+    assert not r.passed
+    assert "it takes no 'clip_gradient'" in r.failure, r.failure
+    assert "**kwargs" in r.failure and "fixed={'clip_gradient': value}" in r.failure

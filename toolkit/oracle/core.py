@@ -490,8 +490,8 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
         usual_examples = max(1, examples // 2)
     else:
         _count("usual_examples", usual_examples, 1, " or None (examples // 2)")
-    impl = _user.Implementation(make_step, allow_wider)
     fixed = _check_fixed(ref.NAME, fixed)
+    impl = _user.Implementation(make_step, allow_wider, pinned=fixed)
     seed = resolve_seed(seed)
     _space.hyper_space(ref.NAME, fixed, "full", ranges)  # ranges checked before any run
     spec = _spec_of(ref.NAME)
@@ -867,8 +867,8 @@ def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, scr
     _count("cases", cases, max(1, len(pairs)),
            f" for {ref.NAME} (one case per pair of its conventions {', '.join(convs)})")
     _count("screen", screen, 1)
-    impl = _user.Implementation(make_step, allow_wider)
     fixed = _check_fixed(ref.NAME, fixed)
+    impl = _user.Implementation(make_step, allow_wider, pinned=fixed)
     seed = resolve_seed(seed)
     klass = _optimizer_class(ref.NAME)
     with _bug_report(f"identify of {ref.NAME}"):

@@ -7,11 +7,12 @@ an array of real floating-point numbers of the weight's shape end the case with 
 """
 from __future__ import annotations
 
+import inspect
 import traceback
 
 import numpy as np
 
-__all__ = ["Implementation", "run", "describe", "PASS_THROUGH"]
+__all__ = ["Implementation", "run", "takes", "describe", "PASS_THROUGH"]
 
 #: exceptions of the user's code that stop the oracle too (everything else is a verdict)
 PASS_THROUGH = (SystemExit, KeyboardInterrupt)
@@ -21,19 +22,23 @@ class Implementation:
     """The user's ``make_step`` with what the oracle accepts of it: ``allow_wider``, results
     of a wider floating dtype than the input's (an implementation that computes wider on
     purpose; by default another dtype is a failed step). ``wider``: the wider dtype it returned,
-    once it has (None before, and when it never does)."""
+    once it has (None before, and when it never does). ``pinned``: the names ``fixed`` pins;
+    those its signature does not take (no such parameter, no ``**kwargs``) are not passed
+    (``dropped``): an Adam written with PyTorch's argument list pins ``rescale_grad=1`` and
+    never sees it."""
 
-    def __init__(self, make_step, allow_wider=False):
+    def __init__(self, make_step, allow_wider=False, pinned=()):
         if not callable(make_step):
             raise TypeError("make_step must be callable: make_step(weight0, **hyper) -> "
                             "step(grad)")
         if not isinstance(allow_wider, bool):
             raise TypeError(f"allow_wider must be True or False, got {allow_wider!r}")
         self.make_step, self.allow_wider, self.wider = make_step, allow_wider, None
+        self.dropped = tuple(k for k in pinned if not takes(make_step, k))
 
     def run(self, case, dtype):
         """:func:`run` of this implementation on ``case`` (``wider`` noted)."""
-        outs, failure = run(self.make_step, case, dtype, self.allow_wider)
+        outs, failure = run(self.make_step, case, dtype, self.allow_wider, self.dropped)
         returned = getattr(outs, "returned", None)
         if returned is not None and self.wider is None:
             self.wider = returned
@@ -45,18 +50,57 @@ class _Outputs(list):
     returned = None
 
 
-def run(make_step, case, dtype, allow_wider=False):
+def takes(make_step, name):
+    """Whether ``make_step``'s signature takes keyword ``name`` (a parameter of that name, or
+    ``**kwargs``; True where the signature cannot be read)."""
+    params = _parameters(make_step)
+    return params is None or name in params or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def _parameters(make_step):
+    try:
+        return inspect.signature(make_step).parameters
+    except (TypeError, ValueError):  # a builtin or an object without a readable signature
+        return None
+
+
+def _cannot_take(make_step, hyper):
+    """Why ``make_step(weight0, **hyper)`` cannot bind, with what to do, or None."""
+    params = _parameters(make_step)
+    if params is None:
+        return None
+    try:
+        inspect.signature(make_step).bind(None, **hyper)
+    except TypeError as e:
+        missing = [k for k in hyper if not takes(make_step, k)]
+        what = (f"it takes no {', '.join(repr(k) for k in missing)}" if missing else str(e))
+        return (f"make_step cannot be called as make_step(weight0, {', '.join(hyper)}): "
+                f"{what}. Take the missing names (or **kwargs), or, where your "
+                f"implementation has no such hyperparameter, pin it with fixed "
+                f"(fixed={{'{missing[0] if missing else 'name'}': value}}, mxopt verify "
+                f"--fixed NAME=VALUE): a pinned name make_step does not take is not passed")
+    return None
+
+
+def run(make_step, case, dtype, allow_wider=False, drop=()):
     """``(outs, failure)``: the user's weights after every step of ``case`` (float64 copies),
     and None; or the steps run so far (None when ``make_step`` itself failed) and a message
     saying what went wrong. A result of another floating dtype than ``dtype`` is wrong, but a
-    wider one where ``allow_wider`` (``outs.returned`` names it)."""
+    wider one where ``allow_wider`` (``outs.returned`` names it). ``drop``: hyperparameters not
+    passed to ``make_step`` (pinned ones its signature does not take)."""
     dtype = np.dtype(dtype)
     w0 = case.weight.astype(dtype)
+    hyper = {k: v for k, v in case.hyper.items() if k not in drop}
     try:
-        step = make_step(w0.copy(), **case.hyper)
+        step = make_step(w0.copy(), **hyper)
     except PASS_THROUGH:
         raise
     except BaseException as e:  # noqa: BLE001 - a user's exception is a verdict, not a crash
+        if isinstance(e, TypeError):
+            why = _cannot_take(make_step, hyper)
+            if why is not None:
+                return None, why
         return None, f"make_step raised {describe(e)}"
     if not callable(step):
         return None, f"make_step returned {type(step).__name__}, not a callable step(grad)"
