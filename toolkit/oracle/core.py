@@ -325,29 +325,17 @@ class VerifyReport:
                          f"ask for it with convention={c!r} (mxopt verify ... --convention {c})")
         if self.failure:
             lines.append(f"  your implementation failed: {self.failure}")
-        one = self.domains.get("usual") is self.domains.get("full")
-        for name, d in self.domains.items():
-            if one and name == "usual":
-                lines.append("  usual domain: the full one (no usual ranges are declared)")
-                continue
-            label = f"{name} domain" + (f" ({d.pinned})" if d.pinned else "")
-            lines.append(f"  {label}: {'PASSED' if d.passed else 'FAILED'} over "
-                         f"{d.examples} example(s); worst normalised error {d.max_error:.3g}")
-        if self.region:
-            lines.append(f"  it fails outside the usual domain only: {self.region}")
+        usual, full = self.domains.get("usual"), self.domains.get("full")
+        if usual is None or full is None:  # a report made by hand: its worst case only
+            lines += _case_lines(self.worst if self.max_error > 0 else None, "  ")
+        elif usual is full:
+            lines.append("  usual domain: the full one (no usual ranges are declared)")
+            lines += _domain_lines("full", full, None)
+        else:  # the hyperparameters people train with first, then everything explored
+            lines += _domain_lines("usual", usual, None)
+            lines += _domain_lines("full", full, usual, self.region)
         if self.explanation is not None:
             lines.append(f"  explanation ({self.explanation.kind}): {self.explanation.text}")
-        if self.worst and self.worst.get("step") is not None and self.max_error > 0:
-            w = self.worst
-            if w["element"] is None:  # the implementation failed outright at this step
-                lines.append(f"  failing case: step {w['step']}")
-            else:
-                lines.append(f"  worst case: step {w['step']}, element {w['element']}: "
-                             f"expected {w['expected']!r}, got {w['got']!r}")
-            lines.append(f"  hyperparameters: {_fmt(w['hyperparameters'])}")
-            lines.append(f"  weight0: {_short(w['weight0'])}")
-            for k, g in enumerate(w["grads"], start=1):
-                lines.append(f"  grad {k}: {_short(g)}")
         lines.append(_provenance(self.seed, self.versions))
         return "\n".join(lines)
 
@@ -373,6 +361,45 @@ def _wider_line(wider, dtype):
     return ("  wider results allowed (allow_wider=True): " +
             (f"yours are {wider} for {dtype} inputs, held to the {dtype} bound" if wider else
              f"yours were all {dtype}"))
+
+
+def _domain_lines(name, d, before, region=None):
+    """A domain's verdict line, then, where it failed, its worst case (the usual domain's is
+    not shown twice: ``before``) and the region of a failure in the full domain only."""
+    label = f"{name} domain" + (f" ({d.pinned})" if d.pinned else "")
+    lines = [f"  {label}: {'PASSED' if d.passed else 'FAILED'} over {d.examples} example(s); "
+             f"worst normalised error {d.max_error:.3g}"]
+    if region:
+        lines.append("    " + _region_line(region))
+    if not d.passed:
+        if before is not None and not before.passed and before.worst == d.worst:
+            lines.append("    worst case: the usual domain's (above)")
+        else:
+            lines += _case_lines(d.worst, "    ")
+    return lines
+
+
+def _region_line(region):
+    """The region's line: a range of hyperparameters ("only for beta1 < 0.00258") is where the
+    full domain fails outside the usual one; any other text says why none is named."""
+    if region.startswith("only "):
+        return f"it fails outside the usual domain only: {region}"
+    return f"the usual domain passed, and no range of the hyperparameters is to blame: {region}"
+
+
+def _case_lines(w, indent):
+    """The lines of a worst case (a ``worst`` dict), or none."""
+    if not w or w.get("step") is None:
+        return []
+    if w["element"] is None:  # the implementation failed outright at this step
+        lines = [f"{indent}failing case: step {w['step']}"]
+    else:
+        lines = [f"{indent}worst case: step {w['step']}, element {w['element']}: "
+                 f"expected {w['expected']!r}, got {w['got']!r}"]
+    lines.append(f"{indent}hyperparameters: {_fmt(w['hyperparameters'])}")
+    lines.append(f"{indent}weight0: {_short(w['weight0'])}")
+    lines += [f"{indent}grad {k}: {_short(g)}" for k, g in enumerate(w["grads"], start=1)]
+    return lines
 
 
 def _provenance(seed, vers):
@@ -751,9 +778,11 @@ class IdentifyReport:
     agrees with on all cases; ``convention`` the one it follows (None if none); ``errors`` the
     worst normalised error against each (every convention of ``matches`` included: "pytorch"
     has the error of the convention that is PyTorch's update); ``closest`` the nearest
-    convention when none matches; ``indistinguishable`` pairs of conventions no case could tell
-    apart (under ``fixed``); ``seed`` and ``versions`` what the run used (as
-    :class:`VerifyReport`)."""
+    convention when none matches; ``explanation`` then, as :func:`verify` would give it for
+    the closest convention (:class:`Explanation`: a known variant of some convention's
+    equations that every case agrees with, or another algorithm); ``indistinguishable`` pairs
+    of conventions no case could tell apart (under ``fixed``); ``seed`` and ``versions`` what the
+    run used (as :class:`VerifyReport`)."""
     optimizer: str
     dtype: str
     matches: list
@@ -769,6 +798,7 @@ class IdentifyReport:
     versions: dict = field(default_factory=dict)
     allow_wider: bool = False
     wider: str | None = None
+    explanation: Explanation | None = None
 
     @property
     def summary(self) -> str:
@@ -782,14 +812,18 @@ class IdentifyReport:
             head = (f"{self.optimizer}: your implementation follows the {self.convention!r} "
                     f"convention")
         else:
-            head = (f"{self.optimizer}: your implementation follows none of the conventions; "
-                    f"closest is {self.closest!r}, off by {_fmt_err(self.errors[self.closest])} "
-                    f"bounds")
+            e = self.explanation
+            head = (f"{self.optimizer}: your implementation follows none of the conventions"
+                    + (f" exactly: it follows the {e.convention!r} convention's equations "
+                       f"written as variant {e.variant}" if e is not None and e.kind == "variant"
+                       else "")
+                    + f"; closest is {self.closest!r}, off by "
+                      f"{_fmt_err(self.errors[self.closest])} bounds")
         lines = [head, f"  worst normalised error per convention over {self.cases} "
                        f"discriminating case(s): {errs} (<= 1 matches)"]
         if self.allow_wider:
             lines.append(_wider_line(self.wider, self.dtype))
-        if self.pytorch not in (None, "pytorch"):
+        if self.pytorch not in (None, "pytorch") and self.pytorch in self.matches:
             lines.append(f"  PyTorch's {self.optimizer} is the same update as the "
                          f"{self.pytorch!r} convention")
         if self.convention and "pytorch" in self.matches and self.pytorch == "pytorch":
@@ -797,6 +831,8 @@ class IdentifyReport:
         for a, b in self.indistinguishable:
             lines.append(f"  {a!r} and {b!r} give the same results under these hyperparameters "
                          "(no case could tell them apart)")
+        if self.explanation is not None:
+            lines.append(f"  explanation ({self.explanation.kind}): {self.explanation.text}")
         if self.convention is None and self.worst:
             w = self.worst
             lines.append(f"  against {self.closest!r}: step {w['step']}, element {w['element']}:"
@@ -817,7 +853,9 @@ class IdentifyReport:
                 "indistinguishable": [list(p) for p in self.indistinguishable],
                 "failure": self.failure, "worst": self.worst, "seed": self.seed,
                 "versions": dict(self.versions), "allow_wider": self.allow_wider,
-                "wider": self.wider, "summary": self.summary}
+                "wider": self.wider,
+                "explanation": None if self.explanation is None else self.explanation.to_dict(),
+                "summary": self.summary}
 
 
 def _fmt_err(e):
@@ -899,6 +937,7 @@ def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, scr
                 chosen.append(s)
         errors = {c: 0.0 for c in convs}
         worst = {c: None for c in convs}
+        seen = {c: [] for c in convs}  # (case, outputs, error) per convention, to explain
         failure = None
         for case, trajs, _ in chosen:
             outs, failure = impl.run(case, dt)
@@ -909,6 +948,7 @@ def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, scr
                 err, t, i, expected, got = _compare(
                     outs, trajs[c],
                     lambda moved, case=case, c=c: _reference_trajectory(ref, case, c, dt, moved))
+                seen[c].append((case, outs, err))
                 if err > errors[c] or worst[c] is None:
                     errors[c] = max(errors[c], err)
                     worst[c] = {**_case_dict(case, t), "step": t, "element": i,
@@ -920,10 +960,16 @@ def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, scr
             if pytorch in matches:
                 matches.append("pytorch")
         named = next((c for c in ORDER if c in matches), None)
+        explanation = None
+        if named is None and failure is None and closest is not None:  # as verify would
+            explanation = _explain(ref, closest, pytorch, implemented, dt,
+                                   _variants.variants_of(_spec_of(ref.NAME)), seen[closest],
+                                   None, None, errors[closest])
         return IdentifyReport(ref.NAME, dt.name, matches, named, errors, len(chosen),
                               closest=closest if named is None else None, pytorch=pytorch,
                               indistinguishable=indistinct, failure=failure,
                               worst=worst.get(closest) if named is None else None, seed=seed,
-                              versions=versions(), allow_wider=allow_wider, wider=impl.wider)
+                              versions=versions(), allow_wider=allow_wider, wider=impl.wider,
+                              explanation=explanation)
 
 
