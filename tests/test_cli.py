@@ -354,3 +354,56 @@ def test_list_keeps_the_extra_of_an_install_hint(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "300")  # one line per row
     assert _main(["list"]) == 0
     assert HINT in capsys.readouterr().out  # rich read '[cuda]' as markup and dropped it
+
+
+def test_progress_shows_on_a_terminal_only_after_five_seconds():
+    from toolkit.oracle.cli import Progress
+
+    class Console:
+        is_terminal = True
+        shown = []
+
+        def status(self, text):
+            shown = self.shown
+            shown.append(text)
+
+            class Status:
+                def start(self):
+                    shown.append("start")
+
+                def update(self, text):
+                    shown.append(text)
+
+                def stop(self):
+                    shown.append("stop")
+            return Status()
+    now = [0.0]
+    console = Console()
+    with Progress(console, "my_adam.py:make", clock=lambda: now[0]) as progress:
+        progress(1)
+        now[0] = 4.9
+        progress(7)
+        assert console.shown == []  # a quick run prints nothing
+        now[0] = 6.0
+        progress(8)
+        now[0] = 9.0
+        progress(12)
+    assert console.shown == ["running my_adam.py:make: 8 case(s) run, 6 s", "start",
+                             "running my_adam.py:make: 12 case(s) run, 9 s", "stop"]
+    console.is_terminal, console.shown = False, []
+    now[0] = 0.0
+    with Progress(console, "x", clock=lambda: now[0]) as progress:
+        now[0] = 60.0
+        progress(3)
+    assert console.shown == []  # not a terminal: no progress
+
+
+def test_timeout_on_the_command_line(tmp_path, capsys):
+    path = tmp_path / "slow.py"
+    path.write_text(ADAM + "\n\nimport time\n\ndef slow(w, **hyper):\n"
+                    "    step = make_adam(w, **hyper)\n"
+                    "    return lambda g: (time.sleep(0.05), step(g))[1]\n")
+    argv = ["verify", f"{path}:slow", "adam", "--convention", "guide", "--examples", "20"]
+    assert _main(argv + ["--timeout", "0.01"]) == 1
+    assert "over the limit of 0.01 s per step" in capsys.readouterr().out
+    assert _main(argv + ["--timeout", "-1"]) == 2

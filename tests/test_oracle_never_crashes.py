@@ -268,3 +268,45 @@ def test_a_drawn_hyperparameter_make_step_does_not_take_says_what_to_do():
     assert not r.passed
     assert "it takes no 'clip_gradient'" in r.failure, r.failure
     assert "**kwargs" in r.failure and "fixed={'clip_gradient': value}" in r.failure
+
+
+# --------------------------------------------------------------------------------------------
+# a time limit per step, and progress
+# --------------------------------------------------------------------------------------------
+def _slow_adam(seconds):
+    import time
+    correct = make_adam()
+
+    def make(w, **hyper):
+        step = correct(w, **hyper)
+
+        def slow(g):
+            time.sleep(seconds)
+            return step(g)
+        return slow
+    return make
+
+
+def test_a_step_over_the_time_limit_fails_the_run_saying_so():
+    r = oracle.verify(_slow_adam(0.05), "adam", convention="guide", examples=50, timeout=0.01)
+    assert not r.passed and r.max_error == np.inf
+    assert "step 1 took" in r.failure and "over the limit of 0.01 s per step" in r.failure
+    assert r.examples == 1  # the run ended at the first slow step
+    i = oracle.identify(_slow_adam(0.05), "adam", cases=4, screen=50, timeout=0.01)
+    assert i.convention is None and "over the limit" in i.failure
+    assert oracle.verify(_slow_adam(0.0), "adam", convention="guide", examples=5,
+                         timeout=10.0).passed
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), True, "1"])
+def test_a_timeout_is_a_positive_number_of_seconds(bad):
+    with pytest.raises(ValueError, match="timeout must be"):
+        oracle.verify(make_adam(), "adam", timeout=bad)
+
+
+def test_progress_is_called_with_the_cases_run():
+    seen = []
+    r = oracle.verify(make_adam(), "adam", convention="guide", examples=6, progress=seen.append)
+    assert r.passed and seen == list(range(1, len(seen) + 1)) and len(seen) >= 6 + 3
+    with pytest.raises(TypeError, match="progress must be callable"):
+        oracle.verify(make_adam(), "adam", progress="yes")

@@ -124,6 +124,9 @@ def _parser(prog, what):
                     help="accept results of a wider floating dtype than --dtype (float64 for "
                          "float32 inputs), for an implementation that computes wider on purpose; "
                          "by default another dtype fails the step (default: off)")
+    ap.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                    help="the most one step of your implementation may take, checked after it "
+                         "returns: a slower step fails the run, saying so (default: no limit)")
     ap.add_argument("--json", action="store_true",
                     help="print the report as JSON on stdout (default: off)")
     return ap
@@ -150,9 +153,9 @@ def _run(report_of, args, ok):
     try:
         make_step = load_target(args.target)
         fixed = parse_fixed(args.fixed)
-        with err.status(f"running {escape(args.target)} against the oracle "
-                        f"({escape(args.optimizer)}) ..."):
-            report = report_of(make_step, fixed)
+        with Progress(err, f"{escape(args.target)} against the oracle "
+                           f"({escape(args.optimizer)})") as progress:
+            report = report_of(make_step, fixed, progress)
     except (UsageError, ValueError, TypeError) as e:
         return fail("usage", e, 2)  # the oracle checks its arguments before anything runs
     except InternalError as e:
@@ -165,6 +168,37 @@ def _run(report_of, args, ok):
         return fail("internal", _bug(e), 3)
     print(text)
     return 0 if ok(report) else 1
+
+
+class Progress:
+    """Progress on stderr, shown only on a terminal and only once a run has taken ``after``
+    seconds (a quick run prints nothing): "... 40 case(s) run, 6 s". Called with the cases run
+    (``verify``'s and ``identify``'s ``progress``)."""
+
+    def __init__(self, console, what, after=5.0, clock=None):
+        import time
+        self.console, self.what, self.after = console, what, after
+        self.clock = clock or time.monotonic
+        self.start, self.status = self.clock(), None
+
+    def __enter__(self):
+        return self
+
+    def __call__(self, cases):
+        elapsed = self.clock() - self.start
+        if elapsed < self.after or not self.console.is_terminal:
+            return
+        text = f"running {self.what}: {cases} case(s) run, {elapsed:.0f} s"
+        if self.status is None:
+            self.status = self.console.status(text)
+            self.status.start()
+        else:
+            self.status.update(text)
+
+    def __exit__(self, *exc):
+        if self.status is not None:
+            self.status.stop()
+        return False
 
 
 def _bug(e):
@@ -187,11 +221,12 @@ def main_verify(argv):
                          "ranges, takes half as many (default: %(default)s)")
     args = ap.parse_args(argv)
     from . import verify
-    return _run(lambda f, fixed: verify(f, args.optimizer, convention=args.convention,
-                                        fixed=fixed, dtype=args.dtype, examples=args.examples,
-                                        allow_wider=args.allow_wider,
-                                        **({} if args.seed is None else {"seed": args.seed})),
-               args, lambda r: r.passed)  # no --seed: verify's fixed default seed
+    return _run(lambda f, fixed, progress: verify(
+                    f, args.optimizer, convention=args.convention, fixed=fixed,
+                    dtype=args.dtype, examples=args.examples, allow_wider=args.allow_wider,
+                    timeout=args.timeout, progress=progress,
+                    **({} if args.seed is None else {"seed": args.seed})),
+                args, lambda r: r.passed)  # no --seed: verify's fixed default seed
 
 
 def main_identify(argv):
@@ -201,9 +236,10 @@ def main_identify(argv):
                     help="random cases run under every convention (default: %(default)s)")
     args = ap.parse_args(argv)
     from . import identify
-    return _run(lambda f, fixed: identify(f, args.optimizer, fixed=fixed, dtype=args.dtype,
-                                          cases=args.cases, allow_wider=args.allow_wider,
-                                          seed=0 if args.seed is None else args.seed),
+    return _run(lambda f, fixed, progress: identify(
+                    f, args.optimizer, fixed=fixed, dtype=args.dtype, cases=args.cases,
+                    allow_wider=args.allow_wider, timeout=args.timeout, progress=progress,
+                    seed=0 if args.seed is None else args.seed),
                 args, lambda r: r.convention is not None)
 
 

@@ -459,7 +459,7 @@ def _exact(x, dtype):
 
 def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float32",
            examples=100, seed=DEFAULT_SEED, usual_examples=None, ranges=None,
-           allow_wider=False) -> VerifyReport:
+           allow_wider=False, timeout=None, progress=None) -> VerifyReport:
     """Check a user's optimizer against the oracle on ``examples`` hypothesis cases.
 
     Parameters
@@ -503,6 +503,12 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
         for an implementation that computes wider on purpose; they are held to ``dtype``'s
         bound and the report says so (``allow_wider``, ``wider``). By default a result of
         another dtype than the input's is a failed step that names both.
+    timeout : float, optional
+        Seconds one ``step`` call may take, checked after it returns: a slower step ends the
+        run as a failure that says so. None (the default): no limit.
+    progress : callable, optional
+        Called with the number of cases run so far after each case (the command line shows
+        it on a terminal).
 
     A failed run is explained (``report.explanation``): its cases are compared with the other
     conventions and with each known variant of the equations its spec declares; a failure in
@@ -518,7 +524,8 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
     else:
         _count("usual_examples", usual_examples, 1, " or None (examples // 2)")
     fixed = _check_fixed(ref.NAME, fixed)
-    impl = _user.Implementation(make_step, allow_wider, pinned=fixed)
+    impl = _user.Implementation(make_step, allow_wider, pinned=fixed, timeout=timeout,
+                                progress=progress)
     seed = resolve_seed(seed)
     _space.hyper_space(ref.NAME, fixed, "full", ranges)  # ranges checked before any run
     spec = _spec_of(ref.NAME)
@@ -885,7 +892,8 @@ def _distance(a, b):
 
 
 def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, screen=400,
-             seed=DEFAULT_SEED, allow_wider=False) -> IdentifyReport:
+             seed=DEFAULT_SEED, allow_wider=False, timeout=None,
+             progress=None) -> IdentifyReport:
     """Name the convention a user's implementation follows.
 
     ``screen`` candidate cases are drawn (numpy generator ``seed``: by default
@@ -894,7 +902,8 @@ def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, scr
     conventions differ by more than :data:`DISTINCT` bounds are kept (up to ``cases``, spread
     over the pairs), and the user's implementation runs on them. ``cases`` is at least the
     number of pairs of conventions (one case each), ``screen`` at least 1. See :func:`verify`
-    for ``make_step``, ``fixed`` (checked the same way), ``dtype`` and ``allow_wider``.
+    for ``make_step``, ``fixed`` (checked the same way), ``dtype``, ``allow_wider``, ``timeout``
+    and ``progress``.
     """
     ref = _module(optimizer)
     implemented, pytorch = conventions_of(optimizer)
@@ -906,7 +915,8 @@ def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, scr
            f" for {ref.NAME} (one case per pair of its conventions {', '.join(convs)})")
     _count("screen", screen, 1)
     fixed = _check_fixed(ref.NAME, fixed)
-    impl = _user.Implementation(make_step, allow_wider, pinned=fixed)
+    impl = _user.Implementation(make_step, allow_wider, pinned=fixed, timeout=timeout,
+                                progress=progress)
     seed = resolve_seed(seed)
     klass = _optimizer_class(ref.NAME)
     with _bug_report(f"identify of {ref.NAME}"):

@@ -8,6 +8,7 @@ an array of real floating-point numbers of the weight's shape end the case with 
 from __future__ import annotations
 
 import inspect
+import time
 import traceback
 
 import numpy as np
@@ -25,23 +26,36 @@ class Implementation:
     once it has (None before, and when it never does). ``pinned``: the names ``fixed`` pins;
     those its signature does not take (no such parameter, no ``**kwargs``) are not passed
     (``dropped``): an Adam written with PyTorch's argument list pins ``rescale_grad=1`` and
-    never sees it."""
+    never sees it. ``timeout``: seconds one ``step`` call may take (None: no limit), checked
+    after it returns. ``progress``: called with the number of cases run after each one."""
 
-    def __init__(self, make_step, allow_wider=False, pinned=()):
+    def __init__(self, make_step, allow_wider=False, pinned=(), timeout=None, progress=None):
         if not callable(make_step):
             raise TypeError("make_step must be callable: make_step(weight0, **hyper) -> "
                             "step(grad)")
         if not isinstance(allow_wider, bool):
             raise TypeError(f"allow_wider must be True or False, got {allow_wider!r}")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(
+                timeout, (int, float)) or not timeout > 0 or timeout == float("inf")):
+            raise ValueError(f"timeout must be a finite number of seconds > 0 per step, or None "
+                             f"(no limit), got {timeout!r}")
+        if progress is not None and not callable(progress):
+            raise TypeError(f"progress must be callable (it gets the cases run), got "
+                            f"{progress!r}")
         self.make_step, self.allow_wider, self.wider = make_step, allow_wider, None
         self.dropped = tuple(k for k in pinned if not takes(make_step, k))
+        self.timeout, self.progress, self.cases = timeout, progress, 0
 
     def run(self, case, dtype):
         """:func:`run` of this implementation on ``case`` (``wider`` noted)."""
-        outs, failure = run(self.make_step, case, dtype, self.allow_wider, self.dropped)
+        outs, failure = run(self.make_step, case, dtype, self.allow_wider, self.dropped,
+                            self.timeout)
         returned = getattr(outs, "returned", None)
         if returned is not None and self.wider is None:
             self.wider = returned
+        self.cases += 1
+        if self.progress is not None:
+            self.progress(self.cases)
         return outs, failure
 
 
@@ -83,12 +97,13 @@ def _cannot_take(make_step, hyper):
     return None
 
 
-def run(make_step, case, dtype, allow_wider=False, drop=()):
+def run(make_step, case, dtype, allow_wider=False, drop=(), timeout=None):
     """``(outs, failure)``: the user's weights after every step of ``case`` (float64 copies),
     and None; or the steps run so far (None when ``make_step`` itself failed) and a message
     saying what went wrong. A result of another floating dtype than ``dtype`` is wrong, but a
     wider one where ``allow_wider`` (``outs.returned`` names it). ``drop``: hyperparameters not
-    passed to ``make_step`` (pinned ones its signature does not take)."""
+    passed to ``make_step`` (pinned ones its signature does not take). ``timeout``: seconds a
+    ``step`` call may take, checked after it returns (a slower step fails the case)."""
     dtype = np.dtype(dtype)
     w0 = case.weight.astype(dtype)
     hyper = {k: v for k, v in case.hyper.items() if k not in drop}
@@ -106,12 +121,17 @@ def run(make_step, case, dtype, allow_wider=False, drop=()):
         return None, f"make_step returned {type(step).__name__}, not a callable step(grad)"
     outs = _Outputs()
     for t, g in enumerate(case.grads, start=1):
+        started = time.perf_counter()
         try:
             raw = step(g.astype(dtype))
         except PASS_THROUGH:
             raise
         except BaseException as e:  # noqa: BLE001
             return outs, f"step {t} raised {describe(e)}"
+        took = time.perf_counter() - started
+        if timeout is not None and took > timeout:
+            return outs, (f"step {t} took {took:.3g} s, over the limit of {timeout:g} s per step "
+                          f"(timeout={timeout:g}; mxopt verify --timeout)")
         try:
             out = _to_numpy(raw)
         except PASS_THROUGH:
