@@ -424,3 +424,15 @@ def test_optax_audit_float32_and_float64(monkeypatch):
         else:
             assert r.passed, r
     assert "optax" in report.versions and "jax" in report.versions
+
+
+def test_too_few_identify_cases_are_refused_before_any_row_runs(fake_on_path, capsys):
+    # sgd tells three conventions apart (mxnet, guide, pytorch): identify needs a case per pair,
+    # and the audit says so at once instead of failing in the middle of its rows
+    rows = []
+    with pytest.raises(ValueError, match="cases must be at least 3 .*sgd"):
+        oracle.audit([FAKE], dtypes=("float32",), examples=2, cases=2, progress=rows.append)
+    assert rows == []
+    assert conformance.main(["--frameworks", FAKE, "--dtypes", "float32", "--examples", "2",
+                             "--cases", "2"]) == 2
+    assert "cases must be at least 3" in capsys.readouterr().err

@@ -27,7 +27,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
-from .core import identify, verify
+from .core import identify, least_cases, verify
 from .core import versions as _oracle_versions
 from . import frameworks as _frameworks
 from .seeds import DEFAULT_SEED, parse_seed, resolve_seed
@@ -292,6 +292,12 @@ def audit(frameworks=None, dtypes=("float32", "float64"), examples=EXAMPLES, see
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
     seed = resolve_seed(seed)
     fws, skipped = _resolve(frameworks)
+    for fw in fws:  # identify's least cases, for every optimizer audited, before any row runs
+        for adapter in fw.adapters():
+            if cases < least_cases(adapter.optimizer):
+                raise ValueError(f"cases must be at least {least_cases(adapter.optimizer)} to "
+                                 f"audit {fw.name}'s {adapter.label} (identify runs one case "
+                                 f"per pair of {adapter.optimizer}'s conventions), got {cases}")
     if progress is None:
         def progress(line):
             print(line, file=sys.stderr, flush=True)

@@ -594,6 +594,19 @@ def _sample_case(name, hyper_space, dtype, rng, max_size=6, max_steps=4):
     return _Case(hyper, w, grads)
 
 
+def _told_apart(implemented, pytorch):
+    """``(conventions, pairs)`` ``identify`` tells apart: "pytorch" is a convention of its own
+    only where PyTorch's update is not one of ours."""
+    convs = [c for c in ORDER if c in implemented and (c != "pytorch" or pytorch == "pytorch")]
+    return convs, [(a, b) for i, a in enumerate(convs) for b in convs[i + 1:]]
+
+
+def least_cases(optimizer):
+    """The least ``cases`` :func:`identify` takes for ``optimizer``: one per pair of the
+    conventions it tells apart (at least 1)."""
+    return max(1, len(_told_apart(*conventions_of(optimizer))[1]))
+
+
 def _distance(a, b):
     """How many bounds trajectory ``a``'s values lie from trajectory ``b`` (both ways)."""
     from ..verify import normalised_error
@@ -621,10 +634,8 @@ def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, scr
     ref = _module(optimizer)
     implemented, pytorch = conventions_of(optimizer)
     dt = _dtype(dtype)
-    # "pytorch" is a convention of its own only where PyTorch's update is not one of ours
-    convs = [c for c in ORDER if c in implemented and (c != "pytorch" or pytorch == "pytorch")]
-    pairs = [(a, b) for i, a in enumerate(convs) for b in convs[i + 1:]]
-    _count("cases", cases, max(1, len(pairs)),
+    convs, pairs = _told_apart(implemented, pytorch)
+    _count("cases", cases, least_cases(optimizer),
            f" for {ref.NAME} (one case per pair of its conventions {', '.join(convs)})")
     _count("screen", screen, 1)
     fixed = _check_fixed(ref.NAME, fixed)
