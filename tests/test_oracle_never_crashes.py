@@ -310,3 +310,25 @@ def test_progress_is_called_with_the_cases_run():
     assert r.passed and seen == list(range(1, len(seen) + 1)) and len(seen) >= 6 + 3
     with pytest.raises(TypeError, match="progress must be callable"):
         oracle.verify(make_adam(), "adam", progress="yes")
+
+
+# --------------------------------------------------------------------------------------------
+# verify inside a user's own hypothesis test
+# --------------------------------------------------------------------------------------------
+@settings(max_examples=1, deadline=None, database=None)
+@given(st.just(None))
+def _verify_inside_given(_):
+    oracle.verify(make_adam(), "adam", convention="guide", examples=2)
+
+
+def test_verify_inside_a_hypothesis_test_says_how_to_allow_it():
+    from toolkit.oracle.errors import NestedRunError
+    with pytest.raises(NestedRunError, match="nested_given"):
+        _verify_inside_given()
+
+
+@settings(max_examples=1, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.nested_given])
+@given(st.just(None))
+def test_verify_inside_a_hypothesis_test_that_allows_it(_):
+    assert oracle.verify(make_adam(), "adam", convention="guide", examples=2).passed

@@ -48,11 +48,12 @@ The cases and the bound are those of our own tests (``docs/oracle.md``); the hyp
 is :mod:`toolkit.oracle.space`.
 """
 from .core import (DEFAULT_SEED, FRAMEWORKS, KINDS, DomainVerdict, Explanation,  # noqa: F401
-                   IdentifyReport, InternalError, OracleMismatch, VerifyReport,
+                   IdentifyReport, InternalError, NestedRunError, OracleMismatch, VerifyReport,
                    assert_matches_oracle, conventions_of, identify, resolve_seed, verify,
                    versions)
 from .conformance import audit  # noqa: E402
 
 __all__ = ["verify", "identify", "assert_matches_oracle", "VerifyReport", "IdentifyReport",
            "conventions_of", "OracleMismatch", "DEFAULT_SEED", "FRAMEWORKS", "versions",
-           "Explanation", "DomainVerdict", "KINDS", "audit", "resolve_seed", "InternalError"]
+           "Explanation", "DomainVerdict", "KINDS", "audit", "resolve_seed", "InternalError",
+           "NestedRunError"]

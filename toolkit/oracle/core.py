@@ -23,13 +23,14 @@ from . import region as _region_text
 from . import space as _space
 from . import user as _user
 from . import variants as _variants
-from .errors import InternalError, bug_report as _bug_report
+from .errors import InternalError, NestedRunError, bug_report as _bug_report
 from .reports import KINDS, DomainVerdict, Explanation, IdentifyReport, VerifyReport, finite
 from .seeds import DEFAULT_SEED, resolve_seed
 
 __all__ = ["verify", "identify", "assert_matches_oracle", "VerifyReport", "IdentifyReport",
            "conventions_of", "OracleMismatch", "DEFAULT_SEED", "FRAMEWORKS", "versions",
-           "Explanation", "DomainVerdict", "KINDS", "resolve_seed", "InternalError"]
+           "Explanation", "DomainVerdict", "KINDS", "resolve_seed", "InternalError",
+           "NestedRunError"]
 
 #: the order in which a convention is named when several match (ours first)
 ORDER = ("mxnet", "guide", "pytorch")
@@ -400,6 +401,8 @@ def _verify_run(impl, ref, convention, fixed, dt, examples, seed, domain="full",
     :func:`_passing_convention` and :func:`_explain`)."""
     from hypothesis import HealthCheck, Phase, given, settings, target
     from hypothesis import seed as hseed
+    from hypothesis.control import currently_in_test_context
+    from hypothesis.errors import FailedHealthCheck
 
     from ..verify import finite_score
     strategy = _case_strategy(ref.NAME, fixed, dt, domain=domain, ranges=ranges)
@@ -427,13 +430,22 @@ def _verify_run(impl, ref, convention, fixed, dt, examples, seed, domain="full",
             state["record"] = {**_case_dict(case, t), "step": t, "element": i,
                                "expected": expected, "got": got, "error": finite(err)}
 
-    run = given(case=strategy)(lambda case: one(case))
-    run = settings(max_examples=examples, deadline=None, database=None, derandomize=False,
-                   phases=[Phase.explicit, Phase.generate, Phase.target],
-                   suppress_health_check=list(HealthCheck))(run)  # whatever profile is loaded
-    run = hseed(seed)(run)
-    with _without_local_constants():
-        run()
+    try:  # hypothesis checks for a @given inside another when one is made and when it runs
+        run = given(case=strategy)(lambda case: one(case))
+        run = settings(max_examples=examples, deadline=None, database=None, derandomize=False,
+                       phases=[Phase.explicit, Phase.generate, Phase.target],
+                       suppress_health_check=list(HealthCheck))(run)  # whatever profile is loaded
+        run = hseed(seed)(run)
+        with _without_local_constants():
+            run()
+    except FailedHealthCheck as e:
+        if not currently_in_test_context():
+            raise
+        raise NestedRunError(
+            "verify was called inside a hypothesis test (@given), and hypothesis refuses to "
+            "run verify's own @given search inside another unless the outer test allows it: "
+            "add @settings(suppress_health_check=[HealthCheck.nested_given]) to your test, or "
+            "call verify outside it") from e
     return state
 
 
