@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolkit import oracle
@@ -38,7 +38,9 @@ def test_a_failure_only_for_beta1_below_1e_200_is_located_not_a_crash():
     r = oracle.verify(_adam_wrong_below(1e-200), "adam", convention="guide", dtype="float64",
                       examples=10, ranges={"beta1": Decades(-310, -290)})
     assert r.domains["usual"].passed and not r.domains["full"].passed
-    assert r.region.startswith("only for beta1 < 1e-200"), r.region
+    # the bisection stops within 1% of the edge, from wherever the drawn case starts it
+    edge = float(r.region.split("only for beta1 < ")[1].split(" ")[0])
+    assert 1e-200 <= edge <= 1.02e-200, r.region
 
 
 # --------------------------------------------------------------------------------------------
@@ -130,9 +132,7 @@ def _correct(name):
     return make_adam() if name == "adam" else make_sgd()
 
 
-# verify draws its cases with a @given of its own: hypothesis asks the outer test to allow that
-@settings(max_examples=30, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.nested_given])
+@settings(max_examples=30, deadline=None, derandomize=True, database=None)
 @given(name=st.sampled_from(["sgd", "adam"]),
        plan=st.lists(st.sampled_from(KINDS), min_size=1, max_size=4),
        make_plan=st.lists(st.sampled_from(["ok", "ok", "ok", "raise", "not callable"]),
@@ -315,20 +315,9 @@ def test_progress_is_called_with_the_cases_run():
 # --------------------------------------------------------------------------------------------
 # verify inside a user's own hypothesis test
 # --------------------------------------------------------------------------------------------
-@settings(max_examples=1, deadline=None, database=None)
-@given(st.just(None))
-def _verify_inside_given(_):
-    oracle.verify(make_adam(), "adam", convention="guide", examples=2)
-
-
-def test_verify_inside_a_hypothesis_test_says_how_to_allow_it():
-    from toolkit.oracle.errors import NestedRunError
-    with pytest.raises(NestedRunError, match="nested_given"):
-        _verify_inside_given()
-
-
-@settings(max_examples=1, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.nested_given])
-@given(st.just(None))
-def test_verify_inside_a_hypothesis_test_that_allows_it(_):
-    assert oracle.verify(make_adam(), "adam", convention="guide", examples=2).passed
+@settings(max_examples=2, deadline=None, database=None)
+@given(st.integers(0, 3))
+def test_verify_runs_inside_a_hypothesis_test(seed):
+    # verify drew its cases with a @given of its own, which hypothesis refused inside another
+    # (FailedHealthCheck nested_given); its cases are drawn by index now
+    assert oracle.verify(make_adam(), "adam", convention="guide", examples=2, seed=seed).passed

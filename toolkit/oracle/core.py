@@ -11,26 +11,24 @@ and the oracle's own errors (:mod:`~toolkit.oracle.errors`).
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import sys
-from dataclasses import dataclass
 
 import numpy as np
 
+from . import cases as _cases
 from . import installed as _installed
 from . import region as _region_text
 from . import space as _space
 from . import user as _user
 from . import variants as _variants
-from .errors import InternalError, NestedRunError, bug_report as _bug_report
+from .errors import InternalError, bug_report as _bug_report
 from .reports import KINDS, DomainVerdict, Explanation, IdentifyReport, VerifyReport, finite
 from .seeds import DEFAULT_SEED, resolve_seed
 
 __all__ = ["verify", "identify", "assert_matches_oracle", "VerifyReport", "IdentifyReport",
            "conventions_of", "OracleMismatch", "DEFAULT_SEED", "FRAMEWORKS", "versions",
-           "Explanation", "DomainVerdict", "KINDS", "resolve_seed", "InternalError",
-           "NestedRunError"]
+           "Explanation", "DomainVerdict", "KINDS", "resolve_seed", "InternalError"]
 
 #: the order in which a convention is named when several match (ours first)
 ORDER = ("mxnet", "guide", "pytorch")
@@ -149,13 +147,6 @@ def _constructible(klass, hyper):
     return True
 
 
-@dataclass
-class _Case:
-    hyper: dict
-    weight: np.ndarray          # float64 values, exactly representable in the dtype
-    grads: list                 # float64 arrays, exactly representable in the dtype
-
-
 def _split(ref, hyper):
     """``(lr, wd, rs, c, own)``: the common hyperparameters and the module's own."""
     own = {k: v for k, v in hyper.items() if k in ref.HYPER and k != "learning_rate"}
@@ -226,45 +217,10 @@ def _case_dict(case, upto=None):
 # --------------------------------------------------------------------------------------------
 # verify
 # --------------------------------------------------------------------------------------------
-def _case_strategy(name, fixed, dtype, max_size=8, max_steps=4, domain="full", ranges=None):
-    from hypothesis import assume
-    from hypothesis import strategies as st
-    hyper_space = _space.hyper_space(name, fixed, domain, ranges)
-    klass = _optimizer_class(name)
-    (wlo, whi), (glo, ghi) = RANGES[dtype.name]
-
-    def values(n, lo, hi):
-        exps = st.lists(st.floats(lo, hi), min_size=n, max_size=n)
-        signs = st.lists(st.sampled_from([-1.0, 1.0]), min_size=n, max_size=n)
-        zeros = st.lists(st.booleans(), min_size=n, max_size=n)
-        return st.tuples(exps, signs, zeros).map(
-            lambda esz: _exact(np.array(esz[1]) * 10.0 ** np.array(esz[0]) *
-                               ~(np.array(esz[2]) & (np.arange(n) % 3 == 0)), dtype))
-
-    @st.composite
-    def cases(draw):
-        hyper = {k: draw(v.strategy(), label=k) for k, v in hyper_space.items()}
-        hyper = _space.fix_dependent(name, hyper)
-        assume(_constructible(klass, hyper))  # a fixed value beside a drawn one it excludes
-        shape = draw(_space.shape_space(name, max_size).strategy(), label="shape")
-        n = math.prod(shape)
-        steps = draw(st.integers(1, max_steps), label="steps")
-        w = draw(values(n, wlo, whi), label="weight0").reshape(shape)
-        grads = [draw(values(n, glo, ghi), label=f"grad{k}").reshape(shape)
-                 for k in range(steps)]
-        return _Case(hyper, w, grads)
-    return cases()
-
-
-def _exact(x, dtype):
-    """``x`` rounded to ``dtype`` and back: the inputs are exact in the user's precision."""
-    return np.asarray(x, dtype=np.float64).astype(dtype).astype(np.float64)
-
-
 def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float32",
            examples=100, seed=DEFAULT_SEED, usual_examples=None, ranges=None,
            allow_wider=False, timeout=None, progress=None) -> VerifyReport:
-    """Check a user's optimizer against the oracle on ``examples`` hypothesis cases.
+    """Check a user's optimizer against the oracle on ``examples`` cases.
 
     Parameters
     ----------
@@ -284,8 +240,10 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
     dtype : {"float16", "float32", "float64"}
         The precision of the inputs handed to the implementation and of the error bound.
     examples : int
-        How many cases hypothesis draws over the full domain (each a fresh ``make_step`` and 1
-        to 4 steps).
+        How many cases are drawn over the full domain (each a fresh ``make_step`` and 1
+        to 4 steps). Case ``k`` depends on the seed, the domain and ``k`` only
+        (:mod:`toolkit.oracle.cases`): the cases of ``examples=N`` are the first ``N`` of any
+        larger count's, so more examples never turn a failure into a pass.
     seed : int or "random"
         The seed of the draw: by default :data:`DEFAULT_SEED`, so every run draws the same
         cases and gives the same verdict (in any process). ``"random"`` draws a fresh seed;
@@ -396,21 +354,19 @@ def _domain_verdict(run, pinned=None):
 
 def _verify_run(impl, ref, convention, fixed, dt, examples, seed, domain="full",
                 ranges=None):
-    """One hypothesis run of ``verify`` over ``domain``: ``{"worst", "record", "failure", "n",
-    "seen"}`` (``seen``: every case with the user's outputs and its error, for
-    :func:`_passing_convention` and :func:`_explain`)."""
-    from hypothesis import HealthCheck, Phase, given, settings, target
-    from hypothesis import seed as hseed
-    from hypothesis.control import currently_in_test_context
-    from hypothesis.errors import FailedHealthCheck
-
-    from ..verify import finite_score
-    strategy = _case_strategy(ref.NAME, fixed, dt, domain=domain, ranges=ranges)
+    """One run of ``verify`` over ``domain``: cases 0 to ``examples - 1`` of ``seed``
+    (:func:`toolkit.oracle.cases.draw`: case ``k`` depends on the seed, the domain and ``k``
+    only, so a run's cases are the first of any longer run's), to the first outright failure.
+    ``{"worst", "record", "failure", "n", "seen"}`` (``seen``: every case with the user's
+    outputs and its error, for :func:`_passing_convention` and :func:`_explain`)."""
+    hyper_space = _space.hyper_space(ref.NAME, fixed, domain, ranges)
+    klass = _optimizer_class(ref.NAME)
     state = {"worst": -1.0, "record": None, "failure": None, "n": 0, "seen": []}
-
-    def one(case):
-        if state["failure"] is not None:
-            return  # the implementation already failed outright: nothing more to learn
+    for k in range(examples):
+        case = _cases.draw(ref.NAME, hyper_space, dt, RANGES[dt.name], seed, domain, k,
+                           lambda hyper: _constructible(klass, hyper))
+        if case is None:
+            continue  # no hyperparameters the constructor takes beside the pinned ones
         state["n"] += 1
         refs = _reference_trajectory(ref, case, convention, dt)
         outs, failure = impl.run(case, dt)
@@ -420,32 +376,14 @@ def _verify_run(impl, ref, convention, fixed, dt, examples, seed, domain="full",
             state["record"] = {**_case_dict(case, len(outs or []) + 1), "step": len(outs or []) + 1,
                                "element": None, "expected": None, "got": None,
                                "error": "inf"}
-            return
+            break  # the implementation failed outright: nothing more to learn
         err, t, i, expected, got = _compare(
             outs, refs, lambda moved: _reference_trajectory(ref, case, convention, dt, moved))
         state["seen"].append((case, outs, err))
-        target(finite_score(err), label="normalised error")
         if err > state["worst"]:
             state["worst"] = err
             state["record"] = {**_case_dict(case, t), "step": t, "element": i,
                                "expected": expected, "got": got, "error": finite(err)}
-
-    try:  # hypothesis checks for a @given inside another when one is made and when it runs
-        run = given(case=strategy)(lambda case: one(case))
-        run = settings(max_examples=examples, deadline=None, database=None, derandomize=False,
-                       phases=[Phase.explicit, Phase.generate, Phase.target],
-                       suppress_health_check=list(HealthCheck))(run)  # whatever profile is loaded
-        run = hseed(seed)(run)
-        with _without_local_constants():
-            run()
-    except FailedHealthCheck as e:
-        if not currently_in_test_context():
-            raise
-        raise NestedRunError(
-            "verify was called inside a hypothesis test (@given), and hypothesis refuses to "
-            "run verify's own @given search inside another unless the outer test allows it: "
-            "add @settings(suppress_health_check=[HealthCheck.nested_given]) to your test, or "
-            "call verify outside it") from e
     return state
 
 
@@ -527,7 +465,7 @@ def _region(impl, ref, convention, dt, record, fixed=None):
     hold them, so they are not what tells the failing full domain from the passing usual one.
     None when nothing can be said."""
     usual = _space.usual_space(ref.NAME)
-    case = _Case(dict(record["hyperparameters"]), np.asarray(record["weight0"], dtype=np.float64),
+    case = _cases.Case(dict(record["hyperparameters"]), np.asarray(record["weight0"], dtype=np.float64),
                  [np.asarray(g, dtype=np.float64) for g in record["grads"]])
     klass = _optimizer_class(ref.NAME)
 
@@ -535,7 +473,7 @@ def _region(impl, ref, convention, dt, record, fixed=None):
         hyper = _space.fix_dependent(ref.NAME, {**case.hyper, **change})
         if not _constructible(klass, hyper):
             return True  # not a case the optimizer takes: not a passing one either
-        c = _Case(hyper, case.weight, case.grads)
+        c = _cases.Case(hyper, case.weight, case.grads)
         outs, failure = impl.run(c, dt)
         if failure is not None:
             return True
@@ -544,30 +482,6 @@ def _region(impl, ref, convention, dt, record, fixed=None):
                                                             moved))[0] > 1.0
 
     return _region_text.locate(case.hyper, usual, fixed or {}, fails, len(case.grads))
-
-
-@contextlib.contextmanager
-def _without_local_constants():
-    """Hypothesis (6.13x and later) now and then draws a number it found written in the source
-    of a module loaded from outside site-packages, so the cases of ``verify(seed=...)`` would
-    change with which of the caller's modules happen to be imported (measured: importing
-    ``toolkit.tools.accuracy`` turned a failing verify into a passing one). For the duration of a
-    verify, that pool is empty, so a seed draws the same cases in every process. Uses a private
-    hook of hypothesis; where it is absent, nothing is changed."""
-    try:
-        from hypothesis.internal.conjecture import providers
-        hook, cache, empty = (providers._get_local_constants, providers.CONSTANTS_CACHE,
-                              providers.Constants())
-    except (ImportError, AttributeError):  # another hypothesis: nothing to neutralise
-        yield
-        return
-    cache.cache.clear()
-    providers._get_local_constants = lambda: empty
-    try:
-        yield
-    finally:
-        providers._get_local_constants = hook
-        cache.cache.clear()
 
 
 def _resolve(convention, implemented, pytorch, name):
@@ -594,6 +508,11 @@ def assert_matches_oracle(make_step, optimizer, **kwargs):
 # --------------------------------------------------------------------------------------------
 # identify
 # --------------------------------------------------------------------------------------------
+def _exact(x, dtype):
+    """``x`` rounded to ``dtype`` and back: the inputs are exact in the user's precision."""
+    return np.asarray(x, dtype=np.float64).astype(dtype).astype(np.float64)
+
+
 def _sample_case(name, hyper_space, dtype, rng, max_size=6, max_steps=4):
     hyper = _space.fix_dependent(name, {k: v.sample(rng) for k, v in hyper_space.items()})
     shape = _space.shape_space(name, max_size).sample(rng)
@@ -603,7 +522,7 @@ def _sample_case(name, hyper_space, dtype, rng, max_size=6, max_steps=4):
     w = _exact(_space.array_over_decades(rng, n, wlo, whi), dtype).reshape(shape)
     grads = [_exact(_space.array_over_decades(rng, n, glo, ghi), dtype).reshape(shape)
              for _ in range(steps)]
-    return _Case(hyper, w, grads)
+    return _cases.Case(hyper, w, grads)
 
 
 def _told_apart(implemented, pytorch):

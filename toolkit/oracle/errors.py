@@ -11,7 +11,7 @@ import contextlib
 
 from .user import PASS_THROUGH, describe
 
-__all__ = ["InternalError", "NestedRunError", "bug_report", "REPORT_TO"]
+__all__ = ["InternalError", "bug_report", "REPORT_TO"]
 
 #: where a bug of the oracle is reported
 REPORT_TO = "the toolkit's issue tracker"
@@ -21,19 +21,13 @@ class InternalError(RuntimeError):
     """A bug of the oracle itself (not of the user's code, nor a bad argument)."""
 
 
-class NestedRunError(RuntimeError):
-    """``verify`` was called where it cannot run: inside a hypothesis ``@given`` test that does
-    not allow a nested ``@given`` (the message says how to allow it)."""
-
-
 @contextlib.contextmanager
 def bug_report(what):
-    """Run the body; an exception it raises (but ``SystemExit``, ``KeyboardInterrupt``, a
-    :class:`NestedRunError` and an :class:`InternalError` already made) becomes an
-    :class:`InternalError` naming ``what``."""
+    """Run the body; an exception it raises (but ``SystemExit``, ``KeyboardInterrupt`` and an
+    :class:`InternalError` already made) becomes an :class:`InternalError` naming ``what``."""
     try:
         yield
-    except (InternalError, NestedRunError, *PASS_THROUGH):
+    except (InternalError, *PASS_THROUGH):
         raise
     except Exception as e:  # noqa: BLE001 - the oracle's own fault, reported as such
         raise InternalError(

@@ -1,0 +1,71 @@
+"""More examples never turn a failure into a pass: the cases of ``verify(examples=N, seed=s)`` are
+the first ``N`` of those of ``examples=M > N`` at the same seed, in both domains
+(``toolkit.oracle.cases``: case ``k`` is a function of the seed, the domain and ``k``)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from toolkit import oracle
+from toolkit.oracle import cases
+
+from test_oracle import make_sgd
+
+M = 300
+
+
+def _recorded(examples, seed, name="sgd", make=None):
+    """The cases verify hands to make_step, in order: ``(full, usual)``."""
+    calls = []
+    make = make or make_sgd()
+
+    def recording(w, **hyper):
+        calls.append((w.tobytes(), w.shape, tuple(sorted(hyper.items(), key=str))))
+        return make(w, **hyper)
+    r = oracle.verify(recording, name, convention="guide", examples=examples, seed=seed)
+    assert r.passed, r.summary  # a correct implementation: no rerun for an explanation
+    full = r.domains["full"].examples
+    return calls[:full], calls[full:]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7])
+def test_the_cases_of_fewer_examples_are_a_prefix(seed):
+    full, usual = _recorded(M, seed)
+    assert len(full) == M and len(usual) == M // 2
+    for n in (1, 2, 3, 10, 17, 50, 100, 150, 299):
+        f, u = _recorded(n, seed)
+        assert f == full[:n] and u == usual[:max(1, n // 2)], n
+
+
+def test_every_case_is_a_function_of_seed_domain_and_index():
+    from toolkit.oracle import space
+    hyper = space.hyper_space("adam", {})
+    ranges = ((-3, 2), (-4, 3))
+
+    def draw(seed, domain, k):
+        c = cases.draw("adam", hyper, np.dtype("float32"), ranges, seed, domain, k,
+                       lambda h: True)
+        return c.hyper, c.weight.tolist(), [g.tolist() for g in c.grads]
+    assert draw(0, "full", 5) == draw(0, "full", 5)
+    assert draw(0, "full", 5) != draw(0, "full", 6) != draw(1, "full", 6)
+    assert draw(0, "full", 5) != draw(0, "usual", 5)
+
+
+def _sgd_wrong_at_small_momentum():
+    correct = make_sgd()
+
+    def make(w, **hyper):
+        step = correct(w, **hyper)
+        wrong = 0.0 < hyper["momentum"] < 0.05
+        return lambda g: step(g) * (1.5 if wrong else 1.0)
+    return make
+
+
+def test_a_failure_found_at_n_examples_stays_a_failure_at_every_m_above():
+    make = _sgd_wrong_at_small_momentum()
+    first = next(n for n in range(1, M + 1)
+                 if not oracle.verify(make, "sgd", convention="guide", examples=n,
+                                      usual_examples=1).domains["full"].passed)
+    for m in (first + 1, first + 7, 2 * first + 3, M):
+        assert not oracle.verify(make, "sgd", convention="guide", examples=m,
+                                 usual_examples=1).domains["full"].passed, m
