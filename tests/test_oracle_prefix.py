@@ -69,3 +69,35 @@ def test_a_failure_found_at_n_examples_stays_a_failure_at_every_m_above():
     for m in (first + 1, first + 7, 2 * first + 3, M):
         assert not oracle.verify(make, "sgd", convention="guide", examples=m,
                                  usual_examples=1).domains["full"].passed, m
+
+
+def _adam_with_float32_constants():
+    """The issue's Adam: PyTorch's (the guide's) equations with the bias corrections 1 - beta^t
+    formed in float32 (what JAX code with an int32 step count does)."""
+    f = np.float32
+
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, beta1, beta2, epsilon):
+        w, m, v, t = w.copy(), np.zeros_like(w), np.zeros_like(w), [0]
+
+        def step(g):
+            t[0] += 1
+            g = rescale_grad * g
+            g = g if clip_gradient is None else np.clip(g, -clip_gradient, clip_gradient)
+            g = g + wd * w
+            m[...] = beta1 * m + (1.0 - beta1) * g
+            v[...] = beta2 * v + (1.0 - beta2) * g * g
+            c1, c2 = f(1) - f(beta1) ** f(t[0]), f(1) - f(beta2) ** f(t[0])
+            w[...] = w - learning_rate * (m / c1) / (np.sqrt(v / c2) + epsilon)
+            return w
+        return step
+    return make
+
+
+def test_the_issues_float32_constants_adam_fails_at_every_count_and_seed():
+    # it passed at 100, 150, 200 and 300 examples and at seeds 1, 3 and 5 (hypothesis' search)
+    make = _adam_with_float32_constants()
+    for n in (10, 30, 50, 100, 150, 200, 300):
+        r = oracle.verify(make, "adam", convention="guide", examples=n)
+        assert not r.passed and r.explanation.variant == "constants_in_dtype", (n, r.summary)
+    for seed in range(6):
+        assert not oracle.verify(make, "adam", convention="guide", seed=seed).passed, seed
