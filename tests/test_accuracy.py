@@ -93,3 +93,29 @@ def test_a_case_that_raises_is_reported_and_exits_1(monkeypatch, capsys):
                                   ["--dtype", "float8"], ["--backend", "tpu"], ["--bogus"]])
 def test_usage_errors_exit_2(argv):
     assert accuracy.main(argv + ["--no-plot", "--quiet"]) == 2
+
+
+ONE = ["--only", "sgd", "--backend", "cpu", "--dtype", "float32", "--cases", "1", "--no-plot",
+       "--quiet"]
+
+
+def test_seed_random_is_taken_and_recorded(capsys):
+    assert accuracy.main(ONE + ["--json", "--seed", "random"]) == 0
+    seed = json.loads(capsys.readouterr().out)["seed"]
+    assert type(seed) is int and seed >= 0
+    assert accuracy.measure(["sgd"], backends=["cpu"], dtypes=["float32"], cases=1,
+                            seed="random", progress=False).seed >= 0
+    for bad in ("-1", "lucky"):
+        assert accuracy.main(ONE + ["--seed", bad]) == 2
+        assert "'random'" in capsys.readouterr().err
+    with pytest.raises(accuracy.UsageError, match="'random'"):
+        accuracy.measure(["sgd"], backends=["cpu"], dtypes=["float32"], cases=1, seed=None)
+
+
+def test_the_install_hint_of_a_skipped_backend_keeps_its_extra(capsys, monkeypatch):
+    import toolkit.backends
+    hint = 'needs numba-cuda: pip install -e ".[cuda]" (the numba-cuda package)'
+    monkeypatch.setattr(toolkit.backends, "cuda_available", lambda: (False, hint))
+    monkeypatch.setenv("COLUMNS", "300")
+    assert accuracy.main([a for a in ONE if a not in ("--backend", "cpu")]) == 0
+    assert f"cuda: not measured ({hint})" in capsys.readouterr().out

@@ -67,6 +67,8 @@ def test_verify_fixed_values_are_json(target, capsys):
     ["verify", "{target}:make_adam", "nosuchopt"],
     ["verify", "{target}:make_adam", "adam", "--fixed", "nonsense"],
     ["identify", "{target}", "adam"],
+    ["identify", "{target}:make_adam", "adam", "--cases", "0"],
+    ["identify", "{target}:make_adam", "sgd", "--cases", "2"],
 ])
 def test_usage_errors_exit_2(argv, target, capsys):
     assert _main([a.format(target=target) for a in argv]) == 2
@@ -252,3 +254,156 @@ def test_seed_takes_an_int_or_random(target, capsys, command, extra):
         assert exc.value.code == 2
         err = capsys.readouterr().err
         assert "--seed" in err and "'random'" in err and repr(bad) in err, err
+
+
+def test_an_internal_error_exits_3_and_asks_for_a_report(target, capsys, monkeypatch):
+    from toolkit.oracle import core
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("float division by zero")
+    monkeypatch.setattr(core, "_domain_verdict", broken)  # a bug of the oracle, planted
+    argv = ["verify", f"{target}:make_adam", "adam", "--examples", "2"]
+    assert _main(argv) == 3
+    err = capsys.readouterr().err
+    assert "internal error" in err and "bug of the toolkit" in err and "report" in err
+    assert "ZeroDivisionError" in err
+    assert _main(argv + ["--json"]) == 3
+    out = json.loads(capsys.readouterr().out)
+    assert out["error"] == "internal" and out["exit_code"] == 3
+    assert "ZeroDivisionError" in out["message"]
+    from toolkit import oracle
+    with pytest.raises(oracle.InternalError, match="bug of the toolkit"):
+        oracle.verify(lambda w, **h: (lambda g: w), "adam", examples=2)
+
+
+@pytest.mark.parametrize("argv", [
+    ["verify", "no_such_module_here:f", "adam"],
+    ["verify", "{target}:make_adam", "nosuchopt"],
+    ["verify", "{target}:make_adam", "adam", "--fixed", "wd=-1"],
+    ["identify", "{target}:make_adam", "adam", "--dtype", "float8"],
+    ["verify", "{target}:make_adam", "adam", "--examples", "many"],
+])
+def test_json_always_writes_a_report_even_on_a_usage_error(argv, target, capsys):
+    try:
+        code = _main([a.format(target=target) for a in argv] + ["--json"])
+    except SystemExit as exc:  # argparse's own usage error
+        code = exc.code
+    assert code == 2
+    out = json.loads(capsys.readouterr().out)
+    assert out["error"] == "usage" and out["exit_code"] == 2 and out["message"]
+
+
+def test_allow_wider_on_the_command_line(tmp_path, capsys):
+    path = tmp_path / "wide.py"
+    path.write_text(ADAM + "\n\ndef wide(w, **hyper):\n"
+                    "    step = make_adam(w.astype(np.float64), **hyper)\n"
+                    "    return lambda g: step(g.astype(np.float64))\n")
+    argv = ["verify", f"{path}:wide", "adam", "--convention", "guide", "--examples", "5"]
+    assert _main(argv) == 1
+    assert "returned float64 for float32 input" in capsys.readouterr().out
+    assert _main(argv + ["--allow-wider", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["allow_wider"] is True and out["wider"] == "float64"
+
+
+def _parser_of(command, monkeypatch):
+    """The argparse parser ``mxopt <command>`` builds (caught as it parses)."""
+    import argparse
+
+    class Caught(Exception):
+        pass
+    got = []
+
+    def catch(self, args=None, namespace=None):
+        got.append(self)
+        raise Caught
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", catch)
+    try:
+        _main([command, "--help"])
+    except Caught:
+        pass
+    monkeypatch.undo()
+    return got[0]
+
+
+def _options(parser):
+    import argparse
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _options(sub)
+        elif (action.option_strings and action.help is not argparse.SUPPRESS
+              and not isinstance(action, (argparse._HelpAction, argparse._VersionAction))):
+            yield parser.prog, action
+
+
+@pytest.mark.parametrize("command", ["check", "verify", "identify", "list", "audit", "regress",
+                                     "accuracy", "demo", "bench", "launch"])
+def test_every_option_shows_its_default_in_help(command, monkeypatch):
+    missing = [f"{prog} {a.option_strings[-1]}" for prog, a in
+               _options(_parser_of(command, monkeypatch)) if "default" not in (a.help or "")]
+    assert not missing, f"--help gives no default for: {missing}"
+
+
+HINT = 'needs numba-cuda: pip install -e ".[cuda]" (the numba-cuda package)'
+
+
+def test_list_keeps_the_extra_of_an_install_hint(capsys, monkeypatch):
+    import toolkit.backends
+    monkeypatch.setattr(toolkit.backends, "cuda_available", lambda: (False, HINT))
+    monkeypatch.setenv("COLUMNS", "300")  # one line per row
+    assert _main(["list"]) == 0
+    assert HINT in capsys.readouterr().out  # rich read '[cuda]' as markup and dropped it
+
+
+def test_progress_shows_on_a_terminal_only_after_five_seconds():
+    from toolkit.oracle.cli import Progress
+
+    class Console:
+        is_terminal = True
+        shown = []
+
+        def status(self, text):
+            shown = self.shown
+            shown.append(text)
+
+            class Status:
+                def start(self):
+                    shown.append("start")
+
+                def update(self, text):
+                    shown.append(text)
+
+                def stop(self):
+                    shown.append("stop")
+            return Status()
+    now = [0.0]
+    console = Console()
+    with Progress(console, "my_adam.py:make", clock=lambda: now[0]) as progress:
+        progress(1)
+        now[0] = 4.9
+        progress(7)
+        assert console.shown == []  # a quick run prints nothing
+        now[0] = 6.0
+        progress(8)
+        now[0] = 9.0
+        progress(12)
+    assert console.shown == ["running my_adam.py:make: 8 case(s) run, 6 s", "start",
+                             "running my_adam.py:make: 12 case(s) run, 9 s", "stop"]
+    console.is_terminal, console.shown = False, []
+    now[0] = 0.0
+    with Progress(console, "x", clock=lambda: now[0]) as progress:
+        now[0] = 60.0
+        progress(3)
+    assert console.shown == []  # not a terminal: no progress
+
+
+def test_timeout_on_the_command_line(tmp_path, capsys):
+    path = tmp_path / "slow.py"
+    path.write_text(ADAM + "\n\nimport time\n\ndef slow(w, **hyper):\n"
+                    "    step = make_adam(w, **hyper)\n"
+                    "    return lambda g: (time.sleep(0.05), step(g))[1]\n")
+    argv = ["verify", f"{path}:slow", "adam", "--convention", "guide", "--examples", "20"]
+    assert _main(argv + ["--timeout", "0.01"]) == 1
+    assert "over the limit of 0.01 s per step" in capsys.readouterr().out
+    assert _main(argv + ["--timeout", "-1"]) == 2

@@ -388,11 +388,10 @@ def private_uses(package="toolkit"):
 #: base.py's by the package rule; the Trainer steps through the optimizer's public plan
 #: (step_scalars, commit_counts, launch_step, plan_step, restored_on_error, update_counts,
 #: restore_counts) and a Parameter's public hooks (trainer, grad_array, sparse_grad, adopt,
-#: hold; Trainer.data_changed). What is left, two other libraries' privates:
+#: hold; Trainer.data_changed). What is left, another library's private:
 ALLOWED = {
-    # other libraries' privates: numba's simulated device array, hypothesis' constants hook
+    # other libraries' privates: numba's simulated device array
     ("toolkit/backends/cuda.py", "_ary"),
-    ("toolkit/oracle/core.py", "_get_local_constants"),
 }
 
 

@@ -381,7 +381,10 @@ def test_torch_centered_rmsprop_fails_the_full_domain_only_for_small_gamma1():
             opt.step()
             return p.detach()
         return step
-    r = oracle.verify(make, "rmsprop", convention="pytorch", dtype="float64", examples=EXAMPLES,
+    # 60 cases: the index-keyed search (toolkit.oracle.cases) meets torch's NaN at the default
+    # seed from 33 examples on (case 32: gamma1 = 1e-16, the end of the aimed range); the
+    # hypothesis search it replaced climbed there within 30
+    r = oracle.verify(make, "rmsprop", convention="pytorch", dtype="float64", examples=60,
                       fixed=dict(centered=True, clip_weights=None, **NO_CLIP),
                       ranges={"gamma1": Decades(-16, -4)})
     usual, full = r.domains["usual"], r.domains["full"]

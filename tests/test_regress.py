@@ -12,6 +12,7 @@ import pytest
 
 from toolkit.optimizer import spec_of
 from toolkit.tools import regress
+from toolkit.tools._support import UsageError
 
 OPTS, DTYPES, STEPS, SIZE = ["sgd", "adam"], ["float32", "float16-mp"], 3, 4
 #: the entries recorded: each optimizer's conventions (its spec's) x DTYPES
@@ -142,6 +143,28 @@ def test_missing_file_and_usage_errors(tmp_path, recorded):
     assert regress.main(["record", str(recorded)]) == 2  # exists: refused without --force
     assert regress.main(["record", str(tmp_path / "x.json"), "--only", "nosuch"]) == 2
     assert regress.main(["compare", str(recorded), "--bound", "-1"]) == 2
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--only", "adm"], "no entry of optimizer 'adm'"),          # a typo compared 0 entries
+    (["--only", "sgd,adm"], "no entry of optimizer 'adm'"),
+    (["--only", "nag"], "no entry of optimizer 'nag'"),          # known, but not recorded here
+    (["--backend", "cuda"], "no entry of backend 'cuda'"),       # the file has cpu only
+    (["--backend", "reference"], "no entry of backend 'reference'"),
+])
+def test_a_selection_that_selects_nothing_is_a_usage_error(recorded, capsys, extra, says):
+    assert regress.main(["compare", str(recorded), "--quiet", *extra]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "it has" in err, err
+    with pytest.raises(UsageError, match=says):
+        regress.compare(recorded, progress=False, optimizers=[extra[1].split(",")[-1]]
+                        if extra[0] == "--only" else None,
+                        backends=[extra[1]] if extra[0] == "--backend" else None)
+
+
+def test_a_selection_of_recorded_entries_still_compares(recorded):
+    report = regress.compare(recorded, progress=False, optimizers=["SGD"], backends=["cpu"])
+    assert report.ok and {e.id.split("/")[0] for e in report.entries} == {"sgd"}
 
 
 def test_an_unavailable_backend_is_skipped_not_failed(copy, monkeypatch):

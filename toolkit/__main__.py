@@ -19,7 +19,8 @@ demo       every optimizer trains softmax regression on scikit-learn digits     
 lists the commands.
 
 Exit codes: 0 success, 1 a check failed (``verify``: not passed; ``identify``: no convention;
-``check``, ``regress compare``, ``accuracy``: an error above its bound), 2 usage error.
+``check``, ``regress compare``, ``accuracy``: an error above its bound), 2 usage error, 3 an
+internal error of ``verify`` or ``identify`` (a bug of the oracle; the message asks for a report).
 """
 import importlib
 import importlib.util

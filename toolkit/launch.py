@@ -446,11 +446,12 @@ def _parser():
                     "trains data-parallel across them); the job ends, non-zero, as soon as any "
                     "rank fails. Needs the dist extra: pip install 'mxopt-toolkit[dist]'.")
     p.add_argument("-n", "--np", dest="n", type=int, required=True,
-                   help="number of processes (ranks)")
+                   help="number of processes (ranks); required, no default")
     p.add_argument("--timeout", type=float, default=None,
                    help="seconds a rank waits in one collective before the job is aborted "
                         "(sets MXOPT_DIST_TIMEOUT; default 600, 0 disables)")
-    p.add_argument("--dry-run", action="store_true", help="print the command, run nothing")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the command, run nothing (default: run it)")
     p.add_argument("script", help="the Python script every rank runs")
     p.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
     return p

@@ -5,8 +5,9 @@
 ``space`` and ``cli``; this package is the surface users import (``from toolkit import oracle``).
 
 ``verify(make_step, optimizer)`` runs a user's implementation beside the float64 reference on
-cases drawn with hypothesis (hyperparameters, weights and gradient sequences over several
-decades, aimed at branch points) and returns a :class:`VerifyReport`: ``passed``, ``max_error``
+cases drawn by index from its seed (hyperparameters, weights and gradient sequences over several
+decades, aimed at branch points; the cases of fewer examples are the first of more,
+:mod:`toolkit.oracle.cases`) and returns a :class:`VerifyReport`: ``passed``, ``max_error``
 (normalised: 1.0 is the rigorous rounding bound of the dtype, ``toolkit.verify``), the worst case
 and a readable ``summary``. ``identify(make_step, optimizer)`` runs cases on which the
 conventions ("mxnet", "guide", "pytorch") give different results and names the one the
@@ -48,10 +49,11 @@ The cases and the bound are those of our own tests (``docs/oracle.md``); the hyp
 is :mod:`toolkit.oracle.space`.
 """
 from .core import (DEFAULT_SEED, FRAMEWORKS, KINDS, DomainVerdict, Explanation,  # noqa: F401
-                   IdentifyReport, OracleMismatch, VerifyReport, assert_matches_oracle,
-                   conventions_of, identify, resolve_seed, verify, versions)
+                   IdentifyReport, InternalError, OracleMismatch, VerifyReport,
+                   assert_matches_oracle, conventions_of, identify, resolve_seed, verify,
+                   versions)
 from .conformance import audit  # noqa: E402
 
 __all__ = ["verify", "identify", "assert_matches_oracle", "VerifyReport", "IdentifyReport",
            "conventions_of", "OracleMismatch", "DEFAULT_SEED", "FRAMEWORKS", "versions",
-           "Explanation", "DomainVerdict", "KINDS", "audit", "resolve_seed"]
+           "Explanation", "DomainVerdict", "KINDS", "audit", "resolve_seed", "InternalError"]

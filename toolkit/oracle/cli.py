@@ -12,9 +12,13 @@ failure in the full domain only lies, and the explanation of a failure.
 Exit codes (also with ``--json``, which prints the report as JSON on stdout):
 
 * ``verify``: 0 passed, 1 failed (including an exception or a wrong output of the function),
-  2 usage error (bad arguments, the target cannot be imported).
-* ``identify``: 0 a convention was named, 1 none matches, 2 usage error.
+  2 usage error (bad arguments, the target cannot be imported), 3 internal error (a bug of the
+  oracle: the message asks for a report).
+* ``identify``: 0 a convention was named, 1 none matches, 2 usage error, 3 internal error.
 * ``list``: 0.
+
+With ``--json`` stdout always holds one JSON object: the report, or on a usage or internal error
+``{"error": "usage" | "internal", "message": ..., "exit_code": 2 | 3}``.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ import json
 import os
 import sys
 
+from .installed import user_folder
 from .seeds import parse_seed
 
 __all__ = ["main_verify", "main_identify", "main_list", "load_target", "parse_fixed",
@@ -36,7 +41,10 @@ class UsageError(Exception):
 
 
 def load_target(target):
-    """The callable named by ``module:function`` or ``path/to/file.py:function``."""
+    """The callable named by ``module:function`` or ``path/to/file.py:function``. The module is
+    imported with its folder (the current directory for ``module:function``) first on
+    ``sys.path`` meanwhile, and ours (``toolkit``, ``reference``) stay the installed ones
+    (:func:`toolkit.oracle.installed.user_folder`): a ``reference.py`` beside it is its own."""
     if ":" not in target:
         raise UsageError(f"target must be module:function or file.py:function, got {target!r}")
     where, _, name = target.rpartition(":")
@@ -48,11 +56,11 @@ def load_target(target):
             spec = importlib.util.spec_from_file_location(
                 os.path.splitext(os.path.basename(path))[0], path)
             module = importlib.util.module_from_spec(spec)
-            sys.path.insert(0, os.path.dirname(path))
-            spec.loader.exec_module(module)
+            with user_folder(os.path.dirname(path)):  # its own imports as when it runs alone
+                spec.loader.exec_module(module)
         else:
-            sys.path.insert(0, os.getcwd())
-            module = importlib.import_module(where)
+            with user_folder(os.getcwd()):
+                module = importlib.import_module(where)
     except UsageError:
         raise
     except Exception as e:  # noqa: BLE001 - any import failure is the user's to see
@@ -78,46 +86,126 @@ def parse_fixed(items):
     return fixed
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, which with ``--json`` on the command line also writes its usage error
+    as the JSON object of :func:`_error_json` on stdout (then exits 2, as argparse does)."""
+
+    def parse_args(self, args=None, namespace=None):
+        self.json_wanted = "--json" in (sys.argv[1:] if args is None else args)
+        return super().parse_args(args, namespace)
+
+    def error(self, message):
+        if getattr(self, "json_wanted", False):
+            _error_json("usage", f"{self.prog}: {message}", 2)
+        super().error(message)
+
+
+def _error_json(kind, message, code):
+    print(json.dumps({"error": kind, "message": message, "exit_code": code}, indent=2))
+
+
 def _parser(prog, what):
-    ap = argparse.ArgumentParser(prog=prog, description=what,
-                                 epilog=_EPILOG)
+    ap = _Parser(prog=prog, description=what, epilog=_EPILOG)
     ap.add_argument("target", help="module:function or path/to/file.py:function returning "
                                    "make_step(weight0, **hyperparameters) -> step(grad)")
     ap.add_argument("optimizer", help="registry name of the optimizer it implements, e.g. adam "
                                       "(mxopt list shows them all)")
     ap.add_argument("--fixed", action="append", metavar="NAME=VALUE",
                     help="pin a hyperparameter (JSON value: --fixed wd=0 --fixed "
-                         "clip_gradient=null); repeatable")
+                         "clip_gradient=null); repeatable (default: none, every "
+                         "hyperparameter drawn)")
     ap.add_argument("--dtype", default="float32", choices=("float16", "float32", "float64"),
                     help="the precision your implementation is given (default: %(default)s)")
     ap.add_argument("--seed", type=parse_seed, default=None, metavar="INT|random",
                     help="seed of the random cases: an int >= 0, or 'random' for a fresh one "
                          "(the report records it; default: the oracle's fixed default seed, "
                          "the same cases every run)")
-    ap.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    ap.add_argument("--allow-wider", action="store_true",
+                    help="accept results of a wider floating dtype than --dtype (float64 for "
+                         "float32 inputs), for an implementation that computes wider on purpose; "
+                         "by default another dtype fails the step (default: off)")
+    ap.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                    help="the most one step of your implementation may take, checked after it "
+                         "returns: a slower step fails the run, saying so (default: no limit)")
+    ap.add_argument("--json", action="store_true",
+                    help="print the report as JSON on stdout (default: off)")
     return ap
 
 
 _EPILOG = ("exit codes: 0 passed (verify) or a convention named (identify), 1 not, "
-           "2 usage error")
+           "2 usage error, 3 internal error (a bug of the oracle: please report it)")
 
 
 def _run(report_of, args, ok):
     from rich.console import Console
+    from rich.markup import escape
+
+    from .errors import InternalError
     err = Console(stderr=True)
+
+    def fail(kind, e, code):
+        if args.json:
+            _error_json(kind, str(e), code)
+        err.print(f"[red]{'error' if code == 2 else 'internal error'}:[/red] {escape(str(e))}",
+                  highlight=False)
+        return code
+
     try:
         make_step = load_target(args.target)
         fixed = parse_fixed(args.fixed)
-        with err.status(f"running {args.target} against the oracle ({args.optimizer}) ..."):
-            report = report_of(make_step, fixed)
+        with Progress(err, f"{escape(args.target)} against the oracle "
+                           f"({escape(args.optimizer)})") as progress:
+            report = report_of(make_step, fixed, progress)
     except (UsageError, ValueError, TypeError) as e:
-        err.print(f"[red]error:[/red] {e}", highlight=False)
-        return 2
-    if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
-    else:
-        print(report.summary)
+        return fail("usage", e, 2)  # the oracle checks its arguments before anything runs
+    except InternalError as e:
+        return fail("internal", e, 3)
+    except Exception as e:  # noqa: BLE001 - outside the oracle's own guard: a bug of ours
+        return fail("internal", _bug(e), 3)
+    try:
+        text = json.dumps(report.to_dict(), indent=2) if args.json else report.summary
+    except Exception as e:  # noqa: BLE001
+        return fail("internal", _bug(e), 3)
+    print(text)
     return 0 if ok(report) else 1
+
+
+class Progress:
+    """Progress on stderr, shown only on a terminal and only once a run has taken ``after``
+    seconds (a quick run prints nothing): "... 40 case(s) run, 6 s". Called with the cases run
+    (``verify``'s and ``identify``'s ``progress``)."""
+
+    def __init__(self, console, what, after=5.0, clock=None):
+        import time
+        self.console, self.what, self.after = console, what, after
+        self.clock = clock or time.monotonic
+        self.start, self.status = self.clock(), None
+
+    def __enter__(self):
+        return self
+
+    def __call__(self, cases):
+        elapsed = self.clock() - self.start
+        if elapsed < self.after or not self.console.is_terminal:
+            return
+        text = f"running {self.what}: {cases} case(s) run, {elapsed:.0f} s"
+        if self.status is None:
+            self.status = self.console.status(text)
+            self.status.start()
+        else:
+            self.status.update(text)
+
+    def __exit__(self, *exc):
+        if self.status is not None:
+            self.status.stop()
+        return False
+
+
+def _bug(e):
+    from .errors import REPORT_TO, InternalError
+    return InternalError(f"mxopt failed: {type(e).__name__}: {e}. This is a bug of the toolkit: "
+                         f"please report it to {REPORT_TO} with the command line and the "
+                         f"versions (mxopt --version)")
 
 
 def main_verify(argv):
@@ -133,10 +221,12 @@ def main_verify(argv):
                          "ranges, takes half as many (default: %(default)s)")
     args = ap.parse_args(argv)
     from . import verify
-    return _run(lambda f, fixed: verify(f, args.optimizer, convention=args.convention,
-                                        fixed=fixed, dtype=args.dtype, examples=args.examples,
-                                        **({} if args.seed is None else {"seed": args.seed})),
-               args, lambda r: r.passed)  # no --seed: verify's fixed default seed
+    return _run(lambda f, fixed, progress: verify(
+                    f, args.optimizer, convention=args.convention, fixed=fixed,
+                    dtype=args.dtype, examples=args.examples, allow_wider=args.allow_wider,
+                    timeout=args.timeout, progress=progress,
+                    **({} if args.seed is None else {"seed": args.seed})),
+                args, lambda r: r.passed)  # no --seed: verify's fixed default seed
 
 
 def main_identify(argv):
@@ -146,9 +236,10 @@ def main_identify(argv):
                     help="random cases run under every convention (default: %(default)s)")
     args = ap.parse_args(argv)
     from . import identify
-    return _run(lambda f, fixed: identify(f, args.optimizer, fixed=fixed, dtype=args.dtype,
-                                          cases=args.cases,
-                                          seed=0 if args.seed is None else args.seed),
+    return _run(lambda f, fixed, progress: identify(
+                    f, args.optimizer, fixed=fixed, dtype=args.dtype, cases=args.cases,
+                    allow_wider=args.allow_wider, timeout=args.timeout, progress=progress,
+                    seed=0 if args.seed is None else args.seed),
                 args, lambda r: r.convention is not None)
 
 
@@ -179,13 +270,15 @@ def listing():
 def main_list(argv):
     """``mxopt list``: optimizers, conventions and backends (exit 0)."""
     ap = argparse.ArgumentParser(prog="mxopt list", description=listing.__doc__)
-    ap.add_argument("--json", action="store_true", help="print the listing as JSON on stdout")
+    ap.add_argument("--json", action="store_true",
+                    help="print the listing as JSON on stdout (default: a table)")
     args = ap.parse_args(argv)
     data = listing()
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
     from rich.console import Console
+    from rich.markup import escape  # a cell is text: '.[cuda]' in a hint is not markup
     from rich.table import Table
     t = Table(title="optimizers")
     for col in ("name", "class", "kernels", "oracle", "PyTorch's update"):
@@ -198,7 +291,7 @@ def main_list(argv):
     for col in ("backend", "available", "why"):
         b.add_column(col)
     for r in data["backends"]:
-        b.add_row(r["backend"], "yes" if r["available"] else "no", str(r["why"]))
+        b.add_row(r["backend"], "yes" if r["available"] else "no", escape(str(r["why"])))
     console = Console()
     console.print(t)
     console.print(b)

@@ -27,7 +27,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
-from .core import identify, verify
+from .core import identify, least_cases, verify
 from .core import versions as _oracle_versions
 from . import frameworks as _frameworks
 from .seeds import DEFAULT_SEED, parse_seed, resolve_seed
@@ -292,6 +292,12 @@ def audit(frameworks=None, dtypes=("float32", "float64"), examples=EXAMPLES, see
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
     seed = resolve_seed(seed)
     fws, skipped = _resolve(frameworks)
+    for fw in fws:  # identify's least cases, for every optimizer audited, before any row runs
+        for adapter in fw.adapters():
+            if cases < least_cases(adapter.optimizer):
+                raise ValueError(f"cases must be at least {least_cases(adapter.optimizer)} to "
+                                 f"audit {fw.name}'s {adapter.label} (identify runs one case "
+                                 f"per pair of {adapter.optimizer}'s conventions), got {cases}")
     if progress is None:
         def progress(line):
             print(line, file=sys.stderr, flush=True)
@@ -354,13 +360,14 @@ def main(argv):
     ap.add_argument("--seed", type=parse_seed, default=DEFAULT_SEED, metavar="INT|random",
                     help="seed of the cases: an int >= 0 (default: %(default)s, the same table "
                          "every run) or 'random' for a fresh one (recorded in the table)")
-    ap.add_argument("--json", metavar="PATH", help="write the report as JSON to PATH")
+    ap.add_argument("--json", metavar="PATH",
+                    help="write the report as JSON to PATH (default: none)")
     ap.add_argument("--markdown", metavar="PATH",
                     help="write the Markdown table to PATH (without --json, --markdown or "
-                         "--into: the table on stdout)")
+                         "--into: the table on stdout; default: none)")
     ap.add_argument("--into", metavar="PATH",
                     help="replace the table between the audit's marker lines in the document "
-                         "PATH (docs/conformance.md), keeping the rest")
+                         "PATH (docs/conformance.md), keeping the rest (default: none)")
     args = ap.parse_args(argv)
     if args.into:
         try:

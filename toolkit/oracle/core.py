@@ -1,29 +1,34 @@
-"""The oracle's core: ``verify`` and ``identify``, their reports, and the case machinery they
-share (drawing cases, running the user's step, the reference trajectory, the comparison in
-rounding bounds). ``toolkit.oracle`` (the package) is its public face; the audit of other
-frameworks (:mod:`toolkit.oracle.conformance`) builds on it.
+"""The oracle's core: ``verify`` and ``identify`` and the case machinery they share (drawing
+cases, the reference trajectory, the comparison in rounding bounds, the explanation of a
+failure). ``toolkit.oracle`` (the package) is its public face; the audit of other frameworks
+(:mod:`toolkit.oracle.conformance`) builds on it.
 
-One module of over 700 lines: ``verify`` and ``identify`` share the case machinery, and the
-explanation of a failure (:mod:`toolkit.oracle.variants`) and the search space
-(:mod:`toolkit.oracle.space`) are modules of their own.
+Modules of their own: the reports and their summaries (:mod:`~toolkit.oracle.reports`), running
+the user's code (:mod:`~toolkit.oracle.user`), the region of a failure
+(:mod:`~toolkit.oracle.region`), the known variants (:mod:`~toolkit.oracle.variants`), the search
+space (:mod:`~toolkit.oracle.space`), the installed packages (:mod:`~toolkit.oracle.installed`)
+and the oracle's own errors (:mod:`~toolkit.oracle.errors`).
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import sys
-import traceback
-from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import cases as _cases
+from . import installed as _installed
+from . import region as _region_text
 from . import space as _space
-from .seeds import DEFAULT_SEED, resolve_seed
+from . import user as _user
 from . import variants as _variants
+from .errors import InternalError, bug_report as _bug_report
+from .reports import KINDS, DomainVerdict, Explanation, IdentifyReport, VerifyReport, finite
+from .seeds import DEFAULT_SEED, resolve_seed
 
 __all__ = ["verify", "identify", "assert_matches_oracle", "VerifyReport", "IdentifyReport",
            "conventions_of", "OracleMismatch", "DEFAULT_SEED", "FRAMEWORKS", "versions",
-           "Explanation", "DomainVerdict", "KINDS", "resolve_seed"]
+           "Explanation", "DomainVerdict", "KINDS", "resolve_seed", "InternalError"]
 
 #: the order in which a convention is named when several match (ours first)
 ORDER = ("mxnet", "guide", "pytorch")
@@ -45,7 +50,10 @@ class OracleMismatch(AssertionError):
 # the reference side
 # --------------------------------------------------------------------------------------------
 def _module(name):
+    """The reference module of optimizer ``name`` (the installed ``reference`` package's, even
+    where a user's module of that name is on ``sys.path``: :mod:`toolkit.oracle.installed`)."""
     from ..optimizers.registry import specs
+    _installed.ensure_reference()
     if not isinstance(name, str):
         raise TypeError(f"optimizer must be a registry name such as 'adam', got {name!r}")
     spec = specs(oracle=True).get(name.lower())
@@ -139,13 +147,6 @@ def _constructible(klass, hyper):
     return True
 
 
-@dataclass
-class _Case:
-    hyper: dict
-    weight: np.ndarray          # float64 values, exactly representable in the dtype
-    grads: list                 # float64 arrays, exactly representable in the dtype
-
-
 def _split(ref, hyper):
     """``(lr, wd, rs, c, own)``: the common hyperparameters and the module's own."""
     own = {k: v for k, v in hyper.items() if k in ref.HYPER and k != "learning_rate"}
@@ -179,54 +180,6 @@ def _reference_trajectory(ref, case, convention, dtype, moved=None, variant=None
                 w = further_beyond(w, moved[t])
             out.append(w)
     return out
-
-
-def _to_numpy(x):
-    if hasattr(x, "detach") and hasattr(x, "cpu"):          # a PyTorch tensor
-        x = x.detach().cpu().numpy()
-    elif hasattr(x, "__cuda_array_interface__"):
-        from ..backends.arrays import to_host
-        x = to_host(x)
-    return np.asarray(x)
-
-
-def _run_user(make_step, case, dtype):
-    """The user's weights after every step, or ``(None, message)`` on an exception/bad output."""
-    w0 = case.weight.astype(dtype)
-    try:
-        step = make_step(w0.copy(), **case.hyper)
-    except Exception as e:  # noqa: BLE001 - a user's exception is a verdict, not a crash
-        return None, f"make_step raised {_describe(e)}"
-    if not callable(step):
-        return None, f"make_step returned {type(step).__name__}, not a callable step(grad)"
-    outs = []
-    for t, g in enumerate(case.grads, start=1):
-        try:
-            raw = step(g.astype(dtype))
-        except Exception as e:  # noqa: BLE001
-            return outs, f"step {t} raised {_describe(e)}"
-        try:
-            out = _to_numpy(raw)
-        except Exception as e:  # noqa: BLE001
-            return outs, (f"step {t} returned a {type(raw).__name__} that numpy cannot read "
-                          f"as an array: {_describe(e)}")
-        if out.dtype.kind == "c":
-            return outs, (f"step {t} returned complex values (dtype {out.dtype}); a weight is "
-                          f"real, and dropping the imaginary part would hide the error")
-        if out.dtype.kind != "f":
-            return outs, (f"step {t} returned a {type(raw).__name__} of dtype {out.dtype}, "
-                          f"not floating-point numbers")
-        if out.shape != w0.shape:
-            return outs, (f"step {t} returned shape {out.shape}; the weight's shape is "
-                          f"{w0.shape}")
-        outs.append(np.array(out, dtype=np.float64))  # a copy: steps may reuse arrays
-    return outs, None
-
-
-def _describe(e):
-    tb = traceback.extract_tb(e.__traceback__)
-    where = f" at {tb[-1].filename}:{tb[-1].lineno}" if tb else ""
-    return f"{type(e).__name__}: {e}{where}"
 
 
 def _compare(outs, refs, rerun):
@@ -264,205 +217,10 @@ def _case_dict(case, upto=None):
 # --------------------------------------------------------------------------------------------
 # verify
 # --------------------------------------------------------------------------------------------
-#: the kinds of :class:`Explanation`, in the order they are looked for
-KINDS = ("convention", "variant", "algorithm")
-
-
-@dataclass(frozen=True)
-class Explanation:
-    """Why a :func:`verify` run failed, found by re-running its cases (the same seed's) under the
-    other conventions and under each known variant of the equations the optimizer's spec
-    declares (:mod:`toolkit.oracle.variants`).
-
-    ``kind``: ``"convention"`` (it passes another convention: ``convention`` names it, pass
-    ``convention=...``), ``"variant"`` (it passes variant ``variant`` of the equations of
-    ``convention``: the same equations rounded or written differently) or ``"algorithm"`` (no
-    other convention and no known variant passes: another algorithm, or a bug; ``variant`` and
-    ``convention`` None). ``text``: one readable line. ``max_error``: the worst normalised error
-    of the run's cases under the explanation (<= 1), or, for ``"algorithm"``, the run's own."""
-    kind: str
-    variant: str | None
-    convention: str | None
-    text: str
-    max_error: float
-
-    def to_dict(self):
-        """The explanation as JSON-ready data."""
-        return {"kind": self.kind, "variant": self.variant, "convention": self.convention,
-                "text": self.text, "max_error": _finite(self.max_error)}
-
-
-@dataclass(frozen=True)
-class DomainVerdict:
-    """The verdict of :func:`verify` over one domain of the hyperparameters (``"usual"``: the
-    ranges people train with, ``Spec.usual``; ``"full"``: everything the oracle explores,
-    ``Spec.space``): ``passed``, ``max_error`` (normalised, as :class:`VerifyReport`'s),
-    ``examples`` run and the ``worst`` case (a dict as ``VerifyReport.worst``, or None).
-
-    ``pinned``: in the usual domain, the values ``fixed`` pins outside their usual ranges, which
-    every one of its cases holds ("beta1 pinned at 1e-10, outside its usual range [0.5, 0.99]"),
-    else None; the summary then names the domain by them, not as the plain usual one."""
-    passed: bool
-    max_error: float
-    examples: int
-    worst: dict | None = None
-    pinned: str | None = None
-
-    def to_dict(self):
-        """The verdict as JSON-ready data."""
-        return {"passed": self.passed, "max_error": _finite(self.max_error),
-                "examples": self.examples, "worst": self.worst, "pinned": self.pinned}
-
-
-@dataclass
-class VerifyReport:
-    """The verdict of :func:`verify`. ``max_error`` is normalised (<= 1: within the rigorous
-    rounding bound of the dtype); ``worst`` the case with the largest error (hyperparameters,
-    inputs up to the step, the step, the element, expected against got); ``failure`` the
-    user's exception or bad output (a complex or non-numeric result included), if any;
-    ``passes_under`` another convention the implementation passes on the same seed and number
-    of examples when it fails this one (then ``convention=passes_under`` is what to ask for);
-    ``seed`` the seed the cases were drawn with (``verify(..., seed=report.seed)`` repeats the
-    run) and ``versions`` the packages it ran with (:func:`versions`).
-
-    ``passed`` is both domains' verdict (the usual domain's cases are drawn apart from the
-    full domain's, which may not meet them), ``max_error`` and ``worst`` the worse domain's,
-    ``examples`` the full domain's count; ``domains`` holds both verdicts,
-    ``{"usual": DomainVerdict, "full": DomainVerdict}`` (a value ``fixed`` pins outside its usual
-    range is in both domains' cases: the usual verdict's ``pinned`` names it). ``region``, when
-    the usual domain passes and the full one fails, where the failure lies (found
-    by bisecting the worst case's hyperparameters towards their usual ranges: "only for beta1 <
-    1.1e-05"), else None. ``explanation`` (:class:`Explanation`) says why a run failed, None when
-    both domains pass or the implementation failed outright (``failure``)."""
-    optimizer: str
-    convention: str
-    dtype: str
-    passed: bool
-    max_error: float
-    examples: int
-    worst: dict | None = None
-    failure: str | None = None
-    passes_under: str | None = None
-    seed: int | None = None
-    versions: dict = field(default_factory=dict)
-    domains: dict = field(default_factory=dict)
-    region: str | None = None
-    explanation: Explanation | None = None
-
-    @property
-    def summary(self) -> str:
-        """The verdict in a few readable lines, with the worst case, the convention it passes
-        instead (if any), the seed and the versions."""
-        head = (f"{self.optimizer} ({self.convention} convention, {self.dtype}): "
-                f"{'PASSED' if self.passed else 'FAILED'} over {self.examples} example(s); "
-                f"worst normalised error {self.max_error:.3g} (1.0 is the rounding bound)")
-        lines = [head]
-        if self.passes_under:
-            c = self.passes_under
-            lines.append(f"  it passes the {c!r} convention instead (same seed and examples): "
-                         f"ask for it with convention={c!r} (mxopt verify ... --convention {c})")
-        if self.failure:
-            lines.append(f"  your implementation failed: {self.failure}")
-        one = self.domains.get("usual") is self.domains.get("full")
-        for name, d in self.domains.items():
-            if one and name == "usual":
-                lines.append("  usual domain: the full one (no usual ranges are declared)")
-                continue
-            label = f"{name} domain" + (f" ({d.pinned})" if d.pinned else "")
-            lines.append(f"  {label}: {'PASSED' if d.passed else 'FAILED'} over "
-                         f"{d.examples} example(s); worst normalised error {d.max_error:.3g}")
-        if self.region:
-            lines.append(f"  it fails outside the usual domain only: {self.region}")
-        if self.explanation is not None:
-            lines.append(f"  explanation ({self.explanation.kind}): {self.explanation.text}")
-        if self.worst and self.worst.get("step") is not None and self.max_error > 0:
-            w = self.worst
-            if w["element"] is None:  # the implementation failed outright at this step
-                lines.append(f"  failing case: step {w['step']}")
-            else:
-                lines.append(f"  worst case: step {w['step']}, element {w['element']}: "
-                             f"expected {w['expected']!r}, got {w['got']!r}")
-            lines.append(f"  hyperparameters: {_fmt(w['hyperparameters'])}")
-            lines.append(f"  weight0: {_short(w['weight0'])}")
-            for k, g in enumerate(w["grads"], start=1):
-                lines.append(f"  grad {k}: {_short(g)}")
-        lines.append(_provenance(self.seed, self.versions))
-        return "\n".join(lines)
-
-    def __str__(self):
-        return self.summary
-
-    def to_dict(self):
-        """The report as JSON-ready data (``summary`` included; infinities as strings)."""
-        return {"optimizer": self.optimizer, "convention": self.convention,
-                "dtype": self.dtype, "passed": self.passed, "max_error": _finite(self.max_error),
-                "examples": self.examples, "worst": self.worst, "failure": self.failure,
-                "passes_under": self.passes_under, "seed": self.seed,
-                "versions": dict(self.versions),
-                "domains": {k: d.to_dict() for k, d in self.domains.items()},
-                "region": self.region,
-                "explanation": None if self.explanation is None else self.explanation.to_dict(),
-                "summary": self.summary}
-
-
-def _provenance(seed, vers):
-    """The summary's last line: the seed (how to repeat the run) and the versions."""
-    return (f"  seed {seed} (seed={seed} repeats this run); "
-            + ", ".join(f"{k} {v}" for k, v in vers.items()))
-
-
-def _finite(x):
-    return x if math.isfinite(x) else str(x)
-
-
-def _fmt(h):
-    return ", ".join(f"{k}={v!r}" for k, v in h.items())
-
-
-def _short(xs, n=6):
-    xs = np.ravel(np.asarray(xs, dtype=np.float64))  # a matrix weight's values in C order
-    body = ", ".join(f"{x:.6g}" for x in xs[:n])
-    return f"[{body}{', ...' if len(xs) > n else ''}] ({len(xs)} values)"
-
-
-def _case_strategy(name, fixed, dtype, max_size=8, max_steps=4, domain="full", ranges=None):
-    from hypothesis import assume
-    from hypothesis import strategies as st
-    hyper_space = _space.hyper_space(name, fixed, domain, ranges)
-    klass = _optimizer_class(name)
-    (wlo, whi), (glo, ghi) = RANGES[dtype.name]
-
-    def values(n, lo, hi):
-        exps = st.lists(st.floats(lo, hi), min_size=n, max_size=n)
-        signs = st.lists(st.sampled_from([-1.0, 1.0]), min_size=n, max_size=n)
-        zeros = st.lists(st.booleans(), min_size=n, max_size=n)
-        return st.tuples(exps, signs, zeros).map(
-            lambda esz: _exact(np.array(esz[1]) * 10.0 ** np.array(esz[0]) *
-                               ~(np.array(esz[2]) & (np.arange(n) % 3 == 0)), dtype))
-
-    @st.composite
-    def cases(draw):
-        hyper = {k: draw(v.strategy(), label=k) for k, v in hyper_space.items()}
-        hyper = _space.fix_dependent(name, hyper)
-        assume(_constructible(klass, hyper))  # a fixed value beside a drawn one it excludes
-        shape = draw(_space.shape_space(name, max_size).strategy(), label="shape")
-        n = math.prod(shape)
-        steps = draw(st.integers(1, max_steps), label="steps")
-        w = draw(values(n, wlo, whi), label="weight0").reshape(shape)
-        grads = [draw(values(n, glo, ghi), label=f"grad{k}").reshape(shape)
-                 for k in range(steps)]
-        return _Case(hyper, w, grads)
-    return cases()
-
-
-def _exact(x, dtype):
-    """``x`` rounded to ``dtype`` and back: the inputs are exact in the user's precision."""
-    return np.asarray(x, dtype=np.float64).astype(dtype).astype(np.float64)
-
-
 def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float32",
-           examples=100, seed=DEFAULT_SEED, usual_examples=None, ranges=None) -> VerifyReport:
-    """Check a user's optimizer against the oracle on ``examples`` hypothesis cases.
+           examples=100, seed=DEFAULT_SEED, usual_examples=None, ranges=None,
+           allow_wider=False, timeout=None, progress=None) -> VerifyReport:
+    """Check a user's optimizer against the oracle on ``examples`` cases.
 
     Parameters
     ----------
@@ -482,8 +240,10 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
     dtype : {"float16", "float32", "float64"}
         The precision of the inputs handed to the implementation and of the error bound.
     examples : int
-        How many cases hypothesis draws over the full domain (each a fresh ``make_step`` and 1
-        to 4 steps).
+        How many cases are drawn over the full domain (each a fresh ``make_step`` and 1
+        to 4 steps). Case ``k`` depends on the seed, the domain and ``k`` only
+        (:mod:`toolkit.oracle.cases`): the cases of ``examples=N`` are the first ``N`` of any
+        larger count's, so more examples never turn a failure into a pass.
     seed : int or "random"
         The seed of the draw: by default :data:`DEFAULT_SEED`, so every run draws the same
         cases and gives the same verdict (in any process). ``"random"`` draws a fresh seed;
@@ -500,6 +260,17 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
         also in ``fixed`` is a ValueError. A ``fixed`` value pins its hyperparameter in both
         domains; one outside its usual range is named in the usual verdict (``pinned``), and a
         region is sought among the drawn hyperparameters only.
+    allow_wider : bool
+        Accept results of a wider floating dtype than ``dtype`` (float64 for float32 inputs),
+        for an implementation that computes wider on purpose; they are held to ``dtype``'s
+        bound and the report says so (``allow_wider``, ``wider``). By default a result of
+        another dtype than the input's is a failed step that names both.
+    timeout : float, optional
+        Seconds one ``step`` call may take, checked after it returns: a slower step ends the
+        run as a failure that says so. None (the default): no limit.
+    progress : callable, optional
+        Called with the number of cases run so far after each case (the command line shows
+        it on a terminal).
 
     A failed run is explained (``report.explanation``): its cases are compared with the other
     conventions and with each known variant of the equations its spec declares; a failure in
@@ -509,60 +280,65 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
     implemented, pytorch = conventions_of(optimizer)
     asked, convention = convention, _resolve(convention, implemented, pytorch, ref.NAME)
     dt = _dtype(dtype)
-    if isinstance(examples, bool) or not isinstance(examples, int) or examples < 1:
-        raise ValueError(f"examples must be an int >= 1, got {examples!r}")
+    _count("examples", examples, 1)
     if usual_examples is None:
         usual_examples = max(1, examples // 2)
-    elif (isinstance(usual_examples, bool) or not isinstance(usual_examples, int)
-          or usual_examples < 1):
-        raise ValueError(f"usual_examples must be an int >= 1 or None (examples // 2), got "
-                         f"{usual_examples!r}")
-    if not callable(make_step):
-        raise TypeError("make_step must be callable: make_step(weight0, **hyper) -> step(grad)")
+    else:
+        _count("usual_examples", usual_examples, 1, " or None (examples // 2)")
     fixed = _check_fixed(ref.NAME, fixed)
+    impl = _user.Implementation(make_step, allow_wider, pinned=fixed, timeout=timeout,
+                                progress=progress)
     seed = resolve_seed(seed)
     _space.hyper_space(ref.NAME, fixed, "full", ranges)  # ranges checked before any run
     spec = _spec_of(ref.NAME)
     declared = _variants.variants_of(spec)
-    run = _verify_run(make_step, ref, convention, fixed, dt, examples, seed, ranges=ranges)
-    full = _domain_verdict(run)
-    if spec.usual:
-        usual_run = _verify_run(make_step, ref, convention, fixed, dt, usual_examples, seed,
-                                domain="usual", ranges=ranges)
-        pinned = _space.pinned_outside_usual(ref.NAME, fixed)
-        aimed = _space.aimed_without_usual(ref.NAME, ranges)
-        usual = _domain_verdict(usual_run, "; ".join(
-            [f"{k} pinned at {v!r}, outside its usual range {_space.describe(spec.usual[k])}"
-             for k, v in pinned.items()] +
-            [f"{k} aimed at {_space.describe(v)} by ranges, as in the full domain (it has no "
-             "usual range)" for k, v in aimed.items()]) or None)
-    else:  # one domain: the full one is the usual one
-        usual_run, usual = run, full
-    # the verdict is both domains': a failure of the usual domain is a failure (its cases
-    # are drawn apart from the full domain's, which may not meet them)
-    passed = full.passed and usual.passed
-    max_error = max(full.max_error, usual.max_error)
-    failure = run["failure"] or usual_run["failure"]
-    seen = (run["seen"] if not full.passed else []) + \
-        (usual_run["seen"] if not usual.passed and usual_run is not run else [])
-    passes_under, under_error = None, None
-    if not passed and failure is None:
-        passes_under, under_error = _passing_convention(
-            make_step, ref, convention, pytorch, implemented, fixed, dt, examples, seed,
-            seen, ranges)
-    explanation = None
-    if not passed and failure is None:
-        explanation = _explain(ref, convention, pytorch, implemented, dt, declared, seen,
-                               passes_under, under_error, max_error)
-    region = None
-    if usual.passed and not full.passed and run["failure"] is None and spec.usual:
-        region = _region(make_step, ref, convention, dt, run["record"], fixed)
-    worse = run if full.max_error >= max_error else usual_run
-    return VerifyReport(ref.NAME, asked, dt.name, passed=passed, max_error=max_error,
-                        examples=run["n"], worst=worse["record"], failure=failure,
-                        passes_under=passes_under, seed=seed, versions=versions(),
-                        domains={"usual": usual, "full": full}, region=region,
-                        explanation=explanation)
+    with _bug_report(f"verify of {ref.NAME}"):
+        run = _verify_run(impl, ref, convention, fixed, dt, examples, seed, ranges=ranges)
+        full = _domain_verdict(run)
+        if spec.usual:
+            usual_run = _verify_run(impl, ref, convention, fixed, dt, usual_examples, seed,
+                                    domain="usual", ranges=ranges)
+            pinned = _space.pinned_outside_usual(ref.NAME, fixed)
+            aimed = _space.aimed_without_usual(ref.NAME, ranges)
+            usual = _domain_verdict(usual_run, "; ".join(
+                [f"{k} pinned at {v!r}, outside its usual range {_space.describe(spec.usual[k])}"
+                 for k, v in pinned.items()] +
+                [f"{k} aimed at {_space.describe(v)} by ranges, as in the full domain (it has no "
+                 "usual range)" for k, v in aimed.items()]) or None)
+        else:  # one domain: the full one is the usual one
+            usual_run, usual = run, full
+        # the verdict is both domains': a failure of the usual domain is a failure (its cases
+        # are drawn apart from the full domain's, which may not meet them)
+        passed = full.passed and usual.passed
+        max_error = max(full.max_error, usual.max_error)
+        failure = run["failure"] or usual_run["failure"]
+        seen = (run["seen"] if not full.passed else []) + \
+            (usual_run["seen"] if not usual.passed and usual_run is not run else [])
+        passes_under, under_error = None, None
+        if not passed and failure is None:
+            passes_under, under_error = _passing_convention(
+                impl, ref, convention, pytorch, implemented, fixed, dt, examples, seed,
+                seen, ranges)
+        explanation = None
+        if not passed and failure is None:
+            explanation = _explain(ref, convention, pytorch, implemented, dt, declared, seen,
+                                   passes_under, under_error, max_error)
+        region = None
+        if usual.passed and not full.passed and run["failure"] is None and spec.usual:
+            region = _region(impl, ref, convention, dt, run["record"], fixed)
+        worse = run if full.max_error >= max_error else usual_run
+        return VerifyReport(ref.NAME, asked, dt.name, passed=passed, max_error=max_error,
+                            examples=run["n"], worst=worse["record"], failure=failure,
+                            passes_under=passes_under, seed=seed, versions=versions(),
+                            domains={"usual": usual, "full": full}, region=region,
+                            explanation=explanation, allow_wider=allow_wider,
+                            wider=impl.wider)
+
+
+def _count(name, value, least, also=""):
+    """Check a count argument: an int (not a bool) >= ``least``, else a ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{name} must be an int >= {least}{also}, got {value!r}")
 
 
 def _spec_of(name):
@@ -576,47 +352,38 @@ def _domain_verdict(run, pinned=None):
                          examples=run["n"], worst=run["record"], pinned=pinned)
 
 
-def _verify_run(make_step, ref, convention, fixed, dt, examples, seed, domain="full",
+def _verify_run(impl, ref, convention, fixed, dt, examples, seed, domain="full",
                 ranges=None):
-    """One hypothesis run of ``verify`` over ``domain``: ``{"worst", "record", "failure", "n",
-    "seen"}`` (``seen``: every case with the user's outputs and its error, for
-    :func:`_passing_convention` and :func:`_explain`)."""
-    from hypothesis import HealthCheck, Phase, given, settings, target
-    from hypothesis import seed as hseed
-
-    from ..verify import finite_score
-    strategy = _case_strategy(ref.NAME, fixed, dt, domain=domain, ranges=ranges)
+    """One run of ``verify`` over ``domain``: cases 0 to ``examples - 1`` of ``seed``
+    (:func:`toolkit.oracle.cases.draw`: case ``k`` depends on the seed, the domain and ``k``
+    only, so a run's cases are the first of any longer run's), to the first outright failure.
+    ``{"worst", "record", "failure", "n", "seen"}`` (``seen``: every case with the user's
+    outputs and its error, for :func:`_passing_convention` and :func:`_explain`)."""
+    hyper_space = _space.hyper_space(ref.NAME, fixed, domain, ranges)
+    klass = _optimizer_class(ref.NAME)
     state = {"worst": -1.0, "record": None, "failure": None, "n": 0, "seen": []}
-
-    def one(case):
-        if state["failure"] is not None:
-            return  # the implementation already failed outright: nothing more to learn
+    for k in range(examples):
+        case = _cases.draw(ref.NAME, hyper_space, dt, RANGES[dt.name], seed, domain, k,
+                           lambda hyper: _constructible(klass, hyper))
+        if case is None:
+            continue  # no hyperparameters the constructor takes beside the pinned ones
         state["n"] += 1
         refs = _reference_trajectory(ref, case, convention, dt)
-        outs, failure = _run_user(make_step, case, dt)
+        outs, failure = impl.run(case, dt)
         if failure is not None:
             state["failure"] = failure
             state["worst"] = math.inf
             state["record"] = {**_case_dict(case, len(outs or []) + 1), "step": len(outs or []) + 1,
                                "element": None, "expected": None, "got": None,
                                "error": "inf"}
-            return
+            break  # the implementation failed outright: nothing more to learn
         err, t, i, expected, got = _compare(
             outs, refs, lambda moved: _reference_trajectory(ref, case, convention, dt, moved))
         state["seen"].append((case, outs, err))
-        target(finite_score(err), label="normalised error")
         if err > state["worst"]:
             state["worst"] = err
             state["record"] = {**_case_dict(case, t), "step": t, "element": i,
-                               "expected": expected, "got": got, "error": _finite(err)}
-
-    run = given(case=strategy)(lambda case: one(case))
-    run = settings(max_examples=examples, deadline=None, database=None, derandomize=False,
-                   phases=[Phase.explicit, Phase.generate, Phase.target],
-                   suppress_health_check=list(HealthCheck))(run)  # whatever profile is loaded
-    run = hseed(seed)(run)
-    with _without_local_constants():
-        run()
+                               "expected": expected, "got": got, "error": finite(err)}
     return state
 
 
@@ -635,7 +402,7 @@ def _worst_under(ref, convention, dt, seen, variant=None, limit=1.0):
     return worst
 
 
-def _passing_convention(make_step, ref, convention, pytorch, implemented, fixed, dt, examples,
+def _passing_convention(impl, ref, convention, pytorch, implemented, fixed, dt, examples,
                         seed, seen, ranges=None):
     """``(convention, error)``: the first other convention (in :data:`ORDER`) that the user's
     outputs of the failed run ``seen`` all agree with and that a run of its own (same seed and
@@ -643,7 +410,7 @@ def _passing_convention(make_step, ref, convention, pytorch, implemented, fixed,
     for c in _other_conventions(convention, pytorch, implemented):
         if _worst_under(ref, c, dt, seen) > 1.0:
             continue  # already off on the cases drawn: no second run
-        again = _verify_run(make_step, ref, c, fixed, dt, examples, seed, ranges=ranges)
+        again = _verify_run(impl, ref, c, fixed, dt, examples, seed, ranges=ranges)
         if again["failure"] is None and again["worst"] <= 1.0:
             return c, max(again["worst"], 0.0)
     return None, None
@@ -688,17 +455,17 @@ def _explain(ref, convention, pytorch, implemented, dt, declared, seen, passes_u
                        f"({', '.join(others) or 'none'}) passes the failing cases", max_error)
 
 
-def _region(make_step, ref, convention, dt, record, fixed=None):
+def _region(impl, ref, convention, dt, record, fixed=None):
     """Where a failure of the full domain only lies: the worst case's hyperparameters that lie
     outside their usual ranges are moved, one at a time, to the usual value on each side of it
     (both pieces of a range with a gap, such as momentum's ``0.0 or [0.5, 0.99]``); the first
     whose move makes the case pass is bisected between its failing value and each passing usual
-    value (:func:`_region_of`: "only for beta1 < 1.1e-05", "only for momentum between 0 and
-    0.3"). Hyperparameters pinned by ``fixed`` are not moved: both domains' cases hold them, so
-    they are not what tells the failing full domain from the passing usual one. None when
-    nothing can be said."""
+    value (:func:`toolkit.oracle.region.locate`: "only for beta1 < 1.1e-05", "only for momentum
+    between 0 and 0.3"). Hyperparameters pinned by ``fixed`` are not moved: both domains' cases
+    hold them, so they are not what tells the failing full domain from the passing usual one.
+    None when nothing can be said."""
     usual = _space.usual_space(ref.NAME)
-    case = _Case(dict(record["hyperparameters"]), np.asarray(record["weight0"], dtype=np.float64),
+    case = _cases.Case(dict(record["hyperparameters"]), np.asarray(record["weight0"], dtype=np.float64),
                  [np.asarray(g, dtype=np.float64) for g in record["grads"]])
     klass = _optimizer_class(ref.NAME)
 
@@ -706,114 +473,15 @@ def _region(make_step, ref, convention, dt, record, fixed=None):
         hyper = _space.fix_dependent(ref.NAME, {**case.hyper, **change})
         if not _constructible(klass, hyper):
             return True  # not a case the optimizer takes: not a passing one either
-        c = _Case(hyper, case.weight, case.grads)
-        outs, failure = _run_user(make_step, c, dt)
+        c = _cases.Case(hyper, case.weight, case.grads)
+        outs, failure = impl.run(c, dt)
         if failure is not None:
             return True
         return _compare(outs, _reference_trajectory(ref, c, convention, dt),
                         lambda moved: _reference_trajectory(ref, c, convention, dt,
                                                             moved))[0] > 1.0
 
-    outside = [k for k, s in usual.items() if k in case.hyper
-               and not _space.inside(s, case.hyper[k])]
-    pinned = [k for k in outside if k in (fixed or {})]
-    outside = [k for k in outside if k not in pinned]
-    if not outside:
-        also = (f" (but {', '.join(pinned)}, pinned outside their usual ranges in both domains)"
-                if pinned else "")
-        return (f"the worst case fails with every hyperparameter in its usual range{also}: its "
-                "weights and gradients, not its hyperparameters, make it fail (run more "
-                "examples)")
-    for k in outside:
-        found = _region_of(k, case.hyper[k], usual[k], lambda x, k=k: fails(**{k: x}),
-                           len(case.grads))
-        if found is not None:
-            return found
-    moved = {k: _space.nearest(usual[k], case.hyper[k]) for k in outside}
-    if any(v is None for v in moved.values()) or fails(**moved):
-        return ("the worst case still fails with its hyperparameters moved into their usual "
-                f"ranges ({', '.join(outside)}): its weights and gradients make it fail")
-    return (f"only where {', '.join(outside)} lie outside their usual ranges together (the "
-            f"worst case passes with all of them moved in, not with one)")
-
-
-def _region_of(k, x, usual, fails, steps):
-    """The region text of hyperparameter ``k`` whose value ``x`` (outside its usual range
-    ``usual``) fails, where ``fails(value)`` re-runs the worst case: the usual value on each side
-    of ``x`` (:func:`~toolkit.oracle.space.neighbours`, so a value in a range's gap sees both
-    pieces) that passes is bisected towards ``x``; the text gives the edges found ("only for
-    momentum between 0 and 0.3"), or None when no usual value passes. The text gives the worst
-    case's length, ``steps``: the region holds within that horizon, and a longer run may fail
-    elsewhere (torch's centered RMSprop turns NaN at usual alphas after a hundred steps)."""
-    below, above = _space.neighbours(usual, x)
-    usual_range = f"{k}'s usual range is {_space.describe(usual)}"
-    low = below is not None and not fails(below)
-    high = above is not None and not fails(above)
-    if not (low or high):
-        return None
-    if x == 0 and high and above > 0 and not fails(above * 1e-300):
-        return f"only for {k} = 0 ({usual_range})"
-    lo_edge = _bisect(fails, x, below) if low else None
-    if high:
-        bad = above * 1e-300 if x == 0 and above > 0 else x
-        hi_edge = _bisect(fails, bad, above)
-    else:
-        hi_edge = None
-    # what a usual value on the other side does, when it does not pass
-    other = ("" if low and high else
-             f"; it fails at the usual value {k} = {above if low else below:.3g} too"
-             if (above if low else below) is not None else "")
-    case = f"the worst case, {steps} step{'s' if steps != 1 else ''} long,"
-    if low and high:
-        return (f"only for {k} between {lo_edge:.3g} and {hi_edge:.3g} ({case} fails at "
-                f"{k} = {x:.3g} and passes at {lo_edge:.3g} and at {hi_edge:.3g}; "
-                f"{usual_range})")
-    edge, side, passes = ((lo_edge, ">", f"passes up to {lo_edge:.3g}") if low else
-                          (hi_edge, "<", f"passes from {hi_edge:.3g} on"))
-    return (f"only for {k} {side} {edge:.3g} ({case} fails at {k} = {x:.3g} and {passes}"
-            f"{other}; {usual_range})")
-
-
-def _bisect(fails, bad, good, steps=40):
-    """The value between ``bad`` (fails) and ``good`` (passes) where ``fails`` turns: geometric
-    bisection over a wide positive range, arithmetic otherwise; returns the passing end."""
-    geometric = bad > 0 and good > 0 and max(bad, good) / min(bad, good) > 10.0
-    for _ in range(steps):
-        mid = math.sqrt(bad * good) if geometric else 0.5 * (bad + good)
-        if mid in (bad, good):
-            break
-        if fails(mid):
-            bad = mid
-        else:
-            good = mid
-        if (max(bad, good) / min(bad, good) < 1.01 if geometric
-                else abs(good - bad) <= 1e-3 * max(abs(good), abs(bad), 1e-300)):
-            break
-    return good
-
-
-@contextlib.contextmanager
-def _without_local_constants():
-    """Hypothesis (6.13x and later) now and then draws a number it found written in the source
-    of a module loaded from outside site-packages, so the cases of ``verify(seed=...)`` would
-    change with which of the caller's modules happen to be imported (measured: importing
-    ``toolkit.tools.accuracy`` turned a failing verify into a passing one). For the duration of a
-    verify, that pool is empty, so a seed draws the same cases in every process. Uses a private
-    hook of hypothesis; where it is absent, nothing is changed."""
-    try:
-        from hypothesis.internal.conjecture import providers
-        hook, cache, empty = (providers._get_local_constants, providers.CONSTANTS_CACHE,
-                              providers.Constants())
-    except (ImportError, AttributeError):  # another hypothesis: nothing to neutralise
-        yield
-        return
-    cache.cache.clear()
-    providers._get_local_constants = lambda: empty
-    try:
-        yield
-    finally:
-        providers._get_local_constants = hook
-        cache.cache.clear()
+    return _region_text.locate(case.hyper, usual, fixed or {}, fails, len(case.grads))
 
 
 def _resolve(convention, implemented, pytorch, name):
@@ -840,78 +508,9 @@ def assert_matches_oracle(make_step, optimizer, **kwargs):
 # --------------------------------------------------------------------------------------------
 # identify
 # --------------------------------------------------------------------------------------------
-@dataclass
-class IdentifyReport:
-    """The verdict of :func:`identify`: ``matches`` lists every convention the implementation
-    agrees with on all cases; ``convention`` the one it follows (None if none); ``errors`` the
-    worst normalised error against each (every convention of ``matches`` included: "pytorch"
-    has the error of the convention that is PyTorch's update); ``closest`` the nearest
-    convention when none matches; ``indistinguishable`` pairs of conventions no case could tell
-    apart (under ``fixed``); ``seed`` and ``versions`` what the run used (as
-    :class:`VerifyReport`)."""
-    optimizer: str
-    dtype: str
-    matches: list
-    convention: str | None
-    errors: dict
-    cases: int
-    closest: str | None = None
-    pytorch: str | None = None
-    indistinguishable: list = field(default_factory=list)
-    failure: str | None = None
-    worst: dict | None = None
-    seed: int | None = None
-    versions: dict = field(default_factory=dict)
-
-    @property
-    def summary(self) -> str:
-        """The verdict in a few readable lines (the closest convention's worst case if none
-        matches)."""
-        errs = ", ".join(f"{c} {_fmt_err(e)}" for c, e in self.errors.items()
-                         if c != "pytorch" or self.pytorch == "pytorch")
-        if self.failure:
-            head = f"{self.optimizer}: could not run your implementation: {self.failure}"
-        elif self.convention is not None:
-            head = (f"{self.optimizer}: your implementation follows the {self.convention!r} "
-                    f"convention")
-        else:
-            head = (f"{self.optimizer}: your implementation follows none of the conventions; "
-                    f"closest is {self.closest!r}, off by {_fmt_err(self.errors[self.closest])} "
-                    f"bounds")
-        lines = [head, f"  worst normalised error per convention over {self.cases} "
-                       f"discriminating case(s): {errs} (<= 1 matches)"]
-        if self.pytorch not in (None, "pytorch"):
-            lines.append(f"  PyTorch's {self.optimizer} is the same update as the "
-                         f"{self.pytorch!r} convention")
-        if self.convention and "pytorch" in self.matches and self.pytorch == "pytorch":
-            lines.append(f"  this is PyTorch's {self.optimizer} (torch.optim)")
-        for a, b in self.indistinguishable:
-            lines.append(f"  {a!r} and {b!r} give the same results under these hyperparameters "
-                         "(no case could tell them apart)")
-        if self.convention is None and self.worst:
-            w = self.worst
-            lines.append(f"  against {self.closest!r}: step {w['step']}, element {w['element']}:"
-                         f" expected {w['expected']!r}, got {w['got']!r}; hyperparameters "
-                         f"{_fmt(w['hyperparameters'])}")
-        lines.append(_provenance(self.seed, self.versions))
-        return "\n".join(lines)
-
-    def __str__(self):
-        return self.summary
-
-    def to_dict(self):
-        """The report as JSON-ready data (``summary`` included; infinities as strings)."""
-        return {"optimizer": self.optimizer, "dtype": self.dtype, "matches": self.matches,
-                "convention": self.convention,
-                "errors": {k: _finite(v) for k, v in self.errors.items()},
-                "cases": self.cases, "closest": self.closest, "pytorch": self.pytorch,
-                "indistinguishable": [list(p) for p in self.indistinguishable],
-                "failure": self.failure, "worst": self.worst, "seed": self.seed,
-                "versions": dict(self.versions), "summary": self.summary}
-
-
-def _fmt_err(e):
-    return f"{e:.3g}" if math.isfinite(e) else str(e)
+def _exact(x, dtype):
+    """``x`` rounded to ``dtype`` and back: the inputs are exact in the user's precision."""
+    return np.asarray(x, dtype=np.float64).astype(dtype).astype(np.float64)
 
 
 def _sample_case(name, hyper_space, dtype, rng, max_size=6, max_steps=4):
@@ -923,7 +522,20 @@ def _sample_case(name, hyper_space, dtype, rng, max_size=6, max_steps=4):
     w = _exact(_space.array_over_decades(rng, n, wlo, whi), dtype).reshape(shape)
     grads = [_exact(_space.array_over_decades(rng, n, glo, ghi), dtype).reshape(shape)
              for _ in range(steps)]
-    return _Case(hyper, w, grads)
+    return _cases.Case(hyper, w, grads)
+
+
+def _told_apart(implemented, pytorch):
+    """``(conventions, pairs)`` ``identify`` tells apart: "pytorch" is a convention of its own
+    only where PyTorch's update is not one of ours."""
+    convs = [c for c in ORDER if c in implemented and (c != "pytorch" or pytorch == "pytorch")]
+    return convs, [(a, b) for i, a in enumerate(convs) for b in convs[i + 1:]]
+
+
+def least_cases(optimizer):
+    """The least ``cases`` :func:`identify` takes for ``optimizer``: one per pair of the
+    conventions it tells apart (at least 1)."""
+    return max(1, len(_told_apart(*conventions_of(optimizer))[1]))
 
 
 def _distance(a, b):
@@ -937,79 +549,92 @@ def _distance(a, b):
 
 
 def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, screen=400,
-             seed=DEFAULT_SEED) -> IdentifyReport:
+             seed=DEFAULT_SEED, allow_wider=False, timeout=None,
+             progress=None) -> IdentifyReport:
     """Name the convention a user's implementation follows.
 
     ``screen`` candidate cases are drawn (numpy generator ``seed``: by default
     :data:`DEFAULT_SEED`, the same cases every run; ``"random"`` for a fresh seed, recorded in
     the report) and run through every convention of the reference; those on which two
     conventions differ by more than :data:`DISTINCT` bounds are kept (up to ``cases``, spread
-    over the pairs), and the user's implementation runs on them. See :func:`verify` for
-    ``make_step``, ``fixed`` (checked the same way) and ``dtype``.
+    over the pairs), and the user's implementation runs on them. ``cases`` is at least the
+    number of pairs of conventions (one case each), ``screen`` at least 1. See :func:`verify`
+    for ``make_step``, ``fixed`` (checked the same way), ``dtype``, ``allow_wider``, ``timeout``
+    and ``progress``.
     """
     ref = _module(optimizer)
     implemented, pytorch = conventions_of(optimizer)
     dt = _dtype(dtype)
-    if not callable(make_step):
-        raise TypeError("make_step must be callable: make_step(weight0, **hyper) -> step(grad)")
+    convs, pairs = _told_apart(implemented, pytorch)
+    _count("cases", cases, least_cases(optimizer),
+           f" for {ref.NAME} (one case per pair of its conventions {', '.join(convs)})")
+    _count("screen", screen, 1)
     fixed = _check_fixed(ref.NAME, fixed)
+    impl = _user.Implementation(make_step, allow_wider, pinned=fixed, timeout=timeout,
+                                progress=progress)
     seed = resolve_seed(seed)
     klass = _optimizer_class(ref.NAME)
-    rng = np.random.default_rng(seed)
-    hyper_space = _space.hyper_space(ref.NAME, fixed)
-    # "pytorch" is a convention of its own only where PyTorch's update is not one of ours
-    convs = [c for c in ORDER if c in implemented and (c != "pytorch" or pytorch == "pytorch")]
-    pairs = [(a, b) for i, a in enumerate(convs) for b in convs[i + 1:]]
-    scored = []  # (case, {conv: trajectory}, {pair: distance})
-    for _ in range(screen):
-        case = _sample_case(ref.NAME, hyper_space, dt, rng)
-        if not _constructible(klass, case.hyper):
-            continue  # a fixed value beside a drawn one it excludes
-        trajs = {c: _reference_trajectory(ref, case, c, dt) for c in convs}
-        if any(not np.all(np.isfinite(t[-1].value)) for t in trajs.values()):
-            continue  # an overflow in the reference tells nothing about conventions
-        scored.append((case, trajs, {p: _distance(trajs[p[0]], trajs[p[1]]) for p in pairs}))
-    chosen, indistinct = [], []
-    per_pair = max(1, cases // max(1, len(pairs)))
-    for p in pairs:
-        apart = sorted((s for s in scored if s[2][p] > DISTINCT), key=lambda s: -s[2][p])
-        if not apart:
-            indistinct.append(p)
-        for s in apart[:per_pair]:
+    with _bug_report(f"identify of {ref.NAME}"):
+        rng = np.random.default_rng(seed)
+        hyper_space = _space.hyper_space(ref.NAME, fixed)
+        scored = []  # (case, {conv: trajectory}, {pair: distance})
+        for _ in range(screen):
+            case = _sample_case(ref.NAME, hyper_space, dt, rng)
+            if not _constructible(klass, case.hyper):
+                continue  # a fixed value beside a drawn one it excludes
+            trajs = {c: _reference_trajectory(ref, case, c, dt) for c in convs}
+            if any(not np.all(np.isfinite(t[-1].value)) for t in trajs.values()):
+                continue  # an overflow in the reference tells nothing about conventions
+            scored.append((case, trajs, {p: _distance(trajs[p[0]], trajs[p[1]]) for p in pairs}))
+        chosen, indistinct = [], []
+        per_pair = max(1, cases // max(1, len(pairs)))
+        for p in pairs:
+            apart = sorted((s for s in scored if s[2][p] > DISTINCT), key=lambda s: -s[2][p])
+            if not apart:
+                indistinct.append(p)
+            for s in apart[:per_pair]:
+                if all(s is not c for c in chosen):
+                    chosen.append(s)
+        for s in scored[:max(2, cases - len(chosen))]:  # and some ordinary cases
+            if len(chosen) >= cases:
+                break
             if all(s is not c for c in chosen):
                 chosen.append(s)
-    for s in scored[:max(2, cases - len(chosen))]:  # and some ordinary cases
-        if len(chosen) >= cases:
-            break
-        if all(s is not c for c in chosen):
-            chosen.append(s)
-    errors = {c: 0.0 for c in convs}
-    worst = {c: None for c in convs}
-    failure = None
-    for case, trajs, _ in chosen:
-        outs, failure = _run_user(make_step, case, dt)
-        if failure is not None:
-            errors = {c: math.inf for c in convs}
-            break
-        for c in convs:
-            err, t, i, expected, got = _compare(
-                outs, trajs[c],
-                lambda moved, case=case, c=c: _reference_trajectory(ref, case, c, dt, moved))
-            if err > errors[c] or worst[c] is None:
-                errors[c] = max(errors[c], err)
-                worst[c] = {**_case_dict(case, t), "step": t, "element": i,
-                            "expected": expected, "got": got, "error": _finite(err)}
-    matches = [c for c in convs if errors[c] <= 1.0 and failure is None]
-    closest = min(convs, key=lambda c: errors[c]) if convs else None
-    if pytorch not in (None, "pytorch") and pytorch in errors:
-        errors["pytorch"] = errors[pytorch]  # PyTorch's update is that one of ours
-        if pytorch in matches:
-            matches.append("pytorch")
-    named = next((c for c in ORDER if c in matches), None)
-    return IdentifyReport(ref.NAME, dt.name, matches, named, errors, len(chosen),
-                          closest=closest if named is None else None, pytorch=pytorch,
-                          indistinguishable=indistinct, failure=failure,
-                          worst=worst.get(closest) if named is None else None, seed=seed,
-                          versions=versions())
+        errors = {c: 0.0 for c in convs}
+        worst = {c: None for c in convs}
+        seen = {c: [] for c in convs}  # (case, outputs, error) per convention, to explain
+        failure = None
+        for case, trajs, _ in chosen:
+            outs, failure = impl.run(case, dt)
+            if failure is not None:
+                errors = {c: math.inf for c in convs}
+                break
+            for c in convs:
+                err, t, i, expected, got = _compare(
+                    outs, trajs[c],
+                    lambda moved, case=case, c=c: _reference_trajectory(ref, case, c, dt, moved))
+                seen[c].append((case, outs, err))
+                if err > errors[c] or worst[c] is None:
+                    errors[c] = max(errors[c], err)
+                    worst[c] = {**_case_dict(case, t), "step": t, "element": i,
+                                "expected": expected, "got": got, "error": finite(err)}
+        matches = [c for c in convs if errors[c] <= 1.0 and failure is None]
+        closest = min(convs, key=lambda c: errors[c]) if convs else None
+        if pytorch not in (None, "pytorch") and pytorch in errors:
+            errors["pytorch"] = errors[pytorch]  # PyTorch's update is that one of ours
+            if pytorch in matches:
+                matches.append("pytorch")
+        named = next((c for c in ORDER if c in matches), None)
+        explanation = None
+        if named is None and failure is None and closest is not None:  # as verify would
+            explanation = _explain(ref, closest, pytorch, implemented, dt,
+                                   _variants.variants_of(_spec_of(ref.NAME)), seen[closest],
+                                   None, None, errors[closest])
+        return IdentifyReport(ref.NAME, dt.name, matches, named, errors, len(chosen),
+                              closest=closest if named is None else None, pytorch=pytorch,
+                              indistinguishable=indistinct, failure=failure,
+                              worst=worst.get(closest) if named is None else None, seed=seed,
+                              versions=versions(), allow_wider=allow_wider, wider=impl.wider,
+                              explanation=explanation)
 
 

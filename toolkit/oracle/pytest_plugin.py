@@ -16,6 +16,10 @@ import pytest
 
 @pytest.fixture
 def mxopt_oracle():
-    """The :mod:`toolkit.oracle` module (``verify``, ``identify``, ``assert_matches_oracle``)."""
+    """The :mod:`toolkit.oracle` module (``verify``, ``identify``, ``assert_matches_oracle``),
+    with the installed ``reference`` package in ``sys.modules`` (a ``reference.py`` in the
+    rootdir, first on ``sys.path`` in a pytest run, is the user's own)."""
     from toolkit import oracle
+    from toolkit.oracle.installed import ensure_reference
+    ensure_reference()
     return oracle

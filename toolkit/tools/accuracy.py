@@ -11,7 +11,7 @@ worst element over all steps and arrays; per row the report gives the median, th
 percentile and the worst over all cases.
 
     python -m toolkit accuracy [--cases N] [--only NAMES] [--backend cpu|cuda] [--dtype D]
-                               [--seed S] [--json] [--plot PATH | --no-plot] [--quiet]
+                               [--seed INT|random] [--json] [--plot PATH | --no-plot] [--quiet]
 
 Backends: ``cpu``, and ``cuda`` on a real GPU (numba's simulator only with ``--backend cuda``).
 The plot (matplotlib, Agg; default ``accuracy.png`` in the current directory) has one panel per
@@ -39,6 +39,7 @@ import numpy as np
 from ._support import (UsageError, choose_backends, optimizer_conventions, progress_bar,
                        provenance, select_dtypes, select_optimizers, split_names, storage_dtype,
                        to_device)
+from ..oracle.seeds import parse_seed, resolve_seed
 from ..verify import step_errors
 
 __all__ = ["measure", "draw_case", "draw_hyper", "Row", "AccuracyResult", "plot", "main", "DEFAULT_CASES"]
@@ -248,7 +249,12 @@ def measure(optimizers=None, backends=None, dtypes=None, cases=DEFAULT_CASES, se
     ``backends`` None: "cpu", plus "cuda" on a real GPU. Each row draws its cases from its own
     generator (``seed`` and the row's name), so a row's numbers do not depend on which other
     rows run: ``measure(["adam"], cases=k + 1)`` reproduces the adam rows' case ``k``.
+    ``seed``: an int >= 0, or ``"random"`` for a fresh one (the result records it).
     """
+    try:
+        seed = resolve_seed(seed)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     names = select_optimizers(optimizers)
     bks, skipped = choose_backends(backends)
     dts = select_dtypes(dtypes)
@@ -346,8 +352,8 @@ def _print_table(result: AccuracyResult):
                       f"{r.worst_case}", highlight=False)
             for f in r.failures[:3]:
                 con.print(f"  {f}", highlight=False, markup=False)
-    for b, why in result.skipped.items():
-        con.print(f"{b}: not measured ({why})", highlight=False)
+    for b, why in result.skipped.items():  # a reason is text: '.[cuda]' in a hint is not markup
+        con.print(f"{b}: not measured ({why})", highlight=False, markup=False)
     prov = result.provenance
     con.print(f"{len(result.rows)} rows x {result.cases} cases, seed {result.seed}, "
               f"{result.seconds:.0f} s on {prov.get('cpu')} ({prov.get('cpu_count')} cores), "
@@ -373,12 +379,16 @@ def main(argv=None) -> int:
                    help="repeatable (default: cpu, and cuda on a real GPU)")
     p.add_argument("--dtype", action="append", help="float32, float64, float16-mp, float16 "
                    "(repeatable; default: all)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random cases (default 0)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    p.add_argument("--seed", type=parse_seed, default=0, metavar="INT|random",
+                   help="seed of the random cases: an int >= 0, or 'random' for a fresh one "
+                        "(recorded in the result; default: 0)")
+    p.add_argument("--json", action="store_true",
+                   help="print the result as JSON on stdout (default: a table)")
     p.add_argument("--plot", default=None, metavar="PATH",
                    help="where to write the plot (default: accuracy.png in the current directory)")
-    p.add_argument("--no-plot", action="store_true", help="write no plot")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--no-plot", action="store_true", help="write no plot (default: a plot)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bar (default: a progress bar)")
     try:
         args = p.parse_args(argv)
     except SystemExit as exc:

@@ -199,10 +199,11 @@ def main(argv=None):
                    help="seed of the random cases: an int >= 0, or 'random' for a fresh one "
                         "(printed; default: the oracle's fixed default seed, "
                         f"{DEFAULT_SEED}: the same cases every run)")
-    p.add_argument("--cases", type=int, default=4, help="random cases per backend row")
+    p.add_argument("--cases", type=int, default=4,
+                   help="random cases per backend row (default: %(default)s)")
     p.add_argument("--json", action="store_true",
                    help="print the rows as JSON on stdout (exit codes unchanged: 0 all pass, "
-                        "1 a row failed)")
+                        "1 a row failed; default: a table)")
     args = p.parse_args(argv)
     seed = resolve_seed(args.seed)
     rng = np.random.default_rng(seed)

@@ -137,9 +137,12 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="mxopt demo", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backend", choices=("cpu", "cuda"), default="cpu",
-                    help="where the parameters live and the optimizer runs")
-    ap.add_argument("--epochs", type=int, default=30)
-    ap.add_argument("--batch-size", type=int, default=64)
+                    help="where the parameters live and the optimizer runs (default: "
+                         "%(default)s)")
+    ap.add_argument("--epochs", type=int, default=30,
+                    help="passes over the training set (default: %(default)s)")
+    ap.add_argument("--batch-size", type=int, default=64,
+                    help="examples per step (default: %(default)s)")
     known = settings()
     ap.add_argument("--optimizers", default=",".join(known),
                     help="comma-separated registry names (default: every optimizer whose spec "

@@ -29,38 +29,54 @@ def build_parser():
         prog="mxopt bench",
         description="every optimizer against its memory-traffic floor, numpy and torch "
                     "(ratios measured interleaved in one run; table, JSON and plots)")
-    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="where the optimizers run (default: %(default)s)")
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true",
                       help=f"sizes 2^{QUICK_SIZES[0]} and 2^{QUICK_SIZES[1]}, one setting per "
-                           "optimizer, 3 repeats")
+                           "optimizer, 3 repeats (default: neither: sizes 2^"
+                           f"{', 2^'.join(map(str, DEFAULT_SIZES['cpu']))} on the CPU, to "
+                           f"2^{DEFAULT_SIZES['cuda'][-1]} on CUDA)")
     mode.add_argument("--full", action="store_true",
-                      help="every even power of two from 2^12 to 2^26 (CUDA: 2^28)")
+                      help="every even power of two from 2^12 to 2^26 (CUDA: 2^28) "
+                           "(default: off)")
     ap.add_argument("--sizes", type=_log2_list, default=None,
-                    help="comma-separated log2 sizes (overrides --quick/--full)")
+                    help="comma-separated log2 sizes (overrides --quick/--full; default: "
+                         "those of the mode)")
     ap.add_argument("--optimizers", default=None,
                     help="comma-separated optimizer names or setting labels (default: all)")
     ap.add_argument("--dtypes", default="float32,float16",
-                    help="float32 and/or float16 (float16 runs with multi_precision)")
+                    help="float32 and/or float16 (float16 runs with multi_precision; "
+                         "default: %(default)s)")
     ap.add_argument("--repeats", type=int, default=None, help="timed repetitions (default 5)")
     ap.add_argument("--batch-ms", type=float, default=5.0,
-                    help="calls per timed batch: enough for about this many ms")
-    ap.add_argument("--resnet-repeats", type=int, default=20)
-    ap.add_argument("--no-resnet", action="store_true", help="skip the ResNet-50 Trainer case")
+                    help="calls per timed batch: enough for about this many ms (default: "
+                         "%(default)s)")
+    ap.add_argument("--resnet-repeats", type=int, default=20,
+                    help="timed repetitions of the Trainer cases (ResNet-50, many tensors, "
+                         "toolkit.torch; default: %(default)s, --quick: 5)")
+    ap.add_argument("--no-resnet", action="store_true",
+                    help="skip the ResNet-50 Trainer case (default: run it)")
     ap.add_argument("--no-many", action="store_true",
-                    help="skip the many-tensor Trainer case (2000 tensors of 1024)")
-    ap.add_argument("--no-torch", action="store_true", help="do not compare against torch")
+                    help="skip the many-tensor Trainer case (2000 tensors of 1024; default: "
+                         "run it)")
+    ap.add_argument("--no-torch", action="store_true",
+                    help="do not compare against torch (default: compare where torch is "
+                         "installed)")
     ap.add_argument("--torch-cases", default=None, metavar="LIST",
                     help="the toolkit.torch cases to run, comma-separated, of "
                          f"{','.join(label for label, _ in TORCH_CASES)} (default: all; "
                          "--quick: many_tensors; 'none': none); they need torch")
     ap.add_argument("--no-kernel-cache", action="store_true",
                     help="compile the toolkit's CPU kernels in this process instead of loading "
-                         "numba's on-disk cache (a diagnostic; compiling adds a minute or two)")
-    ap.add_argument("--no-plot", action="store_true")
-    ap.add_argument("--no-progress", action="store_true")
+                         "numba's on-disk cache (a diagnostic; compiling adds a minute or two; "
+                         "default: the cache)")
+    ap.add_argument("--no-plot", action="store_true", help="write no PNGs (default: write them)")
+    ap.add_argument("--no-progress", action="store_true",
+                    help="no progress on stderr (default: progress)")
     ap.add_argument("--markdown", default=None, metavar="PATH",
-                    help="also write the headline (machine, ratio table, targets) as Markdown")
+                    help="also write the headline (machine, ratio table, targets) as Markdown "
+                         "(default: none)")
     ap.add_argument("--out", default=None, metavar="DIR",
                     help="directory for suite_<device>.json and its PNGs (default: the working "
                          "directory; the repository's recorded results only when asked: --out "

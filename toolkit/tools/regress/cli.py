@@ -96,18 +96,25 @@ def _parser():
     r.add_argument("--backend", action="append", choices=BACKENDS,
                    help="repeatable (default: cpu, and cuda on a real GPU)")
     r.add_argument("--dtype", action="append", choices=DTYPES, help="repeatable (default: all)")
-    r.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="steps per trajectory")
-    r.add_argument("--size", type=int, default=DEFAULT_SIZE, help="elements per array")
-    r.add_argument("--force", action="store_true", help="overwrite existing files")
-    r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--steps", type=int, default=DEFAULT_STEPS,
+                   help="steps per trajectory (default: %(default)s)")
+    r.add_argument("--size", type=int, default=DEFAULT_SIZE,
+                   help="elements per array (default: %(default)s)")
+    r.add_argument("--force", action="store_true",
+                   help="overwrite existing files (default: refuse)")
+    r.add_argument("--quiet", action="store_true", help="no progress bar (default: a bar)")
     c = sub.add_parser("compare", help="rerun a recording and compare")
     c.add_argument("path", help="a .json file or a folder of them")
     c.add_argument("--bound", type=int, default=0,
                    help="allowed distance in ulps of each array's dtype (default 0: bit-exact)")
-    c.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
-    c.add_argument("--only", action="append", metavar="NAMES", help="optimizers to compare")
-    c.add_argument("--backend", action="append", choices=BACKENDS, help="backends to compare")
-    c.add_argument("--quiet", action="store_true", help="no progress bar")
+    c.add_argument("--json", action="store_true",
+                   help="print the report as JSON on stdout (default: a summary)")
+    c.add_argument("--only", action="append", metavar="NAMES",
+                   help="optimizers to compare, comma-separated or repeated (default: every "
+                        "one in the file; a name with no entry there is a usage error)")
+    c.add_argument("--backend", action="append", choices=BACKENDS,
+                   help="backends to compare, repeatable (default: every one in the file)")
+    c.add_argument("--quiet", action="store_true", help="no progress bar (default: a bar)")
     return p
 
 

@@ -202,6 +202,8 @@ def compare(path, *, bound=0, optimizers=None, backends=None, progress=True,
     work = [(d, e) for d in docs for e in d["entries"]
             if (only is None or e["optimizer"] in only)
             and (backends is None or e["backend"] in backends)]
+    missing = _missing(docs, only, backends, folder=os.path.isdir(path))
+    _check_selection(path, docs, only, backends, work, missing)
     cuda_ok, cuda_kind, cuda_why = cuda_status()
     results = []
     with progress_bar(progress, len(work), "compare") as bar:
@@ -229,10 +231,25 @@ def compare(path, *, bound=0, optimizers=None, backends=None, progress=True,
                 else:
                     results.append(_compare_entry(e, outputs, allowed))
             bar.update(advance=1)
-    results.extend(_missing(docs, only, backends, folder=os.path.isdir(path)))
+    results.extend(missing)
     sources = [{"path": d["path"], "provenance": d["provenance"], "scope": d["scope"]}
                for d in docs]
     return Report(os.fspath(path), bound, results, sources, provenance(command))
+
+
+def _check_selection(path, docs, only, backends, work, missing):
+    """A name of ``only`` or ``backends`` that selects nothing in ``path`` (no entry, none
+    missing from its recorded scope) is a UsageError naming what the file has: a typo
+    (``--only adm``) or a backend the file never recorded compared 0 entries and passed."""
+    chosen = [e for _, e in work] + [dict(zip(("optimizer", "convention", "backend"),
+                                              r.id.split("/"))) for r in missing]
+    for what, names, key in (("optimizer", only, "optimizer"), ("backend", backends, "backend")):
+        for name in sorted(names or ()):
+            if not any(e[key] == name for e in chosen):
+                has = sorted({e[key] for d in docs for e in d["entries"]})
+                raise UsageError(f"no entry of {what} {name!r} in {os.fspath(path)}"
+                                 f"{' with the other choices' if only and backends else ''}; "
+                                 f"it has {', '.join(has) or 'no entries'}")
 
 
 def _missing(docs, only, backends, folder):

@@ -1,0 +1,102 @@
+"""``verify``'s cases, drawn by index: case ``k`` of a run is a function of ``(seed, domain, k)``
+alone, so the cases of ``verify(examples=N, seed=s)`` are the first ``N`` of those of any
+``examples=M > N`` at the same seed, and more examples never turn a failure into a pass.
+
+Each case has its own numpy generator, keyed by the seed, the domain and its index. The draw
+keeps the aim of the search space (:mod:`toolkit.oracle.space`): a hyperparameter lands on an
+end of its range (the edges of a decade range, 0 and 1 of an interval) or right beside it a
+fifth of the time, a choice (:class:`~toolkit.oracle.space.OneOf`: momentum 0, clipping off)
+is taken as often as its other options, and weights and gradients spread over the decades of
+their dtype with exact zeros and the ends of the decades.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import space as _space
+
+__all__ = ["Case", "draw", "aimed", "DOMAIN_KEYS", "ATTEMPTS"]
+
+#: the domains' keys in a case's generator (the usual domain's cases are drawn apart)
+DOMAIN_KEYS = {"full": 0, "usual": 1}
+#: draws of one index before it is given up (a drawn value its constructor refuses beside a
+#: pinned one: LAMB's lower_bound above a pinned upper_bound)
+ATTEMPTS = 100
+
+
+@dataclass
+class Case:
+    """One case: ``hyper``, ``weight`` and ``grads`` (float64 values exact in the dtype)."""
+    hyper: dict
+    weight: np.ndarray
+    grads: list
+
+
+def aimed(space, rng):
+    """One value of ``space`` drawn with ``rng``, aimed at the ends of ranges and at choices."""
+    if isinstance(space, _space.OneOf):
+        return aimed(space.options[int(rng.integers(len(space.options)))], rng)
+    if isinstance(space, _space.Decades):
+        return float(10.0 ** _aimed_in(space.lo, space.hi, rng))
+    if isinstance(space, _space.Interval):
+        return float(_aimed_in(space.lo, space.hi, rng))
+    if isinstance(space, _space.Ints):
+        r = rng.random()
+        if r < 0.1:
+            return int(space.lo)
+        if r < 0.2:
+            return int(space.hi)
+        return int(rng.integers(space.lo, space.hi + 1))
+    return space.sample(rng)  # Just, and any other space: its own draw
+
+
+def _aimed_in(lo, hi, rng):
+    """A float in ``[lo, hi]``: an end (10% each), just inside an end (5% each, 1e-16 to 1e-1
+    of the width away), else uniform."""
+    r = rng.random()
+    if r < 0.1:
+        return lo
+    if r < 0.2:
+        return hi
+    if r < 0.3:
+        near = (hi - lo) * 10.0 ** rng.uniform(-16, -1)
+        return lo + near if r < 0.25 else hi - near
+    return rng.uniform(lo, hi)
+
+
+def _values(rng, n, lo, hi, dtype):
+    """``n`` values with random signs and magnitudes over ``10**lo .. 10**hi`` (the ends of
+    the decades a fifth of the time), every third element an exact zero half of the time,
+    rounded to ``dtype``."""
+    exps = np.array([_aimed_in(lo, hi, rng) for _ in range(n)])
+    signs = rng.choice([-1.0, 1.0], n)
+    zero = (np.arange(n) % 3 == 0) & (rng.random(n) < 0.5)
+    x = np.where(zero, 0.0, signs * 10.0 ** exps)
+    return np.asarray(x, dtype=np.float64).astype(dtype).astype(np.float64)
+
+
+def draw(name, hyper_space, dtype, ranges, seed, domain, k, constructible, max_size=8,
+         max_steps=4):
+    """Case ``k`` of optimizer ``name`` in ``domain`` at ``seed``: hyperparameters from
+    ``hyper_space`` (``{name: Space}``), a weight of 1 to ``max_size`` elements (the shapes of
+    :func:`~toolkit.oracle.space.shape_space`) and 1 to ``max_steps`` gradients, their
+    magnitudes over ``ranges`` (``((wlo, whi), (glo, ghi))`` decades) in ``dtype``. A draw
+    ``constructible(hyper)`` refuses is drawn again (the same ``k``, the next attempt); None
+    when none of :data:`ATTEMPTS` is taken."""
+    (wlo, whi), (glo, ghi) = ranges
+    shapes = _space.shape_space(name, max_size)
+    for attempt in range(ATTEMPTS):
+        rng = np.random.default_rng([int(seed), DOMAIN_KEYS[domain], int(k), attempt])
+        hyper = _space.fix_dependent(name, {h: aimed(s, rng) for h, s in hyper_space.items()})
+        if not constructible(hyper):
+            continue
+        shape = shapes.sample(rng)
+        n = math.prod(shape)
+        steps = int(rng.integers(1, max_steps + 1))
+        w = _values(rng, n, wlo, whi, dtype).reshape(shape)
+        grads = [_values(rng, n, glo, ghi, dtype).reshape(shape) for _ in range(steps)]
+        return Case(hyper, w, grads)
+    return None

@@ -1,0 +1,98 @@
+"""The toolkit's own top-level packages (``toolkit``, ``reference``) as installed, whatever a
+user keeps beside their code.
+
+A user's ``reference.py`` (or ``toolkit.py``, or a package of either name) beside their code or in
+a pytest rootdir would otherwise stand in for ours once its folder is first on ``sys.path``:
+``import reference.adam`` then failed with "'reference' is not a package". Two seams:
+
+* :func:`ensure_reference` makes ``sys.modules["reference"]`` the installed package (loaded from
+  beside the toolkit), so every ``reference.<name>`` import of the oracle resolves to ours
+  whatever ``sys.path`` holds. A user's module that imported its own ``reference`` keeps it (it
+  holds the module object); a later ``import reference`` gets ours.
+* :func:`user_folder` runs the import of a user's file with its folder first on ``sys.path`` and
+  our packages out of ``sys.modules`` where that folder has modules of their names, so the
+  user's own imports resolve as when they run their code; afterwards ours are back and the
+  folder is last on ``sys.path`` (the user's later imports of siblings still resolve).
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.machinery
+import importlib.util
+import os
+import sys
+
+__all__ = ["OURS", "ensure_reference", "user_folder", "installed_path"]
+
+#: the top-level packages this distribution installs
+OURS = ("toolkit", "reference")
+
+
+def installed_path(name):
+    """The folder of our top-level package ``name``: beside ``toolkit``'s own (one install
+    holds both), or None where it is not there."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../toolkit
+    folder = os.path.join(os.path.dirname(root), name)
+    return folder if os.path.isfile(os.path.join(folder, "__init__.py")) else None
+
+
+def _is_ours(module, folder):
+    path = getattr(module, "__file__", None)
+    return path is not None and os.path.dirname(os.path.abspath(path)) == folder
+
+
+def _family(name):
+    return [k for k in sys.modules if k == name or k.startswith(name + ".")]
+
+
+def ensure_reference():
+    """``sys.modules["reference"]`` is the installed ``reference`` package (loaded from its
+    folder where another module of that name, or none, is there); returns it."""
+    folder = installed_path("reference")
+    current = sys.modules.get("reference")
+    if current is not None and (folder is None or _is_ours(current, folder)):
+        return current
+    if folder is None:  # not installed beside the toolkit: the import system's own
+        return importlib.import_module("reference")
+    kept = {}
+    for k in _family("reference"):  # another module of the name, and its submodules
+        if k != "reference" and _is_ours(sys.modules[k], folder):
+            kept[k] = sys.modules[k]
+        else:
+            del sys.modules[k]
+    spec = importlib.util.spec_from_file_location(
+        "reference", os.path.join(folder, "__init__.py"), submodule_search_locations=[folder])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["reference"] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules["reference"]
+        raise
+    for k, sub in kept.items():  # ours, imported before: attributes of the package again
+        if k.count(".") == 1:
+            setattr(module, k.partition(".")[2], sub)
+    return module
+
+
+@contextlib.contextmanager
+def user_folder(folder):
+    """Import a user's module from ``folder``: first on ``sys.path`` meanwhile, with our
+    packages that a module of ``folder`` shadows out of ``sys.modules``; then ours back (the
+    user's own stay with the modules that imported them) and ``folder`` last on ``sys.path``."""
+    folder = os.path.abspath(folder)
+    shadowed = [n for n in OURS
+                if importlib.machinery.PathFinder.find_spec(n, [folder]) is not None]
+    ensure_reference()
+    saved = {k: sys.modules.pop(k) for n in shadowed for k in _family(n)}
+    sys.path.insert(0, folder)
+    try:
+        yield
+    finally:
+        sys.path.remove(folder)
+        if folder not in sys.path:
+            sys.path.append(folder)
+        for n in shadowed:
+            for k in _family(n):
+                del sys.modules[k]
+        sys.modules.update(saved)

@@ -1,0 +1,304 @@
+"""The reports of :func:`~toolkit.oracle.verify` and :func:`~toolkit.oracle.identify`: what a
+run found (:class:`VerifyReport`, with a :class:`DomainVerdict` per domain and the
+:class:`Explanation` of a failure; :class:`IdentifyReport`), their readable ``summary`` and their
+JSON form. ``verify`` and ``identify`` (:mod:`toolkit.oracle.core`) fill them in.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["KINDS", "Explanation", "DomainVerdict", "VerifyReport", "IdentifyReport", "finite"]
+
+
+#: the kinds of :class:`Explanation`, in the order they are looked for
+KINDS = ("convention", "variant", "algorithm")
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Why a :func:`verify` run failed, found by re-running its cases (the same seed's) under the
+    other conventions and under each known variant of the equations the optimizer's spec
+    declares (:mod:`toolkit.oracle.variants`).
+
+    ``kind``: ``"convention"`` (it passes another convention: ``convention`` names it, pass
+    ``convention=...``), ``"variant"`` (it passes variant ``variant`` of the equations of
+    ``convention``: the same equations rounded or written differently) or ``"algorithm"`` (no
+    other convention and no known variant passes: another algorithm, or a bug; ``variant`` and
+    ``convention`` None). ``text``: one readable line. ``max_error``: the worst normalised error
+    of the run's cases under the explanation (<= 1), or, for ``"algorithm"``, the run's own."""
+    kind: str
+    variant: str | None
+    convention: str | None
+    text: str
+    max_error: float
+
+    def to_dict(self):
+        """The explanation as JSON-ready data."""
+        return {"kind": self.kind, "variant": self.variant, "convention": self.convention,
+                "text": self.text, "max_error": finite(self.max_error)}
+
+
+@dataclass(frozen=True)
+class DomainVerdict:
+    """The verdict of :func:`verify` over one domain of the hyperparameters (``"usual"``: the
+    ranges people train with, ``Spec.usual``; ``"full"``: everything the oracle explores,
+    ``Spec.space``): ``passed``, ``max_error`` (normalised, as :class:`VerifyReport`'s),
+    ``examples`` run and the ``worst`` case (a dict as ``VerifyReport.worst``, or None).
+
+    ``pinned``: in the usual domain, the values ``fixed`` pins outside their usual ranges, which
+    every one of its cases holds ("beta1 pinned at 1e-10, outside its usual range [0.5, 0.99]"),
+    else None; the summary then names the domain by them, not as the plain usual one."""
+    passed: bool
+    max_error: float
+    examples: int
+    worst: dict | None = None
+    pinned: str | None = None
+
+    def to_dict(self):
+        """The verdict as JSON-ready data."""
+        return {"passed": self.passed, "max_error": finite(self.max_error),
+                "examples": self.examples, "worst": self.worst, "pinned": self.pinned}
+
+
+@dataclass
+class VerifyReport:
+    """The verdict of :func:`verify`. ``max_error`` is normalised (<= 1: within the rigorous
+    rounding bound of the dtype); ``worst`` the case with the largest error (hyperparameters,
+    inputs up to the step, the step, the element, expected against got); ``failure`` the
+    user's exception or bad output (a complex or non-numeric result included), if any;
+    ``passes_under`` another convention the implementation passes on the same seed and number
+    of examples when it fails this one (then ``convention=passes_under`` is what to ask for);
+    ``seed`` the seed the cases were drawn with (``verify(..., seed=report.seed)`` repeats the
+    run) and ``versions`` the packages it ran with (:func:`versions`).
+
+    ``passed`` is both domains' verdict (the usual domain's cases are drawn apart from the
+    full domain's, which may not meet them), ``max_error`` and ``worst`` the worse domain's,
+    ``examples`` the full domain's count; ``domains`` holds both verdicts,
+    ``{"usual": DomainVerdict, "full": DomainVerdict}`` (a value ``fixed`` pins outside its usual
+    range is in both domains' cases: the usual verdict's ``pinned`` names it). ``region``, when
+    the usual domain passes and the full one fails, where the failure lies (found
+    by bisecting the worst case's hyperparameters towards their usual ranges: "only for beta1 <
+    1.1e-05"), else None. ``explanation`` (:class:`Explanation`) says why a run failed, None when
+    both domains pass or the implementation failed outright (``failure``)."""
+    optimizer: str
+    convention: str
+    dtype: str
+    passed: bool
+    max_error: float
+    examples: int
+    worst: dict | None = None
+    failure: str | None = None
+    passes_under: str | None = None
+    seed: int | None = None
+    versions: dict = field(default_factory=dict)
+    domains: dict = field(default_factory=dict)
+    region: str | None = None
+    explanation: Explanation | None = None
+    allow_wider: bool = False
+    wider: str | None = None
+
+    @property
+    def summary(self) -> str:
+        """The verdict in a few readable lines, with the worst case, the convention it passes
+        instead (if any), the seed and the versions."""
+        head = (f"{self.optimizer} ({self.convention} convention, {self.dtype}): "
+                f"{'PASSED' if self.passed else 'FAILED'} over {self.examples} example(s); "
+                f"worst normalised error {self.max_error:.3g} (1.0 is the rounding bound)")
+        lines = [head]
+        if self.allow_wider:
+            lines.append(_wider_line(self.wider, self.dtype))
+        if self.passes_under:
+            c = self.passes_under
+            lines.append(f"  it passes the {c!r} convention instead (same seed and examples): "
+                         f"ask for it with convention={c!r} (mxopt verify ... --convention {c})")
+        if self.failure:
+            lines.append(f"  your implementation failed: {self.failure}")
+        usual, full = self.domains.get("usual"), self.domains.get("full")
+        if usual is None or full is None:  # a report made by hand: its worst case only
+            lines += _case_lines(self.worst if self.max_error > 0 else None, "  ")
+        elif usual is full:
+            lines.append("  usual domain: the full one (no usual ranges are declared)")
+            lines += _domain_lines("full", full, None)
+        else:  # the hyperparameters people train with first, then everything explored
+            lines += _domain_lines("usual", usual, None)
+            lines += _domain_lines("full", full, usual, self.region)
+        if self.explanation is not None:
+            lines.append(f"  explanation ({self.explanation.kind}): {self.explanation.text}")
+        lines.append(_provenance(self.seed, self.versions))
+        return "\n".join(lines)
+
+    def __str__(self):
+        return self.summary
+
+    def to_dict(self):
+        """The report as JSON-ready data (``summary`` included; infinities as strings)."""
+        return {"optimizer": self.optimizer, "convention": self.convention,
+                "dtype": self.dtype, "passed": self.passed, "max_error": finite(self.max_error),
+                "examples": self.examples, "worst": self.worst, "failure": self.failure,
+                "passes_under": self.passes_under, "seed": self.seed,
+                "versions": dict(self.versions),
+                "domains": {k: d.to_dict() for k, d in self.domains.items()},
+                "region": self.region,
+                "explanation": None if self.explanation is None else self.explanation.to_dict(),
+                "allow_wider": self.allow_wider, "wider": self.wider,
+                "summary": self.summary}
+
+
+def _wider_line(wider, dtype):
+    """The summary's line for ``allow_wider=True``: whether the results came wider."""
+    return ("  wider results allowed (allow_wider=True): " +
+            (f"yours are {wider} for {dtype} inputs, held to the {dtype} bound" if wider else
+             f"yours were all {dtype}"))
+
+
+def _domain_lines(name, d, before, region=None):
+    """A domain's verdict line, then, where it failed, its worst case (the usual domain's is
+    not shown twice: ``before``) and the region of a failure in the full domain only."""
+    label = f"{name} domain" + (f" ({d.pinned})" if d.pinned else "")
+    lines = [f"  {label}: {'PASSED' if d.passed else 'FAILED'} over {d.examples} example(s); "
+             f"worst normalised error {d.max_error:.3g}"]
+    if region:
+        lines.append("    " + _region_line(region))
+    if not d.passed:
+        if before is not None and not before.passed and before.worst == d.worst:
+            lines.append("    worst case: the usual domain's (above)")
+        else:
+            lines += _case_lines(d.worst, "    ")
+    return lines
+
+
+def _region_line(region):
+    """The region's line: a range of hyperparameters ("only for beta1 < 0.00258") is where the
+    full domain fails outside the usual one; any other text says why none is named."""
+    if region.startswith("only "):
+        return f"it fails outside the usual domain only: {region}"
+    return f"the usual domain passed, and no range of the hyperparameters is to blame: {region}"
+
+
+def _case_lines(w, indent):
+    """The lines of a worst case (a ``worst`` dict), or none."""
+    if not w or w.get("step") is None:
+        return []
+    if w["element"] is None:  # the implementation failed outright at this step
+        lines = [f"{indent}failing case: step {w['step']}"]
+    else:
+        lines = [f"{indent}worst case: step {w['step']}, element {w['element']}: "
+                 f"expected {w['expected']!r}, got {w['got']!r}"]
+    lines.append(f"{indent}hyperparameters: {_fmt(w['hyperparameters'])}")
+    lines.append(f"{indent}weight0: {_short(w['weight0'])}")
+    lines += [f"{indent}grad {k}: {_short(g)}" for k, g in enumerate(w["grads"], start=1)]
+    return lines
+
+
+def _provenance(seed, vers):
+    """The summary's last line: the seed (how to repeat the run) and the versions."""
+    return (f"  seed {seed} (seed={seed} repeats this run); "
+            + ", ".join(f"{k} {v}" for k, v in vers.items()))
+
+
+def finite(x):
+    """``x`` for JSON: itself when finite, else its text (\"inf\", \"nan\")."""
+    return x if math.isfinite(x) else str(x)
+
+
+def _fmt(h):
+    return ", ".join(f"{k}={v!r}" for k, v in h.items())
+
+
+def _short(xs, n=6):
+    xs = np.ravel(np.asarray(xs, dtype=np.float64))  # a matrix weight's values in C order
+    body = ", ".join(f"{x:.6g}" for x in xs[:n])
+    return f"[{body}{', ...' if len(xs) > n else ''}] ({len(xs)} values)"
+
+
+@dataclass
+class IdentifyReport:
+    """The verdict of :func:`identify`: ``matches`` lists every convention the implementation
+    agrees with on all cases; ``convention`` the one it follows (None if none); ``errors`` the
+    worst normalised error against each (every convention of ``matches`` included: "pytorch"
+    has the error of the convention that is PyTorch's update); ``closest`` the nearest
+    convention when none matches; ``explanation`` then, as :func:`verify` would give it for
+    the closest convention (:class:`Explanation`: a known variant of some convention's
+    equations that every case agrees with, or another algorithm); ``indistinguishable`` pairs
+    of conventions no case could tell apart (under ``fixed``); ``seed`` and ``versions`` what the
+    run used (as :class:`VerifyReport`)."""
+    optimizer: str
+    dtype: str
+    matches: list
+    convention: str | None
+    errors: dict
+    cases: int
+    closest: str | None = None
+    pytorch: str | None = None
+    indistinguishable: list = field(default_factory=list)
+    failure: str | None = None
+    worst: dict | None = None
+    seed: int | None = None
+    versions: dict = field(default_factory=dict)
+    allow_wider: bool = False
+    wider: str | None = None
+    explanation: Explanation | None = None
+
+    @property
+    def summary(self) -> str:
+        """The verdict in a few readable lines (the closest convention's worst case if none
+        matches)."""
+        errs = ", ".join(f"{c} {_fmt_err(e)}" for c, e in self.errors.items()
+                         if c != "pytorch" or self.pytorch == "pytorch")
+        if self.failure:
+            head = f"{self.optimizer}: could not run your implementation: {self.failure}"
+        elif self.convention is not None:
+            head = (f"{self.optimizer}: your implementation follows the {self.convention!r} "
+                    f"convention")
+        else:
+            e = self.explanation
+            head = (f"{self.optimizer}: your implementation follows none of the conventions"
+                    + (f" exactly: it follows the {e.convention!r} convention's equations "
+                       f"written as variant {e.variant}" if e is not None and e.kind == "variant"
+                       else "")
+                    + f"; closest is {self.closest!r}, off by "
+                      f"{_fmt_err(self.errors[self.closest])} bounds")
+        lines = [head, f"  worst normalised error per convention over {self.cases} "
+                       f"discriminating case(s): {errs} (<= 1 matches)"]
+        if self.allow_wider:
+            lines.append(_wider_line(self.wider, self.dtype))
+        if self.pytorch not in (None, "pytorch") and self.pytorch in self.matches:
+            lines.append(f"  PyTorch's {self.optimizer} is the same update as the "
+                         f"{self.pytorch!r} convention")
+        if self.convention and "pytorch" in self.matches and self.pytorch == "pytorch":
+            lines.append(f"  this is PyTorch's {self.optimizer} (torch.optim)")
+        for a, b in self.indistinguishable:
+            lines.append(f"  {a!r} and {b!r} give the same results under these hyperparameters "
+                         "(no case could tell them apart)")
+        if self.explanation is not None:
+            lines.append(f"  explanation ({self.explanation.kind}): {self.explanation.text}")
+        if self.convention is None and self.worst:
+            w = self.worst
+            lines.append(f"  against {self.closest!r}: step {w['step']}, element {w['element']}:"
+                         f" expected {w['expected']!r}, got {w['got']!r}; hyperparameters "
+                         f"{_fmt(w['hyperparameters'])}")
+        lines.append(_provenance(self.seed, self.versions))
+        return "\n".join(lines)
+
+    def __str__(self):
+        return self.summary
+
+    def to_dict(self):
+        """The report as JSON-ready data (``summary`` included; infinities as strings)."""
+        return {"optimizer": self.optimizer, "dtype": self.dtype, "matches": self.matches,
+                "convention": self.convention,
+                "errors": {k: finite(v) for k, v in self.errors.items()},
+                "cases": self.cases, "closest": self.closest, "pytorch": self.pytorch,
+                "indistinguishable": [list(p) for p in self.indistinguishable],
+                "failure": self.failure, "worst": self.worst, "seed": self.seed,
+                "versions": dict(self.versions), "allow_wider": self.allow_wider,
+                "wider": self.wider,
+                "explanation": None if self.explanation is None else self.explanation.to_dict(),
+                "summary": self.summary}
+
+
+def _fmt_err(e):
+    return f"{e:.3g}" if math.isfinite(e) else str(e)
