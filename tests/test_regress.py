@@ -242,3 +242,15 @@ def test_a_scope_without_conventions_covers_mxnet_and_guide(copy):
         del doc["scope"]["conventions"]
     _edit(copy, old_scope)
     assert regress.compare(copy, progress=False).ok
+
+
+def test_docs_entry_count_is_the_record_matrix():
+    """docs/regression-testing.md's example counts what a default record on the CPU records
+    (it read 140 after the kernels gained the "pytorch" convention's 32 entries)."""
+    import re
+    from pathlib import Path
+    from toolkit.tools.regress.recording import entry_matrix, select_dtypes, select_optimizers
+    text = (Path(__file__).resolve().parents[1] / "docs" / "regression-testing.md").read_text()
+    n = len(entry_matrix(select_optimizers(None), ["cpu"], select_dtypes(None)))
+    counts = {int(c) for c in re.findall(r"(\d+) entries", text.split("## Commands")[0])}
+    assert counts == {n}
