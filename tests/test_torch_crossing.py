@@ -181,3 +181,21 @@ def test_tables_name_torch_facts():
         _train(a, opt, 1)
         assert key in opt.state[a.weight], (torch_name, key)
     assert meaning.equal(False, False) and not meaning.equal(0, False)
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_torch_sgd_checkpoint_continues_exactly_under_pytorch(nesterov):
+    """torch's SGD keeps no step: its checkpoint's momentum buffer was taken with count 0, so
+    the next step rebuilt the buffer from the gradient (0.15 apart after three steps)."""
+    a = _model()
+    theirs = torch.optim.SGD(a.parameters(), lr=0.1, momentum=0.9, nesterov=nesterov)
+    _train(a, theirs, 3)
+    b = _model()
+    b.load_state_dict(a.state_dict())
+    mine = (tt.NAG if nesterov else tt.SGD)(b.parameters(), lr=0.1, momentum=0.9,
+                                             convention="pytorch")
+    mine.load_state_dict(_saved(theirs.state_dict()))
+    _train(a, theirs, 3)
+    _train(b, mine, 3)
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(p, q)

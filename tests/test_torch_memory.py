@@ -282,3 +282,95 @@ def test_a_written_step_sets_the_count():
                                              r"not a count"):
             opt.step()
     assert torch.equal(p.detach(), before)
+
+
+@pytest.mark.parametrize("how", ["insert", "replace", "reorder"])
+def test_counts_follow_their_parameter(how):
+    """A parameter inserted, replaced or moved in param_groups took over the count of the
+    position it landed on (counts are MXNet's, by index): a new one now starts at 1 and the
+    others keep theirs, as torch.optim's per-parameter steps do."""
+    torch.manual_seed(0)
+    w, v = torch.nn.Parameter(torch.randn(3)), torch.nn.Parameter(torch.randn(3))
+    opt = toolkit.torch.Adam([w, v], lr=0.1)
+    for _ in range(5):
+        w.grad, v.grad = torch.ones(3), torch.ones(3)
+        opt.step()
+    params = opt.param_groups[0]["params"]
+    d = torch.nn.Parameter(torch.randn(3))
+    if how == "insert":
+        params.insert(0, d)
+        want = {0: 1, 1: 6, 2: 6}
+    elif how == "replace":
+        params[0] = d
+        want = {0: 1, 1: 6}
+    else:
+        params.reverse()
+        want = {0: 6, 1: 6}
+    for p in params:
+        p.grad = torch.ones(3)
+    opt.step()
+    steps = {k: int(e["step"]) for k, e in opt.state_dict()["state"].items()}
+    assert {k: steps[k] for k in want} == want
+
+
+@pytest.mark.parametrize("how", ["reset", "del"])
+def test_a_reset_shows_in_state_dict_before_the_next_step(how):
+    """Resetting the state, then state_dict() before a step, reported the old count (and a
+    load of it brought the count back with fresh moments)."""
+    w = torch.nn.Parameter(torch.ones(3))
+    opt = toolkit.torch.Adam([w], lr=0.1)
+    for _ in range(5):
+        w.grad = torch.ones(3)
+        opt.step()
+    if how == "reset":
+        opt.state = defaultdict(dict)
+    else:
+        del opt.state[w]
+    assert opt.state_dict()["state"] == {}
+    opt.load_state_dict(opt.state_dict())
+    opt.step()
+    assert int(opt.state_dict()["state"][0]["step"]) == 1
+
+
+def test_the_documented_remedy_works_with_a_float32_master():
+    """model.half() after float32 steps with multi_precision: the step refuses, and its remedy,
+    load_state_dict(state_dict()), failed for want of a 'weight32' master copy; the master is
+    now made from the weight (and dropped going back to float32)."""
+    torch.manual_seed(0)
+    m = torch.nn.Linear(4, 2)
+    opt = toolkit.torch.Adam(m.parameters(), lr=0.01, multi_precision=True)
+    m(torch.randn(8, 4)).sum().backward()
+    opt.step()
+    m.half()
+    opt.zero_grad()
+    m(torch.randn(8, 4).half()).sum().backward()
+    with pytest.raises(TypeError, match="load_state_dict"):
+        opt.step()
+    opt.load_state_dict(opt.state_dict())
+    opt.step()
+    assert opt.state[m.weight]["weight32"].dtype == torch.float32
+    m.float()
+    opt.load_state_dict(opt.state_dict())
+    opt.zero_grad()
+    m(torch.randn(8, 4)).sum().backward()
+    opt.step()
+    assert "weight32" not in opt.state[m.weight]
+
+
+def test_torch_positional_hyperparameters():
+    p = [torch.nn.Parameter(torch.zeros(2))]
+    assert toolkit.torch.SGD(p, 0.1, 0.9).param_groups[0]["momentum"] == 0.9
+    assert toolkit.torch.Adam(p, 1e-3, (0.8, 0.99)).param_groups[0]["betas"] == (0.8, 0.99)
+    with pytest.raises(TypeError, match="takes params and lr as positional arguments"):
+        toolkit.torch.LAMB(p, 0.1, 0.9)
+    with pytest.raises(TypeError, match="multiple values for argument 'momentum'"):
+        toolkit.torch.SGD(p, 0.1, 0.9, momentum=0.5)
+
+
+def test_adamw_under_pytorch_defaults_to_torchs_decay():
+    g = toolkit.torch.AdamW([torch.nn.Parameter(torch.zeros(2))],
+                            convention="pytorch").param_groups[0]
+    assert g["weight_decay"] == 0.01 and g["wd"] == 0.01
+    g = toolkit.torch.AdamW([torch.nn.Parameter(torch.zeros(2))], convention="pytorch",
+                            wd=0.0).param_groups[0]
+    assert g["weight_decay"] == 0.0

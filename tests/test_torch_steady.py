@@ -128,11 +128,13 @@ def test_an_assignment_to_p_data_takes_the_general_path(steady_steps):
 def test_a_parameter_replaced_in_the_group_takes_the_general_path(steady_steps):
     rng, params, opt, ref, ws, states = _established()
     del steady_steps[:]
-    # a new parameter (no state) in place of parameter 2: the general path makes its state;
-    # its count is its index's, as MXNet counts
+    # a new parameter (no state) in place of parameter 2: the general path makes its state,
+    # and its count starts afresh with it (it took index 2's count before, fresh moments with
+    # another parameter's bias correction; toolkit.torch's counts follow their parameter)
     params[2] = opt.param_groups[0]["params"][2] = torch.nn.Parameter(torch.zeros(ws[2].shape))
     ws[2] = np.zeros(ws[2].shape, ws[2].dtype)
     states[2] = ref.create_state_multi_precision(2, ws[2])
+    ref.restore_counts({i: t for i, t in ref.update_counts.items() if i != 2}, ref.num_update)
     for p in params:
         p.grad = torch.ones_like(p)
     opt.step()

@@ -220,6 +220,12 @@ def unpack(opt, sd):
             toolkit_state, named = opt._new_state(index, p, inner)
         except (TypeError, ValueError) as e:
             _fail(f"parameter {k}: {e}")
+        # a float32 master copy follows the parameter's dtype now (after model.half() with
+        # multi_precision, or back to float32): made from the weight, or dropped
+        if "weight32" in named and "weight32" not in arrays:
+            arrays["weight32"] = p.detach().float()
+        elif "weight32" in arrays and "weight32" not in named:
+            del arrays["weight32"]
         if set(arrays) != set(named):
             _fail(f"parameter {k}'s state holds {sorted(arrays)}; with these options "
                   f"{klass.__name__} keeps {sorted(named)} for it")

@@ -182,6 +182,11 @@ def from_torch(opt, sd):
                 host[gi]["data"][host_key] = float(value)
             else:
                 out[key] = value
+        if "step" not in out and any(isinstance(v, torch.Tensor) for v in out.values()):
+            # torch's SGD keeps no step: a state that exists has stepped at least once (its
+            # momentum buffer is not made afresh from the next gradient)
+            out["step"] = 1
+            steps.append(1)
         state[k] = out
     meta = {"format": 1, "optimizer": spec_of(klass).name,
             "num_update": max([opt.toolkit_optimizers[0].begin_num_update, *steps]), "host": host, "lr_scheduler": None}

@@ -221,7 +221,19 @@ def settle(klass, group, changed, sources, *, where, scheduled=False):
                         raise ValueError(f"{key}={group[key]!r} needs {flag}=True (without it "
                                          f"{klass.__name__} keeps no {key} buffer)")
                     write(key, default if default is not None else 0)
+                elif rule.torch_default and key not in sources and key not in changed and \
+                        set(rule.names) & changed:
+                    sources[key] = "mxnet"  # MXNet's spelling given: no torch default later
+                    write(key, rule.from_mxnet(group))
+                elif rule.torch_default and key not in sources and key not in changed:
+                    # made without either spelling: torch's default (AdamW's 0.01)
+                    sources[key] = "torch"
+                    write(key, default)
+                    for name, value in rule.to_mxnet(key, default).items():
+                        write(name, value)
                 elif key in changed and key in group:
+                    if rule.torch_default:
+                        sources[key] = "torch"
                     new = rule.to_mxnet(key, group[key])
                     for name, value in new.items():
                         if name in changed and not _same_value(group.get(name), value):

@@ -32,12 +32,14 @@ from ..optimizers import aliases
 from ..optimizers.registry import spec_of
 
 __all__ = ["Same", "Converted", "OffOnly", "Moot", "RULES", "SHARED", "rules", "table",
-           "equal", "torch_defaults"]
+           "equal", "torch_defaults", "positional"]
 
 
 class Same(NamedTuple):
-    """The MXNet hyperparameters ``names`` (two for ``betas``)."""
+    """The MXNet hyperparameters ``names`` (two for ``betas``); ``torch_default``: a group
+    given neither spelling takes torch's default, not MXNet's (AdamW's weight_decay=0.01)."""
     names: tuple
+    torch_default: bool = False
 
     def to_mxnet(self, key, value):
         if len(self.names) == 1:
@@ -151,7 +153,7 @@ RULES = {  # checked against the registry by tests/test_torch_keywords.py::test_
     ("Adam", "amsgrad"): {"*": OffOnly(False, "MXNet 1.9.1 has no AMSGrad")},
     ("Adam", "decoupled_weight_decay"): {"*": OffOnly(False, "decoupled decay is "
                                                              "toolkit.torch.AdamW")},
-    ("AdamW", "weight_decay"): {"pytorch": Same(("wd",)), "*": Converted(
+    ("AdamW", "weight_decay"): {"pytorch": Same(("wd",), torch_default=True), "*": Converted(
         "wd", _adamw_wd, _adamw_weight_decay, "`wd = lr*weight_decay/eta` (torch decays by "
         "lr*weight_decay per step; MXNet's AdamW by eta*wd)")},
     ("AdamW", "eps"): {"mxnet": OffOnly(None, "MXNet's AdamW (contrib adamw_update) has no "
@@ -248,6 +250,19 @@ def rules(klass, convention):
             out[key] = (OffOnly(default, aliases.hint(klass, key, True) or
                                 f"{klass.__name__} has no {key}"), default)
     return out
+
+
+def positional(torch_name):
+    """The names of ``torch.optim.<torch_name>``'s positional hyperparameters after ``lr``
+    (SGD's ``momentum, dampening, weight_decay, nesterov``), or ``()``."""
+    if torch_name is None:
+        return ()
+    import torch
+    klass = getattr(torch.optim, torch_name, None)
+    if klass is None:
+        return ()
+    params = list(inspect.signature(klass.__init__).parameters.values())[3:]
+    return tuple(p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD)
 
 
 def torch_defaults(torch_name):

@@ -25,7 +25,7 @@ from ..optimizers import aliases
 from ..optimizers.bookkeeping import StepScalars
 from ..optimizers.registry import spec_of
 from ..trainer.buffers import Recorder, planned_rows
-from . import crossing, keywords
+from . import crossing, keywords, meaning
 from .binding import FRESH, REBIND, Binding, TrackedState, check_entry
 from .launch import run_rule_table
 from .steady import SteadyGroup, SteadyStep
@@ -171,12 +171,25 @@ class TorchOptimizer(torch.optim.Optimizer):
     #: keywords a class takes when not given (torch's defaults of a torch-spelled class)
     torch_defaults = {}
 
-    def __init__(self, params, lr=_UNSET, **kwargs):
+    def __init__(self, params, lr=_UNSET, *args, **kwargs):
         klass = type(self).toolkit_class
         if klass is None:
             raise TypeError("TorchOptimizer is a base class: use toolkit.torch.<Name> or "
                             "toolkit.torch.create(name, params, ...)")
         name = f"toolkit.torch.{klass.__name__}()"
+        if args:  # torch's positional hyperparameters after lr, in torch's order
+            names = meaning.positional(spec_of(klass).torch)
+            if len(args) > len(names):
+                raise TypeError(f"{name} takes at most {2 + len(names)} positional arguments "
+                                f"(params, lr{''.join(', ' + n for n in names)}: those of "
+                                f"torch.optim.{spec_of(klass).torch}), got {2 + len(args)}"
+                                if names else
+                                f"{name} takes params and lr as positional arguments (it has "
+                                "no torch.optim namesake to follow); give the others by name")
+            for n, v in zip(names, args):
+                if n in kwargs:
+                    raise TypeError(f"{name} got multiple values for argument {n!r}")
+                kwargs[n] = v
         if lr is not _UNSET:  # torch's second positional argument
             kwargs = {"lr": _scalar(lr, "lr", name), **kwargs}
         if self.torch_defaults:  # a torch-spelled class: torch's defaults where not given
@@ -226,6 +239,9 @@ class TorchOptimizer(torch.optim.Optimizer):
         #: ``self.state``'s generation when the steady groups were made, and when this
         #: optimizer last took the changes made to it (``_take_state_changes``)
         self._steady_generation = self._seen_generation = self._tracked.generation
+        #: the parameters' ids in index order when the counts were last keyed
+        #: (``_follow_positions``)
+        self._order, self._ids = self._param_order()
 
     # --- construction ----------------------------------------------------------------------
     @staticmethod
@@ -323,6 +339,7 @@ class TorchOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self._follow_positions()
         self._take_state_changes()
         undo = self._sync_options()
         try:
@@ -335,6 +352,39 @@ class TorchOptimizer(torch.optim.Optimizer):
         with torch_threads():
             self._run(plans)
         return loss
+
+    def _param_order(self):
+        """The parameters in index order, and their ids (the list keeps them alive, so that no
+        id is reused while it is compared)."""
+        order = [p for group in self.param_groups for p in group["params"]]
+        return order, list(map(id, order))
+
+    def _follow_positions(self):
+        """Keep each parameter's count with the parameter: an MXNet count is keyed by the
+        index (the position across the groups), so where parameters were inserted, removed,
+        reordered or replaced in ``param_groups`` since the counts were keyed, each count moves
+        to its parameter's new index, and a new parameter has none (it starts at 1, as
+        torch.optim starts a parameter it has no state for)."""
+        order = [p for group in self.param_groups for p in group["params"]]
+        ids = list(map(id, order))
+        if ids == self._ids:
+            return
+        old_index = {i: k for k, i in enumerate(self._ids)}
+        counts = {}
+        for inner in self._inners:
+            counts.update(inner.update_counts)
+        index = 0
+        for group, inner in zip(self.param_groups, self._inners):
+            moved = {}
+            for p in group["params"]:
+                k = old_index.get(id(p))
+                if k is not None and k in counts and (p in self._bindings or
+                                                      self.state.get(p)):
+                    moved[index] = counts[k]
+                index += 1
+            inner.restore_counts(moved, inner.num_update)
+        self._order, self._ids = order, ids
+        self._steady.clear()
 
     def _take_state_changes(self):
         """Take what was done to ``self.state`` since the last step: a mapping assigned to
@@ -822,6 +872,8 @@ class TorchOptimizer(torch.optim.Optimizer):
         momentum schedule...). Tensors and plain Python values only:
         ``torch.load(..., weights_only=True)`` reads it."""
         from .checkpoint import pack
+        self._follow_positions()  # what was done since the last step, as the next step takes it
+        self._take_state_changes()
         for hook in self._optimizer_state_dict_pre_hooks.values():  # torch's hooks
             hook(self)
         out = pack(self)
@@ -841,6 +893,7 @@ class TorchOptimizer(torch.optim.Optimizer):
                 state_dict = result
         unpack(self, state_dict)
         self._steady.clear()  # the state tensors may be new ones
+        self._order, self._ids = self._param_order()  # the counts are keyed as loaded
         for hook in self._optimizer_load_state_dict_post_hooks.values():
             hook(self)
 
@@ -878,6 +931,7 @@ class TorchOptimizer(torch.optim.Optimizer):
                     self._install(p, toolkit_state, fresh, named)
                 index += 1
         self._steady_generation = self._seen_generation = self._tracked.generation
+        self._order, self._ids = self._param_order()  # the copies' ids
 
     def __repr__(self):
         klass = type(self).toolkit_class
