@@ -284,3 +284,72 @@ def test_command_line_usage_errors(tmp_path, args, message):
     assert r.returncode == 2, r.stdout + r.stderr
     assert message in r.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# the pytest fixture
+# ----------------------------------------------------------------------------------------------
+def _pytest(project, *args):
+    # the plugin by name, not through the installed entry points (an install that predates
+    # the fixture has none; one that has it would register it twice)
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-p", "toolkit.tools.regress.pytest_plugin", "--rootdir",
+                           str(project), *args, str(project / "test_my_adam.py")],
+                          cwd=project, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_the_fixture_records_then_compares_and_names_what_moved(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "my_adam.py").write_text(ADAM)
+    (project / "test_my_adam.py").write_text(textwrap.dedent(f'''\
+        from my_adam import make_step
+
+        def test_adam_has_not_moved(mxopt_regress):
+            rep = mxopt_regress(make_step, "adam", "golden/my_adam.json", convention="guide",
+                                cases={CASES})
+            assert rep.counts()["same"] == {CASES}
+        '''))
+    golden = project / "golden" / "my_adam.json"
+    p = _pytest(project)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert f"recorded {CASES} entries of a user's adam into {golden}" in p.stdout
+    assert "commit it; the next run compares" in p.stdout
+    assert golden.exists()
+    p = _pytest(project)
+    assert p.returncode == 0 and "1 passed" in p.stdout, p.stdout + p.stderr
+    # one ulp moved at one place: the test fails and says where, by how much, which way
+    e, k, i, stored, ref = _place(str(golden))
+    (project / "my_adam.py").write_text(ADAM + textwrap.dedent(f'''
+        _inner = make_step
+
+        def make_step(w, **hyper):
+            step = _inner(w, **hyper)
+            t = [0]
+            mine = w.view(np.uint32).tolist() == {[int(h, 16) for h in e["w0"]]}
+
+            def nudged(g):
+                t[0] += 1
+                out = step(g).copy()
+                if mine and t[0] == {k}:
+                    x = out.reshape(-1)[{i}]
+                    way = np.inf if float(x) >= {float(ref)!r} else -np.inf
+                    out.reshape(-1)[{i}] = np.nextafter(x, np.float32(way))
+                return out
+            return nudged
+        '''))
+    p = _pytest(project)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert f"{CASES} entries: {CASES - 1} same, 1 changed; bound 0 ulps" in p.stdout
+    assert f"{e['id']}: changed: 1 ulp at step {k} weight[{i}]" in p.stdout
+    assert "away from the reference" in p.stdout
+    # recorded again on purpose: the moved numbers are the golden ones now
+    p = _pytest(project, "--mxopt-record")
+    assert p.returncode == 0 and "1 passed" in p.stdout, p.stdout + p.stderr
+    (doc,) = regress.load(str(golden))
+    (again,) = [x for x in doc["entries"] if x["id"] == e["id"]]
+    assert again["steps"] != e["steps"]
+    p = _pytest(project)
+    assert p.returncode == 0 and "1 passed" in p.stdout, p.stdout + p.stderr
