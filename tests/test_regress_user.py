@@ -5,6 +5,8 @@ reference; the reverse, toward it), through the Python API and the command line.
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import os
 import subprocess
 import sys
@@ -132,6 +134,7 @@ def test_one_ulp_away_from_the_reference_is_named(recorded):
     assert (r.worst.step, r.worst.array, r.worst.index, r.worst.elements) == (k, "weight", i, 1)
     d = r.reference
     assert (d.direction, d.step, d.index, d.toward, d.away) == ("away", k, i, 0, 1)
+    assert d.now_error_ulps > d.stored_error_ulps > 0
     assert "away from the reference" in r.reason
     assert rep.to_dict()["entries"][rep.entries.index(r)]["reference"]["direction"] == "away"
     # within a bound of 1 ulp it passes, and still says which way it went
@@ -151,7 +154,7 @@ def test_moving_back_is_toward_the_reference(recorded, tmp_path):
     assert r.id == e["id"] and r.max_ulps == 1
     assert (r.reference.direction, r.reference.toward, r.reference.away) == ("toward", 1, 0)
     # the nudged file was one ulp further off than the original: now its error again
-    assert r.reference.stored_error_ulps >= r.reference.now_error_ulps
+    assert r.reference.stored_error_ulps > r.reference.now_error_ulps
 
 
 def test_a_kernel_file_is_still_version_1_and_a_user_entry_needs_version_2(recorded, tmp_path):
@@ -353,3 +356,56 @@ def test_the_fixture_records_then_compares_and_names_what_moved(tmp_path):
     assert again["steps"] != e["steps"]
     p = _pytest(project)
     assert p.returncode == 0 and "1 passed" in p.stdout, p.stdout + p.stderr
+
+
+# ----------------------------------------------------------------------------------------------
+# docs/regression-testing.md's worked example prints what the code prints
+# ----------------------------------------------------------------------------------------------
+DOC = os.path.join(ROOT, "docs", "regression-testing.md")
+
+
+def _example():
+    """The worked example's text: from its heading to the fixture's."""
+    with open(DOC, encoding="utf-8") as f:
+        text = f.read()
+    start = text.index("## A user's optimizer: record yours, catch its changes")
+    return text[start:text.index("### In your test suite", start)]
+
+
+def _shown(block, printed):
+    """Every line ``block`` shows (``...`` elides lines, or the rest of a line) is a line of
+    ``printed``."""
+    have = [x.rstrip() for x in printed.splitlines()]
+    for line in block:
+        if line.strip() == "...":
+            continue
+        pattern = ".*".join(re.escape(part) for part in line.rstrip().split("..."))
+        assert any(re.fullmatch(pattern, x) for x in have), (
+            f"docs/regression-testing.md shows a line the code does not print:\n{line}\n"
+            f"--- the code prints:\n{printed}")
+
+
+def test_the_docs_worked_example_prints_what_the_docs_show(tmp_path):
+    text = _example()
+    (code,) = re.findall(r"```python\n(.*?)```", text, re.S)
+    (diff,) = re.findall(r"```diff\n(.*?)```", text, re.S)
+    consoles = re.findall(r"```console\n(.*?)```", text, re.S)
+    assert code == ADAM  # the test's Adam is the docs' one
+    lines = diff.splitlines(True)
+    old = "".join(x[1:] for x in lines if x[0] in " -")
+    edit = "".join(x[1:] for x in lines if x[0] in " +")
+    assert old in code and edit != old
+    (tmp_path / "my_adam.py").write_text(code)
+    for n, console in enumerate(consoles):
+        if n == 1:  # the refactor between the two sessions
+            (tmp_path / "my_adam.py").write_text(code.replace(old, edit))
+        runs = re.split(r"^\$ ", console, flags=re.M)[1:]
+        assert runs
+        for run in runs:
+            command, *shown = run.splitlines()
+            args = shlex.split(command)
+            assert args[:2] == ["mxopt", "regress"]
+            r = _mxopt(*args[2:], cwd=tmp_path)
+            assert r.returncode == (1 if n == 1 and args[2] == "compare" else 0), \
+                r.stdout + r.stderr
+            _shown(shown, r.stdout)

@@ -117,6 +117,10 @@ class Report:
                 c["max_ulps"] = _json_ulps(c["max_ulps"])
             if e.reference is None:
                 del d["reference"]  # kernel entries: the report as before
+            else:
+                for k in ("stored_error_ulps", "now_error_ulps"):
+                    x = d["reference"][k]
+                    d["reference"][k] = "inf" if x == np.inf else x
             return d
         return {"format": f"{FORMAT}-report", "version": VERSION, "path": self.path,
                 "bound": self.bound, "ok": self.ok, "exit_code": self.exit_code,

@@ -51,6 +51,15 @@ def _error_ulps(weight, reference):
     return "inf" if worst == np.inf else int(worst)
 
 
+def _error_at(x, reference, dtype):
+    """``|x - reference|`` in ulps of ``dtype`` at the reference (a float: 0.5 is half the
+    spacing of ``dtype``'s numbers there; inf where either is not finite)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        spacing = float(np.spacing(np.abs(np.asarray(reference).astype(dtype))))
+        err = abs(float(x) - float(reference))
+    return err / spacing if np.isfinite(err) and np.isfinite(spacing) else float("inf")
+
+
 def user_entries(make_step, optimizer, *, convention="mxnet", dtype="float32", fixed=None,
                  cases=DEFAULT_CASES, seed=None, allow_wider=False) -> list:
     """The entries of ``make_step`` on the oracle's cases 0 to ``cases - 1`` (at ``seed``,
@@ -161,21 +170,22 @@ def rerun(entry, make_step, allow_wider=False) -> list:
 @dataclass
 class Direction:
     """Where a user's moved weight went: at the element that moved most (``step``, ``index``),
-    its distance from the reference (ulps of its dtype) in the file and now, and over every
-    element that moved, how many came closer to the reference and how many went further."""
+    its distance from the reference in the file and now (ulps of its dtype at the reference,
+    fractional: 0.5 is half a spacing), and over every element that moved, how many came
+    closer to the reference and how many went further."""
     direction: str         # "toward", "away" or "neither" (as far as before)
     step: int
     index: int
-    stored_error_ulps: object  # int, or "inf"
-    now_error_ulps: object
+    stored_error_ulps: float  # inf where not finite
+    now_error_ulps: float
     toward: int
     away: int
 
     def text(self):
         where = {"toward": "toward the reference", "away": "away from the reference",
                  "neither": "as far from the reference as before"}[self.direction]
-        return (f"{where} (error {self.stored_error_ulps} -> {self.now_error_ulps} ulps; "
-                f"elements moved toward it {self.toward}, away {self.away})")
+        return (f"{where} (error {self.stored_error_ulps:.3g} -> {self.now_error_ulps:.3g} "
+                f"ulps; elements moved toward it {self.toward}, away {self.away})")
 
 
 def direction(entry, outputs, worst) -> Direction:
@@ -197,6 +207,5 @@ def direction(entry, outputs, worst) -> Direction:
         if k == worst.step:
             i = worst.index
             way = "toward" if db[i] < da[i] else "away" if db[i] > da[i] else "neither"
-            found = (way, k, i, _error_ulps(a[i:i + 1].astype(sd), ref[i:i + 1]),
-                     _error_ulps(b[i:i + 1].astype(sd), ref[i:i + 1]))
+            found = (way, k, i, _error_at(a[i], ref[i], sd), _error_at(b[i], ref[i], sd))
     return Direction(*found, toward, away)
