@@ -409,3 +409,17 @@ def test_the_docs_worked_example_prints_what_the_docs_show(tmp_path):
             assert r.returncode == (1 if n == 1 and args[2] == "compare" else 0), \
                 r.stdout + r.stderr
             _shown(shown, r.stdout)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float64"])
+def test_other_dtypes_and_a_random_seed_are_recorded_and_compare_same(tmp_path, dtype):
+    path = str(tmp_path / "adam.json")
+    regress.record_user(path, _adam(), "adam", convention="guide", dtype=dtype, cases=3,
+                        seed="random")
+    (doc,) = regress.load(path)
+    seed = doc["scope"]["seed"]
+    assert isinstance(seed, int) and seed >= 0  # the fresh seed is recorded
+    drawn = regression.cases("adam", count=3, dtype=dtype, seed=seed)
+    assert [e["case"] for e in doc["entries"]] == [k for k, _ in drawn]
+    assert all(e["arrays"] == {"weight": dtype} for e in doc["entries"])
+    assert regress.compare(path, make_step=_adam(), progress=False).counts()["same"] == 3

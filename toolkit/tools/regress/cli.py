@@ -17,6 +17,7 @@ from .comparing import Report, compare, format_ulps
 from .fileformat import BACKENDS, USER, RegressFileError
 from .recording import DEFAULT_SIZE, DEFAULT_STEPS, record
 from .users import DEFAULT_CASES, USER_DTYPES, load_make_step, record_user
+from ...oracle.seeds import parse_seed
 
 __all__ = ["main"]
 
@@ -115,15 +116,18 @@ def _parser():
                    help="module:function or path/to/file.py:function, as for mxopt verify "
                         "(default: none, the toolkit's kernels are recorded)")
     u.add_argument("--optimizer", metavar="NAME",
-                   help="registry name of the optimizer it implements (with --target)")
+                   help="registry name of the optimizer it implements (with --target; "
+                        "default: none)")
     u.add_argument("--convention", default="mxnet",
                    help="the reference's convention (default: %(default)s)")
     u.add_argument("--fixed", action="append", metavar="NAME=VALUE",
                    help="pin a hyperparameter as in mxopt verify; repeatable (default: none)")
     u.add_argument("--cases", type=int, default=DEFAULT_CASES,
                    help="the oracle's cases recorded (default: %(default)s)")
-    u.add_argument("--seed", type=int, default=None,
-                   help="seed of the cases (default: the oracle's fixed default seed)")
+    u.add_argument("--seed", type=parse_seed, default=None, metavar="INT|random",
+                   help="seed of the cases: an int >= 0, or 'random' for a fresh one (the "
+                        "file records it; default: the oracle's fixed default seed, verify's "
+                        "cases)")
     u.add_argument("--allow-wider", action="store_true",
                    help="accept results of a wider dtype than --dtype (default: off)")
     c = sub.add_parser("compare", help="rerun a recording and compare")

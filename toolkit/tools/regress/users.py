@@ -127,13 +127,17 @@ def record_user(path, make_step, optimizer, *, convention="mxnet", dtype="float3
     if os.path.exists(path) and not overwrite:
         raise UsageError(f"{path} exists; refusing to overwrite recorded trajectories without "
                          "--force (a changed file means changed numerics)")
+    from ...oracle import DEFAULT_SEED, resolve_seed
+    try:
+        seed = resolve_seed(DEFAULT_SEED if seed is None else seed)  # "random": recorded
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     t0 = time.perf_counter()
     entries = user_entries(make_step, optimizer, convention=convention, dtype=dtype,
                            fixed=fixed, cases=cases, seed=seed, allow_wider=allow_wider)
-    from ...oracle import DEFAULT_SEED
     scope = {"target": target, "optimizer": optimizer.lower(), "convention": convention,
              "backends": [USER], "dtypes": [dtype], "fixed": _json_hyper(dict(fixed or {})),
-             "cases": cases, "seed": DEFAULT_SEED if seed is None else seed, "domain": "full",
+             "cases": cases, "seed": seed, "domain": "full",
              "allow_wider": allow_wider, "layout": "file"}
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     write(path, document(entries, scope=scope, command=command))
