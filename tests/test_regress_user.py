@@ -423,3 +423,27 @@ def test_other_dtypes_and_a_random_seed_are_recorded_and_compare_same(tmp_path, 
     assert [e["case"] for e in doc["entries"]] == [k for k, _ in drawn]
     assert all(e["arrays"] == {"weight": dtype} for e in doc["entries"])
     assert regress.compare(path, make_step=_adam(), progress=False).counts()["same"] == 3
+
+
+@pytest.mark.parametrize("convention", ["mxnet", "guide"])
+def test_the_stored_reference_is_verifys(convention):
+    """A make_step that returns regression.reference_weights (rounded to float32) passes
+    verify: the reference stored beside a user's steps is the one verify holds them to."""
+    from toolkit import oracle
+    from toolkit.oracle.cases import Case
+
+    def make_step(w0, **hyper):
+        grads = []
+
+        def step(g):
+            grads.append(np.asarray(g, dtype=np.float64))
+            case = Case(hyper, np.asarray(w0, dtype=np.float64), list(grads))
+            ref = regression.reference_weights("adam", case, convention=convention,
+                                               dtype="float32")[-1]
+            return ref.astype(np.float32)
+        return step
+    r = oracle.verify(make_step, "adam", convention=convention, examples=10)
+    assert r.passed, r.summary
+    # and one that is not the reference's is caught: the other convention's
+    other = "guide" if convention == "mxnet" else "mxnet"
+    assert not oracle.verify(make_step, "adam", convention=other, examples=10).passed
