@@ -447,3 +447,18 @@ def test_the_stored_reference_is_verifys(convention):
     # and one that is not the reference's is caught: the other convention's
     other = "guide" if convention == "mxnet" else "mxnet"
     assert not oracle.verify(make_step, "adam", convention=other, examples=10).passed
+
+
+def test_pytorch_convention_runs_the_equations_verify_runs(tmp_path):
+    # adam: PyTorch's update is the guide's (reference.adam.PYTORCH), as verify resolves it
+    assert regression.equations("adam", "pytorch") == "guide"
+    a, b = str(tmp_path / "pytorch.json"), str(tmp_path / "guide.json")
+    regress.record_user(a, _adam(), "adam", convention="pytorch", cases=3)
+    regress.record_user(b, _adam(), "adam", convention="guide", cases=3)
+    (da,), (db,) = regress.load(a), regress.load(b)
+    assert [e["id"] for e in da["entries"]] == [e["id"].replace("/guide/", "/pytorch/")
+                                                 for e in db["entries"]]
+    assert [e["reference"] for e in da["entries"]] == [e["reference"] for e in db["entries"]]
+    with pytest.raises(UsageError, match="not 'pytorch'"):
+        regress.record_user(str(tmp_path / "x.json"), _adam(), "ftrl", convention="pytorch",
+                            cases=1)

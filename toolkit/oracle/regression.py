@@ -20,7 +20,7 @@ from . import user as _user
 from .core import RANGES, conventions_of
 from .seeds import DEFAULT_SEED, resolve_seed
 
-__all__ = ["cases", "reference_weights", "run_user", "COMMON"]
+__all__ = ["cases", "equations", "reference_weights", "run_user", "COMMON"]
 
 #: the hyperparameters every optimizer shares, MXNet's names (the others are the reference
 #: module's ``HYPER``)
@@ -47,6 +47,20 @@ def _constructible(optimizer):
             return False
         return True
     return takes
+
+
+def equations(optimizer, convention):
+    """The convention whose equations the reference runs for ``convention``, as in
+    ``verify``: itself, or for "pytorch" the one of ours that PyTorch's update is where the
+    reference has no branch of its own; a ValueError where the optimizer has no such
+    convention."""
+    implemented, pytorch = conventions_of(optimizer)
+    if convention == "pytorch" and pytorch is not None:
+        return pytorch
+    if convention not in implemented:
+        raise ValueError(f"{optimizer} has the conventions {', '.join(implemented)}"
+                         f"{'' if pytorch is None else ' and pytorch'}, not {convention!r}")
+    return convention
 
 
 def cases(optimizer, *, count, dtype="float32", fixed=None, seed=DEFAULT_SEED, domain="full"):
@@ -76,10 +90,12 @@ def cases(optimizer, *, count, dtype="float32", fixed=None, seed=DEFAULT_SEED, d
 
 
 def reference_weights(optimizer, case, *, convention="mxnet", dtype="float32"):
-    """The reference's weight after every step of ``case`` (float64 arrays), evaluated for
-    ``dtype`` as ``verify`` evaluates it, free-running from the case's weight."""
+    """The reference's weight after every step of ``case`` (float64 arrays) under
+    ``convention`` (:func:`equations`), evaluated for ``dtype`` as ``verify`` evaluates it,
+    free-running from the case's weight."""
     from reference.error_bound import Tracked, track
     ref = _reference(optimizer)
+    convention = equations(optimizer, convention)
     dt = np.dtype(dtype)
     hyper = dict(case.hyper)
     own = {k: v for k, v in hyper.items() if k in ref.HYPER and k not in COMMON}

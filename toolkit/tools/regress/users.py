@@ -77,10 +77,10 @@ def user_entries(make_step, optimizer, *, convention="mxnet", dtype="float32", f
                              **({} if seed is None else {"seed": seed}))
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
-    implemented = _implemented(optimizer)
-    if convention not in implemented:
-        raise UsageError(f"{optimizer} has the conventions {', '.join(implemented)}, not "
-                         f"{convention!r}")
+    try:
+        oracle.equations(optimizer, convention)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(str(exc)) from None
     name = optimizer.lower()
     dt = np.dtype(dtype)
     out = []
@@ -103,14 +103,6 @@ def user_entries(make_step, optimizer, *, convention="mxnet", dtype="float32", f
             "reference": [encode(r, "float.hex") for r in refs],
             "error_ulps": [_error_ulps(w, r) for w, r in zip(weights, refs)]})
     return out
-
-
-def _implemented(optimizer):
-    from ...oracle import conventions_of
-    try:
-        return conventions_of(optimizer)[0]
-    except (ValueError, TypeError) as exc:
-        raise UsageError(str(exc)) from None
 
 
 def record_user(path, make_step, optimizer, *, convention="mxnet", dtype="float32", fixed=None,
