@@ -40,27 +40,37 @@ Exit codes of :func:`main`:
   backend that cannot run here, a file that exists (record without ``--force``), a missing,
   truncated, corrupted or foreign file, or one of a newer format version
 
-The file format (``format: "mxopt-regress"``, ``version: 1``) is described in
-``docs/regression-testing.md``.
+A user's optimizer: ``record --target module:function --optimizer NAME`` (or
+:func:`record_user`) records a ``make_step`` on the oracle's cases with the reference's weight
+beside each step; ``compare`` reruns it (the target the file names, ``--target``, or
+``compare(..., make_step=f)``) and says of each entry that moved by how many ulps, and whether
+toward or away from the reference (:mod:`~toolkit.tools.regress.users`).
+
+The file format (``format: "mxopt-regress"``, ``version: 1``; version 2 adds a user's entries)
+is described in ``docs/regression-testing.md``.
 
 The package by parts: the file format, the encoding of arrays and the distance in ulps
 (:mod:`~toolkit.tools.regress.fileformat`), the entries and ``record``
 (:mod:`~toolkit.tools.regress.recording`), ``compare`` and its report
-(:mod:`~toolkit.tools.regress.comparing`), the command line (:mod:`~toolkit.tools.regress.cli`).
+(:mod:`~toolkit.tools.regress.comparing`), a user's optimizer
+(:mod:`~toolkit.tools.regress.users`), the command line (:mod:`~toolkit.tools.regress.cli`).
 Every public name is importable from here (``toolkit.tools.regress.compare``, ...).
 """
 from __future__ import annotations
 
-from . import cli, comparing, fileformat, recording  # noqa: F401
+from . import cli, comparing, fileformat, recording, users  # noqa: F401
 from .cli import main
 from .comparing import FAILING, STATUSES, ArrayChange, EntryResult, Report, compare
-from .fileformat import (BACKENDS, ENCODINGS, FORMAT, VERSION, RegressFileError, decode,
-                         document, encode, entry_id, load, ulp_distance, write)
+from .fileformat import (BACKENDS, ENCODINGS, FORMAT, USER, USER_VERSION, VERSION,
+                         RegressFileError, decode, document, encode, entry_id, load,
+                         ulp_distance, write)
 from .recording import (COMMON, DEFAULT_SIZE, DEFAULT_STEPS, SEED, RecordResult, common_for,
                         fill_entry, hyper_for, new_entry, record, recorded_inputs,
                         reference_hyper, run_entry)
+from .users import DEFAULT_CASES, Direction, record_user, user_entries
 
 __all__ = ["FORMAT", "VERSION", "RegressFileError", "Report", "EntryResult", "ArrayChange",
            "record", "compare", "load", "write", "new_entry", "hyper_for", "common_for",
            "reference_hyper", "run_entry", "fill_entry",
-           "document", "encode", "decode", "ulp_distance", "main"]
+           "document", "encode", "decode", "ulp_distance", "main", "record_user",
+           "user_entries", "Direction", "USER", "USER_VERSION"]

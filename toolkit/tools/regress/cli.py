@@ -1,7 +1,9 @@
 """``python -m toolkit regress``: golden trajectories, recorded once and compared bit for bit.
 
 The command line of :mod:`toolkit.tools.regress` (``record`` and ``compare``, their options, the
-exit codes of :func:`main`, the report printed).
+exit codes of :func:`main`, the report printed). ``record --target module:function --optimizer
+NAME`` records a user's ``make_step`` on the oracle's cases instead of the toolkit's kernels
+(:mod:`~toolkit.tools.regress.users`); ``compare`` loads that target again (or ``--target``).
 """
 from __future__ import annotations
 
@@ -12,8 +14,10 @@ import sys
 
 from .._support import DTYPES, UsageError, split_names
 from .comparing import Report, compare, format_ulps
-from .fileformat import BACKENDS, RegressFileError
+from .fileformat import BACKENDS, USER, RegressFileError
 from .recording import DEFAULT_SIZE, DEFAULT_STEPS, record
+from .users import DEFAULT_CASES, USER_DTYPES, load_make_step, record_user
+from ...oracle.seeds import parse_seed
 
 __all__ = ["main"]
 
@@ -64,6 +68,8 @@ def _print_report(rep: Report):
             note = f"the sign of a zero: stored {w.stored}, now {w.now}"
         else:
             note = f"[{w.index}] stored {w.stored}, now {w.now}"
+        if e.reference is not None:
+            note += f"; {e.reference.text()}"
         rows.append((e.id, e.status.upper() if e.failed else e.status,
                      format_ulps(e.max_ulps) if e.status in ("within", "changed") else "",
                      e.allowed_ulps if e.status not in ("missing",) else "",
@@ -103,6 +109,27 @@ def _parser():
     r.add_argument("--force", action="store_true",
                    help="overwrite existing files (default: refuse)")
     r.add_argument("--quiet", action="store_true", help="no progress bar (default: a bar)")
+    u = r.add_argument_group(
+        "a user's optimizer", "record your make_step(weight0, **hyper) -> step(grad) on the "
+        "oracle's cases, with the reference beside each step (one .json file)")
+    u.add_argument("--target", metavar="MODULE:FUNCTION",
+                   help="module:function or path/to/file.py:function, as for mxopt verify "
+                        "(default: none, the toolkit's kernels are recorded)")
+    u.add_argument("--optimizer", metavar="NAME",
+                   help="registry name of the optimizer it implements (with --target; "
+                        "default: none)")
+    u.add_argument("--convention", default="mxnet",
+                   help="the reference's convention (default: %(default)s)")
+    u.add_argument("--fixed", action="append", metavar="NAME=VALUE",
+                   help="pin a hyperparameter as in mxopt verify; repeatable (default: none)")
+    u.add_argument("--cases", type=int, default=DEFAULT_CASES,
+                   help="the oracle's cases recorded (default: %(default)s)")
+    u.add_argument("--seed", type=parse_seed, default=None, metavar="INT|random",
+                   help="seed of the cases: an int >= 0, or 'random' for a fresh one (the "
+                        "file records it; default: the oracle's fixed default seed, verify's "
+                        "cases)")
+    u.add_argument("--allow-wider", action="store_true",
+                   help="accept results of a wider dtype than --dtype (default: off)")
     c = sub.add_parser("compare", help="rerun a recording and compare")
     c.add_argument("path", help="a .json file or a folder of them")
     c.add_argument("--bound", type=int, default=0,
@@ -112,10 +139,32 @@ def _parser():
     c.add_argument("--only", action="append", metavar="NAMES",
                    help="optimizers to compare, comma-separated or repeated (default: every "
                         "one in the file; a name with no entry there is a usage error)")
-    c.add_argument("--backend", action="append", choices=BACKENDS,
+    c.add_argument("--target", metavar="MODULE:FUNCTION",
+                   help="the make_step a user's recording reruns (default: the target the "
+                        "file names)")
+    c.add_argument("--backend", action="append", choices=BACKENDS + (USER,),
                    help="backends to compare, repeatable (default: every one in the file)")
     c.add_argument("--quiet", action="store_true", help="no progress bar (default: a bar)")
     return p
+
+
+def _record_user(args, command):
+    from ...oracle.cli import UsageError as TargetError, parse_fixed
+    if args.optimizer is None:
+        raise UsageError("--target needs --optimizer NAME: the optimizer it implements")
+    if args.only or args.backend:
+        raise UsageError("--only and --backend choose the toolkit's kernels, not a --target")
+    dtypes = args.dtype or ["float32"]
+    if len(dtypes) != 1 or dtypes[0] not in USER_DTYPES:
+        raise UsageError(f"a --target is recorded in one --dtype of {', '.join(USER_DTYPES)}")
+    try:
+        fixed = parse_fixed(args.fixed)
+    except TargetError as exc:
+        raise UsageError(str(exc)) from None
+    return record_user(args.path, load_make_step(args.target), args.optimizer,
+                       convention=args.convention, dtype=dtypes[0], fixed=fixed,
+                       cases=args.cases, seed=args.seed, target=args.target,
+                       allow_wider=args.allow_wider, overwrite=args.force, command=command)
 
 
 def main(argv=None) -> int:
@@ -127,7 +176,15 @@ def main(argv=None) -> int:
         return int(exc.code or 0)
     command = "python -m toolkit regress " + " ".join(argv)
     try:
+        if args.command == "record" and args.target is not None:
+            res = _record_user(args, command)
+            print(f"recorded {res.entries} entries ({USER}) in {res.seconds:.1f} s: "
+                  f"{res.paths[0]}")
+            return 0
         if args.command == "record":
+            if args.optimizer is not None:
+                raise UsageError("--optimizer names the optimizer a --target implements; "
+                                 "the toolkit's kernels are chosen with --only")
             res = record(args.path, optimizers=split_names(args.only), backends=args.backend,
                          dtypes=args.dtype, steps=args.steps, size=args.size,
                          progress=not args.quiet, overwrite=args.force, command=command)
@@ -141,7 +198,8 @@ def main(argv=None) -> int:
             raise UsageError("--bound must be >= 0")
         rep = compare(args.path, bound=args.bound, optimizers=split_names(args.only),
                       backends=args.backend, progress=not args.quiet and not args.json,
-                      command=command)
+                      command=command,
+                      make_step=None if args.target is None else load_make_step(args.target))
     except (UsageError, RegressFileError, OSError) as exc:
         print(f"regress: error: {exc}", file=sys.stderr)
         return 2

@@ -12,10 +12,11 @@ import numpy as np
 
 from .._support import (DTYPES, UsageError, cuda_status, optimizer_conventions, progress_bar,
                         provenance, select_optimizers)
-from .fileformat import (BACKENDS, FORMAT, UINT, VERSION, decode, encode, entry_id, load,
+from .fileformat import (BACKENDS, FORMAT, UINT, USER, VERSION, decode, encode, entry_id, load,
                          ulp_distance)
 from ...optimizers.spec import DEFAULT_CONVENTIONS
 from .recording import entry_matrix, run_entry
+from . import users
 
 __all__ = ["ArrayChange", "EntryResult", "Report", "FAILING", "STATUSES", "format_ulps",
            "compare"]
@@ -46,6 +47,8 @@ class EntryResult:
     max_ulps: float = 0.0
     changes: list = field(default_factory=list)
     reason: str = ""
+    #: a user's entry that moved: toward or away from the reference (users.Direction)
+    reference: object = None
 
     @property
     def worst(self):
@@ -112,6 +115,12 @@ class Report:
             d["first_step"] = e.first_step
             for c in d["changes"]:
                 c["max_ulps"] = _json_ulps(c["max_ulps"])
+            if e.reference is None:
+                del d["reference"]  # kernel entries: the report as before
+            else:
+                for k in ("stored_error_ulps", "now_error_ulps"):
+                    x = d["reference"][k]
+                    d["reference"][k] = "inf" if x == np.inf else x
             return d
         return {"format": f"{FORMAT}-report", "version": VERSION, "path": self.path,
                 "bound": self.bound, "ok": self.ok, "exit_code": self.exit_code,
@@ -168,7 +177,9 @@ def _compare_entry(entry, outputs, allowed):
 
 def _known_now(entry):
     """None when the toolkit (or the oracle) still has the entry's optimizer and convention,
-    else why not."""
+    else why not. A user's entry holds its reference: it needs neither."""
+    if entry["backend"] == USER:
+        return None
     convs = optimizer_conventions().get(entry["optimizer"])
     if entry["backend"] == "reference":
         if convs is None:
@@ -182,13 +193,18 @@ def _known_now(entry):
 
 
 def compare(path, *, bound=0, optimizers=None, backends=None, progress=True,
-            command=None) -> Report:
+            command=None, make_step=None) -> Report:
     """Rerun every entry of ``path`` (a file or a folder) now and compare with the stored bits.
 
     ``bound``: ulps of each array's storage dtype; an entry passes when its largest distance
     is at most ``max(bound, entry["ulps"])``. ``optimizers``/``backends`` restrict the entries
     compared. CUDA entries are skipped where CUDA cannot run, and where the file was recorded on
     a GPU and this is the simulator (or the reverse) unless ``backends`` names "cuda".
+
+    A user's entries (backend "user", :mod:`~toolkit.tools.regress.users`) rerun
+    ``make_step``, by default the target the file names (``scope["target"]``, loaded as
+    ``mxopt verify`` loads it); one that moved says whether toward or away from the reference
+    (``EntryResult.reference``).
     """
     if isinstance(bound, bool) or not isinstance(bound, (int, np.integer)) or bound < 0:
         raise UsageError(f"bound must be an integer number of ulps >= 0, got {bound!r}")
@@ -197,14 +213,16 @@ def compare(path, *, bound=0, optimizers=None, backends=None, progress=True,
     only = None if optimizers is None else {str(n).lower() for n in optimizers}
     if backends is not None:
         for b in backends:
-            if b not in BACKENDS:
-                raise UsageError(f"unknown backend {b!r}; expected one of {', '.join(BACKENDS)}")
+            if b not in BACKENDS + (USER,):
+                raise UsageError(f"unknown backend {b!r}; expected one of "
+                                 f"{', '.join(BACKENDS + (USER,))}")
     work = [(d, e) for d in docs for e in d["entries"]
             if (only is None or e["optimizer"] in only)
             and (backends is None or e["backend"] in backends)]
     missing = _missing(docs, only, backends, folder=os.path.isdir(path))
     _check_selection(path, docs, only, backends, work, missing)
     cuda_ok, cuda_kind, cuda_why = cuda_status()
+    steppers = {}  # a user's make_step per document
     results = []
     with progress_bar(progress, len(work), "compare") as bar:
         for d, e in work:
@@ -222,6 +240,11 @@ def compare(path, *, bound=0, optimizers=None, backends=None, progress=True,
                     e["id"], "skipped", allowed,
                     reason=f"recorded on the CUDA {rec}, this is the {cuda_kind} "
                            "(--backend cuda compares anyway)"))
+            elif e["backend"] == USER:
+                if id(d) not in steppers:
+                    steppers[id(d)] = make_step or _make_step_of(d)
+                results.append(_compare_user(e, steppers[id(d)], allowed,
+                                             d["scope"].get("allow_wider", False)))
             else:
                 try:
                     outputs = run_entry(e)
@@ -235,6 +258,28 @@ def compare(path, *, bound=0, optimizers=None, backends=None, progress=True,
     sources = [{"path": d["path"], "provenance": d["provenance"], "scope": d["scope"]}
                for d in docs]
     return Report(os.fspath(path), bound, results, sources, provenance(command))
+
+
+def _make_step_of(doc):
+    target = doc["scope"].get("target")
+    if not target:
+        raise UsageError(f"{doc['path']} names no target: give the make_step to compare "
+                         "(compare(..., make_step=f), mxopt regress compare --target "
+                         "module:function)")
+    return users.load_make_step(target)
+
+
+def _compare_user(entry, make_step, allowed, allow_wider):
+    """A user's entry rerun with ``make_step`` and compared; a moved one says which way."""
+    try:
+        outputs = users.rerun(entry, make_step, allow_wider)
+    except RuntimeError as exc:  # the user's code failing now is a finding, not a crash
+        return EntryResult(entry["id"], "error", allowed, np.inf, reason=str(exc))
+    res = _compare_entry(entry, outputs, allowed)
+    if res.changes and res.worst.max_ulps > 0 and res.worst.array == "weight":
+        res.reference = users.direction(entry, outputs, res.worst)
+        res.reason += f"; {res.reference.text()}"
+    return res
 
 
 def _check_selection(path, docs, only, backends, work, missing):

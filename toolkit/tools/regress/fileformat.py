@@ -3,6 +3,11 @@ docs/regression-testing.md): the exact text of arrays (:func:`encode`, :func:`de
 distance in ulps (:func:`ulp_distance`), and documents written atomically and read back with
 every field checked (:func:`document`, :func:`write`, :func:`load`,
 :class:`RegressFileError`).
+
+Version 2 adds entries of backend ``"user"`` (a user's ``make_step`` on the oracle's cases,
+:mod:`~toolkit.tools.regress.users`) and nothing else: a file of the toolkit's kernels is
+written as version 1, byte for byte as before; a file of a user's entries is version 2, which
+a toolkit that predates them refuses as newer than it reads.
 """
 from __future__ import annotations
 
@@ -13,13 +18,20 @@ import numpy as np
 
 from .._support import DTYPES, provenance, storage_dtype
 
-__all__ = ["FORMAT", "VERSION", "ENCODINGS", "BACKENDS", "UINT", "RegressFileError", "encode",
+__all__ = ["FORMAT", "VERSION", "USER_VERSION", "USER", "ENCODINGS", "BACKENDS", "UINT", "RegressFileError", "encode",
            "decode", "ulp_distance", "entry_id", "document", "write", "load"]
 
 FORMAT = "mxopt-regress"
 VERSION = 1
 ENCODINGS = ("bits", "float.hex")
 BACKENDS = ("cpu", "cuda", "reference")
+#: the backend of a user's entries, and the format version that added them (the newest read)
+USER = "user"
+USER_VERSION = 2
+#: the fields a user's entry has beyond a kernel entry's: the index of the oracle's case,
+#: the pinned hyperparameters, the reference's weight after each step (float.hex of float64)
+#: and the distance of the recorded weight from it (ulps of the weight's dtype)
+_USER_KEYS = {"case": int, "fixed": list, "reference": list, "error_ulps": list}
 
 #: the unsigned integer type of each float width in bytes (the bits of a float of that width)
 UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -103,19 +115,23 @@ def ulp_distance(a, b):
     return d
 
 
-def entry_id(optimizer, convention, backend, dtype):
-    return f"{optimizer}/{convention}/{backend}/{dtype}"
+def entry_id(optimizer, convention, backend, dtype, case=None):
+    """``optimizer/convention/backend/dtype``, and ``/case`` for a user's entry."""
+    eid = f"{optimizer}/{convention}/{backend}/{dtype}"
+    return eid if case is None else f"{eid}/{case}"
 
 
 # ----------------------------------------------------------------------------------------------
 # documents
 # ----------------------------------------------------------------------------------------------
 def document(entries, *, scope, command=None, generator=None) -> dict:
-    """A complete file: format, version, provenance, scope and entries."""
+    """A complete file: format, version, provenance, scope and entries (version
+    :data:`USER_VERSION` where some entry is a user's, else :data:`VERSION`)."""
     prov = provenance(command, cuda=any(e["backend"] == "cuda" for e in entries))
     if generator:
         prov["generator"] = generator
-    return {"format": FORMAT, "version": VERSION, "provenance": prov, "scope": scope,
+    version = USER_VERSION if any(e["backend"] == USER for e in entries) else VERSION
+    return {"format": FORMAT, "version": version, "provenance": prov, "scope": scope,
             "entries": entries}
 
 
@@ -152,18 +168,31 @@ _ENTRY_KEYS = {"id": str, "optimizer": str, "convention": str, "backend": str, "
                "arrays": dict, "w0": list, "grads": list, "steps": list}
 
 
-def _check_entry(e, where):
-    if not isinstance(e, dict):
-        raise RegressFileError(f"{where}: an entry must be an object")
-    for k, t in _ENTRY_KEYS.items():
+def _check_fields(e, keys, where):
+    for k, t in keys.items():
         if k not in e:
             raise RegressFileError(f"{where}: missing field {k!r}")
         if not isinstance(e[k], t) or (t is int and isinstance(e[k], bool)):
             raise RegressFileError(f"{where}: field {k!r} must be a {t.__name__}")
+
+
+def _check_entry(e, where, version=VERSION):
+    if not isinstance(e, dict):
+        raise RegressFileError(f"{where}: an entry must be an object")
+    _check_fields(e, _ENTRY_KEYS, where)
+    user = e["backend"] == USER
+    if user and version < USER_VERSION:
+        raise RegressFileError(f"{where}: unknown backend {USER!r} in a version {version} file "
+                               f"(a user's entries are version {USER_VERSION})")
+    if user:
+        _check_fields(e, _USER_KEYS, where)
     where = f"{where} ({e['id']})"
-    if e["id"] != entry_id(e["optimizer"], e["convention"], e["backend"], e["dtype"]):
-        raise RegressFileError(f"{where}: id does not match optimizer/convention/backend/dtype")
-    if e["backend"] not in BACKENDS or e["dtype"] not in DTYPES or e["encoding"] not in ENCODINGS:
+    if e["id"] != entry_id(e["optimizer"], e["convention"], e["backend"], e["dtype"],
+                           e["case"] if user else None):
+        raise RegressFileError(f"{where}: id does not match optimizer/convention/backend/dtype"
+                               f"{'/case' if user else ''}")
+    if ((e["backend"] not in BACKENDS and not user) or e["dtype"] not in DTYPES
+            or e["encoding"] not in ENCODINGS):
         raise RegressFileError(f"{where}: unknown backend, dtype or encoding")
     if e["ulps"] < 0:
         raise RegressFileError(f"{where}: ulps must be >= 0")
@@ -192,6 +221,21 @@ def _check_entry(e, where):
             n = sizes.setdefault(name, len(a))
             if len(a) != n:
                 raise RegressFileError(f"{where} step {k + 1} {name}: expected {n} values")
+    if user:
+        _check_user(e, size, where)
+
+
+def _check_user(e, size, where):
+    if len(e["reference"]) != len(e["steps"]) or len(e["error_ulps"]) != len(e["steps"]):
+        raise RegressFileError(f"{where}: reference and error_ulps need one item per step")
+    for k, r in enumerate(e["reference"]):
+        if len(decode(r, np.float64, "float.hex", f"{where} reference[{k}]")) != size:
+            raise RegressFileError(f"{where} reference[{k}]: expected {size} values")
+    if not all(x == "inf" or (isinstance(x, int) and not isinstance(x, bool) and x >= 0)
+               for x in e["error_ulps"]):
+        raise RegressFileError(f"{where}: error_ulps must be ints >= 0 or \"inf\"")
+    if not all(isinstance(x, str) for x in e["fixed"]):
+        raise RegressFileError(f"{where}: fixed must be a list of hyperparameter names")
 
 
 def _load_file(path):
@@ -212,14 +256,14 @@ def _load_file(path):
     v = doc.get("version")
     if not isinstance(v, int) or isinstance(v, bool):
         raise RegressFileError(f"{path}: no integer format version")
-    if v > VERSION:
+    if v > USER_VERSION:
         raise RegressFileError(f"{path}: format version {v} is newer than this toolkit "
-                               f"reads ({VERSION}); upgrade the toolkit")
+                               f"reads ({USER_VERSION}); upgrade the toolkit")
     for k, t in (("provenance", dict), ("scope", dict), ("entries", list)):
         if not isinstance(doc.get(k), t):
             raise RegressFileError(f"{path}: missing or malformed {k!r}")
     for i, e in enumerate(doc["entries"]):
-        _check_entry(e, f"{path}: entries[{i}]")
+        _check_entry(e, f"{path}: entries[{i}]", v)
     doc["path"] = str(path)
     return doc
 
