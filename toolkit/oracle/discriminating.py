@@ -1,0 +1,212 @@
+"""The discriminating cases of the known variants: for an optimizer, a convention, a dtype, a
+domain and the pinned hyperparameters, one case per declared variant
+(:mod:`toolkit.oracle.variants`) on which that variant's equations lie beyond the rounding
+bound of the convention's. :func:`~toolkit.oracle.verify` runs them before its drawn cases, at
+every example count and seed, so a variant that some case can tell apart is caught however few
+cases are drawn (and the drawn cases after them stay a prefix of any longer run's).
+
+They are found once per process and setting, deterministically: candidates are the cases of
+:func:`toolkit.oracle.cases.draw` at :data:`SEARCH_SEED` (indices 0 to :data:`BUDGET` - 1), and
+a variant's case is the first whose error exceeds :data:`MARGIN` bounds, else the candidate of
+largest error beyond one bound (a variant the reference writes as a wider bound around the same
+value, a rounding such as the lerp, is scored by how many times the convention's bound its bound
+is, over :data:`SPREAD`). A variant with no such candidate is indistinguishable at that
+setting (a rounding variant inside the bound, or a pin that removes its cases):
+:func:`indistinguishable` names those, and docs/oracle.md's table lists them (tested row by row
+against :func:`table`).
+
+:func:`variant_make_step` is a variant as an implementation (the reference's own equations of
+the variant, rounded to the dtype after each step): what the tests plant to check that every
+distinguishable variant is named.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from . import cases as _cases
+from . import space as _space
+from . import variants as _variants
+
+__all__ = ["SEARCH_SEED", "BUDGET", "MARGIN", "find", "cases", "indistinguishable",
+           "variant_make_step", "table"]
+
+#: the seed of the candidates (fixed: the same discriminating cases in every run and process)
+SEARCH_SEED = 20240917
+#: how many candidates are tried per setting before a variant is called indistinguishable
+BUDGET = 96
+#: a candidate beyond this many bounds is taken at once (a margin for an implementation of the
+#: variant that rounds differently from the reference's); else the worst beyond one bound
+MARGIN = 4.0
+#: a variant the reference writes as a wider bound (:func:`_bound_only`) is told apart where its
+#: bound is this many times the convention's (score ``spread / SPREAD``, taken as the others')
+SPREAD = 64.0
+
+
+def _applicable(ref, spec, convention):
+    return [v for v in _variants.variants_of(spec) if v.applies(ref, convention)]
+
+
+@functools.lru_cache(maxsize=None)
+def _find(name, convention, dtype, domain, fixed_items):
+    from . import core
+    ref = core._module(name)
+    spec = core._spec_of(ref.NAME)
+    dt = np.dtype(dtype)
+    fixed = dict(fixed_items)
+    todo = {v.name: v for v in _applicable(ref, spec, convention)}
+    found, best = {}, {}
+    if not todo:
+        return found
+    klass = core._optimizer_class(ref.NAME)
+    hyper_space = _space.hyper_space(ref.NAME, fixed, domain)
+    for k in range(BUDGET):
+        case = _cases.draw(ref.NAME, hyper_space, dt, core.RANGES[dt.name], SEARCH_SEED, domain,
+                           k, lambda hyper: core._constructible(klass, hyper))
+        if case is None:
+            continue
+        refs = core._reference_trajectory(ref, case, convention, dt)
+        for vname, v in list(todo.items()):
+            if _bound_only(v):
+                err = _spread(core, ref, case, convention, dt, refs, v) / SPREAD
+            else:
+                err = _variant_error(core, ref, case, convention, dt, refs, v)
+            if err > MARGIN and not _bound_only(v):
+                found[vname] = case
+                del todo[vname]
+            elif err > 1.0 and err > best.get(vname, (0.0, None))[0]:
+                best[vname] = (err, case)
+        if not todo:
+            break
+    for vname in todo:
+        if vname in best:
+            found[vname] = best[vname][1]
+    # in the spec's variant order
+    return {v.name: found[v.name] for v in _applicable(ref, spec, convention) if v.name in found}
+
+
+def _variant_error(core, ref, case, convention, dt, refs, variant):
+    """How many bounds the variant's trajectory, rounded to ``dt``, lies from ``refs``."""
+    with np.errstate(all="ignore"):
+        outs = [np.asarray(w.value).astype(dt.type).astype(np.float64) for w in
+                core._reference_trajectory(ref, case, convention, dt, variant=variant)]
+    if not all(np.all(np.isfinite(o)) for o in outs):
+        return 0.0  # an overflow of the variant tells nothing a user's code could show
+    return core._compare(outs, refs, lambda moved: core._reference_trajectory(
+        ref, case, convention, dt, moved))[0]
+
+
+def _bound_only(variant):
+    """Whether the reference writes ``variant`` as a wider bound around the same value (a
+    rounding made in the reference: a lerp, constants formed in the dtype), not as other
+    values (the hyperparameters' precision, a term elsewhere)."""
+    return variant.rounding and variant.in_reference
+
+
+def _spread(core, ref, case, convention, dt, refs, variant):
+    """How many times the convention's bound the variant's bound is, at worst (the rounding it
+    allows that the convention's equations do not): an implementation of the variant lands
+    beyond the convention's bound where this is large."""
+    worst = 0.0
+    with np.errstate(all="ignore"):
+        for w, r in zip(core._reference_trajectory(ref, case, convention, dt, variant=variant),
+                        refs):
+            ok = (np.isfinite(w.value) & np.isfinite(r.value) & ~r.tie & ~w.tie & (r.err > 0)
+                  & np.isfinite(w.err))
+            if np.any(ok):
+                worst = max(worst, float(np.max(w.err[ok] / r.err[ok])))
+    return worst
+
+
+def _key(name, convention, dtype, domain, fixed):
+    return (name, convention, np.dtype(dtype).name, domain,
+            tuple(sorted((fixed or {}).items(), key=lambda kv: kv[0])))
+
+
+def find(name, convention, dtype, domain="full", fixed=None):
+    """``{variant: Case}``: the discriminating case of each variant of optimizer ``name`` that
+    applies under ``convention`` (a resolved one) and that some candidate tells apart, in
+    ``dtype`` over ``domain`` with ``fixed`` pinned (cached per process)."""
+    return dict(_find(*_key(name, convention, dtype, domain, fixed)))
+
+
+def cases(name, convention, dtype, domain="full", fixed=None):
+    """The discriminating cases :func:`find` gives, each once, in the variants' order."""
+    out = []
+    for case in find(name, convention, dtype, domain, fixed).values():
+        if all(case is not c for c in out):
+            out.append(case)
+    return out
+
+
+def indistinguishable(name, convention, dtype, domain="full", fixed=None):
+    """The variants that apply under ``convention`` but that no candidate tells apart there;
+    with ``fixed``, only those the pins make so (told apart without them)."""
+    from . import core
+    ref = core._module(name)
+    spec = core._spec_of(ref.NAME)
+    told = find(name, convention, dtype, domain, fixed)
+    out = [v.name for v in _applicable(ref, spec, convention) if v.name not in told]
+    if fixed:
+        unpinned = find(name, convention, dtype, domain)
+        out = [v for v in out if v in unpinned]
+    return out
+
+
+def variant_make_step(name, variant, convention, dtype):
+    """A ``make_step`` that computes ``variant`` of optimizer ``name``'s equations under
+    ``convention`` (resolved): the reference's own step with the variant, each weight rounded to
+    ``dtype`` as it is returned (the state kept unrounded, as the reference keeps it)."""
+    from reference.error_bound import Tracked, track
+
+    from . import core
+    ref = core._module(name)
+    v = _variants.VARIANTS[variant]
+    dt = np.dtype(dtype)
+
+    def make(w0, **hyper):
+        hyper, extra = v.changes(hyper, ref)
+        lr, wd, rs, c, own = core._split(ref, hyper)
+        box = {"w": track(np.asarray(w0, dtype=np.float64), dt), "t": 0,
+               "state": {k: (track(x, dt) if isinstance(x, np.ndarray) else x)
+                         for k, x in ref.init_state(np.asarray(w0, np.float64), **own).items()}}
+
+        def step(g):
+            box["t"] += 1
+            with np.errstate(all="ignore"):
+                w, state = ref.step(box["w"], track(np.asarray(g, np.float64), dt), box["state"],
+                                    t=box["t"], lr=lr, wd=wd, rescale_grad=rs, clip_gradient=c,
+                                    convention=convention, **extra, **own)
+                box["w"] = w if isinstance(w, Tracked) else track(w, dt)
+                box["state"] = dict(state)
+                return np.asarray(box["w"].value).astype(dt.type)
+        return step
+    return make
+
+
+def _resolved_conventions(name):
+    from . import core
+    implemented, pytorch = core.conventions_of(name)
+    return [c for c in implemented if c != "pytorch"] + (
+        ["pytorch"] if pytorch == "pytorch" else [])
+
+
+def table(dtypes=("float16", "float32", "float64"), domains=("usual", "full")):
+    """``[(optimizer, variant, convention, dtype, domain)]``: every setting (without pins) where
+    a declared variant applies and no candidate tells it apart, the rows of docs/oracle.md's
+    table of indistinguishable variants. An optimizer without usual ranges has one domain
+    ("full")."""
+    from ..optimizers.registry import specs
+    rows = []
+    for name, spec in specs(oracle=True).items():
+        if spec.noise:
+            continue
+        for convention in _resolved_conventions(name):
+            for dtype in dtypes:
+                for domain in domains:
+                    if domain == "usual" and not spec.usual:
+                        continue
+                    for v in indistinguishable(name, convention, dtype, domain):
+                        rows.append((name, v, convention, dtype, domain))
+    return rows
