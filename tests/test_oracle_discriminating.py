@@ -11,10 +11,11 @@ tests/test_oracle_prefix.py). The prefix test covers larger counts.
 """
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from toolkit import oracle
-from toolkit.optimizer import spec_of, specs
+from toolkit.optimizer import specs
 from toolkit.oracle import discriminating
 from toolkit.oracle.variants import variants_of
 
@@ -162,3 +163,58 @@ def test_the_cases_of_fewer_examples_are_a_prefix_discriminating_cases_first():
     longer = full(12)
     for n in (1, 5):
         assert full(n) == longer[:len(full(n))]
+
+
+# --------------------------------------------------------------------------------------------
+# the stored indices and docs/oracle.md's table of indistinguishable variants
+# --------------------------------------------------------------------------------------------
+def test_the_docs_table_is_the_one_the_stored_indices_give():
+    from pathlib import Path
+    text = (Path(__file__).parents[1] / "docs" / "oracle.md").read_text()
+    start, end = discriminating.MARKERS
+    shown = text.split(start + "\n", 1)[1].split(end, 1)[0].strip()
+    assert shown == discriminating.markdown(), \
+        "docs/oracle.md's table is stale: python -m toolkit.oracle.discriminating"
+    # row by row: each line is one (optimizer, variant, convention), each cell its domains
+    rows = discriminating.table()
+    for line in shown.splitlines()[2:]:
+        name, variant, convention, *cells = [c.strip() for c in line.strip("|").split("|")]
+        for dtype, cell in zip(discriminating.DTYPES, cells):
+            domains = [] if cell == "told apart" else cell.split(", ")
+            assert sorted(domains) == sorted(
+                d for n, v, c, t, d in rows
+                if (n, f"`{v}`", c, t) == (name, variant, convention, dtype)), line
+            for domain in domains:
+                assert variant.strip("`") in discriminating.indistinguishable(
+                    name, convention, dtype, domain), line
+
+
+def test_every_setting_is_stored():
+    from toolkit.oracle._discriminating_indices import INDICES
+    assert sorted(INDICES) == sorted(" ".join(s) for s in discriminating.settings())
+
+
+@pytest.mark.parametrize("setting", discriminating.settings(), ids=" ".join)
+def test_every_stored_case_tells_its_variant_apart(setting):
+    from toolkit.oracle import core
+    from toolkit.oracle.variants import VARIANTS
+    name, convention, dtype, domain = setting
+    ref = core._module(name)
+    dt = np.dtype(dtype)
+    for variant, case in discriminating.find(*setting).items():
+        v = VARIANTS[variant]
+        refs = core._reference_trajectory(ref, case, convention, dt)
+        score = (discriminating._spread(core, ref, case, convention, dt, refs, v)
+                 / discriminating.SPREAD if discriminating._bound_only(v) else
+                 discriminating._variant_error(core, ref, case, convention, dt, refs, v))
+        assert score > 1.0, (setting, variant, score)
+
+
+@pytest.mark.parametrize("name", sorted({s[0] for s in discriminating.settings()}))
+def test_the_stored_float64_indices_are_what_the_search_finds(name):
+    # the search itself, for every float64 setting (all dtypes: python -m
+    # toolkit.oracle.discriminating, about a minute and a half)
+    from toolkit.oracle._discriminating_indices import INDICES
+    for setting in discriminating.settings():
+        if setting[0] == name and setting[2] == "float64":
+            assert discriminating._search(*setting, ()) == INDICES[" ".join(setting)], setting

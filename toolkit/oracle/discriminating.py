@@ -5,7 +5,9 @@ bound of the convention's. :func:`~toolkit.oracle.verify` runs them before its d
 every example count and seed, so a variant that some case can tell apart is caught however few
 cases are drawn (and the drawn cases after them stay a prefix of any longer run's).
 
-They are found once per process and setting, deterministically: candidates are the cases of
+They are found once, deterministically, for every setting without pins (their indices are
+stored in :mod:`toolkit.oracle._discriminating_indices`, written by :func:`write`, which also
+writes docs/oracle.md's table), and at start, once per process, for pinned ones: candidates are the cases of
 :func:`toolkit.oracle.cases.draw` at :data:`SEARCH_SEED` (indices 0 to :data:`BUDGET` - 1), and
 a variant's case is the first whose error exceeds :data:`MARGIN` bounds, else the candidate of
 largest error beyond one bound (a variant the reference writes as a wider bound around the same
@@ -29,8 +31,8 @@ from . import cases as _cases
 from . import space as _space
 from . import variants as _variants
 
-__all__ = ["SEARCH_SEED", "BUDGET", "MARGIN", "find", "cases", "indistinguishable",
-           "variant_make_step", "table"]
+__all__ = ["SEARCH_SEED", "BUDGET", "MARGIN", "SPREAD", "find", "cases", "indistinguishable",
+           "variant_make_step", "settings", "table", "markdown", "write"]
 
 #: the seed of the candidates (fixed: the same discriminating cases in every run and process)
 SEARCH_SEED = 20240917
@@ -42,6 +44,10 @@ MARGIN = 4.0
 #: a variant the reference writes as a wider bound (:func:`_bound_only`) is told apart where its
 #: bound is this many times the convention's (score ``spread / SPREAD``, taken as the others')
 SPREAD = 64.0
+#: variants that are the convention's own equations in float64: the reference forms its
+#: constants in double, so constants formed in a float64 weight's precision are the same values
+#: (the reference's wider bound for them is no rounding an implementation could show)
+SAME_IN_FLOAT64 = ("constants_in_dtype",)
 
 
 def _applicable(ref, spec, convention):
@@ -49,23 +55,17 @@ def _applicable(ref, spec, convention):
 
 
 @functools.lru_cache(maxsize=None)
-def _find(name, convention, dtype, domain, fixed_items):
+def _search(name, convention, dtype, domain, fixed_items):
+    """``{variant: k}``: the index at :data:`SEARCH_SEED` of each variant's discriminating
+    candidate, in the spec's variant order (a variant no candidate tells apart is absent)."""
     from . import core
     ref = core._module(name)
     spec = core._spec_of(ref.NAME)
     dt = np.dtype(dtype)
-    fixed = dict(fixed_items)
-    todo = {v.name: v for v in _applicable(ref, spec, convention)}
+    todo = {v.name: v for v in _applicable(ref, spec, convention)
+            if not (v.name in SAME_IN_FLOAT64 and dt == np.float64)}
     found, best = {}, {}
-    if not todo:
-        return found
-    klass = core._optimizer_class(ref.NAME)
-    hyper_space = _space.hyper_space(ref.NAME, fixed, domain)
-    for k in range(BUDGET):
-        case = _cases.draw(ref.NAME, hyper_space, dt, core.RANGES[dt.name], SEARCH_SEED, domain,
-                           k, lambda hyper: core._constructible(klass, hyper))
-        if case is None:
-            continue
+    for k, case in _candidates(core, ref, dt, domain, dict(fixed_items)) if todo else ():
         refs = core._reference_trajectory(ref, case, convention, dt)
         for vname, v in list(todo.items()):
             if _bound_only(v):
@@ -73,17 +73,48 @@ def _find(name, convention, dtype, domain, fixed_items):
             else:
                 err = _variant_error(core, ref, case, convention, dt, refs, v)
             if err > MARGIN and not _bound_only(v):
-                found[vname] = case
+                found[vname] = k
                 del todo[vname]
             elif err > 1.0 and err > best.get(vname, (0.0, None))[0]:
-                best[vname] = (err, case)
+                best[vname] = (err, k)
         if not todo:
             break
     for vname in todo:
         if vname in best:
             found[vname] = best[vname][1]
-    # in the spec's variant order
     return {v.name: found[v.name] for v in _applicable(ref, spec, convention) if v.name in found}
+
+
+def _candidates(core, ref, dt, domain, fixed, only=None):
+    """``(k, case)`` for the candidates at :data:`SEARCH_SEED` (those of indices ``only``)."""
+    klass = core._optimizer_class(ref.NAME)
+    hyper_space = _space.hyper_space(ref.NAME, fixed, domain)
+    for k in (range(BUDGET) if only is None else only):
+        case = _cases.draw(ref.NAME, hyper_space, dt, core.RANGES[dt.name], SEARCH_SEED, domain,
+                           k, lambda hyper: core._constructible(klass, hyper))
+        if case is not None:
+            yield k, case
+
+
+def _indices(name, convention, dtype, domain, fixed_items):
+    """:func:`_search`'s answer: read from the stored table for a setting without pins
+    (:mod:`toolkit.oracle._discriminating_indices`, written by :func:`write`), else searched."""
+    if not fixed_items:
+        from ._discriminating_indices import INDICES
+        stored = INDICES.get(f"{name} {convention} {dtype} {domain}")
+        if stored is not None:
+            return dict(stored)
+    return _search(name, convention, dtype, domain, fixed_items)
+
+
+@functools.lru_cache(maxsize=None)
+def _find(name, convention, dtype, domain, fixed_items):
+    from . import core
+    ref = core._module(name)
+    indices = _indices(name, convention, dtype, domain, fixed_items)
+    drawn = dict(_candidates(core, ref, np.dtype(dtype), domain, dict(fixed_items),
+                             sorted(set(indices.values()))))
+    return {v: drawn[k] for v, k in indices.items()}
 
 
 def _variant_error(core, ref, case, convention, dt, refs, variant):
@@ -192,21 +223,73 @@ def _resolved_conventions(name):
         ["pytorch"] if pytorch == "pytorch" else [])
 
 
-def table(dtypes=("float16", "float32", "float64"), domains=("usual", "full")):
-    """``[(optimizer, variant, convention, dtype, domain)]``: every setting (without pins) where
-    a declared variant applies and no candidate tells it apart, the rows of docs/oracle.md's
-    table of indistinguishable variants. An optimizer without usual ranges has one domain
-    ("full")."""
+DTYPES = ("float16", "float32", "float64")
+#: the lines around the table in docs/oracle.md that :func:`write` rewrites
+MARKERS = ("<!-- indistinguishable variants: python -m toolkit.oracle.discriminating -->",
+           "<!-- end of the indistinguishable variants -->")
+
+
+def settings():
+    """``[(optimizer, convention, dtype, domain)]``: every setting without pins (an optimizer
+    without usual ranges has the full domain only)."""
     from ..optimizers.registry import specs
-    rows = []
+    out = []
     for name, spec in specs(oracle=True).items():
         if spec.noise:
             continue
         for convention in _resolved_conventions(name):
-            for dtype in dtypes:
-                for domain in domains:
-                    if domain == "usual" and not spec.usual:
-                        continue
-                    for v in indistinguishable(name, convention, dtype, domain):
-                        rows.append((name, v, convention, dtype, domain))
-    return rows
+            for dtype in DTYPES:
+                for domain in (("usual", "full") if spec.usual else ("full",)):
+                    out.append((name, convention, dtype, domain))
+    return out
+
+
+def table():
+    """``[(optimizer, variant, convention, dtype, domain)]``: every setting without pins where
+    a declared variant applies and no candidate tells it apart, the rows of docs/oracle.md's
+    table of indistinguishable variants."""
+    return [(name, v, convention, dtype, domain)
+            for name, convention, dtype, domain in settings()
+            for v in indistinguishable(name, convention, dtype, domain)]
+
+
+def markdown(rows=None):
+    """:func:`table` as docs/oracle.md shows it: one line per optimizer, variant and convention,
+    the domains where it is indistinguishable under each dtype."""
+    rows = table() if rows is None else rows
+    cells = {}
+    for name, v, convention, dtype, domain in rows:
+        cells.setdefault((name, v, convention), {}).setdefault(dtype, []).append(domain)
+    lines = ["| optimizer | variant | convention | " + " | ".join(DTYPES) + " |",
+             "|---|---|---|" + "---|" * len(DTYPES)]
+    for (name, v, convention), by in cells.items():
+        lines.append(f"| {name} | `{v}` | {convention} | " +
+                     " | ".join(", ".join(by.get(d, [])) or "told apart" for d in DTYPES) + " |")
+    return "\n".join(lines)
+
+
+def write(docs="docs/oracle.md"):
+    """Search every setting without pins (about a minute and a half) and write the indices
+    (:mod:`toolkit.oracle._discriminating_indices`) and the table in ``docs``."""
+    import pathlib
+    import pprint
+    indices = {f"{n} {c} {d} {dom}": _search(n, c, d, dom, ())
+               for n, c, d, dom in settings()}
+    path = pathlib.Path(__file__).with_name("_discriminating_indices.py")
+    path.write_text('"""The discriminating candidates\' indices of every setting without pins '
+                    '(toolkit.oracle.discriminating).\n\nGenerated by ``python -m '
+                    'toolkit.oracle.discriminating``: do not edit."""\nINDICES = ' +
+                    pprint.pformat(indices, width=96, sort_dicts=False) + "\n")
+    _find.cache_clear()
+    from . import _discriminating_indices
+    import importlib
+    importlib.reload(_discriminating_indices)
+    doc = pathlib.Path(docs)
+    text = doc.read_text()
+    head, rest = text.split(MARKERS[0] + "\n", 1)
+    _, tail = rest.split(MARKERS[1], 1)
+    doc.write_text(head + MARKERS[0] + "\n" + markdown() + "\n" + MARKERS[1] + tail)
+
+
+if __name__ == "__main__":
+    write()
