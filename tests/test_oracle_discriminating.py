@@ -33,19 +33,21 @@ def _conventions(name):
 
 
 def _written():
-    """``(optimizer, variant, convention)``: every variant the reference writes as other values,
-    under each convention where it applies and some case tells it apart in float64."""
+    """``(optimizer, variant, convention, dtype)``: every variant the reference writes as other
+    values, under each convention where it applies and each dtype where some case tells it
+    apart (in the full domain)."""
     out = []
     for name, spec in specs(oracle=True).items():
         if spec.noise:
             continue
         ref = spec.reference_module()
         for convention in _conventions(name):
-            told = discriminating.find(name, convention, DTYPE)
-            for v in variants_of(spec):
-                if v.applies(ref, convention) and not discriminating._bound_only(v) \
-                        and v.name in told:
-                    out.append((name, v.name, convention))
+            for dtype in discriminating.DTYPES:
+                told = discriminating.find(name, convention, dtype)
+                for v in variants_of(spec):
+                    if v.applies(ref, convention) and not discriminating._bound_only(v) \
+                            and v.name in told:
+                        out.append((name, v.name, convention, dtype))
     return out
 
 
@@ -66,14 +68,15 @@ def test_every_declared_variant_is_planted_somewhere():
     for name, spec in specs(oracle=True).items():
         if spec.noise:
             continue
-        assert any(n == name and v == "hyper_f64" for n, v, _ in WRITTEN), name
+        assert any(n == name and v == "hyper_f64" and d == DTYPE for n, v, _, d in WRITTEN), \
+            name
 
 
-@pytest.mark.parametrize("name, variant, convention", WRITTEN)
-def test_a_written_variant_fails_at_one_example_and_is_named(name, variant, convention):
-    make = discriminating.variant_make_step(name, variant, convention, DTYPE)
+@pytest.mark.parametrize("name, variant, convention, dtype", WRITTEN)
+def test_a_written_variant_fails_at_one_example_and_is_named(name, variant, convention, dtype):
+    make = discriminating.variant_make_step(name, variant, convention, dtype)
     for seed in SEEDS:
-        r = oracle.verify(make, name, convention=convention, dtype=DTYPE, examples=1, seed=seed)
+        r = oracle.verify(make, name, convention=convention, dtype=dtype, examples=1, seed=seed)
         assert not r.passed and _named(r, variant, convention), (seed, r.summary)
 
 
