@@ -1,25 +1,24 @@
 """The discriminating cases of the known variants: for an optimizer, a convention, a dtype, a
 domain and the pinned hyperparameters, one case per declared variant
-(:mod:`toolkit.oracle.variants`) on which that variant's equations lie beyond the rounding
-bound of the convention's. :func:`~toolkit.oracle.verify` runs them before its drawn cases, at
-every example count and seed, so a variant that some case can tell apart is caught however few
-cases are drawn (and the drawn cases after them stay a prefix of any longer run's).
+(:mod:`toolkit.oracle.variants`) on which that variant lies beyond the rounding bound of the
+convention's equations. :func:`~toolkit.oracle.verify` runs them before its drawn cases, at
+every example count and seed, so a variant some case tells apart is caught however few cases
+are drawn (and the drawn cases after them stay a prefix of any longer run's).
 
-They are found once, deterministically, for every setting without pins (their indices are
-stored in :mod:`toolkit.oracle._discriminating_indices`, written by :func:`write`, which also
-writes docs/oracle.md's table), and at start, once per process, for pinned ones: candidates are the cases of
-:func:`toolkit.oracle.cases.draw` at :data:`SEARCH_SEED` (indices 0 to :data:`BUDGET` - 1), and
-a variant's case is the first whose error exceeds :data:`MARGIN` bounds, else the candidate of
-largest error beyond one bound (a variant the reference writes as a wider bound around the same
-value, a rounding such as the lerp, is scored by how many times the convention's bound its bound
-is, over :data:`SPREAD`). A variant with no such candidate is indistinguishable at that
-setting (a rounding variant inside the bound, or a pin that removes its cases):
-:func:`indistinguishable` names those, and docs/oracle.md's table lists them (tested row by row
-against :func:`table`).
+The candidates are the cases of :func:`toolkit.oracle.cases.draw` at :data:`SEARCH_SEED`
+(indices 0 to :data:`BUDGET` - 1). A variant the reference writes as other values (the
+hyperparameters' precision, a term elsewhere) takes the first candidate its trajectory lies
+more than :data:`MARGIN` bounds from, else the worst beyond one bound; one it writes as a wider
+bound around the same value (a rounding: constants in the dtype, the lerp) is scored by how
+many times the convention's bound its bound is, over :data:`SPREAD` (a measure, not a proof:
+:data:`NOT_GUARANTEED`). A variant with no such candidate is indistinguishable there
+(:func:`indistinguishable`; docs/oracle.md's table, :func:`markdown`).
 
-:func:`variant_make_step` is a variant as an implementation (the reference's own equations of
-the variant, rounded to the dtype after each step): what the tests plant to check that every
-distinguishable variant is named.
+The chosen indices of every setting without pins are stored in
+:mod:`toolkit.oracle._discriminating_indices` (written with the table by :func:`write`,
+``python -m toolkit.oracle.discriminating``); pinned settings are searched once per process.
+:func:`variant_make_step` is a variant as an implementation (the reference's own step of it,
+rounded to the dtype): what the tests plant to check that every such variant is caught.
 """
 from __future__ import annotations
 
