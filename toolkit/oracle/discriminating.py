@@ -67,6 +67,9 @@ def _search(name, convention, dtype, domain, fixed_items):
     dt = np.dtype(dtype)
     todo = {v.name: v for v in _applicable(ref, spec, convention)
             if not (v.name in SAME_IN_FLOAT64 and dt == np.float64)}
+    if fixed_items:  # under pins: only what some case tells apart without them, the first
+        unpinned = _indices(name, convention, dtype, domain, ())  # case beyond the margin
+        todo = {n: v for n, v in todo.items() if n in unpinned}
     found, best = {}, {}
     for k, case in _candidates(core, ref, dt, domain, dict(fixed_items)) if todo else ():
         refs = core._reference_trajectory(ref, case, convention, dt)
@@ -75,7 +78,7 @@ def _search(name, convention, dtype, domain, fixed_items):
                 err = _spread(core, ref, case, convention, dt, refs, v) / SPREAD
             else:
                 err = _variant_error(core, ref, case, convention, dt, refs, v)
-            if err > MARGIN and not _bound_only(v):
+            if err > MARGIN and (fixed_items or not _bound_only(v)):
                 found[vname] = k
                 del todo[vname]
             elif err > 1.0 and err > best.get(vname, (0.0, None))[0]:
