@@ -323,6 +323,14 @@ def test_torch_adapters_pass_the_pytorch_convention(adapter):
             continue
         r = oracle.verify(adapter.make(dtype), adapter.optimizer, convention="pytorch",
                           fixed=fixed, dtype=dtype, examples=8)
+        if not r.passed and r.explanation is not None and r.explanation.variant == "lerp":
+            # torch's exp_avg.lerp_, docs/conformance.md's finding (torch.optim.Adam fails the
+            # full domain at small beta1): the lerp's discriminating case (toolkit.oracle.
+            # discriminating) runs at every count now, so 8 examples meet it; the usual domain
+            # passes and the failure is located at small beta1, as the recorded audit's
+            assert r.domains["usual"].passed and r.region.startswith("only for beta1 <"), \
+                r.summary
+            continue
         assert r.passed, r.summary
 
 

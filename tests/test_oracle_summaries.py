@@ -65,7 +65,7 @@ def _reports():
                 passes_under="guide" if explanation and explanation.kind == "algorithm" else None,
                 seed=0, versions={"toolkit": "0"}, domains={"usual": usual, "full": full},
                 region=text, explanation=explanation, allow_wider=wider is not None,
-                wider=wider)
+                wider=wider, indistinguishable=["wd_before_clip"] if pinned else [])
 
 
 REPORTS = list(_reports())
@@ -104,6 +104,11 @@ def test_every_verify_summary_leads_with_the_usual_domain_and_never_contradicts_
     if r.failure:
         assert "your implementation failed" in text and "failing case: step 1" in text
     assert ("wider results allowed" in text) == r.allow_wider
+    # the variants the pins leave no discriminating case for, on a line of their own
+    said = [l for l in lines if "indistinguishable under these pins" in l]
+    assert len(said) == bool(r.indistinguishable), text
+    assert all(l.startswith("  indistinguishable under these pins: wd_before_clip (")
+               for l in said), text
     assert lines[-1].startswith("  seed 0")
 
 

@@ -20,6 +20,7 @@ import pytest
 
 from toolkit import oracle
 from toolkit.optimizer import spec_of, specs
+from toolkit.oracle import discriminating
 from toolkit.oracle.space import Decades, Interval
 from toolkit.oracle.variants import VARIANTS, check_declared, variants_of
 
@@ -530,8 +531,10 @@ def test_the_usual_domain_draws_the_usual_ranges():
         return make_adam("guide")(w, **h)
     r = _verify(make, "guide", "float64", None, usual_examples=12)
     assert r.domains["usual"].examples == 12 and r.domains["full"].examples == EXAMPLES
-    usual, full = seen[EXAMPLES:], seen[:EXAMPLES]
-    assert len(usual) == 12
+    # each domain runs its variants' discriminating cases first (drawn from that domain)
+    first = len(discriminating.cases("adam", "guide", "float64", "full"))
+    usual, full = seen[first + EXAMPLES:], seen[:first + EXAMPLES]
+    assert len(usual) == len(discriminating.cases("adam", "guide", "float64", "usual")) + 12
     assert all(0.5 <= h["beta1"] <= 0.99 and 0.9 <= h["beta2"] <= 0.9999 and
                1e-8 <= h["epsilon"] <= 1e-3 for h in usual)
     assert any(h["beta1"] < 0.5 or h["beta2"] < 0.9 for h in full)

@@ -53,6 +53,10 @@ from .core import (DEFAULT_SEED, FRAMEWORKS, KINDS, DomainVerdict, Explanation, 
                    assert_matches_oracle, conventions_of, identify, resolve_seed, verify,
                    versions)
 from .conformance import audit  # noqa: E402
+from . import core as _core  # noqa: E402
+from . import discriminating as _discriminating  # noqa: E402
+
+_core.DISCRIMINATING = _discriminating  # verify's discriminating cases (core.DISCRIMINATING)
 
 __all__ = ["verify", "identify", "assert_matches_oracle", "VerifyReport", "IdentifyReport",
            "conventions_of", "OracleMismatch", "DEFAULT_SEED", "FRAMEWORKS", "versions",

@@ -26,6 +26,11 @@ from .errors import InternalError, bug_report as _bug_report
 from .reports import KINDS, DomainVerdict, Explanation, IdentifyReport, VerifyReport, finite
 from .seeds import DEFAULT_SEED, resolve_seed
 
+#: where verify's discriminating cases come from (:mod:`toolkit.oracle.discriminating`, which
+#: searches them with this module's reference and comparison and so sits above it; the package
+#: ``toolkit.oracle`` installs it when it is imported, before any of its modules runs)
+DISCRIMINATING = None
+
 __all__ = ["verify", "identify", "assert_matches_oracle", "VerifyReport", "IdentifyReport",
            "conventions_of", "OracleMismatch", "DEFAULT_SEED", "FRAMEWORKS", "versions",
            "Explanation", "DomainVerdict", "KINDS", "resolve_seed", "InternalError"]
@@ -272,6 +277,12 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
         Called with the number of cases run so far after each case (the command line shows
         it on a terminal).
 
+    Before its drawn cases each domain runs the discriminating cases of the known variants
+    that apply under ``convention`` (:mod:`toolkit.oracle.discriminating`: found once per
+    process, the same at every count and seed, with ``fixed`` pinned), so a variant some case
+    tells apart fails at any count; a variant the pins leave no such case for is named in
+    ``report.indistinguishable`` ("indistinguishable under these pins").
+
     A failed run is explained (``report.explanation``): its cases are compared with the other
     conventions and with each known variant of the equations its spec declares; a failure in
     the full domain only is located (``report.region``).
@@ -332,7 +343,21 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
                             passes_under=passes_under, seed=seed, versions=versions(),
                             domains={"usual": usual, "full": full}, region=region,
                             explanation=explanation, allow_wider=allow_wider,
-                            wider=impl.wider)
+                            wider=impl.wider,
+                            indistinguishable=_indistinguishable(ref.NAME, convention, dt,
+                                                                 fixed, spec))
+
+
+def _indistinguishable(name, convention, dt, fixed, spec):
+    """The variants the pins of ``fixed`` leave no discriminating case for, in either domain
+    (told apart without them): :func:`toolkit.oracle.discriminating.indistinguishable`."""
+    if not fixed:
+        return []
+    domains = ("full", "usual") if spec.usual else ("full",)
+    gone = set()
+    for domain in domains:
+        gone.update(DISCRIMINATING.indistinguishable(name, convention, dt, domain, fixed))
+    return [v.name for v in _variants.variants_of(spec) if v.name in gone]
 
 
 def _count(name, value, least, also=""):
@@ -349,25 +374,34 @@ def _spec_of(name):
 def _domain_verdict(run, pinned=None):
     worst = max(run["worst"], 0.0)
     return DomainVerdict(passed=worst <= 1.0 and not run["failure"], max_error=worst,
-                         examples=run["n"], worst=run["record"], pinned=pinned)
+                         examples=run["n"], worst=run["record"], pinned=pinned,
+                         discriminating=run["discriminating"])
 
 
 def _verify_run(impl, ref, convention, fixed, dt, examples, seed, domain="full",
                 ranges=None):
-    """One run of ``verify`` over ``domain``: cases 0 to ``examples - 1`` of ``seed``
-    (:func:`toolkit.oracle.cases.draw`: case ``k`` depends on the seed, the domain and ``k``
-    only, so a run's cases are the first of any longer run's), to the first outright failure.
-    ``{"worst", "record", "failure", "n", "seen"}`` (``seen``: every case with the user's
-    outputs and its error, for :func:`_passing_convention` and :func:`_explain`)."""
+    """One run of ``verify`` over ``domain``: the discriminating cases of the variants that
+    apply under ``convention`` (:mod:`toolkit.oracle.discriminating`: the same at every seed
+    and count), then cases 0 to ``examples - 1`` of ``seed`` (:func:`toolkit.oracle.cases.draw`:
+    case ``k`` depends on the seed, the domain and ``k`` only, so a run's cases are the first
+    of any longer run's), to the first outright failure. ``{"worst", "record", "failure", "n",
+    "discriminating", "seen"}`` (``n``: the drawn cases run; ``seen``: every case with the
+    user's outputs and its error, for :func:`_passing_convention` and :func:`_explain`)."""
     hyper_space = _space.hyper_space(ref.NAME, fixed, domain, ranges)
     klass = _optimizer_class(ref.NAME)
-    state = {"worst": -1.0, "record": None, "failure": None, "n": 0, "seen": []}
-    for k in range(examples):
-        case = _cases.draw(ref.NAME, hyper_space, dt, RANGES[dt.name], seed, domain, k,
-                           lambda hyper: _constructible(klass, hyper))
-        if case is None:
-            continue  # no hyperparameters the constructor takes beside the pinned ones
-        state["n"] += 1
+    state = {"worst": -1.0, "record": None, "failure": None, "n": 0, "seen": [],
+             "discriminating": 0}
+    first = DISCRIMINATING.cases(ref.NAME, convention, dt, domain, fixed)
+
+    def drawn():
+        for k in range(examples):
+            case = _cases.draw(ref.NAME, hyper_space, dt, RANGES[dt.name], seed, domain, k,
+                               lambda hyper: _constructible(klass, hyper))
+            if case is not None:  # else no hyperparameters the constructor takes beside the
+                yield False, case  # pinned ones
+
+    for is_first, case in [(True, c) for c in first] + list(drawn()):
+        state["discriminating" if is_first else "n"] += 1
         refs = _reference_trajectory(ref, case, convention, dt)
         outs, failure = impl.run(case, dt)
         if failure is not None:

@@ -50,17 +50,23 @@ class DomainVerdict:
 
     ``pinned``: in the usual domain, the values ``fixed`` pins outside their usual ranges, which
     every one of its cases holds ("beta1 pinned at 1e-10, outside its usual range [0.5, 0.99]"),
-    else None; the summary then names the domain by them, not as the plain usual one."""
+    else None; the summary then names the domain by them, not as the plain usual one.
+
+    ``discriminating``: how many discriminating cases of the known variants ran before the
+    ``examples`` drawn ones (:mod:`toolkit.oracle.discriminating`; the same at every count and
+    seed)."""
     passed: bool
     max_error: float
     examples: int
     worst: dict | None = None
     pinned: str | None = None
+    discriminating: int = 0
 
     def to_dict(self):
         """The verdict as JSON-ready data."""
         return {"passed": self.passed, "max_error": finite(self.max_error),
-                "examples": self.examples, "worst": self.worst, "pinned": self.pinned}
+                "examples": self.examples, "worst": self.worst, "pinned": self.pinned,
+                "discriminating": self.discriminating}
 
 
 @dataclass
@@ -82,7 +88,9 @@ class VerifyReport:
     the usual domain passes and the full one fails, where the failure lies (found
     by bisecting the worst case's hyperparameters towards their usual ranges: "only for beta1 <
     1.1e-05"), else None. ``explanation`` (:class:`Explanation`) says why a run failed, None when
-    both domains pass or the implementation failed outright (``failure``)."""
+    both domains pass or the implementation failed outright (``failure``).
+    ``indistinguishable``: the known variants that ``fixed`` leaves no discriminating case for
+    (:mod:`toolkit.oracle.discriminating`; without the pins some case tells them apart)."""
     optimizer: str
     convention: str
     dtype: str
@@ -99,6 +107,7 @@ class VerifyReport:
     explanation: Explanation | None = None
     allow_wider: bool = False
     wider: str | None = None
+    indistinguishable: list = field(default_factory=list)
 
     @property
     def summary(self) -> str:
@@ -127,6 +136,11 @@ class VerifyReport:
             lines += _domain_lines("full", full, usual, self.region)
         if self.explanation is not None:
             lines.append(f"  explanation ({self.explanation.kind}): {self.explanation.text}")
+        if self.indistinguishable:
+            lines.append(f"  indistinguishable under these pins: "
+                         f"{', '.join(self.indistinguishable)} (no case with the fixed values "
+                         "tells these variants from the equations checked; without the pins "
+                         "some case does)")
         lines.append(_provenance(self.seed, self.versions))
         return "\n".join(lines)
 
@@ -144,6 +158,7 @@ class VerifyReport:
                 "region": self.region,
                 "explanation": None if self.explanation is None else self.explanation.to_dict(),
                 "allow_wider": self.allow_wider, "wider": self.wider,
+                "indistinguishable": list(self.indistinguishable),
                 "summary": self.summary}
 
 
