@@ -565,3 +565,60 @@ def test_importing_toolkit_does_not_import_torch():
                           timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+def test_a_deleted_param_group_takes_its_optimizer_with_it():
+    """``del opt.param_groups[0]``: the groups after it keep their own options and counts (as
+    torch.optim's do), numbers equal to an optimizer made without the deleted group; a group
+    put into ``param_groups`` by hand is refused, naming add_param_group."""
+    torch.manual_seed(0)
+    a, b = torch.nn.Parameter(torch.randn(3)), torch.nn.Parameter(torch.randn(4))
+    b2 = torch.nn.Parameter(b.detach().clone())
+    opt = tt.Adam([{"params": [a], "lr": 0.1}, {"params": [b], "lr": 0.001, "betas": (0.8, 0.9)}])
+    ref = tt.Adam([{"params": [b2], "lr": 0.001, "betas": (0.8, 0.9)}])
+    for p in (a, b, b2):
+        p.grad = torch.ones_like(p)
+    opt.step()
+    ref.step()
+    del opt.param_groups[0]
+    assert len(opt.toolkit_optimizers) == 1 and opt.toolkit_optimizers[0].beta1 == 0.8
+    for _ in range(2):
+        opt.step()
+        ref.step()
+    assert torch.equal(b, b2)
+    assert opt.state_dict()["state"][0]["step"] == 3
+    opt.param_groups.append({"params": [a], "lr": 0.1})
+    with pytest.raises(ValueError, match="param group 1 was put into param_groups directly; "
+                                         r"add a group with opt.add_param_group"):
+        opt.step()
+
+
+def test_a_deleted_group_key_is_refused_naming_it():
+    """torch's step fails on a group without ``lr`` (KeyError); toolkit.torch says which key
+    is gone instead of stepping with the old value."""
+    p = torch.nn.Parameter(torch.randn(3))
+    p.grad = torch.ones(3)
+    opt = tt.Adam([p], lr=0.01)
+    opt.step()
+    del opt.param_groups[0]["lr"]
+    before = p.detach().clone()
+    with pytest.raises(ValueError, match="param group 0 has no 'lr' any more"):
+        opt.step()
+    assert torch.equal(p, before)
+
+
+def test_tensor_betas_are_taken_as_their_values():
+    """torch takes one-element tensors for ``betas`` (and ``lr``): the same numbers as the
+    floats they hold, at construction and set on a group."""
+    w = torch.randn(3)
+    ps = [torch.nn.Parameter(w.clone()) for _ in range(3)]
+    beta = torch.tensor(0.8, dtype=torch.float64)
+    opts_ = [tt.Adam([ps[0]], lr=0.01, betas=(beta, 0.99)),
+             tt.Adam([ps[1]], lr=0.01, betas=(0.8, 0.99)), tt.Adam([ps[2]], lr=0.01)]
+    for _ in range(2):
+        for p, o in zip(ps, opts_):
+            p.grad = torch.ones(3)
+            o.step()
+        opts_[2].param_groups[0]["betas"] = (beta, torch.tensor(0.99, dtype=torch.float64))
+    assert torch.equal(ps[0], ps[1])
+    assert opts_[2].toolkit_optimizers[0].beta1 == 0.8

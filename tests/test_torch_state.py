@@ -239,3 +239,33 @@ def test_round_trip_with_a_toolkit_scheduler(name):
     assert bits(a) == bits(b)
     plain = make(name, model())
     _unchanged(plain, model(), lambda: plain.load_state_dict(sd), "give this optimizer the same")
+
+
+def test_the_users_own_keys_in_a_state_entry_stay_and_are_never_read():
+    """torch.optim keeps keys a user adds to ``opt.state[p]``: so does toolkit.torch, through
+    steps, ``state_dict()``/``load_state_dict()`` and a deepcopy, and the numbers are those of
+    a run without them; a missing slot of the optimizer's own is still refused."""
+    params, twin = model(), model()
+    opt, ref = tt.Adam(params, lr=0.01), tt.Adam(twin, lr=0.01)
+    train(opt, params, 1)
+    train(ref, twin, 1)
+    opt.state[params[0]]["note"] = "mine"
+    opt.state[params[0]]["ema"] = torch.zeros(3, 4)
+    train(opt, params, 2, start=1)
+    train(ref, twin, 2, start=1)
+    assert all(torch.equal(a, b) for a, b in zip(params, twin))
+    assert sorted(opt.state[params[0]]) == ["ema", "exp_avg", "exp_avg_sq", "note"]
+    sd = opt.state_dict()
+    assert sd["state"][0]["note"] == "mine"
+    again = tt.Adam(params, lr=0.01)
+    again.load_state_dict(sd)
+    assert again.state[params[0]]["note"] == "mine"
+    copied = copy.deepcopy(again)
+    assert copied.state[copied.param_groups[0]["params"][0]]["note"] == "mine"
+    train(again, params, 1, start=3)
+    train(ref, twin, 1, start=3)
+    assert all(torch.equal(a, b) for a, b in zip(params, twin))
+    del again.state[params[0]]["exp_avg"]
+    with pytest.raises(ValueError, match=r"holds \['ema', 'exp_avg_sq', 'note'\]; this "
+                                         r"optimizer keeps \['exp_avg', 'exp_avg_sq'\]"):
+        train(again, params, 1, start=4)

@@ -195,8 +195,7 @@ class Binding:
                 "opt.load_state_dict(opt.state_dict()), which casts it to the parameters' "
                 "dtype and device, or delete opt.state[p] to start it afresh")
         named = self.named
-        if len(entry) == len(named) and all(
-                entry.get(n) is t for n, t in named.items()) and all(
+        if all(entry.get(n) is t for n, t in named.items()) and all(
                 address(t) == ptr and t.shape == shape
                 for t, ptr, shape in zip(named.values(), self.ptrs, self.shapes)):
             return KEEP if perm == self.perm else REBIND
@@ -222,14 +221,16 @@ class Binding:
 
 def check_entry(entry, fresh, where):
     """Check the ``opt.state`` entry ``entry`` a user filled or changed against ``fresh``
-    (slot name -> tensor, what a new state holds): the same slot names (``"step"`` aside), each
-    a tensor of the same shape, dtype and device. Raises a ValueError/TypeError naming
-    ``where`` and the slot."""
-    arrays = {n: v for n, v in entry.items() if n != "step"}
-    if set(arrays) != set(fresh):
-        raise ValueError(f"{where}: opt.state[p] holds {sorted(arrays)}; this optimizer keeps "
-                         f"{sorted(fresh)} for it. Delete opt.state[p] to start its state "
-                         "afresh")
+    (slot name -> tensor, what a new state holds): every slot name of ``fresh``, each a tensor
+    of the same shape, dtype and device (other keys, ``"step"`` and the user's own, are not
+    the optimizer's: they stay in the entry and no step reads them). Returns the slots' tensors;
+    raises a ValueError/TypeError naming ``where`` and the slot."""
+    missing = [n for n in fresh if n not in entry]
+    if missing:
+        raise ValueError(f"{where}: opt.state[p] holds {sorted(n for n in entry if n != 'step')}"
+                         f"; this optimizer keeps {sorted(fresh)} for it. Delete opt.state[p] to "
+                         "start its state afresh")
+    arrays = {n: entry[n] for n in fresh}
     for n, want in fresh.items():
         v = arrays[n]
         if not isinstance(v, torch.Tensor):

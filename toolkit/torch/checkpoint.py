@@ -176,7 +176,7 @@ def unpack(opt, sd):
         try:
             inner = opt._build(build)
         except (TypeError, ValueError) as e:
-            _fail(f"param group {gi}'s options do not make a {klass.__name__}: {e}")
+            _fail(f"param group {gi}'s options do not make {klass.__name__}: {e}")
         counts = {}
         for k, p in zip(ids, group["params"]):
             params_by_index[k] = (p, inner, index)
@@ -226,7 +226,7 @@ def unpack(opt, sd):
             arrays["weight32"] = p.detach().float()
         elif "weight32" in arrays and "weight32" not in named:
             del arrays["weight32"]
-        if set(arrays) != set(named):
+        if not set(named) <= set(arrays):  # other keys are the user's, kept as they are
             _fail(f"parameter {k}'s state holds {sorted(arrays)}; with these options "
                   f"{klass.__name__} keeps {sorted(named)} for it")
         for n, fresh in named.items():

@@ -28,11 +28,21 @@ import inspect
 import math
 from typing import Callable, NamedTuple
 
+import torch
+
 from ..optimizers import aliases
 from ..optimizers.registry import spec_of
 
 __all__ = ["Same", "Converted", "OffOnly", "Moot", "RULES", "SHARED", "rules", "table",
            "equal", "torch_defaults", "positional"]
+
+
+def _number(value):
+    """A one-element tensor (torch takes tensor ``lr`` and ``betas``) as the Python float it
+    holds; any other value as it is (the optimizer checks it)."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return float(value.item())
+    return value
 
 
 class Same(NamedTuple):
@@ -43,14 +53,14 @@ class Same(NamedTuple):
 
     def to_mxnet(self, key, value):
         if len(self.names) == 1:
-            return {self.names[0]: value}
+            return {self.names[0]: _number(value)}
         try:
             values = tuple(value)
         except TypeError:
             values = ()
         if len(values) != len(self.names):
             raise TypeError(f"{key} must be a pair ({', '.join(self.names)}), got {value!r}")
-        return dict(zip(self.names, values))
+        return dict(zip(self.names, map(_number, values)))
 
     def from_mxnet(self, group):
         values = tuple(group.get(n) for n in self.names)

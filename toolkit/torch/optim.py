@@ -13,6 +13,7 @@ index by index through the inner optimizer's own ``update_multi_precision``, as 
 from __future__ import annotations
 
 import numbers
+import operator
 from typing import NamedTuple
 
 import numba
@@ -227,6 +228,9 @@ class TorchOptimizer(torch.optim.Optimizer):
         self._sources = []
         self._inners = []
         self._synced = []
+        #: the param group dicts the lists above belong to, in the same order
+        #: (``_follow_groups``)
+        self._groups = []
         #: parameter -> its :class:`~toolkit.torch.binding.Binding` (the arrays the kernels
         #: write, which ``self.state[p]`` shows)
         self._bindings = {}
@@ -318,6 +322,7 @@ class TorchOptimizer(torch.optim.Optimizer):
         self._inners.append(inner)
         self._sources.append(sources)
         self._synced.append(self._snapshot(group))
+        self._groups.append(self.param_groups[-1])
 
     @staticmethod
     def _snapshot(group):
@@ -327,6 +332,7 @@ class TorchOptimizer(torch.optim.Optimizer):
     def toolkit_optimizers(self):
         """The toolkit optimizer of each param group (read them; a group's options are set
         through ``param_groups``)."""
+        self._follow_groups()
         return tuple(self._inners)
 
     # --- the step --------------------------------------------------------------------------
@@ -339,6 +345,7 @@ class TorchOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self._follow_groups()
         self._follow_positions()
         self._take_state_changes()
         undo = self._sync_options()
@@ -358,6 +365,32 @@ class TorchOptimizer(torch.optim.Optimizer):
         id is reused while it is compared)."""
         order = [p for group in self.param_groups for p in group["params"]]
         return order, list(map(id, order))
+
+    def _follow_groups(self):
+        """Keep each group's toolkit optimizer with its group: where param groups were deleted
+        or reordered in ``param_groups`` since the last step, each keeps its own optimizer (its
+        options and counts) and a deleted one's goes with it. A group put into the list by hand
+        (not through ``add_param_group``) is refused, with nothing changed."""
+        groups = self.param_groups
+        mine = self._groups
+        if len(groups) == len(mine) and all(map(operator.is_, groups, mine)):
+            return
+        position = {id(g): k for k, g in enumerate(mine)}
+        keep = []
+        for gi, group in enumerate(groups):
+            k = position.get(id(group))
+            if k is None or k in keep:
+                how = "directly" if k is None else "a second time"
+                raise ValueError(
+                    f"param group {gi} was put into param_groups {how}; add a group with "
+                    "opt.add_param_group(...), which checks its options and makes its "
+                    "optimizer")
+            keep.append(k)
+        self._inners = [self._inners[k] for k in keep]
+        self._synced = [self._synced[k] for k in keep]
+        self._sources = [self._sources[k] for k in keep]
+        self._groups = list(groups)
+        self._steady.clear()
 
     def _follow_positions(self):
         """Keep each parameter's count with the parameter: an MXNet count is keyed by the
@@ -449,6 +482,12 @@ class TorchOptimizer(torch.optim.Optimizer):
         try:
             for gi, group in enumerate(self.param_groups):
                 inner, last = self._inners[gi], self._synced[gi]
+                gone = [k for k in last if k not in group]
+                if gone:  # torch's own step would fail on it with a KeyError
+                    raise ValueError(
+                        f"param group {gi} has no {gone[0]!r} any more (deleted from the group "
+                        f"since the last step); set it again, e.g. group[{gone[0]!r}] = "
+                        f"{last[gone[0]]!r}: a group keeps every option it was made with")
                 if isinstance(group.get("lr"), torch.Tensor):
                     written.append((group, "lr", group["lr"]))
                     group["lr"] = _scalar(group["lr"], "lr", f"param group {gi}")
@@ -671,14 +710,21 @@ class TorchOptimizer(torch.optim.Optimizer):
 
     def _install(self, p, toolkit_state, named, values=None):
         """Bind ``p`` to a new toolkit state (``named``: its tensors by slot name), taking
-        ``values`` (slot name -> tensor) into it where given, and show it in ``opt.state``."""
+        ``values`` (slot name -> tensor; other keys are the user's) into it where given, and
+        show it in ``opt.state``."""
         if values:
             with torch.no_grad():
                 for n, fresh in named.items():
                     fresh.copy_(values[n])
         self._bindings[p] = Binding(toolkit_state, named, p, memory_order(p)
                                     if p.layout == torch.strided else None)
-        self.state[p] = named
+        # the user's own keys in the entry (or in ``values``) stay, as torch.optim keeps them;
+        # no step reads them
+        own = {}
+        for source in (self.state.get(p), values):
+            if source:
+                own.update((k, v) for k, v in source.items() if k not in named and k != "step")
+        self.state[p] = {**named, **own}
 
     def _new_state(self, index, p, inner):
         """``(toolkit state, {name: tensor})`` of a parameter stepped for the first time."""
@@ -872,6 +918,7 @@ class TorchOptimizer(torch.optim.Optimizer):
         momentum schedule...). Tensors and plain Python values only:
         ``torch.load(..., weights_only=True)`` reads it."""
         from .checkpoint import pack
+        self._follow_groups()
         self._follow_positions()  # what was done since the last step, as the next step takes it
         self._take_state_changes()
         for hook in self._optimizer_state_dict_pre_hooks.values():  # torch's hooks
@@ -887,6 +934,7 @@ class TorchOptimizer(torch.optim.Optimizer):
         """Load what :meth:`state_dict` gave (for the same parameters); a state that does not
         fit is a ValueError/TypeError with this optimizer unchanged."""
         from .checkpoint import unpack
+        self._follow_groups()
         for hook in self._optimizer_load_state_dict_pre_hooks.values():  # torch's hooks
             result = hook(self, state_dict)
             if result is not None:
