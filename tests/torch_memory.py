@@ -190,7 +190,7 @@ def _op_state(opt, group, rng):
 
 
 def _op_group(opt, params, rng):
-    kind = rng.choice(["swap", "replace", "load"])
+    kind = rng.choice(["swap", "replace", "load", "add_group", "del_group"])
     if kind == "swap" and len(params) > 1:
         i, j = rng.sample(range(len(params)), 2)
         params[i], params[j] = params[j], params[i]
@@ -199,6 +199,12 @@ def _op_group(opt, params, rng):
         params[i] = torch.nn.Parameter(torch.randn(params[i].shape))
     elif kind == "load":
         opt.load_state_dict(opt.state_dict())
+    elif kind == "add_group":
+        extra = torch.nn.Parameter(torch.randn(rng.randint(1, 9)))
+        extra.grad = torch.randn(extra.shape)
+        opt.add_param_group({"params": [extra]})
+    elif kind == "del_group" and len(opt.param_groups) > 1:
+        del opt.param_groups[rng.randrange(1, len(opt.param_groups))]
     return kind
 
 
