@@ -98,7 +98,7 @@ def test_custom_optimizer_registered_later():
         w = w0.copy()
         ref.update(0, w, g.numpy(), ref.create_state(0, w))
         assert bits(p) == w.tobytes()
-        assert set(opt.state[p]) == {"acc"}
+        assert set(opt.state[p]) == {"acc", "step"}  # step: the count, as torch shows it
     finally:
         optimizer.unregister("torchprobe")
     with pytest.raises(AttributeError):

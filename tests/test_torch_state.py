@@ -269,3 +269,24 @@ def test_the_users_own_keys_in_a_state_entry_stay_and_are_never_read():
     with pytest.raises(ValueError, match=r"holds \['ema', 'exp_avg_sq', 'note'\]; this "
                                          r"optimizer keeps \['exp_avg', 'exp_avg_sq'\]"):
         train(again, params, 1, start=4)
+
+
+def test_opt_state_shows_each_parameters_step_as_torch_does():
+    """``opt.state[p]["step"]`` is the parameter's count as torch's 0-d float32 tensor, per
+    parameter (one skipped step shows), in ``keys()``/``items()``/``in``, equal to torch.optim's
+    after the same steps; an emptied entry shows none, and the state_dict has the count once."""
+    params, twin = model(), model()
+    opt = tt.Adam(params, lr=0.01, convention="pytorch")
+    ref = torch.optim.Adam(twin, lr=0.01)
+    train(opt, params, 3, skip=(1, 2))
+    train(ref, twin, 3, skip=(1, 2))
+    for p, q in zip(params, twin):
+        shown, want = opt.state[p]["step"], ref.state[q]["step"]
+        assert shown.dtype == want.dtype == torch.float32 and shown.dim() == 0
+        assert shown.item() == want.item()
+        assert "step" in opt.state[p] and sorted(opt.state[p]) == sorted(ref.state[q])
+        assert dict(opt.state[p].items())["step"].item() == want.item()
+        assert opt.state[p].get("step").item() == want.item()
+    assert [v["step"] for v in opt.state_dict()["state"].values()] == [3, 3, 2]
+    opt.state[params[0]].clear()
+    assert "step" not in opt.state[params[0]] and len(opt.state[params[0]]) == 0

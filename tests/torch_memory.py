@@ -37,9 +37,13 @@ def live_storages():
     check walks the few thousand objects of the walks instead of torch's 400,000)."""
     out = []
     for o in gc.get_objects():
-        if isinstance(o, torch.Tensor) and o.layout == torch.strided and o.is_cpu:
-            storage = o.untyped_storage()
-            start = storage.data_ptr()
+        if issubclass(type(o), torch.Tensor) and o.layout == torch.strided and o.is_cpu:
+            try:
+                storage = o.untyped_storage()
+                start = storage.data_ptr()
+            except RuntimeError:  # no memory of its own (torch.compile's fake tensors): none
+                continue          # of the optimizer's addresses can lie in it
+
             out.append((start, start + storage.nbytes(), o.dtype))
     return out
 
@@ -115,7 +119,7 @@ def _slot(opt, p, rng):
     entry = opt.state.get(p)
     if not entry:
         return None
-    names = [n for n in entry if isinstance(entry[n], torch.Tensor)]
+    names = [n for n in entry if n != "step" and isinstance(entry[n], torch.Tensor)]
     return names[rng.randrange(len(names))] if names else None
 
 

@@ -345,6 +345,10 @@ class Bookkeeping:
         what a states file saves and a distributed step compares across ranks."""
         return dict(self._index_update_count)
 
+    def count_of(self, index):
+        """The count ``t`` of ``index``'s last update, or None where it has none."""
+        return self._index_update_count.get(index)
+
     def restore_counts(self, counts, num_update):
         """Put back the per-index counts and ``num_update`` (a states file's, once every check
         of it passed)."""

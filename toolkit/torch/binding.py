@@ -18,10 +18,11 @@ one comparison per group that nobody touched the state since it last checked.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import ItemsView, KeysView, ValuesView
 
 import torch
 
-__all__ = ["Binding", "TrackedState", "TrackedEntry", "address", "KEEP", "REBIND", "FRESH"]
+__all__ = ["Binding", "TrackedState", "TrackedEntry", "CountedEntry", "address", "KEEP", "REBIND", "FRESH"]
 
 #: what :meth:`Binding.check` found: the binding holds; the entry's values are to be taken
 #: into a fresh binding; the entry was emptied or deleted (a fresh state, as torch starts one)
@@ -55,6 +56,10 @@ class TrackedEntry(dict):
 
     def _changed(self):
         self._counter.value += 1
+
+    def rebound(self, counter):
+        """This entry's keys in an entry that ``counter`` counts."""
+        return TrackedEntry(counter, dict.items(self))
 
     def __setitem__(self, key, value):
         self._changed()
@@ -92,6 +97,71 @@ class TrackedEntry(dict):
         return dict, (dict(self),)
 
 
+class CountedEntry(TrackedEntry):
+    """The ``opt.state[p]`` of a parameter with toolkit state: a :class:`TrackedEntry` that
+    also shows ``"step"``, the parameter's count ``t`` as torch's 0-d float32 tensor (torch
+    keeps its step there), read from the optimizer at each read (``count()``; None where
+    there is none). A ``"step"`` the user writes is a real key until the next step takes it
+    (:meth:`written_step`); an emptied entry shows no step."""
+    __slots__ = ("_count",)
+
+    def __init__(self, counter, values, count):
+        super().__init__(counter, values)
+        self._count = count
+
+    def _shown(self):
+        """The count shown as ``"step"``, or None (a real one written, or nothing to show)."""
+        if dict.__contains__(self, "step") or not dict.__len__(self):
+            return None
+        return self._count()
+
+    def rebound(self, counter):
+        return CountedEntry(counter, dict.items(self), self._count)
+
+    def written_step(self):
+        """The ``"step"`` the user wrote into the entry, or None."""
+        return dict.get(self, "step")
+
+    def __getitem__(self, key):
+        if key == "step":
+            t = self._shown()
+            if t is not None:
+                return torch.tensor(float(t), dtype=torch.float32)
+        return dict.__getitem__(self, key)
+
+    def get(self, key, default=None):
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def __contains__(self, key):
+        return dict.__contains__(self, key) or (key == "step" and self._shown() is not None)
+
+    def __iter__(self):
+        yield from dict.__iter__(self)
+        if self._shown() is not None:
+            yield "step"
+
+    def __len__(self):
+        return dict.__len__(self) + (self._shown() is not None)
+
+    def keys(self):
+        return KeysView(self)
+
+    def items(self):
+        return ItemsView(self)
+
+    def values(self):
+        return ValuesView(self)
+
+    def __repr__(self):
+        return repr(dict(self.items()))
+
+    def __reduce__(self):  # the state the optimizer holds, without the step it shows
+        return dict, (dict(dict.items(self)),)
+
+
 class TrackedState(defaultdict):
     """``opt.state``: torch's ``defaultdict(dict)`` whose entries are :class:`TrackedEntry`
     and whose every change (here or in an entry) adds one to :attr:`generation`."""
@@ -100,6 +170,8 @@ class TrackedState(defaultdict):
         super().__init__(None)
         self._counter = _Counter()
         for key, value in dict(items).items():
+            if isinstance(value, TrackedEntry):  # counted here from now on
+                value = value.rebound(self._counter)
             super().__setitem__(key, self._entry(value))
 
     @property
@@ -110,6 +182,10 @@ class TrackedState(defaultdict):
         if isinstance(value, dict) and not isinstance(value, TrackedEntry):
             return TrackedEntry(self._counter, value)
         return value
+
+    def counted(self, values, count):
+        """A :class:`CountedEntry` of ``values`` showing ``count()`` as its step."""
+        return CountedEntry(self._counter, values, count)
 
     def __missing__(self, key):
         entry = TrackedEntry(self._counter)

@@ -68,7 +68,7 @@ def pack(opt):
             if index in counts:
                 entry["step"] = int(counts[index])
             if p in opt._bindings:
-                entry.update(opt.state[p])
+                entry.update(dict.items(opt.state[p]))  # not the step it shows
             if entry:
                 state[index] = crossing.for_torch(klass, group, entry, host_data)
             ids.append(index)

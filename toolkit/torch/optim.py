@@ -246,6 +246,8 @@ class TorchOptimizer(torch.optim.Optimizer):
         #: the parameters' ids in index order when the counts were last keyed
         #: (``_follow_positions``)
         self._order, self._ids = self._param_order()
+        #: ``(self._ids, {id: index})`` as last made from them (``_count_of``)
+        self._positions = (None, {})
 
     # --- construction ----------------------------------------------------------------------
     @staticmethod
@@ -436,9 +438,10 @@ class TorchOptimizer(torch.optim.Optimizer):
         for group, inner in zip(self.param_groups, self._inners):
             for p in group["params"]:
                 entry = self.state.get(p)
-                if entry and "step" in entry:
+                if entry and dict.__contains__(entry, "step"):  # written, not the one shown
                     written.append((entry, index, inner,
-                                    _written_step(entry["step"], index, inner)))
+                                    _written_step(dict.__getitem__(entry, "step"), index,
+                                                  inner)))
                 index += 1
         index = 0
         for group, inner in zip(self.param_groups, self._inners):
@@ -724,7 +727,23 @@ class TorchOptimizer(torch.optim.Optimizer):
         for source in (self.state.get(p), values):
             if source:
                 own.update((k, v) for k, v in source.items() if k not in named and k != "step")
-        self.state[p] = {**named, **own}
+        values = {**named, **own}
+        state = self.state
+        self.state[p] = state.counted(values, lambda: self._count_of(p)) \
+            if isinstance(state, TrackedState) else values
+
+    def _count_of(self, p):
+        """``p``'s count ``t`` (what ``opt.state[p]["step"]`` shows), or None: the counts are
+        keyed by the positions of the last step (``_follow_positions``)."""
+        if self._positions[0] is not self._ids:
+            self._positions = (self._ids, {i: k for k, i in enumerate(self._ids)})
+        index = self._positions[1].get(id(p))
+        if index is not None:
+            for inner in self._inners:
+                t = inner.count_of(index)
+                if t is not None:
+                    return t
+        return None
 
     def _new_state(self, index, p, inner):
         """``(toolkit state, {name: tensor})`` of a parameter stepped for the first time."""
@@ -955,7 +974,7 @@ class TorchOptimizer(torch.optim.Optimizer):
         out["_facts"] = {}
         out["_steady"] = {}
         out["state"] = out["_tracked"] = None  # __setstate__ takes the copied state below
-        out["_copied_state"] = {p: dict(entry) for p, entry in self.state.items()}
+        out["_copied_state"] = {p: dict(dict.items(entry)) for p, entry in self.state.items()}
         return out
 
     def __setstate__(self, state):
@@ -966,6 +985,8 @@ class TorchOptimizer(torch.optim.Optimizer):
             state["state"] = copied
         super().__setstate__(state)
         self.__dict__.setdefault("_steady", {})
+        self.__dict__.setdefault("_groups", list(self.param_groups))
+        self.__dict__.setdefault("_positions", (None, {}))
         if not had_differentiable:  # torch's __setstate__ adds it; it is no option here
             self.defaults.pop("differentiable", None)
         self.state = self._tracked = TrackedState(self.state)
