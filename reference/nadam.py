@@ -38,13 +38,23 @@ under the alias they are applied as MXNet does (weight decay *before* clipping, 
 rounded to float32 when ``hyper_f32``), where the own
 "pytorch" branches of the other modules clip before adding weight decay: the two readings
 differ only when clipping is active and ``wd != 0``.
+
+What torch.optim.NAdam computes (its single-tensor step, the one it runs on CPU tensors) is
+these equations in three known forms at once, ``form=("wd_after_clip", "lerp",
+"schedule_product_f32")`` with ``hyper_f32=False``: its gradient as the other "pytorch"
+branches read it, its first moment a lerp, its ``mu_product`` held in float32 (its default
+dtype) whatever the weight's precision. The toolkit's kernels under ``convention="pytorch"``
+compute that, and its reference backend and ``toolkit.verify`` check them against it; the
+oracle's ``convention="pytorch"`` stays the documented equations, so that torch.optim.NAdam's
+float32 product is a finding it explains (docs/conformance.md), not part of the convention.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ._util import (as_f64, check_convention, check_form, f32, f32_product, formed_in,
-                    guide_gradient, merge_hyper, power, python_clip)
+                    guide_gradient, merge_hyper, power, python_clip,
+                    pytorch_gradient)
 from .error_bound import Tracked
 
 NAME = "nadam"
@@ -63,10 +73,15 @@ HYPER = {"learning_rate": 0.001, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8,
 #: keeps ``mu_product`` in its default dtype, float32 unless changed (torch/optim/nadam.py, torch
 #: 2.13); optax.nadam forms its bias corrections in the weight's precision
 #: (``optax.tree.bias_correction``, optax 0.2.8).
+#: ``wd_after_clip`` is the gradient of the other modules' "pytorch" branches (torch has no
+#: clipping: clip first, then torch's coupled weight decay). The toolkit's kernels under
+#: ``convention="pytorch"`` compute ``("wd_after_clip", "lerp", "schedule_product_f32")``
+#: together, with ``hyper_f32=False`` (torch.optim.NAdam's own single-tensor step).
 FORMS = {
     "lerp": ("mxnet",),
     "constants_in_dtype": ("mxnet",),
     "schedule_product_f32": ("mxnet",),
+    "wd_after_clip": ("mxnet",),
 }
 
 
@@ -127,7 +142,8 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
 
     **"pytorch"**: the mxnet branch, exactly (``PYTORCH = "mxnet"``; see the module docstring).
 
-    ``form`` (default None: the equations above) is one known variant of them (``FORMS``)::
+    ``form`` (default None: the equations above) is one known variant of them (``FORMS``),
+    or a tuple of several applied together::
 
         lerp                  m = m + (1-beta1)*(g - m)   (torch.optim.NAdam: exp_avg.lerp_)
         constants_in_dtype    mu_t, mu_t1, m_schedule, ms_next and 1 - beta2^t formed in the
@@ -136,13 +152,17 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
         schedule_product_f32  m_schedule = float32(float32(m_schedule)*float32(mu_t)), the
                               running product held in float32 whatever the weight's precision
                               (torch.optim.NAdam's mu_product in its default dtype)
+        wd_after_clip         g = clip(rs*grad, c) + wd*w, the term added only when wd != 0
+                              (the gradient of the other modules' "pytorch" branches)
 
-    Under the last two the returned ``m_schedule`` is Tracked when the weight is (it carries
+    Under constants_in_dtype and schedule_product_f32 the returned ``m_schedule`` is Tracked when the weight is (it carries
     the product's rounding bound to the next step).
     """
+    forms = ()
     if convention != "guide":          # "guide" is recognised, and refused below
         convention = check_convention(convention, CONVENTIONS, NAME, PYTORCH)
-        form = check_form(form, FORMS, NAME, convention)
+        forms = tuple(check_form(f, FORMS, NAME, convention)
+                      for f in (form if isinstance(form, tuple) else (form,)) if f is not None)
     h = _hyper(hyper)
     if convention == "guide":
         raise NotImplementedError(
@@ -161,19 +181,23 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     if not isinstance(m_schedule, Tracked):   # Tracked: carried by a form (see above)
         m_schedule = float(m_schedule)
 
-    g = python_clip(g * rescale_grad + wd * w, clip_gradient)
+    if "wd_after_clip" in forms:
+        g = pytorch_gradient(g, w, wd=wd, rescale_grad=rescale_grad,
+                             clip_gradient=clip_gradient)
+    else:
+        g = python_clip(g * rescale_grad + wd * w, clip_gradient)
     mu_t = momentum_schedule(t, beta1, sd)
     mu_t1 = momentum_schedule(t + 1, beta1, sd)
     c2 = 1.0 - pow(beta2, t)
-    if form == "constants_in_dtype":
+    if "constants_in_dtype" in forms:
         mu_t, mu_t1 = formed_in(mu_t, w), formed_in(mu_t1, w)
         c2 = 1.0 - power(formed_in(beta2, w), t)
-    if form == "schedule_product_f32":
+    if "schedule_product_f32" in forms:
         m_schedule = f32_product(m_schedule, mu_t, w)
     else:
         m_schedule = m_schedule * mu_t
     ms_next = m_schedule * mu_t1
-    if form == "lerp":
+    if "lerp" in forms:
         m = m + (1.0 - beta1) * (g - m)
     else:
         m = beta1 * m + (1.0 - beta1) * g

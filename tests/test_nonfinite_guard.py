@@ -75,7 +75,8 @@ def test_finite_segments_one_flag_per_segment(dtype):
 GUARDED = [  # checked against the registry by test_samples_cover_every_kind_of_step
     ("sgd", {"momentum": 0.9}), ("adam", {}), ("nadam", {}), ("ftml", {}),
     ("lbsgd", {"momentum": 0.9, "warmup_strategy": "lars"}), ("sgld", {}), ("lamb", {}),
-    ("ftrl", {}), ("groupadagrad", {})]
+    ("ftrl", {}), ("groupadagrad", {}),
+    ("nadam", {"convention": "pytorch"})]   # its products per index (a dict on the optimizer)
 
 
 def _leaves(state):

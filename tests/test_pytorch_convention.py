@@ -95,6 +95,12 @@ CASES = [  # checked against the registry by test_conventions_come_from_the_spec
     ("adadelta", {"learning_rate": 0.5, "epsilon": 1e-4, "rho": 0.5, "wd": 0.1}, "Adadelta",
      {"lr": 0.5, "eps": 1e-4, "rho": 0.5, "weight_decay": 0.1},
      {"acc_g": "square_avg", "acc_delta": "acc_delta"}),
+    ("nadam", {"learning_rate": 0.002}, "NAdam", {"lr": 0.002},
+     {"m": "exp_avg", "v": "exp_avg_sq"}),
+    ("nadam", {"learning_rate": 0.01, "wd": 0.1, "beta1": 0.6, "beta2": 0.95, "epsilon": 1e-6,
+               "schedule_decay": 0.01}, "NAdam",
+     {"lr": 0.01, "weight_decay": 0.1, "betas": (0.6, 0.95), "eps": 1e-6,
+      "momentum_decay": 0.01}, {"m": "exp_avg", "v": "exp_avg_sq"}),
 ]
 
 IDS = [f"{c[0]}-{i}" for i, c in enumerate(CASES)]
@@ -202,11 +208,18 @@ TINY_BETA = {  # checked against the registry by test_tiny_beta_cases_are_the_le
     "adam": ({"beta1": 1e-200}, "mean"),
     "adamw": ({"beta1": 1e-200}, "mean"),
     "adamax": ({"beta1": 1e-200}, "mean"),
+    "nadam": ({"beta1": 1e-200}, "m"),
 }
 
 
+def _forms(spec):
+    """A spec's ``pytorch_form``: one form, or a tuple of forms applied together (Nadam's)."""
+    f = spec.pytorch_form
+    return set(f) if isinstance(f, tuple) else {f}
+
+
 def test_tiny_beta_cases_are_the_lerp_forms():
-    assert set(TINY_BETA) == {n for n, s in specs().items() if s.pytorch_form == "lerp"}
+    assert set(TINY_BETA) == {n for n, s in specs().items() if "lerp" in _forms(s)}
 
 
 @pytest.mark.parametrize("name", sorted(TINY_BETA))
@@ -232,10 +245,14 @@ def test_a_first_moment_lerp_with_a_tiny_beta_is_torchs(name, dtype):
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_torch_foreach_is_its_single_tensor_path(case, dtype):
-    """torch's ``foreach=True`` gives the bits of ``foreach=False`` (as installed, MKL's root
-    in both), so the kernels' equality above holds for torch's default path too. (torch's
-    ``fused=True`` CPU kernels, for SGD, Adam, AdamW and Adagrad, are another order of
-    operations: docs/conventions.md, "pytorch".)"""
+    """torch's default on CPU tensors (``foreach=None``) is its single-tensor path, and its
+    ``foreach=True`` gives the bits of ``foreach=False`` (as installed, MKL's root in both), so
+    the kernels' equality above holds for torch's default path, and for its foreach path too
+    but NAdam's: its foreach step is another order of operations (``sqrt(v)/sqrt(1 -
+    beta2^t)``, one ``addcdiv`` per term with step sizes formed per parameter: NAdam here is
+    its single-tensor step, the one torch runs by default). (torch's ``fused=True`` CPU
+    kernels, for SGD, Adam, AdamW and Adagrad, are another order of operations too:
+    docs/conventions.md, "pytorch".)"""
     name, kw, tname, tkw, slots = case
     w0, grads = _data(dtype, 4)
 
@@ -246,18 +263,67 @@ def test_torch_foreach_is_its_single_tensor_path(case, dtype):
             p.grad = torch.from_numpy(g.copy())
             opt.step()
         return p.detach().numpy()
-    assert np.array_equal(_bits(run(foreach=False)), _bits(run(foreach=True)))
+    single = _bits(run(foreach=False))
+    assert np.array_equal(single, _bits(run()))
+    if tname == "NAdam":
+        assert not np.array_equal(single, _bits(run(foreach=True)))
+    else:
+        assert np.array_equal(single, _bits(run(foreach=True)))
 
 
 @pytest.mark.parametrize("name", sorted(n for n, s in specs().items()
                                         if "pytorch" not in s.conventions))
 def test_an_optimizer_without_the_convention_refuses_it(name):
     """The kernels implement "pytorch" where the spec lists it; elsewhere (torch has no such
-    optimizer, or Nadam, not done) it is refused at construction and on assignment, and an
-    assignment refused leaves the convention as it was."""
+    optimizer, or its update is not in the kernels) it is refused at construction and on
+    assignment, and an assignment refused leaves the convention as it was."""
     with pytest.raises(ValueError, match="pytorch"):
         optimizer.create(name, convention="pytorch")
     opt = optimizer.create(name)
     with pytest.raises(ValueError, match="pytorch"):
         opt.convention = "pytorch"
     assert opt.convention == "mxnet"
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_nadam_several_parameters_keep_a_product_each(dtype):
+    """torch.optim.NAdam keeps ``mu_product`` per parameter, in float32 (its default dtype)
+    for any parameter's dtype: three parameters of one optimizer, the second skipped at one
+    step (no gradient: its count and product stay), bit for bit with torch (float64 and
+    float32, the IEEE root), ``opt.mu_product`` equal to torch's, and each step within the
+    oracle's bound. MXNet's convention, one product for the optimizer, gives other numbers."""
+    rng = np.random.default_rng(5)
+    sizes = (7, 130, 33)
+    w0 = [rng.standard_normal(n).astype(dtype) for n in sizes]
+    steps = [[(rng.standard_normal(n) * 10.0 ** rng.uniform(-3, 1, n)).astype(dtype)
+              if not (k == 2 and i == 1) else None for i, n in enumerate(sizes)]
+             for k in range(STEPS)]
+    kw = dict(learning_rate=0.01, wd=0.05, beta1=0.8, beta2=0.99, epsilon=1e-7)
+    ps = [torch.nn.Parameter(torch.from_numpy(w.copy())) for w in w0]
+    theirs = torch.optim.NAdam(ps, lr=0.01, weight_decay=0.05, betas=(0.8, 0.99), eps=1e-7)
+    ours = optimizer.Nadam(convention="pytorch", backend="cpu", **kw)
+    mxnet = optimizer.Nadam(backend="cpu", **kw)
+    ws = [w.copy() for w in w0]
+    wx = [w.copy() for w in w0]
+    states = [ours.create_state(i, w) for i, w in enumerate(ws)]
+    sx = [mxnet.create_state(i, w) for i, w in enumerate(wx)]
+    for grads in steps:
+        for p, g in zip(ps, grads):
+            p.grad = None if g is None else torch.from_numpy(g.copy())
+        with IEEESqrt():
+            theirs.step()
+        for i, g in enumerate(grads):
+            if g is not None:
+                for slot, (err, _, _) in step_errors(ours, i, ws[i], g.copy(),
+                                                     states[i]).items():
+                    assert err <= 1.0, (i, slot, err)
+                mxnet.update(i, wx[i], g.copy(), sx[i])
+        for i, p in enumerate(ps):
+            assert np.array_equal(_bits(ws[i]), _bits(p.detach().numpy())), i
+            st = theirs.state[p]
+            for slot, key in (("m", "exp_avg"), ("v", "exp_avg_sq")):
+                got = ours.state_arrays(states[i])[ours.state_slots().index(slot)]
+                assert np.array_equal(_bits(got), _bits(st[key].numpy())), (i, slot)
+            assert st["mu_product"].dtype == torch.float32
+            assert ours.mu_product[i] == st["mu_product"].item(), i
+    assert not np.array_equal(wx[2], ws[2])

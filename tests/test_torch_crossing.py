@@ -199,3 +199,75 @@ def test_torch_sgd_checkpoint_continues_exactly_under_pytorch(nesterov):
     _train(b, mine, 3)
     for p, q in zip(a.parameters(), b.parameters()):
         assert torch.equal(p, q)
+
+
+def _nadam_groups(model):
+    """Two param groups with options of their own (torch's keywords)."""
+    return [{"params": [model.weight], "lr": 0.01},
+            {"params": [model.bias], "lr": 0.02, "weight_decay": 0.1,
+             "betas": (0.8, 0.99)}]
+
+
+def test_torch_nadam_checkpoint_continues_exactly_under_pytorch():
+    """torch.optim.NAdam's state_dict (per-parameter ``mu_product``, float32) into
+    ``toolkit.torch.NAdam`` (convention "pytorch", its default): the run continues as torch's
+    own, bit for bit in float64 (torch's root taken as IEEE's); and the toolkit's state_dict is
+    torch's: loaded into torch.optim.NAdam it continues exactly as torch's own checkpoint of
+    the same run does."""
+    from test_pytorch_convention import IEEESqrt
+    a, b = _model(), _model()
+    theirs = torch.optim.NAdam(_nadam_groups(a))
+    with IEEESqrt():
+        _train(a, theirs, 3)
+    b.load_state_dict(a.state_dict())
+    mine = tt.NAdam(_nadam_groups(b))
+    assert [g["convention"] for g in mine.param_groups] == ["pytorch", "pytorch"]
+    mine.load_state_dict(_saved(theirs.state_dict()))
+    with IEEESqrt():
+        _train(a, theirs, 3)
+        _train(b, mine, 3)
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(p, q)
+    ours, torchs = mine.state_dict()["state"], theirs.state_dict()["state"]
+    for k, entry in torchs.items():
+        assert entry["mu_product"].dtype == ours[k]["mu_product"].dtype == torch.float32
+        for key in ("step", "mu_product", "exp_avg", "exp_avg_sq"):
+            assert torch.equal(ours[k][key], entry[key]), (k, key)
+    # the reverse: each checkpoint into a fresh torch.optim.NAdam, which goes on the same way
+    runs = []
+    for sd in (mine.state_dict(), theirs.state_dict()):
+        c = _model()
+        c.load_state_dict(b.state_dict())
+        back = torch.optim.NAdam(_nadam_groups(c))
+        back.load_state_dict(_saved(sd))
+        with IEEESqrt():
+            _train(c, back, 3)
+        runs.append(list(c.parameters()))
+    for p, q in zip(*runs):
+        assert torch.equal(p, q)
+
+
+def test_a_torch_nadam_checkpoint_keeps_a_product_per_parameter():
+    """Parameters of one group with different counts (one without a gradient at a step) keep
+    products of their own across the crossing; a parameter torch holds no state for starts
+    afresh (its product 1.0), whatever this optimizer held for it before."""
+    a = _model()
+    theirs = torch.optim.NAdam(a.parameters(), lr=0.01)
+    _train(a, theirs, 2)
+    a.bias.grad = None
+    a.weight.grad = torch.ones_like(a.weight)
+    theirs.step()
+    products = {k: e["mu_product"].item() for k, e in theirs.state_dict()["state"].items()}
+    assert products[0] != products[1]
+    mine = tt.NAdam(_model().parameters(), lr=0.01)
+    mine.load_state_dict(_saved(theirs.state_dict()))
+    assert {k: e["mu_product"].item() for k, e in mine.state_dict()["state"].items()} == \
+        products
+    c = _model()
+    fresh = torch.optim.NAdam([c.weight], lr=0.01)
+    _train(c, fresh, 1)
+    sd = fresh.state_dict()
+    sd["param_groups"][0]["params"] = [0, 1]
+    mine.load_state_dict(_saved(sd))
+    host = mine.state_dict()["toolkit"]["host"][0]["data"]["m_schedule"]
+    assert host == [[0, sd["state"][0]["mu_product"].item()]]

@@ -1,7 +1,8 @@
 """``toolkit.torch.X(..., convention="pytorch")`` is ``torch.optim.X``: a torch user's own
 keywords, unchanged, give torch's numbers (float64, bit for bit with torch's square root taken
 as IEEE's: tests/test_pytorch_convention.py says why), state under torch's names; and torch's
-spellings (``Adagrad``, ``RMSprop``, ``Adadelta``) are torch's optimizers, defaults included."""
+spellings (``Adagrad``, ``RMSprop``, ``Adadelta``, ``NAdam``) are torch's optimizers, defaults
+included."""
 from __future__ import annotations
 
 import numpy as np
@@ -64,10 +65,14 @@ def test_torch_spelling_is_torchs_optimizer_with_torchs_defaults(name):
         "convention"] == "pytorch"
 
 
-def test_spellings_of_optimizers_without_a_pytorch_convention():
-    """NAdam is MXNet's Nadam under torch's spelling with torch's defaults (a documented
-    difference: the toolkit has no "pytorch" NAdam)."""
-    opt = tt.NAdam([torch.nn.Parameter(torch.zeros(2))])
+def test_every_torch_spelling_has_torchs_update():
+    """Every torch spelling is torch's optimizer (NAdam too, since the kernels have its
+    update): none is left with MXNet's numbers under torch's name. MXNet's Nadam under torch's
+    defaults is still there, asked for by convention."""
+    spelled = {n for n in sorted(specs()) if specs()[n].torch and not specs()[n].torch_flags
+               and specs()[n].torch != registry()[n].__name__}
+    assert set(SPELLED) == spelled and "nadam" in spelled
+    opt = tt.NAdam([torch.nn.Parameter(torch.zeros(2))], convention="mxnet")
     group = opt.param_groups[0]
     assert group["convention"] == "mxnet" and group["lr"] == 0.002
     assert issubclass(tt.NAdam, tt.Nadam)

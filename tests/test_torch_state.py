@@ -290,3 +290,37 @@ def test_opt_state_shows_each_parameters_step_as_torch_does():
     assert [v["step"] for v in opt.state_dict()["state"].values()] == [3, 3, 2]
     opt.state[params[0]].clear()
     assert "step" not in opt.state[params[0]] and len(opt.state[params[0]]) == 0
+
+
+def test_nadams_per_parameter_products_round_trip_under_pytorch():
+    """Under convention "pytorch" (toolkit.torch.NAdam's default) each parameter keeps its own
+    ``mu_product`` (torch's): saved per index, and a round trip continues bit for bit; a host
+    state in the other convention's layout (one product per group) is refused, nothing
+    changed."""
+    a = model()
+    opt = tt.NAdam([{"params": a[:2]}, {"params": a[2:], "lr": 0.02}], lr=0.01)
+    train(opt, a, 3, skip=(1, 1))
+    sd = saved(opt.state_dict())
+    inner = opt.toolkit_optimizers
+    assert [h["data"]["m_schedule"] for h in sd["toolkit"]["host"]] == \
+        [[[0, inner[0].mu_product[0]], [1, inner[0].mu_product[1]]],
+         [[2, inner[1].mu_product[2]]]]
+    assert inner[0].mu_product[0] != inner[0].mu_product[1]   # index 1 skipped a step
+    assert [sd["state"][k]["mu_product"].item() for k in range(3)] == \
+        [inner[0].mu_product[0], inner[0].mu_product[1], inner[1].mu_product[2]]
+    b = model(seed=5)
+    with torch.no_grad():
+        for p, q in zip(b, a):
+            p.copy_(q)
+    opt_b = tt.NAdam([{"params": b[:2]}, {"params": b[2:], "lr": 0.02}], lr=0.01)
+    opt_b.load_state_dict(sd)
+    train(opt, a, 3, start=3)
+    train(opt_b, b, 3, start=3)
+    assert bits(a) == bits(b)
+    assert repr(saved(opt.state_dict())) == repr(saved(opt_b.state_dict()))
+    for bad in (0.5, [[0, 0.5], [0, 0.25]], [[0, 2.0]]):
+        other = copy.deepcopy(sd)
+        other["toolkit"]["host"][0]["data"]["m_schedule"] = bad
+        fresh = tt.NAdam([{"params": b[:2]}, {"params": b[2:], "lr": 0.02}], lr=0.01)
+        _unchanged(fresh, b, lambda: fresh.load_state_dict(other),
+                   "list of \\[index, mu_product\\]")

@@ -291,6 +291,17 @@ def test_save_load_continues_bit_identically(name, kw, tmp_path):
     assert ta.learning_rate == tb.learning_rate
 
 
+def test_save_load_of_per_index_host_state_continues_bit_identically(tmp_path):
+    """Nadam under convention "pytorch" keeps torch's running product per parameter index: the
+    file holds each index's, and a loaded trainer continues bit for bit."""
+    name = "nadam"
+    kw = lambda: {**optimizer.spec_of(name).record, "convention": "pytorch"}  # noqa: E731
+    init, grads = _data(np.random.default_rng(3), "float32", 8, shapes_for(name)[:3])
+    ta, tb = _resumed(name, kw, "float32", init, grads, 4, tmp_path)
+    products = ta.optimizer.mu_product
+    assert len(products) == 3 and tb.optimizer.mu_product == products
+
+
 def _resumed(name, kw, dtype, init, grads, split, tmp_path):
     """A trainer run on every step of ``grads`` and one saved after ``split`` steps, loaded
     into a new trainer and run on the rest: their weights equal bit for bit (and the file is

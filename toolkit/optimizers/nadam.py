@@ -1,4 +1,5 @@
-"""Nadam (MXNet ``nadam``; Dozat 2016). Convention "mxnet" only: see below.
+"""Nadam (MXNet ``nadam``; Dozat 2016). Conventions "mxnet" and "pytorch" (torch.optim.NAdam:
+:func:`pytorch_rule`); no "guide": see below.
 
 mxnet (Python ops, MXNet 1.9.1 python/mxnet/optimizer/optimizer.py:1995-2028;
 docs/optimizers/nadam.md)::
@@ -19,7 +20,9 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from . import gradient
+import numpy as np
+
+from . import gradient, torch_ops
 from .base import Optimizer
 from .registry import register
 from .spaces import Decades, Interval, OneOf, USUAL_BETA1, USUAL_BETA2
@@ -47,6 +50,21 @@ class Row(NamedTuple):
     mu_next: float   #: mu_{t+1}
 
 
+class PytorchRow(NamedTuple):
+    """The scalars of :func:`pytorch_rule` (torch.optim.NAdam), formed on the host in float64
+    as torch forms them in Python floats."""
+    rs: float        #: rescale_grad
+    c: float         #: clip_gradient, negative for none
+    wd: float        #: torch's coupled weight decay
+    omb1: float      #: 1 - beta1, the weight of the first moment's lerp
+    b2: float
+    omb2: float      #: 1 - beta2
+    bc2: float       #: 1 - beta2^t
+    eps: float
+    step_g: float    #: -lr*(1 - mu_t)/(1 - mu_product)
+    step_m: float    #: -lr*mu_{t+1}/(1 - mu_product*mu_{t+1})
+
+
 def mxnet_rule(f):
     grad_of = gradient.decayed_then_clipped(f)
 
@@ -60,9 +78,48 @@ def mxnet_rule(f):
     return rule
 
 
+def pytorch_rule(f):
+    """torch.optim.NAdam's single-tensor update (torch 2.13, torch/optim/nadam.py,
+    ``_single_tensor_nadam``, ``decoupled_weight_decay=False``, the path it runs on CPU
+    tensors), in torch's order of operations::
+
+        g = clip(rs*grad, c) + wd*w                  (coupled, when wd != 0)
+        m = m.lerp(g, 1 - beta1)
+        v = v*beta2 + (1 - beta2)*g*g
+        denom = sqrt(v/(1 - beta2^t)) + eps
+        w = w + (step_g*g)/denom                     (param.addcdiv_(grad, denom, value=step_g))
+        w = w + (step_m*m)/denom
+
+    with the host's ``step_g = -lr*(1 - mu_t)/(1 - mu_product)`` and
+    ``step_m = -lr*mu_{t+1}/(1 - mu_product*mu_{t+1})`` (:class:`PytorchRow`; :mod:`.torch_ops`:
+    the lerp and the sums rounded once, as torch's kernels round them)."""
+    grad_of = torch_ops.gradient(f)
+    lerp = torch_ops.lerp(f)
+    square_avg = torch_ops.square_avg(f)
+
+    def rule(w, grad, m, v, hp):
+        p = PytorchRow(*hp)
+        g = grad_of(grad, w, p.rs, p.wd, p.c)
+        m = lerp(m, g, p.omb1)
+        v = square_avg(v, g, p.b2, p.omb2)
+        denom = math.sqrt(v / p.bc2) + p.eps
+        w = w + (p.step_g * g) / denom
+        return w + (p.step_m * m) / denom, m, v
+    return rule
+
+
+def f32_product(a, b):
+    """``a*b`` as torch's ``mu_product *= mu`` computes it on a float32 0-d tensor (torch's
+    default dtype): both factors rounded to float32, the product rounded to float32."""
+    return float(np.float32(np.float32(a) * np.float32(b)))
+
+
 SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
     name="nadam", reference="reference.nadam",
-    conventions=("mxnet",),
+    conventions=("mxnet", "pytorch"),
+    # the kernels' "pytorch" (torch's single-tensor step) is the reference's equations in these
+    # three forms at once (reference.nadam; with hyper_f32=False: Nadam._reference_call_kwargs)
+    pytorch_form=("wd_after_clip", "lerp", "schedule_product_f32"),
     pytorch="mxnet", torch="NAdam",
     torch_slots={"m": "exp_avg", "v": "exp_avg_sq"},
     space={"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999),
@@ -94,7 +151,12 @@ class Nadam(Optimizer):
     ``w = w - lr*((1-mu_t)*g/(1-m_schedule) + mu_{t+1}*m/(1-m_schedule*mu_{t+1})) /
     (sqrt(v/(1-beta2^t)) + epsilon)`` with ``g = clip(rs*grad + wd*w, c)``. State: ``(m, v)``.
 
-    Only convention "mxnet": the guide's Nadam needs gradients at two points per step
+    ``convention="pytorch"``: ``torch.optim.NAdam(decoupled_weight_decay=False)`` in torch's
+    order of operations (:func:`pytorch_rule`), with torch's bookkeeping: the running product
+    is **one per index** (torch's per-parameter ``mu_product``, here ``opt.mu_product[index]``),
+    held in float32 as torch holds it in its default dtype, float32, for any weight's dtype.
+
+    No convention "guide": the guide's Nadam needs gradients at two points per step
     (``reference.nadam.step_lookahead`` evaluates it with a gradient function).
 
     Example::
@@ -120,6 +182,9 @@ class Nadam(Optimizer):
         # the running product starts at 1 once (MXNet's __init__): not in check_relations,
         # which runs again after every later assignment (a Trainer sets rescale_grad each step)
         self.m_schedule = 1.0
+        #: convention "pytorch": torch's per-parameter ``mu_product``, index -> its float32
+        #: value (an index not yet stepped starts at 1.0)
+        self.mu_product = {}
         super().__init__(learning_rate=learning_rate, **kwargs)
 
     def check_relations(self):
@@ -137,12 +202,37 @@ class Nadam(Optimizer):
                 "schedule_decay": self.schedule_decay}
 
     def host_state(self):
+        """``{"m_schedule": m}``, MXNet's one running product; under convention "pytorch"
+        ``{"m_schedule": [[index, mu_product], ...]}``, torch's one per index (in index order,
+        those that have stepped)."""
+        if self.convention == "pytorch":
+            order = sorted(self.mu_product, key=lambda k: (isinstance(k, str), k))
+            return {"m_schedule": [[k, self.mu_product[k]] for k in order]}, {}
         return {"m_schedule": self.m_schedule}, {}
 
     def check_host_state(self, data, host_arrays):
-        m = data["m_schedule"]
-        if set(data) != {"m_schedule"} or host_arrays or not isinstance(m, float) or \
-                not 0.0 <= m <= 1.0:   # a product of momentum factors in [0, 1), from 1.0
+        def product(m):   # a product of momentum factors in [0, 1), from 1.0
+            return isinstance(m, float) and 0.0 <= m <= 1.0
+        m = data.get("m_schedule") if isinstance(data, dict) else None
+        if self.convention == "pytorch":
+            per_index = {}
+            ok = set(data) == {"m_schedule"} and not host_arrays and isinstance(m, list)
+            for pair in m if ok else ():
+                if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and
+                        type(pair[0]) in (int, str) and pair[0] not in per_index and
+                        product(pair[1])):
+                    ok = False
+                    break
+                per_index[pair[0]] = pair[1]
+            if not ok:
+                raise ValueError("Nadam's host state under convention 'pytorch' must be "
+                                 "m_schedule as a list of [index, mu_product] pairs (each index "
+                                 f"once, each product in [0, 1]), got {data}")
+
+            def commit():
+                self.mu_product = per_index
+            return commit
+        if set(data) != {"m_schedule"} or host_arrays or not product(m):
             raise ValueError(f"Nadam's host state must be one m_schedule in [0, 1], got {data}")
 
         def commit():
@@ -150,13 +240,40 @@ class Nadam(Optimizer):
         return commit
 
     def _reference_extra(self, index, weight=None):
+        if self.convention == "pytorch":
+            return {"m_schedule": self.mu_product.get(index, 1.0)}
         return {"m_schedule": self.m_schedule}
 
     def _reference_store_extra(self, index, new_state, weight):
-        self.m_schedule = float(new_state["m_schedule"])
+        if self.convention == "pytorch":
+            self.mu_product[index] = float(new_state["m_schedule"])
+        else:
+            self.m_schedule = float(new_state["m_schedule"])
+
+    def _reference_call_kwargs(self, index, t):
+        """Under "pytorch" the reference's forms the kernels compute (``Spec.pytorch_form``),
+        with the clip bound as given (``hyper_f32=False``), as the kernels take it."""
+        kwargs = super()._reference_call_kwargs(index, t)
+        if self.convention == "pytorch":
+            kwargs["hyper_f32"] = False
+        return kwargs
 
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         b1, b2, sd = self.beta1, self.beta2, self.schedule_decay
+        if self.convention == "pytorch":
+            # torch's host arithmetic in Python floats (torch/optim/nadam.py, in its order)
+            mu = b1 * (1.0 - 0.5 * (0.96 ** (t * sd)))
+            mu_next = b1 * (1.0 - 0.5 * (0.96 ** ((t + 1) * sd)))
+            product = f32_product(self.mu_product.get(index, 1.0), mu)
+            product_next = product * mu_next
+            self._run_rule(pytorch_rule, weight, grad, state,
+                           PytorchRow(rs=self.rescale_grad, c=self._clip_bound(), wd=wd,
+                                      omb1=1.0 - b1, b2=b2, omb2=1.0 - b2, bc2=1.0 - b2 ** t,
+                                      eps=self.epsilon,
+                                      step_g=-lr * (1.0 - mu) / (1.0 - product),
+                                      step_m=(-lr * mu_next) / (1.0 - product_next)))
+            self.mu_product[index] = product
+            return
         mu_t = b1 * (1.0 - 0.5 * 0.96 ** (t * sd))
         mu_t1 = b1 * (1.0 - 0.5 * 0.96 ** ((t + 1) * sd))
         m_schedule = self.m_schedule * mu_t

@@ -63,7 +63,7 @@ class Spec:
     Identity and oracle
         ``name``: the registry name (the class's lower-case name, MXNet's rule).
         ``reference``: the module of its float64 oracle (``"reference.adam"``), or None.
-        ``conventions``: the conventions its kernels implement (Nadam: ``("mxnet",)``; by
+        ``conventions``: the conventions its kernels implement (Nadam: ``("mxnet", "pytorch")``; by
         default :data:`DEFAULT_CONVENTIONS`). ``"pytorch"`` is listed for the optimizers whose
         kernels have torch.optim's update (its own rule, in torch's order of operations:
         docs/conventions.md, "pytorch").

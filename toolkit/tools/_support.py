@@ -36,7 +36,7 @@ def storage_dtype(dtype: str):
 def optimizer_conventions() -> dict:
     """``{registry name: conventions}`` of the optimizers with an oracle (their spec names a
     reference module: ``specs(oracle=True)``), sorted by name; the conventions are the spec's
-    (``Spec.conventions``: Nadam's kernels implement "mxnet" only). Read live: an optimizer
+    (``Spec.conventions``: Nadam's kernels implement "mxnet" and "pytorch"). Read live: an optimizer
     registered later (a plug-in) is in it."""
     from ..optimizers.registry import specs
     return {name: tuple(spec.conventions) for name, spec in specs(oracle=True).items()}

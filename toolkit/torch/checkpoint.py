@@ -70,7 +70,7 @@ def pack(opt):
             if p in opt._bindings:
                 entry.update(dict.items(opt.state[p]))  # not the step it shows
             if entry:
-                state[index] = crossing.for_torch(klass, group, entry, host_data)
+                state[index] = crossing.for_torch(klass, group, entry, host_data, index)
             ids.append(index)
             index += 1
         packed["params"] = ids

@@ -4,7 +4,8 @@
 :func:`for_torch` adds to a toolkit state_dict what ``torch.optim``'s namesake reads: each
 state's ``step`` as torch's float32 tensor, torch's state entries that MXNet keeps as another
 quantity (SGD's and centered RMSprop's ``momentum_buffer = -mom/lr``: MXNet's buffer holds
-``-lr*buf``), NAdam's per-parameter ``mu_product`` (MXNet keeps one ``m_schedule`` per group),
+``-lr*buf``), NAdam's per-parameter ``mu_product`` (MXNet keeps one ``m_schedule`` per group;
+under ``convention="pytorch"`` the group keeps one per parameter, as torch does),
 and a number for every torch key a toolkit group holds as None (Adam's ``eps`` under MXNet's
 placement: MXNet's ``epsilon``, torch's default where MXNet has none). :func:`from_torch`
 makes a ``torch.optim`` state_dict of the same optimizer into a toolkit one: its options through
@@ -32,8 +33,17 @@ SCALED = {  # checked against the registry by tests/test_torch_crossing.py::test
     ("SGD", "momentum_buffer"): "mom",
     ("RMSprop", "momentum_buffer"): "delta",
 }
-#: ``(torch class, torch's per-parameter state entry) -> the group's host value it is``
+#: ``(torch class, torch's per-parameter state entry) -> the group's host value it is``: one
+#: value for the group, or (a host value that is a list of ``[index, value]`` pairs: NAdam
+#: under "pytorch") one per parameter index, 1.0 for an index it does not hold
 HOST = {("NAdam", "mu_product"): "m_schedule"}  # checked against the registry by tests/test_torch_crossing.py::test_tables_name_torch_facts
+
+
+def _host_value(value, index):
+    """A host value as torch's entry of parameter ``index`` reads it (:data:`HOST`)."""
+    if isinstance(value, list):
+        return next((v for k, v in value if k == index), 1.0)
+    return value
 
 
 def _torch_name(klass):
@@ -90,9 +100,10 @@ def without_torch_entries(klass, entry, convention="mxnet"):
     return {renamed.get(k, k): v for k, v in entry.items() if k not in added}
 
 
-def for_torch(klass, group, entry, host_data):
+def for_torch(klass, group, entry, host_data, index=None):
     """A toolkit state entry (``{"step": t, slot: tensor}``) with what torch's namesake reads
-    added (``group``: its param group's options; ``host_data``: its group's host state)."""
+    added (``group``: its param group's options; ``host_data``: its group's host state;
+    ``index``: the parameter's index, where the host state is per index)."""
     torch_name = _torch_name(klass)
     out = dict(entry)
     if "step" in out:
@@ -102,7 +113,7 @@ def for_torch(klass, group, entry, host_data):
             out[key] = out[slot] / -float(group["lr"])
     for (name, key), host_key in HOST.items():
         if name == torch_name and host_key in host_data:
-            out[key] = torch.tensor(float(host_data[host_key]))
+            out[key] = torch.tensor(float(_host_value(host_data[host_key], index)))
     return out
 
 
@@ -158,6 +169,13 @@ def from_torch(opt, sd):
     for inner in opt.toolkit_optimizers:
         data, arrays = inner.host_state()
         host.append({"data": dict(data), "arrays": dict(arrays)})
+    # a host value kept per index (a list of [index, value] pairs) is torch's entries' alone
+    # (a parameter without state in sd starts afresh); its index is the parameter's position
+    position = {k: n for n, k in enumerate(k for g in groups for k in g["params"])}
+    for h in host:
+        for host_key in HOST.values():
+            if isinstance(h["data"].get(host_key), list):
+                h["data"][host_key] = []
     state, steps = {}, []
     for k, entry in sd["state"].items():
         if k not in group_of:
@@ -179,7 +197,11 @@ def from_torch(opt, sd):
             if scaled is not None:
                 out[scaled] = value * -float(options["lr"])
             elif host_key is not None:
-                host[gi]["data"][host_key] = float(value)
+                held = host[gi]["data"].get(host_key)
+                if isinstance(held, list):
+                    held.append([position[k], float(value)])
+                else:
+                    host[gi]["data"][host_key] = float(value)
             else:
                 out[key] = value
         if "step" not in out and any(isinstance(v, torch.Tensor) for v in out.values()):
