@@ -434,7 +434,7 @@ def test_channels_last(name):
         orr.step()
     assert p.stride() == x.to(memory_format=torch.channels_last).stride()
     assert bits(p.permute(0, 2, 3, 1).contiguous()) == bits(r)
-    assert all(s.stride() == p.stride() for s in op.state[p].values())
+    assert all(s.stride() == p.stride() for n, s in op.state[p].items() if n != "step")
     if not specs()[name].noise:
         assert bits(p.contiguous()) == bits(q)
 

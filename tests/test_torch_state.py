@@ -254,7 +254,7 @@ def test_the_users_own_keys_in_a_state_entry_stay_and_are_never_read():
     train(opt, params, 2, start=1)
     train(ref, twin, 2, start=1)
     assert all(torch.equal(a, b) for a, b in zip(params, twin))
-    assert sorted(opt.state[params[0]]) == ["ema", "exp_avg", "exp_avg_sq", "note"]
+    assert sorted(opt.state[params[0]]) == ["ema", "exp_avg", "exp_avg_sq", "note", "step"]
     sd = opt.state_dict()
     assert sd["state"][0]["note"] == "mine"
     again = tt.Adam(params, lr=0.01)
