@@ -22,7 +22,7 @@ from . import region as _region_text
 from . import space as _space
 from . import user as _user
 from . import variants as _variants
-from .errors import InternalError, bug_report as _bug_report
+from .errors import InternalError, bug_report as _bug_report, unknown_optimizer
 from .reports import KINDS, DomainVerdict, Explanation, IdentifyReport, VerifyReport, finite
 from .seeds import DEFAULT_SEED, resolve_seed
 
@@ -63,8 +63,7 @@ def _module(name):
         raise TypeError(f"optimizer must be a registry name such as 'adam', got {name!r}")
     spec = specs(oracle=True).get(name.lower())
     if spec is None:
-        raise ValueError(f"unknown optimizer {name!r}; the oracle knows "
-                         f"{', '.join(specs(oracle=True))}")
+        raise ValueError(unknown_optimizer(name, specs(oracle=True)))
     if spec.noise:
         raise ValueError(f"{spec.name} adds random noise to every step, so its result cannot be "
                          "compared with an implementation's own draws; verify its deterministic "
