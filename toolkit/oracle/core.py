@@ -469,8 +469,8 @@ def _explain(ref, convention, pytorch, implemented, dt, declared, seen, passes_u
     tried = []
     for c in [convention] + _other_conventions(convention, pytorch, implemented):
         for v in declared:
-            if not v.applies(ref, c):
-                continue
+            if not v.applies(ref, c) or (v.name in _variants.SAME_IN_FLOAT64 and dt == np.float64):
+                continue  # the convention's own values in float64: it explains no failure
             tried.append(v.name)
             err = _worst_under(ref, c, dt, seen, variant=v)
             if err <= 1.0:
@@ -581,6 +581,21 @@ def _distance(a, b):
     return d
 
 
+def _variant_cases(ref, convs, dt, fixed):
+    """``[(case, {conv: trajectory}, None)]``: the discriminating cases of each convention's
+    known variants (full domain, as :func:`verify` runs them first), so that an implementation
+    ``verify`` fails as a variant of a convention does not match that convention here."""
+    out = []
+    for c in convs:
+        for case in DISCRIMINATING.cases(ref.NAME, c, dt, "full", fixed or None):
+            if any(case is o[0] for o in out):
+                continue
+            trajs = {k: _reference_trajectory(ref, case, k, dt) for k in convs}
+            if all(np.all(np.isfinite(t[-1].value)) for t in trajs.values()):
+                out.append((case, trajs, None))
+    return out
+
+
 def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, screen=400,
              seed=DEFAULT_SEED, allow_wider=False, timeout=None,
              progress=None) -> IdentifyReport:
@@ -591,7 +606,9 @@ def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, scr
     the report) and run through every convention of the reference; those on which two
     conventions differ by more than :data:`DISTINCT` bounds are kept (up to ``cases``, spread
     over the pairs), and the user's implementation runs on them. ``cases`` is at least the
-    number of pairs of conventions (one case each), ``screen`` at least 1. See :func:`verify`
+    number of pairs of conventions (one case each), ``screen`` at least 1. The discriminating
+    cases of every convention's known variants follow (:func:`_variant_cases`), so that a
+    variant ``verify`` would fail does not match. See :func:`verify`
     for ``make_step``, ``fixed`` (checked the same way), ``dtype``, ``allow_wider``, ``timeout``
     and ``progress``.
     """
@@ -633,6 +650,7 @@ def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, scr
                 break
             if all(s is not c for c in chosen):
                 chosen.append(s)
+        chosen += _variant_cases(ref, convs, dt, fixed)
         errors = {c: 0.0 for c in convs}
         worst = {c: None for c in convs}
         seen = {c: [] for c in convs}  # (case, outputs, error) per convention, to explain
@@ -652,7 +670,10 @@ def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, scr
                     worst[c] = {**_case_dict(case, t), "step": t, "element": i,
                                 "expected": expected, "got": got, "error": finite(err)}
         matches = [c for c in convs if errors[c] <= 1.0 and failure is None]
-        closest = min(convs, key=lambda c: errors[c]) if convs else None
+        # the smallest worst error; a tie (inf: a NaN on one case fails every convention) goes
+        # to the convention with the fewest failing cases
+        closest = min(convs, key=lambda c: (errors[c], sum(e > 1.0 for _, _, e in seen[c]),
+                                            convs.index(c))) if convs else None
         if pytorch not in (None, "pytorch") and pytorch in errors:
             errors["pytorch"] = errors[pytorch]  # PyTorch's update is that one of ours
             if pytorch in matches:
