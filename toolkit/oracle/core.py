@@ -581,21 +581,6 @@ def _distance(a, b):
     return d
 
 
-def _variant_cases(ref, convs, dt, fixed):
-    """``[(case, {conv: trajectory}, None)]``: the discriminating cases of each convention's
-    known variants (full domain, as :func:`verify` runs them first), so that an implementation
-    ``verify`` fails as a variant of a convention does not match that convention here."""
-    out = []
-    for c in convs:
-        for case in DISCRIMINATING.cases(ref.NAME, c, dt, "full", fixed or None):
-            if any(case is o[0] for o in out):
-                continue
-            trajs = {k: _reference_trajectory(ref, case, k, dt) for k in convs}
-            if all(np.all(np.isfinite(t[-1].value)) for t in trajs.values()):
-                out.append((case, trajs, None))
-    return out
-
-
 def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, screen=400,
              seed=DEFAULT_SEED, allow_wider=False, timeout=None,
              progress=None) -> IdentifyReport:
@@ -607,7 +592,8 @@ def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, scr
     conventions differ by more than :data:`DISTINCT` bounds are kept (up to ``cases``, spread
     over the pairs), and the user's implementation runs on them. ``cases`` is at least the
     number of pairs of conventions (one case each), ``screen`` at least 1. The discriminating
-    cases of every convention's known variants follow (:func:`_variant_cases`), so that a
+    cases of every convention's known variants follow
+    (:func:`toolkit.oracle.discriminating.identify_cases`), so that a
     variant ``verify`` would fail does not match. See :func:`verify`
     for ``make_step``, ``fixed`` (checked the same way), ``dtype``, ``allow_wider``, ``timeout``
     and ``progress``.
@@ -650,7 +636,7 @@ def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, scr
                 break
             if all(s is not c for c in chosen):
                 chosen.append(s)
-        chosen += _variant_cases(ref, convs, dt, fixed)
+        chosen += DISCRIMINATING.identify_cases(ref.NAME, convs, dt, fixed)
         errors = {c: 0.0 for c in convs}
         worst = {c: None for c in convs}
         seen = {c: [] for c in convs}  # (case, outputs, error) per convention, to explain

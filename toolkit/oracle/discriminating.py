@@ -36,7 +36,8 @@ from . import cases as _cases
 from . import space as _space
 from . import variants as _variants
 
-__all__ = ["SEARCH_SEED", "BUDGET", "MARGIN", "SPREAD", "find", "cases", "indistinguishable",
+__all__ = ["SEARCH_SEED", "BUDGET", "MARGIN", "SPREAD", "find", "cases", "identify_cases",
+           "indistinguishable",
            "variant_make_step", "settings", "table", "markdown", "write"]
 
 #: the seed of the candidates (fixed: the same discriminating cases in every run and process)
@@ -213,6 +214,26 @@ def cases(name, convention, dtype, domain="full", fixed=None):
     for case in find(name, convention, dtype, domain, fixed).values():
         if all(case is not c for c in out):
             out.append(case)
+    return out
+
+
+def identify_cases(name, conventions, dtype, fixed=None):
+    """``[(case, {convention: trajectory}, None)]`` for :func:`~toolkit.oracle.identify`: the
+    discriminating cases of each convention's variants (full domain, as ``verify`` runs them
+    first), each once, with every convention's reference trajectory (a case on which one
+    overflows is left out, as identify's screen leaves it), so that an implementation ``verify``
+    fails as a variant of a convention does not match that convention."""
+    from . import core
+    ref = core._module(name)
+    dt = np.dtype(dtype)
+    out = []
+    for c in conventions:
+        for case in cases(name, c, dt, "full", fixed or None):
+            if any(case is o[0] for o in out):
+                continue
+            trajs = {k: core._reference_trajectory(ref, case, k, dt) for k in conventions}
+            if all(np.all(np.isfinite(t[-1].value)) for t in trajs.values()):
+                out.append((case, trajs, None))
     return out
 
 
