@@ -352,8 +352,9 @@ def _cell(name, variant, convention, dtype, domains):
 
 
 def write(docs="docs/oracle.md"):
-    """Search every setting without pins (about a minute and a half) and write the indices
-    (:mod:`toolkit.oracle._discriminating_indices`) and the table in ``docs``."""
+    """Search every setting without pins (a few minutes: the lerp tries 256 candidates per
+    setting) and write the indices (:mod:`toolkit.oracle._discriminating_indices`) and the table
+    in ``docs``."""
     import pathlib
     import pprint
     indices = {f"{n} {c} {d} {dom}": _search(n, c, d, dom, ())
