@@ -67,3 +67,13 @@ def test_the_command_line_suggests_and_exits_2(tmp_path, args):
     assert r.returncode == 2, r.stdout + r.stderr
     assert "unknown optimizer 'adm' (did you mean 'adam'" in r.stdout + r.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+def test_docs_oracle_quotes_the_message_the_code_gives():
+    with open(os.path.join(ROOT, "docs", "oracle.md"), encoding="utf-8") as f:
+        text = " ".join(f.read().split())
+    with pytest.raises(ValueError) as e:
+        oracle.verify(_make, "adm", examples=1)
+    shown = ("unknown optimizer 'adm' (did you mean 'adam' or 'nadam' or 'adamw'?); "
+             "the oracle knows")
+    assert shown in text and str(e.value).startswith(shown), str(e.value)
