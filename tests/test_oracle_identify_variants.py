@@ -2,8 +2,8 @@
 nothing of PyTorch when nothing matched.
 
 identify runs the discriminating cases of every convention's known variants after its screened
-cases (``discriminating.identify_cases``), so an implementation that ``verify`` fails as a variant of a
-convention does not match that convention: the issue's Adam with float32 bias corrections
+cases (``discriminating.identify_cases``), so an implementation that ``verify`` fails as a
+variant of a convention does not match that convention: the issue's Adam with float32 bias corrections
 passed identify's screened cases and was named "guide" (with "PyTorch's adam is the same update
 as the 'guide' convention") while ``verify(convention="guide")`` failed it as
 ``constants_in_dtype``.
