@@ -69,3 +69,30 @@ def test_the_golden_directory_compares_as_shown():
             "; bound 0 ulps; OK"), printed
     else:
         assert printed == shown, f"the page shows {shown!r}, the command prints {printed!r}"
+
+
+def _oracle_md():
+    return " ".join(_read("docs", "oracle.md").split())
+
+
+def test_docs_oracles_refused_nan_message_is_the_codes():
+    import pytest
+    with pytest.raises(ValueError) as e:
+        oracle.verify(lambda w, **h: (lambda g: w), "adam",
+                      fixed={"learning_rate": float("nan")})
+    assert str(e.value) == ("fixed['learning_rate'] = nan is refused by Adam: learning_rate "
+                            "must be finite, got nan")
+    assert f"`ValueError: {e.value}`" in _oracle_md()
+
+
+def test_docs_oracles_region_between_two_pieces_is_the_codes():
+    # docs/oracle.md: 'both give "only for momentum between 0 and 0.3" (an SGD wrong for
+    # 0 < momentum < 0.3 only: 0 and 0.9 pass)', tests/test_oracle_variants_more.py's SGD
+    from toolkit.oracle.space import Interval
+    from test_oracle_variants_more import EXAMPLES, make_sgd_wrong_in_the_gap
+    r = oracle.verify(make_sgd_wrong_in_the_gap, "sgd", convention="guide", dtype="float64",
+                      examples=EXAMPLES, fixed=dict(clip_gradient=None),
+                      ranges={"momentum": Interval(0.01, 0.29)})
+    shown = "only for momentum between 0 and 0.3"
+    assert f'both give "{shown}"' in _oracle_md()
+    assert r.region.startswith(shown + " ("), r.region
