@@ -9,9 +9,12 @@ The candidates are the cases of :func:`toolkit.oracle.cases.draw` at :data:`SEAR
 (indices 0 to :data:`BUDGET` - 1). A variant the reference writes as other values (the
 hyperparameters' precision, a term elsewhere) takes the first candidate its trajectory lies
 more than :data:`MARGIN` bounds from, else the worst beyond one bound; one it writes as a wider
-bound around the same value (a rounding: constants in the dtype, the lerp) is scored by how
-many times the convention's bound its bound is, over :data:`SPREAD` (a measure, not a proof:
-:data:`NOT_GUARANTEED`). A variant with no such candidate is indistinguishable there
+bound around the same value (a rounding: constants in the dtype) is scored by how many times
+the convention's bound its bound is, over :data:`SPREAD` (a measure, not a proof:
+:data:`NOT_GUARANTEED`), but the lerp, whose rounding every implementation in the dtype makes
+alike, is scored by its trajectory with ``1 - beta1`` rounded to the dtype (:data:`CONCRETE`,
+over :data:`CONCRETE_BUDGET` candidates, only beyond the margin). A variant with no such
+candidate is indistinguishable there
 (:func:`indistinguishable`; docs/oracle.md's table, :func:`markdown`).
 
 The chosen indices of every setting without pins are stored in
