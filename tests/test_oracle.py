@@ -257,12 +257,18 @@ def torch_make(cls, to_torch, dtype):
 @needs_torch
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_torch_adam_passes_as_pytorch_and_is_named_guide(dtype):
+    # torch writes the first moment as a lerp (m.lerp_(g, 1 - beta1)): the usual domain passes,
+    # and the lerp's discriminating case (beta1 near 0, run first at every seed) fails the full
+    # one, explained as the guide's equations written as the lerp; identify, which runs the
+    # same cases, names the guide as the closest with that variant
     adam = torch_make("Adam", lambda h: {"betas": (h["beta1"], h["beta2"]),
                                          "eps": h["epsilon"]}, dtype)
     r = oracle.verify(adam, "adam", convention="pytorch", dtype=dtype, examples=40, seed=9)
-    assert r.passed, r.summary
+    assert r.domains["usual"].passed and not r.domains["full"].passed, r.summary
+    assert (r.explanation.convention, r.explanation.variant) == ("guide", "lerp"), r.summary
     ident = oracle.identify(adam, "adam", dtype=dtype, cases=12, screen=200)
-    assert ident.convention == "guide" and "pytorch" in ident.matches, ident.summary
+    assert ident.convention is None and ident.closest == "guide", ident.summary
+    assert ident.explanation.variant == "lerp", ident.summary
 
 
 TORCH_CASES = {  # checked against the registry by test_torch_cases_are_the_pytorch_optimizers
@@ -300,17 +306,31 @@ def test_torch_optimizers_pass_as_pytorch(name, dtype):
     make = torch_make(cls, to_torch, dtype)
     r = oracle.verify(make, name, convention="pytorch", fixed=fixed, dtype=dtype, examples=40,
                       seed=10)
+    if (name, dtype) in LERP_CAUGHT:
+        assert r.domains["usual"].passed and r.explanation.variant == "lerp", r.summary
+        return
     assert r.passed, r.summary
+
+
+#: torch.optim.Adamax writes its first moment as a lerp: in float64 the lerp's discriminating
+#: case (beta1 = 2.4e-5 after a large gradient that beta2 = 0 forgets) fails the full domain
+LERP_CAUGHT = {("adamax", "float64")}
 
 
 @needs_torch
 @pytest.mark.parametrize("name", ["adagrad", "rmsprop", "adamax"])
 def test_identify_says_this_is_pytorchs_optimizer(name):
     cls, to_torch, fixed = TORCH_CASES[name]
-    r = oracle.identify(torch_make(cls, to_torch, "float64"), name, fixed=fixed,
-                        dtype="float64", cases=12, screen=200)
+    dtype = "float32" if (name, "float64") in LERP_CAUGHT else "float64"
+    r = oracle.identify(torch_make(cls, to_torch, dtype), name, fixed=fixed,
+                        dtype=dtype, cases=12, screen=200)
     assert r.convention == "pytorch" and r.matches == ["pytorch"], r.summary
     assert f"this is PyTorch's {name}" in r.summary
+    if dtype != "float64":  # in float64 the lerp's case: the closest, with the variant
+        r = oracle.identify(torch_make(cls, to_torch, "float64"), name, fixed=fixed,
+                            dtype="float64", cases=12, screen=200)
+        assert r.convention is None and r.closest == "pytorch", r.summary
+        assert r.explanation.variant == "lerp" and "PyTorch" not in r.summary, r.summary
 
 
 @needs_torch

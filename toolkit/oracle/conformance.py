@@ -111,7 +111,8 @@ class AuditReport:
         optimizer and dtype, then the case of every failure."""
         vers = ", ".join(f"{k} {v}" for k, v in self.versions.items())
         lines = [f"Audited with {vers}; seed {self.seed}, {self.examples} verify examples and "
-                 f"up to {self.cases} identify cases per row.", "",
+                 f"up to {self.cases} identify cases per row (and the known variants' "
+                 f"discriminating cases).", "",
                  "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
         for r in self.rows:
             lines.append("| " + " | ".join(_cells(r)) + " |")

@@ -22,7 +22,7 @@ from . import region as _region_text
 from . import space as _space
 from . import user as _user
 from . import variants as _variants
-from .errors import InternalError, bug_report as _bug_report
+from .errors import InternalError, bug_report as _bug_report, unknown_optimizer
 from .reports import KINDS, DomainVerdict, Explanation, IdentifyReport, VerifyReport, finite
 from .seeds import DEFAULT_SEED, resolve_seed
 
@@ -63,8 +63,7 @@ def _module(name):
         raise TypeError(f"optimizer must be a registry name such as 'adam', got {name!r}")
     spec = specs(oracle=True).get(name.lower())
     if spec is None:
-        raise ValueError(f"unknown optimizer {name!r}; the oracle knows "
-                         f"{', '.join(specs(oracle=True))}")
+        raise ValueError(unknown_optimizer(name, specs(oracle=True)))
     if spec.noise:
         raise ValueError(f"{spec.name} adds random noise to every step, so its result cannot be "
                          "compared with an implementation's own draws; verify its deterministic "
@@ -470,8 +469,8 @@ def _explain(ref, convention, pytorch, implemented, dt, declared, seen, passes_u
     tried = []
     for c in [convention] + _other_conventions(convention, pytorch, implemented):
         for v in declared:
-            if not v.applies(ref, c):
-                continue
+            if not v.applies(ref, c) or (v.name in _variants.SAME_IN_FLOAT64 and dt == np.float64):
+                continue  # the convention's own values in float64: it explains no failure
             tried.append(v.name)
             err = _worst_under(ref, c, dt, seen, variant=v)
             if err <= 1.0:
@@ -592,7 +591,10 @@ def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, scr
     the report) and run through every convention of the reference; those on which two
     conventions differ by more than :data:`DISTINCT` bounds are kept (up to ``cases``, spread
     over the pairs), and the user's implementation runs on them. ``cases`` is at least the
-    number of pairs of conventions (one case each), ``screen`` at least 1. See :func:`verify`
+    number of pairs of conventions (one case each), ``screen`` at least 1. The discriminating
+    cases of every convention's known variants follow
+    (:func:`toolkit.oracle.discriminating.identify_cases`), so that a
+    variant ``verify`` would fail does not match. See :func:`verify`
     for ``make_step``, ``fixed`` (checked the same way), ``dtype``, ``allow_wider``, ``timeout``
     and ``progress``.
     """
@@ -634,6 +636,7 @@ def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, scr
                 break
             if all(s is not c for c in chosen):
                 chosen.append(s)
+        chosen += DISCRIMINATING.identify_cases(ref.NAME, convs, dt, fixed)
         errors = {c: 0.0 for c in convs}
         worst = {c: None for c in convs}
         seen = {c: [] for c in convs}  # (case, outputs, error) per convention, to explain
@@ -653,7 +656,10 @@ def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, scr
                     worst[c] = {**_case_dict(case, t), "step": t, "element": i,
                                 "expected": expected, "got": got, "error": finite(err)}
         matches = [c for c in convs if errors[c] <= 1.0 and failure is None]
-        closest = min(convs, key=lambda c: errors[c]) if convs else None
+        # the smallest worst error; a tie (inf: a NaN on one case fails every convention) goes
+        # to the convention with the fewest failing cases
+        closest = min(convs, key=lambda c: (errors[c], sum(e > 1.0 for _, _, e in seen[c]),
+                                            convs.index(c))) if convs else None
         if pytorch not in (None, "pytorch") and pytorch in errors:
             errors["pytorch"] = errors[pytorch]  # PyTorch's update is that one of ours
             if pytorch in matches:

@@ -9,9 +9,12 @@ The candidates are the cases of :func:`toolkit.oracle.cases.draw` at :data:`SEAR
 (indices 0 to :data:`BUDGET` - 1). A variant the reference writes as other values (the
 hyperparameters' precision, a term elsewhere) takes the first candidate its trajectory lies
 more than :data:`MARGIN` bounds from, else the worst beyond one bound; one it writes as a wider
-bound around the same value (a rounding: constants in the dtype, the lerp) is scored by how
-many times the convention's bound its bound is, over :data:`SPREAD` (a measure, not a proof:
-:data:`NOT_GUARANTEED`). A variant with no such candidate is indistinguishable there
+bound around the same value (a rounding: constants in the dtype) is scored by how many times
+the convention's bound its bound is, over :data:`SPREAD` (a measure, not a proof:
+:data:`NOT_GUARANTEED`), but the lerp, whose rounding every implementation in the dtype makes
+alike, is scored by its trajectory with ``1 - beta1`` rounded to the dtype (:data:`CONCRETE`,
+over :data:`CONCRETE_BUDGET` candidates, only beyond the margin). A variant with no such
+candidate is indistinguishable there
 (:func:`indistinguishable`; docs/oracle.md's table, :func:`markdown`).
 
 The chosen indices of every setting without pins are stored in
@@ -27,6 +30,7 @@ which ``toolkit.oracle`` sets, so that the import runs one way.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -35,7 +39,8 @@ from . import cases as _cases
 from . import space as _space
 from . import variants as _variants
 
-__all__ = ["SEARCH_SEED", "BUDGET", "MARGIN", "SPREAD", "find", "cases", "indistinguishable",
+__all__ = ["SEARCH_SEED", "BUDGET", "MARGIN", "SPREAD", "find", "cases", "identify_cases",
+           "indistinguishable",
            "variant_make_step", "settings", "table", "markdown", "write"]
 
 #: the seed of the candidates (fixed: the same discriminating cases in every run and process)
@@ -48,14 +53,25 @@ MARGIN = 4.0
 #: a variant the reference writes as a wider bound (:func:`_bound_only`) is told apart where its
 #: bound is this many times the convention's (score ``spread / SPREAD``, taken as the others')
 SPREAD = 64.0
-#: variants that are the convention's own equations in float64: the reference forms its
-#: constants in double, so constants formed in a float64 weight's precision are the same values
-#: (the reference's wider bound for them is no rounding an implementation could show)
-SAME_IN_FLOAT64 = ("constants_in_dtype",)
-#: variants whose cases, chosen by the width of their bound, do not make every implementation
-#: of them fail (a numpy lerp Adam rounds inside the convention's bound on its cases): run
-#: first like the others, but shown as "not guaranteed" in docs/oracle.md's table
-NOT_GUARANTEED = ("lerp",)
+#: variants that are the convention's own equations in float64 (:mod:`toolkit.oracle.variants`)
+SAME_IN_FLOAT64 = _variants.SAME_IN_FLOAT64
+#: variants written as a wider bound whose rounding every implementation in the dtype makes the
+#: same way: the lerp ``m + c*(g - m)`` takes ``c = 1 - beta1`` rounded to the dtype (numpy's
+#: float32 arithmetic and torch's ``lerp_`` alike), so it is scored as a variant written as other
+#: values, by the trajectory with that rounded constant (:func:`_in_dtype`), over
+#: :data:`CONCRETE_BUDGET` candidates (its corner, beta1 near 0 after a moment much larger than
+#: the gradient, is rarer than the others'); only a candidate beyond :data:`MARGIN` counts (the
+#: implementation's other roundings can land a case between 1 and the margin either side of
+#: the bound: a numpy Adamax in torch's convention passes one at 2.9 bounds)
+CONCRETE = ("lerp",)
+CONCRETE_BUDGET = 256
+#: ``(optimizer, variant, convention, dtype)`` whose cases, chosen by the width of the
+#: variant's bound, do not make an implementation of it fail (measured with the numpy
+#: implementations of tests/test_oracle_discriminating_more.py): run first like the others, but
+#: shown as "not guaranteed" in docs/oracle.md's table. A float16 AdamW with float16 bias
+#: corrections rounds inside torch's convention's bound on its case: there the bound of
+#: float16's own roundings (epsilon, the learning rate) is wider than the constants' effect.
+NOT_GUARANTEED = (("adamw", "constants_in_dtype", "pytorch", "float16"),)
 
 
 def _applicable(ref, spec, convention):
@@ -76,24 +92,44 @@ def _search(name, convention, dtype, domain, fixed_items):
         unpinned = _indices(name, convention, dtype, domain, ())  # case beyond the margin
         todo = {n: v for n, v in todo.items() if n in unpinned}
     found, best = {}, {}
-    for k, case in _candidates(core, ref, dt, domain, dict(fixed_items)) if todo else ():
+    budget = max((_budget(v) for v in todo.values()), default=0)
+    for k, case in _candidates(core, ref, dt, domain, dict(fixed_items), range(budget)):
         refs = core._reference_trajectory(ref, case, convention, dt)
         for vname, v in list(todo.items()):
-            if _bound_only(v):
+            if k >= _budget(v):
+                continue
+            if v.name in CONCRETE:
+                err = _variant_error(core, ref, _in_dtype(case, dt), convention, dt, refs, v,
+                                     case)
+            elif _bound_only(v):
                 err = _spread(core, ref, case, convention, dt, refs, v) / SPREAD
             else:
                 err = _variant_error(core, ref, case, convention, dt, refs, v)
-            if err > MARGIN and (fixed_items or not _bound_only(v)):
+            if err > MARGIN and (fixed_items or not _bound_only(v) or v.name in CONCRETE):
                 found[vname] = k
                 del todo[vname]
-            elif err > 1.0 and err > best.get(vname, (0.0, None))[0]:
+            elif err > 1.0 and err > best.get(vname, (0.0, None))[0] and \
+                    v.name not in CONCRETE:  # its rounding may land either side of a bound
                 best[vname] = (err, k)
-        if not todo:
+        if not any(k + 1 < _budget(v) for v in todo.values()):
             break
     for vname in todo:
         if vname in best:
             found[vname] = best[vname][1]
     return {v.name: found[v.name] for v in _applicable(ref, spec, convention) if v.name in found}
+
+
+def _budget(variant):
+    """How many candidates are tried for ``variant``."""
+    return CONCRETE_BUDGET if variant.name in CONCRETE else BUDGET
+
+
+def _in_dtype(case, dt):
+    """``case`` with ``beta1`` moved to ``1 - c``, ``c = 1 - beta1`` rounded to ``dt``: the
+    constant every implementation of a :data:`CONCRETE` variant in ``dt`` multiplies by."""
+    hyper = dict(case.hyper)
+    hyper["beta1"] = 1.0 - float(dt.type(1.0 - hyper["beta1"]))
+    return dataclasses.replace(case, hyper=hyper)
 
 
 def _candidates(core, ref, dt, domain, fixed, only=None):
@@ -128,15 +164,17 @@ def _find(name, convention, dtype, domain, fixed_items):
     return {v: drawn[k] for v, k in indices.items()}
 
 
-def _variant_error(core, ref, case, convention, dt, refs, variant):
-    """How many bounds the variant's trajectory, rounded to ``dt``, lies from ``refs``."""
+def _variant_error(core, ref, case, convention, dt, refs, variant, drawn=None):
+    """How many bounds the variant's trajectory on ``case``, rounded to ``dt``, lies from
+    ``refs`` (the convention's on ``drawn``, by default ``case``)."""
+    drawn = case if drawn is None else drawn
     with np.errstate(all="ignore"):
         outs = [np.asarray(w.value).astype(dt.type).astype(np.float64) for w in
                 core._reference_trajectory(ref, case, convention, dt, variant=variant)]
     if not all(np.all(np.isfinite(o)) for o in outs):
         return 0.0  # an overflow of the variant tells nothing a user's code could show
     return core._compare(outs, refs, lambda moved: core._reference_trajectory(
-        ref, case, convention, dt, moved))[0]
+        ref, drawn, convention, dt, moved))[0]
 
 
 def _bound_only(variant):
@@ -179,6 +217,26 @@ def cases(name, convention, dtype, domain="full", fixed=None):
     for case in find(name, convention, dtype, domain, fixed).values():
         if all(case is not c for c in out):
             out.append(case)
+    return out
+
+
+def identify_cases(name, conventions, dtype, fixed=None):
+    """``[(case, {convention: trajectory}, None)]`` for :func:`~toolkit.oracle.identify`: the
+    discriminating cases of each convention's variants (full domain, as ``verify`` runs them
+    first), each once, with every convention's reference trajectory (a case on which one
+    overflows is left out, as identify's screen leaves it), so that an implementation ``verify``
+    fails as a variant of a convention does not match that convention."""
+    from . import core
+    ref = core._module(name)
+    dt = np.dtype(dtype)
+    out = []
+    for c in conventions:
+        for case in cases(name, c, dt, "full", fixed or None):
+            if any(case is o[0] for o in out):
+                continue
+            trajs = {k: core._reference_trajectory(ref, case, k, dt) for k in conventions}
+            if all(np.all(np.isfinite(t[-1].value)) for t in trajs.values()):
+                out.append((case, trajs, None))
     return out
 
 
@@ -284,7 +342,7 @@ def _cell(name, variant, convention, dtype, domains):
     """A cell of :func:`markdown`: the domains where ``variant`` is indistinguishable, else "told
     apart"; for :data:`NOT_GUARANTEED` the domains where it has cases follow as "not
     guaranteed: ..." (all of them: "not guaranteed")."""
-    if variant not in NOT_GUARANTEED:
+    if (name, variant, convention, dtype) not in NOT_GUARANTEED:
         return ", ".join(domains) or "told apart"
     from .core import _spec_of
     every = ("usual", "full") if _spec_of(name).usual else ("full",)
@@ -297,8 +355,9 @@ def _cell(name, variant, convention, dtype, domains):
 
 
 def write(docs="docs/oracle.md"):
-    """Search every setting without pins (about a minute and a half) and write the indices
-    (:mod:`toolkit.oracle._discriminating_indices`) and the table in ``docs``."""
+    """Search every setting without pins (a few minutes: the lerp tries 256 candidates per
+    setting) and write the indices (:mod:`toolkit.oracle._discriminating_indices`) and the table
+    in ``docs``."""
     import pathlib
     import pprint
     indices = {f"{n} {c} {d} {dom}": _search(n, c, d, dom, ())

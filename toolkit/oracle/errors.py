@@ -8,10 +8,11 @@ exception after that is a bug of the toolkit: :func:`bug_report` turns it into a
 from __future__ import annotations
 
 import contextlib
+import difflib
 
 from .user import PASS_THROUGH, describe
 
-__all__ = ["InternalError", "bug_report", "REPORT_TO"]
+__all__ = ["InternalError", "bug_report", "unknown_optimizer", "REPORT_TO"]
 
 #: where a bug of the oracle is reported
 REPORT_TO = "the toolkit's issue tracker"
@@ -34,3 +35,12 @@ def bug_report(what):
             f"{what} failed inside the oracle, not in your code ({describe(e)}). This is a bug "
             f"of the toolkit: please report it to {REPORT_TO} with the command or call, its "
             f"seed and the versions (mxopt --version)") from e
+
+
+def unknown_optimizer(name, known):
+    """The message of the ``ValueError`` for an optimizer name the oracle does not know: the
+    closest registry names first ("did you mean 'adam'?", :func:`difflib.get_close_matches`),
+    then every name it knows."""
+    close = difflib.get_close_matches(str(name).lower(), list(known), n=3, cutoff=0.6)
+    hint = (" (did you mean " + " or ".join(repr(c) for c in close) + "?)") if close else ""
+    return f"unknown optimizer {name!r}{hint}; the oracle knows {', '.join(known)}"

@@ -105,6 +105,13 @@ VARIANTS = {v.name: v for v in (
 )}
 
 
+#: variants that are the convention's own equations in float64: the reference forms its
+#: constants in double, so constants formed in a float64 weight's precision are the same values
+#: (the reference's wider bound for them is no rounding an implementation could show): no case
+#: tells them apart (:mod:`toolkit.oracle.discriminating`) and they explain no failure there
+SAME_IN_FLOAT64 = ("constants_in_dtype",)
+
+
 def variants_of(spec):
     """The :class:`Variant` s an optimizer's spec declares, in :data:`VARIANTS` order."""
     check_declared(spec)
