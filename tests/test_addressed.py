@@ -1,7 +1,8 @@
 """The addressed CPU kernels (toolkit.backends.addressed): one call over tensors at raw addresses
 equals run_segmented over a flat buffer holding the same tensors, bit for bit, for every
 element-wise rule the registry's optimizers launch (found as the Trainer finds them: a step
-planned through a recorder), float32 and float64, sizes 0 and 1, skipped members; the
+planned through a recorder), float32 and float64, sizes 0 and 1, skipped members (the serial
+kernel of every rule, the parallel one of a sample: ``PARALLEL``); the
 multi-precision and noise variants likewise; bad inputs refused before anything is written;
 numba's on-disk cache serves a second process."""
 from __future__ import annotations
@@ -16,7 +17,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from toolkit import optimizer
-from toolkit.backends import addressed, cpu, order
+from toolkit.backends import addressed, cpu, jit, order
 from toolkit.backends.cpu_precision import to_half_into, to_single
 from toolkit.optimizers.spec import CONVENTIONS
 from toolkit.trainer.buffers import Recorder
@@ -74,6 +75,46 @@ def _cases(found):
     return [pytest.param(dt, key, id=f"{np.dtype(dt).name}-{key[0].__module__.split('.')[-1]}."
                          f"{key[0].__qualname__}-{key[1]}s")
             for dt, rules in found.items() for key in rules]
+
+
+#: The rules whose parallel kernels the default ("ci") profile checks: the first of each number
+#: of states (0 to 3) in each dtype. The parallel kernel is the serial one's loop under
+#: ``prange``, the same template around the same inlined rule, and every rule's serial kernel
+#: is checked; compiling every rule's parallel kernels, twice (addressed and segmented), took
+#: about 2 s a rule, a third of this file's time. ``TOOLKIT_HYPOTHESIS_PROFILE=thorough``
+#: checks every rule's.
+EVERY_PARALLEL = os.environ.get("TOOLKIT_HYPOTHESIS_PROFILE") == "thorough"
+
+
+def _parallel_sample(found):
+    first = {}
+    for key in sorted(found, key=lambda k: (k[1], k[0].__module__, k[0].__qualname__, k[2])):
+        first.setdefault(key[1], key)
+    return set(first.values())
+
+
+PARALLEL = {dt: _parallel_sample(RULES[dt]) for dt in RULES}
+
+
+def _sizes_for(key, sample, sizes):
+    """``sizes`` as drawn where ``key``'s parallel kernel is checked; else kept under
+    PARALLEL_THRESHOLD (the serial kernel): the first size above 33 becomes one that crosses a
+    chunk boundary (CHUNK + 5), later ones 33."""
+    if EVERY_PARALLEL or key in sample:
+        return sizes
+    out, big = [], False
+    for n in sizes:
+        if n > 33:
+            n = 33 if big else order.CHUNK + 5
+            big = True
+        out.append(n)
+    return out
+
+
+def test_the_parallel_sample_covers_every_state_count():
+    for dt in RULES:
+        assert {key[1] for key in PARALLEL[dt]} == {0, 1, 2, 3}
+    assert sum(_sizes_for(None, set(), [order.CHUNK * 3] * 5)) < jit.PARALLEL_THRESHOLD
 
 
 def test_the_registry_launches_rules_of_every_state_count():
@@ -142,6 +183,7 @@ def _bits(a):
 def test_addressed_equals_segmented_bit_for_bit(dtype, key, members):
     factory, n_state, _ = key
     sizes, active, seed = members
+    sizes = _sizes_for(key, PARALLEL[dtype], sizes)
     per_tensor = _arrays(np.random.default_rng(seed), sizes, dtype, n_state)
     table = _table(RULES[dtype][key], active, dtype)
     flats = [_flat(per_tensor, k, dtype) for k in range(2 + n_state)]
@@ -155,6 +197,7 @@ def test_addressed_equals_segmented_bit_for_bit(dtype, key, members):
 
 
 MP_RULES = _launched("rule", np.float16, multi_precision=True)
+MP_PARALLEL = _parallel_sample(MP_RULES)
 
 
 def test_the_multi_precision_rules_are_found():
@@ -172,6 +215,7 @@ def test_multi_precision_equals_the_trainers_float32_step_and_rounding(key, memb
     Trainer's CPU path rounds it (to_half_into), bit for bit."""
     factory, n_state, _ = key
     sizes, active, seed = members
+    sizes = _sizes_for(key, MP_PARALLEL, sizes)
     rng = np.random.default_rng(seed)
     per_tensor = _arrays(rng, sizes, np.float32, n_state)   # master, grad, states
     grads16 = [arrs[1].astype(np.float16) for arrs in per_tensor]

@@ -118,6 +118,17 @@ class CountedEntry(TrackedEntry):
     def rebound(self, counter):
         return CountedEntry(counter, dict.items(self), self._count)
 
+    def __delitem__(self, key):
+        if key == "step" and not dict.__contains__(self, "step") and self._shown() is not None:
+            raise KeyError("'step' is the parameter's count, which the optimizer keeps; "
+                           "opt.state[p]['step'] = 0 starts it afresh")
+        super().__delitem__(key)
+
+    def pop(self, key, *default):
+        if key == "step" and not dict.__contains__(self, "step") and self._shown() is not None:
+            del self[key]  # the KeyError above
+        return super().pop(key, *default)
+
     def written_step(self):
         """The ``"step"`` the user wrote into the entry, or None."""
         return dict.get(self, "step")
