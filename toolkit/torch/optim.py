@@ -28,6 +28,7 @@ from ..trainer.buffers import Recorder, planned_rows
 from . import crossing, keywords, meaning
 from .binding import FRESH, REBIND, Binding, TrackedState, check_entry
 from .launch import run_rule_table
+from .maximize import maximize_rows
 from .steady import SteadyGroup, SteadyStep
 
 __all__ = ["TorchOptimizer"]
@@ -341,14 +342,14 @@ class TorchOptimizer(torch.optim.Optimizer):
                 loss = closure()
         self._follow_positions()
         self._take_state_changes()
-        undo = self._sync_options()
+        undo, synced = self._sync_options()
         try:
             plans = self._plan()
         except BaseException:
             undo()
             raise
-        for gi, group in enumerate(self.param_groups):  # the options are the inner ones now
-            self._synced[gi] = self._snapshot(group)
+        for gi in synced:  # the options are the inner ones now
+            self._synced[gi] = self._snapshot(self.param_groups[gi])
         with torch_threads():
             self._run(plans)
         return loss
@@ -432,10 +433,13 @@ class TorchOptimizer(torch.optim.Optimizer):
 
     def _sync_options(self):
         """Hand each group's options (as torch's schedulers or the user left them) to its
-        toolkit optimizer, checked; returns what puts them back (on a later error)."""
+        toolkit optimizer, checked; returns what puts them back (on a later error) and the
+        groups whose snapshot is to be taken again (:func:`_unchanged`: a group whose every
+        option is the very object its snapshot holds has nothing to hand over)."""
         klass = type(self).toolkit_class
         done = []
         written = []
+        synced = []
 
         def undo():
             for inner, attr, old in reversed(done):
@@ -449,6 +453,9 @@ class TorchOptimizer(torch.optim.Optimizer):
         try:
             for gi, group in enumerate(self.param_groups):
                 inner, last = self._inners[gi], self._synced[gi]
+                if self._scheduler is None and _unchanged(group, last):
+                    continue
+                synced.append(gi)
                 if isinstance(group.get("lr"), torch.Tensor):
                     written.append((group, "lr", group["lr"]))
                     group["lr"] = _scalar(group["lr"], "lr", f"param group {gi}")
@@ -501,7 +508,7 @@ class TorchOptimizer(torch.optim.Optimizer):
         except BaseException:
             undo()
             raise
-        return undo
+        return undo, synced
 
     def _plan(self):
         """Every group's members with a gradient, checked, with the state each new one gets;
@@ -513,11 +520,11 @@ class TorchOptimizer(torch.optim.Optimizer):
             inner = self._inners[gi]
             steady = self._steady.get(gi)
             if steady is not None and self._scheduler is None and \
-                    group.get("maximize", False) is False and \
                     self._tracked.generation == self._steady_generation:
-                step = self._steady_step(steady, group["params"], inner, num_update)
+                step = self._steady_step(steady, group["params"], inner, num_update,
+                                         group.get("maximize", False))
                 if step is not None:
-                    num_update = max(num_update, int(step.scalars.t.max()))
+                    num_update = max(num_update, step.top)
                     plans.append((gi, inner, step, step.scalars))
                     index += len(group["params"])
                     continue
@@ -543,23 +550,50 @@ class TorchOptimizer(torch.optim.Optimizer):
                 plans.append((gi, inner, members, scalars))
         return plans
 
-    def _steady_step(self, steady, params, inner, num_update):
+    def _steady_step(self, steady, params, inner, num_update, maximize):
         """The checked :class:`SteadyStep` of a group on its steady path, or None (the general
         path then runs): its gradients, the step's scalars (checked as the general path checks
         them) and one recorded row per distinct ``(t, lr, wd)``, each one rule call on the
-        member's own arrays with the same factory."""
+        member's own arrays with the same factory. With ``maximize`` the rows are those of the
+        negated gradients (:func:`toolkit.torch.maximize.maximize_rows`), or None where the rule
+        has no such row."""
         got = steady.gradients(params)
         if got is None:
             return None
         grads, grad_ptrs = got
         inner.num_update = num_update
         scalars = inner.step_scalars(steady.kept)
-        table = self._planned_table(inner, scalars, lambda j: (
-            _Member(int(steady.indices[j]), steady.params[j], grads[j]),
-            (steady.tensors[j][0], grads[j])))
-        if table is None:
-            return None
-        return SteadyStep(steady, grads, grad_ptrs, scalars, *table)
+        t, lr, wd = scalars.t, scalars.lr, scalars.wd
+        first, inverse = scalars.distinct()
+        recording = steady.recording
+        if recording is None:
+            recording = steady.recording = {}
+        planned = []
+        for j in first:
+            # position j's weight (as the group was built: its address is checked above) and
+            # its toolkit state, kept with the group; its gradient of this step
+            held = recording.get(j)
+            if held is None:
+                state = self._bindings[steady.params[j]].toolkit_state
+                held = recording[j] = (state, steady.tensors[j][0].numpy(),
+                                       tuple(inner.state_arrays(state)))
+            state, w, states = held
+            rec = self._recorded(inner, int(steady.indices[j]), state,
+                                 (w, grads[j].numpy()) + states, int(t[j]), float(lr[j]),
+                                 float(wd[j]))
+            if rec is None or (planned and (rec[0] is not planned[0][0]
+                                            or len(rec[1]) != len(planned[0][1]))):
+                return None
+            planned.append(rec)
+        rows, inverse = planned_rows([row for _, row, _ in planned], inverse)
+        factory = planned[0][0]
+        if maximize:
+            rows = maximize_rows(factory, planned[0][2], rows)
+            if rows is None:
+                return None
+        # the largest count: each distinct triple's first position holds one of each count
+        top = max(int(t[j]) for j in first)
+        return SteadyStep(steady, grads, grad_ptrs, scalars, factory, rows, inverse, top)
 
     def _planned_table(self, inner, scalars, member):
         """``(factory, rows, inverse)``: one recorded row per distinct ``(t, lr, wd)`` of
@@ -576,7 +610,7 @@ class TorchOptimizer(torch.optim.Optimizer):
                                             or len(rec[1]) != len(planned[0][1]))):
                 return None
             planned.append(rec)
-        rows, inverse = planned_rows([row for _, row in planned], inverse)
+        rows, inverse = planned_rows([row for _, row, _ in planned], inverse)
         return planned[0][0], rows, inverse
 
     def _member(self, index, p, inner, group):
@@ -848,12 +882,21 @@ class TorchOptimizer(torch.optim.Optimizer):
         return None if binding is None else binding.held_views(p)
 
     def _record(self, inner, m, arrays, t, lr, wd):
-        """``(factory, row)`` of member ``m``'s step with ``(t, lr, wd)`` when it is one rule
-        call on its own weight, gradient and states (in that order), else None."""
+        """``(factory, row, names)`` of member ``m``'s step with ``(t, lr, wd)`` when it is
+        one rule call on its own weight, gradient and states (in that order), else None
+        (:meth:`_recorded`)."""
         state = self._bindings[m.p].toolkit_state
-        views = [arrays[0].numpy(), arrays[1].numpy(), *inner.state_arrays(state)]
-        recorder = Recorder(cpu.LAUNCHER)
-        inner.launch_step(m.index, views[0], views[1], state, t, lr, wd, recorder)
+        views = (arrays[0].numpy(), arrays[1].numpy(), *inner.state_arrays(state))
+        return self._recorded(inner, m.index, state, views, t, lr, wd)
+
+    @staticmethod
+    def _recorded(inner, index, state, views, t, lr, wd):
+        """``(factory, row, names)`` of the step of ``index`` (its toolkit ``state``, ``views``
+        its weight, gradient and state arrays) with ``(t, lr, wd)``, recorded: when the step
+        is one rule call on those very arrays (in that order), its factory, its row and the
+        names of the row's fields (None for a row without names), else None."""
+        recorder = _RowRecorder(cpu.LAUNCHER)
+        inner.launch_step(index, views[0], views[1], state, t, lr, wd, recorder)
         if len(recorder.calls) != 1:
             return None
         call = recorder.calls[0]
@@ -861,7 +904,7 @@ class TorchOptimizer(torch.optim.Optimizer):
         if call.kind != "rule" or len(got) != len(views) or any(
                 a is not b for a, b in zip(got, views)):
             return None
-        return call.factory, tuple(call.hyper)
+        return call.factory, tuple(call.hyper), recorder.names
 
     # --- state_dict ------------------------------------------------------------------------
     def state_dict(self):
@@ -942,6 +985,30 @@ class TorchOptimizer(torch.optim.Optimizer):
                 lines.append(f"    {key}: {group[key]!r}")
         lines.append(")")
         return "\n".join(lines)
+
+
+class _RowRecorder(Recorder):
+    """A :class:`Recorder` that also keeps the names of the last rule row's fields (a rule
+    declares them: its row is a ``NamedTuple``), None for a row without names."""
+
+    names = None
+
+    def run_rule(self, factory, weight, grad, states, hyper):
+        self.names = getattr(type(hyper), "_fields", None)
+        super().run_rule(factory, weight, grad, states, hyper)
+
+
+def _unchanged(group, last):
+    """Whether every option of ``group`` is the very object ``last`` (its snapshot) holds, the
+    same keys, and its lr no tensor: nothing for :meth:`TorchOptimizer._sync_options` to hand
+    over (an option it compares finds each one the same by identity first)."""
+    if len(group) - 1 - ("param_names" in group) != len(last):
+        return False
+    get = group.get
+    for key, value in last.items():
+        if get(key, _UNSET) is not value:
+            return False
+    return not isinstance(get("lr"), torch.Tensor)
 
 
 def _same(a, b):

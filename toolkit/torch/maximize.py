@@ -1,0 +1,42 @@
+"""``maximize=True`` on the steady path: the rows of the negated gradients.
+
+torch's ``maximize`` steps on ``-grad``. A rule that reads its gradient ``g`` only through
+products with fields of its row (``rs*g``, and SGD's MXNet kernels' ``lrrs*g``) takes the
+negated gradient bit for bit when those fields are negated instead: IEEE negation is exact, a
+product's magnitude and rounding do not depend on the signs of its factors (its sign is the
+exclusive or of theirs), and clipping to ``[-c, c]`` is symmetric. Everything else the rule
+computes from ``g`` (squares, absolute values, signs, the weight decay added to it) then sees
+the same numbers as with ``-grad``.
+
+A rule declares those fields where it is written (``toolkit.optimizers.gradient.through``);
+each declaration is proven against the ``-grad`` path by ``tests/test_torch_maximize.py`` (every
+optimizer and convention whose step the steady path takes, with the options that reach each of
+its rules, gradients with infinities and signed zeros included). A rule that declares none
+(MXNet's signSGD reads the gradient's sign alone) steps on ``-grad`` through the general path,
+as every maximize step did before.
+"""
+from __future__ import annotations
+
+from ..optimizers.gradient import SIGN_FIELDS
+
+__all__ = ["sign_fields", "maximize_rows"]
+
+
+def sign_fields(factory):
+    """The fields of ``factory``'s row that multiply the gradient, or None where the rule
+    declares none."""
+    return getattr(factory, SIGN_FIELDS, None)
+
+
+def maximize_rows(factory, names, rows):
+    """``rows`` (float64, one row of ``factory``'s rule per line, its fields named ``names``)
+    with the fields that multiply the gradient (:func:`sign_fields`) negated: the rows of the
+    negated gradients; None where the rule declares none (or its row does not name them)."""
+    fields = sign_fields(factory)
+    if not fields or names is None or not all(f in names for f in fields):
+        return None
+    rows = rows.copy()
+    for f in fields:
+        k = names.index(f)
+        rows[:, k] = -rows[:, k]
+    return rows
