@@ -50,13 +50,31 @@ def _plain(value):
 _UNSET = object()
 
 
+#: whether numba's thread pool was launched by :func:`_launch_numba_pool` (once a process)
+_POOL = [False]
+
+
+def _launch_numba_pool():
+    """Launch numba's thread pool (its first ``get_num_threads`` does), keeping torch's
+    thread count: numba's OpenMP layer, launched, sets the OpenMP runtime it shares with torch
+    to ``NUMBA_NUM_THREADS`` threads, which ``torch.get_num_threads()`` then reports (a
+    ``torch.set_num_threads(1)`` made before a process's first step was lost)."""
+    threads = torch.get_num_threads()
+    numba.get_num_threads()
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    _POOL[0] = True
+
+
 class torch_threads:
     """Within the block numba's parallel kernels use ``torch.get_num_threads()`` threads (at
     most ``NUMBA_NUM_THREADS``), as torch's own CPU kernels would; numba's setting (per
-    thread) is put back after."""
+    thread) is put back after. torch's own setting is left as it was (:func:`_launch_numba_pool`)."""
     __slots__ = ("old",)
 
     def __enter__(self):
+        if not _POOL[0]:
+            _launch_numba_pool()
         want = min(torch.get_num_threads(), _NUMBA_MAX)
         old = numba.get_num_threads()
         self.old = old if old != want else None
