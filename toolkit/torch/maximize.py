@@ -32,11 +32,31 @@ def maximize_rows(factory, names, rows):
     """``rows`` (float64, one row of ``factory``'s rule per line, its fields named ``names``)
     with the fields that multiply the gradient (:func:`sign_fields`) negated: the rows of the
     negated gradients; None where the rule declares none (or its row does not name them)."""
-    fields = sign_fields(factory)
-    if not fields or names is None or not all(f in names for f in fields):
+    columns = _columns(factory, names)
+    if columns is None:
         return None
     rows = rows.copy()
-    for f in fields:
-        k = names.index(f)
-        rows[:, k] = -rows[:, k]
+    rows[:, columns] = -rows[:, columns]
     return rows
+
+
+_COLUMNS = {}
+
+
+def _columns(factory, names):
+    """The positions in a row named ``names`` of ``factory``'s sign fields (a list), or None;
+    kept per ``(factory, names)``."""
+    key = (factory, names)
+    try:
+        return _COLUMNS[key]
+    except KeyError:
+        pass
+    except TypeError:  # names that cannot be a key
+        return None
+    fields = sign_fields(factory)
+    if not fields or names is None or not all(f in names for f in fields):
+        columns = None
+    else:
+        columns = [names.index(f) for f in fields]
+    _COLUMNS[key] = columns
+    return columns
