@@ -27,7 +27,7 @@ from ..optimizers.registry import spec_of
 from ..trainer.buffers import Recorder, planned_rows
 from . import crossing, keywords, meaning
 from .binding import FRESH, REBIND, Binding, TrackedState, check_entry
-from .launch import run_rule_table
+from .launch import run_rule_table, run_rule_table_mp
 from .maximize import maximize_rows
 from .steady import SteadyGroup, SteadyStep
 
@@ -693,8 +693,9 @@ class TorchOptimizer(torch.optim.Optimizer):
         elif tuple(grad.shape) != tuple(p.shape):
             raise ValueError(f"{where}: gradient shape {tuple(grad.shape)} differs from the "
                              f"parameter's {tuple(p.shape)}")
-        if p.device.type == "cuda" or p.dtype in _HALF:
-            m.route = "each"
+        if p.device.type == "cuda" or p.dtype == torch.float16 or (
+                p.dtype == torch.bfloat16 and not p.is_contiguous()):
+            m.route = "each"  # (a contiguous bfloat16 CPU weight: the addressed bfloat16 kernel)
         if p.device.type == "cuda" and not p.is_contiguous():
             raise ValueError(f"{where} is not contiguous (strides {p.stride()}); on CUDA "
                              "toolkit.torch updates contiguous parameters only")
@@ -853,10 +854,17 @@ class TorchOptimizer(torch.optim.Optimizer):
             scalars = inner.step_scalars([m.index for m in members])
         t, lr, wd = scalars.t, scalars.lr, scalars.wd
         bindings = self._bindings
-        names = self._names(inner, bindings[members[0].p].toolkit_state)  # one layout a group
+        names = None  # one layout a group
         tensors = []
         for m in members:
             grad = -m.grad if maximize else m.grad
+            if m.p.dtype == torch.bfloat16:  # contiguous: (master, grad, *states, weight)
+                named = bindings[m.p].named
+                tensors.append((named["weight32"], grad.contiguous(), *(
+                    a for n, a in named.items() if n != "weight32"), m.p.detach()))
+                continue
+            if names is None:
+                names = self._names(inner, bindings[m.p].toolkit_state)
             # the weight and the bound state in memory order, kept while the weight's storage
             # is the same (an assignment to p.data makes them again)
             w_and_states = bindings[m.p].views(m.p, lambda t, perm=m.perm: _ordered(t, perm),
@@ -873,12 +881,14 @@ class TorchOptimizer(torch.optim.Optimizer):
                 lambda f: (members[js[f]], tensors[js[f]]))
             if planned is not None:
                 factory, rows, inverse = planned
-                np_dtype = np.dtype(str(dtype).replace("torch.", ""))
+                # bfloat16: a float32 table (the float32 master's rule)
+                np_dtype = np.dtype(np.float32) if dtype == torch.bfloat16 else \
+                    np.dtype(str(dtype).replace("torch.", ""))
                 table = np.ones((len(js), 1 + rows.shape[1]), np_dtype)
                 # each rounded to the dtype, as a single call rounds
                 table[:, 1:] = rows if inverse is None else rows[inverse]
-                work.append(_TableRun(factory, np_dtype, [tensors[j] for j in js.tolist()],
-                                      table))
+                work.append(_TableRun(factory, "bfloat16" if dtype == torch.bfloat16 else
+                                      np_dtype, [tensors[j] for j in js.tolist()], table))
             else:  # not one rule call on the member's own arrays: each member on its own
                 for j in js.tolist():
                     work.append(_SingleRun(members[j], tensors[j], int(t[j]), float(lr[j]),
@@ -886,7 +896,17 @@ class TorchOptimizer(torch.optim.Optimizer):
         inner.commit_counts([m.index for m in members], t)
         for run in work:
             if isinstance(run, _TableRun):
-                run_rule_table(run.factory, run.dtype, run.tensors, run.table)
+                if run.dtype == "bfloat16":
+                    run_rule_table_mp(run.factory, run.tensors, run.table, "bfloat16")
+                else:
+                    run_rule_table(run.factory, run.dtype, run.tensors, run.table)
+            elif run.member.p.dtype == torch.bfloat16:  # the float32 step, rounded after
+                m, arrays = run.member, run.arrays
+                _, master, inner_state = self._bindings[m.p].toolkit_state
+                inner.launch_step(m.index, master, arrays[1].float().numpy(), inner_state,
+                                  run.t, run.lr, run.wd, cpu.LAUNCHER)
+                with torch.no_grad():  # rounded to nearest even
+                    m.p.detach().copy_(torch.from_numpy(master))
             else:
                 m, arrays = run.member, run.arrays
                 inner.launch_step(m.index, arrays[0].numpy(), arrays[1].numpy(),
@@ -904,6 +924,12 @@ class TorchOptimizer(torch.optim.Optimizer):
         one rule call on its own weight, gradient and states (in that order), else None
         (:meth:`_recorded`)."""
         state = self._bindings[m.p].toolkit_state
+        if m.p.dtype == torch.bfloat16:
+            # the float32 master's step; the gradient's place holds a float32 array of its
+            # shape (a scalar_only step reads no gradient on the host: it is only recorded)
+            _, master, inner_state = state
+            views = (master, np.empty_like(master), *inner.state_arrays(inner_state))
+            return self._recorded(inner, m.index, inner_state, views, t, lr, wd)
         views = (arrays[0].numpy(), arrays[1].numpy(), *inner.state_arrays(state))
         return self._recorded(inner, m.index, state, views, t, lr, wd)
 
