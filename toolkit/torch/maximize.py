@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ..optimizers.gradient import SIGN_FIELDS
 
-__all__ = ["sign_fields", "maximize_rows"]
+__all__ = ["sign_fields", "negated_row"]
 
 
 def sign_fields(factory):
@@ -28,16 +28,17 @@ def sign_fields(factory):
     return getattr(factory, SIGN_FIELDS, None)
 
 
-def maximize_rows(factory, names, rows):
-    """``rows`` (float64, one row of ``factory``'s rule per line, its fields named ``names``)
-    with the fields that multiply the gradient (:func:`sign_fields`) negated: the rows of the
-    negated gradients; None where the rule declares none (or its row does not name them)."""
+def negated_row(factory, names, row):
+    """``row`` (a tuple of ``factory``'s rule, its fields named ``names``) with the fields that
+    multiply the gradient (:func:`sign_fields`) negated: the row of the negated gradient; None
+    where the rule declares none (or its row does not name them)."""
     columns = _columns(factory, names)
     if columns is None:
         return None
-    rows = rows.copy()
-    rows[:, columns] = -rows[:, columns]
-    return rows
+    row = list(row)
+    for k in columns:
+        row[k] = -row[k]
+    return tuple(row)
 
 
 _COLUMNS = {}

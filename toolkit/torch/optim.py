@@ -28,7 +28,7 @@ from ..trainer.buffers import Recorder, planned_rows
 from . import crossing, keywords, meaning
 from .binding import FRESH, REBIND, Binding, TrackedState, check_entry
 from .launch import run_rule_table, run_rule_table_mp
-from .maximize import maximize_rows
+from .maximize import negated_row
 from .steady import SteadyGroup, SteadyStep
 
 __all__ = ["TorchOptimizer"]
@@ -573,7 +573,7 @@ class TorchOptimizer(torch.optim.Optimizer):
         path then runs): its gradients, the step's scalars (checked as the general path checks
         them) and one recorded row per distinct ``(t, lr, wd)``, each one rule call on the
         member's own arrays with the same factory. With ``maximize`` the rows are those of the
-        negated gradients (:func:`toolkit.torch.maximize.maximize_rows`), or None where the rule
+        negated gradients (:func:`toolkit.torch.maximize.negated_row`), or None where the rule
         has no such row."""
         got = steady.gradients(params)
         if got is None:
@@ -603,12 +603,14 @@ class TorchOptimizer(torch.optim.Optimizer):
                                             or len(rec[1]) != len(planned[0][1]))):
                 return None
             planned.append(rec)
-        rows, inverse = planned_rows([row for _, row, _ in planned], inverse)
         factory = planned[0][0]
-        if maximize:
-            rows = maximize_rows(factory, planned[0][2], rows)
-            if rows is None:
+        if maximize:  # the rows of the negated gradients (Python's negation: exact)
+            negated = [negated_row(factory, names, row) for _, row, names in planned]
+            if None in negated:
                 return None
+            rows, inverse = planned_rows(negated, inverse)
+        else:
+            rows, inverse = planned_rows([row for _, row, _ in planned], inverse)
         # the largest count: each distinct triple's first position holds one of each count
         top = max(int(t[j]) for j in first)
         return SteadyStep(steady, grads, grad_ptrs, scalars, factory, rows, inverse, top)
