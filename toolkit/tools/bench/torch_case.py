@@ -3,8 +3,10 @@
 same tensors, and the floor of the same traffic (28 bytes per element), interleaved. The lists
 of tensors: ResNet-50's 161 parameter shapes, 2000 tensors of 1024 values, one tensor of 2^24
 values; the small model of issue 32 item 9, the digits MLP (64-32-10: 4 tensors of 2,410 values
-in all), on one thread (``torch.set_num_threads(1)``: the step's fixed cost is what is
-measured), with ``maximize=False`` and ``maximize=True`` in both; and bfloat16 parameters
+in all), on one thread (``torch.set_num_threads(1)``, numba's floor too: the step's fixed
+cost is what is measured), with ``maximize=False`` and ``maximize=True`` in both; and, on one
+thread as well (on the shared 2-core machine a 2-thread parallel region waited about 8 ms for
+its second thread, every step), bfloat16 parameters
 (``multi_precision=True`` in the toolkit: a float32 master copy and float32 states, 28 bytes an
 element; torch's fused bfloat16 Adam keeps bfloat16 states, 14 bytes an element) of 2^12,
 2^16 and 2^22 values, whose floor is the toolkit's 28 bytes (``torch_bytes_per_element``
@@ -45,8 +47,9 @@ TORCH_CASES = (("resnet50", resnet50_shapes), ("many_tensors", many_tensor_shape
 TORCH_CASE_OPTIONS = {
     "mlp_64_32_10": {"threads": 1, "min_repeats": 200},
     "mlp_64_32_10_maximize": {"threads": 1, "min_repeats": 200, "maximize": True},
-    "bf16_2^12": {"dtype": "bfloat16"}, "bf16_2^16": {"dtype": "bfloat16"},
-    "bf16_2^22": {"dtype": "bfloat16"},
+    "bf16_2^12": {"dtype": "bfloat16", "threads": 1},
+    "bf16_2^16": {"dtype": "bfloat16", "threads": 1},
+    "bf16_2^22": {"dtype": "bfloat16", "threads": 1},
 }
 
 #: bytes an element of a bfloat16 Adam step moves: the toolkit's (bfloat16 grad read, float32
@@ -88,19 +91,25 @@ def _floor(device, n, rng, bfloat16):
 
 
 class _threads:
-    """torch's intra-op threads set to ``n`` within the block (None: left as they are)."""
+    """torch's intra-op threads and numba's (the floor's kernel) set to ``n`` within the block
+    (None: left as they are)."""
 
     def __init__(self, torch, n):
         self.torch, self.n, self.old = torch, n, None
 
     def __enter__(self):
         if self.n is not None:
-            self.old = self.torch.get_num_threads()
+            import numba
+            numba_old = numba.get_num_threads()  # launches numba's pool first: it resets
+            self.old = (self.torch.get_num_threads(), numba_old)  # the OpenMP count
             self.torch.set_num_threads(self.n)
+            numba.set_num_threads(min(self.n, numba.config.NUMBA_NUM_THREADS))
 
     def __exit__(self, *exc):
         if self.old is not None:
-            self.torch.set_num_threads(self.old)
+            import numba
+            self.torch.set_num_threads(self.old[0])
+            numba.set_num_threads(self.old[1])
 
 
 def torch_case(device, shapes, repeats, torch, *, dtype=None, maximize=False, threads=None,
