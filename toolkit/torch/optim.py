@@ -927,10 +927,12 @@ class TorchOptimizer(torch.optim.Optimizer):
         (:meth:`_recorded`)."""
         state = self._bindings[m.p].toolkit_state
         if m.p.dtype == torch.bfloat16:
-            # the float32 master's step; the gradient's place holds a float32 array of its
-            # shape (a scalar_only step reads no gradient on the host: it is only recorded)
+            # the float32 master's step; the gradient's place holds a read-only float32 array
+            # of its shape and no memory (a scalar_only step reads no gradient on the host: it
+            # is only recorded)
             _, master, inner_state = state
-            views = (master, np.empty_like(master), *inner.state_arrays(inner_state))
+            views = (master, np.broadcast_to(np.float32(0), master.shape),
+                     *inner.state_arrays(inner_state))
             return self._recorded(inner, m.index, inner_state, views, t, lr, wd)
         views = (arrays[0].numpy(), arrays[1].numpy(), *inner.state_arrays(state))
         return self._recorded(inner, m.index, state, views, t, lr, wd)
