@@ -6,7 +6,11 @@ negated gradient bit for bit when those fields are negated instead: IEEE negatio
 product's magnitude and rounding do not depend on the signs of its factors (its sign is the
 exclusive or of theirs), and clipping to ``[-c, c]`` is symmetric. Everything else the rule
 computes from ``g`` (squares, absolute values, signs, the weight decay added to it) then sees
-the same numbers as with ``-grad``.
+the same numbers as with ``-grad``. One exception: a NaN gradient. ``-grad`` flips its sign bit
+and the product keeps the NaN operand's sign, so where the gradient holds a NaN the NaNs this
+path leaves in the weight and states have the opposite sign bit of the ``-grad`` path's (NaNs
+either way; measured, and not covered by the bit-for-bit test, whose gradients hold infinities
+and signed zeros but no NaN).
 
 A rule declares those fields where it is written (``toolkit.optimizers.gradient.through``);
 each declaration is proven against the ``-grad`` path by ``tests/test_torch_maximize.py`` (every
