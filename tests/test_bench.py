@@ -157,10 +157,27 @@ def test_torch_case_structure():
     if torch is None:
         pytest.skip("torch is not installed")
     labels = [label for label, _ in bench.torch_case.TORCH_CASES]
-    assert labels == ["resnet50", "many_tensors", "one_2^24"]
+    assert labels == ["resnet50", "many_tensors", "one_2^24", "mlp_64_32_10",
+                      "mlp_64_32_10_maximize", "bf16_2^12", "bf16_2^16", "bf16_2^22"]
     shapes = dict(bench.torch_case.TORCH_CASES)
     assert len(shapes["resnet50"]()) == 161 and len(shapes["many_tensors"]()) == 2000
     assert shapes["one_2^24"]() == [(1 << 24,)]
+    assert shapes["mlp_64_32_10"]() == shapes["mlp_64_32_10_maximize"]() == [
+        (32, 64), (32,), (10, 32), (10,)]
+    assert [shapes[f"bf16_2^{k}"]() for k in (12, 16, 22)] == [[(1 << k,)] for k in (12, 16, 22)]
+    options = bench.torch_case.TORCH_CASE_OPTIONS
+    assert options["mlp_64_32_10"]["threads"] == 1 and \
+        options["mlp_64_32_10"]["min_repeats"] >= 200
+    assert options["mlp_64_32_10_maximize"]["maximize"] is True
+    assert all(options[f"bf16_2^{k}"]["dtype"] == "bfloat16" for k in (12, 16, 22))
+    threads = torch.get_num_threads()
+    small = bench.torch_case.torch_case("cpu", [(16,)] * 4, 1, torch, maximize=True, threads=1,
+                                        min_repeats=2)
+    assert small["maximize"] is True and small["torch_threads"] == 1 and small["repeats"] == 2
+    assert torch.get_num_threads() == threads        # put back
+    bf16 = bench.torch_case.torch_case("cpu", [(64,)], 1, torch, dtype="bfloat16")
+    assert bf16["dtype"] == "bfloat16" and bf16["bytes_per_element"] == 28 and \
+        bf16["torch_bytes_per_element"] == 14 and bf16["of_floor"] > 0
     row = bench.torch_case.torch_case("cpu", [(16,)] * 40, 1, torch)
     assert row["tensors"] == 40 and row["elements"] == 640 and row["bytes_per_element"] == 28
     assert row["toolkit_torch_ms"] > 0 and row["torch_ms"] > 0 and row["regrad_ms"] > 0

@@ -66,6 +66,24 @@ def test_kernels_follow_torch_num_threads(monkeypatch):
         torch.set_num_threads(before)
 
 
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs 2 numba threads")
+def test_a_first_step_keeps_torchs_thread_count():
+    """numba's OpenMP pool, launched by a process's first step, set the OpenMP runtime it
+    shares with torch to NUMBA_NUM_THREADS threads: a torch.set_num_threads(1) made before was
+    lost (torch's own steps then ran on 2 threads). In a fresh process (the pool not yet
+    launched): torch keeps its count."""
+    import subprocess
+    import sys
+    code = ("import torch, toolkit.torch as tt\n"
+            "torch.set_num_threads(1)\n"
+            "p = torch.nn.Parameter(torch.ones(8)); p.grad = torch.ones(8)\n"
+            "tt.Adam([p]).step()\n"
+            "print(torch.get_num_threads())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.split()[-1] == "1", out.stdout + out.stderr
+
+
 def test_sgld_follows_torch_manual_seed_unless_given_a_seed():
     def run(torch_seed, **kw):
         torch.manual_seed(torch_seed)

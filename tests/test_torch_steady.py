@@ -8,7 +8,8 @@ sends the step back to the general path, which checks everything and says what i
   states and counts equal the toolkit's numpy steps (test_torch_numbers.py's comparison).
 * What sends a step back, each proven to be taken and to give the numpy numbers: a missing
   gradient, a non-contiguous gradient, an assignment to ``p.data``, a parameter replaced in the
-  group's list, ``maximize`` switched on, a toolkit ``lr_scheduler``, ``load_state_dict``.
+  group's list, a toolkit ``lr_scheduler``, ``load_state_dict``. ``maximize`` switched on and
+  a changed lr stay on the steady path (``maximize``: test_torch_maximize.py).
   Errors are the general path's (a gradient of another shape).
 * A steady step's Python work does not grow with the number of parameters (the Python
   functions it calls are counted, not timed).
@@ -148,15 +149,15 @@ def test_maximize_and_a_changed_lr_are_read(steady_steps):
     rng, params, opt, ref, ws, states = got = _established()
     del steady_steps[:]
     opt.param_groups[0]["maximize"] = True
-    _step(*got, sign=-1.0)                  # the general path negates the gradients
-    assert steady_steps == []
+    _step(*got, sign=-1.0)                  # steady: the rows of the negated gradients
+    assert steady_steps == [len(params)]    # (toolkit.torch.maximize, test_torch_maximize.py)
     opt.param_groups[0]["maximize"] = False
-    _step(*got)                             # steady (the general step above had them all)
-    assert steady_steps == [len(params)]
+    _step(*got)
+    assert steady_steps == [len(params)] * 2
     opt.param_groups[0]["lr"] = 0.003       # as torch's schedulers write it
     ref.set_learning_rate(0.003)
     _step(*got)
-    assert steady_steps == [len(params)] * 2
+    assert steady_steps == [len(params)] * 3
     assert_same(opt, params, ref, ws, states)
 
 

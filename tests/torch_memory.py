@@ -3,10 +3,12 @@ test (``tests/test_torch_memory.py``), which runs them in a subprocess: ``python
 tests/torch_memory.py SEED [SEED ...]`` runs one walk per seed with every launch checked, and
 prints ``walked N`` at the end.
 
-The check (:func:`checked_launches`) wraps :func:`toolkit.torch.launch.launch_addressed`, the one
-place ``toolkit.torch`` hands addresses to a kernel: before each launch, every address of every
-row, with the row's size and the launch's dtype, must lie inside the storage of a tensor that is
-alive at that moment and has that dtype (found through ``gc``, not through anything the
+The check (:func:`checked_launches`) wraps :func:`toolkit.torch.launch.launch_addressed` and
+:func:`toolkit.torch.launch.launch_addressed_mp`, the places ``toolkit.torch`` hands addresses
+to a kernel: before each launch, every address of every row, with the row's size and its
+column's dtype (the launch's; a multi-precision launch's float32 master and states, and its
+gradient and weight of the launch's ``weight`` type), must lie inside the storage of a tensor
+that is alive at that moment and has that dtype (found through ``gc``, not through anything the
 optimizer keeps). Heap corruption does not always crash; this fails at the first bad row.
 """
 from __future__ import annotations
@@ -48,18 +50,22 @@ def live_storages():
     return out
 
 
-def check_rows(dtype, ptrs, sizes):
+def check_rows(dtype, ptrs, sizes, columns=None):
     """Raise :class:`BadAddress` unless every address in ``ptrs`` (rows of addresses, 0 for
-    none) spans ``sizes[k]`` elements of ``dtype`` inside a live tensor of that dtype."""
-    want = _TORCH_DTYPES[np.dtype(dtype)]
-    itemsize = np.dtype(dtype).itemsize
-    live = [(s, e) for s, e, d in live_storages() if d == want]
-    for k, row in enumerate(np.asarray(ptrs)):
-        nbytes = int(sizes[k]) * itemsize
+    none) spans ``sizes[k]`` elements of ``dtype`` inside a live tensor of that dtype;
+    ``columns``: a torch dtype per column instead."""
+    ptrs = np.asarray(ptrs)
+    if columns is None:
+        columns = [_TORCH_DTYPES[np.dtype(dtype)]] * (ptrs.shape[1] if ptrs.ndim == 2 else 0)
+    storages = live_storages()
+    live = {want: [(s, e) for s, e, d in storages if d == want] for want in set(columns)}
+    for k, row in enumerate(ptrs):
         for c, ptr in enumerate(row.tolist()):
             if ptr == 0:
                 continue
-            if not any(s <= ptr and ptr + nbytes <= e for s, e in live):
+            want = columns[c]
+            nbytes = int(sizes[k]) * want.itemsize
+            if not any(s <= ptr and ptr + nbytes <= e for s, e in live[want]):
                 raise BadAddress(f"row {k}, column {c}: {nbytes} bytes at {ptr:#x} are in no "
                                  f"live {want} tensor")
 
@@ -68,7 +74,7 @@ def check_rows(dtype, ptrs, sizes):
 def checked_launches():
     """Within the block every ``toolkit.torch`` launch is checked first (:func:`check_rows`);
     yields a list that counts the launches checked."""
-    real = launch.launch_addressed
+    real, real_mp = launch.launch_addressed, launch.launch_addressed_mp
     seen = []
 
     def checked(factory, dtype, ptrs, sizes, table):
@@ -76,11 +82,18 @@ def checked_launches():
         seen.append(len(sizes))
         return real(factory, dtype, ptrs, sizes, table)
 
-    launch.launch_addressed = checked
+    def checked_mp(factory, ptrs, sizes, table, weight):
+        half = {"bfloat16": torch.bfloat16, "float16": torch.float16}[weight]
+        n = np.asarray(ptrs).shape[1]
+        check_rows(None, ptrs, sizes, [torch.float32, half] + [torch.float32] * (n - 3) + [half])
+        seen.append(len(sizes))
+        return real_mp(factory, ptrs, sizes, table, weight)
+
+    launch.launch_addressed, launch.launch_addressed_mp = checked, checked_mp
     try:
         yield seen
     finally:
-        launch.launch_addressed = real
+        launch.launch_addressed, launch.launch_addressed_mp = real, real_mp
 
 
 # --- the random walks -----------------------------------------------------------------------

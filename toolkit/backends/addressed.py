@@ -22,7 +22,9 @@ every address first: nothing is written when a check fails.
 
 Public: :func:`run_rule_addressed` (one dtype, float32 or float64),
 :func:`run_rule_addressed_mp` (float16 weights with a float32 master, as
-``cpu.MirrorLauncher``'s one-pass kernel) and :func:`run_noise_addressed` (a noise rule, SGLD).
+``cpu.MirrorLauncher``'s one-pass kernel; ``weight="bfloat16"``: bfloat16 weights and
+gradients, :mod:`toolkit.backends.bfloat16`) and :func:`run_noise_addressed` (a noise rule,
+SGLD).
 """
 from __future__ import annotations
 
@@ -313,15 +315,23 @@ def addressed_kernel(factory, n_state: int, n_hyper: int, dtype, parallel: bool)
     return cached(key, build)
 
 
-def addressed_mp_kernel(factory, n_state: int, n_hyper: int, parallel: bool):
-    """The compiled multi-precision addressed loop of ``factory``'s float32 rule (cached)."""
-    key = ("addressed-mp", factory, n_state, n_hyper, bool(parallel))
+def addressed_mp_kernel(factory, n_state: int, n_hyper: int, parallel: bool,
+                        weight: str = "float16"):
+    """The compiled multi-precision addressed loop of ``factory``'s float32 rule (cached):
+    ``weight`` "float16" or "bfloat16", the type of the weight and gradient (uint16 bits)."""
+    key = ("addressed-mp", factory, n_state, n_hyper, bool(parallel)) if weight == "float16" \
+        else ("addressed-mp", factory, n_state, n_hyper, bool(parallel), weight)
 
     def build():
-        from . import half
+        if weight == "bfloat16":
+            from . import bfloat16
+            widen, narrow = bfloat16.bfloat16_to_single, bfloat16.single_to_bfloat16
+        else:
+            from . import half
+            widen, narrow = half.half_to_single, half.single_to_half
         rule = inlined(_checked_rule(factory, np.float32, 3 + n_state, "ptrs"))
-        loop = _addressed_mp_loop(rule, n_state, n_hyper, inlined(by_value(half.half_to_single)),
-                                  inlined(by_value(half.single_to_half)))
+        loop = _addressed_mp_loop(rule, n_state, n_hyper, inlined(by_value(widen)),
+                                  inlined(by_value(narrow)))
         return _compiled(factory, n_hyper, lambda: compile_kernel(
             types.void(*_SIG_ARGS[np.dtype(np.float32)]), parallel)(loop))
     return cached(key, build)
@@ -437,13 +447,18 @@ def run_rule_addressed(factory, dtype, ptrs, sizes, table):
     kernel(ptrs, table, chunks)
 
 
-def run_rule_addressed_mp(factory, ptrs, sizes, table):
+def run_rule_addressed_mp(factory, ptrs, sizes, table, weight="float16"):
     """:func:`run_rule_addressed` for float16 weights with a float32 master: ``ptrs`` int64
     ``(n, 3 + n_states)``, per tensor the float32 master, the float16 gradient, the float32
     states and the float16 weight; ``table`` float32. The rule updates the master from the
     gradient widened exactly, and the weight becomes the new master rounded to nearest even in
     the same pass (``cpu.MirrorLauncher``'s kernel; the Trainer's CPU path rounds its master
-    into the weight the same way after its float32 step), bit for bit."""
+    into the weight the same way after its float32 step), bit for bit. ``weight="bfloat16"``:
+    the weight and the gradient are bfloat16 (:mod:`toolkit.backends.bfloat16`: widened
+    exactly, the weight rounded to nearest even from the master as ``Tensor.to(torch.bfloat16)``
+    rounds it, a NaN written as torch's CPU conversion writes it)."""
+    if weight not in ("float16", "bfloat16"):
+        raise ValueError(f"weight must be 'float16' or 'bfloat16', got {weight!r}")
     f32 = np.dtype(np.float32)
     ptrs, sizes, table, n_state = _checked(ptrs, sizes, table, f32, 3, "run_rule_addressed_mp")
     total, chunks = plan_chunks(ptrs, sizes, table,
@@ -452,9 +467,11 @@ def run_rule_addressed_mp(factory, ptrs, sizes, table):
         return
     parallel = total >= jit.PARALLEL_THRESHOLD and chunks.shape[0] > 1
     n_hyper = table.shape[1] - 1
-    kernel = KERNELS.get(("addressed-mp", factory, n_state, n_hyper, parallel))
+    kernel = KERNELS.get(("addressed-mp", factory, n_state, n_hyper, parallel)
+                         if weight == "float16" else
+                         ("addressed-mp", factory, n_state, n_hyper, parallel, weight))
     if kernel is None:
-        kernel = addressed_mp_kernel(factory, n_state, n_hyper, parallel)
+        kernel = addressed_mp_kernel(factory, n_state, n_hyper, parallel, weight)
     kernel(ptrs, table, chunks)
 
 

@@ -39,6 +39,7 @@ class Row(NamedTuple):
     eps: float
 
 
+@gradient.through('rs')
 def mxnet_rule(f):
     grad_of = gradient.rescaled(f)
 
@@ -52,6 +53,7 @@ def mxnet_rule(f):
     return rule
 
 
+@gradient.through('rs')
 def guide_rule(f):
     grad_of = gradient.clipped_then_decayed(f)
 
@@ -76,6 +78,7 @@ class PytorchRow(NamedTuple):
     eps: float
 
 
+@gradient.through('rs')
 def pytorch_rule(f):
     """torch.optim.Adadelta's single-tensor update (torch 2.13, torch/optim/adadelta.py,
     ``_single_tensor_adadelta``; its documented algorithm), in torch's order of operations::

@@ -43,6 +43,7 @@ class GuideRow(NamedTuple):
     eps: float
 
 
+@gradient.through('rs')
 def mxnet_rule(f):
     grad_of = gradient.rescaled(f)
 
@@ -54,6 +55,7 @@ def mxnet_rule(f):
     return rule
 
 
+@gradient.through('rs')
 def guide_rule(f):
     grad_of = gradient.clipped_then_decayed(f)
 
@@ -74,6 +76,7 @@ class PytorchRow(NamedTuple):
     eps: float
 
 
+@gradient.through('rs')
 def pytorch_rule(f):
     """torch.optim.Adagrad's single-tensor update (torch 2.13, torch/optim/adagrad.py,
     ``_single_tensor_adagrad``, ``lr_decay=0``, ``initial_accumulator_value=0``; its

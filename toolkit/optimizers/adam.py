@@ -90,6 +90,7 @@ def _mxnet_rule(f, square_first):
     return rule
 
 
+@gradient.through('rs')
 def mxnet_rule(f):
     """MXNet's dense ``adam_update`` kernel: ``v = beta2*v + ((1-beta2)*g)*g``."""
     return _mxnet_rule(f, False)
@@ -102,6 +103,7 @@ def mxnet_square_rule(f):
     return _mxnet_rule(f, True)
 
 
+@gradient.through('rs')
 def guide_rule(f):
     grad_of = gradient.clipped_then_decayed(f)
 
@@ -114,6 +116,7 @@ def guide_rule(f):
     return rule
 
 
+@gradient.through('rs')
 def pytorch_rule(f):
     """torch.optim.Adam's and AdamW's single-tensor update (torch 2.13, torch/optim/adam.py,
     ``_single_tensor_adam``, ``amsgrad=False``; the documented algorithm of both classes), in

@@ -52,6 +52,7 @@ class GuideRow(NamedTuple):
     bc1: float    #: 1 - beta1^t
 
 
+@gradient.through('rs')
 def mxnet_rule(f):
     zero = f(0)
     grad_of = gradient.decayed_then_clipped(f)
@@ -67,6 +68,7 @@ def mxnet_rule(f):
     return rule
 
 
+@gradient.through('rs')
 def guide_rule(f):
     grad_of = gradient.clipped_then_decayed(f)
 
@@ -90,6 +92,7 @@ class PytorchRow(NamedTuple):
     nclr: float   #: -lr/(1 - beta1^t)
 
 
+@gradient.through('rs')
 def pytorch_rule(f):
     """torch.optim.Adamax's single-tensor update (torch 2.13, torch/optim/adamax.py,
     ``_single_tensor_adamax``; its documented algorithm), in torch's order of operations::

@@ -60,6 +60,7 @@ class GuideRow(NamedTuple):
     bc2: float    #: 1 - beta2^t
 
 
+@gradient.through('rs')
 def mxnet_rule(f):
     zero = f(0)
     # the operator's grad*rs, the same product as the helper's rs*grad (IEEE multiplication
@@ -77,6 +78,7 @@ def mxnet_rule(f):
     return rule
 
 
+@gradient.through('rs')
 def guide_rule(f):
     grad_of = gradient.rescaled(f)
 

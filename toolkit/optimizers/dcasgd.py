@@ -52,6 +52,7 @@ class MomentumRow(NamedTuple):
     mu: float      #: momentum
 
 
+@gradient.through('rs')
 def plain_rule(f):
     zero = f(0)
     # not gradient.clipped_then_decayed: mxnet's compensation term reads the clipped g alone
@@ -68,6 +69,7 @@ def plain_rule(f):
     return rule
 
 
+@gradient.through('rs')
 def momentum_rule(f):
     zero = f(0)
     rescaled = gradient.rescaled(f)

@@ -40,6 +40,7 @@ class FtmlRow(NamedTuple):
     guide: float    #: 1 under convention "guide" (its G), else 0 (MXNet's g)
 
 
+@gradient.through('rs')
 def ftml_rule(f):
     zero = f(0)
     guide_grad = gradient.clipped_then_decayed(f)

@@ -42,6 +42,7 @@ class FtrlRow(NamedTuple):
     guide: float   #: 1 under convention "guide" (wd in the gradient, the guide's update), else 0
 
 
+@gradient.through('rs')
 def ftrl_rule(f):
     zero, one = f(0), f(1)
     grad_of = gradient.rescaled(f)

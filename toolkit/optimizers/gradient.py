@@ -20,7 +20,24 @@ from __future__ import annotations
 
 from ..backends.jit import inlined
 
-__all__ = ["clip", "rescaled", "decayed_then_clipped", "clipped_then_decayed"]
+__all__ = ["clip", "rescaled", "decayed_then_clipped", "clipped_then_decayed", "through",
+           "SIGN_FIELDS"]
+
+#: the attribute :func:`through` sets on a rule factory
+SIGN_FIELDS = "gradient_sign_fields"
+
+
+def through(*fields):
+    """Mark a rule factory whose rule reads its gradient ``grad`` only through products with
+    the fields ``fields`` of its row (``rs*grad``; SGD's MXNet kernels also ``lrrs*grad``):
+    negating those fields then gives, bit for bit, the step of ``-grad`` (IEEE negation is
+    exact, a product's sign is the exclusive or of its factors' and its rounding symmetric,
+    clipping to ``[-c, c]`` is symmetric). ``toolkit.torch``'s ``maximize`` reads it
+    (``toolkit/torch/maximize.py``; proven per rule by ``tests/test_torch_maximize.py``)."""
+    def mark(factory):
+        setattr(factory, SIGN_FIELDS, tuple(fields))
+        return factory
+    return mark
 
 
 def clip(f):

@@ -41,6 +41,7 @@ class Row(NamedTuple):
     mu1: float    #: momentum + 1
 
 
+@gradient.through('rs')
 def mxnet_rule(f):
     # gradient.clipped_then_decayed does not fit: the momentum line decays the updated weight
     rescaled = gradient.rescaled(f)
@@ -54,6 +55,7 @@ def mxnet_rule(f):
     return rule
 
 
+@gradient.through('rs')
 def guide_rule(f):
     grad_of = gradient.clipped_then_decayed(f)
 

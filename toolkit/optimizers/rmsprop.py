@@ -56,6 +56,7 @@ class CenteredRow(NamedTuple):
     g2: float        #: gamma2
 
 
+@gradient.through('rs')
 def plain_rule(f):
     zero = f(0)
     decayed_then_clipped = gradient.decayed_then_clipped(f)
@@ -75,6 +76,7 @@ def plain_rule(f):
     return rule
 
 
+@gradient.through('rs')
 def centered_rule(f):
     zero = f(0)
     decayed_then_clipped = gradient.decayed_then_clipped(f)
@@ -114,6 +116,7 @@ class PytorchRow(NamedTuple):
     mu: float        #: gamma2, torch's momentum (centered only; 0 plain)
 
 
+@gradient.through('rs')
 def pytorch_plain_rule(f):
     """torch.optim.RMSprop's single-tensor update, ``centered=False``, ``momentum=0`` (torch
     2.13, torch/optim/rmsprop.py, ``_single_tensor_rmsprop``; its documented algorithm)::
@@ -137,6 +140,7 @@ def pytorch_plain_rule(f):
     return rule
 
 
+@gradient.through('rs')
 def pytorch_centered_rule(f):
     """torch.optim.RMSprop, ``centered=True``, ``momentum`` = ``gamma2`` (torch 2.13)::
 

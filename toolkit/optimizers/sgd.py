@@ -110,6 +110,7 @@ def mxnet_factors(f):
     return inlined(mxnet_factors_)
 
 
+@gradient.through('rs', 'lrrs')
 def mxnet_momentum_rule(f):
     factors = mxnet_factors(f)
 
@@ -122,6 +123,7 @@ def mxnet_momentum_rule(f):
     return rule
 
 
+@gradient.through('rs', 'lrrs')
 def mxnet_plain_rule(f):
     zero = f(0)
     factors = mxnet_factors(f)
@@ -134,6 +136,7 @@ def mxnet_plain_rule(f):
     return rule
 
 
+@gradient.through('rs')
 def guide_momentum_rule(f):
     grad_of = gradient.clipped_then_decayed(f)
 
@@ -144,6 +147,7 @@ def guide_momentum_rule(f):
     return rule
 
 
+@gradient.through('rs')
 def guide_plain_rule(f):
     grad_of = gradient.clipped_then_decayed(f)
 
@@ -181,16 +185,19 @@ def _pytorch_momentum_rule(f, nesterov):
     return rule
 
 
+@gradient.through('rs')
 def pytorch_momentum_rule(f):
     """torch.optim.SGD with momentum (``nesterov=False``): see :func:`_pytorch_momentum_rule`."""
     return _pytorch_momentum_rule(f, False)
 
 
+@gradient.through('rs')
 def pytorch_nesterov_rule(f):
     """torch.optim.SGD with momentum and ``nesterov=True`` (the toolkit's NAG under "pytorch")."""
     return _pytorch_momentum_rule(f, True)
 
 
+@gradient.through('rs')
 def pytorch_plain_rule(f):
     """torch.optim.SGD without momentum: ``w = w - lr*(clip(rs*grad, c) + wd*w)``."""
     grad_of = torch_ops.gradient(f)
@@ -317,6 +324,7 @@ class SGD(Optimizer):
         self._run_rule(rule, weight, grad, states, hyper)
 
 
+@gradient.through('rs', 'lrrs')
 def sgd_update_rule(f):
     """MXNet's non-aggregated ``sgd_update`` kernel (src/operator/optimizer_op-inl.h, SGDKernel
     and its row-sparse twins): ``w = (1 - lr*wd)*w - (lr*rs)*grad`` when not clipping, else

@@ -57,6 +57,7 @@ class SignSGDGuideRow(NamedTuple):
     c: float          #: clip_gradient, negative for none
 
 
+@gradient.through('rs')
 def signum_rule(f):
     zero, one = f(0), f(1)
     # gradient.clipped_then_decayed fits the guide's branch only; mxnet scales g and wd*w apart
@@ -87,6 +88,7 @@ def signsgd_mxnet_rule(f):
     return rule
 
 
+@gradient.through('rs')
 def signsgd_guide_rule(f):
     zero, one = f(0), f(1)
     grad_of = gradient.clipped_then_decayed(f)

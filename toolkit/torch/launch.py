@@ -1,17 +1,19 @@
 """Where ``toolkit.torch`` hands addresses to a kernel: :func:`launch_addressed`, the one call
 of the addressed kernel (:func:`toolkit.backends.addressed.run_rule_addressed`) that the
 vectorised and the steady step make, and :func:`run_rule_table`, which reads a table's
-addresses from its tensors (``data_ptr()``: no numpy view, no copy). Every address reaching
-``launch_addressed`` is a weight or gradient checked in this step or an array the toolkit owns
-(``toolkit.torch.binding``); ``tests/test_torch_memory.py`` wraps it to prove so.
+addresses from its tensors (``data_ptr()``: no numpy view, no copy); :func:`launch_addressed_mp`
+and :func:`run_rule_table_mp` for bfloat16 weights with a float32 master. Every address reaching
+``launch_addressed`` or ``launch_addressed_mp`` is a weight or gradient checked in this step or
+an array the toolkit owns (``toolkit.torch.binding``); ``tests/test_torch_memory.py`` wraps
+both to prove so.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..backends.addressed import run_rule_addressed
+from ..backends.addressed import run_rule_addressed, run_rule_addressed_mp
 
-__all__ = ["launch_addressed", "run_rule_table"]
+__all__ = ["launch_addressed", "launch_addressed_mp", "run_rule_table", "run_rule_table_mp"]
 
 
 def launch_addressed(factory, dtype, ptrs, sizes, table):
@@ -19,6 +21,26 @@ def launch_addressed(factory, dtype, ptrs, sizes, table):
     *states)``, each ``sizes[k]`` elements of ``dtype``) with the hyperparameters of
     ``table[k]``."""
     run_rule_addressed(factory, dtype, ptrs, sizes, table)
+
+
+def launch_addressed_mp(factory, ptrs, sizes, table, weight):
+    """Run ``factory``'s float32 rule on row ``k`` of ``ptrs`` (the addresses of ``(float32
+    master, gradient, *float32 states, weight)``, the gradient and the weight of type
+    ``weight``, "bfloat16" or "float16", each ``sizes[k]`` elements) with the hyperparameters of
+    ``table[k]`` (float32): the master updated, the weight rounded from it
+    (:func:`toolkit.backends.addressed.run_rule_addressed_mp`)."""
+    run_rule_addressed_mp(factory, ptrs, sizes, table, weight=weight)
+
+
+def run_rule_table_mp(factory, tensors, table, weight):
+    """:func:`run_rule_table` for weights of type ``weight`` with a float32 master:
+    ``tensors[k]`` is ``(master, grad, *states, weight)`` (contiguous CPU tensors), ``table``
+    float32 (:func:`launch_addressed_mp`)."""
+    if not tensors:
+        return
+    ptrs = np.array([[a.data_ptr() for a in arrays] for arrays in tensors], np.int64)
+    sizes = np.array([arrays[0].numel() for arrays in tensors], np.int64)
+    launch_addressed_mp(factory, ptrs, sizes, table, weight)
 
 
 def run_rule_table(factory, dtype, tensors, table):

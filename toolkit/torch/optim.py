@@ -28,7 +28,8 @@ from ..optimizers.registry import spec_of
 from ..trainer.buffers import Recorder, planned_rows
 from . import crossing, keywords, meaning
 from .binding import FRESH, REBIND, Binding, TrackedState, check_entry
-from .launch import run_rule_table
+from .launch import run_rule_table, run_rule_table_mp
+from .maximize import negated_row
 from .steady import SteadyGroup, SteadyStep
 
 __all__ = ["TorchOptimizer"]
@@ -50,13 +51,31 @@ def _plain(value):
 _UNSET = object()
 
 
+#: whether numba's thread pool was launched by :func:`_launch_numba_pool` (once a process)
+_POOL = [False]
+
+
+def _launch_numba_pool():
+    """Launch numba's thread pool (its first ``get_num_threads`` does), keeping torch's
+    thread count: numba's OpenMP layer, launched, sets the OpenMP runtime it shares with torch
+    to ``NUMBA_NUM_THREADS`` threads, which ``torch.get_num_threads()`` then reports (a
+    ``torch.set_num_threads(1)`` made before a process's first step was lost)."""
+    threads = torch.get_num_threads()
+    numba.get_num_threads()
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    _POOL[0] = True
+
+
 class torch_threads:
     """Within the block numba's parallel kernels use ``torch.get_num_threads()`` threads (at
     most ``NUMBA_NUM_THREADS``), as torch's own CPU kernels would; numba's setting (per
-    thread) is put back after."""
+    thread) is put back after. torch's own setting is left as it was (:func:`_launch_numba_pool`)."""
     __slots__ = ("old",)
 
     def __enter__(self):
+        if not _POOL[0]:
+            _launch_numba_pool()
         want = min(torch.get_num_threads(), _NUMBA_MAX)
         old = numba.get_num_threads()
         self.old = old if old != want else None
@@ -350,14 +369,14 @@ class TorchOptimizer(torch.optim.Optimizer):
         self._follow_groups()
         self._follow_positions()
         self._take_state_changes()
-        undo = self._sync_options()
+        undo, synced = self._sync_options()
         try:
             plans = self._plan()
         except BaseException:
             undo()
             raise
-        for gi, group in enumerate(self.param_groups):  # the options are the inner ones now
-            self._synced[gi] = self._snapshot(group)
+        for gi in synced:  # the options are the inner ones now
+            self._synced[gi] = self._snapshot(self.param_groups[gi])
         with torch_threads():
             self._run(plans)
         return loss
@@ -468,10 +487,13 @@ class TorchOptimizer(torch.optim.Optimizer):
 
     def _sync_options(self):
         """Hand each group's options (as torch's schedulers or the user left them) to its
-        toolkit optimizer, checked; returns what puts them back (on a later error)."""
+        toolkit optimizer, checked; returns what puts them back (on a later error) and the
+        groups whose snapshot is to be taken again (:func:`_unchanged`: a group whose every
+        option is the very object its snapshot holds has nothing to hand over)."""
         klass = type(self).toolkit_class
         done = []
         written = []
+        synced = []
 
         def undo():
             for inner, attr, old in reversed(done):
@@ -485,6 +507,9 @@ class TorchOptimizer(torch.optim.Optimizer):
         try:
             for gi, group in enumerate(self.param_groups):
                 inner, last = self._inners[gi], self._synced[gi]
+                if self._scheduler is None and _unchanged(group, last):
+                    continue
+                synced.append(gi)
                 gone = [k for k in last if k not in group]
                 if gone:  # torch's own step would fail on it with a KeyError
                     raise ValueError(
@@ -543,7 +568,7 @@ class TorchOptimizer(torch.optim.Optimizer):
         except BaseException:
             undo()
             raise
-        return undo
+        return undo, synced
 
     def _plan(self):
         """Every group's members with a gradient, checked, with the state each new one gets;
@@ -555,11 +580,11 @@ class TorchOptimizer(torch.optim.Optimizer):
             inner = self._inners[gi]
             steady = self._steady.get(gi)
             if steady is not None and self._scheduler is None and \
-                    group.get("maximize", False) is False and \
                     self._tracked.generation == self._steady_generation:
-                step = self._steady_step(steady, group["params"], inner, num_update)
+                step = self._steady_step(steady, group["params"], inner, num_update,
+                                         group.get("maximize", False))
                 if step is not None:
-                    num_update = max(num_update, int(step.scalars.t.max()))
+                    num_update = max(num_update, step.top)
                     plans.append((gi, inner, step, step.scalars))
                     index += len(group["params"])
                     continue
@@ -585,23 +610,52 @@ class TorchOptimizer(torch.optim.Optimizer):
                 plans.append((gi, inner, members, scalars))
         return plans
 
-    def _steady_step(self, steady, params, inner, num_update):
+    def _steady_step(self, steady, params, inner, num_update, maximize):
         """The checked :class:`SteadyStep` of a group on its steady path, or None (the general
         path then runs): its gradients, the step's scalars (checked as the general path checks
         them) and one recorded row per distinct ``(t, lr, wd)``, each one rule call on the
-        member's own arrays with the same factory."""
+        member's own arrays with the same factory. With ``maximize`` the rows are those of the
+        negated gradients (:func:`toolkit.torch.maximize.negated_row`), or None where the rule
+        has no such row."""
         got = steady.gradients(params)
         if got is None:
             return None
         grads, grad_ptrs = got
         inner.num_update = num_update
         scalars = inner.step_scalars(steady.kept)
-        table = self._planned_table(inner, scalars, lambda j: (
-            _Member(int(steady.indices[j]), steady.params[j], grads[j]),
-            (steady.tensors[j][0], grads[j])))
-        if table is None:
-            return None
-        return SteadyStep(steady, grads, grad_ptrs, scalars, *table)
+        t, lr, wd = scalars.t, scalars.lr, scalars.wd
+        first, inverse = scalars.distinct()
+        recording = steady.recording
+        if recording is None:
+            recording = steady.recording = {}
+        planned = []
+        for j in first:
+            # position j's weight (as the group was built: its address is checked above) and
+            # its toolkit state, kept with the group; its gradient of this step
+            held = recording.get(j)
+            if held is None:
+                state = self._bindings[steady.params[j]].toolkit_state
+                held = recording[j] = (state, steady.tensors[j][0].numpy(),
+                                       tuple(inner.state_arrays(state)))
+            state, w, states = held
+            rec = self._recorded(inner, int(steady.indices[j]), state,
+                                 (w, grads[j].numpy()) + states, int(t[j]), float(lr[j]),
+                                 float(wd[j]))
+            if rec is None or (planned and (rec[0] is not planned[0][0]
+                                            or len(rec[1]) != len(planned[0][1]))):
+                return None
+            planned.append(rec)
+        factory = planned[0][0]
+        if maximize:  # the rows of the negated gradients (Python's negation: exact)
+            negated = [negated_row(factory, names, row) for _, row, names in planned]
+            if None in negated:
+                return None
+            rows, inverse = planned_rows(negated, inverse)
+        else:
+            rows, inverse = planned_rows([row for _, row, _ in planned], inverse)
+        # the largest count: each distinct triple's first position holds one of each count
+        top = max(int(t[j]) for j in first)
+        return SteadyStep(steady, grads, grad_ptrs, scalars, factory, rows, inverse, top)
 
     def _planned_table(self, inner, scalars, member):
         """``(factory, rows, inverse)``: one recorded row per distinct ``(t, lr, wd)`` of
@@ -618,7 +672,7 @@ class TorchOptimizer(torch.optim.Optimizer):
                                             or len(rec[1]) != len(planned[0][1]))):
                 return None
             planned.append(rec)
-        rows, inverse = planned_rows([row for _, row in planned], inverse)
+        rows, inverse = planned_rows([row for _, row, _ in planned], inverse)
         return planned[0][0], rows, inverse
 
     def _member(self, index, p, inner, group):
@@ -683,8 +737,9 @@ class TorchOptimizer(torch.optim.Optimizer):
         elif tuple(grad.shape) != tuple(p.shape):
             raise ValueError(f"{where}: gradient shape {tuple(grad.shape)} differs from the "
                              f"parameter's {tuple(p.shape)}")
-        if p.device.type == "cuda" or p.dtype in _HALF:
-            m.route = "each"
+        if p.device.type == "cuda" or p.dtype == torch.float16 or (
+                p.dtype == torch.bfloat16 and not p.is_contiguous()):
+            m.route = "each"  # (a contiguous bfloat16 CPU weight: the addressed bfloat16 kernel)
         if p.device.type == "cuda" and not p.is_contiguous():
             raise ValueError(f"{where} is not contiguous (strides {p.stride()}); on CUDA "
                              "toolkit.torch updates contiguous parameters only")
@@ -866,10 +921,17 @@ class TorchOptimizer(torch.optim.Optimizer):
             scalars = inner.step_scalars([m.index for m in members])
         t, lr, wd = scalars.t, scalars.lr, scalars.wd
         bindings = self._bindings
-        names = self._names(inner, bindings[members[0].p].toolkit_state)  # one layout a group
+        names = None  # one layout a group
         tensors = []
         for m in members:
             grad = -m.grad if maximize else m.grad
+            if m.p.dtype == torch.bfloat16:  # contiguous: (master, grad, *states, weight)
+                named = bindings[m.p].named
+                tensors.append((named["weight32"], grad.contiguous(), *(
+                    a for n, a in named.items() if n != "weight32"), m.p.detach()))
+                continue
+            if names is None:
+                names = self._names(inner, bindings[m.p].toolkit_state)
             # the weight and the bound state in memory order, kept while the weight's storage
             # is the same (an assignment to p.data makes them again)
             w_and_states = bindings[m.p].views(m.p, lambda t, perm=m.perm: _ordered(t, perm),
@@ -886,12 +948,14 @@ class TorchOptimizer(torch.optim.Optimizer):
                 lambda f: (members[js[f]], tensors[js[f]]))
             if planned is not None:
                 factory, rows, inverse = planned
-                np_dtype = np.dtype(str(dtype).replace("torch.", ""))
+                # bfloat16: a float32 table (the float32 master's rule)
+                np_dtype = np.dtype(np.float32) if dtype == torch.bfloat16 else \
+                    np.dtype(str(dtype).replace("torch.", ""))
                 table = np.ones((len(js), 1 + rows.shape[1]), np_dtype)
                 # each rounded to the dtype, as a single call rounds
                 table[:, 1:] = rows if inverse is None else rows[inverse]
-                work.append(_TableRun(factory, np_dtype, [tensors[j] for j in js.tolist()],
-                                      table))
+                work.append(_TableRun(factory, "bfloat16" if dtype == torch.bfloat16 else
+                                      np_dtype, [tensors[j] for j in js.tolist()], table))
             else:  # not one rule call on the member's own arrays: each member on its own
                 for j in js.tolist():
                     work.append(_SingleRun(members[j], tensors[j], int(t[j]), float(lr[j]),
@@ -899,7 +963,17 @@ class TorchOptimizer(torch.optim.Optimizer):
         inner.commit_counts([m.index for m in members], t)
         for run in work:
             if isinstance(run, _TableRun):
-                run_rule_table(run.factory, run.dtype, run.tensors, run.table)
+                if run.dtype == "bfloat16":
+                    run_rule_table_mp(run.factory, run.tensors, run.table, "bfloat16")
+                else:
+                    run_rule_table(run.factory, run.dtype, run.tensors, run.table)
+            elif run.member.p.dtype == torch.bfloat16:  # the float32 step, rounded after
+                m, arrays = run.member, run.arrays
+                _, master, inner_state = self._bindings[m.p].toolkit_state
+                inner.launch_step(m.index, master, arrays[1].float().numpy(), inner_state,
+                                  run.t, run.lr, run.wd, cpu.LAUNCHER)
+                with torch.no_grad():  # rounded to nearest even
+                    m.p.detach().copy_(torch.from_numpy(master))
             else:
                 m, arrays = run.member, run.arrays
                 inner.launch_step(m.index, arrays[0].numpy(), arrays[1].numpy(),
@@ -913,12 +987,29 @@ class TorchOptimizer(torch.optim.Optimizer):
         return None if binding is None else binding.held_views(p)
 
     def _record(self, inner, m, arrays, t, lr, wd):
-        """``(factory, row)`` of member ``m``'s step with ``(t, lr, wd)`` when it is one rule
-        call on its own weight, gradient and states (in that order), else None."""
+        """``(factory, row, names)`` of member ``m``'s step with ``(t, lr, wd)`` when it is
+        one rule call on its own weight, gradient and states (in that order), else None
+        (:meth:`_recorded`)."""
         state = self._bindings[m.p].toolkit_state
-        views = [arrays[0].numpy(), arrays[1].numpy(), *inner.state_arrays(state)]
-        recorder = Recorder(cpu.LAUNCHER)
-        inner.launch_step(m.index, views[0], views[1], state, t, lr, wd, recorder)
+        if m.p.dtype == torch.bfloat16:
+            # the float32 master's step; the gradient's place holds a read-only float32 array
+            # of its shape and no memory (a scalar_only step reads no gradient on the host: it
+            # is only recorded)
+            _, master, inner_state = state
+            views = (master, np.broadcast_to(np.float32(0), master.shape),
+                     *inner.state_arrays(inner_state))
+            return self._recorded(inner, m.index, inner_state, views, t, lr, wd)
+        views = (arrays[0].numpy(), arrays[1].numpy(), *inner.state_arrays(state))
+        return self._recorded(inner, m.index, state, views, t, lr, wd)
+
+    @staticmethod
+    def _recorded(inner, index, state, views, t, lr, wd):
+        """``(factory, row, names)`` of the step of ``index`` (its toolkit ``state``, ``views``
+        its weight, gradient and state arrays) with ``(t, lr, wd)``, recorded: when the step
+        is one rule call on those very arrays (in that order), its factory, its row and the
+        names of the row's fields (None for a row without names), else None."""
+        recorder = _RowRecorder(cpu.LAUNCHER)
+        inner.launch_step(index, views[0], views[1], state, t, lr, wd, recorder)
         if len(recorder.calls) != 1:
             return None
         call = recorder.calls[0]
@@ -926,7 +1017,7 @@ class TorchOptimizer(torch.optim.Optimizer):
         if call.kind != "rule" or len(got) != len(views) or any(
                 a is not b for a, b in zip(got, views)):
             return None
-        return call.factory, tuple(call.hyper)
+        return call.factory, tuple(call.hyper), recorder.names
 
     # --- state_dict ------------------------------------------------------------------------
     def state_dict(self):
@@ -1011,6 +1102,30 @@ class TorchOptimizer(torch.optim.Optimizer):
                 lines.append(f"    {key}: {group[key]!r}")
         lines.append(")")
         return "\n".join(lines)
+
+
+class _RowRecorder(Recorder):
+    """A :class:`Recorder` that also keeps the names of the last rule row's fields (a rule
+    declares them: its row is a ``NamedTuple``), None for a row without names."""
+
+    names = None
+
+    def run_rule(self, factory, weight, grad, states, hyper):
+        self.names = getattr(type(hyper), "_fields", None)
+        super().run_rule(factory, weight, grad, states, hyper)
+
+
+def _unchanged(group, last):
+    """Whether every option of ``group`` is the very object ``last`` (its snapshot) holds, the
+    same keys, and its lr no tensor: nothing for :meth:`TorchOptimizer._sync_options` to hand
+    over (an option it compares finds each one the same by identity first)."""
+    if len(group) - 1 - ("param_names" in group) != len(last):
+        return False
+    get = group.get
+    for key, value in last.items():
+        if get(key, _UNSET) is not value:
+            return False
+    return not isinstance(get("lr"), torch.Tensor)
 
 
 def _same(a, b):

@@ -38,8 +38,9 @@ _DTYPES = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float
 
 class SteadyStep(NamedTuple):
     """One group's checked step on the steady path: its gradients (kept alive for the kernel),
-    their addresses, the step's scalars, and the rule's rows (one per distinct ``(t, lr, wd)``,
-    ``inverse`` mapping each parameter to its row, or None when there is one row)."""
+    their addresses, the step's scalars, the rule's rows (one per distinct ``(t, lr, wd)``,
+    ``inverse`` mapping each parameter to its row, or None when there is one row) and the
+    largest count."""
     steady: "SteadyGroup"
     grads: list
     grad_ptrs: list
@@ -47,26 +48,32 @@ class SteadyStep(NamedTuple):
     factory: object
     rows: np.ndarray
     inverse: object
+    top: int  #: the largest count ``t`` of the step
 
 
 class SteadyGroup:
     """A param group's parameters, their weights' and states' addresses and sizes, as the
     last general step left them (:meth:`build`), and the checks of a step against them."""
     __slots__ = ("params", "indices", "kept", "dtype", "np_dtype", "shapes", "weight_ptrs",
-                 "ptrs", "sizes", "tensors", "states", "state_ptrs")
+                 "ptrs", "sizes", "tensors", "states", "state_ptrs", "table", "recording")
 
     def __init__(self, params, indices, dtype, shapes, weight_ptrs, ptrs, sizes, tensors):
         self.params, self.indices, self.dtype = params, indices, dtype
         # the indices as the optimizer's bookkeeping keeps what it made of them, step to step
         self.kept = Kept(indices)
         self.np_dtype = _DTYPES[dtype]
-        self.shapes, self.weight_ptrs = shapes, weight_ptrs
+        self.shapes, self.weight_ptrs = shapes, weight_ptrs  # weight_ptrs: a list of ints
         self.ptrs, self.sizes = ptrs, sizes
         self.tensors = tensors  # the weights and states in the table, kept alive
         # the state tensors opt.state shows (contiguous: the very ones in the table) and their
         # addresses: a storage swapped under one (set_, .data =) is a change
         self.states = [a for arrays in tensors for a in arrays[1:]]
         self.state_ptrs = list(map(_data_ptr, self.states))
+        #: the table of the last run (column 0, the active flags, all 1), made again only when
+        #: the row's length changes
+        self.table = None
+        #: what the caller keeps to record the group's rows (``TorchOptimizer``), or None
+        self.recording = None
 
     @classmethod
     def build(cls, params, first_index, inner, state_tensors):
@@ -94,7 +101,7 @@ class SteadyGroup:
             return None
         ptrs = np.array(rows, np.int64)
         return cls(list(params), first_index + np.arange(len(params), dtype=np.int64), dtype,
-                   [p.shape for p in params], ptrs[:, 0].copy(), ptrs,
+                   [p.shape for p in params], ptrs[:, 0].tolist(), ptrs,
                    np.array(sizes, np.int64), kept)
 
     def gradients(self, params):
@@ -111,16 +118,17 @@ class SteadyGroup:
                     not g.is_cpu or g.shape != shape or p.shape != shape or \
                     p.dtype is not dtype or not g.is_contiguous() or not p.is_contiguous():
                 return None
-        if not np.array_equal(np.array([p.data_ptr() for p in mine], np.int64),
-                              self.weight_ptrs) or \
+        if list(map(_data_ptr, mine)) != self.weight_ptrs or \
                 list(map(_data_ptr, self.states)) != self.state_ptrs:
             return None
-        return grads, [g.data_ptr() for g in grads]
+        return grads, list(map(_data_ptr, grads))
 
     def run(self, step: SteadyStep):
         """The kernel call of a checked step (its counts committed by the caller first)."""
-        table = np.empty((len(self.params), 1 + step.rows.shape[1]), self.np_dtype)
-        table[:, 0] = 1
+        table = self.table
+        if table is None or table.shape[1] != 1 + step.rows.shape[1]:
+            table = self.table = np.ones((len(self.params), 1 + step.rows.shape[1]),
+                                         self.np_dtype)
         # each float64 rounded to the dtype, as a single call rounds it
         table[:, 1:] = step.rows if step.inverse is None else step.rows[step.inverse]
         ptrs = self.ptrs

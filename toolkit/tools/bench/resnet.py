@@ -85,16 +85,16 @@ def torch_leaves(torch, device, shapes, rng):
                          requires_grad=True) for s in shapes]
 
 
-def torch_adam(torch, params):
+def torch_adam(torch, params, maximize=False):
     """torch's Adam over ``params`` (their gradients set), fused where torch has the kernel on
     their device, else foreach, stepped once (a missing fused kernel shows on the first step):
     ``(optimizer, kind)``."""
     try:
-        opt = torch.optim.Adam(params, lr=1e-3, fused=True)
+        opt = torch.optim.Adam(params, lr=1e-3, fused=True, maximize=maximize)
         opt.step()
         return opt, "fused"
     except (RuntimeError, TypeError):
-        return torch.optim.Adam(params, lr=1e-3, foreach=True), "foreach"
+        return torch.optim.Adam(params, lr=1e-3, foreach=True, maximize=maximize), "foreach"
 
 
 def make_torch(device, shapes, rng):

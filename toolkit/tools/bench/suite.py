@@ -14,7 +14,7 @@ import numba
 from . import peers
 from .cases import base_arrays, cpu_case, cuda_case
 from .resnet import many_tensor_shapes, resnet50_shapes, trainer_case
-from .torch_case import TORCH_CASES, torch_case
+from .torch_case import TORCH_CASE_OPTIONS, TORCH_CASES, torch_case
 from .settings import CHEAP, DEFAULT_SIZES, DTYPES, HEADLINE, all_settings, traffic
 from .timing import device_sync, measure, paired
 
@@ -114,7 +114,18 @@ ADAPTER_TARGETS = (
     ("torch_many", "toolkit.torch, 2000 tensors of 1024: >= 3x torch fused Adam",
      "many_tensors", "vs_torch", 3.0),
     ("torch_one", "toolkit.torch, one tensor of 2^24: >= 0.9 of the floor", "one_2^24",
-     "of_floor", 0.9))
+     "of_floor", 0.9),
+    # issue 32 item 9: the small model's fixed cost, maximize, bfloat16
+    ("torch_mlp", "toolkit.torch, the digits MLP (4 tensors, one thread): >= 1.0x torch fused "
+     "Adam", "mlp_64_32_10", "vs_torch", 1.0),
+    ("torch_mlp_maximize", "toolkit.torch, the digits MLP with maximize=True: >= 1.0x torch "
+     "fused Adam", "mlp_64_32_10_maximize", "vs_torch", 1.0),
+    ("torch_bf16_4k", "toolkit.torch, bfloat16 2^12: <= 1.2x torch's fused bfloat16 step",
+     "bf16_2^12", "vs_torch", 1 / 1.2),
+    ("torch_bf16_64k", "toolkit.torch, bfloat16 2^16: <= 1.2x torch's fused bfloat16 step",
+     "bf16_2^16", "vs_torch", 1 / 1.2),
+    ("torch_bf16_4m", "toolkit.torch, bfloat16 2^22: >= 0.9 of its floor (28 bytes an element)",
+     "bf16_2^22", "of_floor", 0.9))
 
 
 def evaluate_targets(device, cases, resnet, many=None, adapter=None):
@@ -285,7 +296,8 @@ def _run_suite(device, settings, sizes, dtypes, repeats, batch_ms, resnet, resne
         adapter = {}
         for label, shapes in adapter_jobs:
             bar.update(task, description=f"toolkit.torch {label}")
-            adapter[label] = torch_case(device, shapes(), resnet_repeats, torch)
+            adapter[label] = torch_case(device, shapes(), resnet_repeats, torch,
+                                        **TORCH_CASE_OPTIONS.get(label, {}))
             bar.advance(task)
     result = {
         "suite": "mxopt bench", "device": device,
