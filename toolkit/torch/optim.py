@@ -623,13 +623,11 @@ class TorchOptimizer(torch.optim.Optimizer):
         grads, grad_ptrs = got
         inner.num_update = num_update
         scalars = inner.step_scalars(steady.kept)
-        t, lr, wd = scalars.t, scalars.lr, scalars.wd
-        first, inverse = scalars.distinct()
         recording = steady.recording
         if recording is None:
             recording = steady.recording = {}
-        planned = []
-        for j in first:
+
+        def record(j, t, lr, wd):
             # position j's weight (as the group was built: its address is checked above) and
             # its toolkit state, kept with the group; its gradient of this step
             held = recording.get(j)
@@ -638,42 +636,42 @@ class TorchOptimizer(torch.optim.Optimizer):
                 held = recording[j] = (state, steady.tensors[j][0].numpy(),
                                        tuple(inner.state_arrays(state)))
             state, w, states = held
-            rec = self._recorded(inner, int(steady.indices[j]), state,
-                                 (w, grads[j].numpy()) + states, int(t[j]), float(lr[j]),
-                                 float(wd[j]))
-            if rec is None or (planned and (rec[0] is not planned[0][0]
-                                            or len(rec[1]) != len(planned[0][1]))):
-                return None
-            planned.append(rec)
-        factory = planned[0][0]
-        if maximize:  # the rows of the negated gradients (Python's negation: exact)
-            negated = [negated_row(factory, names, row) for _, row, names in planned]
-            if None in negated:
-                return None
-            rows, inverse = planned_rows(negated, inverse)
-        else:
-            rows, inverse = planned_rows([row for _, row, _ in planned], inverse)
-        # the largest count: each distinct triple's first position holds one of each count
-        top = max(int(t[j]) for j in first)
-        return SteadyStep(steady, grads, grad_ptrs, scalars, factory, rows, inverse, top)
+            return self._recorded(inner, int(steady.indices[j]), state,
+                                  (w, grads[j].numpy()) + states, t, lr, wd)
+        planned = self._planned_table(scalars, record, maximize)
+        if planned is None:
+            return None
+        return SteadyStep(steady, grads, grad_ptrs, scalars, *planned)
 
-    def _planned_table(self, inner, scalars, member):
-        """``(factory, rows, inverse)``: one recorded row per distinct ``(t, lr, wd)`` of
-        ``scalars`` (``member(j)`` gives position ``j``'s member and its weight and gradient
-        arrays) and where each position's row is (:func:`planned_rows`); None unless every
-        distinct triple is one rule call of one factory, with rows of one length."""
+    @staticmethod
+    def _planned_table(scalars, record, maximize=False):
+        """``(factory, rows, inverse, top)``: one recorded row per distinct ``(t, lr, wd)`` of
+        ``scalars`` (``record(j, t, lr, wd)`` gives position ``j``'s ``(factory, row, names)``
+        or None, :meth:`_recorded`), where each position's row is (:func:`planned_rows`) and
+        the largest count; with ``maximize`` the rows of the negated gradients
+        (:func:`toolkit.torch.maximize.negated_row`). None unless every distinct triple is one
+        rule call of one factory, with rows of one length (and, with ``maximize``, rows the
+        rule can negate)."""
         t, lr, wd = scalars.t, scalars.lr, scalars.wd
         first, inverse = scalars.distinct()
         planned = []
         for j in first:
             j = int(j)
-            rec = self._record(inner, *member(j), int(t[j]), float(lr[j]), float(wd[j]))
+            rec = record(j, int(t[j]), float(lr[j]), float(wd[j]))
             if rec is None or (planned and (rec[0] is not planned[0][0]
                                             or len(rec[1]) != len(planned[0][1]))):
                 return None
             planned.append(rec)
-        rows, inverse = planned_rows([row for _, row, _ in planned], inverse)
-        return planned[0][0], rows, inverse
+        factory = planned[0][0]
+        if maximize:  # Python's negation: exact
+            rows = [negated_row(factory, names, row) for _, row, names in planned]
+            if None in rows:
+                return None
+        else:
+            rows = [row for _, row, _ in planned]
+        rows, inverse = planned_rows(rows, inverse)
+        # the largest count: each distinct triple's first position holds one of each count
+        return factory, rows, inverse, max(int(t[j]) for j in first)
 
     def _member(self, index, p, inner, group):
         """The checked member ``index`` (``p`` with its gradient)."""
@@ -944,10 +942,10 @@ class TorchOptimizer(torch.optim.Optimizer):
         for dtype, js in by_dtype.items():
             js = np.array(js)
             planned = self._planned_table(
-                inner, StepScalars(t[js], lr[js], wd[js]),
-                lambda f: (members[js[f]], tensors[js[f]]))
+                StepScalars(t[js], lr[js], wd[js]),
+                lambda f, *step: self._record(inner, members[js[f]], tensors[js[f]], *step))
             if planned is not None:
-                factory, rows, inverse = planned
+                factory, rows, inverse, _ = planned
                 # bfloat16: a float32 table (the float32 master's rule)
                 np_dtype = np.dtype(np.float32) if dtype == torch.bfloat16 else \
                     np.dtype(str(dtype).replace("torch.", ""))
