@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from ..backends.jit import fma
 from . import gradient, torch_ops
-from .base import Optimizer, scalar_only
+from .base import Optimizer, row_step
 from .registry import register
 from .spaces import Decades, Interval
 from .spec import BenchSetting, Spec
@@ -160,14 +160,13 @@ class AdaDelta(Optimizer):
     def reference_hyper(self):
         return {"rho": self.rho, "epsilon": self.epsilon}
 
-    @scalar_only
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+    _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
+
+    def kernel_row(self, t, lr, wd):
         if self.convention == "pytorch":
-            self._run_rule(pytorch_rule, weight, grad, state,
-                           PytorchRow(nlr=-lr, wd=wd, rs=self.rescale_grad, c=self._clip_bound(),
-                                      rho=self.rho, omrho=1.0 - self.rho, eps=self.epsilon))
-            return
+            return pytorch_rule, PytorchRow(nlr=-lr, wd=wd, rs=self.rescale_grad,
+                                            c=self._clip_bound(), rho=self.rho,
+                                            omrho=1.0 - self.rho, eps=self.epsilon)
         rule = mxnet_rule if self.convention == "mxnet" else guide_rule
-        self._run_rule(rule, weight, grad, state,
-                       Row(wd=wd, rs=self.rescale_grad, c=self._clip_bound(), rho=self.rho,
-                           omrho=1.0 - self.rho, eps=self.epsilon))
+        return rule, Row(wd=wd, rs=self.rescale_grad, c=self._clip_bound(), rho=self.rho,
+                         omrho=1.0 - self.rho, eps=self.epsilon)

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from ..backends.jit import fma
 from . import gradient, torch_ops
-from .base import Optimizer, scalar_only
+from .base import Optimizer, row_step
 from .registry import register
 from .spaces import Decades, OneOf
 from .spec import BenchSetting, Spec
@@ -161,13 +161,14 @@ class AdaGrad(Optimizer):
     def reference_hyper(self):
         return {"eps": self.float_stable_eps}
 
-    @scalar_only
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+    _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
+
+    def kernel_row(self, t, lr, wd):
         common = dict(wd=wd, rs=self.rescale_grad, c=self._clip_bound(),
                       eps=self.float_stable_eps)
         if self.convention == "mxnet":
-            self._run_rule(mxnet_rule, weight, grad, (state,), MxnetRow(neg_lr=-lr, **common))
+            return mxnet_rule, MxnetRow(neg_lr=-lr, **common)
         elif self.convention == "pytorch":
-            self._run_rule(pytorch_rule, weight, grad, (state,), PytorchRow(nlr=-lr, **common))
+            return pytorch_rule, PytorchRow(nlr=-lr, **common)
         else:
-            self._run_rule(guide_rule, weight, grad, (state,), GuideRow(lr=lr, **common))
+            return guide_rule, GuideRow(lr=lr, **common)

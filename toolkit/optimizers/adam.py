@@ -23,7 +23,7 @@ import math
 from typing import NamedTuple
 
 from . import gradient, torch_ops
-from .base import Optimizer, scalar_only
+from .base import Optimizer, row_step
 from .registry import register
 from .spaces import Decades, Interval, USUAL_BETA1, USUAL_BETA2
 from .spec import BenchSetting, Spec
@@ -227,8 +227,9 @@ class Adam(Optimizer):
                                            b1=b1, omb1=1.0 - b1, b2=b2, omb2=1.0 - b2,
                                            eps=r(self.epsilon))
 
-    @scalar_only
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+    _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
+
+    def kernel_row(self, t, lr, wd):
         r, constants = self._constants(
             "_adam_constants", (self.beta1, self.beta2, self.epsilon, self.rescale_grad,
                                 self.clip_gradient, self.convention, self.mxnet_kernel),
@@ -239,13 +240,9 @@ class Adam(Optimizer):
             lr_t = lr * math.sqrt(1.0 - self.beta2 ** t) / (1.0 - self.beta1 ** t)
             sparse = self._row_sparse_numerics
             square = sparse == "standard" or (sparse == "lazy" and constants["c"] >= 0)
-            self._run_rule(mxnet_square_rule if square else mxnet_rule, weight, grad,
-                           state, MxnetRow(lr_t=r(lr_t), wd=r(wd), **constants))
-        elif self.convention == "pytorch":
-            self._run_rule(pytorch_rule, weight, grad, state,
-                           pytorch_row(constants, t, lr, decay=1.0, wd=wd))
-        else:
-            self._run_rule(guide_rule, weight, grad, state,
-                           GuideRow(lr=lr, wd=r(wd), **constants,
-                                    bc1=1.0 - constants["b1"] ** t,
-                                    bc2=1.0 - constants["b2"] ** t))
+            return (mxnet_square_rule if square else mxnet_rule,
+                    MxnetRow(lr_t=r(lr_t), wd=r(wd), **constants))
+        if self.convention == "pytorch":
+            return pytorch_rule, pytorch_row(constants, t, lr, decay=1.0, wd=wd)
+        return guide_rule, GuideRow(lr=lr, wd=r(wd), **constants, bc1=1.0 - constants["b1"] ** t,
+                                    bc2=1.0 - constants["b2"] ** t)

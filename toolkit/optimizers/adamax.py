@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from . import gradient, torch_ops
-from .base import Optimizer, scalar_only
+from .base import Optimizer, row_step
 from .registry import register
 from .spaces import Interval, USUAL_BETA1, USUAL_BETA2
 from .spec import BenchSetting, Spec
@@ -180,22 +180,17 @@ class Adamax(Optimizer):
     def reference_hyper(self):
         return {"beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon}
 
-    @scalar_only
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+    _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
+
+    def kernel_row(self, t, lr, wd):
         b1 = self.beta1
         common = dict(wd=wd, rs=self.rescale_grad, c=self._clip_bound(), b1=b1, omb1=1.0 - b1,
                       b2=self.beta2)
         if self.convention == "mxnet":
-            self._run_rule(mxnet_rule, weight, grad, state,
-                           MxnetRow(lr_t=lr / (1.0 - b1 ** t), **common))
-        elif self.convention == "pytorch":
-            self._run_rule(pytorch_rule, weight, grad, state,
-                           PytorchRow(wd=wd, rs=common["rs"], c=common["c"], omb1=common["omb1"],
-                                      b2=common["b2"],
-                                      eps=1e-8 if self.epsilon is None else self.epsilon,
-                                      nclr=-(lr / (1.0 - b1 ** t))))
-        else:
-            self._run_rule(guide_rule, weight, grad, state,
-                           GuideRow(lr=lr, **common,
-                                    eps=1e-8 if self.epsilon is None else self.epsilon,
-                                    bc1=1.0 - b1 ** t))
+            return mxnet_rule, MxnetRow(lr_t=lr / (1.0 - b1 ** t), **common)
+        eps = 1e-8 if self.epsilon is None else self.epsilon
+        if self.convention == "pytorch":
+            return pytorch_rule, PytorchRow(wd=wd, rs=common["rs"], c=common["c"],
+                                            omb1=common["omb1"], b2=common["b2"], eps=eps,
+                                            nclr=-(lr / (1.0 - b1 ** t)))
+        return guide_rule, GuideRow(lr=lr, **common, eps=eps, bc1=1.0 - b1 ** t)

@@ -19,7 +19,7 @@ import math
 from typing import NamedTuple
 
 from . import adam, gradient
-from .base import Optimizer, scalar_only
+from .base import Optimizer, row_step
 from .registry import register
 from .spaces import Decades, Interval, OneOf, USUAL_BETA1, USUAL_BETA2
 from .spec import BenchSetting, Spec
@@ -171,23 +171,21 @@ class AdamW(Optimizer):
                      omb2=1.0 - b2, eps=r(self.epsilon)),
                 skip)
 
-    @scalar_only
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+    _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
+
+    def kernel_row(self, t, lr, wd):
         r, constants, skip = self._constants(
             "_adamw_constants", (self.beta1, self.beta2, self.epsilon, self.eta,
                                  self.rescale_grad, self.clip_gradient, self.convention,
                                  self.mxnet_kernel),
             self._step_constants)
         if self.convention == "mxnet":
-            self._run_rule(mxnet_rule, weight, grad, state,
-                           MxnetRow(lr=r(lr), wd=r(wd), **constants, skip=skip))
-        elif self.convention == "pytorch":
+            return mxnet_rule, MxnetRow(lr=r(lr), wd=r(wd), **constants, skip=skip)
+        if self.convention == "pytorch":
             # torch.optim.AdamW: lr = eta*lr, the decay 1 - lr*wd (adam.pytorch_rule)
             gamma = constants["eta"] * lr
-            self._run_rule(adam.pytorch_rule, weight, grad, state,
-                           adam.pytorch_row(constants, t, gamma, decay=1.0 - gamma * wd, wd=0.0))
-        else:
-            self._run_rule(guide_rule, weight, grad, state,
-                           GuideRow(lr=r(lr), wd=r(wd), **constants,
+            return adam.pytorch_rule, adam.pytorch_row(constants, t, gamma,
+                                                       decay=1.0 - gamma * wd, wd=0.0)
+        return guide_rule, GuideRow(lr=r(lr), wd=r(wd), **constants,
                                     bc1=1.0 - constants["b1"] ** t,
-                                    bc2=1.0 - constants["b2"] ** t))
+                                    bc2=1.0 - constants["b2"] ** t)

@@ -47,7 +47,7 @@ from .validation import (AliasAttribute, Domain, alias_attribute, callable_or_no
                          check_choice, check_int, check_nonneg, check_positive, check_unit,
                          checked_attribute, choice, flag, integer, nonneg)
 
-__all__ = ["Optimizer", "StepInputs", "StepScalars", "Slot", "scalar_only",
+__all__ = ["Optimizer", "StepInputs", "StepScalars", "Slot", "row_step", "scalar_only",
            "BACKENDS", "CONVENTIONS"]
 
 BACKENDS = ("auto", "reference", "cpu", "cuda")
@@ -86,6 +86,14 @@ def scalar_only(kernel_step):
     it marks its own."""
     _SCALAR_ONLY_STEPS.add(kernel_step)
     return kernel_step
+
+
+@scalar_only
+def row_step(self, index, weight, grad, state, t, lr, wd):
+    """The ``_kernel_step`` of an optimizer whose launch is its :meth:`Optimizer.kernel_row`:
+    that rule over ``(weight, grad, *state arrays)`` with that row."""
+    factory, row = self.kernel_row(t, lr, wd)
+    self._run_rule(factory, weight, grad, self.state_arrays(state), row)
 
 
 class StepInputs(NamedTuple):
@@ -593,6 +601,16 @@ class Optimizer(ArrayChecks, MultiPrecision, NonFiniteGuard, ReferenceStep, Laun
             self._reference_step(index, weight, grad, state, t, lr, wd)
         else:
             self._kernel_step(index, weight, grad, state, t, lr, wd)
+
+    def kernel_row(self, t, lr, wd):
+        """``(factory, row)``: the rule and the hyperparameter row of a step at count ``t``
+        with learning rate ``lr`` and weight decay ``wd``, for an optimizer whose
+        ``_kernel_step`` is :func:`row_step` (the rule then runs over the weight, the gradient
+        and the state arrays in ``state_slots()`` order). A function of the three and the
+        optimizer's attributes only: ``toolkit.torch`` and the Trainer plan a group's step
+        from it, one row per distinct ``(t, lr, wd)``."""
+        raise NotImplementedError(f"{type(self).__name__} has no kernel_row: its step is not "
+                                  "one rule call planned from (t, lr, wd) alone")
 
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         raise NotImplementedError(f"{type(self).__name__} has no kernel: override `update`, or "

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..backends import arrays
 from . import gradient
-from .base import Optimizer, scalar_only
+from .base import Optimizer, row_step
 from .registry import register
 from .spaces import Decades, MOMENTUM, OneOf, USUAL_MOMENTUM
 from .spec import BenchSetting, Spec
@@ -152,12 +152,12 @@ class DCASGD(Optimizer):
     def reference_hyper(self):
         return {"momentum": self.momentum, "lamda": self.lamda}
 
-    @scalar_only
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+    _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
+
+    def kernel_row(self, t, lr, wd):
         common = dict(neg_lr=-lr, wd=wd, rs=self.rescale_grad, c=self._clip_bound(),
                       lamda=self.lamda, comp=1.0 if self.convention == "mxnet" else 0.0)
         if self.momentum != 0.0:
-            self._run_rule(momentum_rule, weight, grad, state,
-                           MomentumRow(**common, mu=self.momentum))
+            return momentum_rule, MomentumRow(**common, mu=self.momentum)
         else:
-            self._run_rule(plain_rule, weight, grad, (state[1],), PlainRow(**common))
+            return plain_rule, PlainRow(**common)

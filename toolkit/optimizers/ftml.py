@@ -15,7 +15,7 @@ import math
 from typing import NamedTuple
 
 from . import gradient
-from .base import Optimizer, scalar_only
+from .base import Optimizer, row_step
 from .registry import register
 from .spaces import Decades, Interval, USUAL_BETA1, USUAL_BETA2
 from .spec import BenchSetting, Spec
@@ -122,13 +122,13 @@ class FTML(Optimizer):
                                            eps=self.epsilon,
                                            guide=0.0 if self.convention == "mxnet" else 1.0)
 
-    @scalar_only
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+    _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
+
+    def kernel_row(self, t, lr, wd):
         r, constants = self._constants(
             "_ftml_constants", (self.beta1, self.beta2, self.epsilon, self.rescale_grad,
                                 self.clip_gradient, self.convention, self.mxnet_kernel),
             self._step_constants)
         lr = r(lr)
-        self._run_rule(ftml_rule, weight, grad, state,
-                       FtmlRow(wd=r(wd), bc2=1.0 - constants["b2"] ** t,
-                               d_scale=(1.0 - constants["b1"] ** t) / lr, **constants))
+        return ftml_rule, FtmlRow(wd=r(wd), bc2=1.0 - constants["b2"] ** t,
+                                  d_scale=(1.0 - constants["b1"] ** t) / lr, **constants)

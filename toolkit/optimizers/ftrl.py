@@ -21,7 +21,7 @@ import math
 from typing import NamedTuple
 
 from . import gradient
-from .base import Optimizer, scalar_only
+from .base import Optimizer, row_step
 from .registry import register
 from .spaces import Decades, OneOf
 from .spec import BenchSetting, Spec
@@ -142,10 +142,11 @@ class Ftrl(Optimizer):
                                            lamda1=r(self.lamda1), beta=r(self.beta),
                                            guide=0.0 if self.convention == "mxnet" else 1.0)
 
-    @scalar_only
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+    _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
+
+    def kernel_row(self, t, lr, wd):
         r, constants = self._constants(
             "_ftrl_constants", (self.rescale_grad, self.clip_gradient, self.lamda1, self.beta,
                                 self.convention, self.mxnet_kernel),
             self._step_constants)
-        self._run_rule(ftrl_rule, weight, grad, state, FtrlRow(lr=r(lr), wd=r(wd), **constants))
+        return ftrl_rule, FtrlRow(lr=r(lr), wd=r(wd), **constants)

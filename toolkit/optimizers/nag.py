@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from ..backends import arrays
 from . import gradient
-from .base import Optimizer, scalar_only
+from .base import Optimizer, row_step
 from .registry import register
 from .spaces import MOMENTUM, USUAL_MOMENTUM
 from .spec import BenchSetting, Spec
@@ -140,23 +140,20 @@ class NAG(Optimizer):
     def split_master(self, state):
         return state[1], state[0]
 
-    @scalar_only
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
-        states = self.state_arrays(state)
+    _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
+
+    def kernel_row(self, t, lr, wd):
+        states = self.momentum != 0.0  # the momentum state
         if self.convention == "pytorch":  # torch.optim.SGD(nesterov=True)
-            rule, row = pytorch_plan(bool(states), True, t == self.begin_num_update + 1, lr,
+            rule, row = pytorch_plan(states, True, t == self.begin_num_update + 1, lr,
                                      wd, self.rescale_grad, self._clip_bound(), self.momentum)
-            self._run_rule(rule, weight, grad, states, row)
-            return
+            return rule, row
         r = self._r
         lr, wd, rs, c, mu = r(lr), r(wd), r(self.rescale_grad), self._clip_bound(), r(self.momentum)
         if not states:
             if self.convention == "mxnet":
-                self._run_rule(sgd_update_rule, weight, grad, (), sgd_update_hyper(lr, wd, rs, c))
+                return sgd_update_rule, sgd_update_hyper(lr, wd, rs, c)
             else:
-                self._run_rule(guide_plain_rule, weight, grad, (),
-                               GuidePlainRow(lr=lr, wd=wd, rs=rs, c=c))
-            return
+                return guide_plain_rule, GuidePlainRow(lr=lr, wd=wd, rs=rs, c=c)
         rule = mxnet_rule if self.convention == "mxnet" else guide_rule
-        self._run_rule(rule, weight, grad, states,
-                       Row(lr=lr, wd=wd, rs=rs, c=c, mu=mu, mu1=mu + 1.0))
+        return rule, Row(lr=lr, wd=wd, rs=rs, c=c, mu=mu, mu1=mu + 1.0)

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from ..backends.jit import fma
 from . import gradient, torch_ops
-from .base import Optimizer, scalar_only
+from .base import Optimizer, row_step
 from .registry import register
 from .spaces import Decades, Interval, OneOf, USUAL_MOMENTUM
 from .spec import BenchSetting, Spec
@@ -265,16 +265,15 @@ class RMSProp(Optimizer):
         return {"gamma1": self.gamma1, "gamma2": self.gamma2, "epsilon": self.epsilon,
                 "centered": self.centered, "clip_weights": self.clip_weights}
 
-    @scalar_only
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+    _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
+
+    def kernel_row(self, t, lr, wd):
         if self.convention == "pytorch":
             row = PytorchRow(nlr=-lr, wd=wd, rs=self.rescale_grad, c=self._clip_bound(),
                              alpha=self.gamma1, oma=1.0 - self.gamma1, eps=self.epsilon,
                              cw=self.clip_weights if self.clip_weights else -1.0,
                              mu=self.gamma2 if self.centered else 0.0)
-            self._run_rule(pytorch_centered_rule if self.centered else pytorch_plain_rule,
-                           weight, grad, state, row)
-            return
+            return pytorch_centered_rule if self.centered else pytorch_plain_rule, row
         r = self._r
         g1 = r(self.gamma1)
         row = dict(lr=r(lr), wd=r(wd), rs=r(self.rescale_grad), c=self._clip_bound(), g1=g1,
@@ -282,7 +281,6 @@ class RMSProp(Optimizer):
                    cw=r(self.clip_weights) if self.clip_weights else -1.0,
                    wd_first=1.0 if self.convention == "mxnet" else 0.0)
         if self.centered:
-            self._run_rule(centered_rule, weight, grad, state,
-                           CenteredRow(**row, g2=r(self.gamma2)))
+            return centered_rule, CenteredRow(**row, g2=r(self.gamma2))
         else:
-            self._run_rule(plain_rule, weight, grad, state, PlainRow(**row))
+            return plain_rule, PlainRow(**row)

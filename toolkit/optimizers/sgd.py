@@ -20,7 +20,7 @@ import numpy as np
 from ..backends import arrays
 from ..backends.jit import fma, inlined
 from . import gradient, torch_ops
-from .base import Optimizer, scalar_only
+from .base import Optimizer, row_step
 from .registry import register
 from .spaces import MOMENTUM, USUAL_MOMENTUM
 from .spec import BenchSetting, Spec
@@ -292,14 +292,14 @@ class SGD(Optimizer):
     def split_master(self, state):
         return state[1], state[0]
 
-    @scalar_only
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
-        states = self.state_arrays(state)
+    _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
+
+    def kernel_row(self, t, lr, wd):
+        states = self.momentum != 0.0  # the momentum state
         if self.convention == "pytorch":
-            rule, row = pytorch_plan(bool(states), False, t == self.begin_num_update + 1, lr,
+            rule, row = pytorch_plan(states, False, t == self.begin_num_update + 1, lr,
                                      wd, self.rescale_grad, self._clip_bound(), self.momentum)
-            self._run_rule(rule, weight, grad, states, row)
-            return
+            return rule, row
         r = self._r
         lr, wd, rs, c = r(lr), r(wd), r(self.rescale_grad), self._clip_bound()
         sparse = self._row_sparse_numerics if (self.convention == "mxnet" and not states) \
@@ -321,7 +321,7 @@ class SGD(Optimizer):
                                                                 mu=r(self.momentum))
         else:
             rule, hyper = guide_plain_rule, GuidePlainRow(lr=lr, wd=wd, rs=rs, c=c)
-        self._run_rule(rule, weight, grad, states, hyper)
+        return rule, hyper
 
 
 @gradient.through('rs', 'lrrs')

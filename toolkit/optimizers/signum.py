@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from . import gradient
-from .base import Optimizer, scalar_only
+from .base import Optimizer, row_step
 from .registry import register
 from .spaces import Decades, MOMENTUM, OneOf, USUAL_MOMENTUM
 from .spec import BenchSetting, Spec
@@ -176,8 +176,9 @@ class Signum(Optimizer):
             rs=r(self.rescale_grad), c=self._clip_bound(), mu=mu, omu=1.0 - mu,
             direction=-1.0 if self.convention == "mxnet" else 1.0)
 
-    @scalar_only
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+    _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
+
+    def kernel_row(self, t, lr, wd):
         r, wd_lh, constants = self._constants(
             "_signum_constants", (self.momentum, self.wd_lh, self.rescale_grad,
                                   self.clip_gradient, self.convention, self.mxnet_kernel),
@@ -185,12 +186,8 @@ class Signum(Optimizer):
         lr, wd = r(lr), r(wd)
         if self.momentum == 0.0:
             if self.convention == "mxnet":
-                self._run_rule(signsgd_mxnet_rule, weight, grad, (),
-                               SignSGDMxnetRow(lr=lr, decay=1.0 - lr * wd))
+                return signsgd_mxnet_rule, SignSGDMxnetRow(lr=lr, decay=1.0 - lr * wd)
             else:
-                self._run_rule(signsgd_guide_rule, weight, grad, (),
-                               SignSGDGuideRow(lr=lr, wd=wd, rs=constants["rs"],
-                                               c=constants["c"]))
-            return
-        self._run_rule(signum_rule, weight, grad, (state,),
-                       SignumRow(lr=lr, wd=wd, decay=1.0 - lr * wd_lh, **constants))
+                return signsgd_guide_rule, SignSGDGuideRow(lr=lr, wd=wd, rs=constants["rs"],
+                                                           c=constants["c"])
+        return signum_rule, SignumRow(lr=lr, wd=wd, decay=1.0 - lr * wd_lh, **constants)

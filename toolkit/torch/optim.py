@@ -25,7 +25,7 @@ from ..sparse import RowSparse
 from ..optimizers import aliases
 from ..optimizers.bookkeeping import StepScalars
 from ..optimizers.registry import spec_of
-from ..trainer.buffers import Recorder, planned_rows
+from ..trainer.buffers import planned_rows
 from . import crossing, keywords, meaning
 from .binding import FRESH, REBIND, Binding, TrackedState, check_entry
 from .launch import run_rule_table, run_rule_table_mp
@@ -377,8 +377,12 @@ class TorchOptimizer(torch.optim.Optimizer):
             raise
         for gi in synced:  # the options are the inner ones now
             self._synced[gi] = self._snapshot(self.param_groups[gi])
-        with torch_threads():
-            self._run(plans)
+        if all(type(members) is SteadyStep and members.steady.serial
+               for _, _, members, _ in plans):
+            self._run(plans)  # serial kernels only: no thread count to follow
+        else:
+            with torch_threads():
+                self._run(plans)
         return loss
 
     def _param_order(self):
@@ -613,8 +617,7 @@ class TorchOptimizer(torch.optim.Optimizer):
     def _steady_step(self, steady, params, inner, num_update, maximize):
         """The checked :class:`SteadyStep` of a group on its steady path, or None (the general
         path then runs): its gradients, the step's scalars (checked as the general path checks
-        them) and one recorded row per distinct ``(t, lr, wd)``, each one rule call on the
-        member's own arrays with the same factory. With ``maximize`` the rows are those of the
+        them) and ``kernel_row``'s row per distinct ``(t, lr, wd)``, all of one rule. With ``maximize`` the rows are those of the
         negated gradients (:func:`toolkit.torch.maximize.negated_row`), or None where the rule
         has no such row."""
         got = steady.gradients(params)
@@ -623,45 +626,28 @@ class TorchOptimizer(torch.optim.Optimizer):
         grads, grad_ptrs = got
         inner.num_update = num_update
         scalars = inner.step_scalars(steady.kept)
-        recording = steady.recording
-        if recording is None:
-            recording = steady.recording = {}
-
-        def record(j, t, lr, wd):
-            # position j's weight (as the group was built: its address is checked above) and
-            # its toolkit state, kept with the group; its gradient of this step
-            held = recording.get(j)
-            if held is None:
-                state = self._bindings[steady.params[j]].toolkit_state
-                held = recording[j] = (state, steady.tensors[j][0].numpy(),
-                                       tuple(inner.state_arrays(state)))
-            state, w, states = held
-            return self._recorded(inner, int(steady.indices[j]), state,
-                                  (w, grads[j].numpy()) + states, t, lr, wd)
-        planned = self._planned_table(scalars, record, maximize)
+        planned = self._planned_table(scalars, inner, maximize)
         if planned is None:
             return None
         return SteadyStep(steady, grads, grad_ptrs, scalars, *planned)
 
     @staticmethod
-    def _planned_table(scalars, record, maximize=False):
-        """``(factory, rows, inverse, top)``: one recorded row per distinct ``(t, lr, wd)`` of
-        ``scalars`` (``record(j, t, lr, wd)`` gives position ``j``'s ``(factory, row, names)``
-        or None, :meth:`_recorded`), where each position's row is (:func:`planned_rows`) and
-        the largest count; with ``maximize`` the rows of the negated gradients
-        (:func:`toolkit.torch.maximize.negated_row`). None unless every distinct triple is one
-        rule call of one factory, with rows of one length (and, with ``maximize``, rows the
-        rule can negate)."""
+    def _planned_table(scalars, inner, maximize=False):
+        """``(factory, rows, inverse, top)``: the row of ``inner.kernel_row`` for each distinct
+        ``(t, lr, wd)`` of ``scalars``, where each position's row is (:func:`planned_rows`),
+        and the largest count; with ``maximize`` the rows of the negated gradients
+        (:func:`toolkit.torch.maximize.negated_row`). None unless every distinct triple has
+        the same rule, with rows of one length (and, with ``maximize``, rows the rule can
+        negate)."""
         t, lr, wd = scalars.t, scalars.lr, scalars.wd
         first, inverse = scalars.distinct()
         planned = []
         for j in first:
             j = int(j)
-            rec = record(j, int(t[j]), float(lr[j]), float(wd[j]))
-            if rec is None or (planned and (rec[0] is not planned[0][0]
-                                            or len(rec[1]) != len(planned[0][1]))):
+            factory, row = inner.kernel_row(int(t[j]), float(lr[j]), float(wd[j]))
+            if planned and (factory is not planned[0][0] or len(row) != len(planned[0][1])):
                 return None
-            planned.append(rec)
+            planned.append((factory, tuple(row), getattr(type(row), "_fields", None)))
         factory = planned[0][0]
         if maximize:  # Python's negation: exact
             rows = [negated_row(factory, names, row) for _, row, names in planned]
@@ -941,9 +927,7 @@ class TorchOptimizer(torch.optim.Optimizer):
         work = []  # in order: a _TableRun per dtype, or a _SingleRun per member on its own
         for dtype, js in by_dtype.items():
             js = np.array(js)
-            planned = self._planned_table(
-                StepScalars(t[js], lr[js], wd[js]),
-                lambda f, *step: self._record(inner, members[js[f]], tensors[js[f]], *step))
+            planned = self._planned_table(StepScalars(t[js], lr[js], wd[js]), inner)
             if planned is not None:
                 factory, rows, inverse, _ = planned
                 # bfloat16: a float32 table (the float32 master's rule)
@@ -983,39 +967,6 @@ class TorchOptimizer(torch.optim.Optimizer):
         them (contiguous, in memory order), or None where they are not current."""
         binding = self._bindings.get(p)
         return None if binding is None else binding.held_views(p)
-
-    def _record(self, inner, m, arrays, t, lr, wd):
-        """``(factory, row, names)`` of member ``m``'s step with ``(t, lr, wd)`` when it is
-        one rule call on its own weight, gradient and states (in that order), else None
-        (:meth:`_recorded`)."""
-        state = self._bindings[m.p].toolkit_state
-        if m.p.dtype == torch.bfloat16:
-            # the float32 master's step; the gradient's place holds a read-only float32 array
-            # of its shape and no memory (a scalar_only step reads no gradient on the host: it
-            # is only recorded)
-            _, master, inner_state = state
-            views = (master, np.broadcast_to(np.float32(0), master.shape),
-                     *inner.state_arrays(inner_state))
-            return self._recorded(inner, m.index, inner_state, views, t, lr, wd)
-        views = (arrays[0].numpy(), arrays[1].numpy(), *inner.state_arrays(state))
-        return self._recorded(inner, m.index, state, views, t, lr, wd)
-
-    @staticmethod
-    def _recorded(inner, index, state, views, t, lr, wd):
-        """``(factory, row, names)`` of the step of ``index`` (its toolkit ``state``, ``views``
-        its weight, gradient and state arrays) with ``(t, lr, wd)``, recorded: when the step
-        is one rule call on those very arrays (in that order), its factory, its row and the
-        names of the row's fields (None for a row without names), else None."""
-        recorder = _RowRecorder(cpu.LAUNCHER)
-        inner.launch_step(index, views[0], views[1], state, t, lr, wd, recorder)
-        if len(recorder.calls) != 1:
-            return None
-        call = recorder.calls[0]
-        got = (call.weight, call.grad) + tuple(call.states)
-        if call.kind != "rule" or len(got) != len(views) or any(
-                a is not b for a, b in zip(got, views)):
-            return None
-        return call.factory, tuple(call.hyper), recorder.names
 
     # --- state_dict ------------------------------------------------------------------------
     def state_dict(self):
@@ -1100,17 +1051,6 @@ class TorchOptimizer(torch.optim.Optimizer):
                 lines.append(f"    {key}: {group[key]!r}")
         lines.append(")")
         return "\n".join(lines)
-
-
-class _RowRecorder(Recorder):
-    """A :class:`Recorder` that also keeps the names of the last rule row's fields (a rule
-    declares them: its row is a ``NamedTuple``), None for a row without names."""
-
-    names = None
-
-    def run_rule(self, factory, weight, grad, states, hyper):
-        self.names = getattr(type(hyper), "_fields", None)
-        super().run_rule(factory, weight, grad, states, hyper)
 
 
 def _unchanged(group, last):

@@ -26,6 +26,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from ..backends import jit
 from ..optimizers.bookkeeping import Kept
 from . import launch
 
@@ -38,9 +39,9 @@ _DTYPES = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float
 
 class SteadyStep(NamedTuple):
     """One group's checked step on the steady path: its gradients (kept alive for the kernel),
-    their addresses, the step's scalars, the rule's rows (one per distinct ``(t, lr, wd)``,
-    ``inverse`` mapping each parameter to its row, or None when there is one row) and the
-    largest count."""
+    their addresses, the step's scalars, the rule's rows (``kernel_row``'s, one per distinct
+    ``(t, lr, wd)``, ``inverse`` mapping each parameter to its row, or None when there is one
+    row) and the largest count."""
     steady: "SteadyGroup"
     grads: list
     grad_ptrs: list
@@ -55,7 +56,7 @@ class SteadyGroup:
     """A param group's parameters, their weights' and states' addresses and sizes, as the
     last general step left them (:meth:`build`), and the checks of a step against them."""
     __slots__ = ("params", "indices", "kept", "dtype", "np_dtype", "shapes", "weight_ptrs",
-                 "ptrs", "sizes", "tensors", "states", "state_ptrs", "table", "recording")
+                 "ptrs", "sizes", "tensors", "states", "state_ptrs", "table", "serial")
 
     def __init__(self, params, indices, dtype, shapes, weight_ptrs, ptrs, sizes, tensors):
         self.params, self.indices, self.dtype = params, indices, dtype
@@ -72,8 +73,9 @@ class SteadyGroup:
         #: the table of the last run (column 0, the active flags, all 1), made again only when
         #: the row's length changes
         self.table = None
-        #: what the caller keeps to record the group's rows (``TorchOptimizer``), or None
-        self.recording = None
+        #: whether the group's kernel runs serially (fewer elements than a parallel call pays
+        #: for): the step then has no thread count to set
+        self.serial = int(sizes.sum()) < jit.PARALLEL_THRESHOLD
 
     @classmethod
     def build(cls, params, first_index, inner, state_tensors):
