@@ -38,8 +38,9 @@ def live_storages():
     (outside its permanent generation: :func:`main` freezes what the imports made, so that a
     check walks the few thousand objects of the walks instead of torch's 400,000)."""
     out = []
-    for o in gc.get_objects():
-        if issubclass(type(o), torch.Tensor) and o.layout == torch.strided and o.is_cpu:
+    tensor = torch.Tensor
+    for o in [o for o in gc.get_objects() if isinstance(o, tensor)]:
+        if o.layout == torch.strided and o.is_cpu:
             try:
                 storage = o.untyped_storage()
                 start = storage.data_ptr()

@@ -490,12 +490,13 @@ class Bookkeeping:
         return StepScalars(t, lr, wd)
 
     def _vectorises(self):
-        """Whether this class keeps every piece of bookkeeping ``step_scalars`` vectorises."""
+        """Whether this class keeps every piece of bookkeeping ``step_scalars`` vectorises
+        (found once per class)."""
         cls = type(self)
-        for m, f in _VECTORISED_HERE:
-            if getattr(cls, m) is not f:
-                return False
-        return True
+        known = _VECTORISES.get(cls)
+        if known is None:
+            known = _VECTORISES[cls] = all(getattr(cls, m) is f for m, f in _VECTORISED_HERE)
+        return known
 
     def _multiplier_arrays(self, indices, multipliers):
         """``(lr_mult, wd_mult)`` of ``indices``: float64 arrays, None for none anywhere
@@ -634,3 +635,5 @@ class Bookkeeping:
 
 #: ``(name, Bookkeeping's function)`` of each of ``_VECTORISED``, compared by ``_vectorises``
 _VECTORISED_HERE = tuple((m, getattr(Bookkeeping, m)) for m in _VECTORISED)
+#: class -> whether it keeps them all (``Bookkeeping._vectorises``)
+_VECTORISES: dict = {}

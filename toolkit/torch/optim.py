@@ -12,6 +12,7 @@ index by index through the inner optimizer's own ``update_multi_precision``, as 
 """
 from __future__ import annotations
 
+import itertools
 import numbers
 import operator
 from typing import NamedTuple
@@ -1059,11 +1060,10 @@ def _unchanged(group, last):
     over (an option it compares finds each one the same by identity first)."""
     if len(group) - 1 - ("param_names" in group) != len(last):
         return False
-    get = group.get
-    for key, value in last.items():
-        if get(key, _UNSET) is not value:
-            return False
-    return not isinstance(get("lr"), torch.Tensor)
+    if not all(map(operator.is_, map(group.get, last, itertools.repeat(_UNSET)),
+                   last.values())):
+        return False
+    return not isinstance(group.get("lr"), torch.Tensor)
 
 
 def _same(a, b):
