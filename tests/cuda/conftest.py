@@ -2,7 +2,8 @@
 
 ``NUMBA_ENABLE_CUDASIM=1`` must be set before numba is imported, so CI runs this folder in a
 separate pytest process (``.ci/run``). Without a GPU and without the simulator every test here is
-skipped with the reason ``toolkit.backends.cuda_available()`` gives.
+skipped with the reason ``toolkit.backends.cuda_available()`` gives, or, with
+``MXOPT_CUDA_REQUIRED=1`` (CI sets it), the run fails with that reason.
 """
 import os
 import sys
@@ -29,6 +30,9 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     if OK:
         return
+    if os.environ.get("MXOPT_CUDA_REQUIRED") == "1":  # CI: a broken install is no "all skipped"
+        raise pytest.UsageError(f"MXOPT_CUDA_REQUIRED=1 but the CUDA backend is unavailable: "
+                                f"{WHY}")
     skip = pytest.mark.skip(reason=f"CUDA backend unavailable: {WHY}; run this folder with "
                                    "NUMBA_ENABLE_CUDASIM=1 for the simulator")
     for item in items:
