@@ -3,6 +3,9 @@
 * ``ci`` (default): derandomized, so every CI run draws the same examples.
 * ``thorough``: random, many more examples; run it locally before a release.
 * ``dev``: few examples, for quick iteration.
+
+A test that caps its examples for CI time writes ``examples_budget.scaled(n)``: ``n`` under
+``ci``, scaled with the loaded profile (``thorough``: 25 times).
 """
 import os
 

@@ -16,6 +16,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from examples_budget import scaled
+
 from toolkit import optimizer
 from toolkit.backends import addressed, cpu, jit, order
 from toolkit.backends.cpu_precision import to_half_into, to_single
@@ -177,7 +179,7 @@ def _bits(a):
 
 
 @pytest.mark.parametrize("dtype, key", _cases(RULES))
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=scaled(12), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(members=_members())
 @example(members=EDGES)
 def test_addressed_equals_segmented_bit_for_bit(dtype, key, members):
@@ -206,7 +208,7 @@ def test_the_multi_precision_rules_are_found():
 
 @pytest.mark.parametrize("key", [c.values[1] for c in _cases({np.float32: MP_RULES})],
                          ids=[c.id for c in _cases({np.float32: MP_RULES})])
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=scaled(8), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(members=_members())
 @example(members=EDGES)
 def test_multi_precision_equals_the_trainers_float32_step_and_rounding(key, members):
@@ -244,7 +246,7 @@ def test_multi_precision_equals_the_trainers_float32_step_and_rounding(key, memb
 
 
 @pytest.mark.parametrize("dtype, key", _cases(NOISE))
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=scaled(8), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(members=_members())
 @example(members=EDGES)
 def test_noise_equals_segmented_bit_for_bit(dtype, key, members):

@@ -1,9 +1,14 @@
 """The examples users read run: docstring examples of the public modules (doctest), the README's
 Python examples as written (the CPU ones everywhere, the GPU one where CuPy and a GPU are), and
-the README's promises a first-hour user checks (two commands, every optimizer named)."""
+the README's promises a first-hour user checks (two commands, every optimizer named). What an
+example prints is compared with what its page shows (``_run_block``)."""
 from __future__ import annotations
 
+import ast
+import contextlib
 import doctest
+import io
+import tokenize
 import glob
 import warnings
 import importlib
@@ -20,6 +25,98 @@ MODULES = ["toolkit.optimizers.sgd", "toolkit.optimizers.adam", "toolkit.optimiz
 #: (docs/backends.md: its GPU examples run in tests/cuda/test_cuda_guide_examples.py)
 DOC_PAGES = sorted(p for p in glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True)
                    if os.path.basename(p) != "backends.md")
+
+
+#: ``print(...)  # comment`` lines whose comment is not the printed text: (page, the line's code)
+#: -> why. Every other top-level ``print(...)`` with a trailing comment shows its output there
+#: (``...`` elides, as the pages use it); a ```python block followed by a bare or ```text block
+#: shows its whole output there.
+ILLUSTRATIVE = {
+    ("README.md", 'print(oracle.identify(make_adam, "adam").summary)'):
+        "a paraphrase of a four-line summary that names the versions installed; "
+        "tests/test_docs_outputs_more.py checks the lines it paraphrases",
+}
+
+
+def _comments(code):
+    """{line number: the text of the comment that ends it} of ``code``."""
+    out = {}
+    for tok in tokenize.generate_tokens(io.StringIO(code).readline):
+        if tok.type == tokenize.COMMENT:
+            out[tok.start[0]] = tok.string[1:].strip()
+    return out
+
+
+def _shown_matches(shown, printed):
+    """``printed`` is ``shown`` exactly (trailing whitespace stripped), ``...`` eliding any text."""
+    printed = "\n".join(line.rstrip() for line in printed.rstrip().splitlines())
+    shown = shown.rstrip()
+    if "..." not in shown:
+        return printed == shown
+    pattern = ".*".join(re.escape(part) for part in shown.split("..."))
+    return re.fullmatch(pattern, printed, re.S) is not None
+
+
+def _run_block(code, page, where, namespace, shown_after=None):
+    """Run ``code`` in ``namespace`` one top-level statement at a time, capturing what each
+    prints; a ``print(...)`` whose line ends in a comment must print that comment (unless
+    ILLUSTRATIVE names it), and ``shown_after`` (the block the page shows after this one) must
+    be the block's whole output. Returns the number of outputs compared."""
+    lines = code.splitlines()
+    comments = _comments(code)
+    compared, whole = 0, []
+    for stmt in ast.parse(code).body:
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            exec(compile(ast.Module(body=[stmt], type_ignores=[]), where, "exec"), namespace)
+        printed = buf.getvalue()
+        whole.append(printed)
+        is_print = (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+                    and isinstance(stmt.value.func, ast.Name) and stmt.value.func.id == "print")
+        if not is_print or stmt.end_lineno not in comments:
+            continue
+        line = lines[stmt.end_lineno - 1].split("#", 1)[0].strip()
+        if (page, line) in ILLUSTRATIVE:
+            continue
+        shown = comments[stmt.end_lineno]
+        assert _shown_matches(shown, printed), (
+            f"{where}, line {stmt.end_lineno}: {page} shows\n  {shown}\nthe code prints\n"
+            f"  {printed.rstrip()}")
+        compared += 1
+    if shown_after is not None:
+        printed = "".join(whole)
+        assert _shown_matches(shown_after, printed), (
+            f"{where}: {page} shows the output\n{shown_after}\nthe code prints\n{printed}")
+        compared += 1
+    return compared
+
+
+def _python_blocks(text):
+    """The page's ```python blocks, each with the bare or ```text block that follows it
+    (only blank lines between), or None."""
+    out = []
+    for m in re.finditer(r"```python\n(.*?)```\n", text, re.S):
+        after = re.match(r"\s*\n```(?:text)?\n(.*?)```", text[m.end():], re.S)
+        out.append((m.group(1), after.group(1) if after else None))
+    return out
+
+
+def test_illustrative_marks_name_lines_the_pages_hold():
+    for (page, line), why in ILLUSTRATIVE.items():
+        text = open(os.path.join(ROOT, page), encoding="utf-8").read()
+        assert any(l.split("#", 1)[0].strip() == line and "#" in l
+                   for l in text.splitlines()), (page, line, why)
+
+
+def test_shown_output_comparison_can_fail():
+    ns = {}
+    assert _run_block("print(1 + 1)  # 2\nprint('a b')  # a ...\n", "x.md", "x", ns) == 2
+    with pytest.raises(AssertionError, match="shows"):
+        _run_block("print(1 + 1)  # 3\n", "x.md", "x", ns)
+    with pytest.raises(AssertionError, match="shows the output"):
+        _run_block("print(2)\n", "x.md", "x", ns, shown_after="2\n3\n")
+    assert _python_blocks("```python\nprint(2)\n```\n\n```\n2\n```\n") == [("print(2)\n", "2\n")]
+    assert _python_blocks("```python\nx = 1\n```\n\nText.\n```\n2\n```\n") == [("x = 1\n", None)]
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -65,9 +162,12 @@ def test_readme_cpu_examples_run_as_written(tmp_path, monkeypatch, capsys):
     for block in cpu:
         assert "cupy" not in block and "torch" not in block
     monkeypatch.chdir(tmp_path)  # the Trainer example writes a states file
+    compared = 0
     for k, block in enumerate(cpu):
-        exec(compile(block, f"README.md example {k}", "exec"), {"__name__": "__readme__"})
+        compared += _run_block(block, "README.md", f"README.md example {k}",
+                               {"__name__": "__readme__"})
     assert (tmp_path / "adam.states").exists()
+    assert compared >= 1  # print(sgd): its repr as the README shows it
 
 
 def test_readme_gpu_example_runs_on_a_gpu():
@@ -113,7 +213,8 @@ def test_docs_python_blocks_run(page, tmp_path, monkeypatch, capsys):
     text = open(page, encoding="utf-8").read()
     if "import torch" in text and importlib.util.find_spec("torch") is None:
         pytest.skip("torch not installed")  # docs/torch.md: the torch extra
-    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    blocks = _python_blocks(text)
+    assert len(blocks) == len(re.findall(r"```python\n", text))
     monkeypatch.chdir(tmp_path)
     namespace = {"__name__": "__docs__"}
     from toolkit import optimizer
@@ -121,9 +222,9 @@ def test_docs_python_blocks_run(page, tmp_path, monkeypatch, capsys):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # a page re-registers its example classes
-            for k, block in enumerate(blocks):
-                exec(compile(block, f"{os.path.relpath(page, ROOT)} block {k}", "exec"),
-                     namespace)
+            for k, (block, shown) in enumerate(blocks):
+                _run_block(block, os.path.relpath(page, ROOT),
+                           f"{os.path.relpath(page, ROOT)} block {k}", namespace, shown)
     finally:  # the page's example optimizers do not outlive it
         for name in set(optimizer.registry()) - set(before):
             optimizer.unregister(name)

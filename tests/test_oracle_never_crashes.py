@@ -12,6 +12,7 @@ from toolkit import oracle
 from toolkit.oracle import region
 from toolkit.oracle.space import Decades
 
+from examples_budget import scaled
 from test_oracle import make_adam
 
 
@@ -132,7 +133,7 @@ def _correct(name):
     return make_adam() if name == "adam" else make_sgd()
 
 
-@settings(max_examples=30, deadline=None, derandomize=True, database=None)
+@settings(max_examples=scaled(30), deadline=None, derandomize=True, database=None)
 @given(name=st.sampled_from(["sgd", "adam"]),
        plan=st.lists(st.sampled_from(KINDS), min_size=1, max_size=4),
        make_plan=st.lists(st.sampled_from(["ok", "ok", "ok", "raise", "not callable"]),
