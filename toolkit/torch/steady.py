@@ -8,12 +8,13 @@ reads only ``(t, lr, wd)``, and no toolkit ``lr_scheduler`` drives it. The group
 addresses of its weights and states in the address table of the addressed kernel
 (:func:`toolkit.backends.addressed.run_rule_addressed`, a row ``(weight, grad, *states)``; for
 bfloat16 :func:`~toolkit.backends.addressed.run_rule_addressed_mp`, a row ``(master, grad,
-*states, weight)`` and a float32 table); a step reads each parameter's ``.grad`` and checks it (present, dense, contiguous, on the CPU,
-the parameter's dtype and shape), reads each weight's, master's and state's address and each
-weight's shape (a new one, after an assignment to ``p.data``, is a change), and fills the table's gradient column. Anything else,
-or any check that fails, sends the step to the general path, which checks everything again and
-says what is wrong: the steady path is a shortcut to the same kernel call with the same rows,
-never other numbers (``tests/test_torch_steady.py``).
+*states, weight)`` and a float32 table); a step reads each parameter's ``.grad`` and checks it
+(present, dense, contiguous, on the CPU, the parameter's dtype and shape), reads each weight's,
+master's and state's address and each weight's shape (a new one, after an assignment to
+``p.data``, is a change), and fills the table's gradient column. Anything else, or any check
+that fails, sends the step to the general path, which checks everything again and says what is
+wrong: the steady path is a shortcut to the same kernel call with the same rows, never other
+numbers (``tests/test_torch_steady.py``, ``tests/test_torch_bfloat16.py``).
 
 What it saves against the general path: the per-parameter objects, the numpy views and the
 repeated ``data_ptr()`` calls of the weights and states, and the per-index reads of the
@@ -77,7 +78,8 @@ class SteadyGroup:
         self.ptrs, self.sizes = ptrs, sizes
         self.tensors = tensors  # the weights and states in the table, kept alive
         # the state tensors opt.state shows (a bfloat16 weight's float32 master first;
-        # contiguous: the very ones in the table) and their addresses: a storage swapped under one (set_, .data =) is a change
+        # contiguous: the very ones in the table) and their addresses: a storage swapped under
+        # one (set_, .data =) is a change
         self.states = [a for arrays in tensors for a in arrays[1:]]
         self.state_ptrs = list(map(_data_ptr, self.states))
         #: the table of the last run (column 0, the active flags, all 1), made again only when
@@ -96,9 +98,9 @@ class SteadyGroup:
         if not params or not inner.plans_by_scalars:
             return None
         dtype = params[0].dtype
-        if dtype not in _DTYPES or (dtype in _MASTERED and not inner.multi_precision):
-            return None
         mastered = dtype in _MASTERED
+        if dtype not in _DTYPES or (mastered and not inner.multi_precision):
+            return None
         state_dtype = torch.float32 if mastered else dtype
         rows, sizes, kept = [], [], []
         for p in params:
