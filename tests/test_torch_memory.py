@@ -233,7 +233,8 @@ def test_the_address_check_catches_a_bad_row():
         check_rows(np.float64, np.array([[t.data_ptr()]]), np.array([4]))
 
 
-#: 3 subprocesses of 20 walks each (a walk: 40 random steps and changes)
+#: 3 subprocesses of 20 walks each (a walk: 40 random steps and changes; every fourth over
+#: bfloat16 parameters with multi_precision)
 BATCHES = [list(range(k, k + 20)) for k in (0, 20, 40)]
 
 

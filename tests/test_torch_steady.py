@@ -12,7 +12,7 @@ sends the step back to the general path, which checks everything and says what i
   a changed lr stay on the steady path (``maximize``: test_torch_maximize.py).
   Errors are the general path's (a gradient of another shape).
 * A steady step's Python work does not grow with the number of parameters (the Python
-  functions it calls are counted, not timed).
+  functions it calls are counted, not timed), float32 and bfloat16 alike.
 """
 from __future__ import annotations
 
@@ -211,14 +211,16 @@ def test_a_gradient_of_another_shape_is_the_general_paths_error():
     assert all(torch.equal(a, p.detach()) for a, p in zip(before, params))
 
 
-def test_a_steady_step_does_no_python_work_per_parameter(steady_steps):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_steady_step_does_no_python_work_per_parameter(dtype, steady_steps):
     def calls(n):
-        params = [torch.nn.Parameter(torch.full((6,), 0.5)) for _ in range(n)]
-        opt = tt.Adam(params, lr=0.01)
+        params = [torch.nn.Parameter(torch.full((6,), 0.5, dtype=dtype)) for _ in range(n)]
+        opt = tt.Adam(params, lr=0.01, **({"multi_precision": True}
+                                          if dtype == torch.bfloat16 else {}))
         counts = []
         for _ in range(4):
             for p in params:
-                p.grad = torch.full((6,), 0.25)
+                p.grad = torch.full((6,), 0.25, dtype=dtype)
             counts.append(_python_calls(opt.step))
         return counts[2:]
     small, large = calls(10), calls(300)

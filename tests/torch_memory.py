@@ -112,9 +112,9 @@ def _optimizer(rng):
 REFUSALS = (TypeError, ValueError)
 
 
-def _params(rng):
+def _params(rng, dtype=torch.float32):
     shapes = [(4, 5), (4,), (2, 3, 2, 2), (6,)]
-    return [torch.nn.Parameter(torch.randn(*s)) for s in shapes[:rng.randint(2, 4)]]
+    return [torch.nn.Parameter(torch.randn(*s).to(dtype)) for s in shapes[:rng.randint(2, 4)]]
 
 
 def _grads(params, rng):
@@ -163,7 +163,8 @@ def _op_weight(opt, group, rng):
         elif kind == "transpose" and p.dim() == 2:
             p.data = p.data.t()
         elif kind == "int":
-            p.data = p.data.view(torch.int32) if p.dtype == torch.float32 else p.data
+            p.data = p.data.view(torch.int32) if p.dtype == torch.float32 else \
+                p.data.view(torch.int16) if p.dtype == torch.bfloat16 else p.data
     return f"{kind} {tuple(p.shape)} {p.dtype}"
 
 
@@ -229,11 +230,15 @@ def _op_group(opt, params, rng):
 def walk(seed, steps=40, log=None):
     """One random walk: an optimizer over a few parameters, steps interleaved with changes to
     the parameters, the state and the groups. A step either runs or refuses (``REFUSALS``);
-    anything else raises."""
+    anything else raises. Every fourth seed's parameters are bfloat16 (``multi_precision``)."""
     rng = random.Random(seed)
     torch.manual_seed(seed)
     name, kwargs = _optimizer(rng)
-    params = _params(rng)
+    if seed % 4 == 3:
+        params = _params(rng, torch.bfloat16)
+        kwargs = {**kwargs, "multi_precision": True}
+    else:
+        params = _params(rng)
     opt = getattr(toolkit.torch, name)(params, **kwargs)
     params = opt.param_groups[0]["params"]  # the group's own list, which the walk changes
     log = [] if log is None else log

@@ -241,7 +241,9 @@ class Adam(Optimizer):
             sparse = self._row_sparse_numerics
             square = sparse == "standard" or (sparse == "lazy" and constants["c"] >= 0)
             return (mxnet_square_rule if square else mxnet_rule,
-                    MxnetRow(lr_t=r(lr_t), wd=r(wd), **constants))
+                    MxnetRow(r(lr_t), r(wd), constants["rs"], constants["c"], constants["b1"],
+                             constants["omb1"], constants["b2"], constants["omb2"],
+                             constants["eps"]))
         if self.convention == "pytorch":
             return pytorch_rule, pytorch_row(constants, t, lr, decay=1.0, wd=wd)
         return guide_rule, GuideRow(lr=lr, wd=r(wd), **constants, bc1=1.0 - constants["b1"] ** t,

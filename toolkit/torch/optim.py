@@ -618,16 +618,19 @@ class TorchOptimizer(torch.optim.Optimizer):
     def _steady_step(self, steady, params, inner, num_update, maximize):
         """The checked :class:`SteadyStep` of a group on its steady path, or None (the general
         path then runs): its gradients, the step's scalars (checked as the general path checks
-        them) and ``kernel_row``'s row per distinct ``(t, lr, wd)``, all of one rule. With ``maximize`` the rows are those of the
-        negated gradients (:func:`toolkit.torch.maximize.negated_row`), or None where the rule
-        has no such row."""
-        got = steady.gradients(params)
+        them) and ``kernel_row``'s row per distinct ``(t, lr, wd)``, all of one rule. With
+        ``maximize`` the rows are those of the negated gradients
+        (:func:`toolkit.torch.maximize.negated_row`), or None where the rule has no such row; a
+        group with a float32 master (bfloat16) steps on ``-grad`` itself, as its general path
+        does, so that a NaN gradient's sign bit is that path's too."""
+        negated = maximize and steady.weight is not None
+        got = steady.gradients(params, negated)
         if got is None:
             return None
         grads, grad_ptrs = got
         inner.num_update = num_update
         scalars = inner.step_scalars(steady.kept)
-        planned = self._planned_table(scalars, inner, maximize)
+        planned = self._planned_table(scalars, inner, maximize and not negated)
         if planned is None:
             return None
         return SteadyStep(steady, grads, grad_ptrs, scalars, *planned)
@@ -911,9 +914,11 @@ class TorchOptimizer(torch.optim.Optimizer):
         for m in members:
             grad = -m.grad if maximize else m.grad
             if m.p.dtype == torch.bfloat16:  # contiguous: (master, grad, *states, weight)
-                named = bindings[m.p].named
-                tensors.append((named["weight32"], grad.contiguous(), *(
-                    a for n, a in named.items() if n != "weight32"), m.p.detach()))
+                binding = bindings[m.p]
+                # (weight, master, *states), kept as the float dtypes' below
+                held = binding.views(m.p, lambda t, perm=m.perm: _ordered(t, perm), (
+                    "weight32", *(n for n in binding.named if n != "weight32")))
+                tensors.append((held[1], grad.contiguous(), *held[2:], held[0]))
                 continue
             if names is None:
                 names = self._names(inner, bindings[m.p].toolkit_state)

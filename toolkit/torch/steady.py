@@ -2,16 +2,19 @@
 costs in Python once its parameters have state and nothing about them changes.
 
 A group qualifies after a step through the general path (``TorchOptimizer._plan`` and
-``_run_vector``) when every parameter is a dense, contiguous CPU tensor of one dtype (float32 or
-float64) with state, its optimizer's step reads only ``(t, lr, wd)``, and no toolkit
-``lr_scheduler`` drives it. The group then keeps the addresses of its weights and states in the
-address table of the addressed kernel (:func:`toolkit.backends.addressed.run_rule_addressed`);
-a step reads each parameter's ``.grad`` and checks it (present, dense, contiguous, on the CPU,
-the parameter's dtype and shape), reads each weight's address and shape (a new one, after an
-assignment to ``p.data``, is a change), and fills the table's gradient column. Anything else,
-or any check that fails, sends the step to the general path, which checks everything again and
-says what is wrong: the steady path is a shortcut to the same kernel call with the same rows,
-never other numbers (``tests/test_torch_steady.py``).
+``_run_vector``) when every parameter is a dense, contiguous CPU tensor of one dtype (float32,
+float64, or bfloat16 with ``multi_precision``: a float32 master) with state, its optimizer's step
+reads only ``(t, lr, wd)``, and no toolkit ``lr_scheduler`` drives it. The group then keeps the
+addresses of its weights and states in the address table of the addressed kernel
+(:func:`toolkit.backends.addressed.run_rule_addressed`, a row ``(weight, grad, *states)``; for
+bfloat16 :func:`~toolkit.backends.addressed.run_rule_addressed_mp`, a row ``(master, grad,
+*states, weight)`` and a float32 table); a step reads each parameter's ``.grad`` and checks it
+(present, dense, contiguous, on the CPU, the parameter's dtype and shape), reads each weight's,
+master's and state's address and each weight's shape (a new one, after an assignment to
+``p.data``, is a change), and fills the table's gradient column. Anything else, or any check
+that fails, sends the step to the general path, which checks everything again and says what is
+wrong: the steady path is a shortcut to the same kernel call with the same rows, never other
+numbers (``tests/test_torch_steady.py``, ``tests/test_torch_bfloat16.py``).
 
 What it saves against the general path: the per-parameter objects, the numpy views and the
 repeated ``data_ptr()`` calls of the weights and states, and the per-index reads of the
@@ -34,7 +37,12 @@ __all__ = ["SteadyGroup", "SteadyStep"]
 
 _STRIDED = torch.strided
 _data_ptr = torch.Tensor.data_ptr
-_DTYPES = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64)}
+#: a weight's dtype -> the dtype of its kernel's arithmetic and table (bfloat16: its float32
+#: master's)
+_DTYPES = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64),
+           torch.bfloat16: np.dtype(np.float32)}
+#: the weight types with a float32 master (``launch_addressed_mp``'s ``weight``)
+_MASTERED = {torch.bfloat16: "bfloat16"}
 
 
 class SteadyStep(NamedTuple):
@@ -55,19 +63,23 @@ class SteadyStep(NamedTuple):
 class SteadyGroup:
     """A param group's parameters, their weights' and states' addresses and sizes, as the
     last general step left them (:meth:`build`), and the checks of a step against them."""
-    __slots__ = ("params", "indices", "kept", "dtype", "np_dtype", "shapes", "weight_ptrs",
-                 "ptrs", "sizes", "tensors", "states", "state_ptrs", "table", "serial")
+    __slots__ = ("params", "indices", "kept", "dtype", "np_dtype", "weight", "shapes",
+                 "weight_ptrs", "ptrs", "sizes", "tensors", "states", "state_ptrs", "table",
+                 "serial")
 
     def __init__(self, params, indices, dtype, shapes, weight_ptrs, ptrs, sizes, tensors):
         self.params, self.indices, self.dtype = params, indices, dtype
         # the indices as the optimizer's bookkeeping keeps what it made of them, step to step
         self.kept = Kept(indices)
         self.np_dtype = _DTYPES[dtype]
+        #: None, or the weight type of a group with a float32 master ("bfloat16")
+        self.weight = _MASTERED.get(dtype)
         self.shapes, self.weight_ptrs = shapes, weight_ptrs  # weight_ptrs: a list of ints
         self.ptrs, self.sizes = ptrs, sizes
         self.tensors = tensors  # the weights and states in the table, kept alive
-        # the state tensors opt.state shows (contiguous: the very ones in the table) and their
-        # addresses: a storage swapped under one (set_, .data =) is a change
+        # the state tensors opt.state shows (a bfloat16 weight's float32 master first;
+        # contiguous: the very ones in the table) and their addresses: a storage swapped under
+        # one (set_, .data =) is a change
         self.states = [a for arrays in tensors for a in arrays[1:]]
         self.state_ptrs = list(map(_data_ptr, self.states))
         #: the table of the last run (column 0, the active flags, all 1), made again only when
@@ -80,36 +92,45 @@ class SteadyGroup:
     @classmethod
     def build(cls, params, first_index, inner, state_tensors):
         """The steady state of a group's ``params`` (MXNet indices from ``first_index``) whose
-        weights and state tensors (in the rule's order, contiguous) ``state_tensors(p)``
-        gives, or None when the group does not qualify."""
+        weights and state tensors (contiguous) ``state_tensors(p)`` gives as ``(weight,
+        *states)`` in the rule's order (bfloat16: ``(weight, master, *states)``), or None when
+        the group does not qualify."""
         if not params or not inner.plans_by_scalars:
             return None
         dtype = params[0].dtype
-        if dtype not in _DTYPES:
+        mastered = dtype in _MASTERED
+        if dtype not in _DTYPES or (mastered and not inner.multi_precision):
             return None
+        state_dtype = torch.float32 if mastered else dtype
         rows, sizes, kept = [], [], []
         for p in params:
             if p.dtype is not dtype or p.layout is not _STRIDED or not p.is_cpu or \
                     not p.is_contiguous():
                 return None
             arrays = state_tensors(p)
-            if arrays is None or any(not a.is_contiguous() or a.dtype is not dtype or
-                                     a.numel() != p.numel() for a in arrays):
+            if arrays is None or arrays[0].data_ptr() != p.data_ptr() or \
+                    arrays[0].dtype is not dtype or \
+                    any(a.dtype is not state_dtype for a in arrays[1:]) or \
+                    any(not a.is_contiguous() or a.numel() != p.numel() for a in arrays):
                 return None
-            rows.append([p.data_ptr(), 0] + [a.data_ptr() for a in arrays[1:]])
+            ptrs = [a.data_ptr() for a in arrays]
+            # the kernel's row: the gradient's column (1) empty until the step
+            rows.append(ptrs[1:2] + [0] + ptrs[2:] + ptrs[:1] if mastered else
+                        ptrs[:1] + [0] + ptrs[1:])
             sizes.append(p.numel())
             kept.append(arrays)
-        if len({len(r) for r in rows}) != 1:
+        if len({len(r) for r in rows}) != 1 or (mastered and len(rows[0]) < 3):
             return None
         ptrs = np.array(rows, np.int64)
         return cls(list(params), first_index + np.arange(len(params), dtype=np.int64), dtype,
-                   [p.shape for p in params], ptrs[:, 0].tolist(), ptrs,
+                   [p.shape for p in params], ptrs[:, -1 if mastered else 0].tolist(), ptrs,
                    np.array(sizes, np.int64), kept)
 
-    def gradients(self, params):
+    def gradients(self, params, negated=False):
         """``(grads, their addresses)`` when ``params`` (the group's list now) are the same
         parameters, at the same addresses and shapes, each with a gradient this path takes;
-        else None (the general path then runs)."""
+        else None (the general path then runs). ``negated``: the gradients are ``-grad``, new
+        tensors."""
         mine = self.params
         if len(params) != len(mine) or not all(map(operator.is_, params, mine)):
             return None
@@ -123,6 +144,8 @@ class SteadyGroup:
         if list(map(_data_ptr, mine)) != self.weight_ptrs or \
                 list(map(_data_ptr, self.states)) != self.state_ptrs:
             return None
+        if negated:
+            grads = list(map(operator.neg, grads))
         return grads, list(map(_data_ptr, grads))
 
     def run(self, step: SteadyStep):
@@ -136,6 +159,9 @@ class SteadyGroup:
         ptrs = self.ptrs
         ptrs[:, 1] = step.grad_ptrs
         try:
-            launch.launch_addressed(step.factory, self.np_dtype, ptrs, self.sizes, table)
+            if self.weight is None:
+                launch.launch_addressed(step.factory, self.np_dtype, ptrs, self.sizes, table)
+            else:
+                launch.launch_addressed_mp(step.factory, ptrs, self.sizes, table, self.weight)
         finally:
             ptrs[:, 1] = 0  # no gradient's address outlives its step
