@@ -78,17 +78,17 @@ def checked_launches():
     real, real_mp = launch.launch_addressed, launch.launch_addressed_mp
     seen = []
 
-    def checked(factory, dtype, ptrs, sizes, table):
+    def checked(factory, dtype, ptrs, sizes, table, planned=None):
         check_rows(dtype, ptrs, sizes)
         seen.append(len(sizes))
-        return real(factory, dtype, ptrs, sizes, table)
+        return real(factory, dtype, ptrs, sizes, table, planned)
 
-    def checked_mp(factory, ptrs, sizes, table, weight):
+    def checked_mp(factory, ptrs, sizes, table, weight, planned=None):
         half = {"bfloat16": torch.bfloat16, "float16": torch.float16}[weight]
         n = np.asarray(ptrs).shape[1]
         check_rows(None, ptrs, sizes, [torch.float32, half] + [torch.float32] * (n - 3) + [half])
         seen.append(len(sizes))
-        return real_mp(factory, ptrs, sizes, table, weight)
+        return real_mp(factory, ptrs, sizes, table, weight, planned)
 
     launch.launch_addressed, launch.launch_addressed_mp = checked, checked_mp
     try:

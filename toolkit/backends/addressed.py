@@ -29,6 +29,7 @@ SGLD).
 from __future__ import annotations
 
 import inspect
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -42,6 +43,7 @@ from .jit import COMPILE_OPTIONS, KERNELS, NUMBA_TYPES, by_value, cached, compil
 from .order import CHUNK
 
 __all__ = ["run_rule_addressed", "run_rule_addressed_mp", "run_noise_addressed",
+           "plan_rule_addressed", "plan_rule_addressed_mp", "Planned",
            "addressed_kernel", "addressed_mp_kernel", "addressed_noise_kernel", "plan_chunks"]
 
 
@@ -431,6 +433,26 @@ def run_rule_addressed(factory, dtype, ptrs, sizes, table):
     bit. The caller keeps the tensors alive and unaliased for the call (no two arrays may
     overlap). Everything is checked before anything is written.
     """
+    planned = plan_rule_addressed(factory, dtype, ptrs, sizes, table)
+    if planned is not None:
+        planned.run(ptrs, table)
+
+
+class Planned(NamedTuple):
+    """The checked launch of an addressed call (:func:`plan_rule_addressed`): its compiled
+    kernel and chunk table. ``run(ptrs, table)`` runs it again on arrays of the same shapes,
+    sizes and active flags whose addresses the caller has checked (each a multiple of its
+    column's item size, none 0 in an active row)."""
+    kernel: object
+    chunks: np.ndarray
+
+    def run(self, ptrs, table):
+        self.kernel(ptrs, table, self.chunks)
+
+
+def plan_rule_addressed(factory, dtype, ptrs, sizes, table):
+    """:func:`run_rule_addressed`'s checks and plan, without the call: a :class:`Planned`, or
+    None when no tensor is active."""
     dtype = np.dtype(dtype) if not isinstance(dtype, np.dtype) else dtype
     if dtype not in jit.DTYPES:
         raise TypeError(f"dtype must be float32 or float64, got {dtype}; a float16 weight "
@@ -438,13 +460,13 @@ def run_rule_addressed(factory, dtype, ptrs, sizes, table):
     ptrs, sizes, table, n_state = _checked(ptrs, sizes, table, dtype, 2, "run_rule_addressed")
     total, chunks = plan_chunks(ptrs, sizes, table, _align(ptrs.shape[1], dtype.itemsize))
     if chunks.shape[0] == 0:
-        return
+        return None
     parallel = total >= jit.PARALLEL_THRESHOLD and chunks.shape[0] > 1
     n_hyper = table.shape[1] - 1
     kernel = KERNELS.get(("addressed", factory, n_state, n_hyper, dtype, parallel))
     if kernel is None:
         kernel = addressed_kernel(factory, n_state, n_hyper, dtype, parallel)
-    kernel(ptrs, table, chunks)
+    return Planned(kernel, chunks)
 
 
 def run_rule_addressed_mp(factory, ptrs, sizes, table, weight="float16"):
@@ -457,6 +479,14 @@ def run_rule_addressed_mp(factory, ptrs, sizes, table, weight="float16"):
     the weight and the gradient are bfloat16 (:mod:`toolkit.backends.bfloat16`: widened
     exactly, the weight rounded to nearest even from the master as ``Tensor.to(torch.bfloat16)``
     rounds it, a NaN written as torch's CPU conversion writes it)."""
+    planned = plan_rule_addressed_mp(factory, ptrs, sizes, table, weight)
+    if planned is not None:
+        planned.run(ptrs, table)
+
+
+def plan_rule_addressed_mp(factory, ptrs, sizes, table, weight="float16"):
+    """:func:`run_rule_addressed_mp`'s checks and plan, without the call: a
+    :class:`Planned`, or None when no tensor is active."""
     if weight not in ("float16", "bfloat16"):
         raise ValueError(f"weight must be 'float16' or 'bfloat16', got {weight!r}")
     f32 = np.dtype(np.float32)
@@ -464,7 +494,7 @@ def run_rule_addressed_mp(factory, ptrs, sizes, table, weight="float16"):
     total, chunks = plan_chunks(ptrs, sizes, table,
                                 _align(ptrs.shape[1], 4, (1, ptrs.shape[1] - 1)))
     if chunks.shape[0] == 0:
-        return
+        return None
     parallel = total >= jit.PARALLEL_THRESHOLD and chunks.shape[0] > 1
     n_hyper = table.shape[1] - 1
     kernel = KERNELS.get(("addressed-mp", factory, n_state, n_hyper, parallel)
@@ -472,7 +502,7 @@ def run_rule_addressed_mp(factory, ptrs, sizes, table, weight="float16"):
                          ("addressed-mp", factory, n_state, n_hyper, parallel, weight))
     if kernel is None:
         kernel = addressed_mp_kernel(factory, n_state, n_hyper, parallel, weight)
-    kernel(ptrs, table, chunks)
+    return Planned(kernel, chunks)
 
 
 def run_noise_addressed(factory, dtype, ptrs, sizes, table, keys, aux):

@@ -11,25 +11,39 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backends.addressed import run_rule_addressed, run_rule_addressed_mp
+from ..backends.addressed import plan_rule_addressed, plan_rule_addressed_mp
 
 __all__ = ["launch_addressed", "launch_addressed_mp", "run_rule_table", "run_rule_table_mp"]
 
 
-def launch_addressed(factory, dtype, ptrs, sizes, table):
+def launch_addressed(factory, dtype, ptrs, sizes, table, planned=None):
     """Run ``factory``'s rule on row ``k`` of ``ptrs`` (the addresses of ``(weight, grad,
     *states)``, each ``sizes[k]`` elements of ``dtype``) with the hyperparameters of
-    ``table[k]``."""
-    run_rule_addressed(factory, dtype, ptrs, sizes, table)
+    ``table[k]``; returns the call's :class:`~toolkit.backends.addressed.Planned` (None: no
+    row active). ``planned``: what an earlier call of the same factory returned for arrays of
+    the same shapes, sizes and active flags, every address unchanged since but those the
+    caller checked (the steady step's gradients): it runs without being planned again."""
+    if planned is None:
+        planned = plan_rule_addressed(factory, dtype, ptrs, sizes, table)
+        if planned is None:
+            return None
+    planned.run(ptrs, table)
+    return planned
 
 
-def launch_addressed_mp(factory, ptrs, sizes, table, weight):
+def launch_addressed_mp(factory, ptrs, sizes, table, weight, planned=None):
     """Run ``factory``'s float32 rule on row ``k`` of ``ptrs`` (the addresses of ``(float32
     master, gradient, *float32 states, weight)``, the gradient and the weight of type
     ``weight``, "bfloat16" or "float16", each ``sizes[k]`` elements) with the hyperparameters of
     ``table[k]`` (float32): the master updated, the weight rounded from it
-    (:func:`toolkit.backends.addressed.run_rule_addressed_mp`)."""
-    run_rule_addressed_mp(factory, ptrs, sizes, table, weight=weight)
+    (:func:`toolkit.backends.addressed.run_rule_addressed_mp`). ``planned`` and the return
+    value: as :func:`launch_addressed`'s."""
+    if planned is None:
+        planned = plan_rule_addressed_mp(factory, ptrs, sizes, table, weight)
+        if planned is None:
+            return None
+    planned.run(ptrs, table)
+    return planned
 
 
 def run_rule_table_mp(factory, tensors, table, weight):

@@ -65,7 +65,7 @@ class SteadyGroup:
     last general step left them (:meth:`build`), and the checks of a step against them."""
     __slots__ = ("params", "indices", "kept", "dtype", "np_dtype", "weight", "shapes",
                  "weight_ptrs", "ptrs", "sizes", "tensors", "states", "state_ptrs", "table",
-                 "serial")
+                 "hyper", "grad_column", "grad_mask", "planned", "serial")
 
     def __init__(self, params, indices, dtype, shapes, weight_ptrs, ptrs, sizes, tensors):
         self.params, self.indices, self.dtype = params, indices, dtype
@@ -83,8 +83,16 @@ class SteadyGroup:
         self.states = [a for arrays in tensors for a in arrays[1:]]
         self.state_ptrs = list(map(_data_ptr, self.states))
         #: the table of the last run (column 0, the active flags, all 1), made again only when
-        #: the row's length changes
-        self.table = None
+        #: the row's length changes, and its rows' columns (a view)
+        self.table = self.hyper = None
+        #: the gradients' column of ``ptrs`` (a view), and what a gradient's address must not
+        #: have of it (a multiple of the item size)
+        self.grad_column = ptrs[:, 1]
+        self.grad_mask = dtype.itemsize - 1
+        #: ``(factory, Planned)`` of the last launch: the next one of the same factory and
+        #: table runs it again (the weights' and states' addresses checked unchanged, the
+        #: gradients' checked by :meth:`gradients`)
+        self.planned = None
         #: whether the group's kernel runs serially (fewer elements than a parallel call pays
         #: for): the step then has no thread count to set
         self.serial = int(sizes.sum()) < jit.PARALLEL_THRESHOLD
@@ -146,7 +154,12 @@ class SteadyGroup:
             return None
         if negated:
             grads = list(map(operator.neg, grads))
-        return grads, list(map(_data_ptr, grads))
+        ptrs = list(map(_data_ptr, grads))
+        mask = self.grad_mask
+        for ptr in ptrs:
+            if ptr & mask:  # a misaligned gradient: the general path says so
+                return None
+        return grads, ptrs
 
     def run(self, step: SteadyStep):
         """The kernel call of a checked step (its counts committed by the caller first)."""
@@ -154,14 +167,22 @@ class SteadyGroup:
         if table is None or table.shape[1] != 1 + step.rows.shape[1]:
             table = self.table = np.ones((len(self.params), 1 + step.rows.shape[1]),
                                          self.np_dtype)
+            self.hyper = table[:, 1:]
+            self.planned = None
         # each float64 rounded to the dtype, as a single call rounds it
-        table[:, 1:] = step.rows if step.inverse is None else step.rows[step.inverse]
-        ptrs = self.ptrs
-        ptrs[:, 1] = step.grad_ptrs
+        self.hyper[...] = step.rows if step.inverse is None else step.rows[step.inverse]
+        factory = step.factory
+        planned = self.planned
+        planned = planned[1] if planned is not None and planned[0] is factory else None
+        column = self.grad_column
+        column[:] = step.grad_ptrs
         try:
             if self.weight is None:
-                launch.launch_addressed(step.factory, self.np_dtype, ptrs, self.sizes, table)
+                planned = launch.launch_addressed(factory, self.np_dtype, self.ptrs, self.sizes,
+                                                  table, planned)
             else:
-                launch.launch_addressed_mp(step.factory, ptrs, self.sizes, table, self.weight)
+                planned = launch.launch_addressed_mp(factory, self.ptrs, self.sizes, table,
+                                                     self.weight, planned)
         finally:
-            ptrs[:, 1] = 0  # no gradient's address outlives its step
+            column[:] = 0  # no gradient's address outlives its step
+        self.planned = (factory, planned) if planned is not None else None
