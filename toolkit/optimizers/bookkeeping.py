@@ -597,8 +597,8 @@ class Bookkeeping:
                 uniform = low == top
             if low >= 0:  # a negative count belongs in the dict beside (scatter puts it there)
                 counts.rewrite(done.where, t)
-                self.__dict__["_committed"] = done._replace(changes=counts.changes, top=top,
-                                                            uniform=uniform)
+                self.__dict__["_committed"] = _Committed(counts, counts.changes, kept,
+                                                         done.where, top, uniform)
                 if top > self.num_update:
                     self.num_update = top
                 return

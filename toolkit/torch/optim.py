@@ -645,6 +645,14 @@ class TorchOptimizer(torch.optim.Optimizer):
         negate)."""
         t, lr, wd = scalars.t, scalars.lr, scalars.wd
         first, inverse = scalars.distinct()
+        if inverse is None:  # one triple (the common case): its row as the table's one row
+            top = int(t[0])
+            factory, row = inner.kernel_row(top, float(lr[0]), float(wd[0]))
+            if maximize:  # Python's negation: exact
+                row = negated_row(factory, getattr(type(row), "_fields", None), tuple(row))
+                if row is None:
+                    return None
+            return factory, np.array((row,), np.float64), None, top
         planned = []
         for j in first:
             j = int(j)
