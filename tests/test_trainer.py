@@ -645,22 +645,24 @@ def test_a_scalar_only_step_is_planned_once_per_distinct_count_and_rates():
     opt = trainer.optimizer
     assert opt.plans_by_scalars
     planned = []
-    real = opt._kernel_step
-    opt._kernel_step = lambda i, *a: (planned.append(i), real(i, *a))  # an instance spy
+    real = opt.kernel_row
+    # an instance spy: the (t, lr) of each row planned
+    opt.kernel_row = lambda t, lr, wd: (planned.append((t, lr)), real(t, lr, wd))[1]
     for p in params:
         p.grad()[...] = 0.5
     trainer.step(1)
-    assert planned == [0, 6]            # two distinct learning rates, the same t
+    assert planned == [(1, 0.1), (1, 0.2)]  # two distinct learning rates, the same t
     planned.clear()
     for p in params[1:]:                # p0 is skipped: its t falls behind
         p.grad()[...] = 0.5
     trainer.step(1, ignore_stale_grad=True)
-    assert planned == [1, 6]
+    assert planned == [(2, 0.1), (2, 0.2)]
     planned.clear()
     for p in params:
         p.grad()[...] = 0.5
     trainer.step(1)
-    assert planned == [0, 1, 6]         # p0 at t=2, p1..p5 at t=3, p6 and p7 at t=3 with 2 lr
+    # p0 at t=2, p1..p5 at t=3, p6 and p7 at t=3 with twice the lr
+    assert planned == [(2, 0.1), (3, 0.1), (3, 0.2)]
     assert trainer.last_step_launches == 1
 
 

@@ -117,36 +117,26 @@ class StepWork:
     def plan_scalars(self, ks, indices, scalars: StepScalars):
         """Plan members ``ks`` (increasing positions; their optimizer indices ``indices``) of
         an optimizer whose launch is a function of ``(t, lr, wd)`` alone, with those
-        ``scalars`` (one entry per member): one planned launch per distinct ``(t, lr, wd)``,
-        told apart by their bits. When each is one rule call on its member's slices of the
-        same flat buffers, every member takes the row of its ``(t, lr, wd)`` and
+        ``scalars`` (one entry per member): ``opt.kernel_row`` once per distinct ``(t, lr,
+        wd)``, told apart by their bits. When they are one rule over the group's flat weight,
+        gradient and state buffers, every member takes the row of its ``(t, lr, wd)`` and
         :meth:`execute` runs one segmented call from that table (made with numpy, no Python
         work per member); else every member is planned on its own."""
         opt = self.opt
         t, lr, wd = scalars
         first, inverse = scalars.distinct()
-        calls = self.recorder.calls
-        planned = []
-        for j in first:
-            k, n0 = int(ks[j]), len(calls)
-            wv, gv, sv = self.member(k)
-            opt.launch_step(int(indices[j]), wv, gv, sv, int(t[j]), float(lr[j]), float(wd[j]),
-                            self.recorder)
-            planned.append((calls[n0:], self._layout(calls[n0:], k)))
-        (call0,), layout = planned[0] if len(planned[0][0]) == 1 else ((None,), None)
-        if layout is not None and call0.kind == "rule" and self._fits("rule", layout) and all(
-                len(c) == 1 and c[0].kind == "rule" and c[0].factory is call0.factory
-                and lay == layout and len(c[0].hyper) == len(call0.hyper)
-                for c, lay in planned):
-            rows, inverse = planned_rows([c[0].hyper for c, _ in planned], inverse)
-            self.vector = (call0.factory, layout, ks, rows if inverse is None else rows[inverse])
+        planned = [opt.kernel_row(int(t[j]), float(lr[j]), float(wd[j])) for j in first]
+        factory, row0 = planned[0]
+        # the rule's arrays: the weight, the gradient and the state leaves, in that order
+        layout = tuple(range(2 + len(state_leaves(self.s))))
+        if self._fits("rule", layout) and all(f is factory and len(row) == len(row0)
+                                              for f, row in planned):
+            rows, inverse = planned_rows([tuple(row) for _, row in planned], inverse)
+            self.vector = (factory, layout, ks, rows if inverse is None else rows[inverse])
             if self.after is not None:  # it rounds back the members updated
                 self.members = dict.fromkeys(ks.tolist())
             return
-        # not one rule call per member on its slices: every member planned on its own
-        del calls[:]
-        self.members.clear()
-        self.calls_from.clear()
+        # not one rule over the flat buffers: every member planned on its own
         for j, k in enumerate(ks.tolist()):
             wv, gv, sv = self.member(k)
             opt.launch_step(int(indices[j]), wv, gv, sv, int(t[j]), float(lr[j]), float(wd[j]),
