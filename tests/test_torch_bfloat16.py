@@ -24,7 +24,10 @@ from toolkit.optimizer import create, specs  # noqa: E402
 from toolkit.torch import steady  # noqa: E402
 
 from test_torch_numbers import drawn, options, shapes  # noqa: E402
-from torch_memory import checked_launches  # noqa: E402
+from torch_memory import checked_launches, only_this_test  # noqa: E402,F401
+
+#: the address check walks each test's own objects (tests/torch_memory.py)
+pytestmark = pytest.mark.usefixtures("only_this_test")
 
 VECTOR = [(name, conv) for name, spec in specs().items() for conv in spec.conventions
           if create(name).plans_by_scalars]

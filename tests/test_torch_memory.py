@@ -19,7 +19,10 @@ import pytest
 torch = pytest.importorskip("torch", reason="toolkit.torch needs PyTorch")
 
 import toolkit.torch  # noqa: E402
-from torch_memory import checked_launches  # noqa: E402
+from torch_memory import checked_launches, only_this_test  # noqa: E402,F401
+
+#: the address check walks each test's own objects (tests/torch_memory.py)
+pytestmark = pytest.mark.usefixtures("only_this_test")
 
 HERE = Path(__file__).parent
 

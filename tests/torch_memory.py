@@ -20,6 +20,7 @@ import sys
 from collections import defaultdict
 
 import numpy as np
+import pytest
 import torch
 
 import toolkit.torch
@@ -69,6 +70,17 @@ def check_rows(dtype, ptrs, sizes, columns=None):
             if not any(s <= ptr and ptr + nbytes <= e for s, e in live[want]):
                 raise BadAddress(f"row {k}, column {c}: {nbytes} bytes at {ptr:#x} are in no "
                                  f"live {want} tensor")
+
+
+@pytest.fixture
+def only_this_test():
+    """Before the test, what earlier tests left goes to gc's permanent generation (as
+    collection's objects already did: ``tests/conftest.py``), so the address check walks the
+    objects of this test only: a worker that compiled hundreds of kernels holds a large heap.
+    A tensor made before the test (an earlier test's, a module-scoped fixture's) is then found
+    by no check: a launch on one would fail it, never pass it wrongly."""
+    gc.freeze()
+    yield
 
 
 @contextlib.contextmanager
