@@ -210,17 +210,17 @@ def test_every_setting_is_stored():
 
 @pytest.mark.parametrize("setting", discriminating.settings(), ids=" ".join)
 def test_every_stored_case_tells_its_variant_apart(setting):
-    from toolkit.oracle import core
+    from toolkit.oracle.trajectory import reference_module, reference_trajectory
     from toolkit.oracle.variants import VARIANTS
     name, convention, dtype, domain = setting
-    ref = core._module(name)
+    ref = reference_module(name)
     dt = np.dtype(dtype)
     for variant, case in discriminating.find(*setting).items():
         v = VARIANTS[variant]
-        refs = core._reference_trajectory(ref, case, convention, dt)
-        score = (discriminating._spread(core, ref, case, convention, dt, refs, v)
+        refs = reference_trajectory(ref, case, convention, dt)
+        score = (discriminating._spread(ref, case, convention, dt, refs, v)
                  / discriminating.SPREAD if discriminating._bound_only(v) else
-                 discriminating._variant_error(core, ref, case, convention, dt, refs, v))
+                 discriminating._variant_error(ref, case, convention, dt, refs, v))
         assert score > 1.0, (setting, variant, score)
 
 

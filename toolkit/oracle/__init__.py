@@ -1,6 +1,7 @@
 """The oracle as a product: check anyone's optimizer against the documented equations.
 
-``verify`` and ``identify`` live in :mod:`toolkit.oracle.core`, the audit of other frameworks
+``verify`` lives in :mod:`toolkit.oracle.core`, ``identify`` in
+:mod:`toolkit.oracle.identification`, the audit of other frameworks
 (``audit``) in :mod:`toolkit.oracle.conformance`, the search space and the command line in
 ``space`` and ``cli``; this package is the surface users import (``from toolkit import oracle``).
 
@@ -53,10 +54,6 @@ from .core import (DEFAULT_SEED, FRAMEWORKS, KINDS, DomainVerdict, Explanation, 
                    assert_matches_oracle, conventions_of, identify, resolve_seed, verify,
                    versions)
 from .conformance import audit  # noqa: E402
-from . import core as _core  # noqa: E402
-from . import discriminating as _discriminating  # noqa: E402
-
-_core.DISCRIMINATING = _discriminating  # verify's discriminating cases (core.DISCRIMINATING)
 
 __all__ = ["verify", "identify", "assert_matches_oracle", "VerifyReport", "IdentifyReport",
            "conventions_of", "OracleMismatch", "DEFAULT_SEED", "FRAMEWORKS", "versions",

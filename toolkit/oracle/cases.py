@@ -8,6 +8,10 @@ end of its range (the edges of a decade range, 0 and 1 of an interval) or right 
 fifth of the time, a choice (:class:`~toolkit.oracle.space.OneOf`: momentum 0, clipping off)
 is taken as often as its other options, and weights and gradients spread over the decades of
 their dtype with exact zeros and the ends of the decades.
+
+The arguments of a draw are checked here too: the dtype (:func:`check_dtype`), a count
+(:func:`check_count`) and the pinned hyperparameters (:func:`check_fixed`, by the optimizer's
+own constructor, which also decides whether a drawn case is taken: :func:`constructible`).
 """
 from __future__ import annotations
 
@@ -18,13 +22,17 @@ import numpy as np
 
 from . import space as _space
 
-__all__ = ["Case", "draw", "aimed", "DOMAIN_KEYS", "ATTEMPTS"]
+__all__ = ["Case", "draw", "aimed", "DOMAIN_KEYS", "ATTEMPTS", "RANGES", "check_dtype",
+           "check_count", "check_fixed", "optimizer_class", "constructible", "case_dict"]
 
 #: the domains' keys in a case's generator (the usual domain's cases are drawn apart)
 DOMAIN_KEYS = {"full": 0, "usual": 1}
 #: draws of one index before it is given up (a drawn value its constructor refuses beside a
 #: pinned one: LAMB's lower_bound above a pinned upper_bound)
 ATTEMPTS = 100
+#: weights and gradients: magnitudes 10**lo .. 10**hi per dtype (float16 keeps squares finite)
+RANGES = {"float16": ((-2, 1), (-2, 1)), "float32": ((-3, 2), (-4, 3)),
+          "float64": ((-3, 2), (-4, 3))}
 
 
 @dataclass
@@ -100,3 +108,72 @@ def draw(name, hyper_space, dtype, ranges, seed, domain, k, constructible, max_s
         grads = [_values(rng, n, glo, ghi, dtype).reshape(shape) for _ in range(steps)]
         return Case(hyper, w, grads)
     return None
+
+
+def case_dict(case, upto=None):
+    """``case`` as a report's record: its hyperparameters, weight and gradients (the first
+    ``upto``) as lists."""
+    grads = case.grads if upto is None else case.grads[:upto]
+    return {"hyperparameters": dict(case.hyper), "weight0": case.weight.tolist(),
+            "grads": [g.tolist() for g in grads]}
+
+
+def check_dtype(dtype):
+    """``dtype`` as a numpy dtype, one of :data:`RANGES`' (else a ValueError)."""
+    dt = np.dtype(dtype)
+    if dt.name not in RANGES:
+        raise ValueError(f"dtype must be one of {tuple(RANGES)}, got {dtype!r}")
+    return dt
+
+
+def check_count(name, value, least, also=""):
+    """Check a count argument: an int (not a bool) >= ``least``, else a ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{name} must be an int >= {least}{also}, got {value!r}")
+
+
+def optimizer_class(name):
+    """The toolkit optimizer class registered under ``name``, whose spec names the reference
+    (its constructor's checks are the oracle's checks of ``fixed`` and of every drawn case)."""
+    from .. import optimizer
+    return optimizer.registry().get(name)
+
+
+def constructible(klass, hyper):
+    """Whether the optimizer's constructor accepts ``hyper`` (a drawn case with ``fixed``
+    values: a combination it refuses is not drawn)."""
+    if klass is None:
+        return True
+    try:
+        klass(**hyper)
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
+def check_fixed(name, fixed):
+    """``fixed`` as a dict, checked: known names (:func:`space.hyper_space`) and values the
+    optimizer's own constructor accepts, alone and together. A refused value is the
+    constructor's ValueError/TypeError, naming ``fixed[...]``."""
+    if fixed is None:
+        return {}
+    if not isinstance(fixed, dict):
+        raise TypeError(f"fixed must be a dict of hyperparameters (MXNet's names), got "
+                        f"{type(fixed).__name__} {fixed!r}")
+    fixed = dict(fixed)
+    _space.hyper_space(name, fixed)  # unknown names
+    klass = optimizer_class(name)
+    if klass is None:
+        return fixed
+    try:
+        klass(**fixed)
+    except (ValueError, TypeError) as e:
+        for k, v in fixed.items():
+            try:
+                klass(**{k: v})
+            except (ValueError, TypeError) as alone:
+                raise type(alone)(f"fixed[{k!r}] = {v!r} is refused by "
+                                  f"{klass.__name__}: {alone}") from None
+        raise type(e)(f"fixed {fixed!r} is refused by {klass.__name__} (each value alone "
+                      f"is accepted): {e}") from None
+    return fixed

@@ -27,8 +27,9 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
-from .core import identify, least_cases, verify
-from .core import versions as _oracle_versions
+from .core import verify
+from .identification import identify, least_cases
+from .reports import versions as _oracle_versions
 from . import frameworks as _frameworks
 from .seeds import DEFAULT_SEED, parse_seed, resolve_seed
 

@@ -23,10 +23,8 @@ The chosen indices of every setting without pins are stored in
 :func:`variant_make_step` is a variant as an implementation (the reference's own step of it,
 rounded to the dtype): what the tests plant to check that every such variant is caught.
 
-Shares private members within its package: the search runs ``verify``'s own reference
-trajectory, comparison and case construction (:mod:`toolkit.oracle.core`'s), which no public
-seam of the oracle should expose; core reaches this module through ``core.DISCRIMINATING``,
-which ``toolkit.oracle`` sets, so that the import runs one way.
+The search runs ``verify``'s own reference trajectory and comparison
+(:mod:`toolkit.oracle.trajectory`) on ``verify``'s cases (:mod:`toolkit.oracle.cases`).
 """
 from __future__ import annotations
 
@@ -38,6 +36,8 @@ import numpy as np
 from . import cases as _cases
 from . import space as _space
 from . import variants as _variants
+from .trajectory import (compare, conventions_of, reference_module, reference_trajectory, spec_of,
+                         split)
 
 __all__ = ["SEARCH_SEED", "BUDGET", "MARGIN", "SPREAD", "find", "cases", "identify_cases",
            "indistinguishable",
@@ -82,9 +82,8 @@ def _applicable(ref, spec, convention):
 def _search(name, convention, dtype, domain, fixed_items):
     """``{variant: k}``: the index at :data:`SEARCH_SEED` of each variant's discriminating
     candidate, in the spec's variant order (a variant no candidate tells apart is absent)."""
-    from . import core
-    ref = core._module(name)
-    spec = core._spec_of(ref.NAME)
+    ref = reference_module(name)
+    spec = spec_of(ref.NAME)
     dt = np.dtype(dtype)
     todo = {v.name: v for v in _applicable(ref, spec, convention)
             if not (v.name in SAME_IN_FLOAT64 and dt == np.float64)}
@@ -93,18 +92,17 @@ def _search(name, convention, dtype, domain, fixed_items):
         todo = {n: v for n, v in todo.items() if n in unpinned}
     found, best = {}, {}
     budget = max((_budget(v) for v in todo.values()), default=0)
-    for k, case in _candidates(core, ref, dt, domain, dict(fixed_items), range(budget)):
-        refs = core._reference_trajectory(ref, case, convention, dt)
+    for k, case in _candidates(ref, dt, domain, dict(fixed_items), range(budget)):
+        refs = reference_trajectory(ref, case, convention, dt)
         for vname, v in list(todo.items()):
             if k >= _budget(v):
                 continue
             if v.name in CONCRETE:
-                err = _variant_error(core, ref, _in_dtype(case, dt), convention, dt, refs, v,
-                                     case)
+                err = _variant_error(ref, _in_dtype(case, dt), convention, dt, refs, v, case)
             elif _bound_only(v):
-                err = _spread(core, ref, case, convention, dt, refs, v) / SPREAD
+                err = _spread(ref, case, convention, dt, refs, v) / SPREAD
             else:
-                err = _variant_error(core, ref, case, convention, dt, refs, v)
+                err = _variant_error(ref, case, convention, dt, refs, v)
             if err > MARGIN and (fixed_items or not _bound_only(v) or v.name in CONCRETE):
                 found[vname] = k
                 del todo[vname]
@@ -132,13 +130,13 @@ def _in_dtype(case, dt):
     return dataclasses.replace(case, hyper=hyper)
 
 
-def _candidates(core, ref, dt, domain, fixed, only=None):
+def _candidates(ref, dt, domain, fixed, only=None):
     """``(k, case)`` for the candidates at :data:`SEARCH_SEED` (those of indices ``only``)."""
-    klass = core._optimizer_class(ref.NAME)
+    klass = _cases.optimizer_class(ref.NAME)
     hyper_space = _space.hyper_space(ref.NAME, fixed, domain)
     for k in (range(BUDGET) if only is None else only):
-        case = _cases.draw(ref.NAME, hyper_space, dt, core.RANGES[dt.name], SEARCH_SEED, domain,
-                           k, lambda hyper: core._constructible(klass, hyper))
+        case = _cases.draw(ref.NAME, hyper_space, dt, _cases.RANGES[dt.name], SEARCH_SEED,
+                           domain, k, lambda hyper: _cases.constructible(klass, hyper))
         if case is not None:
             yield k, case
 
@@ -156,24 +154,23 @@ def _indices(name, convention, dtype, domain, fixed_items):
 
 @functools.lru_cache(maxsize=None)
 def _find(name, convention, dtype, domain, fixed_items):
-    from . import core
-    ref = core._module(name)
+    ref = reference_module(name)
     indices = _indices(name, convention, dtype, domain, fixed_items)
-    drawn = dict(_candidates(core, ref, np.dtype(dtype), domain, dict(fixed_items),
+    drawn = dict(_candidates(ref, np.dtype(dtype), domain, dict(fixed_items),
                              sorted(set(indices.values()))))
     return {v: drawn[k] for v, k in indices.items()}
 
 
-def _variant_error(core, ref, case, convention, dt, refs, variant, drawn=None):
+def _variant_error(ref, case, convention, dt, refs, variant, drawn=None):
     """How many bounds the variant's trajectory on ``case``, rounded to ``dt``, lies from
     ``refs`` (the convention's on ``drawn``, by default ``case``)."""
     drawn = case if drawn is None else drawn
     with np.errstate(all="ignore"):
         outs = [np.asarray(w.value).astype(dt.type).astype(np.float64) for w in
-                core._reference_trajectory(ref, case, convention, dt, variant=variant)]
+                reference_trajectory(ref, case, convention, dt, variant=variant)]
     if not all(np.all(np.isfinite(o)) for o in outs):
         return 0.0  # an overflow of the variant tells nothing a user's code could show
-    return core._compare(outs, refs, lambda moved: core._reference_trajectory(
+    return compare(outs, refs, lambda moved: reference_trajectory(
         ref, drawn, convention, dt, moved))[0]
 
 
@@ -184,14 +181,13 @@ def _bound_only(variant):
     return variant.rounding and variant.in_reference
 
 
-def _spread(core, ref, case, convention, dt, refs, variant):
+def _spread(ref, case, convention, dt, refs, variant):
     """How many times the convention's bound the variant's bound is, at worst (the rounding it
     allows that the convention's equations do not): an implementation of the variant lands
     beyond the convention's bound where this is large."""
     worst = 0.0
     with np.errstate(all="ignore"):
-        for w, r in zip(core._reference_trajectory(ref, case, convention, dt, variant=variant),
-                        refs):
+        for w, r in zip(reference_trajectory(ref, case, convention, dt, variant=variant), refs):
             ok = (np.isfinite(w.value) & np.isfinite(r.value) & ~r.tie & ~w.tie & (r.err > 0)
                   & np.isfinite(w.err))
             if np.any(ok):
@@ -226,15 +222,14 @@ def identify_cases(name, conventions, dtype, fixed=None):
     first), each once, with every convention's reference trajectory (a case on which one
     overflows is left out, as identify's screen leaves it), so that an implementation ``verify``
     fails as a variant of a convention does not match that convention."""
-    from . import core
-    ref = core._module(name)
+    ref = reference_module(name)
     dt = np.dtype(dtype)
     out = []
     for c in conventions:
         for case in cases(name, c, dt, "full", fixed or None):
             if any(case is o[0] for o in out):
                 continue
-            trajs = {k: core._reference_trajectory(ref, case, k, dt) for k in conventions}
+            trajs = {k: reference_trajectory(ref, case, k, dt) for k in conventions}
             if all(np.all(np.isfinite(t[-1].value)) for t in trajs.values()):
                 out.append((case, trajs, None))
     return out
@@ -243,9 +238,8 @@ def identify_cases(name, conventions, dtype, fixed=None):
 def indistinguishable(name, convention, dtype, domain="full", fixed=None):
     """The variants that apply under ``convention`` but that no candidate tells apart there;
     with ``fixed``, only those the pins make so (told apart without them)."""
-    from . import core
-    ref = core._module(name)
-    spec = core._spec_of(ref.NAME)
+    ref = reference_module(name)
+    spec = spec_of(ref.NAME)
     told = find(name, convention, dtype, domain, fixed)
     out = [v.name for v in _applicable(ref, spec, convention) if v.name not in told]
     if fixed:
@@ -260,14 +254,13 @@ def variant_make_step(name, variant, convention, dtype):
     ``dtype`` as it is returned (the state kept unrounded, as the reference keeps it)."""
     from reference.error_bound import Tracked, track
 
-    from . import core
-    ref = core._module(name)
+    ref = reference_module(name)
     v = _variants.VARIANTS[variant]
     dt = np.dtype(dtype)
 
     def make(w0, **hyper):
         hyper, extra = v.changes(hyper, ref)
-        lr, wd, rs, c, own = core._split(ref, hyper)
+        lr, wd, rs, c, own = split(ref, hyper)
         box = {"w": track(np.asarray(w0, dtype=np.float64), dt), "t": 0,
                "state": {k: (track(x, dt) if isinstance(x, np.ndarray) else x)
                          for k, x in ref.init_state(np.asarray(w0, np.float64), **own).items()}}
@@ -286,8 +279,7 @@ def variant_make_step(name, variant, convention, dtype):
 
 
 def _resolved_conventions(name):
-    from . import core
-    implemented, pytorch = core.conventions_of(name)
+    implemented, pytorch = conventions_of(name)
     return [c for c in implemented if c != "pytorch"] + (
         ["pytorch"] if pytorch == "pytorch" else [])
 
@@ -344,8 +336,7 @@ def _cell(name, variant, convention, dtype, domains):
     guaranteed: ..." (all of them: "not guaranteed")."""
     if (name, variant, convention, dtype) not in NOT_GUARANTEED:
         return ", ".join(domains) or "told apart"
-    from .core import _spec_of
-    every = ("usual", "full") if _spec_of(name).usual else ("full",)
+    every = ("usual", "full") if spec_of(name).usual else ("full",)
     rest = [d for d in every if d not in domains]
     if not rest:
         return ", ".join(domains)
@@ -367,10 +358,10 @@ def write(docs="docs/oracle.md"):
                     '(toolkit.oracle.discriminating).\n\nGenerated by ``python -m '
                     'toolkit.oracle.discriminating``: do not edit."""\nINDICES = ' +
                     pprint.pformat(indices, width=96, sort_dicts=False) + "\n")
+    from ._discriminating_indices import INDICES
+    INDICES.clear()
+    INDICES.update(indices)  # this process reads what was written
     _find.cache_clear()
-    from . import _discriminating_indices
-    import importlib
-    importlib.reload(_discriminating_indices)
     doc = pathlib.Path(docs)
     text = doc.read_text()
     head, rest = text.split(MARKERS[0] + "\n", 1)

@@ -3,7 +3,7 @@ hyperparameters that lie outside their usual ranges are moved towards them, one 
 value where the case turns from failing to passing is bisected ("only for beta1 < 0.00258").
 
 It knows nothing of the user's code: ``fails(**change)`` re-runs the worst case with ``change``
-applied (:func:`toolkit.oracle.core`'s ``_region`` builds it) and says whether it still fails.
+applied (:func:`toolkit.oracle.explanation.locate` builds it) and says whether it still fails.
 """
 from __future__ import annotations
 

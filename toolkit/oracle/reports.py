@@ -1,20 +1,43 @@
 """The reports of :func:`~toolkit.oracle.verify` and :func:`~toolkit.oracle.identify`: what a
 run found (:class:`VerifyReport`, with a :class:`DomainVerdict` per domain and the
 :class:`Explanation` of a failure; :class:`IdentifyReport`), their readable ``summary`` and their
-JSON form. ``verify`` and ``identify`` (:mod:`toolkit.oracle.core`) fill them in.
+JSON form, and the versions a report records (:func:`versions`). ``verify``
+(:mod:`toolkit.oracle.core`) and ``identify`` (:mod:`toolkit.oracle.identification`) fill
+them in.
 """
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["KINDS", "Explanation", "DomainVerdict", "VerifyReport", "IdentifyReport", "finite"]
+__all__ = ["KINDS", "Explanation", "DomainVerdict", "VerifyReport", "IdentifyReport", "finite",
+           "FRAMEWORKS", "versions"]
 
 
 #: the kinds of :class:`Explanation`, in the order they are looked for
 KINDS = ("convention", "variant", "algorithm")
+#: frameworks whose version a report records when the implementation has imported them (the
+#: audit's, :mod:`toolkit.oracle.frameworks`, among them: a test checks that)
+FRAMEWORKS = ("torch", "optax", "jax", "jaxlib", "tensorflow", "mxnet", "cupy")
+
+
+def versions():
+    """``{package: version}`` a verdict depends on: the toolkit, hypothesis, numpy, and each of
+    :data:`FRAMEWORKS` that is imported (an implementation's framework, once it has run)."""
+    import hypothesis
+
+    from .. import __version__
+    out = {"toolkit": __version__, "hypothesis": hypothesis.__version__,
+           "numpy": np.__version__}
+    for name in FRAMEWORKS:
+        module = sys.modules.get(name)
+        version = getattr(module, "__version__", None) if module is not None else None
+        if version is not None:
+            out[name] = str(version)
+    return out
 
 
 @dataclass(frozen=True)
