@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .error_bound import Tracked
+from .error_bound import Tracked, error, ties, value
 
 #: the conventions of the toolkit and of most reference modules (each module lists its own in its
 #: ``CONVENTIONS`` attribute; this tuple is their common default)
@@ -135,6 +135,19 @@ def f32_any(x):
     if isinstance(x, Tracked):
         v = np.float64(np.float32(x.value))
         return Tracked(v, x.err + np.abs(v - x.value), x.tie, u=x.u, tiny=x.tiny)
+    return f32(x)
+
+
+def round_f32(x):
+    """``f32`` of a scalar that may be a 0-d Tracked (LBSGD's lars multiplier, LARS's step
+    constants): the value is rounded, the difference is added to its error bound, so a Tracked
+    run keeps the plain run's values."""
+    if isinstance(x, Tracked):
+        v = value(x)
+        r = np.float64(np.float32(v))
+        return Tracked(r, error(x) + np.abs(r - v), ties(x), u=x.u, tiny=x.tiny)
+    if isinstance(x, np.ndarray):
+        return np.float64(np.float32(x))
     return f32(x)
 
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._util import as_f64, check_convention, f32, guide_gradient, kernel_clip, merge_hyper
+from ._util import (as_f64, check_convention, f32, guide_gradient, kernel_clip, merge_hyper,
+                    round_f32)
 from .error_bound import Tracked, error, ties, value
-from .lbsgd import _round_f32
 
 NAME = "lars"
 #: the conventions this module implements
@@ -130,7 +130,7 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     # products in float32, for float64 weights too (verified against the recorded traces)
     lrwd, lrrs = lr_k * wd, lr_k * rescale_grad
     if hyper_f32:
-        lrwd, lrrs = _round_f32(lrwd), _round_f32(lrrs)
+        lrwd, lrrs = round_f32(lrwd), round_f32(lrrs)
     if clip_gradient:
         gstep = lr_k * kernel_clip(rescale_grad * g, clip_gradient)
     else:

@@ -23,8 +23,8 @@ import math
 
 import numpy as np
 
-from ._util import as_f64, check_convention, f32, guide_gradient, kernel_clip, merge_hyper
-from .error_bound import Tracked, error, ties, value
+from ._util import (as_f64, check_convention, f32, guide_gradient, kernel_clip, merge_hyper,
+                    round_f32)
 
 NAME = "lbsgd"
 #: the conventions this module implements
@@ -86,18 +86,6 @@ def lars_mult(weight, grad_mean, wd):
     w2 = np.sum(weight * weight)
     g2 = np.sum(grad_mean * grad_mean)
     return np.clip(np.sqrt(w2 / (g2 + wd * w2 + 1e-18)), 0.01, 100.0)
-
-
-def _round_f32(x):
-    """``f32`` of a scalar that may be a 0-d Tracked (the lars multiplier): the value is rounded,
-    the difference is added to its error bound, so a Tracked run keeps the plain run's values."""
-    if isinstance(x, Tracked):
-        v = value(x)
-        r = np.float64(np.float32(v))
-        return Tracked(r, error(x) + np.abs(r - v), ties(x), u=x.u, tiny=x.tiny)
-    if isinstance(x, np.ndarray):
-        return np.float64(np.float32(x))
-    return f32(x)
 
 
 def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=None,
@@ -177,7 +165,7 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     gm = cum / bs
     lr_k = lr * mult_at(gm)
     if hyper_f32:
-        lr_k = _round_f32(lr_k)
+        lr_k = round_f32(lr_k)
         wd, rescale_grad = f32(wd), f32(rescale_grad)
         clip_gradient, momentum = f32(clip_gradient), f32(momentum)
     if clip_gradient:

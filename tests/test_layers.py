@@ -384,11 +384,11 @@ def private_uses(package="toolkit"):
 #: test_private_use_allow_list_only_shrinks (remove it), so the list only shrinks. 108 uses in
 #: 54 (file, member) pairs on main at 454af51; the backends, dist and states now use public
 #: seams (toolkit.backends.jit and order, the Trainer's parameters/groups/optimizer/backend/
-#: apply_update, a Parameter's data()/grad_fresh/mark_grad_stale), row_sparse.py shares
-#: base.py's by the package rule; the Trainer steps through the optimizer's public plan
-#: (step_scalars, commit_counts, launch_step, plan_step, restored_on_error, update_counts,
-#: restore_counts) and a Parameter's public hooks (trainer, grad_array, sparse_grad, adopt,
-#: hold; Trainer.data_changed). What is left, another library's private:
+#: apply_update, a Parameter's data()/grad_fresh/mark_grad_stale), row-sparse stepping is a
+#: mixin of Optimizer (row_sparse.RowSparseSteps); the Trainer steps through the optimizer's
+#: public plan (step_scalars, commit_counts, launch_step, plan_step, restored_on_error,
+#: update_counts, restore_counts) and a Parameter's public hooks (trainer, grad_array,
+#: sparse_grad, adopt, hold; Trainer.data_changed). What is left, another library's private:
 ALLOWED = {
     # other libraries' privates: numba's simulated device array
     ("toolkit/backends/cuda.py", "_ary"),

@@ -18,7 +18,9 @@ derives from:
 * :class:`~toolkit.optimizers.reference_step.ReferenceStep`: the reference backend's hooks
   (``reference_step.py``);
 * :class:`~toolkit.optimizers.launching.LaunchContext`: the launcher and row-sparse mode of the
-  step in progress (``launching.py``).
+  step in progress (``launching.py``);
+* :class:`~toolkit.optimizers.row_sparse.RowSparseSteps`: ``update`` with a ``RowSparse``
+  gradient (``row_sparse.py``).
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ from .launching import LaunchContext
 from .nonfinite import NonFiniteGuard
 from .precision import MultiPrecision
 from .reference_step import ReferenceStep
+from .row_sparse import RowSparseSteps
 from .spec import CONVENTIONS, DEFAULT_CONVENTIONS
 from ..sparse import RowSparse
 from .validation import (AliasAttribute, Domain, alias_attribute, callable_or_none,
@@ -149,7 +152,7 @@ def _install_checked_attributes(cls):
 
 
 class Optimizer(ArrayChecks, MultiPrecision, NonFiniteGuard, ReferenceStep, LaunchContext,
-                Bookkeeping):
+                RowSparseSteps, Bookkeeping):
     """Base class of all optimizers (MXNet 1.9.1's ``mxnet.optimizer.Optimizer``).
 
     Parameters
@@ -423,9 +426,8 @@ class Optimizer(ArrayChecks, MultiPrecision, NonFiniteGuard, ReferenceStep, Laun
         if skip_nonfinite is not False:
             return self._guarded(False, index, weight, grad, state, stream, skip_nonfinite)
         if type(grad) is RowSparse:
-            from . import row_sparse
-            return row_sparse.update(self, index, weight, grad, state, multi_precision=False,
-                                     stream=stream)
+            return self._row_sparse_update(index, weight, grad, state, multi_precision=False,
+                                           stream=stream)
         self._check_index(index)
         w = self._checked_before(weight, grad, state)
         if w is not None:  # the same numpy arrays as a step that passed, unchanged

@@ -54,9 +54,8 @@ class MultiPrecision:
         if skip_nonfinite is not False:
             return self._guarded(True, index, weight, grad, state, stream, skip_nonfinite)
         if type(grad) is RowSparse:
-            from . import row_sparse
-            return row_sparse.update(self, index, weight, grad, state, multi_precision=True,
-                                     stream=stream)
+            return self._row_sparse_update(index, weight, grad, state, multi_precision=True,
+                                           stream=stream)
         if not self.uses_master(weight):
             if stream is None:  # MXNet's signature: a subclass's own ``update`` need not take it
                 return self.update(index, weight, grad, state)

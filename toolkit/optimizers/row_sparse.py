@@ -24,12 +24,9 @@ copy, Fortran order, the reference backend) gathers the present rows, runs the d
 them, and writes them back; on CUDA a row kernel updates the rows in place (``rows`` of the
 CUDA launcher). Everything is checked before anything is written.
 
-Shares private members within its package: this module is the row-sparse half of
-``Optimizer.update`` (``base.py``), kept apart for its size, and runs that method's own checks
-(``_check_index``, ``_check_weight``, ``_check_state``, ``_check_master_state``,
-``_resolve_backend``) and launch context (``_launching``, ``_row_sparse_step``, ``_apply``) on the
-optimizer it is given; they are not a seam for other packages (tests/test_layers.py allows this by
-rule: every member it uses is defined in ``toolkit/optimizers/``).
+``Optimizer`` derives from :class:`RowSparseSteps`: ``update`` and ``update_multi_precision``
+hand a ``RowSparse`` gradient to its ``_row_sparse_update``, which runs their checks and launch
+context on the optimizer itself.
 """
 from __future__ import annotations
 
@@ -37,7 +34,7 @@ import numpy as np
 
 from ..backends import cpu, jit
 
-__all__ = ["update", "MODES"]
+__all__ = ["RowSparseSteps", "MODES"]
 
 MODES = ("lazy", "standard", "dense")
 
@@ -61,48 +58,51 @@ def _scatter(dst, src, rows):
     dst[rows] = src
 
 
-def update(opt, index, weight, grad, state, *, multi_precision, stream=None):
-    """``opt.update`` (or ``update_multi_precision``) with the ``RowSparse`` gradient ``grad``."""
-    opt._check_index(index)
-    w = opt._check_weight(weight)
-    backend = opt._resolve_backend(w)
-    rows, v = grad.check(w)
-    mode = opt.row_sparse_mode(index)
-    if mode not in MODES:  # pragma: no cover - a subclass bug
-        raise ValueError(f"row_sparse_mode returned {mode!r}, expected one of {MODES}")
-    dense_update = opt.update_multi_precision if multi_precision else opt.update
-    if mode == "dense":
-        return dense_update(index, weight, grad.to_dense(), state, stream=stream)
-    if mode == "standard":
-        with opt._row_sparse_step(mode):
+class RowSparseSteps:
+    """The row-sparse half of ``update`` (methods of ``Optimizer``)."""
+
+    def _row_sparse_update(self, index, weight, grad, state, *, multi_precision, stream=None):
+        """``update`` (or ``update_multi_precision``) with the ``RowSparse`` gradient ``grad``."""
+        self._check_index(index)
+        w = self._check_weight(weight)
+        backend = self._resolve_backend(w)
+        rows, v = grad.check(w)
+        mode = self.row_sparse_mode(index)
+        if mode not in MODES:  # pragma: no cover - a subclass bug
+            raise ValueError(f"row_sparse_mode returned {mode!r}, expected one of {MODES}")
+        dense_update = self.update_multi_precision if multi_precision else self.update
+        if mode == "dense":
             return dense_update(index, weight, grad.to_dense(), state, stream=stream)
-    master = multi_precision and opt.uses_master(weight)
-    # the whole arrays' checks (a check of gathered rows could not see overlaps and shapes)
-    if master:
-        m_arr, m, inner, known = opt._check_master_state(state, w, v, "grad.values")
-        known = [w, v, m] + known
-    else:
-        known = [w, v] + opt._check_state(state, w, opt.create_state_template(w),
-                                          others=(("grad.values", v),))
-    if backend == "cuda":  # the row kernel, in place (one launch per rule)
-        if not w.c_contiguous:
-            raise ValueError("a lazy row-sparse update on CUDA needs a C-contiguous weight")
-        with opt._row_sparse_step("lazy"):
-            if master:
-                opt._apply(index, m_arr, grad.values, inner, "cuda", m, stream=stream,
-                           mirror=w, known=known, rows=rows)
-            else:
-                opt._apply(index, weight, grad.values, state, "cuda", w, stream=stream,
-                           known=known, rows=rows)
+        if mode == "standard":
+            with self._row_sparse_step(mode):
+                return dense_update(index, weight, grad.to_dense(), state, stream=stream)
+        master = multi_precision and self.uses_master(weight)
+        # the whole arrays' checks (a check of gathered rows could not see overlaps and shapes)
+        if master:
+            m_arr, m, inner, known = self._check_master_state(state, w, v, "grad.values")
+            known = [w, v, m] + known
+        else:
+            known = [w, v] + self._check_state(state, w, self.create_state_template(w),
+                                               others=(("grad.values", v),))
+        if backend == "cuda":  # the row kernel, in place (one launch per rule)
+            if not w.c_contiguous:
+                raise ValueError("a lazy row-sparse update on CUDA needs a C-contiguous weight")
+            with self._row_sparse_step("lazy"):
+                if master:
+                    self._apply(index, m_arr, grad.values, inner, "cuda", m, stream=stream,
+                                mirror=w, known=known, rows=rows)
+                else:
+                    self._apply(index, weight, grad.values, state, "cuda", w, stream=stream,
+                                known=known, rows=rows)
+            return None
+        if backend == "cpu" and not master and w.dtype in jit.DTYPES and w.c_contiguous:
+            with self._row_sparse_step("lazy"), self._launching(cpu.RowsLauncher(rows)):
+                self._apply(index, weight, grad.values, state, backend, w)
+            return None
+        # the rows present, gathered: the dense update checks them before anything is written
+        sub_w, sub_state = np.ascontiguousarray(weight[rows]), _gather(state, rows)
+        with self._row_sparse_step("lazy"):
+            dense_update(index, sub_w, np.ascontiguousarray(grad.values), sub_state)
+        weight[rows] = sub_w
+        _scatter(state, sub_state, rows)
         return None
-    if backend == "cpu" and not master and w.dtype in jit.DTYPES and w.c_contiguous:
-        with opt._row_sparse_step("lazy"), opt._launching(cpu.RowsLauncher(rows)):
-            opt._apply(index, weight, grad.values, state, backend, w)
-        return None
-    # the rows present, gathered: the dense update checks them before anything is written
-    sub_w, sub_state = np.ascontiguousarray(weight[rows]), _gather(state, rows)
-    with opt._row_sparse_step("lazy"):
-        dense_update(index, sub_w, np.ascontiguousarray(grad.values), sub_state)
-    weight[rows] = sub_w
-    _scatter(state, sub_state, rows)
-    return None

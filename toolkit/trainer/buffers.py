@@ -233,6 +233,15 @@ class Group:
             v = self._views[key] = self._slicer(k, self.layout(arr))(arr)
         return v
 
+    def plan_maps(self, flats):
+        """The ``(owner, member views)`` dicts of a step plan over the work arrays ``flats``:
+        kept across steps (one pair per list of arrays) when every one of them is a buffer of
+        this group, fresh ones when one is a per-step copy."""
+        key = tuple(id(f) for f in flats)
+        if all(k in self._persistent for k in key):
+            return self._member_cache.setdefault(key, ({}, {}))
+        return {}, {}
+
     def direction_chunks(self, device=False):
         """The chunk table of a first pass over this group (``order.chunk_table`` with
         ``order.DIRECTION_CHUNK``: the chunks of a single tensor's pass), made on first use;

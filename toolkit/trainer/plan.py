@@ -71,14 +71,9 @@ class StepWork:
         self.flats = [self.w, self.grad] + state_leaves(self.s) + list(g.host_flats.values())
         #: the layout of each work array (``Group.layout``; a per-step copy takes its source's)
         self.layouts = [None, None] + inner_layouts + [None] * len(g.host_flats)
-        # id(view) -> (position in self.flats, member), and member -> its views. When every
-        # work array is one of the group's own buffers (no per-step copies), both are kept
-        # across steps
-        key = tuple(id(f) for f in self.flats)
-        if all(k in g._persistent for k in key):
-            self.owner, self._member_views = g._member_cache.setdefault(key, ({}, {}))
-        else:
-            self.owner, self._member_views = {}, {}
+        # id(view) -> (position in self.flats, member), and member -> its views (kept across
+        # steps when every work array is one of the group's own buffers)
+        self.owner, self._member_views = g.plan_maps(self.flats)
         self.members = {}
         self.calls_from = {}
         #: a vectorised plan (``plan_scalars``): (factory, positions in self.flats, members,
