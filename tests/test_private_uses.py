@@ -3,13 +3,10 @@ counted by the issue's AST rule: ``obj._name`` where ``obj`` is not ``self``/``c
 function, class, assignment target or argument of the same module is named ``_name``, and every
 ``from m import _name``. The count may only go down.
 
-What the rule still counts (40): toolkit/oracle/discriminating.py (18, ``core``'s reference
-trajectory, comparison and case construction) and toolkit/torch/checkpoint.py (16, the
-``TorchOptimizer`` state it saves and rebuilds), both sharing within their package as their
-docstrings say; namedtuple methods (``_fields``, ``_replace``, ``_asdict``: custom.py, lamb.py,
-lars.py, lbsgd.py) and ``os._exit`` (dist.py), public API spelled with an underscore; numba's
-simulated device array ``_ary`` (backends/cuda.py). tests/test_layers.py holds the stricter
-ratchet that names each allowed use.
+What the rule still counts (6): namedtuple methods (``_fields``, ``_replace``, ``_asdict``:
+custom.py, lamb.py, lars.py, lbsgd.py) and ``os._exit`` (dist.py), public API spelled with an
+underscore; numba's simulated device array ``_ary`` (backends/cuda.py). tests/test_layers.py
+holds the stricter ratchet that names each allowed use.
 """
 from __future__ import annotations
 
@@ -20,7 +17,7 @@ import os
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 #: the most uses the rule may find
-MAX_USES = 40
+MAX_USES = 6
 
 
 def _private(name):

@@ -383,3 +383,45 @@ def test_adamw_under_pytorch_defaults_to_torchs_decay():
     g = toolkit.torch.AdamW([torch.nn.Parameter(torch.zeros(2))], convention="pytorch",
                             wd=0.0).param_groups[0]
     assert g["weight_decay"] == 0.0
+
+
+def test_a_state_resized_in_place_after_a_steady_step_is_refused():
+    """``resize_`` keeps a state tensor's address: the steady path compares its size too, and
+    refuses the step as the general path does (it wrote the old size through the smaller
+    tensor before), with nothing changed."""
+    model = _model()
+    opt = toolkit.torch.Adam(model.parameters(), lr=0.01)
+    _train(model, opt, 2)
+    assert opt._steady  # the next step would take the steady path
+    w = model[0].weight
+    state = opt.state[w]["exp_avg"]
+    address = state.data_ptr()
+    state.resize_(1)
+    assert state.data_ptr() == address
+    weights = [q.detach().clone() for q in model.parameters()]
+    with checked_launches(), pytest.raises(ValueError, match=r"exp_avg'\] is \(1,\)"):
+        _train(model, opt, 1)
+    assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters()))
+
+
+@pytest.mark.parametrize("steady", [True, False], ids=["steady", "general"])
+def test_a_gradient_with_torchs_negative_bit_steps_with_its_value(steady):
+    """A gradient whose memory holds the negated values (torch's negative bit: ``conj().imag``
+    of a complex tensor, contiguous for one element) steps with its values, as torch.optim
+    does, on both paths."""
+    def run(neg):
+        p = torch.nn.Parameter(torch.tensor([1.0]))
+        opt = toolkit.torch.SGD([p], lr=0.1)
+        for _ in range(3):
+            value = torch.tensor([-2.0])
+            if neg:
+                g = torch.complex(torch.zeros(1), -value).conj().imag
+                assert g.is_neg() and g.is_contiguous() and torch.equal(g, value)
+            else:
+                g = value
+            p.grad = g
+            if not steady:
+                opt._steady.clear()
+            opt.step()
+        return p.detach()
+    assert torch.equal(run(True), run(False))

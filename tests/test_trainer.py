@@ -834,3 +834,38 @@ def test_a_step_sets_rescale_grad_to_the_bits_of_scale_over_batch_size():
     params[0].grad()[...] = 1.0
     trainer.step(1)
     assert math.copysign(1.0, opt.rescale_grad) == -1.0  # -0.0 / 1
+
+
+def test_a_vectorised_group_hands_the_rule_the_state_arrays_of_state_arrays():
+    """The Trainer's plan from ``kernel_row`` gives the rule the state buffers in
+    ``state_arrays`` order (a subclass may store its state in another order), as ``update``
+    does: the two agree bit for bit."""
+    class Swapped(optimizer.Adam):
+        def create_state(self, index, weight):
+            m, v = super().create_state(index, weight)
+            v[...] = 0.5
+            return (v, m)  # stored (var, mean)
+
+        def state_arrays(self, state):
+            return (state[1], state[0])  # the rule's (mean, var)
+
+    rng = np.random.default_rng(0)
+    shapes = [(5, 4), (7,), (3,)]
+    init = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    params = [Parameter(f"p{i}", init=a, lr_mult=1.0 + i) for i, a in enumerate(init)]
+    trainer = Trainer(params, Swapped(learning_rate=0.1))
+    assert trainer.optimizer.plans_by_scalars
+    twin = Swapped(learning_rate=0.1)
+    twin.param_dict = dict(enumerate(params))
+    ws = [a.copy() for a in init]
+    states = [twin.create_state(i, w) for i, w in enumerate(ws)]
+    for _ in range(3):
+        grads = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+        for p, g in zip(params, grads):
+            p.set_grad(g)
+        trainer.step(1)
+        for i, g in enumerate(grads):
+            twin.update(i, ws[i], g, states[i])
+        assert trainer.last_step_launches == 1
+    for p, w in zip(params, ws):
+        assert p.data().tobytes() == w.tobytes()

@@ -29,6 +29,7 @@ from ..optimizers.registry import spec_of
 from ..trainer.buffers import planned_rows
 from . import crossing, keywords, meaning
 from .binding import FRESH, REBIND, Binding, TrackedState, check_entry
+from .checkpoint import Checkpoints
 from .launch import run_rule_table, run_rule_table_mp
 from .maximize import negated_row
 from .steady import SteadyGroup, SteadyStep
@@ -174,7 +175,7 @@ def _unordered(t, perm):
     return t.permute(inverse)
 
 
-class TorchOptimizer(torch.optim.Optimizer):
+class TorchOptimizer(Checkpoints, torch.optim.Optimizer):
     """A ``torch.optim.Optimizer`` whose update is the toolkit optimizer ``toolkit_class``
     (generated per registered optimizer: ``toolkit.torch.Adam``...).
 
@@ -674,6 +675,8 @@ class TorchOptimizer(torch.optim.Optimizer):
     def _member(self, index, p, inner, group):
         """The checked member ``index`` (``p`` with its gradient)."""
         grad = p.grad
+        if grad.is_neg():  # its memory holds -grad (a conj().imag view): the values, copied
+            grad = grad.resolve_neg()
         # a CPU parameter with state whose weight (address, dtype, shape, strides) and dense
         # gradient are as they were at its last full check: the facts of that check
         facts = self._facts.get(p)
@@ -990,13 +993,12 @@ class TorchOptimizer(torch.optim.Optimizer):
         the optimizer's registry name, ``num_update`` and each group's host state (Nadam's
         momentum schedule...). Tensors and plain Python values only:
         ``torch.load(..., weights_only=True)`` reads it."""
-        from .checkpoint import pack
         self._follow_groups()
         self._follow_positions()  # what was done since the last step, as the next step takes it
         self._take_state_changes()
         for hook in self._optimizer_state_dict_pre_hooks.values():  # torch's hooks
             hook(self)
-        out = pack(self)
+        out = self._pack()
         for hook in self._optimizer_state_dict_post_hooks.values():
             result = hook(self, out)
             if result is not None:
@@ -1006,13 +1008,12 @@ class TorchOptimizer(torch.optim.Optimizer):
     def load_state_dict(self, state_dict):
         """Load what :meth:`state_dict` gave (for the same parameters); a state that does not
         fit is a ValueError/TypeError with this optimizer unchanged."""
-        from .checkpoint import unpack
         self._follow_groups()
         for hook in self._optimizer_load_state_dict_pre_hooks.values():  # torch's hooks
             result = hook(self, state_dict)
             if result is not None:
                 state_dict = result
-        unpack(self, state_dict)
+        self._unpack(state_dict)
         self._steady.clear()  # the state tensors may be new ones
         self._order, self._ids = self._param_order()  # the counts are keyed as loaded
         for hook in self._optimizer_load_state_dict_post_hooks.values():

@@ -37,6 +37,7 @@ __all__ = ["SteadyGroup", "SteadyStep"]
 
 _STRIDED = torch.strided
 _data_ptr = torch.Tensor.data_ptr
+_numel = torch.Tensor.numel
 #: a weight's dtype -> the dtype of its kernel's arithmetic and table (bfloat16: its float32
 #: master's)
 _DTYPES = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64),
@@ -64,8 +65,8 @@ class SteadyGroup:
     """A param group's parameters, their weights' and states' addresses and sizes, as the
     last general step left them (:meth:`build`), and the checks of a step against them."""
     __slots__ = ("params", "indices", "kept", "dtype", "np_dtype", "weight", "shapes",
-                 "weight_ptrs", "ptrs", "sizes", "tensors", "states", "state_ptrs", "table",
-                 "hyper", "grad_column", "grad_mask", "planned", "serial")
+                 "weight_ptrs", "ptrs", "sizes", "tensors", "states", "state_ptrs", "state_sizes",
+                 "table", "hyper", "grad_column", "grad_mask", "planned", "serial")
 
     def __init__(self, params, indices, dtype, shapes, weight_ptrs, ptrs, sizes, tensors):
         self.params, self.indices, self.dtype = params, indices, dtype
@@ -82,6 +83,8 @@ class SteadyGroup:
         # one (set_, .data =) is a change
         self.states = [a for arrays in tensors for a in arrays[1:]]
         self.state_ptrs = list(map(_data_ptr, self.states))
+        # and their sizes: a state resized in place (resize_) keeps its address
+        self.state_sizes = list(map(_numel, self.states))
         #: the table of the last run (column 0, the active flags, all 1), made again only when
         #: the row's length changes, and its rows' columns (a view)
         self.table = self.hyper = None
@@ -147,10 +150,13 @@ class SteadyGroup:
         for g, p, shape in zip(grads, mine, self.shapes):
             if g is None or g.layout is not _STRIDED or g.dtype is not dtype or \
                     not g.is_cpu or g.shape != shape or p.shape != shape or \
-                    p.dtype is not dtype or not g.is_contiguous() or not p.is_contiguous():
+                    p.dtype is not dtype or not g.is_contiguous() or not p.is_contiguous() or \
+                    g.is_neg():  # memory holding -grad (a conj().imag view): the general path
                 return None
+        states = self.states
         if list(map(_data_ptr, mine)) != self.weight_ptrs or \
-                list(map(_data_ptr, self.states)) != self.state_ptrs:
+                list(map(_data_ptr, states)) != self.state_ptrs or \
+                list(map(_numel, states)) != self.state_sizes:
             return None
         if negated:
             grads = list(map(operator.neg, grads))

@@ -122,10 +122,13 @@ class StepWork:
         first, inverse = scalars.distinct()
         planned = [opt.kernel_row(int(t[j]), float(lr[j]), float(wd[j])) for j in first]
         factory, row0 = planned[0]
-        # the rule's arrays: the weight, the gradient and the state leaves, in that order
-        layout = tuple(range(2 + len(state_leaves(self.s))))
-        if self._fits("rule", layout) and all(f is factory and len(row) == len(row0)
-                                              for f, row in planned):
+        # the rule's arrays: the weight, the gradient and opt.state_arrays of the state, at
+        # their positions among the work arrays
+        position = {id(a): 2 + j for j, a in enumerate(state_leaves(self.s))}
+        states = [position.get(id(a)) for a in opt.state_arrays(self.s)]
+        layout = None if None in states else (0, 1, *states)
+        if layout is not None and self._fits("rule", layout) and all(
+                f is factory and len(row) == len(row0) for f, row in planned):
             rows, inverse = planned_rows([tuple(row) for _, row in planned], inverse)
             self.vector = (factory, layout, ks, rows if inverse is None else rows[inverse])
             if self.after is not None:  # it rounds back the members updated
