@@ -1,0 +1,141 @@
+"""The Trainer's states file: its format, what a file holds of a trainer, and the refusal that
+every check of a loaded file raises.
+
+Format (version 2, ``docs/trainer.md``): a NumPy ``.npz`` archive (a zip of stored, uncompressed
+``.npy`` files) holding
+
+* ``meta``: UTF-8 JSON as a uint8 array: the format name and version, the optimizer's registry
+  name, convention and hyperparameters, the learning rate, ``num_update`` and the per-index counts,
+  the scheduler's configuration and state, the optimizer's own host-side state (Nadam's momentum
+  schedule, LBSGD's call counts), the parameters (index, name, shape, dtype) with the shapes and
+  dtypes of their state arrays, and a SHA-256 checksum of every array and of the rest of the
+  metadata;
+* ``state/<index>/<k>``: the k-th state array of parameter ``index`` (the leaves of what
+  ``create_state_multi_precision`` returns, in order, so the float32 master copy of a
+  multi-precision parameter is one of them);
+* ``host/<name>``: arrays of the optimizer's host-side state (LBSGD's gradient accumulators);
+* the zip archive comment (the file's last 64 bytes): the SHA-256, in hex, of every byte before
+  it, so a flipped bit anywhere in the file is caught before the zip is even parsed.
+
+Version 1 (no scheduler configuration) is still read.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import numpy as np
+
+from ..backends import arrays
+from .buffers import state_leaves
+
+__all__ = ["FORMAT", "VERSION", "READS", "SEAL", "MAX_COUNT", "checksum", "scheduler_config",
+           "scheduler_meta", "hyper", "state_members", "collect", "refuse"]
+
+FORMAT = "mxopt-toolkit trainer states"
+#: the version this toolkit writes
+VERSION = 2
+#: the versions it reads (1: no scheduler configuration)
+READS = (1, 2)
+#: the zip archive comment, the file's last bytes: the SHA-256 (hex) of every byte before it
+SEAL = 64
+#: counts above this are refused (they are exact integers in float64, and fit every kernel's t)
+MAX_COUNT = 2 ** 53
+
+
+# ------------------------------------------------------------------------------------------
+# what a file holds
+# ------------------------------------------------------------------------------------------
+def checksum(arrs: dict, meta: dict) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps(meta, sort_keys=True).encode())
+    for name in sorted(arrs):
+        a = arrs[name]
+        h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(np.ascontiguousarray(a).reshape(-1).view(np.uint8))  # no copy when contiguous
+    return h.hexdigest()
+
+
+def scheduler_config(s):
+    config = getattr(s, "config", None)
+    return json.loads(json.dumps(config())) if callable(config) else None
+
+
+def scheduler_meta(opt):
+    s = opt.lr_scheduler
+    if s is None:
+        return None
+    if not hasattr(s, "state_dict"):
+        raise TypeError(f"the lr_scheduler {type(s).__name__} has no state_dict(); it cannot be "
+                        "saved")
+    return {"type": type(s).__name__, "config": scheduler_config(s), "state": s.state_dict()}
+
+
+def hyper(opt):
+    h = {k: v for k, v in opt.reference_hyper().items()}
+    h.update(wd=opt.wd, clip_gradient=opt.clip_gradient, multi_precision=opt.multi_precision,
+             begin_num_update=opt.begin_num_update)
+    return json.loads(json.dumps(h))  # as JSON will give it back
+
+
+def state_members(trainer):
+    """``[(index, parameter, [state leaf, ...])]`` of the trainer's stepped parameters."""
+    out = []
+    for g in trainer.groups:
+        for k, (i, p) in enumerate(g.members):
+            out.append((i, p, state_leaves(g.views[k])))
+    out.sort(key=lambda e: e[0])
+    return out
+
+
+def collect(trainer, copies=True):
+    """``(meta, arrays)`` of the trainer's current state. With ``copies`` the arrays are host
+    copies that no later step changes; without, ``arrays`` maps each name to the live array."""
+    opt = trainer.optimizer
+    arrs = {}
+    params = []
+    members = state_members(trainer)
+    if copies and any(arrays.describe(leaf).kind != arrays.HOST for _, _, leaves in members
+                      for leaf in leaves):
+        from numba import cuda  # a step's kernels may run on another thread's stream: wait
+        cuda.synchronize()
+    for i, p, leaves in members:
+        entry = {"index": i, "name": p.name, "shape": list(p.shape), "dtype": p.dtype.name,
+                 "state": []}
+        for j, leaf in enumerate(leaves):
+            d = arrays.describe(leaf)
+            # np.array, not np.ascontiguousarray: that one makes a 0-d array 1-d (issue 19.4)
+            arrs[f"state/{i}/{j}"] = (np.array(arrays.to_host(leaf), order="C", copy=True)
+                                      if copies else leaf)
+            entry["state"].append({"shape": list(d.shape), "dtype": np.dtype(d.dtype).name})
+        params.append(entry)
+    extra, extra_arrays = opt.host_state()
+    extra = json.loads(json.dumps(extra))  # a copy, as JSON will give it back
+    for name, a in extra_arrays.items():
+        arrs[f"host/{name}"] = (np.array(arrays.to_host(a), order="C", copy=True)
+                                if copies else a)
+    meta = {
+        "format": FORMAT, "version": VERSION,
+        "optimizer": type(opt).__name__.lower(), "convention": opt.convention,
+        "hyperparameters": hyper(opt), "learning_rate": opt.lr,
+        "num_update": opt.num_update,
+        "index_update_count": [[k, v] for k, v in sorted(opt.update_counts.items(),
+                                                         key=lambda kv: str(kv[0]))],
+        "scheduler": json.loads(json.dumps(scheduler_meta(opt))), "host_state": extra,
+        "params": params,
+    }
+    return meta, arrs
+
+
+
+def refuse(path, why):
+    raise ValueError(f"cannot load trainer states from {_label(path)}: {why}; the trainer is "
+                   "unchanged")
+
+
+def _label(path):
+    if isinstance(path, (str, bytes, os.PathLike)):
+        return repr(os.fsdecode(os.fspath(path)))
+    name = getattr(path, "name", None)
+    return repr(name) if isinstance(name, str) else f"a {type(path).__name__}"
