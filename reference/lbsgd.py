@@ -165,7 +165,7 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     gm = cum / bs
     lr_k = lr * mult_at(gm)
     if hyper_f32:
-        lr_k = round_f32(lr_k)
+        lr_k = round_f32(lr_k, f32)  # this module's f32, as tests may replace it
         wd, rescale_grad = f32(wd), f32(rescale_grad)
         clip_gradient, momentum = f32(clip_gradient), f32(momentum)
     if clip_gradient:
