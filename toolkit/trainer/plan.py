@@ -140,17 +140,6 @@ class StepWork:
             opt.launch_step(int(indices[j]), wv, gv, sv, int(t[j]), float(lr[j]), float(wd[j]),
                             self.recorder)
 
-    def _layout(self, calls, k):
-        """Positions in ``self.flats`` of the arrays of member ``k``'s one recorded call, or
-        None when it recorded other than one call on its own slices."""
-        if len(calls) != 1:
-            return None
-        call = calls[0]
-        owners = [self.owner.get(id(a)) for a in (call.weight, call.grad) + tuple(call.states)]
-        if any(o is None or o[1] != k for o in owners):
-            return None
-        return tuple(o[0] for o in owners)
-
     def precompute_norms(self, norms):
         """LARS norms of every member that needs them, in one reduction over the flat buffers,
         handed to the recorder for the optimizer's planning to read. Returns the calls made."""
