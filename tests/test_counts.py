@@ -1,4 +1,4 @@
-"""The optimizer's per-index counts (``toolkit.optimizers.counts.Counts``): a mapping that
+"""The optimizer's per-index counts (``toolkit.optimizers.bookkeeping.Counts``): a mapping that
 reads and writes as the dict MXNet keeps (``_index_update_count``), whatever the keys and
 values, with the integer indices' counts in an array that a step of many indices reads
 (``gather``) and writes (``scatter``) at once."""
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from toolkit import optimizer
-from toolkit.optimizers.counts import Counts
+from toolkit.optimizers.bookkeeping import Counts
 
 # keys: small and large ints, numpy ints, negative ints, bools, names; values: counts, huge
 # ints beyond int64, and what a careless user might store
@@ -289,7 +289,7 @@ def test_a_negative_count_scattered_or_committed_is_kept_as_the_dict_keeps_it():
     the index vanished from the mapping while ``len`` still counted it. A negative count is
     a caller's mistake (``step_scalars`` gives counts from 1), yet it must not corrupt the
     counts: it now goes where ``self[i] = t`` puts it, as does a kept commit's."""
-    from toolkit.optimizers.bookkeeping import Kept
+    from toolkit.optimizers.batched import Kept
     c, d = Counts(), {}
     c.scatter(np.array([0, 1, 2], np.int64), np.array([3, -2, 5], np.int64))
     d.update({0: 3, 1: -2, 2: 5})

@@ -23,8 +23,8 @@ from hypothesis import given, strategies as st
 
 from toolkit import Parameter, Trainer, lr_scheduler, optimizer
 from toolkit.optimizer import specs
-from toolkit.optimizers.bookkeeping import Kept, StepScalars
-from toolkit.optimizers.counts import Counts
+from toolkit.optimizers.batched import Kept, StepScalars
+from toolkit.optimizers.bookkeeping import Counts
 
 NAMES = sorted(specs(oracle=True))
 

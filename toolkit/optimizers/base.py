@@ -8,8 +8,9 @@ seams (``plan_step``, ``launch_step``, ``restored_on_error``), and the float32 r
 of the rules. The rest is in mixins of their own, one responsibility each, that ``Optimizer``
 derives from:
 
-* :class:`~toolkit.optimizers.bookkeeping.Bookkeeping`: MXNet's learning rate, schedule,
-  multipliers and counts (``bookkeeping.py``);
+* :class:`~toolkit.optimizers.batched.BatchedBookkeeping`: MXNet's learning rate, schedule,
+  multipliers and counts, index by index (``bookkeeping.py``) and for many indices at once
+  (``batched.py``);
 * :class:`~toolkit.optimizers.checks.ArrayChecks`: the array contract, checked before anything
   is written, and the memo of arrays that passed (``checks.py``);
 * :class:`~toolkit.optimizers.precision.MultiPrecision`: float16 weights with a float32 master
@@ -36,9 +37,9 @@ import numpy as np
 
 from ..backends import arrays, cpu
 from . import aliases as _aliases
-from .bookkeeping import Bookkeeping, StepScalars
+from .batched import BatchedBookkeeping, StepScalars
+from .bookkeeping import Counts
 from .checks import ArrayChecks, Slot
-from .counts import Counts
 from .launching import LaunchContext
 from .nonfinite import NonFiniteGuard
 from .precision import MultiPrecision
@@ -152,7 +153,7 @@ def _install_checked_attributes(cls):
 
 
 class Optimizer(ArrayChecks, MultiPrecision, NonFiniteGuard, ReferenceStep, LaunchContext,
-                RowSparseSteps, Bookkeeping):
+                RowSparseSteps, BatchedBookkeeping):
     """Base class of all optimizers (MXNet 1.9.1's ``mxnet.optimizer.Optimizer``).
 
     Parameters

@@ -1,154 +1,247 @@
-"""MXNet's bookkeeping of an optimizer: the learning rate and its schedule, the per-index and
-per-name multipliers, the per-index counts ``t`` and ``num_update`` (MXNet 1.9.1
-python/mxnet/optimizer/optimizer.py: ``_get_lr``, ``_get_wd``, ``_update_count``), index by index
-and, for a step of many indices at once, as arrays.
+"""MXNet's bookkeeping of an optimizer, index by index: the learning rate and its schedule, the
+per-index and per-name multipliers, the per-index counts ``t`` and ``num_update`` (MXNet 1.9.1
+python/mxnet/optimizer/optimizer.py: ``_get_lr``, ``_get_wd``, ``_update_count``), and
+:class:`Counts`, the mapping that holds the counts.
 
 A step of index ``i`` reads three scalars (``Optimizer.next_step``): the count ``t`` after it,
 the learning rate (schedule at ``num_update``, times ``lr_mult``) and the weight decay (times
-``wd_mult``). MXNet computes them one index at a time, in index order, committing each count
-before the next index is read, so ``num_update`` (and with it the schedule) grows along the way.
-:meth:`Bookkeeping.step_scalars` computes the same numbers for a whole sorted list of indices
-as arrays, bit for bit:
+``wd_mult``); :meth:`Bookkeeping._step_scalars` computes them and
+:meth:`Bookkeeping._commit_count` commits the count. The same numbers for many indices at once,
+as arrays, are :mod:`toolkit.optimizers.batched`'s.
 
-* ``t = count + 1`` (``begin_num_update + 1`` for an index never stepped);
-* ``num_update`` after index ``j`` is ``max(num_update, t_0, ..., t_j)``, a running maximum;
-* the schedule is read once per distinct ``num_update``, in increasing order as the per-index
-  loop reads it (the toolkit's schedulers give the same value for the same count however often
-  they are asked; a schedule of the user's own is read once per index, as MXNet does);
-* ``lr = base * lr_mult`` and ``wd = wd * wd_mult`` are float64 products: the products Python's
-  floats form one at a time.
-
-Where any of this cannot be shown to be the per-index computation (a subclass that overrides a
-piece of the bookkeeping, a base rate that is not a Python float, a value the per-index checks
-refuse), ``step_scalars`` runs the per-index computation (counts put back afterwards), which
-also raises its errors. Nothing there writes to the optimizer; ``commit_counts`` does, once the
-step is planned. ``Optimizer`` derives from :class:`Bookkeeping`.
+:class:`Counts` is a mapping like the dict MXNet keeps (``_index_update_count``, ``{index: t}``)
+that reads and writes the same way index by index. An index that is a non-negative integer below
+``2**31`` with a count in int64 lives in an int64 array at its own position (-1 where it has no
+count) while the array stays dense (an index below twice the number of counts plus 1024);
+anything else in a dict beside it. An index in the array that is not an int but equals one (a
+numpy integer, True, 3.0) reads back as that int, where a dict keeps the object first stored. It
+iterates the array's indices in increasing order, then the others in the order stored, and it is
+not a ``dict`` instance (read ``Optimizer.update_counts``, a dict, to save or compare counts).
+:meth:`Counts.gather` and :meth:`Counts.scatter` read and write many indices with numpy (a dict
+would cost a Python lookup per index: 140 us per step of 2000 parameters read and written).
 """
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import numbers
-import operator
-from collections.abc import Mapping
-from typing import NamedTuple
+from collections.abc import Mapping, MutableMapping
 
 import numpy as np
 
-from .counts import Counts
 from .validation import check_nonneg
 
-__all__ = ["Bookkeeping", "Kept", "StepScalars"]
+__all__ = ["Bookkeeping", "Counts", "builtin_schedule", "keeps_hooks", "INT64_MAX", "HOOKS",
+           "COMMIT"]
+
+#: the largest count (an int64)
+INT64_MAX = 2 ** 63 - 1
 
 
-_INT64_MAX = 2 ** 63 - 1
+#: indices at or above this live in the dict
+_ARRAY_LIMIT = 2 ** 31
+#: the array grows to an index below ``2 * counts + _DENSE``, so it holds at most a few times
+#: more positions than counts
+_DENSE = 1024
+#: every write of every Counts takes the next number (``Counts.changes``): no two share one
+_WRITES = itertools.count(1)
 
 
-class StepScalars(NamedTuple):
-    """The scalars of one step of many indices (:meth:`Bookkeeping.step_scalars`), one entry
-    per index, in the order the indices were given."""
-    t: np.ndarray    #: int64: each index's count after this step
-    lr: np.ndarray   #: float64: learning rate with schedule and multiplier
-    wd: np.ndarray   #: float64: weight decay with multiplier
-
-    def distinct(self):
-        """``(first, inverse)``: the position of the first index of each distinct
-        ``(t, lr, wd)`` (told apart by their bits; a list, in the order of those triples'
-        bits), and for every index the position in ``first`` of its triple; ``inverse`` is
-        None when all are one triple (``first == [0]``, no table of keys sorted)."""
-        lr_bits, wd_bits = self.lr.view(np.int64), self.wd.view(np.int64)
-        if (self.t == self.t[0]).all() and (lr_bits == lr_bits[0]).all() and \
-                (wd_bits == wd_bits[0]).all():
-            return [0], None
-        key = np.stack([self.t, lr_bits, wd_bits], axis=1)
-        _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
-        return first.tolist(), inverse.reshape(-1)
+def _increasing(indices):
+    """Whether the int64 array ``indices`` is non-negative and strictly increasing (distinct):
+    what :meth:`Counts.gather` and :meth:`Counts.scatter` read and write with numpy. Anything
+    else (a negative index, which numpy would read from the array's end; an index twice, which
+    would count twice) goes one index at a time, as the dict does."""
+    return bool(indices[0] >= 0) and bool((indices[1:] > indices[:-1]).all())
 
 
-class Kept:
-    """An array that a caller hands to :meth:`Bookkeeping.step_scalars` and
-    :meth:`Bookkeeping.commit_counts` step after step (the Trainer: its indices when every
-    parameter is fresh, and its multipliers): a private read-only copy, taken here and reachable
-    by no public name, so that the optimizer may keep, by this object's identity, what it made
-    of it (the counts its last commit wrote, the rates). ``len`` and :meth:`values` (a copy)
-    read it."""
+def _slot(key):
+    """The array position of ``key``, or None when it lives in the dict. A key a dict finds as
+    an int ``k`` (one that hashes as ``k`` and equals it: a numpy integer or bool, True, 3.0,
+    ``Decimal(3)``) is that int, as a dict finds it."""
+    if type(key) is int:
+        k = key
+    else:
+        try:
+            k = hash(key)  # an int k hashes as k: a key the dict finds as k hashes as k too
+        except TypeError:
+            return None
+        if not 0 <= k < _ARRAY_LIMIT:
+            return None
+        try:
+            if not bool(key == k):
+                return None
+        except Exception:  # noqa: BLE001 - a comparison that fails: not an int's key
+            return None
+    return k if 0 <= k < _ARRAY_LIMIT else None
 
-    __slots__ = ("_a",)
 
-    def __init__(self, values, dtype=np.int64):
-        a = np.array(values, dtype)
-        if a.ndim != 1:
-            raise ValueError(f"Kept holds a 1-D array, got shape {a.shape}")
-        a.setflags(write=False)
-        self._a = a
+def _fits(value):
+    return type(value) is int and 0 <= value <= INT64_MAX
+
+
+class Counts(MutableMapping):
+    """``{index: t}`` with the integer indices' counts in one int64 array (see the module)."""
+
+    __slots__ = ("_t", "_size", "_other", "_changes")
+
+    def __init__(self, items=()):
+        self._t = np.full(8, -1, np.int64)
+        self._size = 0  # how many array positions hold a count
+        self._other = {}
+        self._changes = 0
+        self.update(items)
+
+    @property
+    def changes(self):
+        """A number that every write moves (each assignment, deletion, scatter and rewrite;
+        a copy starts at a new one): equal between two reads, nothing was written in between.
+        No two writes of any two Counts give the same number."""
+        return self._changes
+
+    # --- the mapping ------------------------------------------------------------------------
+    def __getitem__(self, key):
+        k = _slot(key)
+        if k is not None and k < len(self._t):
+            t = int(self._t[k])
+            if t >= 0:
+                return t
+        return self._other[key]
+
+    def __setitem__(self, key, value):
+        self._changes = next(_WRITES)
+        t = self._t
+        if type(key) is int and type(value) is int and 0 <= key < len(t) and \
+                key < _ARRAY_LIMIT and 0 <= value <= INT64_MAX:  # no lookups
+            if t[key] < 0:
+                self._size += 1
+                self._other.pop(key, None)
+            t[key] = value
+            return
+        k = _slot(key)
+        if k is not None and _fits(value) and self._room(k):
+            if self._t[k] < 0:
+                self._size += 1
+                self._other.pop(key, None)
+            self._t[k] = value
+            return
+        if k is not None and k < len(self._t) and self._t[k] >= 0:
+            self._t[k] = -1
+            self._size -= 1
+        self._other[key] = value
+
+    def __delitem__(self, key):
+        self._changes = next(_WRITES)
+        k = _slot(key)
+        if k is not None and k < len(self._t) and self._t[k] >= 0:
+            self._t[k] = -1
+            self._size -= 1
+            return
+        del self._other[key]
+
+    def __iter__(self):
+        if self._size:
+            yield from np.flatnonzero(self._t >= 0).tolist()
+        yield from self._other
 
     def __len__(self):
-        return len(self._a)
+        return self._size + len(self._other)
 
-    def values(self):
-        """A copy of the array."""
-        return self._a.copy()
+    def __contains__(self, key):
+        k = _slot(key)
+        if k is not None and k < len(self._t) and self._t[k] >= 0:
+            return True
+        return key in self._other
+
+    def get(self, key, default=None):
+        k = _slot(key)
+        if k is not None and k < len(self._t):
+            t = int(self._t[k])
+            if t >= 0:
+                return t
+        return self._other.get(key, default)
+
+    def copy(self):
+        c = Counts.__new__(Counts)
+        c._t, c._size, c._other = self._t.copy(), self._size, dict(self._other)
+        c._changes = next(_WRITES)
+        return c
+
+    __copy__ = copy
+
+    def __deepcopy__(self, memo):
+        return self.copy()
 
     def __repr__(self):
-        return f"Kept({self._a.tolist()!r}, {self._a.dtype})"
+        return f"Counts({dict(self)!r})"
+
+    def _room(self, k, adding=1):
+        """Whether position ``k`` is in the array, after growing it when that keeps it dense
+        (with ``adding`` more counts to come)."""
+        if k < len(self._t):
+            return True
+        if k >= _ARRAY_LIMIT or k >= 2 * (self._size + adding) + _DENSE:
+            return False
+        t = np.full(max(k + 1, 2 * len(self._t)), -1, np.int64)
+        t[:len(self._t)] = self._t
+        self._t = t
+        return True
+
+    # --- many indices at once ---------------------------------------------------------------
+    def gather(self, indices, default):
+        """The counts of ``indices`` (an int64 array), ``default`` where an index has none;
+        None when one of them may live in the dict (the caller reads them one by one),
+        ``default`` is not an int64 or ``indices`` is not non-negative and strictly increasing
+        (the caller reads them one by one)."""
+        if self._other or not _fits(default) or (indices.size and not _increasing(indices)):
+            return None
+        t = self._t
+        if indices.size and int(indices.max()) >= len(t):  # those beyond the array: no count
+            c = np.full(indices.size, -1, np.int64)
+            inside = indices < len(t)
+            c[inside] = t[indices[inside]]
+        else:
+            c = t[indices]
+        if c.size and c.min() >= 0:  # every index counted (a step after the first): as read
+            return c
+        return np.where(c < 0, np.int64(default), c)
+
+    def scatter(self, indices, t):
+        """Set the counts of ``indices`` (an int64 array) to ``t`` (an int64 array), as
+        ``self[i] = t_i`` one by one would (one by one where ``indices`` is not non-negative
+        and strictly increasing, or a count is negative: the dict beside holds those). Returns
+        whether every count now lives in the array at its index's position (then
+        :meth:`rewrite` may write them again)."""
+        if not indices.size:
+            return False
+        if not _increasing(indices) or t.min() < 0 or \
+                not self._room(int(indices[-1]), adding=indices.size):
+            for i, v in zip(indices.tolist(), t.tolist()):
+                self[i] = v
+            return False
+        self._changes = next(_WRITES)
+        if self._other:
+            for i in indices.tolist():
+                self._other.pop(i, None)
+        self._size += int(np.count_nonzero(self._t[indices] < 0))
+        self._t[indices] = t
+        return True
+
+    def rewrite(self, where, t):
+        """Set the counts at the array positions ``where`` (a slice or an int64 array) to
+        ``t`` (a non-negative int64 array), where each of those positions holds a count: the
+        caller's last :meth:`scatter` of them returned True and :attr:`changes` has moved by
+        that scatter's (or the last rewrite's) one since. No check."""
+        self._changes = next(_WRITES)
+        self._t[where] = t
+
+    def read(self, where):
+        """The counts at the array positions ``where`` (as for :meth:`rewrite`), as read."""
+        return self._t[where]
 
 
-def _read_only(a):
-    """A read-only view of ``a``, made read-only first: a view of a read-only array cannot be
-    made writeable (what the caller receives cannot change what is kept)."""
-    a.setflags(write=False)
-    return a.view()
-
-
-class _OneTriple(StepScalars):
-    """:class:`StepScalars` known, from how they were made, to be one ``(t, lr, wd)``."""
-
-    __slots__ = ()
-
-    def distinct(self):
-        return [0], None
-
-    def _replace(self, **changes):  # other values: no longer known to be one triple
-        return StepScalars(*self)._replace(**changes)
-
-
-class _Committed(NamedTuple):
-    """What the last vectorised commit of a :class:`Kept` array of indices wrote, so that the
-    next step of the same one reads its counts back without a check: the counts of ``kept``
-    (increasing) at the array positions ``where`` (a slice when they are contiguous) of
-    ``counts``, whose ``changes`` were then ``changes``; the largest of them and whether they
-    were all equal."""
-    counts: Counts
-    changes: int
-    kept: Kept
-    where: object
-    top: int
-    uniform: bool
-
-
-class _Rates(NamedTuple):
-    """The checked learning rates and weight decays of a step without a schedule, kept while
-    what they were made from is the very same objects: the :class:`Kept` indices, ``lr``,
-    ``wd``, ``requires_positive_lr`` and the :class:`Kept` multipliers (none: no multipliers
-    anywhere)."""
-    key: tuple
-    lr: np.ndarray   # read-only
-    wd: np.ndarray   # read-only
-    uniform: bool    # every lr one value, bit for bit, and every wd
-
-
-def _same(key, held):
-    return len(key) == len(held) and all(map(operator.is_, key, held))
-
-
-#: the methods whose definitions here ``step_scalars`` vectorises
-_VECTORISED = ("_step_scalars", "_next_count", "_lr_count", "_get_lr", "_get_wd", "_mult",
-               "_commit_count")
-#: ``step_scalars``' multipliers when there are none anywhere (every index's is 1.0)
-_NO_MULTIPLIERS = ("none anywhere",)
-
-
-def _builtin_schedule(sched):
+def builtin_schedule(sched):
     """Whether ``sched`` is one of the toolkit's schedulers: a function of the count it is
     given, whatever it was given before, so that reading it once per distinct count is reading
     it once per index."""
@@ -176,29 +269,11 @@ def _integral_count(index, t):
     if k is None or k != t:
         raise ValueError(f"the update count of index {index!r} is {t - 1!r}; counts are "
                          "integers (check what was assigned to _index_update_count)")
-    if k > _INT64_MAX:
+    if k > INT64_MAX:
         raise ValueError(f"the update count of index {index!r} would be {k}, beyond int64 "
                          f"(2**63 - 1); a count this large cannot be stepped (check the counts "
                          "put back by restore_counts or assigned to _index_update_count)")
     return k
-
-
-def _as_list(indices):
-    return indices.tolist() if isinstance(indices, np.ndarray) else list(indices)
-
-
-def _index_array(indices):
-    """``indices`` as an int64 array when it is a list, tuple or range of ints (what
-    ``toolkit.torch`` and a user pass), so the counts are read and written as arrays; else as
-    given (names, other numbers: the mapping's own reads)."""
-    if isinstance(indices, (list, tuple, range)) and len(indices):
-        try:
-            a = np.array(indices)
-        except (OverflowError, ValueError, TypeError):
-            return indices
-        if a.dtype == np.int64 and a.ndim == 1 and all(type(i) is int for i in indices[:1]):
-            return a
-    return indices
 
 
 class Bookkeeping:
@@ -308,7 +383,7 @@ class Bookkeeping:
     def _next_count(self, index):
         """``(t, num_update)`` after this index's next update, without committing them."""
         t = self._index_update_count.get(index, self.begin_num_update) + 1
-        if type(t) is not int or t > _INT64_MAX:  # assigned as another number, or too large
+        if type(t) is not int or t > INT64_MAX:  # assigned as another number, or too large
             t = _integral_count(index, t)
         n = self.num_update
         return t, (t if t > n else n)  # max(n, t)
@@ -365,7 +440,7 @@ class Bookkeeping:
         MXNet does: a schedule that keeps state between calls gives the same rates. The
         toolkit's schedules (a function of the count) are read as usual."""
         sched = self.lr_scheduler
-        if sched is None or _builtin_schedule(sched) or "_read_once" in self.__dict__:
+        if sched is None or builtin_schedule(sched) or "_read_once" in self.__dict__:
             yield self
             return
         self.__dict__["_read_once"] = (sched, {})
@@ -374,266 +449,22 @@ class Bookkeeping:
         finally:
             self.__dict__.pop("_read_once", None)
 
-    # --- many indices at once ---------------------------------------------------------------
-    def step_scalars(self, indices, *, multipliers=None):
-        """:class:`StepScalars` of the next step of every index of ``indices`` (ints, in
-        increasing order for the array reads; in any other order, or with an index twice, the
-        loop's numbers in the order given), as the per-index loop (``next_step`` of each, its count committed
-        before the next) computes them, bit for bit; nothing is committed (see
-        :meth:`commit_counts`). Raises what that loop raises, for the first index it would.
 
-        ``multipliers``: None, or ``(lr_mult, wd_mult)``: float64 arrays indexed by index,
-        holding the multiplier each index takes (the Trainer keeps them for its parameters,
-        whose ``lr_mult`` and ``wd_mult`` attributes are what ``param_dict`` gives); None reads
-        them index by index.
-
-        ``indices`` and each multiplier array may be a :class:`Kept` (the Trainer's, when
-        every parameter is fresh): the next step of the same one reads back what the last
-        commit of it wrote, and the rates made of the same ones, without a check, as long as
-        the counts mapping has taken no other write (``Counts.changes``) and ``lr``, ``wd``
-        are the same objects. The arrays returned are read-only."""
-        kept = indices if type(indices) is Kept else None
-        if kept is not None:
-            indices = kept._a
-        mults_kept = ()
-        if multipliers is not None and len(multipliers) == 2 and \
-                all(type(m) is Kept for m in multipliers):
-            mults_kept, multipliers = tuple(multipliers), tuple(m._a for m in multipliers)
-        if not self._vectorises():
-            return self._scalars_per_index(_as_list(indices))
-        counts = self._index_update_count
-        c = None
-        done = self.__dict__.get("_committed")
-        if kept is not None and done is not None and kept is done.kept and \
-                counts is done.counts and counts.changes == done.changes:
-            # the counts the last commit wrote for these very indices, untouched since
-            c, top, uniform = counts.read(done.where), done.top, done.uniform
-        else:
-            uniform = False  # not known
-            if isinstance(counts, Counts):
-                indices = _index_array(indices)
-            if isinstance(indices, np.ndarray) and indices.dtype == np.int64 and \
-                    isinstance(counts, Counts):
-                if not indices.size:
-                    return self._scalars_per_index([])
-                if indices[0] >= 0:  # increasing: all of them
-                    c = counts.gather(indices, self.begin_num_update)
-            if c is None:
-                idx = _as_list(indices)
-                n = len(idx)
-                if n == 0:
-                    return self._scalars_per_index(idx)
-                try:  # an index twice: the loop commits the first before it reads the second
-                    repeated = len(set(idx)) < n
-                except TypeError:  # an index a dict cannot hold: the loop says what happens
-                    repeated = True
-                if repeated:
-                    return self._scalars_per_index(idx)
-                start = self.begin_num_update
-                values = [counts.get(i, start) for i in idx]  # never stepped: begin_num_update
-                # a count that is not an int of int64 (assigned directly): the loop says what
-                # it is
-                if not all(type(v) is int and 0 <= v <= _INT64_MAX for v in values):
-                    return self._scalars_per_index(idx)
-                c = np.array(values, np.int64)
-            top = int(c.max())
-        if top == _INT64_MAX:  # t would wrap: the loop says what it does
-            return self._scalars_per_index(_as_list(indices))
-        t = c + 1
-        sched = self.lr_scheduler
-        wd = self.wd
-        if type(wd) is not float or (sched is None and type(self.lr) is not float) or \
-                (sched is not None and not _builtin_schedule(sched)):
-            # a schedule of the user's own: read once per index, as MXNet does
-            return self._scalars_per_index(_as_list(indices))
-        # the multipliers first: reading them changes nothing (the schedule may keep state)
-        pd = self.param_dict
-        if multipliers is None and type(pd) is dict and not pd and not self.lr_mult and \
-                not self.wd_mult:
-            multipliers = _NO_MULTIPLIERS  # every index's is 1.0 (x * 1.0 is x)
-        if sched is None:
-            # what the rates are made of, when it is all kept objects (else they are not kept)
-            key = None
-            if kept is not None and (multipliers is _NO_MULTIPLIERS or mults_kept):
-                key = (kept, self.lr, wd, self.requires_positive_lr, *mults_kept)
-            rates = self.__dict__.get("_rates")
-            if rates is None or key is None or not _same(key, rates.key):
-                rates = self._rates_of(indices, t, multipliers, key)
-                if rates is None:  # the per-index loop raises the error that names the index
-                    return self._scalars_per_index(_as_list(indices))
-            if uniform and rates.uniform:
-                t = _read_only(t)  # commit_counts then reads what is kept of it
-                self.__dict__["_stepped"] = (t, top + 1)
-                return _OneTriple(t, rates.lr, rates.wd)
-            return StepScalars(t, rates.lr, rates.wd)
-        lr_mult, wd_mult = self._multiplier_arrays(indices, multipliers)
-        if lr_mult is False:
-            return self._scalars_per_index(_as_list(indices))
-        num_update = np.maximum.accumulate(np.maximum(t, self.num_update))
-        distinct = np.unique(num_update)  # increasing: the order the loop reads them in
-        # the schedule keeps state (Factor's decays): what reading it did is undone where
-        # the loop takes over, which reads it from where it was (and raises what it raises
-        # for the first index it would: a refused index before a schedule that raises)
-        sched_state = sched.state_dict()
-        try:
-            values = [sched(v) for v in distinct.tolist()]
-        except Exception:
-            values = None
-        if values is None or any(type(v) is not float for v in values):
-            sched.load_state_dict(sched_state)
-            return self._scalars_per_index(_as_list(indices))
-        base = np.array(values, np.float64)[np.searchsorted(distinct, num_update)]
-        lr, wd = self._products(base, wd, lr_mult, wd_mult, len(t))
-        if not self._rates_ok(lr, wd):  # the per-index loop raises the error that names it
-            sched.load_state_dict(sched_state)
-            return self._scalars_per_index(_as_list(indices))
-        return StepScalars(t, lr, wd)
-
-    def _vectorises(self):
-        """Whether this class keeps every piece of bookkeeping ``step_scalars`` vectorises
-        (found once per class)."""
-        cls = type(self)
-        known = _VECTORISES.get(cls)
-        if known is None:
-            known = _VECTORISES[cls] = all(getattr(cls, m) is f for m, f in _VECTORISED_HERE)
-        return known
-
-    def _multiplier_arrays(self, indices, multipliers):
-        """``(lr_mult, wd_mult)`` of ``indices``: float64 arrays, None for none anywhere
-        (``_NO_MULTIPLIERS``), or ``(False, False)`` when one is not a number (the per-index
-        loop says what happens)."""
-        if multipliers is _NO_MULTIPLIERS:
-            return None, None
-        if multipliers is None:
-            idx = _as_list(indices)
-            try:
-                return (np.fromiter((self._mult(i, self.lr_mult, "lr_mult") for i in idx),
-                                    np.float64, len(idx)),
-                        np.fromiter((self._mult(i, self.wd_mult, "wd_mult") for i in idx),
-                                    np.float64, len(idx)))
-            except (TypeError, ValueError):
-                return False, False
-        where = indices if isinstance(indices, np.ndarray) and indices.dtype == np.int64 \
-            else np.asarray(_as_list(indices), np.int64)
-        return multipliers[0][where], multipliers[1][where]
-
-    @staticmethod
-    def _products(base, wd, lr_mult, wd_mult, n):
-        """``lr = base * lr_mult`` and ``wd * wd_mult``, float64 arrays of ``n``."""
-        if lr_mult is None:
-            return (np.full(n, base, np.float64) if np.ndim(base) == 0 else base,
-                    np.full(n, wd, np.float64))
-        return base * lr_mult, wd * wd_mult
-
-    def _rates_ok(self, lr, wd):
-        """Every lr and wd in [0, inf) (lr > 0 where required): read from the extremes, which
-        are NaN where any is NaN (and a NaN compares False)."""
-        lo, hi = float(lr.min()), float(lr.max())
-        if not (lo >= 0.0 and hi < math.inf and (lo > 0.0 or not self.requires_positive_lr)):
-            return False
-        lo, hi = float(wd.min()), float(wd.max())
-        return lo >= 0.0 and hi < math.inf
-
-    def _rates_of(self, indices, t, multipliers, key):
-        """The checked :class:`_Rates` of a step without a schedule, kept for the next step
-        when ``key``'s arrays cannot change under us; None when a check fails."""
-        lr_mult, wd_mult = self._multiplier_arrays(indices, multipliers)
-        if lr_mult is False:
-            return None
-        lr, wd = self._products(self.lr, self.wd, lr_mult, wd_mult, len(t))
-        if not self._rates_ok(lr, wd):
-            return None
-        lr_bits, wd_bits = lr.view(np.int64), wd.view(np.int64)
-        rates = _Rates(key, _read_only(lr), _read_only(wd),
-                       bool((lr_bits == lr_bits[0]).all()) and bool((wd_bits == wd_bits[0]).all()))
-        if key is not None:
-            self.__dict__["_rates"] = rates
-        return rates
-
-    def _scalars_per_index(self, idx):
-        """:meth:`step_scalars` the way it is defined: index by index, each count committed
-        before the next index is read, and the counts put back afterwards."""
-        n = len(idx)
-        t = np.empty(n, np.int64)
-        lr = np.empty(n, np.float64)
-        wd = np.empty(n, np.float64)
-        counts = self._index_update_count
-        saved = (counts.copy() if isinstance(counts, Counts) else dict(counts), self.num_update)
-        sched = self.lr_scheduler
-        # a refusal commits nothing: the toolkit's schedule's state (Factor's decays) included
-        sched_state = sched.state_dict() if _builtin_schedule(sched) else None
-        try:
-            for j, i in enumerate(idx):
-                tj, lr[j], wd[j] = self._step_scalars(i)
-                t[j] = tj
-                self._commit_count(i, tj)
-        except BaseException:
-            if sched_state is not None:
-                sched.load_state_dict(sched_state)
-            raise
-        finally:
-            self._index_update_count, self.num_update = saved
-        return StepScalars(t, lr, wd)
-
-    def commit_counts(self, indices, t):
-        """Commit the counts ``t`` (from :meth:`step_scalars`) of a step of ``indices``, as
-        the per-index loop commits them one by one: each index's count, and ``num_update`` the
-        largest count seen."""
-        kept = indices if type(indices) is Kept else None
-        if kept is not None:
-            indices = kept._a
-        counts = self._index_update_count
-        done = self.__dict__.get("_committed")
-        if kept is not None and done is not None and kept is done.kept and \
-                counts is done.counts and counts.changes == done.changes and self._vectorises():
-            # the very indices the last commit wrote, untouched since: at the same positions
-            stepped = self.__dict__.pop("_stepped", None)
-            if stepped is not None and stepped[0] is t and not t.flags.writeable:
-                top, uniform = stepped[1], done.uniform  # t = the counts read + 1
-                low = 1
-            else:
-                top = int(t.max())
-                low = int(t.min())
-                uniform = low == top
-            if low >= 0:  # a negative count belongs in the dict beside (scatter puts it there)
-                counts.rewrite(done.where, t)
-                self.__dict__["_committed"] = _Committed(counts, counts.changes, kept,
-                                                         done.where, top, uniform)
-                if top > self.num_update:
-                    self.num_update = top
-                return
-        if isinstance(counts, Counts):
-            indices = _index_array(indices)
-        if type(self)._commit_count is Bookkeeping._commit_count and isinstance(counts, Counts) \
-                and isinstance(indices, np.ndarray) and indices.dtype == np.int64:
-            if not indices.size:
-                return
-            if indices[0] >= 0 and indices[-1] < 2 ** 31:  # increasing: all of them
-                whole = counts.scatter(indices, t)
-                top = int(t.max())
-                if whole and kept is not None and self._vectorises():
-                    a, b = int(indices[0]), int(indices[-1]) + 1
-                    where = slice(a, b) if b - a == indices.size else indices
-                    self.__dict__["_committed"] = _Committed(
-                        counts, counts.changes, kept, where, top, bool(t.min() == top))
-                if top > self.num_update:
-                    self.num_update = top
-                return
-        idx = _as_list(indices)
-        if not idx:
-            return
-        ts = t.tolist()
-        if type(self)._commit_count is not Bookkeeping._commit_count:
-            for i, tj in zip(idx, ts):
-                self._commit_count(i, tj)
-            return
-        counts.update(zip(idx, ts))
-        top = max(ts)
-        if top > self.num_update:
-            self.num_update = top
+#: the per-index methods a step's scalars and its commit are made of: a class that keeps
+#: Bookkeeping's own definitions of them all computes them as this module does (then
+#: ``_step_scalars`` takes its shortcut and ``toolkit.optimizers.batched`` vectorises them)
+HOOKS = ("_step_scalars", "_next_count", "_lr_count", "_get_lr", "_get_wd", "_mult",
+         "_commit_count")
+#: the commit alone
+COMMIT = ("_commit_count",)
+_KEEPS: dict = {}
 
 
-#: ``(name, Bookkeeping's function)`` of each of ``_VECTORISED``, compared by ``_vectorises``
-_VECTORISED_HERE = tuple((m, getattr(Bookkeeping, m)) for m in _VECTORISED)
-#: class -> whether it keeps them all (``Bookkeeping._vectorises``)
-_VECTORISES: dict = {}
+def keeps_hooks(cls, names=HOOKS):
+    """Whether ``cls`` keeps :class:`Bookkeeping`'s own definitions of the methods ``names``
+    (found once per class)."""
+    known = _KEEPS.get((cls, names))
+    if known is None:
+        known = _KEEPS[(cls, names)] = all(getattr(cls, m) is Bookkeeping.__dict__[m]
+                                           for m in names)
+    return known

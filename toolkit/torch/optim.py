@@ -24,7 +24,7 @@ import torch
 from ..backends import cpu
 from ..sparse import RowSparse
 from ..optimizers import aliases
-from ..optimizers.bookkeeping import StepScalars
+from ..optimizers.batched import StepScalars
 from ..optimizers.registry import spec_of
 from ..trainer.buffers import planned_rows
 from . import crossing, keywords, meaning

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from ..backends import jit
-from ..optimizers.bookkeeping import Kept
+from ..optimizers.batched import Kept
 from . import launch
 
 __all__ = ["SteadyGroup", "SteadyStep"]

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..backends import arrays, cpu
 from ..backends.rules import DirectionPass
-from ..optimizers.bookkeeping import StepScalars
+from ..optimizers.batched import StepScalars
 from .buffers import Group, Recorder, map_state, planned_rows, state_leaves
 
 __all__ = ["StepWork"]

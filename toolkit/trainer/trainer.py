@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import optimizer as _optimizer
 from ..backends import arrays
-from ..optimizers.bookkeeping import Kept
+from ..optimizers.batched import Kept
 from . import compression as _compression, dist as _dist
 from .buffers import Group
 from .errors import ParamsError, StaleGradientError
