@@ -95,7 +95,8 @@ SET_BETWEEN = [  # checked against the registry by test_every_optimizer_keeping_
     ("adam", "beta1", 0.5), ("adam", "epsilon", 1e-3), ("adam", "clip_gradient", 1e-4),
     ("adam", "rescale_grad", 3.0), ("adamw", "convention", "guide"), ("adamw", "eta", 0.5),
     ("adamw", "beta2", 0.9), ("ftrl", "lamda1", 1e-4), ("ftrl", "beta", 3.0),
-    ("signum", "wd_lh", 0.1), ("ftml", "beta1", 0.5)]
+    ("signum", "wd_lh", 0.1), ("ftml", "beta1", 0.5), ("sgd", "rescale_grad", 3.0),
+    ("sgd", "clip_gradient", 1e-4)]
 
 #: optimizers keeping constants that no case above can show: the step of ``_passed`` (a uniform
 #: weight and gradient) does not depend on the kept constants
@@ -130,7 +131,7 @@ def test_a_hyperparameter_set_between_steps_is_used_by_the_next_one(name, attr, 
     fresh = optimizer.create(name, begin_num_update=opt.num_update)  # the same t
     setattr(fresh, attr, value)
     w2 = w.copy()
-    s2 = tuple(a.copy() for a in s) if isinstance(s, tuple) else s.copy()
+    s2 = tuple(a.copy() for a in s) if isinstance(s, tuple) else None if s is None else s.copy()
     opt.update(0, w, g, s)
     fresh.update(0, w2, g, s2)
     assert np.array_equal(w, w2)

@@ -20,16 +20,20 @@ from __future__ import annotations
 
 import ctypes
 import math
+import operator
 
 import numpy as np
 
-__all__ = ["ArrayDesc", "HOST", "DEVICE", "FLOAT_DTYPES", "describe", "is_device_array",
+__all__ = ["ArrayDesc", "NUMPY_SIGNATURE", "HOST", "DEVICE", "FLOAT_DTYPES", "describe", "is_device_array",
            "check_weight", "check_grad", "check_state_array", "check_disjoint", "kind_name",
            "zeros_like", "copy", "astype", "to_host", "copy_from_host", "register_kind",
            "register_loader", "kind_ops"]
 
 HOST, DEVICE = "host", "cuda"
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+#: what a check of the array contract reads of a numpy array that can change while the array
+#: object stays the same (its memory never moves): one call gives them all
+NUMPY_SIGNATURE = operator.attrgetter("shape", "strides", "dtype", "flags.writeable")
 
 
 class ArrayDesc:

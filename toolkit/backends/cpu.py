@@ -27,12 +27,15 @@ direction pass) in :mod:`toolkit.backends.cpu_norms`, the noise loops in
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 from numba import prange, types
 from numba.np.unsafe.ndarray import to_fixed_tuple
 
 from . import rows as row_kernels
 from . import jit
+from .arrays import NUMPY_SIGNATURE
 from .cpu_noise import (NOISE_PARALLEL_THRESHOLD, noise_kernel, noise_mp_kernel,  # noqa: F401
                         noise_segmented_kernel, run_noise, run_noise_mp, run_noise_segmented)
 from .cpu_norms import (direction_kernel, direction_norms, lars_norms, norms_kernel,  # noqa: F401
@@ -40,7 +43,7 @@ from .cpu_norms import (direction_kernel, direction_norms, lars_norms, norms_ker
 from .cpu_precision import mp_kernel, to_half_into, to_single  # noqa: F401
 from .jit import KERNELS, NUMBA_TYPES, cached, call_readonly, compile_kernel, inlined
 
-__all__ = ["elementwise_kernel", "run_elementwise", "lars_norms", "run_norms", "direction_norms",
+__all__ = ["elementwise_kernel", "run_elementwise", "PreparedStep", "lars_norms", "run_norms", "direction_norms",
            "run_direction", "Launcher", "LAUNCHER", "RowsLauncher", "rows_kernel"]
 
 
@@ -227,6 +230,59 @@ class Launcher:
 
 #: The launcher of every CPU step (it holds nothing per step).
 LAUNCHER = Launcher()
+
+
+class PreparedStep:
+    """A step of one rule over C-contiguous, writeable float32 or float64 numpy arrays that
+    passed every check of the array contract, kept (weakly) so that the next step of the very
+    same arrays, unchanged in everything a check reads (:meth:`holds`), runs its rule without a
+    check or a lookup (:meth:`run`): ``Optimizer.update`` keeps one per weight."""
+
+    __slots__ = ("refs", "state_type", "signature", "flat", "dtype", "parallel", "n_state",
+                 "rule", "n_hyper", "kernel")
+
+    def __init__(self, weight, grad, state):
+        states = () if state is None else (state,) if type(state) is np.ndarray else state
+        every = (weight, grad, *states)
+        self.refs = tuple(weakref.ref(a) for a in every)
+        self.state_type = type(state)
+        self.signature = list(map(NUMPY_SIGNATURE, every))
+        self.flat = weight.ndim == 1
+        self.dtype = weight.dtype
+        self.parallel = weight.size >= jit.PARALLEL_THRESHOLD
+        self.n_state = len(states)
+        self.rule, self.n_hyper, self.kernel = None, -1, None
+
+    def holds(self, weight, grad, state):
+        """Whether these are the arrays this step was prepared for, unchanged."""
+        st = self.state_type
+        if type(state) is not st:
+            return False
+        if st is tuple:
+            every = (weight, grad, *state)
+        else:
+            every = (weight, grad) if state is None else (weight, grad, state)
+        refs = self.refs
+        if len(every) != len(refs):
+            return False
+        for a, r in zip(every, refs):
+            if r() is not a:
+                return False
+        return list(map(NUMPY_SIGNATURE, every)) == self.signature
+
+    def run(self, rule, row, weight, grad, state):
+        """``rule`` with the hyperparameter row ``row`` over the arrays :meth:`holds` took."""
+        n = len(row)
+        if rule is not self.rule or n != self.n_hyper:
+            self.kernel = elementwise_kernel(rule, self.n_state, n, self.dtype, self.parallel)
+            self.rule, self.n_hyper = rule, n
+        hpa = np.fromiter(row, self.dtype, n)
+        states = () if state is None else (state,) if type(state) is np.ndarray else state
+        if self.flat:
+            self.kernel(weight, grad, *states, hpa)
+        else:
+            self.kernel(weight.reshape(-1), grad.reshape(-1), *[s.reshape(-1) for s in states],
+                        hpa)
 
 
 class RowsLauncher(Launcher):

@@ -162,7 +162,7 @@ class AdaDelta(Optimizer):
 
     _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
 
-    def kernel_row(self, t, lr, wd):
+    def kernel_row(self, t, lr, wd, sparse=None):
         if self.convention == "pytorch":
             return pytorch_rule, PytorchRow(nlr=-lr, wd=wd, rs=self.rescale_grad,
                                             c=self._clip_bound(), rho=self.rho,

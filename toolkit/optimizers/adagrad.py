@@ -163,7 +163,7 @@ class AdaGrad(Optimizer):
 
     _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
 
-    def kernel_row(self, t, lr, wd):
+    def kernel_row(self, t, lr, wd, sparse=None):
         common = dict(wd=wd, rs=self.rescale_grad, c=self._clip_bound(),
                       eps=self.float_stable_eps)
         if self.convention == "mxnet":

@@ -171,8 +171,20 @@ SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.p
 )
 
 
+class MomentConstants:
+    """The step constants of the Adam family (Adam, AdamW, LAMB; methods of the optimizer)."""
+
+    def _moment_constants(self):
+        """``rs``, ``c`` (the clip bound), ``b1``, ``omb1`` (1 - b1), ``b2``, ``omb2``, ``eps``
+        as the convention rounds them, by name."""
+        r = self._r
+        b1, b2 = r(self.beta1), r(self.beta2)
+        return dict(rs=r(self.rescale_grad), c=self._clip_bound(), b1=b1, omb1=1.0 - b1,
+                    b2=b2, omb2=1.0 - b2, eps=r(self.epsilon))
+
+
 @register
-class Adam(Optimizer):
+class Adam(MomentConstants, Optimizer):
     """Adam (MXNet ``adam``).
 
     * mxnet: ``lr_t = lr*sqrt(1-beta2^t)/(1-beta1^t);  w = w - lr_t*m/(sqrt(v) + epsilon)``
@@ -219,18 +231,17 @@ class Adam(Optimizer):
         return {"beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon}
 
     def _step_constants(self):
-        """``(r, constants)``: ``_r`` as a function of a float, and the constants of a step as
-        the convention rounds them, by name (the fields both rows share)."""
-        r = self._r
-        b1, b2 = r(self.beta1), r(self.beta2)
-        return self._float_rounder(), dict(rs=r(self.rescale_grad), c=self._clip_bound(),
-                                           b1=b1, omb1=1.0 - b1, b2=b2, omb2=1.0 - b2,
-                                           eps=r(self.epsilon))
+        """``(r, constants, mxnet_tail)``: ``_r`` as a function of a float, the constants of a
+        step as the convention rounds them, by name (:meth:`_moment_constants`), and the
+        :class:`MxnetRow` fields among them, in its order."""
+        c = self._moment_constants()
+        return (self._float_rounder(), c,
+                (c["rs"], c["c"], c["b1"], c["omb1"], c["b2"], c["omb2"], c["eps"]))
 
     _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
 
-    def kernel_row(self, t, lr, wd):
-        r, constants = self._constants(
+    def kernel_row(self, t, lr, wd, sparse=None):
+        r, constants, mxnet_tail = self._constants(
             "_adam_constants", (self.beta1, self.beta2, self.epsilon, self.rescale_grad,
                                 self.clip_gradient, self.convention, self.mxnet_kernel),
             self._step_constants)
@@ -238,12 +249,10 @@ class Adam(Optimizer):
             # MXNet computes lr_t in Python doubles from the unrounded betas, then the kernel
             # parameter rounds it to float32 (docs/mxnet-facts.md, 3).
             lr_t = lr * math.sqrt(1.0 - self.beta2 ** t) / (1.0 - self.beta1 ** t)
-            sparse = self._row_sparse_numerics
             square = sparse == "standard" or (sparse == "lazy" and constants["c"] >= 0)
+            # tuple.__new__: the named row without the keyword machinery of its constructor
             return (mxnet_square_rule if square else mxnet_rule,
-                    MxnetRow(r(lr_t), r(wd), constants["rs"], constants["c"], constants["b1"],
-                             constants["omb1"], constants["b2"], constants["omb2"],
-                             constants["eps"]))
+                    tuple.__new__(MxnetRow, (r(lr_t), r(wd), *mxnet_tail)))
         if self.convention == "pytorch":
             return pytorch_rule, pytorch_row(constants, t, lr, decay=1.0, wd=wd)
         return guide_rule, GuideRow(lr=lr, wd=r(wd), **constants, bc1=1.0 - constants["b1"] ** t,

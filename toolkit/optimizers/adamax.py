@@ -182,7 +182,7 @@ class Adamax(Optimizer):
 
     _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
 
-    def kernel_row(self, t, lr, wd):
+    def kernel_row(self, t, lr, wd, sparse=None):
         b1 = self.beta1
         common = dict(wd=wd, rs=self.rescale_grad, c=self._clip_bound(), b1=b1, omb1=1.0 - b1,
                       b2=self.beta2)

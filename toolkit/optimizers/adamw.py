@@ -110,7 +110,7 @@ SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.p
 
 
 @register
-class AdamW(Optimizer):
+class AdamW(adam.MomentConstants, Optimizer):
     """AdamW (registry name ``adamw``): Adam with decoupled weight decay.
 
     * mxnet (``mx.nd.contrib.adamw_update``, MXNet 1.9.1 has no such optimizer):
@@ -162,18 +162,14 @@ class AdamW(Optimizer):
         """``(r, constants, skip)``: ``_r`` as a function of a float, the constants of a step
         as the convention rounds them, by name (the fields both rows share), and ``skip``
         (MXNet's operator skips the update when the rounded ``rs`` is 0 or not finite)."""
-        r = self._r
-        b1, b2 = r(self.beta1), r(self.beta2)
-        rs = r(self.rescale_grad)
+        constants = dict(eta=self._r(self.eta), **self._moment_constants())
+        rs = constants["rs"]
         skip = 1.0 if (rs == 0 or not math.isfinite(rs)) else 0.0
-        return (self._float_rounder(),
-                dict(eta=r(self.eta), rs=rs, c=self._clip_bound(), b1=b1, omb1=1.0 - b1, b2=b2,
-                     omb2=1.0 - b2, eps=r(self.epsilon)),
-                skip)
+        return self._float_rounder(), constants, skip
 
     _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
 
-    def kernel_row(self, t, lr, wd):
+    def kernel_row(self, t, lr, wd, sparse=None):
         r, constants, skip = self._constants(
             "_adamw_constants", (self.beta1, self.beta2, self.epsilon, self.eta,
                                  self.rescale_grad, self.clip_gradient, self.convention,

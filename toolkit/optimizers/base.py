@@ -26,9 +26,9 @@ derives from:
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import inspect
+import math
 import operator
 import warnings
 from typing import NamedTuple
@@ -57,24 +57,34 @@ __all__ = ["Optimizer", "StepInputs", "StepScalars", "Slot", "row_step", "scalar
 BACKENDS = ("auto", "reference", "cpu", "cuda")
 
 _FLOAT16 = np.dtype(np.float16)
+_KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+#: what the layout of a class's state comes from: defined by the toolkit, it is a function of
+#: the checked hyperparameters (``Optimizer._keep_warm``)
+_LAYOUT_METHODS = ("state_slots", "_tuple_state", "create_state_template", "_slot_template",
+                   "_template_key")
+#: class -> whether ``Optimizer._keep_warm`` may keep its steps
+_KEEPS_WARM: dict = {}
 
 
 #: ``_kernel_step`` functions marked with :func:`scalar_only`
 _SCALAR_ONLY_STEPS: set = set()
 
 
-@functools.lru_cache(maxsize=4096)
-def _round_f32_memo(x):
-    return float(np.float32(x))
+#: float -> the float32 it rounds to, as a float (not the zeros, which a dict cannot tell apart)
+_ROUNDED: dict = {}
 
 
 def _round_f32(x):
     """``x`` rounded to float32, as a Python float (memoised: a step rounds the same few
-    hyperparameters for every parameter; not the zeros, which the memo cannot tell apart:
-    -0.0 keeps its sign)."""
+    hyperparameters for every parameter; -0.0 keeps its sign)."""
     if x == 0:
-        return float(np.float32(x))
-    return _round_f32_memo(x)
+        return math.copysign(0.0, x)
+    y = _ROUNDED.get(x)
+    if y is None:
+        if len(_ROUNDED) > 4096:
+            _ROUNDED.clear()
+        y = _ROUNDED[x] = float(np.float32(x))
+    return y
 
 
 def _as_is(x):
@@ -96,7 +106,9 @@ def scalar_only(kernel_step):
 def row_step(self, index, weight, grad, state, t, lr, wd):
     """The ``_kernel_step`` of an optimizer whose launch is its :meth:`Optimizer.kernel_row`:
     that rule over ``(weight, grad, *state arrays)`` with that row."""
-    factory, row = self.kernel_row(t, lr, wd)
+    sparse = self._row_sparse_numerics
+    factory, row = (self.kernel_row(t, lr, wd) if sparse is None else
+                    self.kernel_row(t, lr, wd, sparse=sparse))
     self._run_rule(factory, weight, grad, self.state_arrays(state), row)
 
 
@@ -273,6 +285,7 @@ class Optimizer(ArrayChecks, MultiPrecision, NonFiniteGuard, ReferenceStep, Laun
         changes the layout of state already made (SGD's momentum turned on once its state is
         ``None``): the value is then put back."""
         d = self.__dict__
+        d.pop("_warm", None)  # a prepared step assumed the layout and backend of before
         if not d.get("_constructed"):
             return
         made = d.get("_state_layout")
@@ -424,6 +437,18 @@ class Optimizer(ArrayChecks, MultiPrecision, NonFiniteGuard, ReferenceStep, Laun
         this returns None, as MXNet's ``update`` does (docs/trainer.md, "Skipping non-finite
         gradients").
         """
+        warm = self.__dict__.get("_warm")
+        if warm is not None and skip_nonfinite is False:
+            prepared = warm.get(id(weight))
+            # the very arrays of an earlier step that passed, unchanged: the step as kernel_row
+            # gives it, run by the step prepared for them (_keep_warm says when)
+            if prepared is not None and (type(index) is int or type(index) is str) and \
+                    prepared.holds(weight, grad, state):
+                t, lr, wd = self._step_scalars(index)
+                rule, row = self.kernel_row(t, lr, wd)
+                prepared.run(rule, row, weight, grad, state)
+                self._commit_count(index, t)
+                return None
         if skip_nonfinite is not False:
             return self._guarded(False, index, weight, grad, state, stream, skip_nonfinite)
         if type(grad) is RowSparse:
@@ -439,9 +464,44 @@ class Optimizer(ArrayChecks, MultiPrecision, NonFiniteGuard, ReferenceStep, Laun
         g = self._check_grad(w, grad)
         template = self.create_state_template(w)
         known = self._check_state(state, w, template, others=(("grad", g),))
-        self._remember_checked(weight, grad, state, template)
+        if not self._keep_warm(weight, grad, state, backend):
+            self._remember_checked(weight, grad, state, template)
         self._apply(index, weight, grad, state, backend, w, stream=stream,
                     known=[w, g] + known)
+
+    def _keep_warm(self, weight, grad, state, backend):
+        """Keep a :class:`~toolkit.backends.cpu.PreparedStep` for arrays that passed every
+        check, when the next update of the same arrays may run as it: a step that is its
+        ``kernel_row`` on the CPU (:func:`row_step`), of C-contiguous float32 or float64 numpy
+        arrays (the gradient writeable too), outside a row-sparse step or another launcher, of
+        a class whose state layout is the toolkit's function of its checked hyperparameters
+        (the prepared steps are dropped whenever one is assigned). Returns whether it kept
+        one."""
+        cls = type(self)
+        fits = _KEEPS_WARM.get(cls)
+        if fits is None:
+            fits = _KEEPS_WARM[cls] = cls._kernel_step is row_step and all(
+                getattr(cls, m).__module__.startswith("toolkit.") for m in _LAYOUT_METHODS)
+        leaves = self._numpy_leaves(state)
+        if not fits or backend != "cpu" or type(weight) is not np.ndarray or \
+                type(grad) is not np.ndarray or weight.dtype not in _KERNEL_DTYPES or \
+                leaves is None or any(a is None for a in leaves) or \
+                not grad.flags.writeable or \
+                not all(a.flags.c_contiguous for a in (weight, grad, *leaves)) or \
+                self._launcher is not None or self._row_sparse_numerics is not None:
+            return False
+        warm = self.__dict__.setdefault("_warm", {})
+        if len(warm) > 4096:
+            warm.clear()
+        warm[id(weight)] = cpu.PreparedStep(weight, grad, state)
+        return True
+
+    def __getstate__(self):
+        """The optimizer without what it keeps of arrays it stepped (weak references)."""
+        d = dict(self.__dict__)
+        for memo in ("_warm", "_checked"):
+            d.pop(memo, None)
+        return d
 
 
     def next_step(self, index, weight=None):
@@ -605,13 +665,15 @@ class Optimizer(ArrayChecks, MultiPrecision, NonFiniteGuard, ReferenceStep, Laun
         else:
             self._kernel_step(index, weight, grad, state, t, lr, wd)
 
-    def kernel_row(self, t, lr, wd):
+    def kernel_row(self, t, lr, wd, sparse=None):
         """``(factory, row)``: the rule and the hyperparameter row of a step at count ``t``
         with learning rate ``lr`` and weight decay ``wd``, for an optimizer whose
         ``_kernel_step`` is :func:`row_step` (the rule then runs over the weight, the gradient
         and the state arrays in ``state_slots()`` order). A function of the three and the
         optimizer's attributes only: ``toolkit.torch`` and the Trainer plan a group's step
-        from it, one row per distinct ``(t, lr, wd)``."""
+        from it, one row per distinct ``(t, lr, wd)``. ``sparse``: None for a dense step, else
+        the row-sparse mode of the step ("lazy" or "standard"; ``row_sparse_mode``), for the
+        optimizers whose MXNet row-sparse kernel rounds differently (Adam, SGD)."""
         raise NotImplementedError(f"{type(self).__name__} has no kernel_row: its step is not "
                                   "one rule call planned from (t, lr, wd) alone")
 

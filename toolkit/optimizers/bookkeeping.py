@@ -393,7 +393,13 @@ class Bookkeeping:
         return num_update_after
 
     def _commit_count(self, index, t):
-        self._index_update_count[index] = t
+        counts = self._index_update_count
+        if type(counts) is Counts and type(index) is int and type(t) is int and \
+                0 <= index < len(counts._t) and counts._t[index] >= 0 and 0 <= t <= INT64_MAX:
+            counts._t[index] = t  # a count rewritten in place: Counts.__setitem__'s first case
+            counts._changes = next(_WRITES)
+        else:
+            counts[index] = t
         if t > self.num_update:  # num_update = max(num_update, t)
             self.num_update = t
 
@@ -407,6 +413,19 @@ class Bookkeeping:
 
     def _step_scalars(self, index):
         """``(t, lr, wd)`` of this index's next step, checked, without committing anything."""
+        counts = self._index_update_count
+        if type(index) is int and type(counts) is Counts and _KEEPS.get((type(self), HOOKS)) \
+                and self.lr_scheduler is None and not self.lr_mult and not self.wd_mult and \
+                type(self.param_dict) is dict and not self.param_dict and \
+                0 <= index < len(counts._t):
+            # an int index counted in the array, no schedule, no multipliers: what the hooks
+            # below compute, without their calls
+            c = int(counts._t[index])
+            lr = self.lr * 1.0
+            if 0 <= c < INT64_MAX and type(lr) is float and 0.0 <= lr < math.inf and \
+                    (lr > 0.0 or not self.requires_positive_lr):
+                return c + 1, lr, self.wd * 1.0
+        keeps_hooks(type(self))  # known from now on: the next step may take the shortcut
         t, num_update = self._next_count(index)
         lr = self._get_lr(index, self._lr_count(num_update))
         if self.requires_positive_lr and not lr > 0:

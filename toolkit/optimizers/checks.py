@@ -10,7 +10,6 @@ a check reads) skip the checks (``_remember_checked``, ``_checked_before``).
 from __future__ import annotations
 
 import numbers
-import operator
 import weakref
 
 import numpy as np
@@ -19,8 +18,7 @@ from ..backends import arrays
 
 __all__ = ["ArrayChecks", "Slot"]
 
-#: what a remembered step re-reads of each numpy array (``Optimizer._signature``), in one call
-_ARRAY_SIGNATURE = operator.attrgetter("shape", "strides", "dtype", "flags.writeable")
+_ARRAY_SIGNATURE = arrays.NUMPY_SIGNATURE
 
 
 class Slot:

@@ -154,7 +154,7 @@ class DCASGD(Optimizer):
 
     _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
 
-    def kernel_row(self, t, lr, wd):
+    def kernel_row(self, t, lr, wd, sparse=None):
         common = dict(neg_lr=-lr, wd=wd, rs=self.rescale_grad, c=self._clip_bound(),
                       lamda=self.lamda, comp=1.0 if self.convention == "mxnet" else 0.0)
         if self.momentum != 0.0:

@@ -124,7 +124,7 @@ class FTML(Optimizer):
 
     _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
 
-    def kernel_row(self, t, lr, wd):
+    def kernel_row(self, t, lr, wd, sparse=None):
         r, constants = self._constants(
             "_ftml_constants", (self.beta1, self.beta2, self.epsilon, self.rescale_grad,
                                 self.clip_gradient, self.convention, self.mxnet_kernel),

@@ -33,6 +33,7 @@ import numpy as np
 from ..backends import cpu
 from ..backends.rules import DirectionPass
 from . import gradient
+from .adam import MomentConstants
 from .base import Optimizer
 from .registry import register
 from .spaces import Decades, Interval, OneOf, USUAL_BETA1, USUAL_BETA2
@@ -134,7 +135,7 @@ SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.p
 
 
 @register
-class LAMB(Optimizer):
+class LAMB(MomentConstants, Optimizer):
     """LAMB (MXNet ``lamb``): Adam's direction scaled per tensor by a trust ratio.
 
     ``u = m_hat/(sqrt(v_hat) + epsilon) + wd*w`` (``m_hat = m/(1-beta1^t)``,
@@ -208,11 +209,7 @@ class LAMB(Optimizer):
         """``(r, constants)``: ``_r`` as a function of a float, and the constants of a step as
         the convention rounds them, by name (the fields of :class:`LambRow` that do not change
         per step)."""
-        r = self._r
-        b1, b2 = r(self.beta1), r(self.beta2)
-        return self._float_rounder(), dict(rs=r(self.rescale_grad), c=self._clip_bound(),
-                                           b1=b1, omb1=1.0 - b1, b2=b2, omb2=1.0 - b2,
-                                           eps=r(self.epsilon))
+        return self._float_rounder(), self._moment_constants()
 
     def _direction_pass(self, t, wd):
         return DirectionPass(_RULES[self.convention][0], self._pass_hyper(t, wd))

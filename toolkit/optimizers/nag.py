@@ -142,7 +142,7 @@ class NAG(Optimizer):
 
     _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
 
-    def kernel_row(self, t, lr, wd):
+    def kernel_row(self, t, lr, wd, sparse=None):
         states = self.momentum != 0.0  # the momentum state
         if self.convention == "pytorch":  # torch.optim.SGD(nesterov=True)
             rule, row = pytorch_plan(states, True, t == self.begin_num_update + 1, lr,

@@ -267,7 +267,7 @@ class RMSProp(Optimizer):
 
     _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
 
-    def kernel_row(self, t, lr, wd):
+    def kernel_row(self, t, lr, wd, sparse=None):
         if self.convention == "pytorch":
             row = PytorchRow(nlr=-lr, wd=wd, rs=self.rescale_grad, c=self._clip_bound(),
                              alpha=self.gamma1, oma=1.0 - self.gamma1, eps=self.epsilon,

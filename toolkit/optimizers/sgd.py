@@ -294,31 +294,39 @@ class SGD(Optimizer):
 
     _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
 
-    def kernel_row(self, t, lr, wd):
+    def _step_constants(self):
+        """``(r, rs, c, mu)``: ``_r`` as a function of a float, and the constants of a step as
+        the convention rounds them (``mu`` None without momentum)."""
+        r = self._r
+        return (self._float_rounder(), r(self.rescale_grad), self._clip_bound(),
+                r(self.momentum) if self.momentum != 0.0 else None)
+
+    def kernel_row(self, t, lr, wd, sparse=None):
         states = self.momentum != 0.0  # the momentum state
         if self.convention == "pytorch":
             rule, row = pytorch_plan(states, False, t == self.begin_num_update + 1, lr,
                                      wd, self.rescale_grad, self._clip_bound(), self.momentum)
             return rule, row
-        r = self._r
-        lr, wd, rs, c = r(lr), r(wd), r(self.rescale_grad), self._clip_bound()
-        sparse = self._row_sparse_numerics if (self.convention == "mxnet" and not states) \
-            else None
+        r, rs, c, mu = self._constants(
+            "_sgd_constants", (self.momentum, self.rescale_grad, self.clip_gradient,
+                               self.convention, self.mxnet_kernel), self._step_constants)
+        lr, wd = r(lr), r(wd)
+        sparse = sparse if (self.convention == "mxnet" and not states) else None
         if sparse:
             # a row-sparse gradient goes through MXNet's sgd_update, not its aggregated kernel;
             # its standard (not lazy) form scales every row by 1 - lr*wd formed in float32
             rule, hyper = sgd_update_rule, sgd_update_hyper(lr, wd, rs, c,
                                                             float32_decay=sparse == "standard")
         elif self.convention == "mxnet":
+            # tuple.__new__: the named rows without the keyword machinery of their constructors
             if states:
-                rule, hyper = mxnet_momentum_rule, MxnetMomentumRow(
-                    lr=lr, lrwd=lr * wd, rs=rs, c=c, mu=r(self.momentum), lrrs=lr * rs)
+                rule, hyper = mxnet_momentum_rule, tuple.__new__(
+                    MxnetMomentumRow, (lr, lr * wd, rs, c, mu, lr * rs))
             else:
-                rule, hyper = mxnet_plain_rule, MxnetPlainRow(lr=lr, lrwd=lr * wd, rs=rs, c=c,
-                                                              lrrs=lr * rs)
+                rule, hyper = mxnet_plain_rule, tuple.__new__(
+                    MxnetPlainRow, (lr, lr * wd, rs, c, lr * rs))
         elif states:
-            rule, hyper = guide_momentum_rule, GuideMomentumRow(lr=lr, wd=wd, rs=rs, c=c,
-                                                                mu=r(self.momentum))
+            rule, hyper = guide_momentum_rule, GuideMomentumRow(lr=lr, wd=wd, rs=rs, c=c, mu=mu)
         else:
             rule, hyper = guide_plain_rule, GuidePlainRow(lr=lr, wd=wd, rs=rs, c=c)
         return rule, hyper
