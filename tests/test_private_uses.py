@@ -4,9 +4,9 @@ function, class, assignment target or argument of the same module is named ``_na
 ``from m import _name``. The count may only go down.
 
 What the rule still counts (6): namedtuple methods (``_fields``, ``_replace``, ``_asdict``:
-custom.py, lamb.py, lars.py, lbsgd.py) and ``os._exit`` (dist.py), public API spelled with an
-underscore; numba's simulated device array ``_ary`` (backends/cuda.py). tests/test_layers.py
-holds the stricter ratchet that names each allowed use.
+custom.py, lamb.py, lars.py, lbsgd.py) and ``os._exit`` (dist_watchdog.py), public API spelled
+with an underscore; numba's simulated device array ``_ary`` (backends/cuda.py).
+tests/test_layers.py holds the stricter ratchet that names each allowed use.
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Synchronous data-parallel training over MPI: ``Trainer(..., kvstore="dist_sync")``.
 
-(One module of about 840 lines: a step's protocol across ranks, its reductions, the checks
-that every rank agrees and the states file across ranks share the communicator and its
-watchdog, and read as one sequence.)
+The protocol (construction, a step, the states file, the checks) is here; the reductions are in
+``dist_reduce``, what the ranks must hold alike in ``dist_agreement``, MPI's start-up, the abort
+hook and the watchdog in ``dist_watchdog``.
 
 Start one process per worker with ``mxopt launch -n N train.py`` (or ``mpiexec -n N python
 train.py``); every process builds the same Trainer. What a distributed Trainer does
@@ -44,17 +44,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
-import threading
 import time
 
 import numpy as np
 
-from .. import launch as _launch
 from ..mpi_env import rank_from_env
 from ..backends import arrays
-from . import compression as _compression
 from .buffers import state_leaves
+from .dist_agreement import differences, same, settings_digest, spread, step_settings
+# REDUCE_MODES, bytes_model and DEFAULT_TIMEOUT are imported to be importable from here
+from .dist_reduce import REDUCE_MODES, GroupComm, Reductions, bytes_model, reduce_mode_from_env
+from .dist_watchdog import (DEFAULT_TIMEOUT, StartUpGuard, install_abort_hook, mpi,
+                            timeout_from_env, watchdog)
 from .errors import DistMismatchError, StaleGradientError
 
 __all__ = ["SYNC", "ASYNC", "kvstore_type", "DistKVStore", "DistMismatchError", "REDUCE_MODES",
@@ -66,13 +67,6 @@ SYNC = ("dist_sync", "dist_device_sync", "dist_sync_device", "dist")
 #: MXNet's asynchronous parameter-server modes: refused
 ASYNC = ("dist_async", "dist_device_async", "dist_async_device")
 _OTHER = ("horovod", "byteps", "nccl")
-
-#: how a group's gradients are summed so that every rank holds the same bits
-#: ("scatter_gather": Reduce_scatter + Allgatherv, the default; "reduce_bcast": Reduce to rank 0
-#: + Bcast; "allreduce_bcast": Allreduce + Bcast from rank 0). Choose with MXOPT_DIST_REDUCE.
-REDUCE_MODES = ("scatter_gather", "reduce_bcast", "allreduce_bcast")
-
-DEFAULT_TIMEOUT = 600.0
 
 #: bytes a step's agreement carries beside one fresh flag per parameter: ignore_stale_grad (one
 #: byte), batch_size (float64) and the digest of the optimizer's settings (8 bytes)
@@ -110,34 +104,9 @@ def kvstore_type(kvstore):
     return None
 
 
-def bytes_model(n_elements, itemsize, workers, compressed=False, mode="scatter_gather"):
-    """Bytes one rank sends for one group per step under the ring model: ``2(N-1)/N * bytes`` for
-    Reduce_scatter + Allgatherv (a ring allreduce; also a plain Allreduce), twice that for
-    ``reduce_bcast`` and ``allreduce_bcast`` (the large-message Reduce and Bcast each move
-    ``2(N-1)/N * bytes``), ``(N-1) * packed bytes`` for the compressed Allgather."""
-    if workers <= 1:
-        return 0
-    if compressed:
-        return (workers - 1) * _compression.words_for(n_elements) * 4
-    factor = 2 if mode in ("reduce_bcast", "allreduce_bcast") else 1
-    return int(round(factor * 2 * (workers - 1) / workers * n_elements * itemsize))
-
-
 # -------------------------------------------------------------------------------------------
-# MPI, the abort hook and the watchdog
+# the communicator
 # -------------------------------------------------------------------------------------------
-def _mpi():
-    try:
-        from mpi4py import MPI
-    except ImportError as exc:  # pragma: no cover - depends on the installation
-        raise ImportError(
-            "distributed training needs mpi4py and an MPI library: pip install "
-            "'mxopt-toolkit[dist]' (installs mpi4py and MPICH), then start the script with "
-            f"'mxopt launch -n N script.py' ({exc})") from exc
-    return MPI
-
-
-_hook_installed = False
 _communicator = None
 
 
@@ -148,156 +117,7 @@ def use_communicator(comm):
     _communicator = comm
 
 
-def _abort(MPI, code=1, reason=None):
-    """End the job from this rank: tell ``mxopt launch`` why (when it started this rank), then
-    ``MPI_Abort`` (when MPI is running), then exit with ``code``."""
-    if reason is not None:
-        _launch.report("abort", reason=reason)
-    sys.stderr.flush()
-    sys.stdout.flush()
-    # mpiexec forwards each rank's output asynchronously; MPI_Abort tears the job down at once,
-    # so give the message just written a moment to reach the terminal
-    time.sleep(0.5)
-    try:
-        if MPI is not None and MPI.Is_initialized() and not MPI.Is_finalized() and (
-                MPI.Query_thread() >= MPI.THREAD_MULTIPLE or
-                threading.current_thread() is threading.main_thread()):
-            MPI.COMM_WORLD.Abort(code)
-    finally:
-        os._exit(code)
-
-
-def _install_abort_hook(MPI, rank):
-    """An uncaught exception prints its traceback, then aborts the MPI job: the other ranks,
-    waiting in a collective, would otherwise wait forever (MPI_Finalize at exit does not end
-    them)."""
-    global _hook_installed
-    if _hook_installed:
-        return
-    previous = sys.excepthook
-
-    def hook(kind, value, tb):
-        if getattr(value, "raised_on_every_rank", False):
-            # every rank raised the same error at the same point: each exits by itself (status
-            # 1), after printing it, and no rank is left waiting
-            previous(kind, value, tb)
-            return
-        try:
-            previous(kind, value, tb)
-        finally:
-            sys.stderr.write(f"mxopt dist: rank {rank} stopped on an uncaught {kind.__name__}; "
-                             "aborting the MPI job so that no rank waits forever\n")
-            _abort(MPI, 1)
-
-    sys.excepthook = hook
-    _hook_installed = True
-
-
-class _Watchdog:
-    """Aborts the job when one collective runs longer than ``timeout`` seconds."""
-
-    def __init__(self, MPI, rank, timeout):
-        self.MPI, self.rank, self.timeout = MPI, rank, timeout
-        self._cond = threading.Condition()
-        self._what = None
-        self._deadline = 0.0
-        self._thread = None
-
-    def _start(self):
-        self._thread = threading.Thread(target=self._run, name="mxopt-dist-watchdog",
-                                        daemon=True)
-        self._thread.start()
-
-    def _run(self):
-        with self._cond:
-            while True:
-                if self._what is None:
-                    self._cond.wait()
-                    continue
-                left = self._deadline - time.monotonic()
-                if left > 0:
-                    self._cond.wait(left)
-                    continue
-                what = f"{self._what} did not complete within {self.timeout:g} s"
-                sys.stderr.write(
-                    f"mxopt dist: rank {self.rank}: {what} (another rank died, exited or is "
-                    "stuck; raise MXOPT_DIST_TIMEOUT if a rank legitimately takes longer "
-                    "between steps); aborting the MPI job\n")
-                _abort(self.MPI, 1, reason=f"the watchdog: {what}")
-
-    def __call__(self, what):
-        return _Guard(self, what)
-
-
-class _Guard:
-    __slots__ = ("dog", "what")
-
-    def __init__(self, dog, what):
-        self.dog, self.what = dog, what
-
-    def __enter__(self):
-        dog = self.dog
-        if dog.timeout:
-            if dog._thread is None:
-                dog._start()
-            with dog._cond:
-                dog._what = self.what
-                dog._deadline = time.monotonic() + dog.timeout
-                dog._cond.notify()
-
-    def __exit__(self, *exc):
-        dog = self.dog
-        if dog.timeout:
-            with dog._cond:
-                dog._what = None
-        return False
-
-
-class _StartUpGuard:
-    """The watchdog of MPI's start-up. ``import mpi4py.MPI`` calls ``MPI_Init`` holding the GIL,
-    which waits for every rank: the watchdog thread cannot run meanwhile. A small shell process
-    keeps the time instead: unless this process closes its pipe first (start-up done, or this
-    process died), it prints why after ``timeout`` seconds and kills this process (SIGKILL),
-    which ends the job (mpiexec ends every rank when one is killed; so does ``mxopt launch``).
-    Nothing is started when MPI is already running, the watchdog is off, or there is no ``sh``."""
-
-    _SCRIPT = ('exec 3<&0 4>&2 2>/dev/null; sleep "$2" & s=$!; (cat <&3 >/dev/null; kill $s) & '
-               'if wait $s; then printf "%s\\n" "$1" >&4; kill -9 $PPID; fi')
-
-    def __init__(self, timeout, rank):
-        self.timeout, self.rank, self.proc = timeout, rank, None
-
-    def __enter__(self):
-        import shutil
-        import subprocess
-        mpi = sys.modules.get("mpi4py.MPI")
-        if not self.timeout or (mpi is not None and mpi.Is_initialized()):
-            return self
-        sh = shutil.which("sh")
-        if sh is None:  # pragma: no cover - no POSIX shell (mpi4py's wheels are POSIX only)
-            return self
-        msg = (f"mxopt dist: rank {self.rank}: MPI start-up (MPI_Init, at the import of "
-               f"mpi4py.MPI) did not complete within {self.timeout:g} s (another rank died, "
-               "exited or is stuck before starting MPI; raise MXOPT_DIST_TIMEOUT if a rank "
-               "legitimately takes longer to get there); ending this rank")
-        self.proc = subprocess.Popen([sh, "-c", self._SCRIPT, "sh", msg, repr(self.timeout)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
-        return self
-
-    def __exit__(self, *exc):
-        import subprocess
-        if self.proc is not None:
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:  # pragma: no cover - a stuck shell
-                self.proc.kill()
-                self.proc.wait()
-        return False
-
-
 _dups: dict = {}
-_dog = None
 
 
 def _duplicate(base):
@@ -307,92 +127,22 @@ def _duplicate(base):
     return _dups[key][1]
 
 
-def _watchdog(MPI, rank, timeout):
-    """The process's one watchdog thread (started at the first guarded collective)."""
-    global _dog
-    if _dog is None:
-        _dog = _Watchdog(MPI, rank, timeout)
-    _dog.timeout = timeout
-    return _dog
-
-
-def _timeout_from_env():
-    raw = os.environ.get("MXOPT_DIST_TIMEOUT", "")
-    if raw == "":
-        return DEFAULT_TIMEOUT
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"MXOPT_DIST_TIMEOUT must be a number of seconds (0: no watchdog), got "
-                         f"{raw!r}") from None
-    if not np.isfinite(value) or value < 0:
-        raise ValueError(f"MXOPT_DIST_TIMEOUT must be >= 0, got {raw!r}")
-    return value
-
-
-def _reduce_mode_from_env():
-    mode = os.environ.get("MXOPT_DIST_REDUCE", "") or REDUCE_MODES[0]
-    if mode not in REDUCE_MODES:
-        raise ValueError(f"MXOPT_DIST_REDUCE must be one of {REDUCE_MODES}, got {mode!r}")
-    return mode
-
-
 # -------------------------------------------------------------------------------------------
 # the kvstore
 # -------------------------------------------------------------------------------------------
-class _GroupComm:
-    """What one (dtype, device) group needs for its collectives, allocated once."""
-
-    def __init__(self, kv, g):
-        self.g = g
-        self.n = g.size
-        self.dtype = np.dtype(g.dtype)
-        self.device = g.device
-        # host staging for GPU groups (reused every step; MPI reads host memory here)
-        self.stage = None
-        if g.device == "cuda":
-            try:
-                from numba import cuda
-                self.stage = cuda.pinned_array(self.n, self.dtype)
-            except Exception:  # pragma: no cover - simulator or no pinned memory
-                self.stage = np.empty(self.n, self.dtype)
-        N = kv.num_workers
-        base, extra = divmod(self.n, N)
-        self.counts = np.array([base + (r < extra) for r in range(N)], np.int64)
-        self.displs = np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(np.int64)
-        self.chunk = None
-        self.mpitype, self.op = kv._type_and_op(self.dtype)
-        if kv.compression is not None:
-            self.residual = np.zeros(self.n, np.float32)
-            self.words = np.zeros(_compression.words_for(self.n), np.uint32)
-            self.all_words = np.zeros((N, self.words.shape[0]), np.uint32)
-            self.mask = None
-
-    def host_grad(self):
-        """The gradient as a host array (the flat buffer itself, or the staged copy)."""
-        if self.stage is None:
-            return self.g.grad
-        self.g.grad.copy_to_host(self.stage)
-        return self.stage
-
-    def back(self, host):
-        if self.stage is not None:
-            self.g.grad.copy_to_device(host)
-
-
-class DistKVStore:
+class DistKVStore(Reductions):
     """The distributed side of a Trainer (``trainer.kvstore``): MXNet's ``kv.type``,
     ``kv.rank``, ``kv.num_workers``, plus the statistics of the last reduction."""
 
     def __init__(self, trainer, kvtype, compression, update_on_kvstore):
         # the watchdog first: MPI's start-up (MPI_Init, at the import of mpi4py.MPI) and the
         # communicator's duplication wait for every rank, like any other collective
-        self.timeout = _timeout_from_env()
-        self.reduce_mode = _reduce_mode_from_env()
+        self.timeout = timeout_from_env()
+        self.reduce_mode = reduce_mode_from_env()
         rank = rank_from_env("?")   # MPI is not started yet: as the launcher states it
-        self.watch = _watchdog(None, rank, self.timeout)
-        with _StartUpGuard(self.timeout, rank):
-            MPI = self.MPI = _mpi()
+        self.watch = watchdog(None, rank, self.timeout)
+        with StartUpGuard(self.timeout, rank):
+            MPI = self.MPI = mpi()
         self.watch.MPI = MPI
         base = _communicator if _communicator is not None else MPI.COMM_WORLD
         # one duplicate of the base communicator per process, shared by every distributed
@@ -413,7 +163,7 @@ class DistKVStore:
         self._f16_op = None
         self._trainer = trainer
         if self.num_workers > 1:
-            _install_abort_hook(MPI, self.rank)
+            install_abort_hook(MPI, self.rank)
         self._check_same(trainer)
         if compression is not None:
             bad = sorted({np.dtype(g.dtype).name for g in trainer.groups
@@ -423,26 +173,10 @@ class DistKVStore:
                     f"2-bit gradient compression needs float32 gradients (MXNet 1.9.1's "
                     f"quantiser is float32 only); this Trainer has {bad} parameters: pass "
                     "compression_params=None"))
-        self._groups = [_GroupComm(self, g) for g in trainer.groups]
+        self._groups = [GroupComm(self, g) for g in trainer.groups]
         self._broadcast_initial(trainer)
 
     # --- helpers --------------------------------------------------------------------------
-    def _type_and_op(self, dtype):
-        MPI = self.MPI
-        if dtype == np.float32:
-            return MPI.FLOAT, MPI.SUM
-        if dtype == np.float64:
-            return MPI.DOUBLE, MPI.SUM
-        if dtype == np.float16:  # MPI has no half type: a user sum over 2-byte elements
-            if self._f16_op is None:
-                def add16(inbuf, inout, datatype):
-                    a = np.frombuffer(inbuf, np.float16)
-                    b = np.frombuffer(inout, np.float16)
-                    np.add(b, a, out=b)
-                self._f16_op = MPI.Op.Create(add16, commute=True)
-            return MPI.UINT16_T, self._f16_op
-        raise ValueError(f"distributed training has no reduction for dtype {dtype}")
-
     def _bcast_bytes(self, data: bytes | None, what) -> bytes:
         n = np.array([len(data) if data is not None and self.rank == 0 else 0], np.int64)
         with self.watch(what):
@@ -496,7 +230,7 @@ class DistKVStore:
         texts = self._allgather_bytes(json.dumps(mine, sort_keys=True).encode("utf-8"),
                                       "comparing the ranks' Trainers")
         descs = [json.loads(t.decode("utf-8")) for t in texts]
-        problems = _differences(descs)
+        problems = differences(descs)
         if problems:
             shown = "; ".join(problems[:8]) + ("; ..." if len(problems) > 8 else "")
             raise DistMismatchError(
@@ -557,7 +291,7 @@ class DistKVStore:
         mine[L] = _UNKNOWN if ignore_stale_grad is None else (1 if ignore_stale_grad else 0)
         mine[L + 1:L + 9] = np.array([np.nan if batch_size is None else batch_size],
                                      np.float64).view(np.uint8)
-        mine[L + 9:L + 17] = _settings_digest(trainer)
+        mine[L + 9:L + 17] = settings_digest(trainer)
         allm = np.zeros((self.num_workers, L + _HEADER), np.uint8)
         with self.watch("agreeing on fresh gradients and settings"):
             self.comm.Allgather(mine, allm)
@@ -589,61 +323,6 @@ class DistKVStore:
         self.last_step_bytes = stats
         self._pending = True
 
-    def _reduce_group(self, gc, skipped, stats):
-        g = gc.g
-        masked = [k for k, (_, p) in enumerate(g.members) if id(p) in skipped]
-        grad = gc.host_grad()
-        for k in masked:
-            grad[int(g.offsets[k]):int(g.offsets[k + 1])] = 0
-        N = self.num_workers
-        stats["uncompressed_bytes"] += gc.n * gc.dtype.itemsize
-        stats["uncompressed_ring_model_bytes"] += bytes_model(gc.n, gc.dtype.itemsize, N)
-        if self.compression is not None:
-            mask = None
-            if masked:
-                mask = np.ones(gc.n, np.uint8)
-                for k in masked:
-                    mask[int(g.offsets[k]):int(g.offsets[k + 1])] = 0
-            _compression.quantize(grad, gc.residual, self.compression["threshold32"],
-                                  out=gc.words, mask=mask)
-            with self.watch("the compressed gradient Allgather"):
-                self.comm.Allgather([gc.words, self.MPI.UINT32_T],
-                                    [gc.all_words, self.MPI.UINT32_T])
-            _compression.dequantize_sum(gc.all_words, self.compression["threshold32"], grad)
-            stats["payload_bytes"] += gc.words.nbytes if N > 1 else 0
-            stats["ring_model_bytes"] += bytes_model(gc.n, 4, N, compressed=True)
-        else:
-            if N > 1:
-                self._sum(gc, grad)
-            stats["payload_bytes"] += gc.n * gc.dtype.itemsize if N > 1 else 0
-            stats["ring_model_bytes"] += bytes_model(gc.n, gc.dtype.itemsize, N,
-                                                     mode=self.reduce_mode)
-        gc.back(grad)
-
-    def _sum(self, gc, buf, mode=None):
-        """Sum ``buf`` over the ranks in place; every rank ends with the same bits."""
-        MPI, comm, t, op = self.MPI, self.comm, gc.mpitype, gc.op
-        mode = mode or self.reduce_mode
-        with self.watch(f"the gradient reduction ({mode}, {gc.dtype.name})"):
-            if mode == "scatter_gather":
-                if gc.chunk is None:
-                    gc.chunk = np.empty(int(gc.counts[self.rank]), gc.dtype)
-                comm.Reduce_scatter([buf, t], [gc.chunk, t], recvcounts=gc.counts, op=op)
-                comm.Allgatherv([gc.chunk, t], [buf, (gc.counts, gc.displs), t])
-            elif mode == "reduce_bcast":
-                if self.rank == 0:
-                    comm.Reduce(MPI.IN_PLACE, [buf, t], op=op, root=0)
-                else:
-                    comm.Reduce([buf, t], None, op=op, root=0)
-                comm.Bcast([buf, t], root=0)
-            elif mode == "allreduce_bcast":
-                comm.Allreduce(MPI.IN_PLACE, [buf, t], op=op)
-                comm.Bcast([buf, t], root=0)
-            elif mode == "allreduce":   # benchmarks only: MPI does not promise equal bits
-                comm.Allreduce(MPI.IN_PLACE, [buf, t], op=op)
-            else:  # pragma: no cover
-                raise ValueError(mode)
-
     def _check_step_agreement(self, headers):
         """Raise on every rank when the ranks' per-step headers (ignore_stale_grad, batch_size,
         settings digest) differ; every rank holds the same headers, so every rank decides the
@@ -653,24 +332,24 @@ class DistKVStore:
         ignore = [int(h[0]) for h in headers]
         known = [v for v in ignore if v != _UNKNOWN]
         if any(v != known[0] for v in known):
-            problems.append("ignore_stale_grad differs: " + _spread(
+            problems.append("ignore_stale_grad differs: " + spread(
                 [None if v == _UNKNOWN else bool(v) for v in ignore]))
         batch = [float(h[1:9].view(np.float64)[0]) for h in headers]
         given = [b for b in batch if not np.isnan(b)]
         if any(b != given[0] for b in given):
-            problems.append("batch_size differs: " + _spread(
+            problems.append("batch_size differs: " + spread(
                 [None if np.isnan(b) else b for b in batch]))
         if any(not np.array_equal(h[9:17], headers[0][9:17]) for h in headers):
             texts = self._allgather_bytes(
-                json.dumps(_step_settings(self._trainer), sort_keys=True).encode("utf-8"),
+                json.dumps(step_settings(self._trainer), sort_keys=True).encode("utf-8"),
                 "naming the settings that differ between the ranks")
             settings = [json.loads(t.decode("utf-8")) for t in texts]
             for name in sorted(set().union(*settings)):
                 vals = [d.get(name, "(not set)") for d in settings]
-                if any(not _same(v, vals[0]) for v in vals):
+                if any(not same(v, vals[0]) for v in vals):
                     note = " (set by step's or update's batch_size)" \
                         if name == "the optimizer's rescale_grad" else ""
-                    problems.append(f"{name}{note} differs: {_spread(vals)}")
+                    problems.append(f"{name}{note} differs: {spread(vals)}")
         if problems:
             raise DistMismatchError(
                 f"the {self.num_workers} ranks took this step with different settings (seen on "
@@ -779,66 +458,3 @@ class DistKVStore:
         return (f"DistKVStore(type={self.type!r}, rank={self.rank}, num_workers="
                 f"{self.num_workers}, compression={self.compression and self.compression['type']!r}"
                 f", reduce={self.reduce_mode!r})")
-
-
-def _ranks(ranks):
-    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
-
-
-def _same(a, b):
-    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
-
-
-def _spread(values):
-    """``"0.1 on ranks 0, 2; 0.2 on rank 1"``: each distinct value (JSON-able) and its ranks."""
-    seen = {}
-    for r, v in enumerate(values):
-        seen.setdefault(json.dumps(v, sort_keys=True), (v, []))[1].append(r)
-    return "; ".join(f"{v!r} on {_ranks(rs)}" for v, rs in seen.values())
-
-
-def _differences(descs):
-    """What differs between the ranks' descriptions, each naming the setting and the ranks."""
-    out = []
-    keys = sorted(set().union(*descs))
-    for key in keys:
-        values = [d.get(key) for d in descs]
-        if key == "params" or all(_same(v, values[0]) for v in values):
-            continue
-        if key == "hyperparameters" and all(isinstance(v, dict) for v in values):
-            for name in sorted(set().union(*values)):
-                sub = [v.get(name, "(not set)") for v in values]
-                if any(not _same(x, sub[0]) for x in sub):
-                    out.append(f"the optimizer's {name} differs: {_spread(sub)}")
-            continue
-        out.append(f"{key} differs: {_spread(values)}")
-    plists = [d.get("params", []) for d in descs]
-    if any(len(pl) != len(plists[0]) for pl in plists):
-        out.append(f"the number of parameters differs: {_spread([len(pl) for pl in plists])}")
-    for k, row in enumerate(zip(*plists)):
-        if all(_same(x, row[0]) for x in row):
-            continue
-        for field in sorted(set().union(*row)):
-            vals = [x.get(field) for x in row]
-            if any(not _same(v, vals[0]) for v in vals):
-                out.append(f"parameter {k} ({row[0].get('name')!r} on rank 0): {field} differs: "
-                           f"{_spread(vals)}")
-    return out
-
-
-def _step_settings(trainer):
-    """What a step's numbers depend on beside the gradients, as one JSON-able dict: the
-    optimizer's settings, each parameter's multipliers (they may change after construction) and
-    whether the non-finite guard is on."""
-    out = {f"the optimizer's {k}": v for k, v in trainer.optimizer.settings().items()}
-    for p in trainer.parameters:
-        out[f"parameter {p.name!r}'s lr_mult"] = float(p.lr_mult)
-        out[f"parameter {p.name!r}'s wd_mult"] = float(p.wd_mult)
-    out["skip_nonfinite"] = bool(trainer.skipping_nonfinite)
-    return out
-
-
-def _settings_digest(trainer):
-    """8 bytes that differ when :func:`_step_settings` differs (the per-step check)."""
-    text = json.dumps(_step_settings(trainer), sort_keys=True).encode("utf-8")
-    return np.frombuffer(hashlib.blake2b(text, digest_size=8).digest(), np.uint8)
