@@ -1,33 +1,21 @@
-"""The ``Optimizer`` base class: MXNet 1.9.1's optimizer interface and its dispatch.
+"""The ``Optimizer`` base class: MXNet 1.9.1's optimizer interface, ``update`` and the dispatch
+of a step to a backend ("reference", "cpu", "cuda", "auto"), the warm step of the same arrays
+(:class:`~toolkit.backends.cpu.PreparedStep`), ``next_step`` (the oracle's door) and the float32
+rounding helpers of the rules. The rest is in mixins, one responsibility each:
 
-Subclasses declare their hyperparameters and a per-element rule; this class does everything
-shared. What it holds itself: the checked hyperparameters (``domains``, ``settings``, the
-assignment checks and ``repr``), state creation, ``update`` and the dispatch of a step to a
-backend ("reference", "cpu", "cuda", "auto"), ``next_step`` (the oracle's door) and the Trainer's
-seams (``plan_step``, ``launch_step``, ``restored_on_error``), and the float32 rounding helpers
-of the rules. The rest is in mixins of their own, one responsibility each, that ``Optimizer``
-derives from:
-
-* :class:`~toolkit.optimizers.batched.BatchedBookkeeping`: MXNet's learning rate, schedule,
-  multipliers and counts, index by index (``bookkeeping.py``) and for many indices at once
-  (``batched.py``);
-* :class:`~toolkit.optimizers.checks.ArrayChecks`: the array contract, checked before anything
-  is written, and the memo of arrays that passed (``checks.py``);
-* :class:`~toolkit.optimizers.precision.MultiPrecision`: float16 weights with a float32 master
-  copy (``precision.py``);
-* :class:`~toolkit.optimizers.nonfinite.NonFiniteGuard`: ``skip_nonfinite`` (``nonfinite.py``);
-* :class:`~toolkit.optimizers.reference_step.ReferenceStep`: the reference backend's hooks
-  (``reference_step.py``);
-* :class:`~toolkit.optimizers.launching.LaunchContext`: the launcher and row-sparse mode of the
-  step in progress (``launching.py``);
-* :class:`~toolkit.optimizers.row_sparse.RowSparseSteps`: ``update`` with a ``RowSparse``
-  gradient (``row_sparse.py``).
+* :class:`~toolkit.optimizers.hyperparameters.Hyperparameters`: checked attributes, settings, repr;
+* :class:`~toolkit.optimizers.checks.ArrayChecks`: the state and the array contract;
+* :class:`~toolkit.optimizers.batched.BatchedBookkeeping`: learning rate, schedule, multipliers
+  and counts, per index (``bookkeeping.py``) and for many indices (``batched.py``);
+* :class:`~toolkit.optimizers.precision.MultiPrecision`: float16 weights with a float32 master;
+* :class:`~toolkit.optimizers.nonfinite.NonFiniteGuard`: ``skip_nonfinite``;
+* :class:`~toolkit.optimizers.reference_step.ReferenceStep`: the reference backend's hooks;
+* :class:`~toolkit.optimizers.launching.LaunchContext`: the launcher of the step in progress;
+* :class:`~toolkit.optimizers.row_sparse.RowSparseSteps`: ``RowSparse`` gradients;
+* :class:`~toolkit.optimizers.trainer_hooks.TrainerHooks`: the Trainer's seams.
 """
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import inspect
 import math
 import operator
 import warnings
@@ -40,16 +28,16 @@ from . import aliases as _aliases
 from .batched import BatchedBookkeeping, StepScalars
 from .bookkeeping import Counts
 from .checks import ArrayChecks, Slot
+from .hyperparameters import Hyperparameters, install_checked_attributes
 from .launching import LaunchContext
 from .nonfinite import NonFiniteGuard
 from .precision import MultiPrecision
 from .reference_step import ReferenceStep
 from .row_sparse import RowSparseSteps
-from .spec import CONVENTIONS, DEFAULT_CONVENTIONS
+from .trainer_hooks import TrainerHooks
+from .spec import CONVENTIONS
 from ..sparse import RowSparse
-from .validation import (AliasAttribute, Domain, alias_attribute, callable_or_none,
-                         check_choice, check_int, check_nonneg, check_positive, check_unit,
-                         checked_attribute, choice, flag, integer, nonneg)
+from .validation import callable_or_none, check_nonneg, choice, flag, integer, nonneg
 
 __all__ = ["Optimizer", "StepInputs", "StepScalars", "Slot", "row_step", "scalar_only",
            "BACKENDS", "CONVENTIONS"]
@@ -121,51 +109,8 @@ class StepInputs(NamedTuple):
     reference_kwargs: dict   #: extra keyword arguments of ``reference.<name>.step``
 
 
-def _jsonable(value):
-    """A hyperparameter's value as JSON holds it: a learning-rate scheduler as its type and
-    configuration (``config()`` where it has one, else its repr)."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, np.generic):
-        return value.item()
-    if callable(value):
-        kind = type(value).__module__ + "." + type(value).__qualname__
-        text = repr(value)
-        if hasattr(value, "config"):
-            return {"type": kind, "config": value.config(), "repr": text}
-        code = getattr(value, "__code__", None)
-        if code is not None:   # a plain function: its name and what its code computes
-            body = repr((code.co_code, code.co_consts, code.co_names)).encode()
-            return {"type": kind, "name": getattr(value, "__qualname__", "?"),
-                    "code": hashlib.sha256(body).hexdigest()[:16]}
-        if " at 0x" not in text:
-            return {"type": kind, "config": text}
-        # a repr that holds an address differs in every process: the attributes instead
-        return {"type": kind, "config": {k: _jsonable(v) for k, v in
-                                         sorted(getattr(value, "__dict__", {}).items())}}
-    text = repr(value)
-    return text if " at 0x" not in text else f"<{type(value).__module__}.{type(value).__qualname__}>"
-
-
-def _install_checked_attributes(cls):
-    """Turn each name in ``cls.domains`` (the class's own declaration) into a checked
-    attribute of ``cls``, and each of its other names (the keyword, the aliases) into an
-    :class:`AliasAttribute` of it, unless the class chain defines that name otherwise (the
-    ``learning_rate`` property, a hyperparameter of that name)."""
-    own = cls.__dict__.get("domains", {})
-    for attr, domain in own.items():
-        if not isinstance(domain, Domain):
-            raise TypeError(f"{cls.__name__}.domains[{attr!r}] must be a Domain, got {domain!r}")
-        setattr(cls, attr, checked_attribute(attr, domain, Optimizer._after_hyperparameter_set))
-    for attr, domain in own.items():
-        for name in domain.other_names(attr):
-            if name in own or not isinstance(getattr(cls, name, AliasAttribute()), AliasAttribute):
-                continue
-            setattr(cls, name, alias_attribute(name, attr))
-
-
-class Optimizer(ArrayChecks, MultiPrecision, NonFiniteGuard, ReferenceStep, LaunchContext,
-                RowSparseSteps, BatchedBookkeeping):
+class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, ReferenceStep,
+                LaunchContext, RowSparseSteps, TrainerHooks, BatchedBookkeeping):
     """Base class of all optimizers (MXNet 1.9.1's ``mxnet.optimizer.Optimizer``).
 
     Parameters
@@ -234,98 +179,6 @@ class Optimizer(ArrayChecks, MultiPrecision, NonFiniteGuard, ReferenceStep, Laun
         "backend": choice(BACKENDS, numeric=False),
     }
 
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        if "elementwise_step" in cls.__dict__:
-            raise TypeError(f"{cls.__name__} sets elementwise_step, which is now "
-                            "state_like_weight (False: a state not shaped like the weight)")
-        _install_checked_attributes(cls)
-
-    @classmethod
-    def hyperparameter_domains(cls):
-        """Every checked hyperparameter of this class, attribute name -> :class:`Domain`:
-        the base class's first, then each subclass's in order."""
-        merged = {}
-        for klass in reversed(cls.__mro__):
-            merged.update(klass.__dict__.get("domains", {}))
-        return merged
-
-    @classmethod
-    def hyperparameter_aliases(cls):
-        """Every other name a hyperparameter of this class goes by that is an attribute of it,
-        alias -> attribute (AdaGrad's ``eps`` -> ``float_stable_eps``, RMSProp's ``rho`` ->
-        ``gamma1``): reading the alias gives the attribute's value, assigning it runs the
-        attribute's check (``Domain.keyword`` and ``Domain.aliases``)."""
-        out = {}
-        for attr, domain in cls.hyperparameter_domains().items():
-            for name in domain.other_names(attr):
-                if isinstance(getattr(cls, name, None), AliasAttribute):
-                    out[name] = attr
-        return out
-
-    def settings(self):
-        """Every setting that changes the numbers, by constructor keyword (``learning_rate``,
-        ``rescale_grad``, ``wd``, ``clip_gradient``, ``lr_scheduler``, ``begin_num_update``,
-        ``multi_precision``, ``convention`` and the optimizer's own), as JSON-able values: the
-        learning-rate scheduler as its type and configuration. Two optimizers of the same class
-        with equal ``settings()`` compute the same numbers from the same state."""
-        out = {}
-        for attr, domain in self.hyperparameter_domains().items():
-            if domain.numeric:
-                out[domain.keyword or attr] = _jsonable(getattr(self, attr))
-        return out
-
-    def check_relations(self):
-        """Checks that tie two hyperparameters together (LAMB's bounds): run when construction
-        ends and after every later assignment of a hyperparameter, which is undone when this
-        raises. Subclasses override it; the base class has none."""
-
-    def _after_hyperparameter_set(self, attr, old):
-        """Refuse an assignment after construction that breaks :meth:`check_relations` or that
-        changes the layout of state already made (SGD's momentum turned on once its state is
-        ``None``): the value is then put back."""
-        d = self.__dict__
-        d.pop("_warm", None)  # a prepared step assumed the layout and backend of before
-        if not d.get("_constructed"):
-            return
-        made = d.get("_state_layout")
-        if made is not None and self._state_layout_key() != made:
-            domain = self.hyperparameter_domains()[attr]
-            name = domain.keyword or attr
-            raise ValueError(
-                f"{name} cannot change from {old!r} to {getattr(self, attr)!r}: that changes the "
-                f"state {type(self).__name__} keeps (slots {made[0][0]} -> {self.state_slots()}, "
-                f"multi_precision {made[1]} -> {self.multi_precision}), "
-                "and this optimizer has already made state in the old layout. Create a new "
-                f"optimizer with {name}={getattr(self, attr)!r}, or set it before the first "
-                "create_state (a Trainer makes its states at construction)")
-        if attr == "begin_num_update":
-            self._follow_begin_num_update(old)
-        self.check_relations()
-        self._check_convention()
-
-    def _check_convention(self):
-        """Refuse a convention this optimizer's kernels do not implement (its spec's
-        ``conventions``; "mxnet" and "guide" for an optimizer without a spec)."""
-        spec = type(self).spec
-        implemented = DEFAULT_CONVENTIONS if spec is None else spec.conventions
-        if self.convention not in implemented:
-            extra = (" (torch.optim has no such optimizer, or the toolkit does not implement "
-                     "its update)" if self.convention == "pytorch" else "")
-            raise ValueError(f"convention={self.convention!r} is not available for "
-                             f"{type(self).__name__}{extra}; it implements {implemented}")
-
-    def _follow_begin_num_update(self, old):
-        """``begin_num_update`` is where the counts start: before any step it moves
-        ``num_update`` with it; after one, it may not exceed a count already taken (a states
-        file holds counts >= it)."""
-        new = self.begin_num_update
-        if not self._index_update_count and self.num_update == old:
-            self.num_update = new
-        elif new > min([self.num_update, *self._index_update_count.values()]):
-            raise ValueError(f"begin_num_update {new} exceeds the update counts already taken "
-                             f"(num_update {self.num_update}); set it before the first step")
-
     def _state_layout_key(self):
         """What the layout of state made now depends on: the template's key and whether a
         float16 weight keeps a float32 master copy."""
@@ -382,39 +235,6 @@ class Optimizer(ArrayChecks, MultiPrecision, NonFiniteGuard, ReferenceStep, Laun
         self.check_relations()
         self._check_convention()
         self._constructed = True
-
-    # ---------------------------------------------------------------------------------------
-    # state
-    # ---------------------------------------------------------------------------------------
-    def state_slots(self):
-        """Names of the state arrays ``create_state`` returns, in order (subclasses override)."""
-        return ()
-
-    def create_state(self, index, weight):
-        """Fresh state for ``weight``: None, an array, or a tuple (MXNet's shapes and order),
-        of the weight's dtype, kind (numpy, CuPy, torch, numba device array) and device."""
-        self._check_weight(weight)
-        self.state_made()
-        slots = self.state_slots()
-        if not slots:
-            return None
-        new = tuple(self._init_slot(name, weight) for name in slots)
-        return new[0] if len(new) == 1 and not self._tuple_state() else new
-
-    def state_made(self):
-        """Record that state exists in the current layout (:meth:`create_state` calls it; a
-        subclass that makes its state otherwise calls it too): from then on an assignment
-        that would change the layout is refused."""
-        if self.__dict__.get("_state_layout") is None:
-            self._state_layout = self._state_layout_key()
-
-    def _tuple_state(self):
-        """Whether a single-slot state is returned as a 1-tuple (RMSProp's ``(n,)``)."""
-        return False
-
-    def _init_slot(self, name, weight):
-        return arrays.zeros_like(weight)
-
 
     # ---------------------------------------------------------------------------------------
     # update
@@ -531,68 +351,6 @@ class Optimizer(ArrayChecks, MultiPrecision, NonFiniteGuard, ReferenceStep, Laun
         """Whether this optimizer's step is :func:`scalar_only` (the Trainer's shortcut)."""
         return type(self)._kernel_step in _SCALAR_ONLY_STEPS
 
-    @contextlib.contextmanager
-    def restored_on_error(self):
-        """While the block runs, the optimizer's attributes (the bookkeeping a step changes:
-        counts, ``num_update``, Nadam's schedule, LBSGD's phases...) are kept; if it raises,
-        they are put back as they were (a shallow copy, its dicts copied; a
-        ``toolkit.lr_scheduler`` schedule's ``state_dict``), so a step that plans every index
-        before writing any array leaves nothing half-committed."""
-        saved = {k: (dict(v) if isinstance(v, dict) else v.copy() if isinstance(v, Counts) else v)
-                 for k, v in self.__dict__.items()}
-        # the schedule's state too (Factor's decays), where it can be saved: the toolkit's
-        from ..lr_scheduler import LRScheduler
-        sched = self.lr_scheduler
-        sched_state = sched.state_dict() if isinstance(sched, LRScheduler) else None
-        try:
-            yield self
-        except BaseException:
-            self.__dict__.clear()
-            self.__dict__.update(saved)
-            if sched_state is not None:
-                sched.load_state_dict(sched_state)
-            raise
-
-    @property
-    def takes_norms(self):
-        """Whether this optimizer's steps may ask for per-tensor norms first
-        (:meth:`norm_inputs` is its own)."""
-        return type(self).norm_inputs is not Optimizer.norm_inputs
-
-    def launch_step(self, index, weight, grad, state, t, lr, wd, launcher):
-        """The kernel step of ``index`` with the scalars ``(t, lr, wd)`` (from
-        :meth:`step_scalars`) through ``launcher`` (a backend launcher, or the Trainer's
-        recorder), on arrays the caller has validated; nothing is committed (the caller commits
-        the counts of the whole step with :meth:`commit_counts`)."""
-        with self._launching(launcher):
-            self._kernel_step(index, weight, grad, state, t, lr, wd)
-
-    def plan_step(self, index, weight, grad, state, launcher):
-        """One kernel step of ``index`` through ``launcher`` (the Trainer's recorder, or a real
-        launcher), on arrays the caller has validated; the count is committed after it. For a
-        step whose host code reads per-index state (Nadam's schedule, LBSGD's phase): the
-        Trainer plans those index by index, in index order."""
-        t, lr, wd = self._step_scalars(index)
-        with self._launching(launcher):
-            self._kernel_step(index, weight, grad, state, t, lr, wd)
-        self._commit_count(index, t)
-
-    # --- the Trainer's hooks (LBSGD uses them) ---------------------------------------------
-    def host_buffers(self):
-        """Names of per-index arrays shaped like the weight that the optimizer keeps outside
-        ``state``; the Trainer binds views of its flat buffers to them."""
-        return ()
-
-    def bind_host_buffer(self, name, index, array):  # pragma: no cover - no buffers by default
-        """Keep ``array`` (a view of the Trainer's flat buffer) as the ``name`` buffer of
-        ``index`` (one of ``host_buffers()``)."""
-        raise KeyError(name)
-
-    def norm_inputs(self, index):
-        """None, or what the next step of ``index`` takes per-tensor norms of (LBSGD's 'lars'):
-        the Trainer computes them for a whole group in one reduction first."""
-        return None
-
     def _apply(self, index, weight, grad, state, backend, w, stream=None, mirror=None,
                known=(), rows=None):
         """Validated arrays in (``known``: their descriptions); one step applied; counts
@@ -625,38 +383,6 @@ class Optimizer(ArrayChecks, MultiPrecision, NonFiniteGuard, ReferenceStep, Laun
         return "dense"
 
 
-    @staticmethod
-    def _map_state(state, f):
-        if state is None:
-            return None
-        if isinstance(state, tuple):
-            return tuple(None if s is None else f(s) for s in state)
-        return f(state)
-
-    @staticmethod
-    def _zip_state(dst, src, f):
-        if dst is None:
-            return
-        if isinstance(dst, tuple):
-            for d, s in zip(dst, src):
-                if d is not None:
-                    f(d, s)
-        else:
-            f(dst, src)
-
-    def state_arrays(self, state):
-        """The arrays of a state from ``create_state``, as a tuple in ``state_slots()`` order."""
-        if state is None:
-            return ()
-        if type(state) is tuple:  # the tuple itself when it holds no None (the common case)
-            for s in state:
-                if s is None:
-                    return tuple(s for s in state if s is not None)
-            return state
-        if isinstance(state, tuple):
-            return tuple(s for s in state if s is not None)
-        return (state,)
-
     def _step(self, backend, index, weight, grad, state, t, lr, wd):
         """One step on validated arrays. Subclasses implement ``_kernel_step`` and
         ``_reference_step`` (the latter is generic for optimizers with a reference module)."""
@@ -681,21 +407,6 @@ class Optimizer(ArrayChecks, MultiPrecision, NonFiniteGuard, ReferenceStep, Laun
         raise NotImplementedError(f"{type(self).__name__} has no kernel: override `update`, or "
                                   "derive it from ElementwiseOptimizer and give it a `rule` "
                                   "(docs/custom-optimizer.md)")
-
-    # --- host-side state (saved by the Trainer's states file) --------------------------------
-    def host_state(self):
-        """``(json_dict, arrays)``: optimizer state kept outside ``state`` (e.g. Nadam's momentum
-        schedule), for saving. Most optimizers keep none."""
-        return {}, {}
-
-    def check_host_state(self, data, host_arrays):
-        """Check what ``host_state`` saved and return a function that restores it (called only
-        once every other check of a load has passed)."""
-        if data or host_arrays:
-            raise ValueError(f"{type(self).__name__} keeps no host-side state, the file has "
-                             f"{sorted(data) + sorted(host_arrays)}")
-        return lambda: None
-
 
     # --- backend choice ----------------------------------------------------------------------
     def _resolve_backend(self, w):
@@ -768,35 +479,4 @@ class Optimizer(ArrayChecks, MultiPrecision, NonFiniteGuard, ReferenceStep, Laun
             return -1.0 if c is None else float(np.float32(c))
         return -1.0 if c is None else c
 
-    def __repr__(self):
-        """``SGD(learning_rate=0.1, wd=0.0, momentum=0.9, convention='mxnet', backend='auto')``:
-        the learning rate, weight decay, convention and backend, and every other hyperparameter
-        (the checked attributes, by constructor keyword) that was given or now differs from its
-        constructor's default."""
-        given = self.__dict__.get("_given", {})
-        defaults = dict(_aliases.constructor_parameters(type(self)))
-        shown = {"learning_rate": self.lr, "wd": self.wd}
-        own_first = {}      # the class's own hyperparameters first, then its bases'
-        for klass in type(self).__mro__:
-            for attr, domain in klass.__dict__.get("domains", {}).items():
-                own_first.setdefault(attr, domain)
-        for attr, domain in own_first.items():
-            name = domain.keyword or attr
-            if name in shown or name in ("convention", "backend"):
-                continue
-            value = getattr(self, attr)
-            default = defaults.get(name, inspect.Parameter.empty)
-            if name in given or _differs(value, default):
-                shown[name] = value
-        shown.update(convention=self.convention, backend=self.backend)
-        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
-
-
-def _differs(value, default):
-    try:
-        return bool(value != default)
-    except (TypeError, ValueError):  # an array: shown
-        return True
-
-
-_install_checked_attributes(Optimizer)
+install_checked_attributes(Optimizer)

@@ -1,5 +1,6 @@
-"""The array contract of a step, as ``Optimizer`` checks it before anything is written: the
-index, the weight, the gradient, the state against its template (``create_state_template``:
+"""The state of an optimizer and the array contract of a step: ``create_state`` and the state's
+layout (``state_slots``, ``state_arrays``), and the checks ``Optimizer`` runs before anything is
+written: the index, the weight, the gradient, the state against its template (``create_state_template``:
 shapes, dtypes, layout, kind and device, no overlap; ``toolkit.backends.arrays``), and the memo
 that lets a call on the very numpy arrays of an earlier call that passed (unchanged in everything
 a check reads) skip the checks (``_remember_checked``, ``_checked_before``).
@@ -241,3 +242,65 @@ class ArrayChecks:
             for sname, s in state_descs:
                 if arrays.overlaps(d, s):
                     raise ValueError(f"{sname} shares memory with the {name}")
+
+    # --- the state itself -------------------------------------------------------------------
+    def state_slots(self):
+        """Names of the state arrays ``create_state`` returns, in order (subclasses override)."""
+        return ()
+
+    def create_state(self, index, weight):
+        """Fresh state for ``weight``: None, an array, or a tuple (MXNet's shapes and order),
+        of the weight's dtype, kind (numpy, CuPy, torch, numba device array) and device."""
+        self._check_weight(weight)
+        self.state_made()
+        slots = self.state_slots()
+        if not slots:
+            return None
+        new = tuple(self._init_slot(name, weight) for name in slots)
+        return new[0] if len(new) == 1 and not self._tuple_state() else new
+
+    def state_made(self):
+        """Record that state exists in the current layout (:meth:`create_state` calls it; a
+        subclass that makes its state otherwise calls it too): from then on an assignment
+        that would change the layout is refused."""
+        if self.__dict__.get("_state_layout") is None:
+            self._state_layout = self._state_layout_key()
+
+    def _tuple_state(self):
+        """Whether a single-slot state is returned as a 1-tuple (RMSProp's ``(n,)``)."""
+        return False
+
+    def _init_slot(self, name, weight):
+        return arrays.zeros_like(weight)
+
+    @staticmethod
+    def _map_state(state, f):
+        if state is None:
+            return None
+        if isinstance(state, tuple):
+            return tuple(None if s is None else f(s) for s in state)
+        return f(state)
+
+    @staticmethod
+    def _zip_state(dst, src, f):
+        if dst is None:
+            return
+        if isinstance(dst, tuple):
+            for d, s in zip(dst, src):
+                if d is not None:
+                    f(d, s)
+        else:
+            f(dst, src)
+
+    def state_arrays(self, state):
+        """The arrays of a state from ``create_state``, as a tuple in ``state_slots()`` order."""
+        if state is None:
+            return ()
+        if type(state) is tuple:  # the tuple itself when it holds no None (the common case)
+            for s in state:
+                if s is None:
+                    return tuple(s for s in state if s is not None)
+            return state
+        if isinstance(state, tuple):
+            return tuple(s for s in state if s is not None)
+        return (state,)

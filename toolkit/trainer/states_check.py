@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 
 from ..backends import arrays
-from ..optimizers.base import check_nonneg
+from ..optimizers.validation import check_nonneg
 from .states_format import MAX_COUNT, hyper, refuse, scheduler_config, state_members
 from .states_read import Bounds, read_states
 
