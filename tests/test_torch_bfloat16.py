@@ -1,6 +1,6 @@
 """bfloat16 parameters in toolkit.torch (``multi_precision=True``): a contiguous CPU bfloat16
 parameter of an optimizer whose step reads only ``(t, lr, wd)`` steps through the addressed
-bfloat16 kernel (``toolkit.torch.launch.launch_addressed_mp``), and its numbers are those of
+bfloat16 kernel (``toolkit.torch.rule_table.launch_addressed_mp``), and its numbers are those of
 the index-by-index path it replaced: the float32 master updated by the toolkit's own step on the
 widened gradient, then rounded into the weight by ``Tensor.to(torch.bfloat16)``.
 

@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="toolkit.torch needs PyTorch")
 
 import toolkit.torch as tt  # noqa: E402
-from toolkit.torch import launch  # noqa: E402
+from toolkit.torch import rule_table  # noqa: E402
 
 
 def test_a_compiled_train_step_runs_with_a_graph_break_at_the_step():
@@ -44,13 +44,13 @@ def test_kernels_follow_torch_num_threads(monkeypatch):
     """torch.set_num_threads(1) was ignored (numba kept its own count): the kernels now run on
     torch's count, and numba's own setting is put back after the step."""
     seen = []
-    real = launch.launch_addressed
+    real = rule_table.launch_addressed
 
     def spy(*args):
         seen.append(numba.get_num_threads())
         return real(*args)
 
-    monkeypatch.setattr(launch, "launch_addressed", spy)
+    monkeypatch.setattr(rule_table, "launch_addressed", spy)
     p = torch.nn.Parameter(torch.zeros(1 << 17))  # above the parallel threshold
     opt = tt.Adam([p], lr=1e-3)
     before = torch.get_num_threads()

@@ -3,8 +3,8 @@ test (``tests/test_torch_memory.py``), which runs them in a subprocess: ``python
 tests/torch_memory.py SEED [SEED ...]`` runs one walk per seed with every launch checked, and
 prints ``walked N`` at the end.
 
-The check (:func:`checked_launches`) wraps :func:`toolkit.torch.launch.launch_addressed` and
-:func:`toolkit.torch.launch.launch_addressed_mp`, the places ``toolkit.torch`` hands addresses
+The check (:func:`checked_launches`) wraps :func:`toolkit.torch.rule_table.launch_addressed` and
+:func:`toolkit.torch.rule_table.launch_addressed_mp`, the places ``toolkit.torch`` hands addresses
 to a kernel: before each launch, every address of every row, with the row's size and its
 column's dtype (the launch's; a multi-precision launch's float32 master and states, and its
 gradient and weight of the launch's ``weight`` type), must lie inside the storage of a tensor
@@ -24,7 +24,7 @@ import pytest
 import torch
 
 import toolkit.torch
-from toolkit.torch import launch
+from toolkit.torch import rule_table
 
 _TORCH_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64,
                  np.dtype(np.float16): torch.float16}
@@ -87,7 +87,7 @@ def only_this_test():
 def checked_launches():
     """Within the block every ``toolkit.torch`` launch is checked first (:func:`check_rows`);
     yields a list that counts the launches checked."""
-    real, real_mp = launch.launch_addressed, launch.launch_addressed_mp
+    real, real_mp = rule_table.launch_addressed, rule_table.launch_addressed_mp
     seen = []
 
     def checked(factory, dtype, ptrs, sizes, table, planned=None):
@@ -102,11 +102,11 @@ def checked_launches():
         seen.append(len(sizes))
         return real_mp(factory, ptrs, sizes, table, weight, planned)
 
-    launch.launch_addressed, launch.launch_addressed_mp = checked, checked_mp
+    rule_table.launch_addressed, rule_table.launch_addressed_mp = checked, checked_mp
     try:
         yield seen
     finally:
-        launch.launch_addressed, launch.launch_addressed_mp = real, real_mp
+        rule_table.launch_addressed, rule_table.launch_addressed_mp = real, real_mp
 
 
 # --- the random walks -----------------------------------------------------------------------

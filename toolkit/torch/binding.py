@@ -253,7 +253,7 @@ class Binding:
     ``toolkit_state``: what the inner optimizer's update takes (arrays the toolkit owns);
     ``named``: the tensors shown in ``opt.state[p]`` (views of those arrays), by slot name;
     ``ptrs``: their addresses when bound; ``dtype``, ``shape``, ``device``, ``perm``: the
-    weight's when bound (``perm``: its memory order, ``toolkit.torch.optim.memory_order``);
+    weight's when bound (``perm``: its memory order, ``toolkit.torch.states.memory_order``);
     ``held``: the weight's address and the weight and state tensors in memory order, as the
     vectorised step last made them (:meth:`views`)."""
     __slots__ = ("toolkit_state", "named", "ptrs", "shapes", "dtype", "shape", "device", "perm",

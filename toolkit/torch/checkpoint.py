@@ -13,8 +13,8 @@ Loading checks everything first (the format, the optimizer, the groups and their
 state's names, shapes, dtypes and devices, the counts, the host states) and changes nothing
 when a check fails; then the state is copied into fresh arrays.
 
-:class:`Checkpoints` is a base class of :class:`toolkit.torch.optim.TorchOptimizer`: the
-checkpoint half of it, kept apart by responsibility.
+:class:`Checkpoints` is the base class of :class:`toolkit.torch.optim.TorchOptimizer` that holds
+its checkpoints.
 """
 from __future__ import annotations
 
@@ -55,6 +55,39 @@ class Checkpoints:
     """The ``state_dict`` and ``load_state_dict`` of :class:`toolkit.torch.optim.TorchOptimizer`
     (a base class of it): they read and rebuild what the optimizer keeps (its groups' inner
     optimizers, each parameter's toolkit state, the views and checked facts a load drops)."""
+
+    def state_dict(self):
+        """torch's layout: ``state`` keyed by parameter index (each parameter's state tensors
+        by slot name, ``weight32`` a float32 master copy, and ``step``, MXNet's count ``t``),
+        ``param_groups`` (the options, ``params`` as indices), and ``toolkit``: the format,
+        the optimizer's registry name, ``num_update`` and each group's host state (Nadam's
+        momentum schedule...). Tensors and plain Python values only:
+        ``torch.load(..., weights_only=True)`` reads it."""
+        self._follow_groups()
+        self._follow_positions()  # what was done since the last step, as the next step takes it
+        self._take_state_changes()
+        for hook in self._optimizer_state_dict_pre_hooks.values():  # torch's hooks
+            hook(self)
+        out = self._pack()
+        for hook in self._optimizer_state_dict_post_hooks.values():
+            result = hook(self, out)
+            if result is not None:
+                out = result
+        return out
+
+    def load_state_dict(self, state_dict):
+        """Load what :meth:`state_dict` gave (for the same parameters); a state that does not
+        fit is a ValueError/TypeError with this optimizer unchanged."""
+        self._follow_groups()
+        for hook in self._optimizer_load_state_dict_pre_hooks.values():  # torch's hooks
+            result = hook(self, state_dict)
+            if result is not None:
+                state_dict = result
+        self._unpack(state_dict)
+        self._steady.clear()  # the state tensors may be new ones
+        self._order, self._ids = self._param_order()  # the counts are keyed as loaded
+        for hook in self._optimizer_load_state_dict_post_hooks.values():
+            hook(self)
 
     def _pack(self):
         """``self.state_dict()``, which ``torch.optim``'s namesake loads too

@@ -31,7 +31,7 @@ import torch
 
 from ..backends import jit
 from ..optimizers.batched import Kept
-from . import launch
+from . import rule_table
 
 __all__ = ["SteadyGroup", "SteadyStep"]
 
@@ -184,11 +184,11 @@ class SteadyGroup:
         column[:] = step.grad_ptrs
         try:
             if self.weight is None:
-                planned = launch.launch_addressed(factory, self.np_dtype, self.ptrs, self.sizes,
-                                                  table, planned)
+                planned = rule_table.launch_addressed(factory, self.np_dtype, self.ptrs, self.sizes,
+                                                      table, planned)
             else:
-                planned = launch.launch_addressed_mp(factory, self.ptrs, self.sizes, table,
-                                                     self.weight, planned)
+                planned = rule_table.launch_addressed_mp(factory, self.ptrs, self.sizes, table,
+                                                         self.weight, planned)
         finally:
             column[:] = 0  # no gradient's address outlives its step
         self.planned = (factory, planned) if planned is not None else None
