@@ -146,3 +146,83 @@ def test_float32_rounding_keeps_the_sign_of_zero_whatever_was_rounded_before():
     assert math.copysign(1.0, _round_f32(0.0)) == 1.0
     assert math.copysign(1.0, _round_f32(-0.0)) == -1.0
     assert math.copysign(1.0, _round_f32(0.0)) == 1.0
+
+
+# --- the prepared step (Optimizer.update's warm path: toolkit.backends.cpu.PreparedStep) ----
+def _row_step_optimizers():
+    from toolkit.optimizers.base import row_step
+    return sorted(name for name, klass in optimizer.registry().items()
+                  if klass._kernel_step is row_step)
+
+
+@pytest.mark.parametrize("name", _row_step_optimizers())
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("convention", ["mxnet", "guide"])
+@pytest.mark.parametrize("shape", [(33,), (5, 7)])
+def test_prepared_steps_equal_fully_checked_ones_bit_for_bit(name, dtype, convention, shape):
+    """The same arrays stepped again (the prepared step) against new arrays each step (every
+    check, the launcher's path): the same bits, with a schedule-free and a scheduled rate."""
+    spec = optimizer.spec_of(name)
+    kw = dict(spec.record, convention=convention, wd=0.01)
+    if convention not in spec.conventions:
+        pytest.skip(f"{name} has no {convention} convention")
+    rng = np.random.default_rng(3)
+    a, b = optimizer.create(name, **kw), optimizer.create(name, **kw)
+    w = rng.standard_normal(shape).astype(dtype)
+    wb = w.copy()
+    g = np.empty(shape, dtype)
+    sa, sb = a.create_state(0, w), b.create_state(0, wb)
+    for step in range(5):
+        g[...] = rng.standard_normal(shape)
+        a.update(0, w, g, sa)
+        b.update(0, wb, g.copy(), sb)
+        assert np.array_equal(w, wb, equal_nan=True), step
+        for x, y in zip(a.state_arrays(sa), b.state_arrays(sb)):
+            assert np.array_equal(x, y, equal_nan=True), step
+    assert id(w) in a.__dict__.get("_warm", {})  # the prepared path was taken
+    assert a.update_counts == b.update_counts and a.num_update == b.num_update
+
+
+def test_a_gradient_made_read_only_after_prepared_steps_still_steps():
+    opt, w, g, s = _passed()
+    twin, wt, gt, st = _passed()
+    g.flags.writeable = False
+    gt2 = gt.copy()
+    gt2.flags.writeable = False
+    opt.update(0, w, g, s)
+    twin.update(0, wt, gt2, st)       # a new read-only gradient: every check
+    assert np.array_equal(w, wt) and opt.num_update == twin.num_update == 3
+
+
+def test_a_state_made_read_only_after_prepared_steps_is_refused_and_nothing_is_written():
+    opt, w, g, s = _passed()
+    s[1].flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        _unchanged(opt, w, s, lambda: opt.update(0, w, g, s))
+    assert opt.update_counts == {0: 2}
+
+
+def test_a_gradient_of_another_dtype_in_place_is_refused_as_on_a_first_call():
+    opt, w, g, s = _passed()
+    g.dtype = np.int32                # the same bytes, read as int32
+    with pytest.raises(TypeError, match="grad dtype int32"):
+        _unchanged(opt, w, s, lambda: opt.update(0, w, g, s))
+
+
+def test_any_hyperparameter_assignment_drops_the_prepared_steps():
+    opt, w, g, s = _passed()
+    assert opt.__dict__.get("_warm")
+    opt.wd = 0.0
+    assert not opt.__dict__.get("_warm")
+
+
+def test_a_prepared_step_with_a_schedule_reads_it_once_per_step():
+    reads = []
+
+    def schedule(n):
+        reads.append(n)
+        return 0.01
+    opt, w, g, s = _passed(lr_scheduler=schedule)
+    del reads[:]
+    opt.update(0, w, g, s)
+    assert reads == [3]

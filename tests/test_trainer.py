@@ -572,11 +572,11 @@ def test_a_step_in_another_thread_never_receives_this_threads_rule_calls():
     planning, release = threading.Event(), threading.Event()
 
     class SlowSGD(optimizer.SGD):
-        def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+        def _kernel_step(self, index, weight, grad, state, t, lr, wd, launcher):
             if threading.current_thread() is not threading.main_thread():
                 planning.set()
                 release.wait(5)
-            super()._kernel_step(index, weight, grad, state, t, lr, wd)
+            super()._kernel_step(index, weight, grad, state, t, lr, wd, launcher)
 
     opt = SlowSGD(learning_rate=1.0)
     p = Parameter("w", init=np.zeros(3, np.float32))
@@ -671,8 +671,8 @@ def test_only_unchanged_built_in_steps_count_as_scalar_only():
         pass
 
     class OwnStep(optimizer.SGD):
-        def _kernel_step(self, index, weight, grad, state, t, lr, wd):
-            super()._kernel_step(index, weight, grad, state, t, lr * (1 + index), wd)
+        def _kernel_step(self, index, weight, grad, state, t, lr, wd, launcher):
+            super()._kernel_step(index, weight, grad, state, t, lr * (1 + index), wd, launcher)
 
     assert Plain().plans_by_scalars and not OwnStep().plans_by_scalars
     for name in ("nadam", "lbsgd", "sgld"):  # per-index bookkeeping or a per-index noise key
@@ -796,9 +796,9 @@ def test_states_and_dist_use_the_trainers_public_seams_step_lock_and_skipping_no
     seen = []
 
     class Spy(optimizer.SGD):
-        def _kernel_step(self, index, weight, grad, state, t_, lr, wd):
+        def _kernel_step(self, index, weight, grad, state, t_, lr, wd, launcher):
             seen.append((t.step_lock.locked(), t.skipping_nonfinite))
-            super()._kernel_step(index, weight, grad, state, t_, lr, wd)
+            super()._kernel_step(index, weight, grad, state, t_, lr, wd, launcher)
 
     t = Trainer([p], Spy(learning_rate=1.0))
     for guard in (False, True):
@@ -869,3 +869,12 @@ def test_a_vectorised_group_hands_the_rule_the_state_arrays_of_state_arrays():
         assert trainer.last_step_launches == 1
     for p, w in zip(params, ws):
         assert p.data().tobytes() == w.tobytes()
+
+
+def test_a_kernel_step_of_the_old_signature_is_refused_where_the_class_is_made():
+    """``_kernel_step`` takes the launcher as its last argument (no launcher kept per thread):
+    an override without it fails at class creation, saying so, not at its first step."""
+    with pytest.raises(TypeError, match="launcher"):
+        class Old(optimizer.SGD):
+            def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+                pass

@@ -27,6 +27,7 @@ direction pass) in :mod:`toolkit.backends.cpu_norms`, the noise loops in
 """
 from __future__ import annotations
 
+import operator
 import weakref
 
 import numpy as np
@@ -231,6 +232,8 @@ class Launcher:
 #: The launcher of every CPU step (it holds nothing per step).
 LAUNCHER = Launcher()
 
+_SHAPE = operator.attrgetter("shape")
+
 
 class PreparedStep:
     """A step of one rule over C-contiguous, writeable float32 or float64 numpy arrays that
@@ -238,8 +241,8 @@ class PreparedStep:
     same arrays, unchanged in everything a check reads (:meth:`holds`), runs its rule without a
     check or a lookup (:meth:`run`): ``Optimizer.update`` keeps one per weight."""
 
-    __slots__ = ("refs", "state_type", "signature", "flat", "dtype", "parallel", "n_state",
-                 "rule", "n_hyper", "kernel")
+    __slots__ = ("refs", "state_type", "signature", "shapes", "flat", "dtype", "parallel",
+                 "n_state", "rule", "n_hyper", "kernel")
 
     def __init__(self, weight, grad, state):
         states = () if state is None else (state,) if type(state) is np.ndarray else state
@@ -247,14 +250,18 @@ class PreparedStep:
         self.refs = tuple(weakref.ref(a) for a in every)
         self.state_type = type(state)
         self.signature = list(map(NUMPY_SIGNATURE, every))
+        self.shapes = list(map(_SHAPE, every))
         self.flat = weight.ndim == 1
         self.dtype = weight.dtype
         self.parallel = weight.size >= jit.PARALLEL_THRESHOLD
         self.n_state = len(states)
         self.rule, self.n_hyper, self.kernel = None, -1, None
 
-    def holds(self, weight, grad, state):
-        """Whether these are the arrays this step was prepared for, unchanged."""
+    def holds(self, weight, grad, state, retry=False):
+        """Whether these are the arrays this step was prepared for, unchanged. ``retry``: the
+        caller can take the step again from the start when :meth:`run` returns False (it
+        changed nothing yet); then 1-D arrays are compared by shape alone, and what else may
+        have changed (dtype, strides, writeable) makes the kernel's dispatch refuse them."""
         st = self.state_type
         if type(state) is not st:
             return False
@@ -268,21 +275,29 @@ class PreparedStep:
         for a, r in zip(every, refs):
             if r() is not a:
                 return False
+        if retry and self.flat:
+            return list(map(_SHAPE, every)) == self.shapes
         return list(map(NUMPY_SIGNATURE, every)) == self.signature
 
     def run(self, rule, row, weight, grad, state):
-        """``rule`` with the hyperparameter row ``row`` over the arrays :meth:`holds` took."""
+        """``rule`` with the hyperparameter row ``row`` over the arrays :meth:`holds` took;
+        False, having written nothing, when the compiled kernel refuses one of them (a 1-D
+        array made read-only, or of another dtype or layout, since)."""
         n = len(row)
         if rule is not self.rule or n != self.n_hyper:
             self.kernel = elementwise_kernel(rule, self.n_state, n, self.dtype, self.parallel)
             self.rule, self.n_hyper = rule, n
         hpa = np.fromiter(row, self.dtype, n)
         states = () if state is None else (state,) if type(state) is np.ndarray else state
-        if self.flat:
-            self.kernel(weight, grad, *states, hpa)
-        else:
+        if not self.flat:
             self.kernel(weight.reshape(-1), grad.reshape(-1), *[s.reshape(-1) for s in states],
                         hpa)
+            return True
+        try:
+            self.kernel(weight, grad, *states, hpa)
+        except TypeError:  # no compiled signature takes them: the dispatch ran nothing
+            return False
+        return True
 
 
 class RowsLauncher(Launcher):

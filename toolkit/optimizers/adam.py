@@ -241,10 +241,7 @@ class Adam(MomentConstants, Optimizer):
     _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
 
     def kernel_row(self, t, lr, wd, sparse=None):
-        r, constants, mxnet_tail = self._constants(
-            "_adam_constants", (self.beta1, self.beta2, self.epsilon, self.rescale_grad,
-                                self.clip_gradient, self.convention, self.mxnet_kernel),
-            self._step_constants)
+        r, constants, mxnet_tail = self._constants("_adam_constants", self._step_constants)
         if self.convention == "mxnet":
             # MXNet computes lr_t in Python doubles from the unrounded betas, then the kernel
             # parameter rounds it to float32 (docs/mxnet-facts.md, 3).

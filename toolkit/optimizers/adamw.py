@@ -170,11 +170,7 @@ class AdamW(adam.MomentConstants, Optimizer):
     _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
 
     def kernel_row(self, t, lr, wd, sparse=None):
-        r, constants, skip = self._constants(
-            "_adamw_constants", (self.beta1, self.beta2, self.epsilon, self.eta,
-                                 self.rescale_grad, self.clip_gradient, self.convention,
-                                 self.mxnet_kernel),
-            self._step_constants)
+        r, constants, skip = self._constants("_adamw_constants", self._step_constants)
         if self.convention == "mxnet":
             return mxnet_rule, MxnetRow(lr=r(lr), wd=r(wd), **constants, skip=skip)
         if self.convention == "pytorch":

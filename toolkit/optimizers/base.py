@@ -10,14 +10,13 @@ rounding helpers of the rules. The rest is in mixins, one responsibility each:
 * :class:`~toolkit.optimizers.precision.MultiPrecision`: float16 weights with a float32 master;
 * :class:`~toolkit.optimizers.nonfinite.NonFiniteGuard`: ``skip_nonfinite``;
 * :class:`~toolkit.optimizers.reference_step.ReferenceStep`: the reference backend's hooks;
-* :class:`~toolkit.optimizers.launching.LaunchContext`: the launcher of the step in progress;
 * :class:`~toolkit.optimizers.row_sparse.RowSparseSteps`: ``RowSparse`` gradients;
 * :class:`~toolkit.optimizers.trainer_hooks.TrainerHooks`: the Trainer's seams.
 """
 from __future__ import annotations
 
+import inspect
 import math
-import operator
 import warnings
 from typing import NamedTuple
 
@@ -29,7 +28,6 @@ from .batched import BatchedBookkeeping, StepScalars
 from .bookkeeping import Counts
 from .checks import ArrayChecks, Slot
 from .hyperparameters import Hyperparameters, install_checked_attributes
-from .launching import LaunchContext
 from .nonfinite import NonFiniteGuard
 from .precision import MultiPrecision
 from .reference_step import ReferenceStep
@@ -91,13 +89,13 @@ def scalar_only(kernel_step):
 
 
 @scalar_only
-def row_step(self, index, weight, grad, state, t, lr, wd):
+def row_step(self, index, weight, grad, state, t, lr, wd, launcher):
     """The ``_kernel_step`` of an optimizer whose launch is its :meth:`Optimizer.kernel_row`:
     that rule over ``(weight, grad, *state arrays)`` with that row."""
     sparse = self._row_sparse_numerics
     factory, row = (self.kernel_row(t, lr, wd) if sparse is None else
                     self.kernel_row(t, lr, wd, sparse=sparse))
-    self._run_rule(factory, weight, grad, self.state_arrays(state), row)
+    launcher.run_rule(factory, weight, grad, self.state_arrays(state), row)
 
 
 class StepInputs(NamedTuple):
@@ -110,7 +108,7 @@ class StepInputs(NamedTuple):
 
 
 class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, ReferenceStep,
-                LaunchContext, RowSparseSteps, TrainerHooks, BatchedBookkeeping):
+                RowSparseSteps, TrainerHooks, BatchedBookkeeping):
     """Base class of all optimizers (MXNet 1.9.1's ``mxnet.optimizer.Optimizer``).
 
     Parameters
@@ -192,6 +190,16 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
         self._given = dict(kwargs)  # the keywords given: repr shows them
         return self
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        step = cls.__dict__.get("_kernel_step")
+        if inspect.isfunction(step) and "launcher" not in inspect.signature(step).parameters:
+            raise TypeError(
+                f"{cls.__qualname__}._kernel_step must take the launcher its rules run through "
+                "as its last argument: _kernel_step(self, index, weight, grad, state, t, lr, "
+                "wd, launcher), running launcher.run_rule(...) where it ran self._run_rule(...) "
+                "(the launcher is no longer kept per thread; docs/trainer.md)")
+
     def __init__(self, rescale_grad=1.0, param_idx2name=None, wd=0.0, clip_gradient=None,
                  learning_rate=None, lr_scheduler=None, sym=None, begin_num_update=0,
                  multi_precision=False, param_dict=None, backend="auto", convention="mxnet"):
@@ -262,13 +270,16 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
             prepared = warm.get(id(weight))
             # the very arrays of an earlier step that passed, unchanged: the step as kernel_row
             # gives it, run by the step prepared for them (_keep_warm says when)
+            # (without a schedule, reading the scalars changes nothing: a step the kernel
+            # refuses is taken again below, every check first)
             if prepared is not None and (type(index) is int or type(index) is str) and \
-                    prepared.holds(weight, grad, state):
+                    prepared.holds(weight, grad, state, self.lr_scheduler is None):
                 t, lr, wd = self._step_scalars(index)
                 rule, row = self.kernel_row(t, lr, wd)
-                prepared.run(rule, row, weight, grad, state)
-                self._commit_count(index, t)
-                return None
+                if prepared.run(rule, row, weight, grad, state):
+                    self._commit_count(index, t)
+                    return None
+                del warm[id(weight)]
         if skip_nonfinite is not False:
             return self._guarded(False, index, weight, grad, state, stream, skip_nonfinite)
         if type(grad) is RowSparse:
@@ -308,7 +319,7 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
                 leaves is None or any(a is None for a in leaves) or \
                 not grad.flags.writeable or \
                 not all(a.flags.c_contiguous for a in (weight, grad, *leaves)) or \
-                self._launcher is not None or self._row_sparse_numerics is not None:
+                self._row_sparse_numerics is not None:
             return False
         warm = self.__dict__.setdefault("_warm", {})
         if len(warm) > 4096:
@@ -352,25 +363,25 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
         return type(self)._kernel_step in _SCALAR_ONLY_STEPS
 
     def _apply(self, index, weight, grad, state, backend, w, stream=None, mirror=None,
-               known=(), rows=None):
-        """Validated arrays in (``known``: their descriptions); one step applied; counts
-        committed last. ``rows`` (CUDA only): a lazy row-sparse step, ``grad`` the values of
-        those rows."""
+               known=(), rows=None, launcher=None):
+        """Validated arrays in (``known``: their descriptions); one step applied through
+        ``launcher`` (None: the CPU's, or on CUDA one made here); counts committed last.
+        ``rows`` (CUDA only): a lazy row-sparse step, ``grad`` the values of those rows."""
         t, lr, wd = self._step_scalars(index)
         if backend == "cuda":
             from ..backends import cuda
-            with self._launching(cuda.Launcher(w, stream=stream, mirror=mirror, known=known,
-                                               rows=rows)):
-                self._step(backend, index, weight, grad, state, t, lr, wd)
+            self._step(backend, index, weight, grad, state, t, lr, wd,
+                       cuda.Launcher(w, stream=stream, mirror=mirror, known=known, rows=rows))
         elif w.dtype == _FLOAT16:
             # float16 storage without a master copy: float32 arithmetic, rounded back after the step
             w32 = cpu.to_single(weight)
             states32 = self._map_state(state, cpu.to_single)
-            self._step(backend, index, w32, cpu.to_single(grad), states32, t, lr, wd)
+            self._step(backend, index, w32, cpu.to_single(grad), states32, t, lr, wd,
+                       launcher or cpu.LAUNCHER)
             cpu.to_half_into(weight, w32)
             self._zip_state(state, states32, cpu.to_half_into)
         else:
-            self._step(backend, index, weight, grad, state, t, lr, wd)
+            self._step(backend, index, weight, grad, state, t, lr, wd, launcher or cpu.LAUNCHER)
         self._commit_count(index, t)
 
     # --- row-sparse gradients (toolkit/optimizers/row_sparse.py) ------------------------------
@@ -383,13 +394,14 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
         return "dense"
 
 
-    def _step(self, backend, index, weight, grad, state, t, lr, wd):
-        """One step on validated arrays. Subclasses implement ``_kernel_step`` and
-        ``_reference_step`` (the latter is generic for optimizers with a reference module)."""
+    def _step(self, backend, index, weight, grad, state, t, lr, wd, launcher):
+        """One step on validated arrays. Subclasses implement ``_kernel_step`` (its rules run
+        through ``launcher``) and ``_reference_step`` (generic for optimizers with a reference
+        module)."""
         if backend == "reference":
             self._reference_step(index, weight, grad, state, t, lr, wd)
         else:
-            self._kernel_step(index, weight, grad, state, t, lr, wd)
+            self._kernel_step(index, weight, grad, state, t, lr, wd, launcher)
 
     def kernel_row(self, t, lr, wd, sparse=None):
         """``(factory, row)``: the rule and the hyperparameter row of a step at count ``t``
@@ -403,7 +415,7 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
         raise NotImplementedError(f"{type(self).__name__} has no kernel_row: its step is not "
                                   "one rule call planned from (t, lr, wd) alone")
 
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd, launcher):
         raise NotImplementedError(f"{type(self).__name__} has no kernel: override `update`, or "
                                   "derive it from ElementwiseOptimizer and give it a `rule` "
                                   "(docs/custom-optimizer.md)")
@@ -449,19 +461,20 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
             return _round_f32(x)
         return x
 
-    def _constants(self, slot, key, build):
-        """``build()``, remembered in the attribute ``slot`` while ``key`` (a tuple of every
-        object ``build`` reads: the hyperparameter attributes, ``convention``,
-        ``mxnet_kernel``) holds the very same objects: an attribute set again, even to an
-        equal value, builds again (identity, not ``==``, which would take ``-0.0`` for
-        ``0.0``), so the value is always what ``build()`` returns now. For the rounded
-        constants of a step; what changes per step (``t``, ``lr``, ``wd``) stays outside."""
-        held = self.__dict__.get(slot)
-        if held is not None and len(held[0]) == len(key) and all(map(operator.is_, held[0],
-                                                                          key)):
+    def _constants(self, slot, build):
+        """``build()``, remembered in the attribute ``slot`` until a hyperparameter is assigned
+        (any, even to an equal value: ``Hyperparameters._after_hyperparameter_set`` moves
+        ``_hyper_version``), so the value is always what ``build()`` returns now. For the
+        rounded constants of a step, which ``build`` makes from the hyperparameters, the
+        convention and the class's ``mxnet_kernel``; what changes per step (``t``, ``lr``,
+        ``wd``) stays outside."""
+        d = self.__dict__
+        held = d.get(slot)
+        version = d.get("_hyper_version", 0)
+        if held is not None and held[0] == version:
             return held[1]
         value = build()
-        self.__dict__[slot] = (key, value)
+        d[slot] = (version, value)
         return value
 
     def _float_rounder(self):

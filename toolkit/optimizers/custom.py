@@ -126,7 +126,7 @@ class ElementwiseOptimizer(Optimizer):
                             f"{type(values).__qualname__} {values!r}")
         return tuple(float(h) for h in values)
 
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd, launcher):
         hyper = self._row_values(index, t, lr, wd)
         rule = type(self).rule
-        self._run_rule(_factory(rule), weight, grad, self.state_arrays(state), hyper)
+        launcher.run_rule(_factory(rule), weight, grad, self.state_arrays(state), hyper)

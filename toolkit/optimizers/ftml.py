@@ -125,10 +125,7 @@ class FTML(Optimizer):
     _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
 
     def kernel_row(self, t, lr, wd, sparse=None):
-        r, constants = self._constants(
-            "_ftml_constants", (self.beta1, self.beta2, self.epsilon, self.rescale_grad,
-                                self.clip_gradient, self.convention, self.mxnet_kernel),
-            self._step_constants)
+        r, constants = self._constants("_ftml_constants", self._step_constants)
         lr = r(lr)
         return ftml_rule, FtmlRow(wd=r(wd), bc2=1.0 - constants["b2"] ** t,
                                   d_scale=(1.0 - constants["b1"] ** t) / lr, **constants)

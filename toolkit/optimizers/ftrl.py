@@ -145,8 +145,5 @@ class Ftrl(Optimizer):
     _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
 
     def kernel_row(self, t, lr, wd, sparse=None):
-        r, constants = self._constants(
-            "_ftrl_constants", (self.rescale_grad, self.clip_gradient, self.lamda1, self.beta,
-                                self.convention, self.mxnet_kernel),
-            self._step_constants)
+        r, constants = self._constants("_ftrl_constants", self._step_constants)
         return ftrl_rule, FtrlRow(lr=r(lr), wd=r(wd), **constants)

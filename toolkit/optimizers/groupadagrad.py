@@ -190,12 +190,12 @@ class GroupAdaGrad(Optimizer):
             return dict(rs=f32(rs), c=f32(c) if c else -1.0, eps=f32(eps))
         return dict(rs=rs, c=-1.0 if c is None else f32(c), eps=eps)
 
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd, launcher):
         # a lazy row-sparse step arrives with the rows on the launcher (grad: their values)
-        rows = getattr(self._launcher, "rows", None)
-        self._rows_step(index, weight, grad, rows, state, t, lr, wd)
+        rows = getattr(launcher, "rows", None)
+        self._rows_step(index, weight, grad, rows, state, t, lr, wd, launcher)
 
-    def _rows_step(self, index, weight, grad_rows, rows, state, t, lr, wd):
+    def _rows_step(self, index, weight, grad_rows, rows, state, t, lr, wd, launcher=cpu.LAUNCHER):
         """One step on validated arrays, on the backend of the step in progress: gradient row
         ``k`` updates weight row ``rows[k]`` and history row ``rows[k]``; every other row is
         left as it is. ``rows`` None: every row, gradient row ``k`` to weight row ``k``.
@@ -211,5 +211,4 @@ class GroupAdaGrad(Optimizer):
         if self.convention == "mxnet" and self._row_sparse:
             lr = float(np.float32(lr))
         hyper = GroupAdaGradRow(lr=lr, **self._hyper())
-        (self._launcher or cpu.LAUNCHER).run_rows(row_rules, weight, grad_rows, state, rows,
-                                                  hyper)
+        launcher.run_rows(row_rules, weight, grad_rows, state, rows, hyper)

@@ -30,7 +30,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..backends import cpu
 from ..backends.rules import DirectionPass
 from . import gradient
 from .adam import MomentConstants
@@ -195,10 +194,7 @@ class LAMB(MomentConstants, Optimizer):
         only. ``beta^t`` is formed in double from the (rounded) beta; the kernels round it to
         their precision once and subtract it from 1 (MXNet: ``1 - powf(beta1, t)`` for float32
         weights, ``1 - pow(beta1, t)`` for float64)."""
-        r, constants = self._constants(
-            "_lamb_constants", (self.beta1, self.beta2, self.epsilon, self.rescale_grad,
-                                self.clip_gradient, self.convention, self.mxnet_kernel),
-            self._step_constants)
+        r, constants = self._constants("_lamb_constants", self._step_constants)
         if self.bias_correction:
             p1, p2 = constants["b1"] ** t, constants["b2"] ** t
         else:
@@ -245,11 +241,10 @@ class LAMB(MomentConstants, Optimizer):
             r1 = min(r1, self.upper_bound)
         return lr * (1.0 if (r1 == 0 or r2 == 0) else r1 / r2)
 
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
-        launcher = self._launcher or cpu.LAUNCHER
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd, launcher):
         states = self.state_arrays(state)
         pass1 = self._direction_pass(t, wd)
         w2, u2 = launcher.direction_norms(pass1, weight, grad, states)
         apply = _RULES[self.convention][1]
-        self._run_rule(apply, weight, grad, states,
+        launcher.run_rule(apply, weight, grad, states,
                        pass1.hyper._replace(k=self.step_size(lr, w2, u2)))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from ..backends import cpu, jit
+from ..backends import jit
 from .registry import register
 from .spaces import Decades, MOMENTUM, OneOf, USUAL_MOMENTUM
 from .spec import BenchSetting, Spec
@@ -185,23 +185,23 @@ class LARS(SGD):
         super()._reference_step(index, weight, grad, state, t, lr, wd)
         self._lr_ratio(index, t)
 
-    def _trust_lr(self, index, weight, grad, lr, wd):
+    def _trust_lr(self, index, weight, grad, lr, wd, launcher):
         """The guide's ``lr*trust`` in float64 (``lr`` for an unscaled tensor or a zero norm)."""
         if not self._layer_lars(index):
             return lr
         import reference.lars as ref
-        ww, gg = (self._launcher or cpu.LAUNCHER).lars_norms(weight, grad, None, 0)
+        ww, gg = launcher.lars_norms(weight, grad, None, 0)
         if not (ww > 0 and gg > 0):
             return lr
         return float(ref.trust_lr(lr, ww, gg, eta=self.eta, eps=self.eps, wd=wd,
                                   rescale_grad=self.rescale_grad))
 
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd, launcher):
         ratio = self._lr_ratio(index, t)
         states = self.state_arrays(state)
         if self.convention == "mxnet":
             if self._layer_lars(index):
-                ww, gg = (self._launcher or cpu.LAUNCHER).lars_norms(weight, grad, None, 0)
+                ww, gg = launcher.lars_norms(weight, grad, None, 0)
             else:
                 ww = gg = 0.0  # lr_k = lr
             scalars = MxnetScalars(*_mxnet_scalars()(
@@ -213,13 +213,13 @@ class LARS(SGD):
                 del named["mu"]
                 rule, hyper = mxnet_plain_rule, MxnetPlainRow(**named)
         else:
-            named = dict(lr=self._trust_lr(index, weight, grad, lr, wd), wd=wd,
+            named = dict(lr=self._trust_lr(index, weight, grad, lr, wd, launcher), wd=wd,
                          rs=self.rescale_grad, c=self._clip_bound())
             if states:
                 rule, hyper = guide_momentum_rule, GuideMomentumRow(mu=self.momentum, **named)
             else:
                 rule, hyper = guide_plain_rule, GuidePlainRow(**named)
-        self._run_rule(rule, weight, grad, states, hyper)
+        launcher.run_rule(rule, weight, grad, states, hyper)
 
 
 def _mxnet_scalars():

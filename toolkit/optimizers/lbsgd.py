@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..backends import arrays, cpu
+from ..backends import arrays
 from ..backends.rules import add_rule
 from .base import Optimizer
 from .registry import register
@@ -250,10 +250,9 @@ class LBSGD(Optimizer):
         # MXNet reads the learning rate before it increments the count (optimizer.py:1209-1211)
         return self.num_update if self.convention == "mxnet" else num_update_after
 
-    def _accumulator(self, index, weight, launcher=None):
+    def _accumulator(self, index, weight, launcher):
         """This index's gradient accumulator (a zero array of the weight's kind, device and
         arithmetic dtype when it has none that fits) and call count."""
-        launcher = launcher or self._launcher or cpu.LAUNCHER
         dtype = launcher.compute_dtype(weight)
         cum = self._cum.get(index)
         if cum is not None:
@@ -365,20 +364,19 @@ class LBSGD(Optimizer):
             return None
         return 0 if self._fresh(index) else self.batch_scale
 
-    def _multiplier(self, weight, grad, cum, wd, ncum, launcher=None):
+    def _multiplier(self, weight, grad, cum, wd, ncum, launcher):
         if self.warmup_strategy != "lars":
             return lbmult(ncum, self.warmup_strategy, self.warmup_epochs, self.updates_per_epoch,
                           self.batch_scale)
         # both norms on the backend that holds the arrays (float64 accumulation, fixed order)
-        ww, gg = (launcher or self._launcher or cpu.LAUNCHER).lars_norms(
+        ww, gg = launcher.lars_norms(
             weight, grad, cum, self.batch_scale if cum is not None else 0)
         return min(max(math.sqrt(ww / (gg + wd * ww + 1e-18)), 0.01), 100.0)
 
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd, launcher):
         states = self.state_arrays(state)
         r = self._r
         if self.convention == "mxnet":
-            launcher = self._launcher or cpu.LAUNCHER  # looked up once: a cheap call counts
             cum, ncum = self._accumulator(index, weight, launcher)
             ncum += 1
             self._cum[index], self._ncum[index] = cum, ncum
@@ -410,11 +408,11 @@ class LBSGD(Optimizer):
             self._cum_zero.add(index)
             return
         ncum = self._ncum.get(index, self.init_updates) + 1  # the guide accumulates nothing
-        lr = lr * self._multiplier(weight, grad, None, wd, ncum)
+        lr = lr * self._multiplier(weight, grad, None, wd, ncum, launcher)
         common = dict(lr=lr, wd=wd, rs=self.rescale_grad, c=self._clip_bound())
         if states:
-            self._run_rule(guide_momentum_rule, weight, grad, states,
+            launcher.run_rule(guide_momentum_rule, weight, grad, states,
                            GuideMomentumRow(**common, mu=self.momentum))
         else:
-            self._run_rule(guide_plain_rule, weight, grad, (), GuidePlainRow(**common))
+            launcher.run_rule(guide_plain_rule, weight, grad, (), GuidePlainRow(**common))
         self._ncum[index] = ncum

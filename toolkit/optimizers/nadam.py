@@ -258,7 +258,7 @@ class Nadam(Optimizer):
             kwargs["hyper_f32"] = False
         return kwargs
 
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd, launcher):
         b1, b2, sd = self.beta1, self.beta2, self.schedule_decay
         if self.convention == "pytorch":
             # torch's host arithmetic in Python floats (torch/optim/nadam.py, in its order)
@@ -266,7 +266,7 @@ class Nadam(Optimizer):
             mu_next = b1 * (1.0 - 0.5 * (0.96 ** ((t + 1) * sd)))
             product = f32_product(self.mu_product.get(index, 1.0), mu)
             product_next = product * mu_next
-            self._run_rule(pytorch_rule, weight, grad, state,
+            launcher.run_rule(pytorch_rule, weight, grad, state,
                            PytorchRow(rs=self.rescale_grad, c=self._clip_bound(), wd=wd,
                                       omb1=1.0 - b1, b2=b2, omb2=1.0 - b2, bc2=1.0 - b2 ** t,
                                       eps=self.epsilon,
@@ -278,7 +278,7 @@ class Nadam(Optimizer):
         mu_t1 = b1 * (1.0 - 0.5 * 0.96 ** ((t + 1) * sd))
         m_schedule = self.m_schedule * mu_t
         ms_next = m_schedule * mu_t1
-        self._run_rule(mxnet_rule, weight, grad, state,
+        launcher.run_rule(mxnet_rule, weight, grad, state,
                        Row(lr=lr, wd=wd, rs=self.rescale_grad, c=self._clip_bound(), b1=b1,
                            omb1=1.0 - b1, b2=b2, omb2=1.0 - b2, eps=self.epsilon,
                            den_g=1.0 - m_schedule, den_m=1.0 - ms_next, den_v=1.0 - b2 ** t,

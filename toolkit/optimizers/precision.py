@@ -78,8 +78,7 @@ class MultiPrecision:
         # one pass on the CPU too: the float16 gradient is widened on load and the float16
         # weight rounded from the updated master by the kernel that updates it
         launcher = cpu.MirrorLauncher(master, weight)
-        with self._launching(launcher):
-            self._apply(index, master, grad, inner, backend, m)
+        self._apply(index, master, grad, inner, backend, m, launcher=launcher)
         if not launcher.mirrored:
             cpu.to_half_into(weight, master)
 

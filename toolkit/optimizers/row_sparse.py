@@ -26,9 +26,12 @@ CUDA launcher). Everything is checked before anything is written.
 
 ``Optimizer`` derives from :class:`RowSparseSteps`: ``update`` and ``update_multi_precision``
 hand a ``RowSparse`` gradient to its ``_row_sparse_update``, which runs their checks and launch
-context on the optimizer itself.
+context on the optimizer itself. The mode of the step in progress is kept per thread
+(``_row_sparse_step``): the dense update it runs reads it (``kernel_row``'s ``sparse``).
 """
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 
@@ -37,6 +40,44 @@ from ..backends import cpu, jit
 __all__ = ["RowSparseSteps", "MODES"]
 
 MODES = ("lazy", "standard", "dense")
+
+#: per thread: optimizer id -> the row-sparse mode of its step in progress (``modes``)
+_ACTIVE = threading.local()
+#: how many row-sparse steps are in progress now, in all threads together: a step reads its
+#: thread's table only when this is not 0 (a thread that set an entry counted it first, under
+#: the lock, so it never reads 0 while its own entry is set)
+_IN_USE = [0]
+_IN_USE_LOCK = threading.Lock()
+
+
+class _SparseStep:
+    """The row-sparse mode of one optimizer's step in progress in this thread, while the block
+    runs; then what it was before."""
+
+    __slots__ = ("key", "mode", "outer", "entries")
+
+    def __init__(self, key, mode):
+        self.key, self.mode = key, mode
+
+    def __enter__(self):
+        entries = getattr(_ACTIVE, "modes", None)
+        if entries is None:
+            entries = _ACTIVE.modes = {}
+        self.entries = entries
+        self.outer = entries.get(self.key)
+        with _IN_USE_LOCK:
+            _IN_USE[0] += 1
+        entries[self.key] = self.mode
+        return self.mode
+
+    def __exit__(self, *exc):
+        if self.outer is None:
+            self.entries.pop(self.key, None)
+        else:
+            self.entries[self.key] = self.outer
+        with _IN_USE_LOCK:
+            _IN_USE[0] -= 1
+        return False
 
 
 def _gather(state, rows):
@@ -60,6 +101,21 @@ def _scatter(dst, src, rows):
 
 class RowSparseSteps:
     """The row-sparse half of ``update`` (methods of ``Optimizer``)."""
+
+    def _row_sparse_step(self, mode):
+        """While this runs, :attr:`_row_sparse_numerics` is ``mode`` for this optimizer in this
+        thread."""
+        return _SparseStep(id(self), mode)
+
+    @property
+    def _row_sparse_numerics(self):
+        """The row-sparse mode ("lazy" or "standard") of the step in progress, else None: an
+        optimizer whose MXNet row-sparse kernel rounds differently from its dense one then uses
+        that kernel's arithmetic."""
+        if not _IN_USE[0]:  # no sparse step in progress anywhere
+            return None
+        modes = getattr(_ACTIVE, "modes", None)
+        return modes.get(id(self)) if modes else None
 
     def _row_sparse_update(self, index, weight, grad, state, *, multi_precision, stream=None):
         """``update`` (or ``update_multi_precision``) with the ``RowSparse`` gradient ``grad``."""
@@ -96,8 +152,9 @@ class RowSparseSteps:
                                 known=known, rows=rows)
             return None
         if backend == "cpu" and not master and w.dtype in jit.DTYPES and w.c_contiguous:
-            with self._row_sparse_step("lazy"), self._launching(cpu.RowsLauncher(rows)):
-                self._apply(index, weight, grad.values, state, backend, w)
+            with self._row_sparse_step("lazy"):
+                self._apply(index, weight, grad.values, state, backend, w,
+                            launcher=cpu.RowsLauncher(rows))
             return None
         # the rows present, gathered: the dense update checks them before anything is written
         sub_w, sub_state = np.ascontiguousarray(weight[rows]), _gather(state, rows)

@@ -307,9 +307,7 @@ class SGD(Optimizer):
             rule, row = pytorch_plan(states, False, t == self.begin_num_update + 1, lr,
                                      wd, self.rescale_grad, self._clip_bound(), self.momentum)
             return rule, row
-        r, rs, c, mu = self._constants(
-            "_sgd_constants", (self.momentum, self.rescale_grad, self.clip_gradient,
-                               self.convention, self.mxnet_kernel), self._step_constants)
+        r, rs, c, mu = self._constants("_sgd_constants", self._step_constants)
         lr, wd = r(lr), r(wd)
         sparse = sparse if (self.convention == "mxnet" and not states) else None
         if sparse:

@@ -98,8 +98,8 @@ class SGLD(Optimizer):
     def _reference_call_kwargs(self, index, t):
         return {"seed": self.seed, "stream": stream_of(index)}
 
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd, launcher):
         key = stream_key(self.seed, stream_of(index), t)
         hyper = SgldRow(neg_half_lr=-(lr / 2.0), wd=wd, rs=self.rescale_grad,
                         c=self._clip_bound())
-        self._run_noise_rule(sgld_rule, weight, grad, hyper, key, (math.sqrt(lr),))
+        launcher.run_noise_rule(sgld_rule, weight, grad, hyper, key, (math.sqrt(lr),))

@@ -179,10 +179,7 @@ class Signum(Optimizer):
     _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
 
     def kernel_row(self, t, lr, wd, sparse=None):
-        r, wd_lh, constants = self._constants(
-            "_signum_constants", (self.momentum, self.wd_lh, self.rescale_grad,
-                                  self.clip_gradient, self.convention, self.mxnet_kernel),
-            self._step_constants)
+        r, wd_lh, constants = self._constants("_signum_constants", self._step_constants)
         lr, wd = r(lr), r(wd)
         if self.momentum == 0.0:
             if self.convention == "mxnet":

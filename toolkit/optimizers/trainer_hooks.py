@@ -48,8 +48,7 @@ class TrainerHooks:
         :meth:`step_scalars`) through ``launcher`` (a backend launcher, or the Trainer's
         recorder), on arrays the caller has validated; nothing is committed (the caller commits
         the counts of the whole step with :meth:`commit_counts`)."""
-        with self._launching(launcher):
-            self._kernel_step(index, weight, grad, state, t, lr, wd)
+        self._kernel_step(index, weight, grad, state, t, lr, wd, launcher)
 
     def plan_step(self, index, weight, grad, state, launcher):
         """One kernel step of ``index`` through ``launcher`` (the Trainer's recorder, or a real
@@ -57,8 +56,7 @@ class TrainerHooks:
         step whose host code reads per-index state (Nadam's schedule, LBSGD's phase): the
         Trainer plans those index by index, in index order."""
         t, lr, wd = self._step_scalars(index)
-        with self._launching(launcher):
-            self._kernel_step(index, weight, grad, state, t, lr, wd)
+        self._kernel_step(index, weight, grad, state, t, lr, wd, launcher)
         self._commit_count(index, t)
 
     def host_buffers(self):
