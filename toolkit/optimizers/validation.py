@@ -120,20 +120,22 @@ class Domain:
     assigning one runs this check and sets the value (the keyword is not made an attribute
     where the class defines that name itself: ``learning_rate``, the scheduler's current
     value). ``numeric=False`` marks a setting that does not change the numbers (the backend),
-    which :meth:`Optimizer.settings` leaves out.
+    which :meth:`Optimizer.settings` leaves out. ``reference=False`` marks one that
+    :meth:`Optimizer.reference_hyper` does not hand the reference step as a hyperparameter (the
+    dense oracle has no ``lazy_update``; SGLD gives its ``seed`` with each index's noise stream).
     """
 
     __slots__ = ("kind", "minimum", "closed", "choices", "strict", "none", "keyword", "aliases",
-                 "numeric", "maximum")
+                 "numeric", "maximum", "reference")
 
     def __init__(self, kind, *, minimum=None, closed=False, choices=None, strict=True, none=None,
-                 keyword=None, aliases=(), numeric=True, maximum=None):
+                 keyword=None, aliases=(), numeric=True, maximum=None, reference=True):
         if kind not in _CHECKS:
             raise ValueError(f"unknown domain kind {kind!r}; one of {tuple(_CHECKS)}")
         if isinstance(aliases, str) or not all(isinstance(a, str) for a in aliases):
             raise TypeError(f"aliases must be a tuple of names, got {aliases!r}")
         self.kind, self.minimum, self.closed = kind, minimum, closed
-        self.maximum = maximum
+        self.maximum, self.reference = maximum, reference
         self.choices = None if choices is None else tuple(choices)
         self.strict, self.none, self.keyword, self.numeric = strict, none, keyword, numeric
         self.aliases = tuple(aliases)
@@ -166,7 +168,8 @@ class Domain:
 
 
 _DEFAULTS = {"minimum": None, "closed": False, "choices": None, "strict": True, "none": None,
-             "keyword": None, "aliases": (), "numeric": True, "maximum": None}
+             "keyword": None, "aliases": (), "numeric": True, "maximum": None,
+             "reference": True}
 
 _CHECKS = {
     "nonneg": lambda d, name, x: check_nonneg(name, x),
