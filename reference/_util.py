@@ -15,7 +15,9 @@ from .error_bound import Tracked, error, ties, value
 CONVENTIONS = ("mxnet", "guide")
 
 #: every convention name the oracle knows. ``"pytorch"`` (PyTorch's documented ``torch.optim``
-#: update) exists in the reference only, and only in the modules whose ``CONVENTIONS`` list it.
+#: update) exists only in the modules whose ``CONVENTIONS`` list it. The reference's one
+#: definition (it imports nothing from the toolkit); the toolkit's is
+#: ``toolkit.optimizers.spec.CONVENTIONS``, and tests/test_reference_pytorch.py checks they agree.
 KNOWN_CONVENTIONS = ("mxnet", "guide", "pytorch")
 
 

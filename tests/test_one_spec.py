@@ -5,8 +5,10 @@
   count, so a list of ``("sgd", {...})`` pairs is one display) and no dict's keys holding 4 or
   more distinct registry names as string constants (case-insensitive, so class names count),
   no display of 4 or more registry module or class names (``(sgd, nag, adam, adamw)``,
-  ``(optimizer.SGD, ...)``), no ``import``/``from ... import`` of 4 or more of them, and no
-  ``"sgd nag adam adamw".split()``. Such a table is read from ``toolkit.optimizer.specs()``
+  ``(optimizer.SGD, ...)``), no ``import``/``from ... import`` of 4 or more of them, no
+  ``"sgd nag adam adamw".split()``, and no displays and comprehensions joined with ``+`` that
+  hold 4 or more between them (``[("sgd", k, v) for v in V] + [("nag", k, v) for v in V] + ...``:
+  a comprehension holds the names of its element and of what it iterates over). Such a table is read from ``toolkit.optimizer.specs()``
   (or ``registry()``) instead; a new optimizer then needs no edit outside its own module.
   A failure prints every offender as ``file:line``.
 
@@ -76,6 +78,30 @@ def _names(node, names):
     return set()
 
 
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+
+
+def _joined_names(node, names):
+    """The registry names held by the displays and comprehensions of a ``+`` chain (``[...] +
+    [... for v in V] + ...``), or an empty set where ``node`` is no such chain."""
+    def operands(n):
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Add):
+            return operands(n.left) + operands(n.right)
+        return [n]
+
+    def held(n):
+        if isinstance(n, _COMPREHENSIONS):
+            parts = [n.key, n.value] if isinstance(n, ast.DictComp) else [n.elt]
+            return set().union(*(_names(p, names) for p in parts + [g.iter for g in n.generators]))
+        if isinstance(n, (ast.List, ast.Tuple, ast.Set, ast.Dict)):
+            return _names(n, names)
+        return set()
+
+    if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add)):
+        return set()
+    return set().union(*(held(n) for n in operands(node)))
+
+
 def _split_names(node, names):
     """``"sgd nag adam adamw".split()``: the names of the split string."""
     if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
@@ -127,6 +153,11 @@ def scan_source(source, path, names):
             held = {a.name.rsplit(".", 1)[-1].lower() for a in node.names} & names
             if len(held) >= THRESHOLD:
                 report(node, held, "import")
+        elif isinstance(node, ast.BinOp):
+            held = _joined_names(node, names)
+            if len(held) >= THRESHOLD:
+                report(node, held, "joined displays and comprehensions")
+                return  # the whole chain is the offender; not its parts again
         else:
             held = _split_names(node, names)
             if len(held) >= THRESHOLD:
@@ -192,6 +223,10 @@ def _some(k=THRESHOLD):
     "import {dotted}",
     "X = '{words}'.split()",
     "X = [{Q}]",
+    "X = ({comps})",
+    "X = ({comps_multiline})",
+    "X = [{q1}] + [(n, v) for n in ({q2}) for v in V]",
+    "f([{q1}] + [{q2}])",
 ])
 def test_scanner_flags_a_name_list(template):
     some = _some()
@@ -206,7 +241,9 @@ def test_scanner_flags_a_name_list(template):
         pairs=", ".join(f"({n!r}, {{}})" for n in some),
         params=", ".join(f"pytest.param({n!r}, id='x')" for n in some),
         bare=", ".join(some), cls=", optimizer.".join(classes[n] for n in some),
-        dotted=", ".join(f"reference.{n}" for n in some), words=" ".join(some))
+        dotted=", ".join(f"reference.{n}" for n in some), words=" ".join(some),
+        comps=" + ".join(f"[({n!r}, 'k', v) for v in V]" for n in some),
+        comps_multiline="\n     + ".join(f"[({n!r}, 'k', v) for v in V]" for n in some))
     assert [line for line, _ in scan_source(source, "x.py", names)] == [1], source
 
 
@@ -218,6 +255,8 @@ def test_scanner_passes_short_lists_and_values():
         f"X = {few!r}",                                            # fewer than the threshold
         "X = {" + ", ".join(f"'k{i}': {n!r}" for i, n in enumerate(some)) + "}",  # values only
         f"X = {[n + '_x' for n in some]!r}",                       # not registry names
+        "X = " + " + ".join(f"[({n!r}, v) for v in V]" for n in few),  # joined, too few
+        "X = " + " + ".join(f"[(n, v) for v in {n!r}]" for n in ("a", "b", "c", "d")),
     ]
     for source in sources:
         assert scan_source(source, "x.py", names) == [], source

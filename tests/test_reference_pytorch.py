@@ -119,6 +119,13 @@ def test_toolkit_conventions():
     from toolkit.optimizers import base
     assert _util.CONVENTIONS == ("mxnet", "guide")
     assert base.CONVENTIONS == ("mxnet", "guide", "pytorch")
+    # the one definition on each side of the layer boundary: the toolkit's (spec.CONVENTIONS,
+    # which base, the oracle's ORDER and mxopt verify import) and the reference's
+    from toolkit.optimizers import spec
+    from toolkit.oracle import trajectory
+    assert base.CONVENTIONS is spec.CONVENTIONS and trajectory.ORDER is spec.CONVENTIONS
+    assert spec.CONVENTIONS == _util.KNOWN_CONVENTIONS
+    assert spec.DEFAULT_CONVENTIONS == _util.CONVENTIONS
     for name, spec in specs(oracle=True).items():
         if "pytorch" in spec.conventions:
             assert spec.pytorch is not None, name

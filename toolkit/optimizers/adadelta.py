@@ -157,9 +157,6 @@ class AdaDelta(Optimizer):
     def state_slots(self):
         return ("acc_g", "acc_delta")
 
-    def reference_hyper(self):
-        return {"rho": self.rho, "epsilon": self.epsilon}
-
     _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
 
     def kernel_row(self, t, lr, wd, sparse=None):

@@ -158,9 +158,6 @@ class AdaGrad(Optimizer):
                              "wd=0 (or wd_mult 0 for this index), or pass grad.to_dense()")
         return "lazy"
 
-    def reference_hyper(self):
-        return {"eps": self.float_stable_eps}
-
     _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
 
     def kernel_row(self, t, lr, wd, sparse=None):

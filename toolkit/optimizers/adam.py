@@ -212,7 +212,7 @@ class Adam(MomentConstants, Optimizer):
     spec = SPEC
 
     domains = {"beta1": unit(), "beta2": unit(), "epsilon": nonneg(),
-               "lazy_update": flag(strict=False)}
+               "lazy_update": flag(strict=False, reference=False)}
 
     def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8,
                  lazy_update=True, **kwargs):
@@ -226,9 +226,6 @@ class Adam(MomentConstants, Optimizer):
     def row_sparse_mode(self, index):
         """MXNet's ``lazy_update``: "lazy" when set (the default), else "standard"."""
         return "lazy" if self.lazy_update else "standard"
-
-    def reference_hyper(self):
-        return {"beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon}
 
     def _step_constants(self):
         """``(r, constants, mxnet_tail)``: ``_r`` as a function of a float, the constants of a

@@ -177,9 +177,6 @@ class Adamax(Optimizer):
     def state_slots(self):
         return ("mean", "u")
 
-    def reference_hyper(self):
-        return {"beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon}
-
     _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
 
     def kernel_row(self, t, lr, wd, sparse=None):

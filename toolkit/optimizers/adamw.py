@@ -149,10 +149,6 @@ class AdamW(adam.MomentConstants, Optimizer):
     def state_slots(self):
         return ("mean", "var")
 
-    def reference_hyper(self):
-        return {"beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon,
-                "eta": self.eta}
-
     def _clip_bound(self):
         # the operator clips whenever clip_gradient >= 0 and the optimizer passes None as -1
         c = self.clip_gradient

@@ -149,9 +149,6 @@ class DCASGD(Optimizer):
         # create_state_template above is a function of this and the weight's shape and dtype
         return (self.momentum != 0.0,)
 
-    def reference_hyper(self):
-        return {"momentum": self.momentum, "lamda": self.lamda}
-
     _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
 
     def kernel_row(self, t, lr, wd, sparse=None):

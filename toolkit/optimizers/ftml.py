@@ -108,9 +108,6 @@ class FTML(Optimizer):
     def state_slots(self):
         return ("d", "v", "z")
 
-    def reference_hyper(self):
-        return {"beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon}
-
     def _step_constants(self):
         """``(r, constants)``: ``_r`` as a function of a float, and the constants of a step as
         the convention rounds them, by name (the fields of :class:`FtmlRow` that do not change

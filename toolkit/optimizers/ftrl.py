@@ -130,9 +130,6 @@ class Ftrl(Optimizer):
         with a dense weight it falls back to the dense update: docs/sparse.md)."""
         return "lazy"
 
-    def reference_hyper(self):
-        return {"lamda1": self.lamda1, "beta": self.beta}
-
     def _step_constants(self):
         """``(r, constants)``: ``_r`` as a function of a float, and the constants of a step as
         the convention rounds them, by name (the fields of :class:`FtrlRow` but ``lr`` and

@@ -123,9 +123,6 @@ class GroupAdaGrad(Optimizer):
     def state_slots(self):
         return ("history",)
 
-    def reference_hyper(self):
-        return {"eps": self.float_stable_eps}
-
     def row_sparse_mode(self, index):
         """"lazy": MXNet 1.9.1 updates only the rows present (the operator
         ``group_adagrad_update``)."""

@@ -107,6 +107,17 @@ class Hyperparameters:
                 out[domain.keyword or attr] = jsonable(getattr(self, attr))
         return out
 
+    def reference_hyper(self):
+        """This optimizer's own hyperparameters as ``reference.<name>.step`` takes them, derived
+        from the declared ``domains``: every one a subclass declares (the base class's are the
+        step's own arguments: ``lr``, ``wd``, ...), by constructor keyword, in declaration
+        order, but those whose domain says ``reference=False``. A class whose oracle names them
+        otherwise overrides this."""
+        base = next(k for k in reversed(type(self).__mro__) if "domains" in k.__dict__)
+        return {domain.keyword or attr: getattr(self, attr)
+                for attr, domain in self.hyperparameter_domains().items()
+                if attr not in base.__dict__["domains"] and domain.reference}
+
     def check_relations(self):
         """Checks that tie two hyperparameters together (LAMB's bounds): run when construction
         ends and after every later assignment of a hyperparameter, which is undone when this

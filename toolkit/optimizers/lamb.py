@@ -183,11 +183,6 @@ class LAMB(MomentConstants, Optimizer):
     def state_slots(self):
         return ("mean", "var")
 
-    def reference_hyper(self):
-        return {"beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon,
-                "lower_bound": self.lower_bound, "upper_bound": self.upper_bound,
-                "bias_correction": self.bias_correction}
-
     # --- the two passes --------------------------------------------------------------------
     def _pass_hyper(self, t, wd):
         """The :class:`LambRow` of the rules with ``k = 0``: a function of ``t`` and ``wd``

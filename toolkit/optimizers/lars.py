@@ -130,10 +130,6 @@ class LARS(SGD):
             self.last_lr = None if data["last_lr"] is None else float(data["last_lr"])
         return commit
 
-    def reference_hyper(self):
-        return {"momentum": self.momentum, "eta": self.eta, "eps": self.eps,
-                "momentum_correction": self.momentum_correction}
-
     def _layer_lars(self, index):
         name = self.idx2name.get(index, str(index))
         return not str(name).endswith(_UNSCALED_SUFFIXES)

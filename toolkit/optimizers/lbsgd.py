@@ -240,12 +240,6 @@ class LBSGD(Optimizer):
                          "it lazily through its accumulators; not implemented): pass "
                          "grad.to_dense() for the dense update")
 
-    def reference_hyper(self):
-        return {"momentum": self.momentum, "warmup_strategy": self.warmup_strategy,
-                "warmup_epochs": self.warmup_epochs, "batch_scale": self.batch_scale,
-                "updates_per_epoch": self.updates_per_epoch, "begin_epoch": self.begin_epoch,
-                "num_epochs": self.num_epochs}
-
     def _lr_count(self, num_update_after):
         # MXNet reads the learning rate before it increments the count (optimizer.py:1209-1211)
         return self.num_update if self.convention == "mxnet" else num_update_after

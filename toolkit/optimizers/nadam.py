@@ -197,10 +197,6 @@ class Nadam(Optimizer):
     def state_slots(self):
         return ("m", "v")
 
-    def reference_hyper(self):
-        return {"beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon,
-                "schedule_decay": self.schedule_decay}
-
     def host_state(self):
         """``{"m_schedule": m}``, MXNet's one running product; under convention "pytorch"
         ``{"m_schedule": [[index, mu_product], ...]}``, torch's one per index (in index order,

@@ -127,9 +127,6 @@ class NAG(Optimizer):
         "dense" (its ``nag_mom_update`` has no sparse kernel: storage fallback)."""
         return "lazy" if self.momentum == 0.0 else "dense"
 
-    def reference_hyper(self):
-        return {"momentum": self.momentum}
-
     def create_state_multi_precision(self, index, weight):
         if self.uses_master(weight):
             self._check_weight(weight)

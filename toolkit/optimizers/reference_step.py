@@ -30,7 +30,8 @@ class ReferenceStep:
     reference_name = _ReferenceName()
 
     def reference_hyper(self):
-        """This optimizer's own hyperparameters as the reference module names them."""
+        """This optimizer's own hyperparameters as the reference module names them (none here;
+        ``Optimizer.reference_hyper`` derives them from the class's ``domains``)."""
         return {}
 
     def _reference_extra(self, index, weight=None):

@@ -261,10 +261,6 @@ class RMSProp(Optimizer):
     def _tuple_state(self):
         return True
 
-    def reference_hyper(self):
-        return {"gamma1": self.gamma1, "gamma2": self.gamma2, "epsilon": self.epsilon,
-                "centered": self.centered, "clip_weights": self.clip_weights}
-
     _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
 
     def kernel_row(self, t, lr, wd, sparse=None):

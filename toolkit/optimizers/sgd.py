@@ -265,7 +265,7 @@ class SGD(Optimizer):
     #: aggregated kernel (docs/mxnet-facts.md, section 5)
     aggregate_num = 4
 
-    domains = {"momentum": unit(), "lazy_update": flag(strict=False)}
+    domains = {"momentum": unit(), "lazy_update": flag(strict=False, reference=False)}
 
     def __init__(self, momentum=0.0, lazy_update=True, **kwargs):
         self.momentum = momentum
@@ -278,9 +278,6 @@ class SGD(Optimizer):
     def row_sparse_mode(self, index):
         """MXNet's ``lazy_update``: "lazy" when set (the default), else "standard"."""
         return "lazy" if self.lazy_update else "standard"
-
-    def reference_hyper(self):
-        return {"momentum": self.momentum}
 
     def create_state_multi_precision(self, index, weight):
         if self.uses_master(weight):

@@ -83,7 +83,7 @@ class SGLD(Optimizer):
     spec = SPEC
     mxnet_kernel = False
 
-    domains = {"seed": integer(0)}
+    domains = {"seed": integer(0, reference=False)}
 
     def __init__(self, seed=0, **kwargs):
         self.seed = seed

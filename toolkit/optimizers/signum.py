@@ -163,9 +163,6 @@ class Signum(Optimizer):
     def state_slots(self):
         return ("mom",) if self.momentum != 0.0 else ()
 
-    def reference_hyper(self):
-        return {"momentum": self.momentum, "wd_lh": self.wd_lh}
-
     def _step_constants(self):
         """``(r, wd_lh, constants)``: ``_r`` as a function of a float, ``wd_lh`` rounded (it
         enters the row as ``1 - lr*wd_lh``), and the other constants of a step as the convention

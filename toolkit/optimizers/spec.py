@@ -27,7 +27,12 @@ from .spaces import Space
 __all__ = ["Spec", "BenchSetting", "CONVENTIONS", "DEFAULT_CONVENTIONS", "PRECISION_VARIANTS"]
 
 #: every convention a toolkit optimizer can take; each optimizer's kernels implement those of its
-#: spec (``Spec.conventions``)
+#: spec (``Spec.conventions``). The toolkit's one definition: ``base.CONVENTIONS``, the oracle's
+#: ``ORDER`` and ``mxopt verify --convention`` import it. The reference holds the same names as
+#: ``reference._util.KNOWN_CONVENTIONS`` (it imports nothing from the toolkit, and the toolkit
+#: does not import it at import time: a user's ``reference.py`` first on ``sys.path`` must not
+#: break ``import toolkit``, tests/test_oracle_isolation.py); tests/test_reference_pytorch.py
+#: checks the two agree
 CONVENTIONS = ("mxnet", "guide", "pytorch")
 #: the conventions of a spec that lists none: MXNet's numerics and the guide's equations
 #: ("pytorch", torch.optim's update, only where a spec lists it: the optimizers torch ships)

@@ -120,20 +120,22 @@ class Domain:
     assigning one runs this check and sets the value (the keyword is not made an attribute
     where the class defines that name itself: ``learning_rate``, the scheduler's current
     value). ``numeric=False`` marks a setting that does not change the numbers (the backend),
-    which :meth:`Optimizer.settings` leaves out.
+    which :meth:`Optimizer.settings` leaves out. ``reference=False`` marks one that
+    :meth:`Optimizer.reference_hyper` does not hand the reference step as a hyperparameter (the
+    dense oracle has no ``lazy_update``; SGLD gives its ``seed`` with each index's noise stream).
     """
 
     __slots__ = ("kind", "minimum", "closed", "choices", "strict", "none", "keyword", "aliases",
-                 "numeric", "maximum")
+                 "numeric", "maximum", "reference")
 
     def __init__(self, kind, *, minimum=None, closed=False, choices=None, strict=True, none=None,
-                 keyword=None, aliases=(), numeric=True, maximum=None):
+                 keyword=None, aliases=(), numeric=True, maximum=None, reference=True):
         if kind not in _CHECKS:
             raise ValueError(f"unknown domain kind {kind!r}; one of {tuple(_CHECKS)}")
         if isinstance(aliases, str) or not all(isinstance(a, str) for a in aliases):
             raise TypeError(f"aliases must be a tuple of names, got {aliases!r}")
         self.kind, self.minimum, self.closed = kind, minimum, closed
-        self.maximum = maximum
+        self.maximum, self.reference = maximum, reference
         self.choices = None if choices is None else tuple(choices)
         self.strict, self.none, self.keyword, self.numeric = strict, none, keyword, numeric
         self.aliases = tuple(aliases)
@@ -159,6 +161,49 @@ class Domain:
             return None
         return _CHECKS[self.kind](self, self.label(attr, alias), value)
 
+    def invalid_examples(self):
+        """Values this domain refuses, each with the error :meth:`check` raises for it,
+        ``((value, ValueError or TypeError), ...)``, derived from the kind: for a real, a
+        negative (a real >= 0; with 0 too for one > 0; -0.1, 1.5 and, for [0, 1), 1 for a unit
+        interval), NaN, +-inf and a string; for an integer, the integer just below the minimum
+        (and -1 where that is not negative), the one above the maximum, a float and a bool; for
+        a choice, a non-member, a member in another case and None (each where it is not a
+        member); for a strict flag an int and a string; for a callable a number. None is refused
+        too where the domain does not admit it (a real, an integer). The validation tests run
+        every one of them against every optimizer's constructor (tests/test_validation.py)."""
+        nan, inf = float("nan"), float("inf")
+        kind, out = self.kind, []
+        if kind in ("nonneg", "positive", "unit"):
+            below = (-0.1,) if kind == "unit" else (-1.0, -1e-8)
+            out += [(v, ValueError) for v in below]
+            if kind == "positive":
+                out.append((0.0, ValueError))
+            if kind == "unit":
+                out += [(v, ValueError) for v in ((1.5,) if self.closed else (1.0, 1.5))]
+            out += [(v, ValueError) for v in (nan, inf, -inf)]
+            out += [(v, TypeError) for v in ("0.5",) + (("0.9",) if kind == "unit" else ())]
+            if self.none is None:
+                out.append((None, TypeError))
+        elif kind == "int":
+            low = self.minimum - 1
+            out += [(v, ValueError) for v in dict.fromkeys((low, min(low, -1)))]
+            if self.maximum is not None:
+                out.append((self.maximum + 1, ValueError))
+            out += [(v, TypeError) for v in (float(self.minimum + 1), True)]
+            if self.none is None:
+                out.append((None, TypeError))
+        elif kind == "choice":
+            members = set(self.choices)
+            text = [c for c in self.choices if isinstance(c, str)]
+            candidates = ["bogus"] + [c.swapcase() for c in text[:1]] + [None]
+            out += [(v, ValueError) for v in candidates
+                    if v not in members and not (v is None and self.none is not None)]
+        elif kind == "flag" and self.strict:
+            out += [(v, TypeError) for v in (1, "yes")]
+        elif kind == "callable":
+            out.append((0.1, TypeError))
+        return tuple(out)
+
     def __repr__(self):
         shown = [f"{k}={getattr(self, k)!r}" for k in self.__slots__[1:]
                  if getattr(self, k) != _DEFAULTS[k]]
@@ -166,7 +211,8 @@ class Domain:
 
 
 _DEFAULTS = {"minimum": None, "closed": False, "choices": None, "strict": True, "none": None,
-             "keyword": None, "aliases": (), "numeric": True, "maximum": None}
+             "keyword": None, "aliases": (), "numeric": True, "maximum": None,
+             "reference": True}
 
 _CHECKS = {
     "nonneg": lambda d, name, x: check_nonneg(name, x),

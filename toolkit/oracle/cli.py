@@ -210,8 +210,9 @@ def _bug(e):
 
 def main_verify(argv):
     """``mxopt verify``: exit 0 passed, 1 failed, 2 usage error."""
+    from ..optimizers.spec import CONVENTIONS
     ap = _parser("mxopt verify", "Check an optimizer implementation against the oracle.")
-    ap.add_argument("--convention", default="mxnet", choices=("mxnet", "guide", "pytorch"),
+    ap.add_argument("--convention", default="mxnet", choices=CONVENTIONS,
                     help="the equations to check against: MXNet 1.9.1's numerics, the guide's "
                          "equations, or PyTorch's; mxopt identify names the one you follow "
                          "(default: %(default)s)")

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..optimizers.spec import CONVENTIONS, DEFAULT_CONVENTIONS
 from . import installed as _installed
 from .errors import unknown_optimizer
 
 __all__ = ["ORDER", "reference_module", "spec_of", "conventions_of", "resolve_convention",
            "split", "reference_trajectory", "compare"]
 
-#: the order in which a convention is named when several match (ours first)
-ORDER = ("mxnet", "guide", "pytorch")
+#: the order in which a convention is named when several match (ours first): every known
+#: convention, in the order :data:`toolkit.optimizers.spec.CONVENTIONS` lists them
+ORDER = CONVENTIONS
 
 
 def reference_module(name):
@@ -44,7 +46,7 @@ def conventions_of(name):
     ``name``, and what PyTorch's update is for it: "pytorch" (its own branch), one of ours when
     PyTorch's update is the same, or None (PyTorch has no such optimizer)."""
     ref = reference_module(name)
-    implemented = tuple(getattr(ref, "CONVENTIONS", ("mxnet", "guide")))
+    implemented = tuple(getattr(ref, "CONVENTIONS", DEFAULT_CONVENTIONS))
     return implemented, getattr(ref, "PYTORCH", None)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..backends import arrays
-from ..optimizers.bookkeeping import Kept
+from ..optimizers.batched import Kept
 from .parameter import multipliers_version
 from .plan import StepWork
 
