@@ -43,12 +43,13 @@ def test_a_warm_update_enters_few_functions_in_few_files(name, kwargs):
     s = opt.create_state(0, w)
     for _ in range(3):
         opt.update(0, w, g, s)
-    before = w.copy()
-    seen = _entries(lambda: opt.update(0, w, g, s))
-    assert not np.array_equal(w, before)  # it stepped
-    files = {f for f, _ in seen}
-    assert len(seen) <= 12 and len(files) <= 4, seen
-    assert seen[0] == (os.path.join("optimizers", "base.py"), "update")
+    for grad in (g, g.copy()):  # the same gradient, or a new array (a training loop's)
+        before = w.copy()
+        seen = _entries(lambda: opt.update(0, w, grad, s))
+        assert not np.array_equal(w, before)  # it stepped
+        files = {f for f, _ in seen}
+        assert len(seen) <= 12 and len(files) <= 4, seen
+        assert seen[0] == (os.path.join("optimizers", "base.py"), "update")
 
 
 def test_the_count_sees_a_cold_update():

@@ -160,8 +160,8 @@ def _row_step_optimizers():
 @pytest.mark.parametrize("convention", ["mxnet", "guide"])
 @pytest.mark.parametrize("shape", [(33,), (5, 7)])
 def test_prepared_steps_equal_fully_checked_ones_bit_for_bit(name, dtype, convention, shape):
-    """The same arrays stepped again (the prepared step) against new arrays each step (every
-    check, the launcher's path): the same bits, with a schedule-free and a scheduled rate."""
+    """The same weight and state stepped again (the prepared step), with the same gradient or a
+    new one, against new arrays each step (every check, the launcher's path): the same bits."""
     spec = optimizer.spec_of(name)
     kw = dict(spec.record, convention=convention, wd=0.01)
     if convention not in spec.conventions:
@@ -172,9 +172,9 @@ def test_prepared_steps_equal_fully_checked_ones_bit_for_bit(name, dtype, conven
     wb = w.copy()
     g = np.empty(shape, dtype)
     sa, sb = a.create_state(0, w), b.create_state(0, wb)
-    for step in range(5):
+    for step in range(6):
         g[...] = rng.standard_normal(shape)
-        a.update(0, w, g, sa)
+        a.update(0, w, g if step % 2 else g.copy(), sa)   # the same gradient, or a new one
         b.update(0, wb, g.copy(), sb)
         assert np.array_equal(w, wb, equal_nan=True), step
         for x, y in zip(a.state_arrays(sa), b.state_arrays(sb)):
@@ -226,3 +226,29 @@ def test_a_prepared_step_with_a_schedule_reads_it_once_per_step():
     del reads[:]
     opt.update(0, w, g, s)
     assert reads == [3]
+
+
+def test_a_new_gradient_that_is_the_memory_of_the_state_is_refused():
+    """A new gradient is taken without the overlap checks only when it owns its memory and is
+    not the array the weight or a state array is a view of."""
+    opt = optimizer.create("adam")
+    w = np.ones(8, np.float32)
+    buf = np.zeros((2, 8), np.float32)
+    s = (buf[0], buf[1])                      # the state: views of one buffer
+    for _ in range(3):
+        opt.update(0, w, np.full(8, 0.5, np.float32), s)
+    with pytest.raises(ValueError, match="shares memory"):
+        _unchanged(opt, w, s, lambda: opt.update(0, w, buf.reshape(-1)[:8], s))
+    with pytest.raises(ValueError, match="shares memory"):
+        _unchanged(opt, w, s, lambda: opt.update(0, w, s[1], s))
+
+
+def test_a_new_gradient_of_another_dtype_or_order_is_checked():
+    opt, w, g, s = _passed()
+    with pytest.raises(TypeError, match="grad dtype float64"):
+        _unchanged(opt, w, s, lambda: opt.update(0, w, np.full(8, 0.5), s))
+    strided = np.full(16, 0.5, np.float32)[::2]   # a view: every check
+    twin, wt, gt, st = _passed()
+    opt.update(0, w, strided, s)
+    twin.update(0, wt, np.full(8, 0.5, np.float32), st)
+    assert np.array_equal(w, wt)

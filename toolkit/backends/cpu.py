@@ -10,20 +10,13 @@ function of scalars using ``math`` only::
 ``ftype`` once, so float32 arithmetic stays float32 (a Python float literal inside the rule would
 promote the loop to float64: constants the rule needs are made by the factory as ``ftype(1)``).
 
-The same rule source is compiled here with ``numba.njit(inline="always")`` into a loop over the
-flattened arrays: a serial loop below :data:`PARALLEL_THRESHOLD` elements and a ``prange`` loop
-above it. The compile policy and the kernel cache are :mod:`toolkit.backends.jit`'s (explicit
-signatures, ``error_model="numpy"``, no fastmath, on-disk cache); the chunking and the reduction
-order of the segmented loops and the float64 sums are :mod:`toolkit.backends.order`'s, shared
-with the CUDA backend. Kernels are compiled lazily, once per (rule, dtype, serial/parallel).
-
-This module holds the element-wise and segmented loops and the launchers (:class:`Launcher`,
-:class:`RowsLauncher`, :class:`MirrorLauncher`); the other CPU kernel families are modules of
-their own, and their public names are re-exported here (``cpu.lars_norms``,
-``cpu.run_noise_segmented``, ``cpu.to_single``, ...): the reductions (LARS norms, LAMB's
-direction pass) in :mod:`toolkit.backends.cpu_norms`, the noise loops in
-:mod:`toolkit.backends.cpu_noise`, the multi-precision loops and float16 conversions in
-:mod:`toolkit.backends.cpu_precision`, the row kernels in :mod:`toolkit.backends.rows`.
+The rule is compiled with ``numba.njit(inline="always")`` into a loop over the flattened arrays,
+serial below :data:`PARALLEL_THRESHOLD` elements and ``prange`` above, lazily, once per (rule,
+dtype, serial/parallel), under :mod:`toolkit.backends.jit`'s compile policy and cache. This module
+holds the element-wise and segmented loops, the launchers (:class:`Launcher`,
+:class:`RowsLauncher`, :class:`MirrorLauncher`) and :class:`PreparedStep`; it re-exports the
+public names of the other CPU kernel families (``cpu_norms``, ``cpu_noise``, ``cpu_precision``,
+``rows``).
 """
 from __future__ import annotations
 
@@ -235,19 +228,30 @@ LAUNCHER = Launcher()
 _SHAPE = operator.attrgetter("shape")
 
 
+def _root(a):
+    """The last numpy array of ``a``'s chain of bases (``a`` itself when it owns its memory)."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
 class PreparedStep:
     """A step of one rule over C-contiguous, writeable float32 or float64 numpy arrays that
     passed every check of the array contract, kept (weakly) so that the next step of the very
-    same arrays, unchanged in everything a check reads (:meth:`holds`), runs its rule without a
-    check or a lookup (:meth:`run`): ``Optimizer.update`` keeps one per weight."""
+    same weight and state, unchanged in everything a check reads, with the same gradient or a
+    new one of its kind (:meth:`holds`), runs its rule without a check or a lookup
+    (:meth:`run`): ``Optimizer.update`` keeps one per weight."""
 
-    __slots__ = ("refs", "state_type", "signature", "shapes", "flat", "dtype", "parallel",
-                 "n_state", "rule", "n_hyper", "kernel")
+    __slots__ = ("refs", "roots", "state_type", "signature", "shapes", "flat", "dtype",
+                 "parallel", "n_state", "rule", "n_hyper", "kernel")
 
     def __init__(self, weight, grad, state):
         states = () if state is None else (state,) if type(state) is np.ndarray else state
         every = (weight, grad, *states)
         self.refs = tuple(weakref.ref(a) for a in every)
+        # the arrays whose memory the weight and the state are views of: the only arrays that
+        # own their memory and overlap them
+        self.roots = tuple(weakref.ref(_root(a)) for a in (weight, *states))
         self.state_type = type(state)
         self.signature = list(map(NUMPY_SIGNATURE, every))
         self.shapes = list(map(_SHAPE, every))
@@ -258,10 +262,13 @@ class PreparedStep:
         self.rule, self.n_hyper, self.kernel = None, -1, None
 
     def holds(self, weight, grad, state, retry=False):
-        """Whether these are the arrays this step was prepared for, unchanged. ``retry``: the
-        caller can take the step again from the start when :meth:`run` returns False (it
-        changed nothing yet); then 1-D arrays are compared by shape alone, and what else may
-        have changed (dtype, strides, writeable) makes the kernel's dispatch refuse them."""
+        """Whether these are the weight and state this step was prepared for, unchanged, and
+        its gradient or a new numpy array that owns its memory (then it overlaps neither: only
+        an array a view of it could), of the gradient's shape, strides, dtype and writeable
+        flag. ``retry``: the caller can take the step again from the start when :meth:`run`
+        returns False (it changed nothing yet); then 1-D arrays are compared by shape alone,
+        and what else may have changed (dtype, strides, writeable) makes the kernel's dispatch
+        refuse them."""
         st = self.state_type
         if type(state) is not st:
             return False
@@ -272,9 +279,14 @@ class PreparedStep:
         refs = self.refs
         if len(every) != len(refs):
             return False
-        for a, r in zip(every, refs):
+        for i, (a, r) in enumerate(zip(every, refs)):
             if r() is not a:
-                return False
+                if i != 1 or type(grad) is not np.ndarray or grad.base is not None or \
+                        not grad.flags.owndata:
+                    return False
+                for root in self.roots:
+                    if root() is grad:
+                        return False
         if retry and self.flat:
             return list(map(_SHAPE, every)) == self.shapes
         return list(map(NUMPY_SIGNATURE, every)) == self.signature

@@ -279,7 +279,7 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
                 if prepared.run(rule, row, weight, grad, state):
                     self._commit_count(index, t)
                     return None
-                del warm[id(weight)]
+                warm.pop(id(weight), None)
         if skip_nonfinite is not False:
             return self._guarded(False, index, weight, grad, state, stream, skip_nonfinite)
         if type(grad) is RowSparse:
