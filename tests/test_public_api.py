@@ -12,8 +12,9 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PUBLIC = ["toolkit", "toolkit.optimizer", "toolkit.lr_scheduler", "toolkit.oracle",
           "toolkit.oracle.space", "toolkit.oracle.variants", "toolkit.oracle.conformance",
-          "toolkit.oracle.frameworks", "toolkit.verify", "toolkit.trainer", "toolkit.backends",
-          "toolkit.backends.arrays", "reference", "reference.error_bound", "reference.noise"]
+          "toolkit.oracle.frameworks", "toolkit.error_bounds", "toolkit.trainer",
+          "toolkit.backends", "toolkit.backends.arrays", "reference", "reference.error_bound",
+          "reference.noise"]
 API = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
 
 
@@ -46,3 +47,23 @@ def test_every_public_name_has_a_docstring_and_is_in_docs_api(module):
             continue
         missing = _undocumented(obj)
         assert not missing, f"{module}.{name}: no docstring for {missing}"
+
+
+def test_toolkit_verify_is_a_deprecated_alias_of_error_bounds():
+    """``toolkit.verify`` (the old name of ``toolkit.error_bounds``), kept for one release:
+    importing it warns ``DeprecationWarning`` naming the new module, and it gives the same
+    public names bound to the same objects; docs/api.md says so."""
+    import sys
+    import warnings
+    import toolkit.error_bounds
+    sys.modules.pop("toolkit.verify", None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import toolkit.verify as old
+    assert [w.category for w in caught] == [DeprecationWarning], caught
+    assert "toolkit.error_bounds" in str(caught[0].message)
+    assert caught[0].filename == __file__, caught[0].filename   # points at the importer
+    assert old.__all__ == toolkit.error_bounds.__all__
+    for name in toolkit.error_bounds.__all__:
+        assert getattr(old, name) is getattr(toolkit.error_bounds, name), name
+    assert re.search(r"`toolkit\.verify`[^\n]*\n[^\n]*DeprecationWarning", API)

@@ -1,7 +1,7 @@
-"""The tools read the specs: ``check``, ``accuracy``, ``regress``, ``toolkit.verify``, the oracle's
-``verify`` and ``mxopt list`` know an optimizer from its spec alone, including a plug-in whose
-spec names a reference module outside the ``reference`` package, and draw each optimizer's own
-hyperparameters from its spec's space."""
+"""The tools read the specs: ``check``, ``accuracy``, ``regress``, ``toolkit.error_bounds``, the
+oracle's ``verify`` and ``mxopt list`` know an optimizer from its spec alone, including a plug-in
+whose spec names a reference module outside the ``reference`` package, and draw each optimizer's
+own hyperparameters from its spec's space."""
 from __future__ import annotations
 
 import sys
@@ -117,7 +117,7 @@ def test_regress_records_the_spec_and_names_the_noise_stream_of_a_reference_entr
 def test_a_plugin_with_its_own_reference_module_runs_in_every_tool(plugin, tmp_path):
     assert PLUGIN in optimizer_conventions() and PLUGIN not in reference.OPTIMIZERS
     assert any(r[0] == PLUGIN for r in check.backend_rows(with_cuda=False))
-    # check's backend row, accuracy and toolkit.verify against the plug-in's own oracle
+    # check's backend row, accuracy and toolkit.error_bounds against the plug-in's own oracle
     rng = np.random.default_rng(0)
     assert check.run_backend_row(rng, PLUGIN, "guide", "cpu", "float32", cases=2) <= 1.0
     res = accuracy.measure([PLUGIN], backends=["cpu"], dtypes=["float32"], cases=3,
