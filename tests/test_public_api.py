@@ -67,3 +67,28 @@ def test_toolkit_verify_is_a_deprecated_alias_of_error_bounds():
     for name in toolkit.error_bounds.__all__:
         assert getattr(old, name) is getattr(toolkit.error_bounds, name), name
     assert re.search(r"`toolkit\.verify`[^\n]*\n[^\n]*DeprecationWarning", API)
+
+
+def test_toolkit_optimizer_names_every_built_in_class_of_the_registry():
+    """``toolkit.optimizer`` imports each built-in optimizer's class by name (explicit imports,
+    so that go-to-definition finds them): the names are exactly the registry's built-in classes,
+    each bound to the registered class, plus ``FTRL`` (the guide's spelling of ``Ftrl``)."""
+    import json
+    import subprocess
+    import sys
+    # a fresh process: other tests register (and replace) optimizers
+    code = ("import json; from toolkit import optimizer; from toolkit.optimizers import registry; "
+            "built = {k.__name__: k for k in registry().values()}; "
+            "print(json.dumps([sorted(built), list(optimizer.__all__), "
+            "all(getattr(optimizer, n) is k for n, k in built.items()), "
+            "optimizer.FTRL is built['Ftrl'], "
+            "sorted(n for n in vars(optimizer) if not n.startswith('_'))]))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                       cwd=str(ROOT))
+    assert r.returncode == 0, r.stderr
+    built, names, same_objects, ftrl, public = json.loads(r.stdout)
+    api = ["Optimizer", "ElementwiseOptimizer", "Spec", "BenchSetting", "create", "register",
+           "registry", "specs", "spec_of", "unregister"]
+    assert sorted(names) == sorted(api + built + ["FTRL"]) and len(names) == len(set(names))
+    assert same_objects and ftrl
+    assert public == sorted(names)
