@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from toolkit import Parameter, Trainer, optimizer
-from toolkit.optimizers.spaces import Decades, Interval, OneOf
+from toolkit.optimizers.spec_spaces import Decades, Interval, OneOf
 from toolkit.optimizers.validation import unit
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -92,3 +92,26 @@ def test_toolkit_optimizer_names_every_built_in_class_of_the_registry():
     assert sorted(names) == sorted(api + built + ["FTRL"]) and len(names) == len(set(names))
     assert same_objects and ftrl
     assert public == sorted(names)
+
+
+def test_toolkit_optimizers_spaces_is_a_deprecated_alias_of_spec_spaces():
+    """``toolkit.optimizers.spaces`` (the old name of ``spec_spaces``, which docs/
+    custom-optimizer.md had plug-ins import from), kept for one release: each name used warns
+    ``DeprecationWarning`` naming the new module and is the same object; importing the module
+    alone (as ``toolkit.optimizers`` does with each of its modules) does not warn."""
+    import warnings
+    import toolkit.optimizers.spec_spaces as new
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import toolkit.optimizers.spaces as old
+        assert caught == []
+        from toolkit.optimizers.spaces import Interval
+    assert Interval is new.Interval
+    assert [w.category for w in caught] == [DeprecationWarning], caught
+    assert "toolkit.optimizers.spec_spaces" in str(caught[0].message)
+    assert caught[0].filename == __file__, caught[0].filename   # points at the importer
+    assert old.__all__ == new.__all__
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for name in new.__all__:
+            assert getattr(old, name) is getattr(new, name), name

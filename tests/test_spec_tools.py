@@ -36,7 +36,7 @@ def _plugin_reference():
 def plugin(monkeypatch):
     """A plug-in optimizer registered for one test: SGD's kernels, its own spec naming its own
     reference module (``toolsa_plugins.ref_sgd``)."""
-    from toolkit.optimizers.spaces import MOMENTUM
+    from toolkit.optimizers.spec_spaces import MOMENTUM
     pkg, mod = _plugin_reference()
     monkeypatch.setitem(sys.modules, "toolsa_plugins", pkg)
     monkeypatch.setitem(sys.modules, REF, mod)
