@@ -69,7 +69,7 @@ def test_toolkit_verify_is_a_deprecated_alias_of_error_bounds():
     assert re.search(r"`toolkit\.verify`[^\n]*\n[^\n]*DeprecationWarning", API)
 
 
-def test_toolkit_optimizer_names_every_built_in_class_of_the_registry():
+def test_optimizer_module_names_the_registry():
     """``toolkit.optimizer`` imports each built-in optimizer's class by name (explicit imports,
     so that go-to-definition finds them): the names are exactly the registry's built-in classes,
     each bound to the registered class, plus ``FTRL`` (the guide's spelling of ``Ftrl``)."""

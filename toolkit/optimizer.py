@@ -3,8 +3,9 @@
 ``optimizer.create("adam", learning_rate=0.01)`` builds one by registry name (case-insensitive);
 ``@optimizer.register`` adds a custom ``optimizer.Optimizer`` subclass. Every built-in optimizer's
 class is here under its class name (``optimizer.Adam``, ``optimizer.FTML``, ...), imported from
-its module; ``optimizer.FTRL`` is the guide's spelling of ``Ftrl``. (tests/test_public_api.py
-checks these names are exactly the registry's built-in classes.)
+its module; ``optimizer.FTRL`` is the guide's spelling of ``Ftrl``. A new built-in optimizer adds
+its import and name here: tests/test_public_api.py checks these names are exactly the registry's
+built-in classes.
 """
 from .optimizers import (BenchSetting, Optimizer, Spec, create, register, registry, spec_of,
                          specs, unregister)
@@ -30,7 +31,8 @@ from .optimizers.signum import Signum
 
 FTRL = Ftrl  # the guide's spelling
 
-__all__ = ["Optimizer", "ElementwiseOptimizer", "Spec", "BenchSetting", "create", "register",
+__all__ = [  # checked against the registry by tests/test_public_api.py::test_optimizer_module_names_the_registry
+           "Optimizer", "ElementwiseOptimizer", "Spec", "BenchSetting", "create", "register",
            "registry", "specs", "spec_of", "unregister",
            # the built-in optimizers' classes, by class name (in the registry's order)
            "AdaDelta", "AdaGrad", "Adam", "Adamax", "AdamW", "DCASGD", "FTML", "Ftrl",
