@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import reference
-from toolkit import optimizer, verify
+from toolkit import error_bounds, optimizer
 from toolkit.tools import accuracy, check, regress
 from toolkit.tools._support import optimizer_conventions, select_optimizers
 
@@ -125,8 +125,8 @@ def test_a_plugin_with_its_own_reference_module_runs_in_every_tool(plugin, tmp_p
     assert res.ok and [r.id for r in res.rows] == [f"{PLUGIN}/{c}/cpu/float32"
                                                   for c in ("mxnet", "guide")]
     w = np.ones(4, np.float32)
-    res = verify.check_function(lambda w, g, s, t: w.__isub__(np.float32(0.1) * g), PLUGIN,
-                                w, [np.ones(4, np.float32)] * 2, lr=0.1)
+    res = error_bounds.check_function(lambda w, g, s, t: w.__isub__(np.float32(0.1) * g), PLUGIN,
+                                      w, [np.ones(4, np.float32)] * 2, lr=0.1)
     assert all(r["weight"][0] <= 1 for r in res)
     # regress: recorded from the spec (kernel and reference backends) and compared
     rec = regress.record(tmp_path / "r", optimizers=[PLUGIN], backends=["cpu", "reference"],
