@@ -100,7 +100,7 @@ def worker(args):
 
 
 def driver(args):
-    from toolkit.launch import command, find_mpiexec
+    from toolkit.mpi_jobs import command, find_mpiexec
     mpiexec = find_mpiexec()
     if mpiexec is None:
         sys.exit("no mpiexec: pip install -e '.[dist]'")

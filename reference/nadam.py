@@ -44,7 +44,7 @@ these equations in three known forms at once, ``form=("wd_after_clip", "lerp",
 "schedule_product_f32")`` with ``hyper_f32=False``: its gradient as the other "pytorch"
 branches read it, its first moment a lerp, its ``mu_product`` held in float32 (its default
 dtype) whatever the weight's precision. The toolkit's kernels under ``convention="pytorch"``
-compute that, and its reference backend and ``toolkit.verify`` check them against it; the
+compute that, and its reference backend and ``toolkit.error_bounds`` check them against it; the
 oracle's ``convention="pytorch"`` stays the documented equations, so that torch.optim.NAdam's
 float32 product is a finding it explains (docs/conformance.md), not part of the convention.
 """

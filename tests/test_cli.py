@@ -202,7 +202,7 @@ def test_check_piped_prints_a_line_per_row(capsys, monkeypatch):
 
 def test_the_launch_runner_reads_the_rank_with_the_librarys_one_definition_and_stays_light(
         tmp_path, monkeypatch):
-    """``toolkit/launch.py``, run by path on each rank before the script, names the rank with
+    """``toolkit/mpi_jobs.py``, run by path on each rank before the script, names the rank with
     ``toolkit.mpi_env.rank_from_env`` (the one definition, shared with the distributed
     Trainer) and imports neither the ``toolkit`` package (Numba) nor mpi4py nor NumPy."""
     import os
@@ -210,20 +210,20 @@ def test_the_launch_runner_reads_the_rank_with_the_librarys_one_definition_and_s
     import re
     import subprocess
     import sys
-    import toolkit.launch
     import toolkit.mpi_env
+    import toolkit.mpi_jobs
     import toolkit.trainer.dist
     root = pathlib.Path(toolkit.__file__).resolve().parent
     found = [(str(p.relative_to(root)), m) for p in sorted(root.rglob("*.py"))
              for m in re.findall(r"^\s*def (_?rank_from_env)\(", p.read_text(), re.M)]
     assert found == [("mpi_env.py", "rank_from_env")], found
-    assert toolkit.launch.rank_from_env is toolkit.mpi_env.rank_from_env
+    assert toolkit.mpi_jobs.rank_from_env is toolkit.mpi_env.rank_from_env
     assert toolkit.trainer.dist.rank_from_env is toolkit.mpi_env.rank_from_env
     script = tmp_path / "show.py"
     script.write_text("import json, sys\nprint(json.dumps(sorted(sys.modules)))\n")
     env = dict(os.environ, PMI_RANK="3", MXOPT_LAUNCH_SOCKET=str(tmp_path / "no-launcher"))
     env.pop("OMPI_COMM_WORLD_RANK", None)
-    r = subprocess.run([sys.executable, str(root / "launch.py"), str(script)], env=env,
+    r = subprocess.run([sys.executable, str(root / "mpi_jobs.py"), str(script)], env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "mxopt launch: rank 3: cannot reach the launcher" in r.stderr, r.stderr
@@ -236,6 +236,47 @@ def test_the_launch_runner_reads_the_rank_with_the_librarys_one_definition_and_s
     for value, want in (("7", 7), ("", None), ("x", None), ("-1", None)):
         monkeypatch.setenv("PMIX_RANK", value)
         assert toolkit.mpi_env.rank_from_env("?") == ("?" if want is None else want)
+
+
+def test_toolkit_launch_is_a_deprecated_alias_of_mpi_jobs(tmp_path):
+    """``toolkit.launch`` (the old name of ``toolkit.mpi_jobs``), kept for one release: importing
+    it warns and gives the same functions; run by path or with ``-m`` as a rank's runner, it
+    warns, runs the script, and exits with the script's status, importing nothing heavy by path."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+    import warnings
+    import toolkit.mpi_jobs
+    sys.modules.pop("toolkit.launch", None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import toolkit.launch as launch
+    assert [w.category for w in caught] == [DeprecationWarning], caught
+    assert "toolkit.mpi_jobs" in str(caught[0].message)
+    assert caught[0].filename == __file__, caught[0].filename   # points at the importer
+    for name in toolkit.mpi_jobs.__all__:
+        assert getattr(launch, name) is getattr(toolkit.mpi_jobs, name), name
+    assert launch.__all__ == toolkit.mpi_jobs.__all__
+    root = pathlib.Path(toolkit.mpi_jobs.__file__).resolve().parent
+    script = tmp_path / "show.py"
+    script.write_text("import json, sys\nprint(json.dumps(sorted(sys.modules)))\n"
+                      "sys.exit(int(sys.argv[1]))\n")
+    env = dict(os.environ, PMI_RANK="1", MXOPT_LAUNCH_SOCKET=str(tmp_path / "no-launcher"),
+               PYTHONPATH=str(root.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("OMPI_COMM_WORLD_RANK", None)
+    for how in ([str(root / "launch.py")], ["-m", "toolkit.launch"]):
+        for status in (0, 3):
+            r = subprocess.run([sys.executable, *how, str(script), str(status)], env=env,
+                               capture_output=True, text=True, timeout=300)
+            assert r.returncode == status, (how, r.stderr)
+            assert "DeprecationWarning: toolkit.launch is deprecated" in r.stderr, r.stderr
+            assert "toolkit.mpi_jobs" in r.stderr, r.stderr
+            assert "mxopt launch: rank 1: cannot reach the launcher" in r.stderr, r.stderr
+            if how[0] != "-m":
+                heavy = [m for m in json.loads(r.stdout.splitlines()[-1])
+                         if m.split(".")[0] in ("toolkit", "numba", "mpi4py", "numpy")]
+                assert heavy == [], heavy
 
 
 @pytest.mark.parametrize("command, extra", [("verify", ["--examples", "3"]),

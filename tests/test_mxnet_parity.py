@@ -15,7 +15,7 @@ import pytest
 import mxnet_data
 from reference import OPTIMIZERS
 from toolkit import optimizer
-from toolkit.verify import _copy_state, normalised_error, reference_call
+from toolkit.error_bounds import _copy_state, normalised_error, reference_call
 
 NAMES = [n for n in sorted(OPTIMIZERS) if n != "sgld"]
 CASES = [c for n in NAMES for c in mxnet_data.load_cases(n)]

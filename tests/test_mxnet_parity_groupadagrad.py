@@ -23,7 +23,7 @@ import pytest
 
 import mxnet_data
 from toolkit import optimizer
-from toolkit.verify import normalised_error, reference_call
+from toolkit.error_bounds import normalised_error, reference_call
 
 DENSE = mxnet_data.load_cases("groupadagrad")
 ROWS = mxnet_data.load_cases("groupadagrad_rows")

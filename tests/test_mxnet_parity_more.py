@@ -28,7 +28,7 @@ import pytest
 
 import mxnet_data
 from toolkit import optimizer
-from toolkit.verify import _copy_state, normalised_error, reference_call
+from toolkit.error_bounds import _copy_state, normalised_error, reference_call
 
 NAMES = ("adamw", "lars", "lamb")
 CASES = [c for n in NAMES for c in mxnet_data.load_cases(n)]

@@ -3,7 +3,7 @@
 Per step from identical inputs (the oracle is resynchronised to the kernel's weight and state before
 every step) and free-running trajectories (the oracle's error bound accumulates), parameters and
 state. The bound is the running error analysis of ``reference.error_bound``; an element passes when
-``|out - ref| <= 4*E`` or it sits on a branch point (``toolkit.verify``).
+``|out - ref| <= 4*E`` or it sits on a branch point (``toolkit.error_bounds``).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from optim_db import DB, DTYPES, EXAMPLES, arrays_over_decades, np_dtype
 from toolkit import optimizer
-from toolkit.verify import finite_score, step_errors, trajectory_errors
+from toolkit.error_bounds import finite_score, step_errors, trajectory_errors
 
 CASES = [(info, conv, dtype) for info in DB for conv in info.conventions for dtype in DTYPES]
 # the reference backend is float64 arithmetic: it is checked on float64 weights

@@ -261,7 +261,7 @@ def test_every_known_variant_is_declared_by_some_optimizer():
 
 def test_the_usual_ranges_lie_inside_the_full_ones():
     from toolkit.oracle.space import inside
-    from toolkit.optimizers.spaces import Decades as D, Interval as I, OneOf as O
+    from toolkit.optimizers.spec_spaces import Decades as D, Interval as I, OneOf as O
 
     def ends(space):
         if isinstance(space, O):

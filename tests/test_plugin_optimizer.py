@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from toolkit import Parameter, Trainer, optimizer
-from toolkit.optimizers.spaces import Decades, Interval, OneOf
+from toolkit.optimizers.spec_spaces import Decades, Interval, OneOf
 from toolkit.optimizers.validation import unit
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -155,7 +155,7 @@ def test_check_runs_its_rows_against_its_oracle(qhm):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16-mp"])
 def test_the_cpu_kernels_match_the_oracle_step_by_step(qhm, dtype):
-    from toolkit.verify import step_errors
+    from toolkit.error_bounds import step_errors
     rng = np.random.default_rng(2)
     for n in (7, 1 << 16):                      # the serial and the parallel kernel
         opt = optimizer.create(NAME, learning_rate=0.1, wd=1e-3, clip_gradient=0.5,
@@ -172,7 +172,7 @@ def test_the_cpu_kernels_match_the_oracle_step_by_step(qhm, dtype):
 
 def test_a_wrong_rule_fails_the_check(qhm):
     """The check can fail: the same optimizer with nu and 1 - nu swapped in its rule."""
-    from toolkit.verify import step_errors
+    from toolkit.error_bounds import step_errors
 
     class Swapped(QHMProbe):
         def hyperparameters(self, index, t, lr, wd):
@@ -300,7 +300,7 @@ import numpy as np
 sys.path.insert(0, {here!r})
 import test_plugin_optimizer as plug
 from numba import cuda
-from toolkit.verify import step_errors
+from toolkit.error_bounds import step_errors
 plug.register()
 from toolkit import optimizer
 out = {{}}

@@ -12,8 +12,8 @@ compared.
   and fused CPU kernels do. :func:`test_unmodified_torch_within_one_ulp_per_root` bounds the
   difference with torch's own sqrt.
 * float32 (and float64): each step within the condition-scaled bound of the other tests
-  (``toolkit.verify.step_errors``) against the float64 oracle's "pytorch" convention; and, with
-  the IEEE root, bit for bit with torch in float32 too.
+  (``toolkit.error_bounds.step_errors``) against the float64 oracle's "pytorch" convention;
+  and, with the IEEE root, bit for bit with torch in float32 too.
 
 Which slot holds which of torch's state: ``SLOTS`` (docs/conventions.md, "pytorch").
 """
@@ -26,7 +26,7 @@ torch = pytest.importorskip("torch")
 
 from toolkit import optimizer  # noqa: E402
 from toolkit.optimizer import specs  # noqa: E402
-from toolkit.verify import step_errors  # noqa: E402
+from toolkit.error_bounds import step_errors  # noqa: E402
 
 
 class IEEESqrt(torch.overrides.TorchFunctionMode):
@@ -175,7 +175,7 @@ def test_float32_bit_for_bit_with_ieee_sqrt(case):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_each_step_within_reference_bound(case, dtype):
     """Each step of the kernels, from the same inputs as the oracle, within the condition-scaled
-    bound of the float64 oracle's "pytorch" convention (``toolkit.verify.step_errors``, the
+    bound of the float64 oracle's "pytorch" convention (``toolkit.error_bounds.step_errors``, the
     bound of tests/test_optimizers_vs_reference.py: normalised error <= 1)."""
     name, kw, _, _, _ = case
     w0, grads = _data(dtype, 2)

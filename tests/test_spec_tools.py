@@ -1,7 +1,7 @@
-"""The tools read the specs: ``check``, ``accuracy``, ``regress``, ``toolkit.verify``, the oracle's
-``verify`` and ``mxopt list`` know an optimizer from its spec alone, including a plug-in whose
-spec names a reference module outside the ``reference`` package, and draw each optimizer's own
-hyperparameters from its spec's space."""
+"""The tools read the specs: ``check``, ``accuracy``, ``regress``, ``toolkit.error_bounds``, the
+oracle's ``verify`` and ``mxopt list`` know an optimizer from its spec alone, including a plug-in
+whose spec names a reference module outside the ``reference`` package, and draw each optimizer's
+own hyperparameters from its spec's space."""
 from __future__ import annotations
 
 import sys
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import reference
-from toolkit import optimizer, verify
+from toolkit import error_bounds, optimizer
 from toolkit.tools import accuracy, check, regress
 from toolkit.tools._support import optimizer_conventions, select_optimizers
 
@@ -36,7 +36,7 @@ def _plugin_reference():
 def plugin(monkeypatch):
     """A plug-in optimizer registered for one test: SGD's kernels, its own spec naming its own
     reference module (``toolsa_plugins.ref_sgd``)."""
-    from toolkit.optimizers.spaces import MOMENTUM
+    from toolkit.optimizers.spec_spaces import MOMENTUM
     pkg, mod = _plugin_reference()
     monkeypatch.setitem(sys.modules, "toolsa_plugins", pkg)
     monkeypatch.setitem(sys.modules, REF, mod)
@@ -117,7 +117,7 @@ def test_regress_records_the_spec_and_names_the_noise_stream_of_a_reference_entr
 def test_a_plugin_with_its_own_reference_module_runs_in_every_tool(plugin, tmp_path):
     assert PLUGIN in optimizer_conventions() and PLUGIN not in reference.OPTIMIZERS
     assert any(r[0] == PLUGIN for r in check.backend_rows(with_cuda=False))
-    # check's backend row, accuracy and toolkit.verify against the plug-in's own oracle
+    # check's backend row, accuracy and toolkit.error_bounds against the plug-in's own oracle
     rng = np.random.default_rng(0)
     assert check.run_backend_row(rng, PLUGIN, "guide", "cpu", "float32", cases=2) <= 1.0
     res = accuracy.measure([PLUGIN], backends=["cpu"], dtypes=["float32"], cases=3,
@@ -125,8 +125,8 @@ def test_a_plugin_with_its_own_reference_module_runs_in_every_tool(plugin, tmp_p
     assert res.ok and [r.id for r in res.rows] == [f"{PLUGIN}/{c}/cpu/float32"
                                                   for c in ("mxnet", "guide")]
     w = np.ones(4, np.float32)
-    res = verify.check_function(lambda w, g, s, t: w.__isub__(np.float32(0.1) * g), PLUGIN,
-                                w, [np.ones(4, np.float32)] * 2, lr=0.1)
+    res = error_bounds.check_function(lambda w, g, s, t: w.__isub__(np.float32(0.1) * g), PLUGIN,
+                                      w, [np.ones(4, np.float32)] * 2, lr=0.1)
     assert all(r["weight"][0] <= 1 for r in res)
     # regress: recorded from the spec (kernel and reference backends) and compared
     rec = regress.record(tmp_path / "r", optimizers=[PLUGIN], backends=["cpu", "reference"],

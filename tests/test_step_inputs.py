@@ -1,6 +1,6 @@
 """One public description of a step: ``Optimizer.next_step`` says what the next update of an
-index reads; the reference backend, ``toolkit.verify`` and the oracle read steps through it and
-through public methods only."""
+index reads; the reference backend, ``toolkit.error_bounds`` and the oracle read steps through it
+and through public methods only."""
 from __future__ import annotations
 
 import pathlib
@@ -46,7 +46,7 @@ def test_a_bad_learning_rate_is_refused_by_next_step_as_by_update():
         opt.next_step(0, np.ones(2, np.float32))
 
 
-@pytest.mark.parametrize("path", ["toolkit/verify.py", "toolkit/oracle/__init__.py",
+@pytest.mark.parametrize("path", ["toolkit/error_bounds.py", "toolkit/oracle/__init__.py",
                                   "toolkit/oracle/cli.py"])
 def test_the_oracle_side_uses_public_optimizer_methods_only(path):
     src = (ROOT / path).read_text()

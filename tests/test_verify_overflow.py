@@ -1,4 +1,4 @@
-"""``toolkit.verify.normalised_error`` on results beyond the dtype's range (issue 19 item 12):
+"""``toolkit.error_bounds.normalised_error`` on results beyond the dtype's range (issue 19 item 12):
 an infinity is the correctly rounded result of a reference beyond the overflow threshold with
 the same sign (error 0), and is as far from any other reference as the threshold is."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from reference.error_bound import track
-from toolkit.verify import finite_score, normalised_error, overflow_threshold, overflowed
+from toolkit.error_bounds import finite_score, normalised_error, overflow_threshold, overflowed
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
@@ -65,7 +65,7 @@ def _dcasgd_run(large):
     10, lamda 0.04, 24 weights of -1, gradients -1 but element 0 of some steps, five steps
     repeated three times; the float64 trajectory leaves float32's range."""
     from toolkit import optimizer
-    from toolkit.verify import trajectory_errors
+    from toolkit.error_bounds import trajectory_errors
     grads = [-np.ones(24, np.float32) for _ in range(5)]
     for k, x in large.items():
         grads[k][0] = x
@@ -102,7 +102,7 @@ def _sgd_kernel_run(wrong_after_overflow):
     """The SGD kernel, free-running from W0; planted: once the weight holds an infinity, element
     1 is off by 0.5 (an implementation that mishandles the other elements after one blew up)."""
     from toolkit import optimizer
-    from toolkit.verify import trajectory_errors
+    from toolkit.error_bounds import trajectory_errors
     opt = optimizer.create("sgd", backend="cpu", learning_rate=1.0)
     update = opt.update
 
@@ -137,7 +137,7 @@ def test_check_function_compares_the_other_elements_after_an_overflow():
     """Resynchronised: a step that starts from the infinity gets no verdict on the elements that
     depend on it (here element 0 only: inf - g or NaN are both what an overflowed value gives),
     and the usual one on every other element."""
-    from toolkit.verify import check_function
+    from toolkit.error_bounds import check_function
     grads = [np.array(GRAD, np.float32)] * 3
     good = check_function(_numpy_sgd(False), "sgd", np.array(W0, np.float32), grads, lr=1.0)
     assert all(r["weight"][0] <= 1.0 for r in good), good
@@ -180,7 +180,7 @@ def test_the_oracle_compares_the_other_elements_after_an_overflow():
 
 
 def test_overflow_mask_and_depends_are_per_element():
-    from toolkit.verify import depends, further_beyond, overflow_mask
+    from toolkit.error_bounds import depends, further_beyond, overflow_mask
     ref = track(np.array([2.2e39, 1.0, -5e38]), np.float32)
     out = np.array([np.inf, 1.0, np.inf], np.float32)
     assert overflow_mask(out, ref).tolist() == [True, False, False]   # -5e38 -> -inf only

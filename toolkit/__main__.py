@@ -44,7 +44,7 @@ COMMANDS = {
              "every optimizer trains softmax regression on scikit-learn digits (Trainer)"),
     "bench": ("tools.bench", "main",
               "benchmark suite: every optimizer against its memory floor, numpy and torch"),
-    "launch": ("launch", "main", "run a training script on N MPI ranks (kvstore='dist_sync')"),
+    "launch": ("mpi_jobs", "main", "run a training script on N MPI ranks (kvstore='dist_sync')"),
 }
 
 

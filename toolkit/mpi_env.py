@@ -3,9 +3,9 @@
 ``mpiexec`` (MPICH's hydra, Open MPI, PMIx launchers) sets each process's rank in an environment
 variable before the process runs. The distributed Trainer (``toolkit.trainer.dist``) names the
 rank in its watchdog's messages while MPI is still starting, and ``mxopt launch``'s per-rank
-runner (``toolkit.launch``) names it before the script (and mpi4py) is imported.
+runner (``toolkit.mpi_jobs``) names it before the script (and mpi4py) is imported.
 
-This module imports only the standard library and nothing of the toolkit: ``toolkit.launch``,
+This module imports only the standard library and nothing of the toolkit: ``toolkit.mpi_jobs``,
 run by path on every rank before anything else, loads it by path, without importing the
 ``toolkit`` package (whose import compiles Numba kernels).
 """

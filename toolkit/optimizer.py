@@ -2,17 +2,39 @@
 
 ``optimizer.create("adam", learning_rate=0.01)`` builds one by registry name (case-insensitive);
 ``@optimizer.register`` adds a custom ``optimizer.Optimizer`` subclass. Every built-in optimizer's
-class is here under its class name (``optimizer.Adam``, ``optimizer.FTML``, ...), read from the
-registry; ``optimizer.FTRL`` is the guide's spelling of ``Ftrl``.
+class is here under its class name (``optimizer.Adam``, ``optimizer.FTML``, ...), imported from
+its module; ``optimizer.FTRL`` is the guide's spelling of ``Ftrl``. A new built-in optimizer adds
+its import and name here: tests/test_public_api.py checks these names are exactly the registry's
+built-in classes.
 """
-from .optimizers import (BenchSetting, Optimizer, Spec, create, register, registry, spec_of,  # noqa: F401
+from .optimizers import (BenchSetting, Optimizer, Spec, create, register, registry, spec_of,
                          specs, unregister)
+from .optimizers.adadelta import AdaDelta
+from .optimizers.adagrad import AdaGrad
+from .optimizers.adam import Adam
+from .optimizers.adamax import Adamax
+from .optimizers.adamw import AdamW
 from .optimizers.custom import ElementwiseOptimizer
+from .optimizers.dcasgd import DCASGD
+from .optimizers.ftml import FTML
+from .optimizers.ftrl import Ftrl
+from .optimizers.groupadagrad import GroupAdaGrad
+from .optimizers.lamb import LAMB
+from .optimizers.lars import LARS
+from .optimizers.lbsgd import LBSGD
+from .optimizers.nadam import Nadam
+from .optimizers.nag import NAG
+from .optimizers.rmsprop import RMSProp
+from .optimizers.sgd import SGD
+from .optimizers.sgld import SGLD
+from .optimizers.signum import Signum
 
-#: the built-in optimizers' classes, by class name
-_BUILT_IN = {klass.__name__: klass for klass in registry().values()}
-globals().update(_BUILT_IN)
-FTRL = _BUILT_IN["Ftrl"]  # the guide's spelling
+FTRL = Ftrl  # the guide's spelling
 
-__all__ = (["Optimizer", "ElementwiseOptimizer", "Spec", "BenchSetting", "create", "register",
-            "registry", "specs", "spec_of", "unregister"] + list(_BUILT_IN) + ["FTRL"])
+__all__ = [  # checked against the registry by tests/test_public_api.py::test_optimizer_module_names_the_registry
+           "Optimizer", "ElementwiseOptimizer", "Spec", "BenchSetting", "create", "register",
+           "registry", "specs", "spec_of", "unregister",
+           # the built-in optimizers' classes, by class name (in the registry's order)
+           "AdaDelta", "AdaGrad", "Adam", "Adamax", "AdamW", "DCASGD", "FTML", "Ftrl",
+           "GroupAdaGrad", "LAMB", "LARS", "LBSGD", "Nadam", "NAG", "RMSProp", "SGD", "SGLD",
+           "Signum", "FTRL"]

@@ -11,7 +11,7 @@ import reference.groupadagrad as ref
 from reference.error_bound import track
 from toolkit import RowSparse, optimizer
 from toolkit.backends import cuda_rows
-from toolkit.verify import normalised_error
+from toolkit.error_bounds import normalised_error
 
 SHAPE = (7, 2 * cuda_rows.THREADS + 3)          # more columns than a block has threads
 ROWS = np.array([0, 2, 3, 6], np.int64)

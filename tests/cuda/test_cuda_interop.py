@@ -13,7 +13,7 @@ import pytest
 from conftest import SIMULATOR
 from toolkit import optimizer
 from toolkit.backends import arrays
-from toolkit.verify import step_errors
+from toolkit.error_bounds import step_errors
 
 pytestmark = pytest.mark.skipif(SIMULATOR, reason="CuPy and PyTorch need a real GPU; the CUDA "
                                                   "simulator has no foreign device arrays")

@@ -20,7 +20,7 @@ from numba import cuda
 from optim_db import DB, EXAMPLES, arrays_over_decades
 from toolkit.oracle import space
 from toolkit import optimizer
-from toolkit.verify import finite_score, step_errors, trajectory_errors
+from toolkit.error_bounds import finite_score, step_errors, trajectory_errors
 
 DTYPES = ("float16-mp", "float16", "float32", "float64")
 CASES = [(info, conv, dtype) for info in DB for conv in info.conventions for dtype in DTYPES]

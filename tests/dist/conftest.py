@@ -36,7 +36,7 @@ def _missing():
         import mpi4py  # noqa: F401
     except ImportError:
         return "mpi4py is not installed (pip install -e '.[dist]')"
-    from toolkit.launch import find_mpiexec
+    from toolkit.mpi_jobs import find_mpiexec
     if find_mpiexec() is None:
         return "no mpiexec beside this Python nor on PATH (pip install -e '.[dist]' installs MPICH)"
     return None
@@ -71,10 +71,10 @@ class Job:
 def run_mpi(n, *args, timeout=240, env=None, script=WORKER, launcher=False, plain=False):
     """Run ``script`` on ``n`` ranks; returns a :class:`Job` (exit status, output, seconds).
     Default: ``mpiexec`` with ``mxopt launch``'s per-rank runner but without the launcher
-    (``toolkit.launch.command``); ``launcher``: through ``python -m toolkit launch``;
+    (``toolkit.mpi_jobs.command``); ``launcher``: through ``python -m toolkit launch``;
     ``plain``: ``mpiexec -n N python script`` (no runner: the Trainer's own abort hook and
     watchdog must do)."""
-    from toolkit.launch import command, find_mpiexec
+    from toolkit.mpi_jobs import command, find_mpiexec
     if plain:
         cmd = [find_mpiexec(), "-n", str(n), sys.executable, str(script)] + [str(a) for a in args]
     elif launcher:

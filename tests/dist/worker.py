@@ -1,5 +1,5 @@
-"""The script the distributed tests run on every rank (``mpiexec -n N python toolkit/launch.py
-worker.py MODE OUTDIR [args]``: ``toolkit.launch.command``). Each mode writes ``OUTDIR/<mode>-rank<r>.npz`` (or prints) what
+"""The script the distributed tests run on every rank (``mpiexec -n N python toolkit/mpi_jobs.py
+worker.py MODE OUTDIR [args]``: ``toolkit.mpi_jobs.command``). Each mode writes ``OUTDIR/<mode>-rank<r>.npz`` (or prints) what
 the test then checks. Gradients are a pure function of (seed, step, rank, parameter), so the
 test can rebuild every rank's gradient in one process (:func:`grad_of`)."""
 import json

@@ -25,7 +25,7 @@ from typing import NamedTuple
 from . import gradient, torch_ops
 from .base import Optimizer, row_step
 from .registry import register
-from .spaces import Decades, Interval, USUAL_BETA1, USUAL_BETA2
+from .spec_spaces import Decades, Interval, USUAL_BETA1, USUAL_BETA2
 from .spec import BenchSetting, Spec
 from .validation import flag, nonneg, unit
 

@@ -21,7 +21,7 @@ from typing import NamedTuple
 from . import gradient, torch_ops
 from .base import Optimizer, row_step
 from .registry import register
-from .spaces import Interval, USUAL_BETA1, USUAL_BETA2
+from .spec_spaces import Interval, USUAL_BETA1, USUAL_BETA2
 from .spec import BenchSetting, Spec
 from .validation import nonneg, unit
 

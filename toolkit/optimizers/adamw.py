@@ -21,7 +21,7 @@ from typing import NamedTuple
 from . import adam, gradient
 from .base import Optimizer, row_step
 from .registry import register
-from .spaces import Decades, Interval, OneOf, USUAL_BETA1, USUAL_BETA2
+from .spec_spaces import Decades, Interval, OneOf, USUAL_BETA1, USUAL_BETA2
 from .spec import BenchSetting, Spec
 from .validation import nonneg, unit
 

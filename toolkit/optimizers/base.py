@@ -342,7 +342,7 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
         beside the state arrays: ``reference_state`` (bookkeeping kept on the optimizer, such as
         Nadam's momentum schedule or LBSGD's accumulator, which needs ``weight`` for its shape)
         and ``reference_kwargs`` (extra keyword arguments of ``reference.<name>.step``, such as
-        SGLD's seed and stream). The reference backend, ``toolkit.verify`` and the Trainer all
+        SGLD's seed and stream). The reference backend, ``toolkit.error_bounds`` and the Trainer all
         read a step through it, so a new optimizer plugs into all three by defining
         ``_reference_extra`` and ``_reference_call_kwargs`` once."""
         t, lr, wd = self._step_scalars(index)

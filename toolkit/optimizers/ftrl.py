@@ -23,7 +23,7 @@ from typing import NamedTuple
 from . import gradient
 from .base import Optimizer, row_step
 from .registry import register
-from .spaces import Decades, OneOf
+from .spec_spaces import Decades, OneOf
 from .spec import BenchSetting, Spec
 from .validation import nonneg
 

@@ -30,7 +30,7 @@ from ..backends import arrays, cpu
 from . import gradient
 from .base import Optimizer
 from .registry import register
-from .spaces import Decades, OneOf
+from .spec_spaces import Decades, OneOf
 from .spec import BenchSetting, Spec
 from .validation import nonneg
 

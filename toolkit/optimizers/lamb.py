@@ -35,7 +35,7 @@ from . import gradient
 from .adam import MomentConstants
 from .base import Optimizer
 from .registry import register
-from .spaces import Decades, Interval, OneOf, USUAL_BETA1, USUAL_BETA2
+from .spec_spaces import Decades, Interval, OneOf, USUAL_BETA1, USUAL_BETA2
 from .spec import BenchSetting, Spec
 from .validation import flag, nonneg, unit
 

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from ..backends import jit
 from .registry import register
-from .spaces import Decades, MOMENTUM, OneOf, USUAL_MOMENTUM
+from .spec_spaces import Decades, MOMENTUM, OneOf, USUAL_MOMENTUM
 from .spec import BenchSetting, Spec
 from .validation import flag, nonneg
 from .sgd import (SGD, GuideMomentumRow, GuidePlainRow, MxnetMomentumRow, MxnetPlainRow,

@@ -26,7 +26,7 @@ from ..backends import arrays
 from ..backends.rules import add_rule
 from .base import Optimizer
 from .registry import register
-from .spaces import Ints, MOMENTUM, OneOf, USUAL_MOMENTUM
+from .spec_spaces import Ints, MOMENTUM, OneOf, USUAL_MOMENTUM
 from .spec import BenchSetting, Spec
 from .validation import choice, integer, unit
 from .sgd import (GuideMomentumRow, GuidePlainRow, guide_momentum_rule, guide_plain_rule,

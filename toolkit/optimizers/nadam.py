@@ -25,7 +25,7 @@ import numpy as np
 from . import gradient, torch_ops
 from .base import Optimizer
 from .registry import register
-from .spaces import Decades, Interval, OneOf, USUAL_BETA1, USUAL_BETA2
+from .spec_spaces import Decades, Interval, OneOf, USUAL_BETA1, USUAL_BETA2
 from .spec import BenchSetting, Spec
 from .validation import nonneg, unit
 

@@ -21,7 +21,7 @@ from ..backends import arrays
 from . import gradient
 from .base import Optimizer, row_step
 from .registry import register
-from .spaces import MOMENTUM, USUAL_MOMENTUM
+from .spec_spaces import MOMENTUM, USUAL_MOMENTUM
 from .spec import BenchSetting, Spec
 from .validation import unit
 from .sgd import (GuidePlainRow, guide_plain_rule, pytorch_plan, sgd_update_hyper,

@@ -21,7 +21,7 @@ from ..backends.jit import fma
 from . import gradient, torch_ops
 from .base import Optimizer, row_step
 from .registry import register
-from .spaces import Decades, Interval, OneOf, USUAL_MOMENTUM
+from .spec_spaces import Decades, Interval, OneOf, USUAL_MOMENTUM
 from .spec import BenchSetting, Spec
 from .validation import flag, nonneg, positive, unit
 

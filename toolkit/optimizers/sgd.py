@@ -22,7 +22,7 @@ from ..backends.jit import fma, inlined
 from . import gradient, torch_ops
 from .base import Optimizer, row_step
 from .registry import register
-from .spaces import MOMENTUM, USUAL_MOMENTUM
+from .spec_spaces import MOMENTUM, USUAL_MOMENTUM
 from .spec import BenchSetting, Spec
 from .validation import flag, unit
 

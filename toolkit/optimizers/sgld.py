@@ -20,7 +20,7 @@ from ..backends.noise import stream_key, stream_of
 from . import gradient
 from .base import Optimizer
 from .registry import register
-from .spaces import Ints
+from .spec_spaces import Ints
 from .spec import BenchSetting, Spec
 from .validation import integer
 

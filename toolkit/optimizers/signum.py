@@ -22,7 +22,7 @@ from typing import NamedTuple
 from . import gradient
 from .base import Optimizer, row_step
 from .registry import register
-from .spaces import Decades, MOMENTUM, OneOf, USUAL_MOMENTUM
+from .spec_spaces import Decades, MOMENTUM, OneOf, USUAL_MOMENTUM
 from .spec import BenchSetting, Spec
 from .validation import nonneg, unit
 

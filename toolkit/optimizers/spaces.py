@@ -1,151 +1,24 @@
-"""Declarative sets of values: what an optimizer's spec says its hyperparameters and weights
-range over (:class:`toolkit.optimizers.spec.Spec`), read by the oracle and the tests.
-
-A :class:`Space` (decades, unit intervals, choices, exact values, weight shapes) becomes either a
-hypothesis strategy (:meth:`Space.strategy`, for ``verify`` and for our own property tests, with
-shrinking and targeting) or one value drawn with a numpy generator (:meth:`Space.sample`, for
-``identify``, ``accuracy`` and ``check``, which screen many cases cheaply). hypothesis is imported
-only by :meth:`Space.strategy`.
-
-This module sits below the optimizers (they declare their spaces with it); ``toolkit.oracle.space``
-re-exports it with the functions that combine spaces per optimizer.
+"""Deprecated alias of :mod:`toolkit.optimizers.spec_spaces` (the :class:`Space` primitives and
+shared ranges an optimizer's spec declares its hyperparameters and weights with), kept for one
+release. Its names are looked up on use (``from toolkit.optimizers.spaces import Interval``):
+each use warns ``DeprecationWarning`` and gives the same object as ``spec_spaces``. Importing the
+module alone does not warn (``toolkit.optimizers`` imports each of its modules).
 """
-from __future__ import annotations
+import warnings
 
-from dataclasses import dataclass, field
+from . import spec_spaces as _spec_spaces
 
-__all__ = ["Space", "Decades", "Interval", "Ints", "Just", "OneOf", "Shapes", "MOMENTUM", "COMMON",
-           "USUAL_MOMENTUM", "USUAL_BETA1", "USUAL_BETA2"]
-
-
-class Space:
-    """A set of values: ``strategy()`` gives a hypothesis strategy, ``sample(rng)`` one value."""
-
-    def strategy(self):  # pragma: no cover - every subclass overrides
-        """A hypothesis strategy drawing from this space."""
-        raise NotImplementedError
-
-    def sample(self, rng):  # pragma: no cover
-        """One value drawn with numpy generator ``rng``."""
-        raise NotImplementedError
+__all__ = list(_spec_spaces.__all__)
 
 
-@dataclass(frozen=True)
-class Decades(Space):
-    """Positive floats spread evenly over the decades ``10**lo .. 10**hi``."""
-    lo: float
-    hi: float
-
-    def strategy(self):
-        from hypothesis import strategies as st
-        return st.floats(self.lo, self.hi).map(lambda e: float(10.0 ** e))
-
-    def sample(self, rng):
-        return float(10.0 ** rng.uniform(self.lo, self.hi))
+def __getattr__(name):
+    if name in __all__:
+        warnings.warn("toolkit.optimizers.spaces is deprecated and will be removed in the next "
+                      "release: use toolkit.optimizers.spec_spaces (the same names)",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(_spec_spaces, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-@dataclass(frozen=True)
-class Interval(Space):
-    """Floats in ``[lo, hi]`` (momentum and decay factors)."""
-    lo: float
-    hi: float
-
-    def strategy(self):
-        from hypothesis import strategies as st
-        return st.floats(self.lo, self.hi)
-
-    def sample(self, rng):
-        return float(rng.uniform(self.lo, self.hi))
-
-
-@dataclass(frozen=True)
-class Ints(Space):
-    """Integers in ``[lo, hi]``."""
-    lo: int
-    hi: int
-
-    def strategy(self):
-        from hypothesis import strategies as st
-        return st.integers(self.lo, self.hi)
-
-    def sample(self, rng):
-        return int(rng.integers(self.lo, self.hi + 1))
-
-
-@dataclass(frozen=True)
-class Just(Space):
-    """Exactly ``value``."""
-    value: object
-
-    def strategy(self):
-        from hypothesis import strategies as st
-        return st.just(self.value)
-
-    def sample(self, rng):
-        return self.value
-
-
-@dataclass(frozen=True)
-class OneOf(Space):
-    """One of several spaces or plain values (a plain value is :class:`Just` that value)."""
-    options: tuple = field(default=())
-
-    def __init__(self, *options):
-        object.__setattr__(self, "options",
-                           tuple(o if isinstance(o, Space) else Just(o) for o in options))
-
-    def strategy(self):
-        from hypothesis import strategies as st
-        return st.one_of(*[o.strategy() for o in self.options])
-
-    def sample(self, rng):
-        return self.options[int(rng.integers(len(self.options)))].sample(rng)
-
-
-@dataclass(frozen=True)
-class Shapes(Space):
-    """Weight shapes of 1 to ``max_size`` elements: vectors ``(n,)``, or with ``matrix`` 2-D
-    ``(rows, cols)``, 1 to 4 rows of 1 to ``max_size // rows`` columns (GroupAdaGrad's weights:
-    one accumulator per row)."""
-    max_size: int
-    matrix: bool = False
-
-    def strategy(self):
-        from hypothesis import strategies as st
-        if not self.matrix:
-            return st.integers(1, self.max_size).map(lambda n: (n,))
-        return st.integers(1, min(4, self.max_size)).flatmap(
-            lambda r: st.integers(1, max(1, self.max_size // r)).map(lambda c: (r, c)))
-
-    def sample(self, rng):
-        if not self.matrix:
-            return (int(rng.integers(1, self.max_size + 1)),)
-        r = int(rng.integers(1, min(4, self.max_size) + 1))
-        return (r, int(rng.integers(1, max(1, self.max_size // r) + 1)))
-
-
-#: momentum: exactly 0 (the branch without state) or in [0, 0.99]
-MOMENTUM = OneOf(0.0, Interval(0.0, 0.99))
-
-#: the usual ranges (``Spec.usual``: what people train with) that several optimizers share. Each
-#: spec that uses one says where its own defaults come from.
-#:
-#: momentum: off (0, plain SGD) or a heavy ball between 0.5 and 0.99. MXNet's examples and
-#: torch.optim's documentation use 0.9; Sutskever, Martens, Dahl and Hinton (ICML 2013) train
-#: with 0.9 to 0.99 (0.995 and 0.999 only late in a schedule); He et al. (2016) 0.9; Bernstein
-#: et al. (Signum, 2018) 0.9. Values near 0 but not 0 are a corner nobody trains in.
-USUAL_MOMENTUM = OneOf(0.0, Interval(0.5, 0.99))
-#: the decay of a first moment (Adam's beta1 and its relatives): Kingma and Ba's 0.9, the default
-#: of MXNet, torch.optim, optax and Keras; 0.5 to 0.99 covers what papers tune (GANs use 0.5)
-USUAL_BETA1 = Interval(0.5, 0.99)
-#: the decay of a second moment (beta2): 0.999 by default (Kingma and Ba; MXNet, torch.optim,
-#: optax, Keras), 0.98 to 0.95 for transformers (Vaswani et al. 2017: 0.98), 0.9999 at most
-USUAL_BETA2 = Interval(0.9, 0.9999)
-
-#: the hyperparameters every optimizer shares, on and off
-COMMON = {
-    "learning_rate": Decades(-4, 0),
-    "wd": OneOf(0.0, Decades(-5, -1)),
-    "rescale_grad": OneOf(1.0, Decades(-2, 1)),
-    "clip_gradient": OneOf(None, 0.0, Decades(-2, 1)),
-}
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

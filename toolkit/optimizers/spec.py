@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from .spaces import Space
+from .spec_spaces import Space
 
 __all__ = ["Spec", "BenchSetting", "CONVENTIONS", "DEFAULT_CONVENTIONS", "PRECISION_VARIANTS"]
 
@@ -77,7 +77,7 @@ class Spec:
         agree. The oracle's ``convention="pytorch"`` runs that convention of the reference, so
         the kernels' "pytorch" is checked against it. ``pytorch_form``: the form of the
         reference's equations (its ``FORMS``) that the kernels' "pytorch" rule computes, which
-        the toolkit's reference backend and ``toolkit.verify`` then evaluate (``"lerp"``:
+        the toolkit's reference backend and ``toolkit.error_bounds`` then evaluate (``"lerp"``:
         torch's ``lerp_`` of a first moment, whose rounded weight ``1 - beta1`` drops a
         ``beta1`` below float64's resolution, as torch does), or None. ``torch``: the ``torch.optim`` class of the same update family, or None.
         ``torch_requires``: ``{PyTorch keyword: flag}``, a keyword of ``toolkit.torch`` that
@@ -97,7 +97,7 @@ class Spec:
         ``half_state_lr``: the least learning rate a float16 *state* (no master copy) needs to
         stay in range, with ``half_state_reason`` (FTRL/FTML: the state grows like w/lr).
         ``noise``: its update adds random noise (SGLD: the counter-based draws of
-        ``reference.noise``, keyed by a seed and the parameter index); ``toolkit.verify`` and
+        ``reference.noise``, keyed by a seed and the parameter index); ``toolkit.error_bounds`` and
         ``check`` compare it through those draws, the oracle's ``verify``/``identify`` (which
         run a user's implementation with its own draws) refuse it.
         ``usual``: the ranges people train with, for some of ``space``'s hyperparameters (Adam:

@@ -9,8 +9,8 @@
 cases drawn by index from its seed (hyperparameters, weights and gradient sequences over several
 decades, aimed at branch points; the cases of fewer examples are the first of more,
 :mod:`toolkit.oracle.cases`) and returns a :class:`VerifyReport`: ``passed``, ``max_error``
-(normalised: 1.0 is the rigorous rounding bound of the dtype, ``toolkit.verify``), the worst case
-and a readable ``summary``. ``identify(make_step, optimizer)`` runs cases on which the
+(normalised: 1.0 is the rigorous rounding bound of the dtype, ``toolkit.error_bounds``), the worst
+case and a readable ``summary``. ``identify(make_step, optimizer)`` runs cases on which the
 conventions ("mxnet", "guide", "pytorch") give different results and names the one the
 implementation follows (:class:`IdentifyReport`). Both draw their cases from a fixed seed
 (:data:`DEFAULT_SEED`: the same verdict on every run) unless another, or ``"random"``, is asked

@@ -56,7 +56,7 @@ def least_cases(optimizer):
 
 def _distance(a, b):
     """How many bounds trajectory ``a``'s values lie from trajectory ``b`` (both ways)."""
-    from ..verify import normalised_error
+    from ..error_bounds import normalised_error
     d = 0.0
     with np.errstate(all="ignore"):
         for x, y in zip(a, b):

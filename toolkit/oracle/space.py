@@ -2,7 +2,7 @@
 
 The spaces are declared once, in each optimizer's spec (``Spec.space``, ``Spec.fixed``,
 ``Spec.matrix``, ``Spec.dependent``; ``toolkit/optimizers/spec.py``) with the :class:`Space`
-primitives of ``toolkit.optimizers.spaces`` (re-exported here). This module combines them per
+primitives of ``toolkit.optimizers.spec_spaces`` (re-exported here). This module combines them per
 optimizer: :data:`COMMON` plus the optimizer's own, pinned values applied, weight shapes. The
 values are aimed at branch points: momentum 0, exact zeros, ``clip_gradient`` off, 0 and on,
 epsilon over eight decades.
@@ -18,8 +18,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..optimizers.spaces import (COMMON, Decades, Interval, Ints, Just, MOMENTUM, OneOf,  # noqa: F401
-                                 Shapes, Space)
+from ..optimizers.spec_spaces import (COMMON, Decades, Interval, Ints, Just,  # noqa: F401
+                                      MOMENTUM, OneOf, Shapes, Space)
 
 __all__ = ["Space", "Decades", "Interval", "Ints", "Just", "OneOf", "Shapes", "COMMON", "OWN",
            "COMMON_FIXED", "MATRIX", "common_space", "hyper_space", "shape_space", "weight_shape",

@@ -31,7 +31,7 @@ def reference_module(name):
         raise ValueError(f"{spec.name} adds random noise to every step, so its result cannot be "
                          "compared with an implementation's own draws; verify its deterministic "
                          "part as the optimizer without the noise (sgld: sgd), or use "
-                         "toolkit.verify with the noise of reference.noise")
+                         "toolkit.error_bounds with the noise of reference.noise")
     return spec.reference_module()
 
 
@@ -76,11 +76,11 @@ def reference_trajectory(ref, case, convention, dtype, moved=None, variant=None)
     """The Tracked weight after every step of ``case`` under ``convention`` (free-running: the
     bound accumulates from step to step, as the user's state is not visible). ``moved``:
     ``{step: mask}``, weight elements moved further beyond the range after that step
-    (:func:`toolkit.verify.further_beyond`), for :func:`compare`. ``variant``: a
+    (:func:`toolkit.error_bounds.further_beyond`), for :func:`compare`. ``variant``: a
     :class:`~toolkit.oracle.variants.Variant` of the equations to run instead."""
     from reference.error_bound import Tracked, track
 
-    from ..verify import further_beyond
+    from ..error_bounds import further_beyond
     moved = moved or {}
     hyper, extra = (case.hyper, {}) if variant is None else variant.changes(case.hyper, ref)
     lr, wd, rs, c, own = split(ref, hyper)
@@ -106,7 +106,7 @@ def compare(outs, refs, rerun):
     element except those whose reference depends on the overflowed values: ``rerun(moved)``
     (:func:`reference_trajectory` with ``moved``) gives the trajectory with those values moved
     further beyond the range, and the elements where it differs are not compared."""
-    from ..verify import depends, element_errors, overflow_mask
+    from ..error_bounds import depends, element_errors, overflow_mask
     worst = (0.0, None, None, None, None)
     moved, shadow = {}, None
     for t, (out, ref) in enumerate(zip(outs, refs), start=1):

@@ -9,5 +9,6 @@ both (nothing in the library or the oracle imports them).
 * :mod:`~toolkit.tools.bench`: the benchmark suite (``mxopt bench``);
 * :mod:`~toolkit.tools.demo`: every optimizer trains softmax regression (``mxopt demo``).
 
-``mxopt launch`` stays ``toolkit.launch``: a distributed Trainer imports it on every rank.
+``mxopt launch`` stays in the library (``toolkit.mpi_jobs``): a distributed Trainer imports it on
+every rank.
 """

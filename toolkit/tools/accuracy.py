@@ -2,7 +2,7 @@
 
 For every optimizer x convention x backend x dtype, ``--cases`` random cases (hyperparameters and
 inputs drawn over several decades, exact zeros and branch points included, 1 to 4 steps of 1 to
-32 elements) run through :func:`toolkit.verify.step_errors`: each step is checked against the
+32 elements) run through :func:`toolkit.error_bounds.step_errors`: each step is checked against the
 oracle from identical inputs, and the *normalised error* of the weight and every state array is
 ``|out - ref| / (4*E)``, where ``E`` is the oracle's first-order bound on the rounding error of
 the same formula in the kernel's precision. **1.0 is the bound**: at most 1 is correct by the
@@ -40,7 +40,7 @@ from ._support import (UsageError, choose_backends, optimizer_conventions, progr
                        provenance, select_dtypes, select_optimizers, split_names, storage_dtype,
                        to_device)
 from ..oracle.seeds import parse_seed, resolve_seed
-from ..verify import step_errors
+from ..error_bounds import step_errors
 
 __all__ = ["measure", "draw_case", "draw_hyper", "Row", "AccuracyResult", "plot", "main", "DEFAULT_CASES"]
 

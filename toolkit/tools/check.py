@@ -9,7 +9,7 @@ printed so that it can be repeated):
    "mxnet" equals Adam "guide" with epsilon*sqrt(1-beta2^t); SGLD's noise is the same on the
    kernel as in the specification;
 2. every optimizer x convention x backend x dtype against the oracle, per step from identical
-   inputs, reporting the worst normalised error (``toolkit.verify``: 1.0 is the bound).
+   inputs, reporting the worst normalised error (``toolkit.error_bounds``: 1.0 is the bound).
 
 Prints a table (``--json``: the rows as JSON) and exits 1 on any failure, 0 otherwise. Progress
 goes to stderr: a bar on a terminal, else (piped, in CI) a line per row as it finishes.
@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import optimizer
 from ..oracle.seeds import DEFAULT_SEED, parse_seed, resolve_seed
-from ..verify import step_errors
+from ..error_bounds import step_errors
 
 DTYPES = ("float16-mp", "float32", "float64")
 

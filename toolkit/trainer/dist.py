@@ -33,7 +33,7 @@ train.py``); every process builds the same Trainer. What a distributed Trainer d
 * **faults**: an uncaught exception on any rank aborts the whole MPI job (``MPI_Abort``), and
   every collective of the Trainer, MPI's start-up and the communicator's duplication included,
   runs under a watchdog (``MXOPT_DIST_TIMEOUT`` seconds, default 600) that aborts the job when
-  another rank never arrives (it died, exited, or hangs). ``mxopt launch`` (``toolkit.launch``)
+  another rank never arrives (it died, exited, or hangs). ``mxopt launch`` (``toolkit.mpi_jobs``)
   also ends the job as soon as any rank ends abnormally (docs/distributed.md, "What ends a job,
   and how fast").
 

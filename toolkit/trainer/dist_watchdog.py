@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from .. import launch as _launch
+from .. import mpi_jobs
 
 DEFAULT_TIMEOUT = 600.0
 
@@ -37,7 +37,7 @@ def _abort(MPI, code=1, reason=None):
     """End the job from this rank: tell ``mxopt launch`` why (when it started this rank), then
     ``MPI_Abort`` (when MPI is running), then exit with ``code``."""
     if reason is not None:
-        _launch.report("abort", reason=reason)
+        mpi_jobs.report("abort", reason=reason)
     sys.stderr.flush()
     sys.stdout.flush()
     # mpiexec forwards each rank's output asynchronously; MPI_Abort tears the job down at once,
