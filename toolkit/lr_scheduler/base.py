@@ -73,8 +73,8 @@ class LRScheduler:
         \qquad\qquad
         \text{constant:}\quad \eta(n) = \eta_b
 
-    evaluated as ``b + ((f - b) * n) / W``, with :math:`n` = ``num_update``, :math:`W` =
-    ``warmup_steps``, :math:`\eta_b` = ``warmup_begin_lr`` and :math:`\eta_f` =
+    evaluated as ``b + ((f - b) * n) / W``. Glossary: :math:`n` = ``num_update``, :math:`W` =
+    ``warmup_steps``, :math:`\eta_b` = ``warmup_begin_lr``, :math:`\eta_f` =
     ``warmup_final_lr`` (the constructor's ``base_lr``, fixed: overwriting ``base_lr`` later does
     not move the end of the ramp). The ramp stops at ``n = W - 1``, short of ``base_lr``. For
     ``n >= W`` the subclass's :meth:`_after_warmup` applies (here: ``NotImplementedError``, as in
