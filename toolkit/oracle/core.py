@@ -1,17 +1,8 @@
 """``verify``: check a user's optimizer against the oracle on drawn cases, after the
-discriminating cases of the known variants, and explain a failure. ``toolkit.oracle`` (the
-package) is the oracle's public face; the audit of other frameworks
-(:mod:`toolkit.oracle.conformance`) builds on it.
-
-The rest of the oracle, by responsibility: ``identify`` (:mod:`~toolkit.oracle.identification`),
-drawing cases and checking their arguments (:mod:`~toolkit.oracle.cases`), the reference
-trajectory and the comparison in rounding bounds (:mod:`~toolkit.oracle.trajectory`), the
-explanation of a failure (:mod:`~toolkit.oracle.explanation`), the discriminating cases
-(:mod:`~toolkit.oracle.discriminating`), the reports and their summaries
-(:mod:`~toolkit.oracle.reports`), running the user's code (:mod:`~toolkit.oracle.user`), the
-known variants (:mod:`~toolkit.oracle.variants`), the search space (:mod:`~toolkit.oracle.space`),
-the installed packages (:mod:`~toolkit.oracle.installed`) and the oracle's own errors
-(:mod:`~toolkit.oracle.errors`).
+discriminating cases of the known variants, and explain a failure. The other responsibilities
+have their own modules of this package (``identification``, ``cases``, ``trajectory``,
+``explanation``, ``discriminating``, ``reports``, ``user``, ``variants``, ``space``,
+``installed``, ``errors``); :mod:`toolkit.oracle.conformance` builds the audit on ``verify``.
 """
 from __future__ import annotations
 
@@ -198,13 +189,10 @@ def _domain_verdict(run, pinned=None):
 
 def _verify_run(impl, ref, convention, fixed, dt, examples, seed, domain="full",
                 ranges=None):
-    """One run of ``verify`` over ``domain``: the discriminating cases of the variants that
-    apply under ``convention`` (:mod:`toolkit.oracle.discriminating`: the same at every seed
-    and count), then cases 0 to ``examples - 1`` of ``seed`` (:func:`toolkit.oracle.cases.draw`:
-    case ``k`` depends on the seed, the domain and ``k`` only, so a run's cases are the first
-    of any longer run's), to the first outright failure. ``{"worst", "record", "failure", "n",
-    "discriminating", "seen"}`` (``n``: the drawn cases run; ``seen``: every case with the
-    user's outputs and its error, for :func:`_passing_convention` and
+    """One run of ``verify`` over ``domain``: the discriminating cases, then drawn cases 0 to
+    ``examples - 1`` of ``seed``, to the first outright failure. ``{"worst", "record",
+    "failure", "n", "discriminating", "seen"}`` (``n``: the drawn cases run; ``seen``: every
+    case with the user's outputs and its error, for :func:`_passing_convention` and
     :func:`toolkit.oracle.explanation.explain`)."""
     hyper_space = _space.hyper_space(ref.NAME, fixed, domain, ranges)
     klass = _cases.optimizer_class(ref.NAME)
