@@ -39,7 +39,6 @@ import numpy as np
 from ._util import as_f64, check_convention, f32, kernel_clip, merge_hyper, python_clip
 
 NAME = "groupadagrad"
-#: the conventions this module implements
 CONVENTIONS = ("mxnet", "guide")
 #: torch.optim has no counterpart
 PYTORCH = None
