@@ -95,7 +95,7 @@ def collect(trainer, copies=True):
                  "state": []}
         for j, leaf in enumerate(leaves):
             d = arrays.describe(leaf)
-            # np.array, not np.ascontiguousarray: that one makes a 0-d array 1-d (issue 19.4)
+            # np.array, not np.ascontiguousarray: that one makes a 0-d array 1-d
             arrs[f"state/{i}/{j}"] = (np.array(arrays.to_host(leaf), order="C", copy=True)
                                       if copies else leaf)
             entry["state"].append({"shape": list(d.shape), "dtype": np.dtype(d.dtype).name})
