@@ -1,18 +1,16 @@
 """The oracle: a pure-Python, float64 reference for every optimizer of the MXNet optimizer guide.
 
 Each module encodes one optimizer's documented equations line by line, in the guide's notation,
-in both conventions (``"mxnet"``: what MXNet 1.9.1 computes; ``"guide"``: the guide's equations
-read precisely). See ``docs/conventions.md`` for the contract and every reading taken. A third
-convention, ``"pytorch"`` (PyTorch's documented ``torch.optim`` update), exists in the oracle only
-(the toolkit's kernels do not implement it), for the optimizers torch.optim has.
-
-Every optimizer module ``reference.<name>`` has the same interface:
+under the conventions ``"mxnet"`` (what MXNet 1.9.1 computes), ``"guide"`` (the guide read
+precisely) and, where torch.optim has the optimizer, ``"pytorch"`` (its documented update);
+``docs/conventions.md`` gives the contract and every reading taken. Every optimizer module
+``reference.<name>`` has this interface:
 
 ``NAME``
     the MXNet registry name.
 ``STATE``
-    the names of the state arrays, in MXNet's ``create_state`` order (an empty tuple when the
-    optimizer keeps no state for the given hyperparameters is decided by ``state_slots(**hyper)``).
+    the names of the state arrays, in MXNet's ``create_state`` order (those kept for given
+    hyperparameters: ``state_slots(**hyper)``).
 ``CONVENTIONS``
     the conventions the module's ``step`` implements, e.g. ``("mxnet", "guide", "pytorch")``; any
     other is a ValueError naming them (Nadam's ``"guide"`` is a NotImplementedError instead: it
@@ -38,15 +36,13 @@ convention="mxnet", hyper_f32=True, **hyper) -> (weight, state)``
     convention; each module's docstring maps them to torch's.
 ``FORMS`` (optional)
     ``{form: the conventions whose equations it changes}``: known variants of the same equations
-    that the module writes (a lerp, epsilon elsewhere, constants in the weight's precision), run
-    with ``step(..., form=name)`` and written out in its ``step``'s docstring (``form=None``, the
-    default, is the convention's own equations). The oracle re-runs a failed case under them to
-    explain the failure (``toolkit/oracle/variants.py`` names them; this package knows no more
-    of the toolkit than the names).
+    (a lerp, epsilon elsewhere, constants in the weight's precision), run with
+    ``step(..., form=name)`` and written out in ``step``'s docstring. The oracle re-runs a failed
+    case under them to explain it (``toolkit/oracle/variants.py``).
 
-Steps are written with operators and the numpy functions sqrt, abs, sign, maximum, minimum, clip,
-where, square and sum only, so that they also run on :class:`reference.error_bound.Tracked` inputs
-and yield a rigorous first-order bound on the rounding error of any implementation.
+Steps use operators and the numpy functions sqrt, abs, sign, maximum, minimum, clip, where, square
+and sum only, so that they also run on :class:`reference.error_bound.Tracked` inputs and yield a
+rigorous first-order bound on the rounding error of any implementation.
 
 ``import reference`` needs numpy only; ``reference.argmin`` (the FTRL/FTML argmin proofs) needs scipy.
 """
@@ -60,9 +56,8 @@ _DECLARES_NAME = _re.compile(r"^NAME\s*=", _re.MULTILINE)
 
 
 def _optimizer_modules():
-    """The optimizer modules of the package: every public module that declares ``NAME``, found
-    by reading its source first, so that a helper module with other dependencies
-    (``reference.argmin``: scipy) is not imported; a new optimizer is one new module."""
+    """Every public module that declares ``NAME``, found by reading its source first so that a
+    helper with other dependencies (``reference.argmin``: scipy) is not imported."""
     for info in sorted(_pkgutil.iter_modules(__path__), key=lambda m: m.name):
         if info.name.startswith("_") or info.ispkg:
             continue

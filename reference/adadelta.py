@@ -20,7 +20,6 @@ from ._util import (as_f64, check_convention, f32, guide_gradient, merge_hyper, 
                     pytorch_gradient)
 
 NAME = "adadelta"
-#: the conventions this module implements
 CONVENTIONS = ("mxnet", "guide", "pytorch")
 #: torch.optim.Adadelta scales the step by lr and couples weight decay: its own branch
 PYTORCH = "pytorch"

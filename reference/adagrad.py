@@ -19,7 +19,6 @@ from ._util import (as_f64, check_convention, f32, guide_gradient, merge_hyper, 
                     pytorch_gradient)
 
 NAME = "adagrad"
-#: the conventions this module implements
 CONVENTIONS = ("mxnet", "guide", "pytorch")
 #: torch.optim.Adagrad adds eps outside the square root: its own branch
 PYTORCH = "pytorch"

@@ -25,7 +25,6 @@ from ._util import (as_f64, check_convention, check_form, f32, f32_any, formed_i
                     guide_gradient, kernel_clip, merge_hyper, power, python_clip)
 
 NAME = "adam"
-#: the conventions this module implements
 CONVENTIONS = ("mxnet", "guide", "pytorch")
 #: torch.optim.Adam is mathematically the guide's Adam: convention="pytorch" runs the guide branch
 PYTORCH = "guide"

@@ -18,7 +18,6 @@ from ._util import (as_f64, check_convention, check_form, f32, formed_in, guide_
                     merge_hyper, power, python_clip, pytorch_gradient)
 
 NAME = "adamax"
-#: the conventions this module implements
 CONVENTIONS = ("mxnet", "guide", "pytorch")
 #: torch.optim.Adamax adds eps inside the max: its own branch
 PYTORCH = "pytorch"
@@ -27,12 +26,11 @@ STATE = ("mean", "u")
 #: the mxnet convention and "the guide's epsilon, 1e-8" in the guide convention.
 HYPER = {"learning_rate": 0.002, "beta1": 0.9, "beta2": 0.999, "epsilon": None}
 
-#: known variants of the same equations, ``step(..., form=...)``: {form: the conventions whose
-#: equations it changes} (written out in :func:`step`'s docstring; see reference/adam.py).
-#: torch.optim.Adamax writes its first moment as a lerp (``exp_avg.lerp_(grad, 1 - beta1)``,
-#: torch/optim/adamax.py, torch 2.13); optax.adamax forms ``1 - beta1^t`` in the weight's
-#: precision (``optax.tree.bias_correction``, optax 0.2.8). MXNet adds weight decay before
-#: clipping, the guide after: each order written in the other's equations.
+#: ``step(..., form=...)`` variants (as in reference/adam.py). torch.optim.Adamax writes its first
+#: moment as a lerp (``exp_avg.lerp_(grad, 1 - beta1)``, torch/optim/adamax.py, torch 2.13);
+#: optax.adamax forms ``1 - beta1^t`` in the weight's precision (``optax.tree.bias_correction``,
+#: optax 0.2.8). MXNet adds weight decay before clipping, the guide after: each order written in
+#: the other's equations.
 FORMS = {
     "lerp": ("mxnet", "guide", "pytorch"),
     "constants_in_dtype": ("mxnet", "guide", "pytorch"),

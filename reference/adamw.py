@@ -30,14 +30,12 @@ from ._util import (as_f64, check_convention, check_form, f32, formed_in, merge_
                     python_clip)
 
 NAME = "adamw"
-#: the conventions this module implements
 CONVENTIONS = ("mxnet", "guide", "pytorch")
 #: torch.optim.AdamW multiplies its decay by the learning rate: its own branch
 PYTORCH = "pytorch"
 STATE = ("mean", "var")
 HYPER = {"learning_rate": 0.001, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "eta": 1.0}
-#: known variants of the same equations, ``step(..., form=...)``: {form: the conventions whose
-#: equations it changes} (written out in :func:`step`'s docstring; see reference/adam.py)
+#: ``step(..., form=...)`` variants (as in reference/adam.py)
 FORMS = {
     "lerp": ("mxnet", "guide", "pytorch"),
     "constants_in_dtype": ("guide", "pytorch"),

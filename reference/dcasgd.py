@@ -18,7 +18,6 @@ from ._util import as_f64, check_convention, f32, guide_gradient, python_clip, m
 from .error_bound import Tracked
 
 NAME = "dcasgd"
-#: the conventions this module implements
 CONVENTIONS = ("mxnet", "guide")
 #: torch.optim has no counterpart
 PYTORCH = None

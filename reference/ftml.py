@@ -18,16 +18,14 @@ from ._util import (as_f64, check_convention, check_form, f32, guide_gradient, k
                     merge_hyper, python_clip)
 
 NAME = "ftml"
-#: the conventions this module implements
 CONVENTIONS = ("mxnet", "guide")
 #: torch.optim has no counterpart
 PYTORCH = None
 STATE = ("d", "v", "z")
 HYPER = {"beta1": 0.6, "beta2": 0.999, "epsilon": 1e-8}
 
-#: known variants of the same equations, ``step(..., form=...)``: {form: the conventions whose
-#: equations it changes} (written out in :func:`step`'s docstring; see reference/adam.py): the
-#: two conventions' orders of weight decay and clipping, each written in the other's equations
+#: ``step(..., form=...)`` variants (as in reference/adam.py): the two conventions' orders of
+#: weight decay and clipping, each written in the other's equations
 FORMS = {
     "wd_before_clip": ("guide",),
     "wd_after_clip": ("mxnet",),

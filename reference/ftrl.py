@@ -18,7 +18,6 @@ import numpy as np
 from ._util import as_f64, check_convention, f32, guide_gradient, kernel_clip, merge_hyper
 
 NAME = "ftrl"
-#: the conventions this module implements
 CONVENTIONS = ("mxnet", "guide")
 #: torch.optim has no counterpart
 PYTORCH = None

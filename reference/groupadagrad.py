@@ -1,34 +1,30 @@
 """Reference (float64 oracle) for GroupAdaGrad: AdaGrad with one accumulator per row (MXNet
 1.9.1's ``mxnet.optimizer.contrib.GroupAdaGrad``, registry name ``groupadagrad``).
 
-The weight is a matrix (rows x columns: an embedding table, one row per entity); the history
-keeps one value per row, shape ``(rows, 1)``, fed with the mean of the squared gradient over the
-row. See docs/optimizers/groupadagrad.md.
+The weight is a matrix (one row per entity, as an embedding table); the history keeps one value
+per row, shape ``(rows, 1)``, fed with the mean of the squared gradient over the row. See
+docs/optimizers/groupadagrad.md.
 
 MXNet 1.9.1 (python/mxnet/optimizer/contrib.py:30-100 at tag 1.9.1) has two paths:
 
 * a dense gradient (contrib.py:94-100): NDArray operations in the weight's dtype,
-  ``g = clip(grad*rescale_grad, c)`` whenever ``clip_gradient`` is not None (contrib.py:96-97,
-  so ``0.0`` clips every gradient to zero), ``history += mean(square(g), axis=1,
-  keepdims=True)`` (contrib.py:98), ``weight -= lr*g/sqrt(history + eps)`` (contrib.py:99-100).
-  The scalars ``lr``, ``rescale_grad`` and ``eps`` are scalar-op doubles (rounded to float32 for
-  a float32 weight), the clip bounds float32 (``nd.clip``). MXNet's row mean is a compensated
-  (Kahan) sum in the weight's dtype, divided by the row length in that dtype.
-* a row-sparse gradient (contrib.py:79-93): the operator ``mx.nd.contrib.group_adagrad_update``
+  ``g = clip(grad*rescale_grad, c)`` whenever ``clip_gradient`` is not None (contrib.py:96-97:
+  ``0.0`` clips every gradient to zero), ``history += mean(square(g), axis=1, keepdims=True)``
+  (contrib.py:98; a Kahan sum in the weight's dtype), ``weight -= lr*g/sqrt(history + eps)``
+  (contrib.py:99-100); ``lr``, ``rescale_grad`` and ``eps`` are scalar-op doubles (rounded to
+  float32 for a float32 weight), the clip bounds float32.
+* a row-sparse gradient (contrib.py:79-93): ``mx.nd.contrib.group_adagrad_update``
   (src/operator/contrib/optimizer_op-inl.h:96-138 at tag 1.9.1, ``GroupAdagradDnsRspKernel``),
-  only on the rows present (lazy). Measured against the 1.9.1 operator, it computes the *same*
-  formula as the dense path, epsilon inside the root (optimizer_op-inl.h:133:
-  ``lr*g/sqrt(history + eps)``), with three differences: ``lr``, ``eps``, ``rescale_grad``
-  and ``clip_gradient`` are float32 parameter fields (optimizer_op-inl.h:47-50, for a float64
-  weight too); clipping is on only when ``clip_gradient`` is truthy (contrib.py:85-86 passes it
-  only then; the kernel then clips when it is >= 0, optimizer_op-inl.h:114), so ``0.0`` does
-  not clip; and the row's sum of squares is a plain running sum in the weight's dtype
-  (optimizer_op-inl.h:121-126).
+  lazily on the rows present. Measured: the same formula (optimizer_op-inl.h:133:
+  ``lr*g/sqrt(history + eps)``) but ``lr``, ``eps``, ``rescale_grad`` and ``clip_gradient`` are
+  float32 fields (optimizer_op-inl.h:47-50, for a float64 weight too); clipping only when
+  ``clip_gradient`` is truthy (contrib.py:85-86; the kernel clips when >= 0,
+  optimizer_op-inl.h:114), so ``0.0`` does not clip; and the row sum is a plain running sum in
+  the weight's dtype (optimizer_op-inl.h:121-126).
 
 MXNet asserts ``wd == 0`` (contrib.py:77) and a 2-D weight (contrib.py:66); this module raises a
-ValueError for either. MXNet's history is always float32 (contrib.py:67-68 gives no dtype), so a
-float64 or a plain float16 weight fails at the first update with "Incompatible attr"; the
-reference is float64 throughout.
+ValueError for either. MXNet's history is always float32 (contrib.py:67-68), so a float64 or a
+plain float16 weight fails at the first update ("Incompatible attr"); the reference is float64.
 
 PyTorch: torch.optim (torch 2.13) has no GroupAdaGrad (``PYTORCH = None``).
 """
@@ -39,7 +35,6 @@ import numpy as np
 from ._util import as_f64, check_convention, f32, kernel_clip, merge_hyper, python_clip
 
 NAME = "groupadagrad"
-#: the conventions this module implements
 CONVENTIONS = ("mxnet", "guide")
 #: torch.optim has no counterpart
 PYTORCH = None

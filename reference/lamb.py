@@ -2,13 +2,12 @@
 Reddi, Hseu, Kumar, Bhojanapalli, Song, Demmel, Keutzer and Hsieh, "Large Batch Optimization for
 Deep Learning: Training BERT in 76 minutes", ICLR 2020, Algorithm 2).
 
-Notation: ``w`` weight, ``grad`` the gradient passed to the step, ``rs`` = ``rescale_grad``,
-``c`` = ``clip_gradient``, ``m``/``v`` the moments (slots ``mean``/``var``), ``t`` the per-index
-update count (1 on the first step), ``u`` the update direction, ``|x|`` the Euclidean norm of a
-whole tensor, ``phi`` the paper's scaling function of the weight norm.
+Notation: ``rs`` = ``rescale_grad``, ``c`` = ``clip_gradient``, ``m``/``v`` the moments (slots
+``mean``/``var``), ``t`` the per-index count, ``u`` the update direction, ``|x|`` the Euclidean
+norm of a whole tensor, ``phi`` the paper's scaling function of the weight norm.
 
-guide (the paper's Algorithm 2, read per tensor; ``eta_t`` = ``lr``, ``lambda`` = ``wd``,
-``gamma_l``/``gamma_u`` = ``lower_bound``/``upper_bound``)::
+guide (Algorithm 2 per tensor; ``eta_t`` = ``lr``, ``lambda`` = ``wd``, ``gamma_l``/``gamma_u`` =
+``lower_bound``/``upper_bound``)::
 
     g     = clip(rs*grad, c)                      (clipping whenever c is not None; no decay in g)
     m     = beta1*m + (1-beta1)*g
@@ -18,47 +17,27 @@ guide (the paper's Algorithm 2, read per tensor; ``eta_t`` = ``lr``, ``lambda`` 
     phi   = min(max(|w|, lower_bound), upper_bound)           (a bound of None or 0 is no bound)
     w     = w - lr*(phi/|u|)*u                    (ratio 1 when phi or |u| is 0)
 
-Readings taken: epsilon is added to the root of the bias-corrected second moment (Algorithm 2);
-the decay ``wd*w`` joins the Adam ratio before the norm (as in the paper, not in the moments);
-``phi`` is the clamp the paper suggests for its scaling function; the paper leaves ``0/0`` open
-and the ratio is then 1, as MXNet and other implementations take it.
+Readings taken: epsilon on the root of the bias-corrected ``v`` (Algorithm 2); ``wd*w`` joins the
+ratio before the norm; ``phi`` is the clamp the paper suggests; ``0/0`` (left open) is a ratio
+of 1, as MXNet takes it.
 
 mxnet: MXNet 1.9.1's ``mxnet.optimizer.LAMB`` (python/mxnet/optimizer/optimizer.py:1249-1372 at
-tag 1.9.1; docs/optimizers/lamb.md). Its ``Updater`` (what ``mx.optimizer.get_updater``, Gluon's
-``Trainer`` and the kvstores call) always hands LAMB a list of indices
-(optimizer.py:2076, 2103-2124, LAMB's ``aggregate_num`` is 45 at optimizer.py:1262), so the
-update MXNet users get is the aggregated operator ``multi_lamb_update`` (optimizer.py:1316-1359;
-python/mxnet/ndarray/contrib.py:608-643; the kernel ``_multi_lamb_update``,
-src/operator/contrib/multi_lamb.cc:175 as its docstring in the 1.9.1 wheel names it). That is
-this convention. Established by running MXNet 1.9.1 (tests/data/mxnet/lamb.json, written by
-tests/data/mxnet/generate_more.py; float32 traces bit for bit):
+tag 1.9.1; docs/optimizers/lamb.md) as its ``Updater`` runs it: always with a list of indices
+(optimizer.py:2076, 2103-2124; ``aggregate_num`` 45 at optimizer.py:1262), so through the
+aggregated ``multi_lamb_update`` (optimizer.py:1316-1359; python/mxnet/ndarray/contrib.py:608-643;
+the kernel ``_multi_lamb_update``, src/operator/contrib/multi_lamb.cc:175). Measured on MXNet
+1.9.1 (tests/data/mxnet/lamb.json, from tests/data/mxnet/generate_more.py; float32 bit for bit):
+every hyperparameter is a float32; ``clip_gradient`` and the bounds reach the operator only when
+truthy (optimizer.py:1317-1322), so None, 0 and negatives are off; ``t`` is the per-index
+``step_count`` (optimizer.py:1328-1329); for float32 weights ``u`` is formed in double and
+rounded once; the norms are float32 sums of squares and the ratio a float32 ``r1/r2``.
+Not reproduced: the kernel's float32 ``u`` buffer for float64 weights, and its one-at-a-time
+float32 sums (here a float64 sum rounded once: the ratio can differ by an ulp).
 
-* every hyperparameter is a float32 (the operator's parameters are ``float``); ``clip_gradient``,
-  ``lower_bound`` and ``upper_bound`` reach the operator only when truthy
-  (optimizer.py:1317-1322), so None and 0 are "off" (a negative value reaches it and is off
-  there too: it tests ``>= 0``);
-* ``g = clip(grad*rs, c)``, then ``m = beta1*m + (1-beta1)*g`` and
-  ``v = beta2*v + ((1-beta2)*g)*g``, in the weight's precision;
-* with ``bias_correction`` (default True), ``m_hat = m/(1 - beta1^t)`` and
-  ``v_hat = v/(1 - beta2^t)`` with ``t`` the per-index count (``step_count``,
-  optimizer.py:1328-1329) and ``beta^t`` the weight's-precision power of the float32 beta;
-* ``u = m_hat/(sqrt(v_hat) + eps) + wd*w``: for float32 weights the root, the quotient and the
-  sum are evaluated in double and rounded to float32 once (``wd*w`` is a float32 product);
-* ``r1 = |w|``, ``r2 = |u|`` from float32 sums of squares (``multi_sum_sq``), then
-  ``r1 = max(r1, lower_bound)``, ``r1 = min(r1, upper_bound)``, ``ratio = 1`` if ``r1`` or
-  ``r2`` is 0 else ``r1/r2`` (float32), and ``w = w - (lr*ratio)*u``.
-
-Two things of that kernel are not reproduced, here or in the toolkit: it stores ``u`` in a float32
-buffer for float64 weights too (``u`` keeps the weight's precision here), and MXNet's float32 sums
-add one square at a time (here a float64 sum, rounded once to float32 before the float32
-trust-ratio arithmetic: MXNet's trust ratio can differ by an ulp where its sums differ).
-
-MXNet's other, single-tensor path (``opt.update`` called with one integer index, or
-``MXNET_OPTIMIZER_AGGREGATION_SIZE=1``; optimizer.py:1274-1315: ``lamb_update_phase1``, ``norm()``,
-``lamb_update_phase2``) computes the same update with other roundings (docs/optimizers/lamb.md:
-its norm is a scaled float32 ``nrm2`` in the weight's precision, ``m_hat`` is a double quotient,
-``lr*r1/r2`` is evaluated as ``(lr*r1)/r2``), and with ``multi_precision`` it never updates the
-float32 master copy (a bug not reproduced: docs/known-differences.md).
+MXNet's single-tensor path (one integer index, or ``MXNET_OPTIMIZER_AGGREGATION_SIZE=1``;
+optimizer.py:1274-1315) computes the same update with other roundings, and with
+``multi_precision`` never updates the float32 master (a bug not reproduced:
+docs/known-differences.md).
 
 PyTorch: torch.optim (torch 2.13) has no LAMB (``PYTORCH = None``).
 """
@@ -70,7 +49,6 @@ from ._util import as_f64, check_convention, f32, kernel_clip, merge_hyper, pyth
 from .error_bound import Tracked, error, ties, value
 
 NAME = "lamb"
-#: the conventions this module implements
 CONVENTIONS = ("mxnet", "guide")
 #: torch.optim has no counterpart
 PYTORCH = None

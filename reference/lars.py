@@ -26,7 +26,6 @@ from ._util import (as_f64, check_convention, f32, guide_gradient, kernel_clip, 
 from .error_bound import Tracked, error, ties, value
 
 NAME = "lars"
-#: the conventions this module implements
 CONVENTIONS = ("mxnet", "guide")
 #: torch.optim has no counterpart
 PYTORCH = None

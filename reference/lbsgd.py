@@ -27,7 +27,6 @@ from ._util import (as_f64, check_convention, f32, guide_gradient, kernel_clip, 
                     round_f32)
 
 NAME = "lbsgd"
-#: the conventions this module implements
 CONVENTIONS = ("mxnet", "guide")
 #: torch.optim has no counterpart
 PYTORCH = None

@@ -2,51 +2,31 @@
 (python/mxnet/optimizer/optimizer.py:1995-2028 at tag 1.9.1; docs/optimizers/nadam.md) and, as a
 separate function, of the guide's look-ahead Nadam (guide:179-183).
 
-The two are different algorithms, not two parameterisations of one:
+The two are different algorithms. MXNet implements Dozat's (2016) Nadam as Keras does: the
+gradient at the current weight, mixed into the step (``m_bar``), and a warming momentum schedule
+``mu_t = beta1*(1 - 0.5*0.96**(t*schedule_decay))`` (absent from the guide) whose running
+product ``m_schedule`` enters the bias correction. The guide takes the first moment's gradient
+at the look-ahead point ``w_i + beta1*v_i``: two gradients per step, so :func:`step_lookahead`
+takes a gradient function and ``step(convention="guide")`` raises NotImplementedError
+(``tests/test_proof_nadam.py`` shows the trajectories differ).
 
-* MXNet implements Dozat's (2016) Nadam as Keras does: the gradient is taken at the current
-  weight, the Nesterov effect comes from mixing the current gradient into the step
-  (``m_bar``), and a warming momentum schedule ``mu_t = beta1*(1 - 0.5*0.96**(t*schedule_decay))``
-  (absent from the guide) enters the bias correction through the running product ``m_schedule``.
-* The guide (guide:179-183) takes the gradient at a look-ahead point ``w_i + beta1*v_i`` for the
-  first moment but at ``w_i`` for the second, with plain Adam bias corrections. It needs gradients
-  at two points per step, so it is not an optimizer step from one gradient:
-  :func:`step_lookahead` evaluates it with a gradient function, and ``step(convention="guide")``
-  raises NotImplementedError. ``tests/test_proof_nadam.py`` shows the trajectories differ.
+State: ``m`` and ``v``, plus ``m_schedule``, a Python float starting at 1.0. **MXNet keeps
+``m_schedule`` on the optimizer, shared by all indices**: every update of any index multiplies
+it. A pure step carries it in the state dict, so to reproduce MXNet with several parameters the
+caller passes each step the ``m_schedule`` returned by the previous step of *any* index.
 
-State: ``m`` and ``v`` (MXNet's ``(mean, variance)``), plus ``m_schedule``, a Python float that
-starts at 1.0. **MXNet keeps ``m_schedule`` on the optimizer object and shares it across all
-parameter indices**: every update of any index multiplies it by that index's ``mu_t``. A pure
-step cannot share it, so it travels in the state dict: to reproduce MXNet with several
-parameters, the caller must pass to each step the ``m_schedule`` returned by the previous step
-of *any* index (the optimizer-wide value), not the one last stored with this index.
-
-Convention "pytorch": PyTorch's documented NAdam update (the algorithm box of
-torch/optim/nadam.py, class NAdam, torch 2.13, ``decoupled_weight_decay=False``,
-``maximize=False``) is mathematically MXNet's: the same coupled weight decay ``g + wd*w``, the
-same schedule ``mu_t = beta1*(1 - 0.5*0.96^(t*psi))`` with torch's ``momentum_decay`` ``psi`` =
-``schedule_decay`` (both default 0.004), the same products ``prod_{i<=t} mu_i`` (torch's
-``mu_product``, our ``m_schedule``) and ``prod_{i<=t+1} mu_i`` in the two bias corrections of
-``m_bar``, and ``eps`` added to the root of the bias-corrected ``v``. So ``PYTORCH = "mxnet"``
-and ``step(..., convention="pytorch")`` runs the mxnet branch exactly. Mapping: torch's ``lr`` =
-``lr``, ``betas`` = ``(beta1, beta2)``, ``eps`` = ``epsilon``, ``weight_decay`` = ``wd``,
-``momentum_decay`` = ``schedule_decay``; slots ``m``/``v`` = torch's ``exp_avg``/``exp_avg_sq``
-and ``m_schedule`` = its ``mu_product``. Two notes. (1) torch keeps ``mu_product`` per
-parameter, MXNet one per optimizer: the pure step is the same, the caller decides what it passes
-(per parameter: torch; shared: MXNet). (2) torch has no ``rescale_grad``/``clip_gradient``;
-under the alias they are applied as MXNet does (weight decay *before* clipping, the clip bound
-rounded to float32 when ``hyper_f32``), where the own
-"pytorch" branches of the other modules clip before adding weight decay: the two readings
-differ only when clipping is active and ``wd != 0``.
-
-What torch.optim.NAdam computes (its single-tensor step, the one it runs on CPU tensors) is
-these equations in three known forms at once, ``form=("wd_after_clip", "lerp",
-"schedule_product_f32")`` with ``hyper_f32=False``: its gradient as the other "pytorch"
-branches read it, its first moment a lerp, its ``mu_product`` held in float32 (its default
-dtype) whatever the weight's precision. The toolkit's kernels under ``convention="pytorch"``
-compute that, and its reference backend and ``toolkit.error_bounds`` check them against it; the
-oracle's ``convention="pytorch"`` stays the documented equations, so that torch.optim.NAdam's
-float32 product is a finding it explains (docs/conformance.md), not part of the convention.
+Convention "pytorch": PyTorch's documented NAdam (the algorithm box of torch/optim/nadam.py,
+class NAdam, torch 2.13, ``decoupled_weight_decay=False``, ``maximize=False``) is mathematically
+MXNet's (coupled weight decay, the same schedule with ``momentum_decay`` = ``schedule_decay``,
+the same products, eps outside the root), so ``PYTORCH = "mxnet"``. Mapping: ``betas`` =
+``(beta1, beta2)``, ``eps`` = ``epsilon``, ``weight_decay`` = ``wd``; slots ``exp_avg``/
+``exp_avg_sq`` = ``m``/``v``, ``mu_product`` = ``m_schedule`` (torch keeps one per parameter,
+MXNet one per optimizer: the caller decides what it passes). Under the alias
+``rescale_grad``/``clip_gradient`` apply as MXNet's (weight decay before clipping), unlike the
+other modules' "pytorch" branches: they differ only when clipping is active and ``wd != 0``.
+What torch.optim.NAdam computes on CPU is ``form=("wd_after_clip", "lerp",
+"schedule_product_f32")`` with ``hyper_f32=False`` (its float32 ``mu_product`` is a finding the
+oracle explains, docs/conformance.md, not part of the convention).
 """
 from __future__ import annotations
 
@@ -58,25 +38,19 @@ from ._util import (as_f64, check_convention, check_form, f32, f32_product, form
 from .error_bound import Tracked
 
 NAME = "nadam"
-#: the conventions this module implements ("guide" is recognised and refused with
-#: NotImplementedError: it needs two gradients per step, see :func:`step_lookahead`)
+#: the conventions this module implements ("guide" is refused with NotImplementedError: it
+#: needs two gradients per step, see :func:`step_lookahead`)
 CONVENTIONS = ("mxnet", "pytorch")
 #: torch.optim.NAdam is mathematically MXNet's Nadam: convention="pytorch" runs the mxnet branch
 PYTORCH = "mxnet"
 STATE = ("m", "v")
 HYPER = {"learning_rate": 0.001, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8,
          "schedule_decay": 0.004}
-#: known variants of the same equations, ``step(..., form=...)``: {form: the conventions whose
-#: equations it changes} (written out in :func:`step`'s docstring; see reference/adam.py). The
-#: pytorch convention runs the mxnet branch, so its variants are listed under "mxnet":
-#: torch.optim.NAdam writes the first moment as a lerp (``exp_avg.lerp_(grad, 1 - beta1)``) and
-#: keeps ``mu_product`` in its default dtype, float32 unless changed (torch/optim/nadam.py, torch
-#: 2.13); optax.nadam forms its bias corrections in the weight's precision
-#: (``optax.tree.bias_correction``, optax 0.2.8).
-#: ``wd_after_clip`` is the gradient of the other modules' "pytorch" branches (torch has no
-#: clipping: clip first, then torch's coupled weight decay). The toolkit's kernels under
-#: ``convention="pytorch"`` compute ``("wd_after_clip", "lerp", "schedule_product_f32")``
-#: together, with ``hyper_f32=False`` (torch.optim.NAdam's own single-tensor step).
+#: ``step(..., form=...)`` variants (as in reference/adam.py), listed under "mxnet", which the
+#: pytorch convention runs: torch.optim.NAdam's lerp (``exp_avg.lerp_(grad, 1 - beta1)``) and
+#: float32 ``mu_product`` (torch/optim/nadam.py, torch 2.13); optax.nadam's bias corrections in
+#: the weight's precision (``optax.tree.bias_correction``, optax 0.2.8); ``wd_after_clip``, the
+#: other modules' "pytorch" gradient (clip, then torch's coupled weight decay).
 FORMS = {
     "lerp": ("mxnet",),
     "constants_in_dtype": ("mxnet",),

@@ -21,7 +21,6 @@ from ._util import (as_f64, check_convention, f32, guide_gradient, kernel_clip, 
                     pytorch_gradient)
 
 NAME = "nag"
-#: the conventions this module implements
 CONVENTIONS = ("mxnet", "guide", "pytorch")
 #: torch.optim.SGD(nesterov=True) keeps its momentum buffer without the learning rate: own branch
 PYTORCH = "pytorch"

@@ -21,7 +21,6 @@ from ._util import (as_f64, check_convention, check_form, clip, f32, guide_gradi
                     merge_hyper, python_clip, pytorch_gradient)
 
 NAME = "rmsprop"
-#: the conventions this module implements
 CONVENTIONS = ("mxnet", "guide", "pytorch")
 #: torch.optim.RMSprop adds eps outside the square root: its own branch
 PYTORCH = "pytorch"
@@ -31,12 +30,10 @@ STATE = ("n", "g", "delta")
 #: ``rho``/``momentum`` (guide:128) are a toolkit-level alias; the reference takes MXNet's names.
 HYPER = {"learning_rate": 0.001, "gamma1": 0.9, "gamma2": 0.9, "epsilon": 1e-8,
          "centered": False, "clip_weights": None}
-#: known variants of the same equations, ``step(..., form=...)``: {form: the conventions whose
-#: equations it changes} (written out in :func:`step`'s docstring; see reference/adam.py): the
-#: orders of weight decay and clipping, MXNet's in the guide's equations and the reverse (the
-#: pytorch convention clips, as the guide, before torch adds its weight decay); and torch's lerp
-#: of the centered first moment (``grad_avg.lerp_(grad, 1 - alpha)``, torch/optim/rmsprop.py,
-#: torch 2.13)
+#: ``step(..., form=...)`` variants (as in reference/adam.py): the orders of weight decay and
+#: clipping, MXNet's in the guide's equations and the reverse (the pytorch convention clips, as
+#: the guide, before torch adds its weight decay); and torch's lerp of the centered first moment
+#: (``grad_avg.lerp_(grad, 1 - alpha)``, torch/optim/rmsprop.py, torch 2.13)
 FORMS = {
     "wd_before_clip": ("guide",),
     "wd_after_clip": ("mxnet",),

@@ -18,7 +18,6 @@ from ._util import (as_f64, check_convention, f32, guide_gradient, kernel_clip, 
                     pytorch_gradient)
 
 NAME = "sgd"
-#: the conventions this module implements
 CONVENTIONS = ("mxnet", "guide", "pytorch")
 #: torch.optim.SGD keeps its momentum buffer without the learning rate: its own branch
 PYTORCH = "pytorch"

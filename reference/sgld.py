@@ -20,7 +20,6 @@ from . import noise as _noise
 from ._util import as_f64, check_convention, f32, guide_gradient, python_clip, merge_hyper
 
 NAME = "sgld"
-#: the conventions this module implements
 CONVENTIONS = ("mxnet", "guide")
 #: torch.optim has no counterpart
 PYTORCH = None

@@ -15,7 +15,11 @@ _MESSAGE = ("toolkit.launch is deprecated and will be removed in the next releas
             "per-rank runner)")
 
 if __package__:   # imported as toolkit.launch, or run as python -m toolkit.launch
-    warnings.warn(_MESSAGE, DeprecationWarning, stacklevel=1 if __name__ == "__main__" else 2)
+    if __name__ == "__main__":
+        warnings.warn(_MESSAGE, DeprecationWarning, stacklevel=1)
+    else:
+        from .deprecation import warn_import
+        warn_import(_MESSAGE, __file__)
     from .mpi_env import rank_from_env  # noqa: F401
     from .mpi_jobs import (EVERYWHERE_GRACE_S, SOCKET_ENV, command, find_mpiexec,  # noqa: F401
                            main, report, run_rank)

@@ -3,7 +3,7 @@ optimizer against the float64 oracle), kept for one release: importing it warns
 ``DeprecationWarning`` and gives the same public names, bound to the same objects.
 (The oracle's own ``verify`` is :func:`toolkit.oracle.verify`.)
 """
-import warnings
+from .deprecation import warn_import
 
 from .error_bounds import (SAFETY, check_function, compare, depends, element_errors,  # noqa: F401
                            finite_score, further_beyond, normalised_error, overflow_mask,
@@ -11,5 +11,5 @@ from .error_bounds import (SAFETY, check_function, compare, depends, element_err
                            trajectory_errors, unit)
 from .error_bounds import __all__  # noqa: F401
 
-warnings.warn("toolkit.verify is deprecated and will be removed in the next release: use "
-              "toolkit.error_bounds (the same names)", DeprecationWarning, stacklevel=2)
+warn_import("toolkit.verify is deprecated and will be removed in the next release: use "
+            "toolkit.error_bounds (the same names)", __file__)

@@ -1,23 +1,12 @@
 """Backends: ``cpu`` (Numba kernels) and ``cuda`` (numba-cuda kernels), with the array contract
 both share (``arrays``). ``cuda`` is imported lazily, so the CPU path never needs numba-cuda or a
-GPU driver.
+GPU driver: ``arrays`` reaches it through the operations it registers
+(:func:`toolkit.backends.arrays.register_kind`), and this package registers the loader.
 
-The modules import downward only (tests/test_layers.py checks the graph, imports inside functions
-included):
-
-* ``jit`` (the CPU compile policy and kernel cache), ``arrays`` (the kind-neutral array
-  contract), ``half`` (float16 bits), ``rules`` (shared element-wise rules), ``noise``;
-* ``order`` (chunking and reduction order, shared by both kinds), ``cuda_device`` (the CUDA
-  compile policy, streams, views, launch);
-* the kernel families: ``rows`` (row kernels on the CPU, and the dispatch of a group's row step
-  to ``cuda_rows``), ``cuda_rows``, ``finite``; on the CPU ``cpu_norms`` (the norm and
-  direction reductions), ``cpu_noise`` (noise rules), ``cpu_precision`` (multi-precision loops
-  and float16 conversions);
-* one launcher per kind over its own kernel families: ``cpu`` and ``cuda``.
-
-``arrays`` reaches the CUDA backend's allocation and copies through the operations ``cuda``
-registers (:func:`toolkit.backends.arrays.register_kind`); this package registers the loader
-that imports ``cuda`` the first time a device array needs them.
+The modules import downward only (tests/test_layers.py checks the graph): ``jit``, ``arrays``,
+``half``, ``rules``, ``noise``; then ``order`` and ``cuda_device``; then the kernel families
+(``rows``, ``cuda_rows``, ``finite``, ``cpu_norms``, ``cpu_noise``, ``cpu_precision``); then
+one launcher per kind, ``cpu`` and ``cuda``.
 """
 from __future__ import annotations
 

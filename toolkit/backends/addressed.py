@@ -1,30 +1,21 @@
 """The addressed CPU kernels: one parallel call of a per-element rule over many tensors that lie
-anywhere in memory, each given by its raw address (the ``toolkit.torch`` step: weights, a fresh
-``.grad`` each step and states, read through ``data_ptr()``).
+anywhere in memory, each given by its raw address (the ``toolkit.torch`` step reads them with
+``data_ptr()``).
 
-Why one module with its own intrinsic: a numpy view of a torch tensor costs about 1 us and
-``data_ptr()`` about 0.07 us, so a step over 2000 tensors x 4 arrays spends 8 ms making views
-before :func:`toolkit.backends.cpu.run_segmented` could run. Here the caller passes a table of
-addresses instead, and the small numba intrinsic :func:`_address` (llvmlite's ``inttoptr``, the
-pattern of ``cpu_norms._norm_lanes``) turns an int64 address into a typed pointer inside the
-kernel, where ``numba.carray`` makes it an array again. numba has no public way to do that
-(``numba.carray`` takes a pointer, not an integer), and the intrinsic is kept here, next to the
-only kernels that may use it: everything else in the backends reads numpy arrays it can check.
+Why: a numpy view of a torch tensor costs about 1 us and ``data_ptr()`` about 0.07 us, so views
+of 2000 tensors x 4 arrays cost 8 ms a step. The small intrinsic :func:`_address` (llvmlite's
+``inttoptr``, as ``cpu_norms._norm_lanes``) turns an int64 address into a typed pointer inside
+the kernel, where ``numba.carray`` makes it an array; numba has no public way to do that, so the
+intrinsic stays here, next to the only kernels that may use it.
 
-The loops are :func:`toolkit.backends.cpu.run_segmented`'s, element for element: the same rule
-(``factory(ftype)``, inlined), the same ``(active, *hp)`` row per tensor made a tuple once per
-chunk, the same chunks (:data:`toolkit.backends.order.CHUNK` elements inside one tensor, handed
-out by ``prange``), the same compile policy, kernel cache and on-disk cache
-(:mod:`toolkit.backends.jit`); so the results are the same, bit for bit, as ``run_segmented``'s
-over a flat buffer holding the same tensors, and one large tensor is split across the threads as
-it is there. The chunk table is built by a compiled serial pass that also checks every address
-first (:mod:`toolkit.backends.addressed_tables`): nothing is written when a check fails.
+The loops, rows, chunks (:data:`toolkit.backends.order.CHUNK`) and compile policy
+(:mod:`toolkit.backends.jit`) are :func:`toolkit.backends.cpu.run_segmented`'s, so the results
+are the same, bit for bit, as over a flat buffer holding the same tensors. Every address is
+checked first by a compiled serial pass (:mod:`toolkit.backends.addressed_tables`): nothing is
+written when a check fails.
 
-Public: :func:`run_rule_addressed` (one dtype, float32 or float64),
-:func:`run_rule_addressed_mp` (float16 weights with a float32 master, as
-``cpu.MirrorLauncher``'s one-pass kernel; ``weight="bfloat16"``: bfloat16 weights and
-gradients, :mod:`toolkit.backends.bfloat16`) and :func:`run_noise_addressed` (a noise rule,
-SGLD).
+Public: :func:`run_rule_addressed`, :func:`run_rule_addressed_mp` (float16 or bfloat16 weights
+with a float32 master, :mod:`toolkit.backends.bfloat16`) and :func:`run_noise_addressed` (SGLD).
 """
 from __future__ import annotations
 

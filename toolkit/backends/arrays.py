@@ -1,20 +1,14 @@
 """The array contract: what every backend accepts as weight, gradient and state, checked in one place.
 
-An optimizer step takes numpy arrays (the CPU and reference backends) or CUDA arrays (the CUDA
-backend): numba device arrays and any object that exports ``__cuda_array_interface__`` (CuPy
-arrays, PyTorch CUDA tensors). :func:`describe` reads either kind into one :class:`ArrayDesc`
-(shape, dtype, byte strides, the extent of memory it touches, read-only flag, exported stream),
-and the ``check_*`` functions apply the same rules and messages to both kinds, before any kernel
-runs: floating dtype, writeable, contiguous (C or Fortran order; state arrays in the weight's
-order), matching shapes and dtypes, one kind and one device for all arrays of a step, and no
-overlap between weight, gradient and state arrays.
+A step takes numpy arrays (CPU and reference backends) or CUDA arrays (numba device arrays and
+anything exporting ``__cuda_array_interface__``: CuPy, PyTorch). :func:`describe` reads either
+into one :class:`ArrayDesc`, and the ``check_*`` functions apply the same rules and messages to
+both before any kernel runs (floating dtype, writeable, contiguous, matching shapes and dtypes,
+one kind and device, no overlap).
 
-This module is kind-neutral and imports no backend: device arrays are described from their
-interface alone. What it cannot do from the interface (which device a pointer lives on;
-allocating, converting and copying a numba device array) it asks the operations registered for
-the device kind (:func:`register_kind`): the CUDA backend registers its own when it is imported,
-and ``toolkit.backends`` registers a loader that imports it the first time a device array needs
-them.
+This module imports no backend: what the interface cannot tell (a pointer's device; allocating
+and copying a numba device array) it asks of the operations registered for the kind
+(:func:`register_kind`), which the CUDA backend registers when imported.
 """
 from __future__ import annotations
 

@@ -1,36 +1,22 @@
 """The CUDA backend: the CPU backend's per-element rules compiled by numba-cuda into grid-stride kernels.
 
-The launcher and the public entry of the backend: :class:`Launcher`, the element-wise
-``run``, and the array contract's operations on numba device arrays, here; the kernel families
-live beside it (``cuda_elementwise``, ``cuda_reduce``: LARS norms and LAMB's direction pass,
-``cuda_segmented``, ``cuda_noise``; ``cuda_device``: launch and dtype helpers; ``cuda_rows``)
-and are re-exported from here, where the Trainer and the tests find them.
+:class:`Launcher`, the element-wise ``run`` and the array contract's operations on numba device
+arrays are here; the kernel families (``cuda_elementwise``, ``cuda_reduce``, ``cuda_segmented``,
+``cuda_noise``, ``cuda_rows``; ``cuda_device``: launch and dtypes) are re-exported from here.
 
-The same rule factory that :mod:`toolkit.backends.cpu` compiles with ``numba.njit`` is compiled
-here with ``cuda.jit(device=True)`` and called from a grid-stride kernel over the flattened arrays
-(``rule(w, g, s0, ..., hp) -> (w, s0, ...)``, see the CPU module). One kernel source serves every
-storage dtype: each element is loaded and converted to the compute type (float32 for float16
-storage, else the storage type), updated, and stored back rounded to nearest. With
-``multi_precision`` the float32 master copy is the kernel's weight and the float16 weight is
-written from it in the same pass (the *mirror*), so a multi-precision step is one kernel.
+The rule factory :mod:`toolkit.backends.cpu` compiles with ``numba.njit`` is compiled with
+``cuda.jit(device=True)``. Each element is computed in float32 for float16 storage, else in its
+storage type, and stored rounded to nearest; with ``multi_precision`` the float32 master is the
+kernel's weight and the float16 weight is written in the same pass (the *mirror*).
 
-What is and is not copied: nothing. Weight, gradient and state are read and written where they
-are, through views built from their ``__cuda_array_interface__`` without synchronising on the
-stream they export. Hyperparameters are a tuple of scalars passed as a kernel argument (no
-host-to-device copy). The kernel is enqueued on the caller's stream: an explicit ``stream``
-argument, else the stream the weight exports (CuPy exports its current stream), else for a
-PyTorch tensor PyTorch's current stream (its interface exports none), else the default stream;
-``update`` returns without waiting for it.
-
-Compile policy, in one place (as the CPU backend's): explicit signatures, ``fastmath`` off, on-disk
-cache. numba-cuda contracts ``a*b + c`` into fused multiply-adds; an FMA rounds once, so its
-result lies within the same first-order error bound as the two roundings it replaces
-(``reference.error_bound``): the tests hold CUDA results to the CPU's bound, not a wider one.
-
-This module imports numba-cuda; ``toolkit`` imports it only when a CUDA array or
-``backend="cuda"`` is used (``toolkit.backends.cuda_available`` says whether it can be).
-Under ``NUMBA_ENABLE_CUDASIM=1`` the same kernels run in numba's simulator (in Python, one thread
-at a time: it checks indexing and logic, not FMA, float16 hardware or races).
+Nothing is copied: arrays are used in place through their ``__cuda_array_interface__``,
+hyperparameters are a kernel argument, and the kernel is enqueued on the caller's stream
+(:func:`resolve_stream`) without waiting. Compile policy as the CPU's (explicit signatures, no
+fastmath, on-disk cache); numba-cuda contracts ``a*b + c`` into FMAs, which round once and so
+stay inside the same error bound (``reference.error_bound``): the tests hold CUDA to the CPU's
+bound. Under ``NUMBA_ENABLE_CUDASIM=1`` the kernels run in numba's simulator (logic and
+indexing only, not FMA, float16 hardware or races). ``toolkit`` imports this module only when a
+CUDA array or ``backend="cuda"`` is used (``toolkit.backends.cuda_available``).
 """
 from __future__ import annotations
 

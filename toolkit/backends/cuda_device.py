@@ -1,14 +1,8 @@
-"""The CUDA backend's compile policy and device plumbing, shared by its kernel families.
-
-What every CUDA kernel module (:mod:`toolkit.backends.cuda`, :mod:`toolkit.backends.cuda_rows`)
-needs below its kernels: whether numba's simulator runs them (:data:`SIMULATOR`), the compile
-options (:data:`COMPILE_OPTIONS`: explicit signatures, ``fastmath`` off, on-disk cache), the grid
-(:data:`THREADS`, :func:`launch_config`, :func:`block_cap`), the compute dtype of a storage dtype,
-which device holds an array, the stream a step is enqueued on, flat views over described arrays
-without a copy or a sync (:func:`flat`), and :func:`launch`.
-
-This module imports numba-cuda and :mod:`toolkit.backends.arrays` (the array contract), nothing
-higher; ``toolkit`` imports it only when a CUDA array or ``backend="cuda"`` is used.
+"""The CUDA backend's compile policy and device plumbing, shared by its kernel families: the
+simulator flag (:data:`SIMULATOR`), :data:`COMPILE_OPTIONS`, the grid (:data:`THREADS`,
+:func:`launch_config`, :func:`block_cap`), compute dtypes, devices, streams, flat views without a
+copy or a sync (:func:`flat`) and :func:`launch`. Imports numba-cuda and
+:mod:`toolkit.backends.arrays` only.
 """
 from __future__ import annotations
 

@@ -1,17 +1,11 @@
-"""The CUDA row kernel of :mod:`toolkit.backends.rows`: one block per row.
+"""The CUDA row kernel of :mod:`toolkit.backends.rows`: one block per row (grid-stride over rows).
 
-Each block takes rows ``blockIdx.x, blockIdx.x + gridDim.x, ...``. For a row, every thread sums
-``p*p`` over its columns ``tid, tid + THREADS, ...`` in float64, the block adds the partial sums
-in a fixed tree (so the same inputs give the same bits on every GPU, run after run), thread 0
-applies ``reduce_row`` to the row's state and shares the row's factor through shared memory,
-then every thread updates its columns. Loads are converted to the compute type (float32 for
-float16 storage); with a ``mirror`` the float16 twin of a float32 master weight is written in the
-same pass. Plain ``@cuda.jit`` (shared arrays and ``syncthreads`` only), with the CUDA backend's
-compile policy (:mod:`toolkit.backends.cuda_device`) and a kernel cache of its own.
-
-This module imports numba-cuda: :mod:`toolkit.backends.rows` (the dispatch of a Trainer's row
-step) and the CUDA launcher (:mod:`toolkit.backends.cuda`) import it only when a CUDA step runs.
-It imports only the layers below it (``cuda_device``, ``jit``), never the launcher.
+Every thread sums ``p*p`` over its columns in float64, the block adds the partial sums in a
+fixed tree (the same bits on every GPU, run after run), thread 0 applies ``reduce_row`` and
+shares the factor through shared memory, then every thread updates its columns; float16 storage
+is computed in float32, and a ``mirror`` (the float16 twin of a float32 master) is written in the
+same pass. Compile policy: :mod:`toolkit.backends.cuda_device`. Imported only when a CUDA step
+runs, and importing only the layers below it (``cuda_device``, ``jit``).
 """
 from __future__ import annotations
 

@@ -1,19 +1,11 @@
 """The non-finite guard's pre-pass: does a gradient hold a NaN or an infinity?
 
-``skip_nonfinite=True`` (``Optimizer.update``, ``Trainer.step``; docs/trainer.md, "Skipping
-non-finite gradients") reads every gradient once before the step: one tensor gives one flag,
-a Trainer group's flat gradient buffer one flag per member (a segmented pass over the group's
-chunk table, the layout its update kernels use). The test reads each element's bits: a float
-is a NaN or an infinity exactly when its exponent bits are all ones, an integer test that
-vectorises and has no float exceptions. Float16, float32 and float64 are read as their
-uint16, uint32 and uint64 bits.
-
-CPU: Numba kernels under the CPU backend's compile policy (``jit.COMPILE_OPTIONS``, explicit
-signatures, on-disk cache), serial below ``jit.PARALLEL_THRESHOLD`` elements and parallel
-above, compiled the first time the guard is used (a start-up without it compiles nothing).
-CUDA: one kernel per pass writes one flag per block (one tensor) or per chunk (a group),
-reduced in the block by ``syncthreads_or``; the flags come back in one device-to-host copy,
-the step's one synchronisation (PyTorch's GradScaler makes the same one).
+``skip_nonfinite=True`` (docs/trainer.md, "Skipping non-finite gradients") reads every gradient
+once before the step: one flag per tensor, or per member of a Trainer group (a segmented pass
+over its chunk table). The test is on the bits (all-ones exponent), an integer test that
+vectorises and raises no float exceptions. The CPU kernels follow ``jit``'s policy and compile
+on first use; on CUDA one kernel writes a flag per block or chunk (``syncthreads_or``) and the
+flags come back in one copy, the step's one synchronisation (as PyTorch's GradScaler's).
 """
 from __future__ import annotations
 

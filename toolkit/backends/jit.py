@@ -1,19 +1,15 @@
 """The compile policy and the kernel cache of the Numba CPU kernels, in one place.
 
-Every CPU kernel of :mod:`toolkit.backends` (element-wise, rows, segmented, noise, norms,
-non-finite checks) and of an optimizer module that compiles its own host helper is compiled
-through here: explicit signatures, :data:`COMPILE_OPTIONS` (``error_model="numpy"``: the python
-error model blocks vectorisation; no fastmath; numba's on-disk cache), a serial loop below
-:data:`PARALLEL_THRESHOLD` elements and a ``prange`` loop above it (docs/backends.md, "How the
-CPU kernels are compiled"). Compiled kernels are kept per process in a :class:`KernelCache`
-(:data:`KERNELS` for the CPU; the CUDA modules keep their own).
+Every CPU kernel (of the backends, and an optimizer's own host helper) is compiled here:
+explicit signatures, :data:`COMPILE_OPTIONS` (``error_model="numpy"``: the python error model
+blocks vectorisation; no fastmath; on-disk cache), serial below :data:`PARALLEL_THRESHOLD`
+elements and ``prange`` above (docs/backends.md, "How the CPU kernels are compiled"). Kernels are
+kept per process in a :class:`KernelCache` (:data:`KERNELS`).
 
-numba's on-disk cache keys a kernel by its code and by the pickled bytes of what it closes over.
-A kernel therefore closes over plain Python functions (:func:`inlined`, :func:`by_value`), never
-over jitted dispatchers: a plain function pickles to the same bytes in every process, so a new
-process loads every kernel from the cache (tests/test_startup_cache.py).
-
-This module is the bottom of the backends: it imports numba and numpy, nothing of the toolkit.
+A kernel closes over plain Python functions (:func:`inlined`, :func:`by_value`), never jitted
+dispatchers: numba's on-disk cache keys a kernel by the pickled bytes of its closure, and a plain
+function pickles the same in every process, so a new process loads every kernel from the cache
+(tests/test_startup_cache.py). This module imports nothing of the toolkit.
 """
 from __future__ import annotations
 

@@ -3,19 +3,15 @@ compiled by each backend (``generator(numba.njit(inline="always"))`` on the CPU,
 ``generator(cuda.jit(device=True))`` on CUDA), so every backend draws the same numbers.
 
 ``normal(key, i)`` is draw ``i`` of the stream ``key``; ``stream_key(seed, stream, step)`` makes
-the key of one tensor's draws at one step (in Python integers, on the host). A *noise rule*
-(``rule(w, g, z, hp, aux) -> w``, SGLD's) receives ``z = normal(key, i)`` for its element ``i``
-(the position in C order within its tensor) from the backend's loop.
+the key of one tensor's draws at one step (on the host). A *noise rule* (``rule(w, g, z, hp,
+aux) -> w``, SGLD's) receives ``z = normal(key, i)`` for its element ``i`` (C order).
 
-The transform's ``log`` and ``cos`` are this module's own (:func:`log53`, :func:`cos_0_2pi`), not
-``math.log``/``math.cos``: llvmlite has no vector math library, so on the CPU ``math.log`` and
-``math.cos`` are scalar libm calls, made 8 times per vector, which kept the loop at about 14 ns per
-draw and core (4 ns now). These are float64 arithmetic, comparisons and selects only, so the CPU
-loop vectorises, and they are the same source on every backend (CUDA compiles them with
-``cuda.jit(device=True)``; its simulator runs them as Python): CPU and simulator draw
-bit-identical numbers, a GPU the same up to FMA contraction. Both are within 1 ulp of
-``math.log``/``math.cos`` (tests/test_noise_math.py), the last-ulp freedom the specification
-allows.
+``log`` and ``cos`` are this module's own (:func:`log53`, :func:`cos_0_2pi`): llvmlite has no
+vector math library, so ``math.log``/``math.cos`` are scalar libm calls that keep the CPU loop
+from vectorising (14 ns per draw and core against 4 ns). Being float64 arithmetic and selects
+only, they are the same source on every backend: CPU and simulator draw bit-identical numbers, a
+GPU the same up to FMA contraction. Both are within 1 ulp of ``math.log``/``math.cos``
+(tests/test_noise_math.py), the last-ulp freedom the specification allows.
 """
 from __future__ import annotations
 

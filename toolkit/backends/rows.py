@@ -2,8 +2,8 @@
 history value per row, fed by the mean of the row's squared gradient), on the CPU and on CUDA.
 
 An optimizer supplies a *row rule factory*, ``factory(ftype) -> (prep, reduce_row, apply)``,
-three plain Python functions of scalars using ``math`` only (compiled with ``numba.njit`` inlined
-here, and with ``cuda.jit(device=True)`` for CUDA, as the element-wise rules are)::
+three plain Python functions of scalars using ``math`` only (inlined with ``numba.njit`` here,
+``cuda.jit(device=True)`` for CUDA)::
 
     prep(g, hp) -> p                      the preprocessed gradient element (rescaled, clipped)
     reduce_row(h, s, n, hp) -> (h, a)     the row's new state value and its factor, from its
@@ -11,25 +11,16 @@ here, and with ``cuda.jit(device=True)`` for CUDA, as the element-wise rules are
                                           row length n (a float64)
     apply(w, p, a, hp) -> w               the new weight element
 
-``hp`` is a tuple of per-step hyperparameters in the arithmetic type (rounded from float64 once
-on the host). The sum ``s`` is accumulated in float64 in a fixed order: on the CPU four running
-sums (column ``j`` into sum ``j % 4``) added as ``(s0 + s1) + (s2 + s3)``; on CUDA each thread of
-the row's block sums the columns ``tid, tid + T, ...`` and the block adds the partial sums in a
-fixed tree. Each backend gives the same bits run after run (the two backends may differ in the
-last bit of ``s``, far below the arithmetic's rounding).
+``hp`` is a tuple of per-step hyperparameters in the arithmetic type. ``s`` is summed in float64
+in a fixed order: on the CPU four running sums (column ``j`` into sum ``j % 4``) added as
+``(s0 + s1) + (s2 + s3)``; on CUDA a fixed tree over the block. Each backend gives the same bits
+run after run (the two may differ in the last bit of ``s``, far below the arithmetic's rounding).
 
-Rows: gradient row ``k`` applies to weight row ``rows[k]`` and state row ``rows[k]`` (``rows``:
-int64, sorted and unique; the lazy update of a row-sparse gradient), or, with ``rows`` None,
-gradient row ``k`` to weight row ``k`` for every row (the dense step). Rows not listed are not
-read or written. The weight may be C- or Fortran-ordered (its elements are addressed through
-its row and column strides); the state is ``(rows, 1)``.
-
-CPU: one ``prange`` over the rows above :data:`toolkit.backends.jit.PARALLEL_THRESHOLD` elements,
-serial below, with the CPU backend's compile policy (``jit.COMPILE_OPTIONS``, explicit signatures,
-kernels cached per (rule, dtype, serial/parallel)). CUDA (:mod:`toolkit.backends.cuda_rows`,
-imported only when a CUDA step runs): one block per row, plain ``@cuda.jit``; float16 storage is
-computed in float32, and a float16 twin of a float32 master weight (``mirror``) is written in
-the same pass.
+Gradient row ``k`` applies to weight and state row ``rows[k]`` (``rows``: int64, sorted, unique:
+a lazy row-sparse update), or to row ``k`` when ``rows`` is None; other rows are not touched.
+The weight may be C- or Fortran-ordered; the state is ``(rows, 1)``. The CPU loop is a
+``prange`` over rows above :data:`toolkit.backends.jit.PARALLEL_THRESHOLD` elements; CUDA is
+:mod:`toolkit.backends.cuda_rows`, imported only when a CUDA step runs.
 """
 from __future__ import annotations
 

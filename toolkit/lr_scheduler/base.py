@@ -1,10 +1,5 @@
-"""The base class of the learning-rate schedules and the checks of their arguments.
-
-:class:`LRScheduler` holds MXNet 1.9.1's warmup, the mutable ``base_lr``, the call, and the
-saving, restoring and configuration every schedule shares; ``check_int``, ``check_real`` and
-``check_lr`` check an argument and name it in the error. The package docstring
-(:mod:`toolkit.lr_scheduler`) describes the schedules and their MXNet facts.
-"""
+"""The base class of the learning-rate schedules (MXNet 1.9.1's warmup, the mutable ``base_lr``,
+saving and configuration) and the argument checks, which name the argument in the error."""
 from __future__ import annotations
 
 import math
@@ -78,28 +73,16 @@ class LRScheduler:
         \qquad\qquad
         \text{constant:}\quad \eta(n) = \eta_b
 
-    evaluated in floating point as ``b + ((f - b) * n) / W``. For ``n >= W`` the subclass's decay
-    rule applies (this base class has none: calling it past the warmup raises
-    ``NotImplementedError``, as in MXNet). Write a custom schedule by overriding
-    :meth:`_after_warmup`.
-
-    Glossary (symbol: argument or attribute):
-
-    * :math:`n`: ``num_update``, the update count passed to the call (an integer ``>= 0``).
-    * :math:`W`: ``warmup_steps``.
-    * :math:`\eta_b`: ``warmup_begin_lr``.
-    * :math:`\eta_f`: ``warmup_final_lr``, the ``base_lr`` given to the constructor. It is fixed
-      at construction: overwriting ``base_lr`` later does not move the end of the ramp.
-
-    MXNet 1.9.1 facts (``python/mxnet/lr_scheduler.py:41-66``; docs/mxnet-facts.md, 8):
-    ``warmup_begin_lr > base_lr`` and a ``warmup_mode`` other than ``'linear'``/``'constant'``
-    raise ``ValueError``.
-    The ramp is linear in ``n`` up to ``n = W - 1``; it does not reach ``base_lr`` itself (at
-    ``n = W`` the decay rule takes over).
+    evaluated as ``b + ((f - b) * n) / W``. Glossary: :math:`n` = ``num_update``, :math:`W` =
+    ``warmup_steps``, :math:`\eta_b` = ``warmup_begin_lr``, :math:`\eta_f` =
+    ``warmup_final_lr`` (the constructor's ``base_lr``, fixed: overwriting ``base_lr`` later does
+    not move the end of the ramp). The ramp stops at ``n = W - 1``, short of ``base_lr``. For
+    ``n >= W`` the subclass's :meth:`_after_warmup` applies (here: ``NotImplementedError``, as in
+    MXNet; ``python/mxnet/lr_scheduler.py:41-66``; docs/mxnet-facts.md, 8).
 
     Args:
         base_lr: the learning rate after warmup (before any decay); finite, ``>= 0``. A public,
-            mutable attribute (see the module docstring for the effect of overwriting it).
+            mutable attribute.
         warmup_steps: ``W``, the number of update counts ``0 .. W-1`` in warmup; integer ``>= 0``.
         warmup_begin_lr: ``eta_b``, finite, ``0 <= warmup_begin_lr <= base_lr``.
         warmup_mode: ``'linear'`` or ``'constant'``.
@@ -226,13 +209,10 @@ class LRScheduler:
         """The constructor's arguments, as a new JSON-serialisable ``dict``:
         ``{"type": <class name>, "args": {<argument>: <value>, ...}}``.
 
-        Two schedulers with equal configurations compute the same schedule from the same state
-        (:meth:`state_dict`); ``type(s)(**s.config()["args"])`` builds a fresh one. ``base_lr``
-        is the constructor's value (where the warmup ramp ends), not the current, possibly
-        decayed or overwritten, ``base_lr`` attribute: that one is state. A states file stores
-        the configuration and a Trainer refuses a file whose scheduler configuration differs
-        from its own (``docs/trainer.md``). A subclass whose constructor takes arguments of its
-        own extends ``_config_args`` (or overrides this method) to add them.
+        ``type(s)(**s.config()["args"])`` builds a fresh one. ``base_lr`` is the constructor's
+        value, not the current attribute (that one is state). A Trainer refuses a states file
+        whose scheduler configuration differs from its own (``docs/trainer.md``). A subclass with
+        constructor arguments of its own extends ``_config_args``.
 
         Example:
             >>> FactorScheduler(step=3, factor=0.5, base_lr=1.0).config()["args"]["step"]

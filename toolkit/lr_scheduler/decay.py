@@ -60,28 +60,22 @@ class PolyScheduler(_DecayToFinal):
     it computed, which is :math:`\eta_{\text{final}}` (exactly) once it has been called with
     :math:`n = M`. For :math:`n < W` it returns the warmup rate (:class:`LRScheduler`).
 
-    Glossary:
-
-    * :math:`n`: ``num_update``; :math:`M`: ``max_update``; :math:`W`: ``warmup_steps``;
-      :math:`p`: ``pwr`` (attribute ``power``); :math:`\eta_{\text{final}}`: ``final_lr``.
-    * :math:`\eta_0`: attribute ``base_lr_orig``, the ``base_lr`` given to the constructor. It is
-      fixed: an optimizer overwriting ``base_lr`` does not change the decayed values.
-    * ``base_lr``: attribute, the last value computed (the constructor's ``base_lr`` before the
-      first decayed value).
+    Glossary: :math:`n` ``num_update``; :math:`M` ``max_update``; :math:`W` ``warmup_steps``;
+    :math:`p` ``pwr`` (attribute ``power``); :math:`\eta_{\text{final}}` ``final_lr``;
+    :math:`\eta_0` attribute ``base_lr_orig``, the constructor's ``base_lr`` (fixed: an optimizer
+    overwriting ``base_lr`` does not change the decayed values); attribute ``base_lr``, the last
+    value computed.
 
     Notes on MXNet 1.9.1 (``python/mxnet/lr_scheduler.py:190-236``; docs/mxnet-facts.md, 8):
 
-    * MXNet's docstring says the rate is ``final_lr + (start_lr - final_lr)*(1-nup/max_nup)^pwr
-      if nup < max_nup, 0 otherwise``. It is never 0 by that rule: past ``max_update`` the last
-      computed value is held (normally ``final_lr``), and the ramp is over ``n - W`` and
-      ``M - W``, not ``n`` and ``M``.
-    * If the first call after construction (or after an optimizer overwrote ``base_lr``) already
-      has ``n > max_update``, the returned value is the current ``base_lr``, not ``final_lr``:
-      restore a resumed run with :meth:`load_state_dict`.
-    * We require ``warmup_steps < max_update`` and ``pwr > 0``. With ``warmup_steps ==
-      max_update`` MXNet raises ``ZeroDivisionError`` at ``n == max_update``; with
-      ``warmup_steps > max_update`` it never decays (after the warmup it returns ``base_lr``);
-      ``pwr <= 0`` never reaches ``final_lr`` (``pwr < 0`` divides by zero at ``max_update``).
+    * MXNet's docstring says ``final_lr + (start_lr - final_lr)*(1-nup/max_nup)^pwr if nup <
+      max_nup, 0 otherwise``: in fact the last value is held past ``max_update``, and the ramp is
+      over ``n - W`` and ``M - W``.
+    * A first call (after construction, or after ``base_lr`` was overwritten) with ``n >
+      max_update`` returns the current ``base_lr``: restore a resumed run with
+      :meth:`load_state_dict`.
+    * ``warmup_steps < max_update`` and ``pwr > 0`` are required: otherwise MXNet divides by zero
+      or never decays.
 
     Args:
         max_update: :math:`M`, an integer ``>= 1`` and ``> warmup_steps``.
@@ -135,23 +129,13 @@ class CosineScheduler(_DecayToFinal):
     value it computed, which is :math:`\eta_{\text{final}}` (exactly: ``cos(pi) == -1.0``) once it
     has been called with :math:`n = M`. For :math:`n < W` it returns the warmup rate.
 
-    Glossary:
-
-    * :math:`n`: ``num_update``; :math:`M`: ``max_update``; :math:`W`: ``warmup_steps``;
-      :math:`\eta_{\text{final}}`: ``final_lr``.
-    * :math:`\eta_0`: attribute ``base_lr_orig``, the ``base_lr`` given to the constructor, fixed
-      (an optimizer overwriting ``base_lr`` does not change the decayed values; verified on MXNet
-      1.9.1: ``Adam(lr_scheduler=CosineScheduler(base_lr=1.0))`` still decays from 1.0,
-      ``tests/data/mxnet/facts.json`` key ``adam_cosine_lr_used``).
-    * ``base_lr``: attribute, the last value computed.
+    Glossary: as :class:`PolyScheduler`'s (:math:`\eta_0` = ``base_lr_orig`` is fixed; verified
+    on MXNet 1.9.1, ``tests/data/mxnet/facts.json`` key ``adam_cosine_lr_used``).
 
     Notes on MXNet 1.9.1 (``python/mxnet/lr_scheduler.py:238-281``; docs/mxnet-facts.md, 8):
-
-    * MXNet's docstring says ``... if nup < max_nup, 0 otherwise`` and presents ``max_update`` as
-      the point where the rate has decayed to zero. The schedule ends at ``final_lr``, and past
-      ``max_update`` the last computed value is held, not 0.
-    * The same first-call-past-``max_update`` rule and the same stricter checks
-      (``warmup_steps < max_update``) as :class:`PolyScheduler` apply.
+    MXNet's docstring says ``... if nup < max_nup, 0 otherwise``, but the schedule ends at
+    ``final_lr`` and holds the last value past ``max_update``; the first-call rule and the checks
+    are :class:`PolyScheduler`'s.
 
     Args:
         max_update: :math:`M`, an integer ``>= 1`` and ``> warmup_steps``.

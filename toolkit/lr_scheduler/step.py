@@ -23,34 +23,25 @@ class FactorScheduler(LRScheduler):
         \eta_0 = \eta_{\text{base}}, \quad
         \eta_{j+1} = \max(\eta_j \cdot \gamma,\ \eta_{\text{stop}})
 
-    so in exact arithmetic :math:`\eta(n) = \max(\eta_{\text{base}} \gamma^{k}, \eta_{\text{stop}})`
-    for :math:`k \ge 1` and :math:`\eta_{\text{base}}` for :math:`k = 0`. In floating point
-    :math:`\eta_k` is a *repeated product* (``lr = lr * factor`` once per decay, rounded each
-    time), not ``base_lr * factor ** k``; the two differ in the last bits for most factors (e.g.
-    0.9), and the repeated product is what MXNet returns. The decays are triggered by
-    ``n > count + step`` (``count`` = ``k * step`` so far), so the rate changes on the update
-    *after* each multiple of ``step``: with ``step = 3`` the first decay is at ``n = 4``.
+    :math:`\eta_k` is a *repeated product* (``lr = lr * factor``, rounded each time), not
+    ``base_lr * factor ** k``: they differ in the last bits for most factors, and MXNet returns
+    the product. A decay happens when ``n > count + step``, so the rate changes on the update
+    *after* each multiple of ``step`` (``step = 3``: first at ``n = 4``).
 
-    Glossary:
-
-    * :math:`n`: ``num_update``; :math:`s`: ``step``; :math:`\gamma`: ``factor``;
-      :math:`\eta_{\text{stop}}`: ``stop_factor_lr``; :math:`W`: ``warmup_steps``.
-    * :math:`\eta_{\text{base}}`: ``base_lr`` as it stands when decay starts (an optimizer may
-      have overwritten the constructor's value; the warmup ramp still ends at the constructor's).
-    * ``count``: attribute, the update count at which the last decay was applied
-      (``k(n) * step``).
+    Glossary: :math:`n` ``num_update``; :math:`s` ``step``; :math:`\gamma` ``factor``;
+    :math:`\eta_{\text{stop}}` ``stop_factor_lr``; :math:`W` ``warmup_steps``;
+    :math:`\eta_{\text{base}}` ``base_lr`` when decay starts (possibly overwritten by an
+    optimizer); ``count``, an attribute, the update count of the last decay (``k(n) * step``).
 
     Notes on MXNet 1.9.1 (``python/mxnet/lr_scheduler.py:86-129``; docs/mxnet-facts.md, 8):
 
-    * MXNet's docstring gives ``base_lr * pow(factor, floor(num_update/step))``. That is off by
-      one at every multiple of ``step``: with ``step=3, factor=0.5`` it promises 0.5 at ``n=3``,
-      MXNet returns 1.0 (the rate is ``k = ceil(n/step) - 1`` decays, above).
-    * The decay counts from the raw ``n``, not from ``n - warmup_steps``: with ``warmup_steps=4,
-      step=3`` the first rate after warmup (``n=4``) is already decayed once.
-    * ``stop_factor_lr`` is a clamp applied after each multiplication, not a "stop": if
-      ``base_lr < stop_factor_lr`` the first decay *raises* the rate to ``stop_factor_lr``.
-    * A smaller ``n`` after a larger one returns the current rate (decays are never undone); a
-      jump forward applies every decay in between, bit for bit as stepping one by one.
+    * MXNet's docstring gives ``base_lr * pow(factor, floor(num_update/step))``, off by one at
+      every multiple of ``step`` (``step=3, factor=0.5``: 0.5 promised at ``n=3``, 1.0 returned).
+    * The decay counts from the raw ``n``, not ``n - warmup_steps``.
+    * ``stop_factor_lr`` is a clamp after each multiplication: if ``base_lr < stop_factor_lr``
+      the first decay *raises* the rate to it.
+    * Decays are never undone by a smaller ``n``; a jump forward applies every decay in between,
+      bit for bit as stepping one by one.
 
     Args:
         step: ``s``, an integer ``>= 1`` (MXNet also accepts floats; we require an integer).
@@ -131,26 +122,20 @@ class MultiFactorScheduler(LRScheduler):
         k(n) = \#\{\, i : n > s_i \,\}, \qquad \eta(n) = \eta_{k(n)}, \qquad
         \eta_0 = \eta_{\text{base}}, \quad \eta_{j+1} = \eta_j \cdot \gamma
 
-    (a repeated product, rounded at each decay, as in :class:`FactorScheduler`; there is no
-    floor). The comparison is strict: the rate drops on update ``s_i + 1``.
+    (a repeated product, as in :class:`FactorScheduler`, without a floor). The comparison is
+    strict: the rate drops on update ``s_i + 1``.
 
-    Glossary:
-
-    * :math:`n`: ``num_update``; :math:`s_0 < s_1 < \dots`: ``step``; :math:`\gamma`: ``factor``;
-      :math:`W`: ``warmup_steps``.
-    * :math:`\eta_{\text{base}}`: ``base_lr`` as it stands when decay starts (an optimizer may
-      have overwritten it; the warmup ramp still ends at the constructor's value).
-    * ``cur_step_ind``: attribute, :math:`k`, the number of steps passed so far; ``count``:
-      attribute, the last step passed (``step[k-1]``, or 0).
+    Glossary: :math:`n` ``num_update``; :math:`s_0 < s_1 < \dots` ``step``; :math:`\gamma`
+    ``factor``; :math:`W` ``warmup_steps``; :math:`\eta_{\text{base}}` ``base_lr`` when decay
+    starts; attributes ``cur_step_ind`` (:math:`k`, the steps passed) and ``count`` (the last
+    step passed, ``step[k-1]``, or 0).
 
     Notes on MXNet 1.9.1 (``python/mxnet/lr_scheduler.py:131-188``; docs/mxnet-facts.md, 8):
 
-    * MXNet's docstring says the rate is ``base_lr * factor**(k+1)`` when
-      ``step[k] <= num_update < step[k+1]``. The code compares strictly, so the rate is
-      ``base_lr * factor**(k+1)`` when ``step[k] < num_update <= step[k+1]``: at
-      ``num_update == step[k]`` the rate has not dropped yet.
-    * Decays count from the raw ``n``, not from ``n - warmup_steps``; decays are never undone by
-      a smaller ``n``; a jump forward applies every decay in between.
+    * MXNet's docstring says ``base_lr * factor**(k+1)`` when ``step[k] <= num_update <
+      step[k+1]``; the code compares strictly (``step[k] < num_update <= step[k+1]``).
+    * As for :class:`FactorScheduler`: decays count from the raw ``n``, are never undone, and a
+      jump forward applies every decay in between.
 
     Args:
         step: a non-empty list or tuple of strictly increasing integers ``>= 1``.

@@ -1,17 +1,12 @@
-"""``verify``'s cases, drawn by index: case ``k`` of a run is a function of ``(seed, domain, k)``
-alone, so the cases of ``verify(examples=N, seed=s)`` are the first ``N`` of those of any
-``examples=M > N`` at the same seed, and more examples never turn a failure into a pass.
+"""``verify``'s cases, drawn by index: case ``k`` is a function of ``(seed, domain, k)`` alone
+(its own numpy generator), so the cases of ``examples=N`` are the first ``N`` of any larger
+count's and more examples never turn a failure into a pass.
 
-Each case has its own numpy generator, keyed by the seed, the domain and its index. The draw
-keeps the aim of the search space (:mod:`toolkit.oracle.space`): a hyperparameter lands on an
-end of its range (the edges of a decade range, 0 and 1 of an interval) or right beside it a
-fifth of the time, a choice (:class:`~toolkit.oracle.space.OneOf`: momentum 0, clipping off)
-is taken as often as its other options, and weights and gradients spread over the decades of
-their dtype with exact zeros and the ends of the decades.
-
-The arguments of a draw are checked here too: the dtype (:func:`check_dtype`), a count
-(:func:`check_count`) and the pinned hyperparameters (:func:`check_fixed`, by the optimizer's
-own constructor, which also decides whether a drawn case is taken: :func:`constructible`).
+The draw keeps the aim of the search space (:mod:`toolkit.oracle.space`): a hyperparameter lands
+on or beside an end of its range a fifth of the time, a :class:`~toolkit.oracle.space.OneOf`
+choice as often as each other option, and weights and gradients spread over their dtype's
+decades with exact zeros. The arguments of a draw are checked here too (:func:`check_dtype`,
+:func:`check_count`, :func:`check_fixed`, :func:`constructible`).
 """
 from __future__ import annotations
 

@@ -1,20 +1,12 @@
 """``mxopt audit`` and :func:`toolkit.oracle.audit`: the conformance table of other frameworks'
 optimizers.
 
-For every framework installed beside the toolkit that has an adapter module
-(:mod:`toolkit.oracle.frameworks`: ``torch``, ``optax``), every adapter (a framework optimizer in
-one configuration, audited as a toolkit optimizer) and every dtype it is audited in:
-:func:`~toolkit.oracle.identify` names the conventions it follows (or the closest), then
-:func:`~toolkit.oracle.verify` checks it under each (:func:`_audit_row`). A row of the table
-(:class:`AuditRow`) holds the convention, the verdict, the worst normalised error in the usual
-and the full domain, the explanation of a failure and its case (:func:`verdict_of`). The report
-(:class:`AuditReport`) carries the rows and the versions audited; ``to_markdown()`` is the table
-published in docs/conformance.md, ``to_dict()`` its JSON (``AuditReport.from_dict`` reads it
-back).
-
-A framework whose float64 needs a process-wide switch (JAX's x64) is audited in that dtype in a
-subprocess (``python -m toolkit.oracle.frameworks ...``, :func:`worker`) with the environment its
-adapter module names. Progress goes to stderr, one line per row.
+For every installed framework with an adapter module (:mod:`toolkit.oracle.frameworks`), every
+adapter and dtype: :func:`~toolkit.oracle.identify` names the conventions it follows, then
+:func:`~toolkit.oracle.verify` checks it under each. :class:`AuditReport` holds the rows
+(:class:`AuditRow`); ``to_markdown()`` is the table of docs/conformance.md, ``to_dict()`` its
+JSON. A framework whose float64 needs a process-wide switch (JAX's x64) is audited in a
+subprocess (``python -m toolkit.oracle.frameworks ...``, :func:`worker`).
 """
 from __future__ import annotations
 
@@ -52,14 +44,12 @@ END = "<!-- end of the audit's table -->"
 
 @dataclass
 class AuditRow:
-    """One framework optimizer in one dtype: ``convention`` it follows (identified and
-    verified; None, with the ``closest``, when it follows none), ``matches`` every convention
-    identified and verified, ``passed`` under ``convention`` (or ``closest``), the worst
-    normalised error in the ``usual`` domain (None where the oracle reports no domains;
-    ``usual_pinned`` says what its cases held outside the usual ranges, a value the adapter
-    pins there, as the verify report's ``DomainVerdict.pinned``) and the ``full`` one, the ``region`` of a failure in the full domain only, the ``explanation``
-    of a failure and its ``case`` (hyperparameters, step, expected, got), ``failure`` the
-    framework's own exception, if any."""
+    """One framework optimizer in one dtype: the ``convention`` it follows (None, with the
+    ``closest``, when none), ``matches`` (every convention identified and verified), ``passed``,
+    the worst normalised error in the ``usual`` (None where the report has no domains;
+    ``usual_pinned``: what its cases held outside the usual ranges) and ``full`` domains, the
+    ``region`` of a failure in the full domain only, the ``explanation`` and ``case`` of a
+    failure, and ``failure``, the framework's own exception, if any."""
     framework: str
     label: str
     optimizer: str
@@ -158,11 +148,8 @@ def _case_text(r):
 
 def verdict_of(report):
     """What a row takes from a :class:`~toolkit.oracle.VerifyReport`: ``{"passed", "usual",
-    "full", "usual_pinned", "region", "explanation", "case"}``: the worst normalised error of
-    each domain (and what the usual one's cases held outside the usual ranges), the
-    region of a failure of the full domain only, the explanation of a failure (its kind and
-    text: another convention, a variant of the same equations, or another algorithm) and its
-    worst case. The one place that reads a report for the table."""
+    "full", "usual_pinned", "region", "explanation", "case"}``. The one place that reads a
+    report for the table."""
     usual, full = report.domains["usual"], report.domains["full"]
     explained = report.explanation
     if explained is not None:

@@ -1,17 +1,8 @@
 """``verify``: check a user's optimizer against the oracle on drawn cases, after the
-discriminating cases of the known variants, and explain a failure. ``toolkit.oracle`` (the
-package) is the oracle's public face; the audit of other frameworks
-(:mod:`toolkit.oracle.conformance`) builds on it.
-
-The rest of the oracle, by responsibility: ``identify`` (:mod:`~toolkit.oracle.identification`),
-drawing cases and checking their arguments (:mod:`~toolkit.oracle.cases`), the reference
-trajectory and the comparison in rounding bounds (:mod:`~toolkit.oracle.trajectory`), the
-explanation of a failure (:mod:`~toolkit.oracle.explanation`), the discriminating cases
-(:mod:`~toolkit.oracle.discriminating`), the reports and their summaries
-(:mod:`~toolkit.oracle.reports`), running the user's code (:mod:`~toolkit.oracle.user`), the
-known variants (:mod:`~toolkit.oracle.variants`), the search space (:mod:`~toolkit.oracle.space`),
-the installed packages (:mod:`~toolkit.oracle.installed`) and the oracle's own errors
-(:mod:`~toolkit.oracle.errors`).
+discriminating cases of the known variants, and explain a failure. The other responsibilities
+have their own modules of this package (``identification``, ``cases``, ``trajectory``,
+``explanation``, ``discriminating``, ``reports``, ``user``, ``variants``, ``space``,
+``installed``, ``errors``); :mod:`toolkit.oracle.conformance` builds the audit on ``verify``.
 """
 from __future__ import annotations
 
@@ -65,13 +56,11 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
         The precision of the inputs handed to the implementation and of the error bound.
     examples : int
         How many cases are drawn over the full domain (each a fresh ``make_step`` and 1
-        to 4 steps). Case ``k`` depends on the seed, the domain and ``k`` only
-        (:mod:`toolkit.oracle.cases`): the cases of ``examples=N`` are the first ``N`` of any
-        larger count's, so more examples never turn a failure into a pass.
+        to 4 steps); the cases of ``examples=N`` are the first ``N`` of any larger count's
+        (:mod:`toolkit.oracle.cases`).
     seed : int or "random"
-        The seed of the draw: by default :data:`DEFAULT_SEED`, so every run draws the same
-        cases and gives the same verdict (in any process). ``"random"`` draws a fresh seed;
-        the report records the seed used either way.
+        The seed of the draw (default :data:`DEFAULT_SEED`: the same verdict every run);
+        ``"random"`` draws a fresh one. The report records it.
     usual_examples : int, optional
         How many cases a second run draws over the usual domain (``Spec.usual``; default
         ``max(1, examples // 2)``). An optimizer whose spec gives no usual ranges has one domain,
@@ -96,15 +85,11 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
         Called with the number of cases run so far after each case (the command line shows
         it on a terminal).
 
-    Before its drawn cases each domain runs the discriminating cases of the known variants
-    that apply under ``convention`` (:mod:`toolkit.oracle.discriminating`: found once per
-    process, the same at every count and seed, with ``fixed`` pinned), so a variant some case
-    tells apart fails at any count; a variant the pins leave no such case for is named in
-    ``report.indistinguishable`` ("indistinguishable under these pins").
-
-    A failed run is explained (``report.explanation``): its cases are compared with the other
-    conventions and with each known variant of the equations its spec declares; a failure in
-    the full domain only is located (``report.region``).
+    Each domain first runs the discriminating cases of the known variants that apply under
+    ``convention`` (:mod:`toolkit.oracle.discriminating`), so a variant some case tells apart
+    fails at any count; one the pins leave no such case for is named in
+    ``report.indistinguishable``. A failed run is explained (``report.explanation``) and a
+    failure in the full domain only is located (``report.region``).
     """
     ref = reference_module(optimizer)
     implemented, pytorch = conventions_of(optimizer)
@@ -198,13 +183,10 @@ def _domain_verdict(run, pinned=None):
 
 def _verify_run(impl, ref, convention, fixed, dt, examples, seed, domain="full",
                 ranges=None):
-    """One run of ``verify`` over ``domain``: the discriminating cases of the variants that
-    apply under ``convention`` (:mod:`toolkit.oracle.discriminating`: the same at every seed
-    and count), then cases 0 to ``examples - 1`` of ``seed`` (:func:`toolkit.oracle.cases.draw`:
-    case ``k`` depends on the seed, the domain and ``k`` only, so a run's cases are the first
-    of any longer run's), to the first outright failure. ``{"worst", "record", "failure", "n",
-    "discriminating", "seen"}`` (``n``: the drawn cases run; ``seen``: every case with the
-    user's outputs and its error, for :func:`_passing_convention` and
+    """One run of ``verify`` over ``domain``: the discriminating cases, then drawn cases 0 to
+    ``examples - 1`` of ``seed``, to the first outright failure. ``{"worst", "record",
+    "failure", "n", "discriminating", "seen"}`` (``n``: the drawn cases run; ``seen``: every
+    case with the user's outputs and its error, for :func:`_passing_convention` and
     :func:`toolkit.oracle.explanation.explain`)."""
     hyper_space = _space.hyper_space(ref.NAME, fixed, domain, ranges)
     klass = _cases.optimizer_class(ref.NAME)

@@ -1,30 +1,20 @@
 """The discriminating cases of the known variants: for an optimizer, a convention, a dtype, a
 domain and the pinned hyperparameters, one case per declared variant
 (:mod:`toolkit.oracle.variants`) on which that variant lies beyond the rounding bound of the
-convention's equations. :func:`~toolkit.oracle.verify` runs them before its drawn cases, at
-every example count and seed, so a variant some case tells apart is caught however few cases
-are drawn (and the drawn cases after them stay a prefix of any longer run's).
+convention's equations. :func:`~toolkit.oracle.verify` runs them before its drawn cases, so a
+variant some case tells apart is caught however few cases are drawn.
 
-The candidates are the cases of :func:`toolkit.oracle.cases.draw` at :data:`SEARCH_SEED`
-(indices 0 to :data:`BUDGET` - 1). A variant the reference writes as other values (the
-hyperparameters' precision, a term elsewhere) takes the first candidate its trajectory lies
-more than :data:`MARGIN` bounds from, else the worst beyond one bound; one it writes as a wider
-bound around the same value (a rounding: constants in the dtype) is scored by how many times
-the convention's bound its bound is, over :data:`SPREAD` (a measure, not a proof:
-:data:`NOT_GUARANTEED`), but the lerp, whose rounding every implementation in the dtype makes
-alike, is scored by its trajectory with ``1 - beta1`` rounded to the dtype (:data:`CONCRETE`,
-over :data:`CONCRETE_BUDGET` candidates, only beyond the margin). A variant with no such
-candidate is indistinguishable there
+Candidates are the cases of :func:`toolkit.oracle.cases.draw` at :data:`SEARCH_SEED` (indices 0
+to :data:`BUDGET` - 1). A variant written as other values takes the first candidate beyond
+:data:`MARGIN` bounds, else the worst beyond one; one written as a wider bound is scored by the
+ratio of bounds over :data:`SPREAD` (a measure, not a proof: :data:`NOT_GUARANTEED`), except
+those in :data:`CONCRETE`. A variant with no such candidate is indistinguishable there
 (:func:`indistinguishable`; docs/oracle.md's table, :func:`markdown`).
 
-The chosen indices of every setting without pins are stored in
-:mod:`toolkit.oracle._discriminating_indices` (written with the table by :func:`write`,
+The indices of every setting without pins are stored in
+:mod:`toolkit.oracle._discriminating_indices` (written by :func:`write`,
 ``python -m toolkit.oracle.discriminating``); pinned settings are searched once per process.
-:func:`variant_make_step` is a variant as an implementation (the reference's own step of it,
-rounded to the dtype): what the tests plant to check that every such variant is caught.
-
-The search runs ``verify``'s own reference trajectory and comparison
-(:mod:`toolkit.oracle.trajectory`) on ``verify``'s cases (:mod:`toolkit.oracle.cases`).
+:func:`variant_make_step` is a variant as an implementation, which the tests plant.
 """
 from __future__ import annotations
 
@@ -55,22 +45,19 @@ MARGIN = 4.0
 SPREAD = 64.0
 #: variants that are the convention's own equations in float64 (:mod:`toolkit.oracle.variants`)
 SAME_IN_FLOAT64 = _variants.SAME_IN_FLOAT64
-#: variants written as a wider bound whose rounding every implementation in the dtype makes the
-#: same way: the lerp ``m + c*(g - m)`` takes ``c = 1 - beta1`` rounded to the dtype (numpy's
-#: float32 arithmetic and torch's ``lerp_`` alike), so it is scored as a variant written as other
-#: values, by the trajectory with that rounded constant (:func:`_in_dtype`), over
-#: :data:`CONCRETE_BUDGET` candidates (its corner, beta1 near 0 after a moment much larger than
-#: the gradient, is rarer than the others'); only a candidate beyond :data:`MARGIN` counts (the
-#: implementation's other roundings can land a case between 1 and the margin either side of
-#: the bound: a numpy Adamax in torch's convention passes one at 2.9 bounds)
+#: variants written as a wider bound whose rounding every implementation in the dtype makes
+#: alike: the lerp ``m + c*(g - m)`` takes ``c = 1 - beta1`` rounded to the dtype (numpy float32
+#: and torch's ``lerp_``), so it is scored by the trajectory with that constant
+#: (:func:`_in_dtype`) over :data:`CONCRETE_BUDGET` candidates (its corner is rare), and only
+#: beyond :data:`MARGIN`: other roundings can land a case between 1 and the margin either way
+#: (a numpy Adamax in torch's convention passes one at 2.9 bounds)
 CONCRETE = ("lerp",)
 CONCRETE_BUDGET = 256
 #: ``(optimizer, variant, convention, dtype)`` whose cases, chosen by the width of the
 #: variant's bound, do not make an implementation of it fail (measured with the numpy
-#: implementations of tests/test_oracle_discriminating_more.py): run first like the others, but
-#: shown as "not guaranteed" in docs/oracle.md's table. A float16 AdamW with float16 bias
-#: corrections rounds inside torch's convention's bound on its case: there the bound of
-#: float16's own roundings (epsilon, the learning rate) is wider than the constants' effect.
+#: implementations of tests/test_oracle_discriminating_more.py): run like the others, shown as
+#: "not guaranteed" in docs/oracle.md's table. (A float16 AdamW with float16 bias corrections
+#: stays inside torch's convention's bound: float16's own roundings are wider there.)
 NOT_GUARANTEED = (("adamw", "constants_in_dtype", "pytorch", "float16"),)
 
 

@@ -1,18 +1,13 @@
 """The toolkit's own top-level packages (``toolkit``, ``reference``) as installed, whatever a
-user keeps beside their code.
+user keeps beside their code: a user's ``reference.py`` (or ``toolkit.py``) first on
+``sys.path`` would otherwise stand in for ours.
 
-A user's ``reference.py`` (or ``toolkit.py``, or a package of either name) beside their code or in
-a pytest rootdir would otherwise stand in for ours once its folder is first on ``sys.path``:
-``import reference.adam`` then failed with "'reference' is not a package". Two seams:
-
-* :func:`ensure_reference` makes ``sys.modules["reference"]`` the installed package (loaded from
-  beside the toolkit), so every ``reference.<name>`` import of the oracle resolves to ours
-  whatever ``sys.path`` holds. A user's module that imported its own ``reference`` keeps it (it
-  holds the module object); a later ``import reference`` gets ours.
-* :func:`user_folder` runs the import of a user's file with its folder first on ``sys.path`` and
-  our packages out of ``sys.modules`` where that folder has modules of their names, so the
-  user's own imports resolve as when they run their code; afterwards ours are back and the
-  folder is last on ``sys.path`` (the user's later imports of siblings still resolve).
+* :func:`ensure_reference` makes ``sys.modules["reference"]`` the installed package, so every
+  ``reference.<name>`` import of the oracle resolves to ours (a user's module that already
+  imported its own keeps it).
+* :func:`user_folder` imports a user's file with its folder first on ``sys.path`` and ours out
+  of ``sys.modules`` where that folder shadows them, so the user's imports resolve as when they
+  run their code; afterwards ours are back and the folder is last on ``sys.path``.
 """
 from __future__ import annotations
 

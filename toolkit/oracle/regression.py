@@ -1,13 +1,9 @@
 """The oracle's side of a regression test of a user's optimizer: its fixed cases, the
-reference's weights on them, and the user's ``make_step`` run on them.
-
-``mxopt regress record --target`` (:mod:`toolkit.tools.regress.users`) stores what
-:func:`cases` and :func:`reference_weights` give, and :func:`run_user`'s weights, so that a
-later run can say which weights moved and whether toward or away from the reference. The cases
-are ``verify``'s (:func:`toolkit.oracle.cases.draw` at the same seed and domain: case ``k`` is
-the same in every run and every process); the reference is the float64 oracle evaluated as
-``verify`` evaluates it for ``dtype`` (:func:`reference.error_bound.track`: a convention that
-forms its constants in the dtype forms them there), free-running from the case's weight.
+reference's weights on them, and the user's ``make_step`` run on them (stored by
+``mxopt regress record --target``, :mod:`toolkit.tools.regress.users`). The cases are
+``verify``'s (:func:`toolkit.oracle.cases.draw`); the reference is evaluated as ``verify``
+evaluates it for ``dtype`` (:func:`reference.error_bound.track`), free-running from the case's
+weight.
 """
 from __future__ import annotations
 

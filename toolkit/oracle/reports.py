@@ -42,16 +42,15 @@ def versions():
 
 @dataclass(frozen=True)
 class Explanation:
-    """Why a :func:`verify` run failed, found by re-running its cases (the same seed's) under the
-    other conventions and under each known variant of the equations the optimizer's spec
-    declares (:mod:`toolkit.oracle.variants`).
+    """Why a :func:`verify` run failed, found by re-running its cases under the other
+    conventions and under each known variant the optimizer's spec declares
+    (:mod:`toolkit.oracle.variants`).
 
-    ``kind``: ``"convention"`` (it passes another convention: ``convention`` names it, pass
-    ``convention=...``), ``"variant"`` (it passes variant ``variant`` of the equations of
-    ``convention``: the same equations rounded or written differently) or ``"algorithm"`` (no
-    other convention and no known variant passes: another algorithm, or a bug; ``variant`` and
-    ``convention`` None). ``text``: one readable line. ``max_error``: the worst normalised error
-    of the run's cases under the explanation (<= 1), or, for ``"algorithm"``, the run's own."""
+    ``kind``: ``"convention"`` (it passes ``convention``), ``"variant"`` (it passes variant
+    ``variant`` of ``convention``'s equations) or ``"algorithm"`` (neither: another algorithm,
+    or a bug; ``variant`` and ``convention`` None). ``text``: one readable line. ``max_error``:
+    the worst normalised error of the run's cases under the explanation (<= 1), or, for
+    ``"algorithm"``, the run's own."""
     kind: str
     variant: str | None
     convention: str | None
@@ -66,18 +65,11 @@ class Explanation:
 
 @dataclass(frozen=True)
 class DomainVerdict:
-    """The verdict of :func:`verify` over one domain of the hyperparameters (``"usual"``: the
-    ranges people train with, ``Spec.usual``; ``"full"``: everything the oracle explores,
-    ``Spec.space``): ``passed``, ``max_error`` (normalised, as :class:`VerifyReport`'s),
-    ``examples`` run and the ``worst`` case (a dict as ``VerifyReport.worst``, or None).
-
-    ``pinned``: in the usual domain, the values ``fixed`` pins outside their usual ranges, which
-    every one of its cases holds ("beta1 pinned at 1e-10, outside its usual range [0.5, 0.99]"),
-    else None; the summary then names the domain by them, not as the plain usual one.
-
-    ``discriminating``: how many discriminating cases of the known variants ran before the
-    ``examples`` drawn ones (:mod:`toolkit.oracle.discriminating`; the same at every count and
-    seed)."""
+    """The verdict of :func:`verify` over one domain (``"usual"``: ``Spec.usual``, the ranges
+    people train with; ``"full"``: ``Spec.space``): ``passed``, ``max_error``, ``examples`` and
+    the ``worst`` case (or None). ``pinned``: in the usual domain, the values ``fixed`` pins
+    outside their usual ranges (the summary names the domain by them), else None.
+    ``discriminating``: how many discriminating cases ran before the drawn ones."""
     passed: bool
     max_error: float
     examples: int
@@ -95,25 +87,18 @@ class DomainVerdict:
 @dataclass
 class VerifyReport:
     """The verdict of :func:`verify`. ``max_error`` is normalised (<= 1: within the rigorous
-    rounding bound of the dtype); ``worst`` the case with the largest error (hyperparameters,
-    inputs up to the step, the step, the element, expected against got); ``failure`` the
-    user's exception or bad output (a complex or non-numeric result included), if any;
-    ``passes_under`` another convention the implementation passes on the same seed and number
-    of examples when it fails this one (then ``convention=passes_under`` is what to ask for);
-    ``seed`` the seed the cases were drawn with (``verify(..., seed=report.seed)`` repeats the
-    run) and ``versions`` the packages it ran with (:func:`versions`).
+    rounding bound of the dtype); ``worst`` the case with the largest error; ``failure`` the
+    user's exception or bad output, if any; ``passes_under`` another convention the
+    implementation passes when it fails this one; ``seed`` (``verify(..., seed=report.seed)``
+    repeats the run) and ``versions`` (:func:`versions`).
 
-    ``passed`` is both domains' verdict (the usual domain's cases are drawn apart from the
-    full domain's, which may not meet them), ``max_error`` and ``worst`` the worse domain's,
-    ``examples`` the full domain's count; ``domains`` holds both verdicts,
-    ``{"usual": DomainVerdict, "full": DomainVerdict}`` (a value ``fixed`` pins outside its usual
-    range is in both domains' cases: the usual verdict's ``pinned`` names it). ``region``, when
-    the usual domain passes and the full one fails, where the failure lies (found
-    by bisecting the worst case's hyperparameters towards their usual ranges: "only for beta1 <
-    1.1e-05"), else None. ``explanation`` (:class:`Explanation`) says why a run failed, None when
-    both domains pass or the implementation failed outright (``failure``).
-    ``indistinguishable``: the known variants that ``fixed`` leaves no discriminating case for
-    (:mod:`toolkit.oracle.discriminating`; without the pins some case tells them apart)."""
+    ``passed`` is both domains' verdict, ``max_error`` and ``worst`` the worse domain's,
+    ``examples`` the full domain's count; ``domains`` is ``{"usual": DomainVerdict, "full":
+    DomainVerdict}``. ``region``: when only the full domain fails, where the failure lies
+    (bisected towards the usual ranges: "only for beta1 < 1.1e-05"), else None.
+    ``explanation`` (:class:`Explanation`): why a run failed, None when it passed or failed
+    outright. ``indistinguishable``: the known variants ``fixed`` leaves no discriminating case
+    for."""
     optimizer: str
     convention: str
     dtype: str
@@ -254,15 +239,12 @@ def _short(xs, n=6):
 
 @dataclass
 class IdentifyReport:
-    """The verdict of :func:`identify`: ``matches`` lists every convention the implementation
-    agrees with on all cases; ``convention`` the one it follows (None if none); ``errors`` the
-    worst normalised error against each (every convention of ``matches`` included: "pytorch"
-    has the error of the convention that is PyTorch's update); ``closest`` the nearest
-    convention when none matches; ``explanation`` then, as :func:`verify` would give it for
-    the closest convention (:class:`Explanation`: a known variant of some convention's
-    equations that every case agrees with, or another algorithm); ``indistinguishable`` pairs
-    of conventions no case could tell apart (under ``fixed``); ``seed`` and ``versions`` what the
-    run used (as :class:`VerifyReport`)."""
+    """The verdict of :func:`identify`: ``matches`` (every convention the implementation agrees
+    with on all cases; "pytorch" has the error of the convention that is PyTorch's update),
+    ``convention`` (the one it follows, or None), ``errors`` (the worst normalised error against
+    each), ``closest`` and ``explanation`` (as :func:`verify` would give it for the closest) when
+    none matches, ``indistinguishable`` (pairs of conventions no case told apart under
+    ``fixed``), ``seed`` and ``versions``."""
     optimizer: str
     dtype: str
     matches: list

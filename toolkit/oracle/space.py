@@ -1,15 +1,11 @@
 """The space the oracle draws from: every optimizer's hyperparameters and inputs.
 
-The spaces are declared once, in each optimizer's spec (``Spec.space``, ``Spec.fixed``,
+The spaces are declared in each optimizer's spec (``Spec.space``, ``Spec.fixed``,
 ``Spec.matrix``, ``Spec.dependent``; ``toolkit/optimizers/spec.py``) with the :class:`Space`
-primitives of ``toolkit.optimizers.spec_spaces`` (re-exported here). This module combines them per
-optimizer: :data:`COMMON` plus the optimizer's own, pinned values applied, weight shapes. The
-values are aimed at branch points: momentum 0, exact zeros, ``clip_gradient`` off, 0 and on,
-epsilon over eight decades.
-
-Every optimizer's entry names the hyperparameters MXNet 1.9.1's constructor takes (the names a
-user's ``make_step`` receives), on top of :data:`COMMON`. :data:`OWN`, :data:`MATRIX` and
-:data:`COMMON_FIXED` are live read-only views of the specs.
+primitives of ``toolkit.optimizers.spec_spaces`` (re-exported here); this module combines them per
+optimizer (:data:`COMMON`, then the optimizer's own, MXNet 1.9.1's constructor names, pins
+applied). :data:`OWN`, :data:`MATRIX` and :data:`COMMON_FIXED` are live read-only views of the
+specs.
 """
 from __future__ import annotations
 

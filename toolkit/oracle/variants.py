@@ -1,31 +1,15 @@
 """The known variants of the same equations, each defined once: what :func:`toolkit.oracle.verify`
 re-runs a failed case under to explain the failure.
 
-A variant is the same algorithm written or rounded differently: the hyperparameters rounded to
-float32 as MXNet's kernels take them (or not), the step constants formed in the weight's
-precision, the moving average written as a lerp, epsilon on the other side of the root or of the
-bias correction, weight decay on the other side of clipping, no bias correction. Which variants
-apply to an optimizer is declared once, in its spec (``Spec.variants``); :data:`VARIANTS` says
-what each one is and how it changes the reference run.
-
-Two ways of changing the run, and why each is where it is:
-
-* **Around the reference** (``hyper_f32``, ``hyper_f64``): a different precision of the
-  hyperparameters is a change of the *inputs* of the equations, not of the equations, so the
-  oracle makes it: it rounds the hyperparameters before handing them to the reference, or asks
-  for them unrounded with the reference's existing ``hyper_f32=False``. Every reference module
-  takes these without a change.
-* **In the reference** (every other variant): a lerp, another place for epsilon or weight decay,
-  constants formed in another precision change a line of the equations, and only the reference
-  can write that line, on its rounding-bound-tracked values (``reference.error_bound``): a
-  result computed around it would lose the bound. So a reference module lists the variants it
-  writes in ``FORMS`` (``{form: the conventions whose equations it changes}``) and takes
-  ``step(..., form=name)``, documented in its ``step``. The reference stays independent of the
-  toolkit: it knows the form names only, not this registry.
-
-A spec's ``variants`` must name entries of :data:`VARIANTS`, and a variant made in the
-reference must be in that reference module's ``FORMS`` (``tests/test_oracle_variants.py``
-checks both for every registered optimizer).
+A variant is the same algorithm written or rounded differently (hyperparameters rounded to
+float32 or not, constants in the weight's precision, a lerp, epsilon or weight decay elsewhere,
+no bias correction). A spec declares which apply (``Spec.variants``); :data:`VARIANTS` says what
+each is. A change of the hyperparameters' precision is a change of the inputs, so it is made
+around the reference (``hyper_f32``, ``hyper_f64``); every other variant changes a line of the
+equations, which only the reference can write on its bound-tracked values
+(``reference.error_bound``), so it is the reference's ``step(..., form=name)``, listed in its
+``FORMS``. The reference knows the form names only, not this registry.
+``tests/test_oracle_variants.py`` checks that the specs and ``FORMS`` agree with :data:`VARIANTS`.
 """
 from __future__ import annotations
 
@@ -105,10 +89,8 @@ VARIANTS = {v.name: v for v in (
 )}
 
 
-#: variants that are the convention's own equations in float64: the reference forms its
-#: constants in double, so constants formed in a float64 weight's precision are the same values
-#: (the reference's wider bound for them is no rounding an implementation could show): no case
-#: tells them apart (:mod:`toolkit.oracle.discriminating`) and they explain no failure there
+#: variants that are the convention's own equations in float64 (the reference forms its
+#: constants in double): no case tells them apart and they explain no failure there
 SAME_IN_FLOAT64 = ("constants_in_dtype",)
 
 

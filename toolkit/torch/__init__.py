@@ -7,14 +7,12 @@
 >>> w.detach()
 tensor([0.9900, 0.9900, 0.9900])
 
-Every registered optimizer (a custom one registered later too) is a ``torch.optim.Optimizer``
-subclass here under its class name in ``toolkit.optimizer`` (``toolkit.torch.Adam``,
-``toolkit.torch.FTML``...), made on first use from the registry; ``create(name, params,
-**kwargs)`` takes the registry name. torch's own spellings (``Adagrad``, ``RMSprop``,
-``Adadelta``, ``NAdam``) are torch's namesakes: ``convention="pytorch"`` where the kernels have
-it, torch's defaults (:func:`torch_optimizer_class`). A torch keyword means what it means in
-torch, or is refused (docs/torch.md). Importing ``toolkit`` does not import torch; importing
-``toolkit.torch`` does.
+Every registered optimizer is a ``torch.optim.Optimizer`` subclass here under its class name in
+``toolkit.optimizer`` (``toolkit.torch.Adam``...), made on first use from the registry;
+``create(name, params, **kwargs)`` takes the registry name. torch's own spellings (``Adagrad``,
+``RMSprop``, ``Adadelta``, ``NAdam``) are torch's namesakes: ``convention="pytorch"`` where the
+kernels have it, and torch's defaults (:func:`torch_optimizer_class`). Importing ``toolkit`` does
+not import torch; importing ``toolkit.torch`` does.
 """
 from __future__ import annotations
 

@@ -1,19 +1,12 @@
 """What a ``toolkit.torch`` parameter's state is bound to, and the checks that keep every address
 a kernel receives inside memory the toolkit owns or checked in this step.
 
-The toolkit state of a parameter (:class:`Binding`) is arrays the toolkit made and holds: the
-kernels write into them and nothing else. ``opt.state[p]`` shows them as tensors (views of the
-same memory, :attr:`Binding.named`). A user may change anything around them (``p.data`` to
-another dtype, size, device or storage, a state tensor replaced, resized or deleted,
-``opt.state`` replaced): each step compares the parameter and its ``opt.state`` entry with the
-binding (:meth:`Binding.check`) and either continues, takes the entry's values into a fresh
-binding (a state tensor the user replaced, a parameter whose memory order changed), starts
-afresh (the entry deleted), or refuses with an error naming the parameter. Nothing here keeps an
-address that a later step could read after its memory was freed.
-
-``opt.state`` is a :class:`TrackedState`: every assignment or deletion in it or in one of its
-entries adds one to its ``generation``, so the steady path (``toolkit.torch.steady``) knows in
-one comparison per group that nobody touched the state since it last checked.
+A :class:`Binding` holds arrays the toolkit made, shown in ``opt.state[p]`` as tensor views.
+Whatever a user changes around them (``p.data``, a state tensor, ``opt.state`` itself), each
+step compares the parameter and its entry with the binding (:meth:`Binding.check`) and
+continues, rebinds to the entry's values, starts afresh, or refuses naming the parameter; no
+address outlives its memory. ``opt.state`` is a :class:`TrackedState` whose ``generation``
+counts every change, so the steady path checks it in one comparison per group.
 """
 from __future__ import annotations
 

@@ -9,12 +9,9 @@ layout, with tensors and plain Python values only (``torch.load(..., weights_onl
                  "host": [{"data": {...}, "arrays": {name: tensor}}],  # one per group
                  "lr_scheduler": None or the toolkit scheduler's state_dict()}}
 
-Loading checks everything first (the format, the optimizer, the groups and their options, every
-state's names, shapes, dtypes and devices, the counts, the host states) and changes nothing
-when a check fails; then the state is copied into fresh arrays.
-
-:class:`Checkpoints` is the base class of :class:`toolkit.torch.optim.TorchOptimizer` that holds
-its checkpoints.
+Loading checks everything first and changes nothing when a check fails; then the state is copied
+into fresh arrays. :class:`Checkpoints` is the base class of
+:class:`toolkit.torch.optim.TorchOptimizer` that holds this.
 """
 from __future__ import annotations
 

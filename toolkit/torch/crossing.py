@@ -1,20 +1,13 @@
 """Checkpoints that cross between ``torch.optim`` and ``toolkit.torch`` (docs/torch.md,
 "Checkpoints from and to torch.optim").
 
-:func:`for_torch` adds to a toolkit state_dict what ``torch.optim``'s namesake reads: each
-state's ``step`` as torch's float32 tensor, torch's state entries that MXNet keeps as another
-quantity (SGD's and centered RMSprop's ``momentum_buffer = -mom/lr``: MXNet's buffer holds
-``-lr*buf``), NAdam's per-parameter ``mu_product`` (MXNet keeps one ``m_schedule`` per group;
-under ``convention="pytorch"`` the group keeps one per parameter, as torch does),
-and a number for every torch key a toolkit group holds as None (Adam's ``eps`` under MXNet's
-placement: MXNet's ``epsilon``, torch's default where MXNet has none). :func:`from_torch`
-makes a ``torch.optim`` state_dict of the same optimizer into a toolkit one: its options through
-the keyword table (``meaning``: torch's keys with torch's meaning; a key the toolkit refuses
-but at its off value is refused, one whose number means another update here is not taken, with
-a warning), its states by name, the conversions above undone.
-
-The same quantities cross exactly; where the conventions differ (MXNet's Adam against torch's),
-the next step computes the loading optimizer's own update from that state.
+:func:`for_torch` adds to a toolkit state_dict what the ``torch.optim`` namesake reads: ``step``
+as torch's float32 tensor, the entries MXNet keeps as another quantity (SGD's and centered
+RMSprop's ``momentum_buffer = -mom/lr``), NAdam's per-parameter ``mu_product``, and a number for
+every torch key a toolkit group holds as None. :func:`from_torch` converts the other way, its
+options through the keyword table (``meaning``; a number that means another update here is not
+taken, with a warning). The same quantities cross exactly; where the conventions differ, the
+next step computes the loading optimizer's own update from that state.
 """
 from __future__ import annotations
 

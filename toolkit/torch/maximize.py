@@ -1,23 +1,15 @@
 """``maximize=True`` on the steady path: the rows of the negated gradients.
 
-torch's ``maximize`` steps on ``-grad``. A rule that reads its gradient ``g`` only through
-products with fields of its row (``rs*g``, and SGD's MXNet kernels' ``lrrs*g``) takes the
-negated gradient bit for bit when those fields are negated instead: IEEE negation is exact, a
-product's magnitude and rounding do not depend on the signs of its factors (its sign is the
-exclusive or of theirs), and clipping to ``[-c, c]`` is symmetric. Everything else the rule
-computes from ``g`` (squares, absolute values, signs, the weight decay added to it) then sees
-the same numbers as with ``-grad``. One exception: a NaN gradient. ``-grad`` flips its sign bit
-and the product keeps the NaN operand's sign, so where the gradient holds a NaN the NaNs this
-path leaves in the weight and states have the opposite sign bit of the ``-grad`` path's (NaNs
-either way; measured, and not covered by the bit-for-bit test, whose gradients hold infinities
-and signed zeros but no NaN).
+torch's ``maximize`` steps on ``-grad``. A rule that reads its gradient only through products
+with fields of its row (``rs*g``, SGD's MXNet kernels' ``lrrs*g``) takes the negated gradient
+bit for bit when those fields are negated instead: IEEE negation is exact, a product's rounding
+does not depend on its factors' signs, and clipping is symmetric. The one exception is a NaN
+gradient: the NaNs left in the weight and states then have the opposite sign bit of the
+``-grad`` path's (NaNs either way; measured).
 
 A rule declares those fields where it is written (``toolkit.optimizers.gradient.through``);
-each declaration is proven against the ``-grad`` path by ``tests/test_torch_maximize.py`` (every
-optimizer and convention whose step the steady path takes, with the options that reach each of
-its rules, gradients with infinities and signed zeros included). A rule that declares none
-(MXNet's signSGD reads the gradient's sign alone) steps on ``-grad`` through the general path,
-as every maximize step did before.
+``tests/test_torch_maximize.py`` proves each declaration against the ``-grad`` path. A rule
+that declares none (MXNet's signSGD) steps on ``-grad`` through the general path.
 """
 from __future__ import annotations
 

@@ -1,25 +1,21 @@
 """What each ``torch.optim`` keyword means in a ``toolkit.torch`` optimizer: the one table.
 
-A torch keyword (``lr``, ``betas``, ``eps``, ``weight_decay``, ``amsgrad``, ``foreach``...) is
-a key of its own in every param group, beside MXNet's keys (``wd``, ``beta1``, ``epsilon``...),
-and means what it means in the ``torch.optim`` namesake (the spec's ``torch``) or is refused:
+A torch keyword (``lr``, ``betas``, ``eps``, ``weight_decay``, ``amsgrad``, ``foreach``...) is a
+key of its own in every param group, beside MXNet's keys, and means what it means in the
+``torch.optim`` namesake (the spec's ``torch``) or is refused:
 
-* :class:`Same`: the MXNet hyperparameter(s) of the same meaning (``betas`` = ``beta1, beta2``);
-  the two spellings are kept equal, whichever the user sets.
-* :class:`Converted`: another MXNet hyperparameter, recomputed at every step from the group
-  (AdamW's ``weight_decay`` is MXNet's ``wd = lr*weight_decay/eta``, and follows ``lr``).
-* :class:`OffOnly`: no counterpart; taken at its off value only, else refused at construction
-  or at the step with the reason (``amsgrad=True``, Adam's ``eps`` under MXNet's placement).
-* :class:`Moot`: how torch runs the update (``foreach``, ``fused``), which the toolkit's own
-  path decides; accepted at the values given (``capturable`` and ``differentiable``: False).
+* :class:`Same`: MXNet hyperparameter(s) of the same meaning (``betas`` = ``beta1, beta2``),
+  kept equal whichever the user sets.
+* :class:`Converted`: another MXNet hyperparameter, recomputed every step (AdamW's
+  ``weight_decay`` is MXNet's ``wd = lr*weight_decay/eta``).
+* :class:`OffOnly`: no counterpart; taken at its off value only, else refused with the reason.
+* :class:`Moot`: how torch runs the update (``foreach``, ``fused``), which the toolkit decides.
 
-The keywords are torch's own signature of the namesake (read from ``torch.optim``), so none is
-missing; :data:`RULES` holds the ones whose meaning is not the MXNet keyword of the same name
-(:data:`toolkit.optimizers.aliases.TORCH_KEYWORDS`). An optimizer torch does not ship takes
-torch's usual names for its MXNet hyperparameters (``lr``, ``weight_decay`` = ``wd``,
-``betas``, ``eps``, ``momentum``), since there is no torch meaning to differ from.
-docs/torch.md prints the table (:func:`table`) and ``tests/test_torch_keywords.py`` tests it
-row by row.
+The keywords are read from the namesake's signature, so none is missing; :data:`RULES` holds
+those whose meaning is not the MXNet keyword of the same name. An optimizer torch does not ship
+takes torch's usual names (``lr``, ``weight_decay`` = ``wd``, ``betas``, ``eps``,
+``momentum``). docs/torch.md prints the table (:func:`table`); ``tests/test_torch_keywords.py``
+tests it row by row.
 """
 from __future__ import annotations
 

@@ -1,20 +1,13 @@
 """``TorchOptimizer``: a ``torch.optim.Optimizer`` over one of the toolkit's optimizers, with
 MXNet's numbers (docs/torch.md).
 
-Each param group keeps one toolkit optimizer (its "inner" optimizer) built from the group's
-options; every parameter is an MXNet index, numbered as ``state_dict()`` numbers it (across the
-groups, in order), with MXNet's per-index count ``t``. A step validates everything first (the
-groups' options as torch's schedulers left them, every gradient, the step's scalars), then runs
-each group: an optimizer whose step reads only ``(t, lr, wd)`` is planned once per distinct three
-and its rows run as a table over the tensors (:func:`toolkit.torch.rule_table.run_rule_table`); any
-other step (float16, a sparse gradient, Nadam's schedule, LARS's norms, a custom ``update``) goes
-index by index through the inner optimizer's own ``update_multi_precision``, as MXNet does.
-
-The class is made of one base class per part of that work: :mod:`toolkit.torch.running`
-(``step`` and its runs), :mod:`toolkit.torch.planning` (a step's checks),
-:mod:`toolkit.torch.states` (each parameter's state and count) and
-:mod:`toolkit.torch.checkpoint` (``state_dict``); this module holds its construction, its param
-groups and their options, in MXNet's or torch's keywords.
+Each param group keeps one "inner" toolkit optimizer built from its options; parameters are
+MXNet indices numbered as ``state_dict()`` numbers them, each with MXNet's count ``t``. A step
+checks everything first, then runs each group as a table of rows per distinct ``(t, lr, wd)``
+(:func:`toolkit.torch.rule_table.run_rule_table`) or, for any other step, index by index through
+the inner optimizer's ``update_multi_precision``, as MXNet does. The class is assembled from
+:mod:`toolkit.torch.running`, :mod:`toolkit.torch.planning`, :mod:`toolkit.torch.states` and
+:mod:`toolkit.torch.checkpoint`; this module holds construction and the param groups.
 """
 from __future__ import annotations
 

@@ -1,25 +1,16 @@
 """The steady state of a ``toolkit.torch`` step (:class:`SteadyGroup`): what a param group's step
 costs in Python once its parameters have state and nothing about them changes.
 
-A group qualifies after a step through the general path (``TorchOptimizer._plan`` and
-``_run_vector``) when every parameter is a dense, contiguous CPU tensor of one dtype (float32,
-float64, or bfloat16 with ``multi_precision``: a float32 master) with state, its optimizer's step
-reads only ``(t, lr, wd)``, and no toolkit ``lr_scheduler`` drives it. The group then keeps the
-addresses of its weights and states in the address table of the addressed kernel
-(:func:`toolkit.backends.addressed.run_rule_addressed`, a row ``(weight, grad, *states)``; for
-bfloat16 :func:`~toolkit.backends.addressed.run_rule_addressed_mp`, a row ``(master, grad,
-*states, weight)`` and a float32 table); a step reads each parameter's ``.grad`` and checks it
-(present, dense, contiguous, on the CPU, the parameter's dtype and shape), reads each weight's,
-master's and state's address and each weight's shape (a new one, after an assignment to
-``p.data``, is a change), and fills the table's gradient column. Anything else, or any check
-that fails, sends the step to the general path, which checks everything again and says what is
-wrong: the steady path is a shortcut to the same kernel call with the same rows, never other
-numbers (``tests/test_torch_steady.py``, ``tests/test_torch_bfloat16.py``).
-
-What it saves against the general path: the per-parameter objects, the numpy views and the
-repeated ``data_ptr()`` calls of the weights and states, and the per-index reads of the
-multipliers; about half a microsecond of Python per parameter is left (the reads of ``.grad``
-and the checks above).
+A group qualifies after a general-path step when every parameter is a dense, contiguous CPU
+tensor of one dtype (float32, float64, or bfloat16 with a float32 master) with state, its
+optimizer's step reads only ``(t, lr, wd)``, and no toolkit ``lr_scheduler`` drives it. It then
+keeps its weights' and states' addresses in the table of the addressed kernel
+(:func:`toolkit.backends.addressed.run_rule_addressed`, or
+:func:`~toolkit.backends.addressed.run_rule_addressed_mp` for bfloat16); a step checks each
+``.grad`` and each address and shape, and fills the gradient column. Anything else sends the
+step to the general path, which checks everything again: the steady path is a shortcut to the
+same kernel call with the same rows, never other numbers (``tests/test_torch_steady.py``,
+``tests/test_torch_bfloat16.py``). About half a microsecond of Python per parameter is left.
 """
 from __future__ import annotations
 

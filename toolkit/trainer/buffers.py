@@ -1,12 +1,9 @@
-"""Flat buffers: the Trainer keeps the weights, gradients and optimizer states of one
-(dtype, device) group in contiguous 1-D arrays, and each Parameter's arrays are views into them.
-
-A step records what each parameter's optimizer step would launch (the optimizer's own host code
-computes every per-parameter scalar: learning rate with multiplier and schedule, weight decay,
-the count ``t`` and what derives from it) and then runs the whole group in **one** segmented
-call: the rule once over the flat buffers, with one row of hyperparameters per parameter. The
-rows are exactly the tuples the per-parameter calls would have passed, so the result is the same,
-bit for bit.
+"""Flat buffers: the weights, gradients and optimizer states of one (dtype, device) group in
+contiguous 1-D arrays, each Parameter's arrays views into them. A step records what each
+parameter's optimizer step would launch (its own host code computes every per-parameter scalar)
+and runs the group in **one** segmented call with one row of hyperparameters per parameter:
+the rows are the tuples the per-parameter calls would pass, so the result is the same, bit for
+bit.
 """
 from __future__ import annotations
 

@@ -2,40 +2,26 @@
 
 The protocol (construction, a step, the states file, the checks) is here; the reductions are in
 ``dist_reduce``, what the ranks must hold alike in ``dist_agreement``, MPI's start-up, the abort
-hook and the watchdog in ``dist_watchdog``.
+hook and the watchdog in ``dist_watchdog``. ``docs/distributed.md`` has the why and the
+measurements. Start one process per worker (``mxopt launch -n N train.py``); each builds the
+same Trainer.
 
-Start one process per worker with ``mxopt launch -n N train.py`` (or ``mpiexec -n N python
-train.py``); every process builds the same Trainer. What a distributed Trainer does
-(``docs/distributed.md`` has the why and the measurements):
-
-* **construction**: every rank describes its Trainer (kvstore type, compression, optimizer,
-  every setting of it that changes the numbers (``Optimizer.settings()``), backend, and each
-  parameter's name, shape, dtype, device, grad_req and multipliers); the descriptions are
-  gathered on every rank and compared, so a mismatch raises :class:`DistMismatchError` on
-  **every** rank, naming the setting and the ranks (never a hang in a later collective). Then
-  rank 0's parameter values and optimizer state are broadcast into every rank's flat buffers,
-  as MXNet's kvstore ``init``/``broadcast`` gives every worker rank 0's weights.
-* **a step**: the ranks agree on which gradients are fresh and on the step's settings (one small
-  ``Allgather`` of the fresh flags, ``ignore_stale_grad``, ``batch_size`` and an 8-byte digest of
-  the optimizer's settings; ranks that differ raise :class:`DistMismatchError` on every rank),
-  then each (dtype, device) group's flat gradient buffer is summed across ranks: one
-  ``Reduce_scatter`` + one ``Allgatherv`` per group (each element is summed on exactly one rank
-  and copied to the others, so every rank holds the same bits; a plain ``MPI_Allreduce`` does not
-  promise that). With 2-bit compression each rank quantises its buffer and the packed codes are
-  exchanged with one ``Allgather`` per group; every rank decodes and sums them in rank order.
-  Then each rank runs the same optimizer step on the same bits, so parameters and states stay
-  bit-identical on every rank.
-* **numerics** (MXNet 1.9.1 Gluon, python/mxnet/gluon/trainer.py at tag 1.9.1): ``step(batch_size)``
-  sets ``rescale_grad = scale / batch_size`` (trainer.py:338) and the gradient it scales is the
-  **sum over workers** (the dist kvstore's pushpull, trainer.py:371-395). Gluon does not multiply
-  by the number of workers (Module does: module/module.py:503-506), so pass the global batch
-  (per-worker batch x ``num_workers``) to average over every sample.
-* **faults**: an uncaught exception on any rank aborts the whole MPI job (``MPI_Abort``), and
-  every collective of the Trainer, MPI's start-up and the communicator's duplication included,
-  runs under a watchdog (``MXOPT_DIST_TIMEOUT`` seconds, default 600) that aborts the job when
-  another rank never arrives (it died, exited, or hangs). ``mxopt launch`` (``toolkit.mpi_jobs``)
-  also ends the job as soon as any rank ends abnormally (docs/distributed.md, "What ends a job,
-  and how fast").
+* **construction**: every rank's description of its Trainer is gathered and compared, so a
+  mismatch raises :class:`DistMismatchError` on every rank (never a hang in a later
+  collective); then rank 0's parameters and state are broadcast, as MXNet's kvstore
+  ``init``/``broadcast`` does.
+* **a step**: the ranks agree on the fresh gradients and the step's settings, then each (dtype,
+  device) group's gradient buffer is summed with one ``Reduce_scatter`` + one ``Allgatherv``
+  (each element summed on one rank, so every rank holds the same bits, which ``MPI_Allreduce``
+  does not promise; 2-bit compression exchanges the codes with one ``Allgather``). Every rank
+  then runs the same step on the same bits.
+* **numerics** (MXNet 1.9.1 Gluon, python/mxnet/gluon/trainer.py at tag 1.9.1): ``rescale_grad =
+  scale / batch_size`` (trainer.py:338) scales the **sum over workers** (trainer.py:371-395);
+  Gluon does not multiply by the number of workers (Module does: module/module.py:503-506), so
+  pass the global batch to average over every sample.
+* **faults**: an uncaught exception on any rank aborts the MPI job, and every collective runs
+  under a watchdog (``MXOPT_DIST_TIMEOUT`` seconds, default 600) (docs/distributed.md, "What ends
+  a job, and how fast").
 
 mpi4py is imported only when a distributed Trainer is built (``pip install "mxopt-toolkit[dist]"``).
 """

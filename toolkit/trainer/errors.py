@@ -1,10 +1,7 @@
-"""The errors a Trainer raises, in a module of their own: the Trainer (``trainer.py``), its
-distributed kvstore (``dist.py``) and their users import them from here, so neither of the two
-needs the other for its errors.
-
-``toolkit`` exports :class:`StaleGradientError` and :class:`ParamsError` (docs/api.md);
-:class:`DistMismatchError` is also importable as ``toolkit.trainer.dist.DistMismatchError``
-(docs/distributed.md).
+"""The errors a Trainer raises, in a module of their own so that the Trainer and its distributed
+kvstore need not import each other for them. ``toolkit`` exports :class:`StaleGradientError`
+and :class:`ParamsError` (docs/api.md); :class:`DistMismatchError` is also
+``toolkit.trainer.dist.DistMismatchError`` (docs/distributed.md).
 """
 from __future__ import annotations
 

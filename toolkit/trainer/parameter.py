@@ -1,13 +1,9 @@
 """``Parameter``: a named weight with its gradient buffer, as Gluon's (``mxnet.gluon.Parameter``).
 
-Before a :class:`~toolkit.trainer.Trainer` takes it, a parameter owns its own arrays; the Trainer
-then moves the values into its flat buffers and the parameter's ``data()`` and ``grad()`` become
-views into them. A view stays valid for the life of the Trainer: ``set_data`` copies into it.
-
-Freshness (the Trainer's stale-gradient rule, ``docs/trainer.md``): a gradient counts as written
-when ``grad()`` has handed out the buffer since the parameter's last update (writing into it in
-place is how a gradient is supplied, as Gluon's backward does), or when ``set_grad`` copied one
-in. ``zero_grad()`` alone does not make it fresh. Each update makes it stale again.
+Once a :class:`~toolkit.trainer.Trainer` takes it, ``data()`` and ``grad()`` are views into the
+Trainer's flat buffers, valid for the Trainer's life (``set_data`` copies into them). A gradient
+is fresh (``docs/trainer.md``) once ``grad()`` has handed out the buffer, or ``set_grad`` copied
+one in, since the last update; ``zero_grad()`` alone does not make it fresh.
 """
 from __future__ import annotations
 

@@ -1,14 +1,11 @@
-"""One group's step as the Trainer plans and runs it (:class:`StepWork`): the work arrays of the
-group (its flat buffers, or per-step float32 copies of float16 ones), the recorder of the calls
-the optimizer's host code would make for each member, the vectorised plan of an optimizer whose
-step reads only ``(t, lr, wd)`` (one planned launch per distinct three, a numpy table of rows),
-the per-group reductions of a first pass (LARS's norms, LAMB's directions), and the execution:
-one segmented call when every member recorded the same one call on its slices of the same flat
-buffers, else the calls one by one.
+"""One group's step as the Trainer plans and runs it (:class:`StepWork`): the group's work arrays,
+the recorder of the calls the optimizer's host code would make per member, the vectorised plan
+of an optimizer whose step reads only ``(t, lr, wd)``, the per-group first-pass reductions
+(LARS's norms, LAMB's directions), and the execution: one segmented call when every member
+recorded the same call on its slices of the same flat buffers, else the calls one by one.
 
-Shares private members within its package: a :class:`~toolkit.trainer.buffers.Group`'s caches
-(its persistent buffers' ids, the views and member caches kept across steps, the first pass's
-chunk tables), which only the group and the work of its steps read and write.
+It shares a :class:`~toolkit.trainer.buffers.Group`'s private caches, which only the group and
+its steps' work read and write.
 """
 from __future__ import annotations
 

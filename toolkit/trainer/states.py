@@ -1,16 +1,10 @@
 """The Trainer's states file: data, never code. This module writes it (``save``) and is the
-import path of its public names; the format and what a file holds are in ``states_format``, the
-bounded read of the archive in ``states_read``, the checks of the metadata and ``load`` in
-``states_check``.
+import path of its public names; the format is in ``states_format``, the bounded read of the
+archive in ``states_read``, the checks of the metadata and ``load`` in ``states_check``.
 
-
-Writing: the state is copied under the Trainer's step lock (one consistent step), written to a
-temporary file ``.<name>.mxopt-tmp-<pid>-<random>`` beside the target (a symlink's target; a
-name too long for that is cut and given a hash: ``_temporary_prefix``), flushed and fsynced,
-renamed over the target, and the folder fsynced. Loading bounds the file, its zip directory and
-every member by what this trainer expects before reading them, then reads and checks everything
-(zip structure, format, checksum, every metadata field's type and domain, optimizer,
-hyperparameters, parameters, scheduler configuration and state) before it changes anything; any
+Writing copies the state under the Trainer's step lock (one consistent step) into a temporary
+file beside the target (``_temporary_prefix``), fsyncs it, renames it over the target and
+fsyncs the folder. Loading bounds and checks everything before it changes anything.
 """
 from __future__ import annotations
 

@@ -1,23 +1,13 @@
 """The Trainer's states file: its format, what a file holds of a trainer, and the refusal that
 every check of a loaded file raises.
 
-Format (version 2, ``docs/trainer.md``): a NumPy ``.npz`` archive (a zip of stored, uncompressed
-``.npy`` files) holding
-
-* ``meta``: UTF-8 JSON as a uint8 array: the format name and version, the optimizer's registry
-  name, convention and hyperparameters, the learning rate, ``num_update`` and the per-index counts,
-  the scheduler's configuration and state, the optimizer's own host-side state (Nadam's momentum
-  schedule, LBSGD's call counts), the parameters (index, name, shape, dtype) with the shapes and
-  dtypes of their state arrays, and a SHA-256 checksum of every array and of the rest of the
-  metadata;
-* ``state/<index>/<k>``: the k-th state array of parameter ``index`` (the leaves of what
-  ``create_state_multi_precision`` returns, in order, so the float32 master copy of a
-  multi-precision parameter is one of them);
-* ``host/<name>``: arrays of the optimizer's host-side state (LBSGD's gradient accumulators);
-* the zip archive comment (the file's last 64 bytes): the SHA-256, in hex, of every byte before
-  it, so a flipped bit anywhere in the file is caught before the zip is even parsed.
-
-Version 1 (no scheduler configuration) is still read.
+Format (version 2; ``docs/trainer.md`` lists every member): a NumPy ``.npz`` archive of stored
+``.npy`` files: ``meta`` (UTF-8 JSON: the optimizer, its settings and counts, the scheduler,
+host-side state, the parameters and their state arrays' shapes and dtypes, a SHA-256 of every
+array and of the rest of the metadata), ``state/<index>/<k>`` (the leaves of
+``create_state_multi_precision``, the float32 master copy included), ``host/<name>`` (LBSGD's
+accumulators), and a zip comment holding the SHA-256 of every byte before it, so a flipped bit
+is caught before the zip is parsed. Version 1 (no scheduler configuration) is still read.
 """
 from __future__ import annotations
 
@@ -105,7 +95,7 @@ def collect(trainer, copies=True):
                  "state": []}
         for j, leaf in enumerate(leaves):
             d = arrays.describe(leaf)
-            # np.array, not np.ascontiguousarray: that one makes a 0-d array 1-d (issue 19.4)
+            # np.array, not np.ascontiguousarray: that one makes a 0-d array 1-d
             arrs[f"state/{i}/{j}"] = (np.array(arrays.to_host(leaf), order="C", copy=True)
                                       if copies else leaf)
             entry["state"].append({"shape": list(d.shape), "dtype": np.dtype(d.dtype).name})

@@ -1,11 +1,7 @@
 """``Trainer``: Gluon's training step (``mxnet.gluon.Trainer``) over many parameters, one kernel
-call per (dtype, device) group.
-
-``step(batch_size)`` sets the optimizer's ``rescale_grad`` to ``scale / batch_size`` (``scale``:
-its ``rescale_grad`` when the Trainer was built, MXNet trainer.py:105, 338) and updates every
-parameter whose ``grad_req`` is not "null", in index order: a dict of parameters is sorted by
-name, a list keeps its order (MXNet trainer.py:76-79). The numbers are those of the
-per-parameter ``optimizer.update`` calls it replaces, bit for bit (``docs/trainer.md``).
+call per (dtype, device) group, bit for bit the per-parameter ``optimizer.update`` calls it
+replaces (``docs/trainer.md``). Parameters are indexed as MXNet does (trainer.py:76-79: a dict
+sorted by name, a list in order); ``rescale_grad = scale / batch_size`` (trainer.py:105, 338).
 """
 from __future__ import annotations
 

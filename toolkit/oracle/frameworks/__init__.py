@@ -1,19 +1,13 @@
 """Adapters from other frameworks' optimizers to the oracle: what ``mxopt audit`` runs.
 
 One module per framework (``torch``, ``optax``), each defining ``FRAMEWORK``, a
-:class:`Framework`: whether the framework is importable here, its versions, and its
-:class:`Adapter` s. An adapter names a framework optimizer (``label``, in the framework's own
-words), the toolkit optimizer it is audited as (``optimizer``, a registry name: read from the
-optimizer's spec where the spec has the mapping, ``Spec.torch``), the hyperparameters the
-framework lacks (``fixed``, e.g. ``rescale_grad=1.0, clip_gradient=None``), the dtypes it is
-audited in, and ``make(dtype) -> make_step``, the ``make_step(weight0, **hyperparameters)`` that
-:func:`toolkit.oracle.verify` expects, translating MXNet's names to the framework's.
-
-Your own framework's adapters: a module defining ``FRAMEWORK = Framework(name=<its import path>,
-...)``, named to ``mxopt audit --frameworks`` or :func:`toolkit.oracle.audit` by that path.
-
-A framework whose float64 needs process-wide state (JAX's x64 switch) says so with ``env``:
-the audit runs that dtype in a subprocess with those environment variables
+:class:`Framework` (importable here or not, versions, :class:`Adapter` s). An adapter names a
+framework optimizer (``label``), the toolkit optimizer it is audited as (``optimizer``; from
+``Spec.torch`` where the spec maps it), the hyperparameters the framework lacks (``fixed``), its
+dtypes, and ``make(dtype) -> make_step`` for :func:`toolkit.oracle.verify`, translating MXNet's
+names to the framework's. A module of your own defining ``FRAMEWORK = Framework(name=<its import
+path>, ...)`` is audited when named to ``mxopt audit --frameworks`` by that path. A framework
+whose float64 needs process-wide state (JAX's x64) sets ``env``: that dtype runs in a subprocess
 (``python -m toolkit.oracle.frameworks NAME DTYPE``).
 """
 from __future__ import annotations
