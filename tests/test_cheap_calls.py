@@ -252,3 +252,14 @@ def test_a_new_gradient_of_another_dtype_or_order_is_checked():
     opt.update(0, w, strided, s)
     twin.update(0, wt, np.full(8, 0.5, np.float32), st)
     assert np.array_equal(w, wt)
+
+
+def test_a_weight_resized_in_place_after_prepared_steps_is_refused():
+    """``ndarray.resize`` keeps the object and may move its memory: the prepared step compares
+    sizes, so the step is checked in full (the state no longer fits) and nothing is written."""
+    opt, w, g, s = _passed()
+    w.resize(16, refcheck=False)
+    before = [a.copy() for a in s]
+    with pytest.raises(ValueError, match="shape"):
+        opt.update(0, w, g, s)
+    assert all(np.array_equal(a, b) for a, b in zip(s, before)) and opt.update_counts == {0: 2}

@@ -21,6 +21,7 @@ public names of the other CPU kernel families (``cpu_norms``, ``cpu_noise``, ``c
 from __future__ import annotations
 
 import operator
+import struct
 import weakref
 
 import numpy as np
@@ -242,13 +243,15 @@ class PreparedStep:
     new one of its kind (:meth:`holds`), runs its rule without a check or a lookup
     (:meth:`run`): ``Optimizer.update`` keeps one per weight."""
 
-    __slots__ = ("refs", "roots", "state_type", "signature", "shapes", "flat", "dtype",
-                 "parallel", "n_state", "rule", "n_hyper", "kernel")
+    __slots__ = ("weight", "grad", "states", "roots", "state_type", "signature", "shapes",
+                 "flat", "dtype", "parallel", "n_state", "rule", "n_hyper", "kernel", "hpa",
+                 "pack")
 
     def __init__(self, weight, grad, state):
         states = () if state is None else (state,) if type(state) is np.ndarray else state
         every = (weight, grad, *states)
-        self.refs = tuple(weakref.ref(a) for a in every)
+        self.weight, self.grad = weakref.ref(weight), weakref.ref(grad)
+        self.states = tuple(weakref.ref(a) for a in states)
         # the arrays whose memory the weight and the state are views of: the only arrays that
         # own their memory and overlap them
         self.roots = tuple(weakref.ref(_root(a)) for a in (weight, *states))
@@ -259,7 +262,7 @@ class PreparedStep:
         self.dtype = weight.dtype
         self.parallel = weight.size >= jit.PARALLEL_THRESHOLD
         self.n_state = len(states)
-        self.rule, self.n_hyper, self.kernel = None, -1, None
+        self.rule, self.n_hyper, self.kernel, self.hpa, self.pack = None, -1, None, None, None
 
     def holds(self, weight, grad, state, retry=False):
         """Whether these are the weight and state this step was prepared for, unchanged, and
@@ -270,25 +273,33 @@ class PreparedStep:
         and what else may have changed (dtype, strides, writeable) makes the kernel's dispatch
         refuse them."""
         st = self.state_type
-        if type(state) is not st:
+        if type(state) is not st or self.weight() is not weight:
             return False
         if st is tuple:
-            every = (weight, grad, *state)
-        else:
-            every = (weight, grad) if state is None else (weight, grad, state)
-        refs = self.refs
-        if len(every) != len(refs):
-            return False
-        for i, (a, r) in enumerate(zip(every, refs)):
-            if r() is not a:
-                if i != 1 or type(grad) is not np.ndarray or grad.base is not None or \
-                        not grad.flags.owndata:
+            if len(state) != self.n_state:
+                return False
+            for a, r in zip(state, self.states):
+                if r() is not a:
                     return False
-                for root in self.roots:
-                    if root() is grad:
-                        return False
-        if retry and self.flat:
-            return list(map(_SHAPE, every)) == self.shapes
+            every = (weight, grad, *state)
+        elif state is None:
+            every = (weight, grad)
+        else:
+            if self.states[0]() is not state:
+                return False
+            every = (weight, grad, state)
+        if self.grad() is not grad:
+            if type(grad) is not np.ndarray or grad.base is not None or not grad.flags.owndata:
+                return False
+            for root in self.roots:
+                if root() is grad:
+                    return False
+        if retry and self.flat:  # 1-D then (else the kernel refuses it): the size is the shape
+            n = self.shapes[0][0]
+            for a in every:
+                if a.size != n:
+                    return False
+            return True
         return list(map(NUMPY_SIGNATURE, every)) == self.signature
 
     def run(self, rule, row, weight, grad, state):
@@ -299,7 +310,13 @@ class PreparedStep:
         if rule is not self.rule or n != self.n_hyper:
             self.kernel = elementwise_kernel(rule, self.n_state, n, self.dtype, self.parallel)
             self.rule, self.n_hyper = rule, n
-        hpa = np.fromiter(row, self.dtype, n)
+            self.hpa = np.empty(n, self.dtype)
+            self.pack = struct.Struct(("f" if self.dtype == np.float32 else "d") * n).pack_into
+        hpa = self.hpa
+        try:  # the C conversion to the dtype numpy makes, into the step's own small array
+            self.pack(hpa, 0, *row)
+        except OverflowError:  # a value beyond float32's range: numpy's infinity
+            hpa = np.fromiter(row, self.dtype, n)
         states = () if state is None else (state,) if type(state) is np.ndarray else state
         if not self.flat:
             self.kernel(weight.reshape(-1), grad.reshape(-1), *[s.reshape(-1) for s in states],

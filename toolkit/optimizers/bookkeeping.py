@@ -395,7 +395,7 @@ class Bookkeeping:
     def _commit_count(self, index, t):
         counts = self._index_update_count
         if type(counts) is Counts and type(index) is int and type(t) is int and \
-                0 <= index < len(counts._t) and counts._t[index] >= 0 and 0 <= t <= INT64_MAX:
+                0 <= index < len(counts._t) and counts._t.item(index) >= 0 and 0 <= t <= INT64_MAX:
             counts._t[index] = t  # a count rewritten in place: Counts.__setitem__'s first case
             counts._changes = next(_WRITES)
         else:
@@ -414,13 +414,13 @@ class Bookkeeping:
     def _step_scalars(self, index):
         """``(t, lr, wd)`` of this index's next step, checked, without committing anything."""
         counts = self._index_update_count
-        if type(index) is int and type(counts) is Counts and _KEEPS.get((type(self), HOOKS)) \
+        if type(index) is int and type(counts) is Counts and _PLAIN.get(type(self)) \
                 and self.lr_scheduler is None and not self.lr_mult and not self.wd_mult and \
                 type(self.param_dict) is dict and not self.param_dict and \
                 0 <= index < len(counts._t):
             # an int index counted in the array, no schedule, no multipliers: what the hooks
             # below compute, without their calls
-            c = int(counts._t[index])
+            c = counts._t.item(index)
             lr = self.lr * 1.0
             if 0 <= c < INT64_MAX and type(lr) is float and 0.0 <= lr < math.inf and \
                     (lr > 0.0 or not self.requires_positive_lr):
@@ -477,6 +477,8 @@ HOOKS = ("_step_scalars", "_next_count", "_lr_count", "_get_lr", "_get_wd", "_mu
 #: the commit alone
 COMMIT = ("_commit_count",)
 _KEEPS: dict = {}
+#: class -> keeps_hooks(class) for all of HOOKS (what _step_scalars reads, without a tuple key)
+_PLAIN: dict = {}
 
 
 def keeps_hooks(cls, names=HOOKS):
@@ -486,4 +488,6 @@ def keeps_hooks(cls, names=HOOKS):
     if known is None:
         known = _KEEPS[(cls, names)] = all(getattr(cls, m) is Bookkeeping.__dict__[m]
                                            for m in names)
+        if names is HOOKS:
+            _PLAIN[cls] = known
     return known
