@@ -88,12 +88,8 @@ def elementwise_kernel(factory, n_state: int, n_hyper: int, dtype, parallel: boo
 
 
 def run_elementwise(factory, weight, grad, states, hyper):
-    """Run ``factory``'s rule over flat contiguous arrays of one dtype, in place.
-
-    ``weight``, ``grad`` and every array of ``states`` are 1-D C-contiguous views of the same
-    length and dtype; ``hyper`` is a sequence of Python floats (each rounded to the dtype here,
-    once: ``numpy.array(hyper, dtype)`` rounds as ``dtype.type(h)`` does).
-    """
+    """Run ``factory``'s rule in place over 1-D C-contiguous arrays of one length and dtype;
+    ``hyper``: Python floats, rounded to the dtype once (as ``dtype.type(h)`` rounds)."""
     dtype = weight.dtype
     hpa = np.array(hyper, dtype)
     parallel = weight.shape[0] >= jit.PARALLEL_THRESHOLD
@@ -108,10 +104,9 @@ def run_elementwise(factory, weight, grad, states, hyper):
 
 
 def _rows_loop(rule, n_state, n_hyper):
-    """The loop of a rule over the rows of a lazy row-sparse step: gradient row ``k`` (``g`` is
-    ``(nnz, ncols)`` flattened) applies to row ``rows[k]`` of the weight and the states (each
-    ``(n_rows, ncols)`` flattened, C order); other rows are not touched. Rows run in parallel
-    (``prange``), the columns of a row as a vectorisable inner loop over slices from 0."""
+    """The loop of a rule over the rows of a lazy row-sparse step: gradient row ``k`` (``g``:
+    ``(nnz, ncols)`` flattened) updates row ``rows[k]`` of the weight and the states (C order);
+    rows in parallel (``prange``), a row's columns as a vectorisable loop over slices from 0."""
     if n_state == 0:
         def loop(w, g, rows, ncols, hpa):
             hp = to_fixed_tuple(hpa, n_hyper)
@@ -237,11 +232,10 @@ def _root(a):
 
 
 class PreparedStep:
-    """A step of one rule over C-contiguous, writeable float32 or float64 numpy arrays that
-    passed every check of the array contract, kept (weakly) so that the next step of the very
-    same weight and state, unchanged in everything a check reads, with the same gradient or a
-    new one of its kind (:meth:`holds`), runs its rule without a check or a lookup
-    (:meth:`run`): ``Optimizer.update`` keeps one per weight."""
+    """A step of one rule over C-contiguous, writeable float32/float64 numpy arrays that passed
+    every check, kept weakly: the next step of the same weight and state, unchanged, with the
+    same gradient or a new one of its kind (:meth:`holds`), runs without a check or a lookup
+    (:meth:`run`). ``Optimizer.update`` keeps one per weight."""
 
     __slots__ = ("weight", "grad", "states", "roots", "state_type", "signature", "shapes",
                  "flat", "dtype", "parallel", "n_state", "rule", "n_hyper", "kernel", "hpa",
@@ -252,8 +246,7 @@ class PreparedStep:
         every = (weight, grad, *states)
         self.weight, self.grad = weakref.ref(weight), weakref.ref(grad)
         self.states = tuple(weakref.ref(a) for a in states)
-        # the arrays whose memory the weight and the state are views of: the only arrays that
-        # own their memory and overlap them
+        # the arrays owning the memory the weight and the state are views of
         self.roots = tuple(weakref.ref(_root(a)) for a in (weight, *states))
         self.state_type = type(state)
         self.signature = list(map(NUMPY_SIGNATURE, every))
@@ -265,13 +258,11 @@ class PreparedStep:
         self.rule, self.n_hyper, self.kernel, self.hpa, self.pack = None, -1, None, None, None
 
     def holds(self, weight, grad, state, retry=False):
-        """Whether these are the weight and state this step was prepared for, unchanged, and
-        its gradient or a new numpy array that owns its memory (then it overlaps neither: only
-        an array a view of it could), of the gradient's shape, strides, dtype and writeable
-        flag. ``retry``: the caller can take the step again from the start when :meth:`run`
-        returns False (it changed nothing yet); then 1-D arrays are compared by shape alone,
-        and what else may have changed (dtype, strides, writeable) makes the kernel's dispatch
-        refuse them."""
+        """Whether these are the weight and state prepared for, unchanged, with the gradient or a
+        new array that owns its memory (it overlaps neither: only a view of it could) of its
+        shape, strides, dtype and writeable flag. ``retry``: the caller takes the step again
+        from the start when :meth:`run` returns False; then 1-D arrays are compared by size
+        (what else changes makes the kernel's dispatch refuse them)."""
         st = self.state_type
         if type(state) is not st or self.weight() is not weight:
             return False
@@ -367,9 +358,8 @@ class MirrorLauncher(Launcher):
     """The CPU launcher of a multi-precision step (float16 weight, float32 master): the rule
     that updates the master reads the float16 gradient, widening each element exactly, and
     writes the float16 weight, rounded to nearest even from the new master, in the same pass.
-    The first passes (LARS norms, LAMB's direction) widen the float16 gradient on load too.
-    Anything else (an accumulator update, a rule over another array) runs on a float32 copy of
-    the gradient, and the caller rounds the master into the weight afterwards unless
+    The first passes (LARS norms, LAMB's direction) widen it on load too; anything else runs
+    on a float32 copy of the gradient, and the caller rounds the master into the weight unless
     :attr:`mirrored` says the kernel did."""
 
     def __init__(self, master, weight16):
@@ -390,7 +380,6 @@ class MirrorLauncher(Launcher):
         if weight is not self.master or grad.dtype != np.float16:
             return super().run_rule(factory, weight, self._widened(grad), states, hyper)
         w, g, states = self._flat(weight, grad, states)
-        # the float16 weight has the master's shape and memory order
         w16 = self._flat(self.weight16, self.weight16, ())[0]
         hpa = np.array(hyper, np.float32)
         kernel = mp_kernel(factory, len(states), hpa.shape[0],
@@ -430,9 +419,7 @@ class MirrorLauncher(Launcher):
         return lars_norms(weight, grad, cum, batch_scale)
 
 
-# --------------------------------------------------------------------------------------------
-# segmented kernels: many tensors in one call (the Trainer's flat buffers)
-# --------------------------------------------------------------------------------------------
+# --- segmented kernels: many tensors in one call (the Trainer's flat buffers) ---------------
 def _segmented_loop(rule, n_state, n_hyper):
     """The loop of a rule over chunks; segment ``s`` reads its hyperparameters from row ``s`` of
     ``table`` (column 0: 1 to update the segment, 0 to skip it; the rest: the rule's ``hp``),
@@ -501,11 +488,9 @@ def segmented_kernel(factory, n_state: int, n_hyper: int, dtype, parallel: bool)
 
 
 def run_segmented(factory, weight, grad, states, table, chunks):
-    """One call of ``factory``'s rule over flat buffers holding many tensors.
-
-    ``weight``, ``grad``, ``states``: 1-D C-contiguous arrays of one dtype; ``table``: the
-    per-segment ``(active, *hp)`` rows in that dtype; ``chunks``: :func:`toolkit.backends.order.chunk_table` rows.
-    """
+    """One call of ``factory``'s rule over 1-D C-contiguous flat buffers of one dtype holding
+    many tensors: ``table`` the per-segment ``(active, *hp)`` rows in that dtype, ``chunks``
+    :func:`toolkit.backends.order.chunk_table` rows."""
     parallel = weight.shape[0] >= jit.PARALLEL_THRESHOLD and chunks.shape[0] > 1
     kernel = segmented_kernel(factory, len(states), table.shape[1] - 1, weight.dtype, parallel)
     try:
