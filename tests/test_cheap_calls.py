@@ -175,6 +175,10 @@ def test_prepared_steps_equal_fully_checked_ones_bit_for_bit(name, dtype, conven
     for step in range(6):
         g[...] = rng.standard_normal(shape)
         a.update(0, w, g if step % 2 else g.copy(), sa)   # the same gradient, or a new one
+        # b: new weight and state arrays every step, so every step of b checks everything
+        wb = wb.copy()
+        sb = tuple(x.copy() for x in sb) if isinstance(sb, tuple) else \
+            None if sb is None else sb.copy()
         b.update(0, wb, g.copy(), sb)
         assert np.array_equal(w, wb, equal_nan=True), step
         for x, y in zip(a.state_arrays(sa), b.state_arrays(sb)):
@@ -264,3 +268,97 @@ def test_a_weight_cannot_be_resized_in_place_while_its_step_is_prepared():
         w.resize(16, refcheck=False)
     with pytest.raises(ValueError, match="referenced"):
         s[0].resize(16, refcheck=False)
+
+
+@pytest.mark.parametrize("name, kw", [("sgd", {}), ("adam", {})])
+def test_a_standard_row_sparse_step_after_prepared_ones_keeps_its_numerics(name, kw):
+    """A standard row-sparse update runs the dense update of the dense gradient with MXNet's
+    row-sparse arithmetic (kernel_row's ``sparse``): on arrays with a prepared step too."""
+    from toolkit import RowSparse
+    kw = dict(kw, lazy_update=False, wd=0.03, rescale_grad=0.7, learning_rate=0.1)
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((6, 3)).astype(np.float32)
+    rows = np.array([1, 4])
+    values = rng.standard_normal((2, 3)).astype(np.float32)
+    a, b = optimizer.create(name, **kw), optimizer.create(name, **kw)
+    wb = w.copy()
+    sa, sb = a.create_state(0, w), b.create_state(0, wb)
+    g = rng.standard_normal(w.shape).astype(np.float32)
+    for _ in range(2):
+        a.update(0, w, g, sa)              # prepared from the second on
+        b.update(0, wb, g.copy(), sb)
+    assert id(w) in a.__dict__["_warm"]
+    a.update(0, w, RowSparse(rows, values, w.shape), sa)
+    b.__dict__.pop("_warm", None)
+    b.__dict__.pop("_checked", None)
+    b.update(0, wb, RowSparse(rows, values, w.shape), sb)
+    assert np.array_equal(w, wb)
+    assert all(np.array_equal(x, y) for x, y in zip(a.state_arrays(sa), b.state_arrays(sb)))
+
+
+def test_a_new_gradient_sharing_memory_by_any_route_is_refused():
+    """A weight made with ``as_strided`` is no view by ``.base`` of the buffer it reads: a new
+    gradient that is that buffer still shares its memory, and is refused as on a first call."""
+    from numpy.lib.stride_tricks import as_strided
+    opt = optimizer.create("adam")
+    buf = np.ones(8, np.float32)
+    w = as_strided(buf, shape=(8,), strides=(4,))
+    s = opt.create_state(0, w)
+    for _ in range(3):
+        opt.update(0, w, np.full(8, 0.5, np.float32), s)
+    with pytest.raises(ValueError, match="shares memory"):
+        _unchanged(opt, w, s, lambda: opt.update(0, w, buf, s))
+
+
+def test_a_subclass_that_orders_its_state_otherwise_takes_no_prepared_step():
+    class Swapped(optimizer.Adam):
+        def create_state(self, index, weight):
+            m, v = super().create_state(index, weight)
+            return (v, m)
+
+        def state_arrays(self, state):
+            return (state[1], state[0])
+    a, b = Swapped(), optimizer.Adam()
+    w, wb = np.ones(8, np.float32), np.ones(8, np.float32)
+    sa, sb = a.create_state(0, w), b.create_state(0, wb)
+    for k in range(4):
+        g = np.full(8, 0.1 * (k + 1), np.float32)
+        a.update(0, w, g, sa)
+        b.update(0, wb, g, sb)
+    assert np.array_equal(w, wb) and np.array_equal(sa[1], sb[0]) and np.array_equal(sa[0], sb[1])
+    assert not a.__dict__.get("_warm")
+
+
+def test_kept_constants_follow_a_pickled_optimizer_into_its_next_assignment():
+    """The constants a step keeps are tied to an object made at each assignment, not to a
+    number another process could make again."""
+    import pickle
+    opt, w, g, s = _passed()
+    opt.beta1 = 0.8
+    opt.update(0, w, g, s)
+    clone = pickle.loads(pickle.dumps(opt))
+    clone.beta1 = 0.0
+    fresh = optimizer.create("adam", beta1=0.0, begin_num_update=clone.num_update)
+    w2, s2 = w.copy(), tuple(a.copy() for a in s)
+    w3, s3 = w.copy(), tuple(a.copy() for a in s)
+    clone.update(0, w2, g, s2)
+    fresh.update(0, w3, g, s3)
+    assert np.array_equal(w2, w3) and all(np.array_equal(x, y) for x, y in zip(s2, s3))
+
+
+def test_kept_constants_follow_mxnet_kernel():
+    opt, w, g, s = _passed("adam", clip_gradient=0.3)
+    before = opt.kernel_row(3, 0.1, 0.0)[1]
+    opt.mxnet_kernel = False
+    after = opt.kernel_row(3, 0.1, 0.0)[1]
+    assert before.b1 == float(np.float32(0.9)) and after.b1 == 0.9  # rounded, then not
+
+
+def test_a_hyperparameter_beyond_float32_warns_on_prepared_steps_as_on_checked_ones():
+    import warnings
+    opt, w, g, s = _passed("sgd", clip_gradient=1e39, convention="guide")  # c unrounded
+    for call in (lambda: opt.update(0, w, g, s), lambda: opt.update(0, w.copy(), g, None)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            call()
+        assert any("overflow" in str(c.message) for c in caught), caught

@@ -224,12 +224,6 @@ LAUNCHER = Launcher()
 _SHAPE = operator.attrgetter("shape")
 
 
-def _root(a):
-    """The last numpy array of ``a``'s chain of bases (``a`` itself when it owns its memory)."""
-    while isinstance(a.base, np.ndarray):
-        a = a.base
-    return a
-
 
 class PreparedStep:
     """A step of one rule over C-contiguous, writeable float32/float64 numpy arrays that passed
@@ -237,7 +231,7 @@ class PreparedStep:
     same gradient or a new one of its kind (:meth:`holds`), runs without a check or a lookup
     (:meth:`run`). ``Optimizer.update`` keeps one per weight."""
 
-    __slots__ = ("weight", "grad", "states", "roots", "state_type", "signature", "shapes",
+    __slots__ = ("weight", "grad", "states", "state_type", "signature", "shapes",
                  "flat", "dtype", "parallel", "n_state", "rule", "n_hyper", "kernel", "hpa",
                  "pack")
 
@@ -246,8 +240,6 @@ class PreparedStep:
         every = (weight, grad, *states)
         self.weight, self.grad = weakref.ref(weight), weakref.ref(grad)
         self.states = tuple(weakref.ref(a) for a in states)
-        # the arrays owning the memory the weight and the state are views of
-        self.roots = tuple(weakref.ref(_root(a)) for a in (weight, *states))
         self.state_type = type(state)
         self.signature = list(map(NUMPY_SIGNATURE, every))
         self.shapes = list(map(_SHAPE, every))
@@ -259,10 +251,11 @@ class PreparedStep:
 
     def holds(self, weight, grad, state, retry=False):
         """Whether these are the weight and state prepared for, unchanged, with the gradient or a
-        new array that owns its memory (it overlaps neither: only a view of it could) of its
-        shape, strides, dtype and writeable flag. ``retry``: the caller takes the step again
-        from the start when :meth:`run` returns False; then 1-D arrays are compared by size
-        (what else changes makes the kernel's dispatch refuse them)."""
+        new numpy array that shares no memory with them (``numpy.may_share_memory``, the
+        contract's own test) of its shape, strides, dtype and writeable flag. ``retry``: the
+        caller takes the step again from the start when :meth:`run` returns False; then 1-D
+        arrays are compared by size (what else changes makes the kernel's dispatch refuse
+        them)."""
         st = self.state_type
         if type(state) is not st or self.weight() is not weight:
             return False
@@ -280,10 +273,12 @@ class PreparedStep:
                 return False
             every = (weight, grad, state)
         if self.grad() is not grad:
-            if type(grad) is not np.ndarray or grad.base is not None or not grad.flags.owndata:
+            if type(grad) is not np.ndarray:
                 return False
-            for root in self.roots:
-                if root() is grad:
+            if np.may_share_memory(grad, weight):
+                return False
+            for a in every[2:]:  # the state arrays (the gradient itself among them: shared)
+                if np.may_share_memory(grad, a):
                     return False
         if retry and self.flat:  # 1-D then (else the kernel refuses it): the size is the shape
             n = self.shapes[0][0]
@@ -302,7 +297,9 @@ class PreparedStep:
             self.kernel = elementwise_kernel(rule, self.n_state, n, self.dtype, self.parallel)
             self.rule, self.n_hyper = rule, n
             self.hpa = np.empty(n, self.dtype)
-            self.pack = struct.Struct(("f" if self.dtype == np.float32 else "d") * n).pack_into
+            # "=": standard sizes, where "f" refuses (OverflowError) what float32 cannot hold
+            self.pack = struct.Struct("=" + ("f" if self.dtype == np.float32 else "d") * n
+                                      ).pack_into
         hpa = self.hpa
         try:  # the C conversion to the dtype numpy makes, into the step's own small array
             self.pack(hpa, 0, *row)

@@ -31,6 +31,7 @@ from .hyperparameters import Hyperparameters, install_checked_attributes
 from .nonfinite import NonFiniteGuard
 from .precision import MultiPrecision
 from .reference_step import ReferenceStep
+from .row_sparse import RUNNING as SPARSE_STEPS_RUNNING
 from .row_sparse import RowSparseSteps
 from .trainer_hooks import TrainerHooks
 from .spec import CONVENTIONS
@@ -48,6 +49,10 @@ _KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 #: the checked hyperparameters (``Optimizer._keep_warm``)
 _LAYOUT_METHODS = ("state_slots", "_tuple_state", "create_state_template", "_slot_template",
                    "_template_key")
+#: what the prepared step does not call (it is what they would do): the class's must be these
+#: very functions of ``Optimizer``
+_BYPASSED = ("update", "_apply", "_step", "_check_index", "_check_weight", "_check_grad",
+             "_check_state", "state_arrays")
 #: class -> whether ``Optimizer._keep_warm`` may keep its steps
 _KEEPS_WARM: dict = {}
 
@@ -56,7 +61,7 @@ _KEEPS_WARM: dict = {}
 _SCALAR_ONLY_STEPS: set = set()
 
 
-_F32 = struct.Struct("f")
+_F32 = struct.Struct("=f")  # standard size: OverflowError beyond float32's range
 
 
 def _round_f32(x):
@@ -262,19 +267,25 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
         gradients").
         """
         warm = self.__dict__.get("_warm")
-        if warm is not None and skip_nonfinite is False:
+        if warm is not None and skip_nonfinite is False and not SPARSE_STEPS_RUNNING[0]:
             prepared = warm.get(id(weight))
             # the very arrays of an earlier step that passed, unchanged: the step as kernel_row
-            # gives it, run by the step prepared for them (_keep_warm says when)
-            # (without a schedule, reading the scalars changes nothing: a step the kernel
-            # refuses is taken again below, every check first)
+            # gives it, run by the step prepared for them (_keep_warm says when). Without a
+            # schedule reading the scalars changes nothing, so a step the kernel refuses, or
+            # whose scalars raise, is taken again below, every array checked first.
+            retry = self.lr_scheduler is None
             if prepared is not None and (type(index) is int or type(index) is str) and \
-                    prepared.holds(weight, grad, state, self.lr_scheduler is None):
-                t, lr, wd = self._step_scalars(index)
-                rule, row = self.kernel_row(t, lr, wd)
-                if prepared.run(rule, row, weight, grad, state):
-                    self._commit_count(index, t)
-                    return None
+                    prepared.holds(weight, grad, state, retry):
+                try:
+                    t, lr, wd = self._step_scalars(index)
+                    rule, row = self.kernel_row(t, lr, wd)
+                except Exception:
+                    if not retry:
+                        raise
+                else:
+                    if prepared.run(rule, row, weight, grad, state):
+                        self._commit_count(index, t)
+                        return None
                 warm.pop(id(weight), None)
         if skip_nonfinite is not False:
             return self._guarded(False, index, weight, grad, state, stream, skip_nonfinite)
@@ -308,9 +319,11 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
         fits = _KEEPS_WARM.get(cls)
         if fits is None:
             fits = _KEEPS_WARM[cls] = cls._kernel_step is row_step and all(
-                getattr(cls, m).__module__.startswith("toolkit.") for m in _LAYOUT_METHODS)
+                getattr(cls, m).__module__.startswith("toolkit.") for m in _LAYOUT_METHODS) \
+                and all(getattr(cls, m) is getattr(Optimizer, m) for m in _BYPASSED)
         leaves = self._numpy_leaves(state)
         if not fits or backend != "cpu" or type(weight) is not np.ndarray or \
+                any(m in self.__dict__ for m in _BYPASSED + ("_kernel_step",)) or \
                 type(grad) is not np.ndarray or weight.dtype not in _KERNEL_DTYPES or \
                 leaves is None or any(a is None for a in leaves) or \
                 not grad.flags.writeable or \
@@ -459,18 +472,19 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
 
     def _constants(self, slot, build):
         """``build()``, remembered in the attribute ``slot`` until a hyperparameter is assigned
-        (any, even to an equal value: ``Hyperparameters._after_hyperparameter_set`` moves
-        ``_hyper_version``), so the value is always what ``build()`` returns now. For the
+        (any, even to an equal value: ``Hyperparameters._after_hyperparameter_set`` gives
+        ``_hyper_version`` a new object, so no two assignments share one, in any process) or
+        ``mxnet_kernel`` changes, so the value is always what ``build()`` returns now. For the
         rounded constants of a step, which ``build`` makes from the hyperparameters, the
         convention and the class's ``mxnet_kernel``; what changes per step (``t``, ``lr``,
         ``wd``) stays outside."""
         d = self.__dict__
         held = d.get(slot)
-        version = d.get("_hyper_version", 0)
-        if held is not None and held[0] == version:
-            return held[1]
+        version, kernel = d.get("_hyper_version"), self.mxnet_kernel
+        if held is not None and held[0] is version and held[1] is kernel:
+            return held[2]
         value = build()
-        d[slot] = (version, value)
+        d[slot] = (version, kernel, value)
         return value
 
     def _float_rounder(self):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import itertools
 
 import numpy as np
 
@@ -14,10 +13,6 @@ from .spec import DEFAULT_CONVENTIONS
 from .validation import AliasAttribute, Domain, alias_attribute, checked_attribute
 
 __all__ = ["Hyperparameters", "install_checked_attributes", "jsonable"]
-
-#: every assignment of a hyperparameter of any optimizer takes the next number
-#: (``Optimizer._constants`` rebuilds what it kept under another)
-_VERSIONS = itertools.count(1)
 
 
 def jsonable(value):
@@ -128,7 +123,7 @@ class Hyperparameters:
         changes the layout of state already made (SGD's momentum turned on once its state is
         ``None``): the value is then put back."""
         d = self.__dict__
-        d["_hyper_version"] = next(_VERSIONS)  # constants made from the old values: stale
+        d["_hyper_version"] = object()  # constants made from the old values: stale
         d.pop("_warm", None)  # a prepared step assumed the layout and backend of before
         if not d.get("_constructed"):
             return

@@ -37,16 +37,16 @@ import numpy as np
 
 from ..backends import cpu, jit
 
-__all__ = ["RowSparseSteps", "MODES"]
+__all__ = ["RowSparseSteps", "MODES", "RUNNING"]
 
 MODES = ("lazy", "standard", "dense")
 
 #: per thread: optimizer id -> the row-sparse mode of its step in progress (``modes``)
 _ACTIVE = threading.local()
-#: how many row-sparse steps are in progress now, in all threads together: a step reads its
-#: thread's table only when this is not 0 (a thread that set an entry counted it first, under
+#: how many row-sparse steps are in progress now, in all threads together (``update`` takes
+#: no prepared step while one is): a step reads its thread's table only when this is not 0 (a thread that set an entry counted it first, under
 #: the lock, so it never reads 0 while its own entry is set)
-_IN_USE = [0]
+RUNNING = [0]
 _IN_USE_LOCK = threading.Lock()
 
 
@@ -66,7 +66,7 @@ class _SparseStep:
         self.entries = entries
         self.outer = entries.get(self.key)
         with _IN_USE_LOCK:
-            _IN_USE[0] += 1
+            RUNNING[0] += 1
         entries[self.key] = self.mode
         return self.mode
 
@@ -76,7 +76,7 @@ class _SparseStep:
         else:
             self.entries[self.key] = self.outer
         with _IN_USE_LOCK:
-            _IN_USE[0] -= 1
+            RUNNING[0] -= 1
         return False
 
 
@@ -112,7 +112,7 @@ class RowSparseSteps:
         """The row-sparse mode ("lazy" or "standard") of the step in progress, else None: an
         optimizer whose MXNet row-sparse kernel rounds differently from its dense one then uses
         that kernel's arithmetic."""
-        if not _IN_USE[0]:  # no sparse step in progress anywhere
+        if not RUNNING[0]:  # no sparse step in progress anywhere
             return None
         modes = getattr(_ACTIVE, "modes", None)
         return modes.get(id(self)) if modes else None
