@@ -177,7 +177,7 @@ class MomentConstants:
     def _moment_constants(self):
         """``rs``, ``c`` (the clip bound), ``b1``, ``omb1`` (1 - b1), ``b2``, ``omb2``, ``eps``
         as the convention rounds them, by name."""
-        r = self._r
+        r = self._rounded
         b1, b2 = r(self.beta1), r(self.beta2)
         return dict(rs=r(self.rescale_grad), c=self._clip_bound(), b1=b1, omb1=1.0 - b1,
                     b2=b2, omb2=1.0 - b2, eps=r(self.epsilon))
@@ -228,7 +228,7 @@ class Adam(MomentConstants, Optimizer):
         return "lazy" if self.lazy_update else "standard"
 
     def _step_constants(self):
-        """``(r, constants, mxnet_tail)``: ``_r`` as a function of a float, the constants of a
+        """``(r, constants, mxnet_tail)``: ``_rounded`` as a function of a float, the constants of a
         step as the convention rounds them, by name (:meth:`_moment_constants`), and the
         :class:`MxnetRow` fields among them, in its order."""
         c = self._moment_constants()

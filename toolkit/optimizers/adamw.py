@@ -152,13 +152,13 @@ class AdamW(adam.MomentConstants, Optimizer):
     def _clip_bound(self):
         # the operator clips whenever clip_gradient >= 0 and the optimizer passes None as -1
         c = self.clip_gradient
-        return -1.0 if c is None else self._r(c)
+        return -1.0 if c is None else self._rounded(c)
 
     def _step_constants(self):
-        """``(r, constants, skip)``: ``_r`` as a function of a float, the constants of a step
+        """``(r, constants, skip)``: ``_rounded`` as a function of a float, the constants of a step
         as the convention rounds them, by name (the fields both rows share), and ``skip``
         (MXNet's operator skips the update when the rounded ``rs`` is 0 or not finite)."""
-        constants = dict(eta=self._r(self.eta), **self._moment_constants())
+        constants = dict(eta=self._rounded(self.eta), **self._moment_constants())
         rs = constants["rs"]
         skip = 1.0 if (rs == 0 or not math.isfinite(rs)) else 0.0
         return self._float_rounder(), constants, skip

@@ -463,7 +463,7 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
     #: (docs/mxnet-facts.md, 3); Python-op optimizers round only the clip bound.
     mxnet_kernel = True
 
-    def _r(self, x):
+    def _rounded(self, x):
         """A kernel hyperparameter as the convention uses it: rounded to float32 under
         convention "mxnet" for MXNet's kernel optimizers (float64 weights included)."""
         if self.convention == "mxnet" and self.mxnet_kernel and x is not None:
@@ -488,8 +488,8 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
         return value
 
     def _float_rounder(self):
-        """:meth:`_r` as a plain function of a float (never None): ``_round_f32`` where
-        ``_r`` rounds, else the identity; for a value rounded every step beside
+        """:meth:`_rounded` as a plain function of a float (never None): ``_round_f32`` where
+        ``_rounded`` rounds, else the identity; for a value rounded every step beside
         :meth:`_constants`."""
         return _round_f32 if (self.convention == "mxnet" and self.mxnet_kernel) else _as_is
 

@@ -89,7 +89,7 @@ def _read_only(a):
     return a.view()
 
 
-class _OneTriple(StepScalars):
+class _UniformScalars(StepScalars):
     """:class:`StepScalars` known, from how they were made, to be one ``(t, lr, wd)``."""
 
     __slots__ = ()
@@ -245,7 +245,7 @@ class BatchedBookkeeping(Bookkeeping):
             if uniform and rates.uniform:
                 t = _read_only(t)  # commit_counts then reads what is kept of it
                 self.__dict__["_stepped"] = (t, top + 1)
-                return _OneTriple(t, rates.lr, rates.wd)
+                return _UniformScalars(t, rates.lr, rates.wd)
             return StepScalars(t, rates.lr, rates.wd)
         lr_mult, wd_mult = self._multiplier_arrays(indices, multipliers)
         if lr_mult is False:

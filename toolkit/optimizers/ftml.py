@@ -109,10 +109,10 @@ class FTML(Optimizer):
         return ("d", "v", "z")
 
     def _step_constants(self):
-        """``(r, constants)``: ``_r`` as a function of a float, and the constants of a step as
+        """``(r, constants)``: ``_rounded`` as a function of a float, and the constants of a step as
         the convention rounds them, by name (the fields of :class:`FtmlRow` that do not change
         per step; ``eps`` as given: only the kernel rounds it, to the weight's dtype)."""
-        r = self._r
+        r = self._rounded
         b1, b2 = r(self.beta1), r(self.beta2)
         return self._float_rounder(), dict(rs=r(self.rescale_grad), c=self._clip_bound(),
                                            b1=b1, omb1=1.0 - b1, b2=b2, omb2=1.0 - b2,

@@ -131,10 +131,10 @@ class Ftrl(Optimizer):
         return "lazy"
 
     def _step_constants(self):
-        """``(r, constants)``: ``_r`` as a function of a float, and the constants of a step as
+        """``(r, constants)``: ``_rounded`` as a function of a float, and the constants of a step as
         the convention rounds them, by name (the fields of :class:`FtrlRow` but ``lr`` and
         ``wd``)."""
-        r = self._r
+        r = self._rounded
         return self._float_rounder(), dict(rs=r(self.rescale_grad), c=self._clip_bound(),
                                            lamda1=r(self.lamda1), beta=r(self.beta),
                                            guide=0.0 if self.convention == "mxnet" else 1.0)

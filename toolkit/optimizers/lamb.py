@@ -197,7 +197,7 @@ class LAMB(MomentConstants, Optimizer):
         return LambRow(p1=p1, p2=p2, wd=r(wd), k=0.0, **constants)
 
     def _step_constants(self):
-        """``(r, constants)``: ``_r`` as a function of a float, and the constants of a step as
+        """``(r, constants)``: ``_rounded`` as a function of a float, and the constants of a step as
         the convention rounds them, by name (the fields of :class:`LambRow` that do not change
         per step)."""
         return self._float_rounder(), self._moment_constants()
@@ -228,7 +228,7 @@ class LAMB(MomentConstants, Optimizer):
             if self.upper_bound:
                 r1 = min(r1, f(self.upper_bound))
             ratio = 1.0 if (r1 == 0 or r2 == 0) else float(r1 / r2)
-            return self._r(lr) * ratio
+            return self._rounded(lr) * ratio
         r1, r2 = math.sqrt(w2), math.sqrt(u2)
         if self.lower_bound:
             r1 = max(r1, self.lower_bound)

@@ -369,7 +369,7 @@ class LBSGD(Optimizer):
 
     def _kernel_step(self, index, weight, grad, state, t, lr, wd, launcher):
         states = self.state_arrays(state)
-        r = self._r
+        r = self._rounded
         if self.convention == "mxnet":
             cum, ncum = self._accumulator(index, weight, launcher)
             ncum += 1

@@ -145,7 +145,7 @@ class NAG(Optimizer):
             rule, row = pytorch_plan(states, True, t == self.begin_num_update + 1, lr,
                                      wd, self.rescale_grad, self._clip_bound(), self.momentum)
             return rule, row
-        r = self._r
+        r = self._rounded
         lr, wd, rs, c, mu = r(lr), r(wd), r(self.rescale_grad), self._clip_bound(), r(self.momentum)
         if not states:
             if self.convention == "mxnet":

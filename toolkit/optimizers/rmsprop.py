@@ -270,7 +270,7 @@ class RMSProp(Optimizer):
                              cw=self.clip_weights if self.clip_weights else -1.0,
                              mu=self.gamma2 if self.centered else 0.0)
             return pytorch_centered_rule if self.centered else pytorch_plain_rule, row
-        r = self._r
+        r = self._rounded
         g1 = r(self.gamma1)
         row = dict(lr=r(lr), wd=r(wd), rs=r(self.rescale_grad), c=self._clip_bound(), g1=g1,
                    omg1=1.0 - g1, eps=r(self.epsilon),

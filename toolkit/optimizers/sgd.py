@@ -292,9 +292,9 @@ class SGD(Optimizer):
     _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
 
     def _step_constants(self):
-        """``(r, rs, c, mu)``: ``_r`` as a function of a float, and the constants of a step as
+        """``(r, rs, c, mu)``: ``_rounded`` as a function of a float, and the constants of a step as
         the convention rounds them (``mu`` None without momentum)."""
-        r = self._r
+        r = self._rounded
         return (self._float_rounder(), r(self.rescale_grad), self._clip_bound(),
                 r(self.momentum) if self.momentum != 0.0 else None)
 

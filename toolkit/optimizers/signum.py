@@ -164,10 +164,10 @@ class Signum(Optimizer):
         return ("mom",) if self.momentum != 0.0 else ()
 
     def _step_constants(self):
-        """``(r, wd_lh, constants)``: ``_r`` as a function of a float, ``wd_lh`` rounded (it
+        """``(r, wd_lh, constants)``: ``_rounded`` as a function of a float, ``wd_lh`` rounded (it
         enters the row as ``1 - lr*wd_lh``), and the other constants of a step as the convention
         rounds them, by name (fields of :class:`SignumRow`)."""
-        r = self._r
+        r = self._rounded
         mu = r(self.momentum)
         return self._float_rounder(), r(self.wd_lh), dict(
             rs=r(self.rescale_grad), c=self._clip_bound(), mu=mu, omu=1.0 - mu,
