@@ -150,9 +150,8 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
     spec = None
     #: whether the update divides by the learning rate (FTRL, FTML): then lr must be > 0
     requires_positive_lr = False
-    #: MXNet's ``aggregate_num``: how many indices its Updater hands to one aggregated
-    #: ``update`` (0: none; MXNet 1.9.1 python/mxnet/optimizer/optimizer.py:127, 581). Kept for
-    #: code that reads it; it changes no number here.
+    #: MXNet's ``aggregate_num`` (MXNet 1.9.1 python/mxnet/optimizer/optimizer.py:127, 581):
+    #: kept for code that reads it; it changes no number here.
     aggregate_num = 0
     #: whether every state array is shaped like the weight (element ``i`` belonging to weight
     #: element ``i``): then a ``Trainer`` makes a group's state with one ``create_state`` over
@@ -245,9 +244,7 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
         self._check_convention()
         self._constructed = True
 
-    # ---------------------------------------------------------------------------------------
-    # update
-    # ---------------------------------------------------------------------------------------
+    # --- update ----------------------------------------------------------------------------
     def update(self, index, weight, grad, state, *, stream=None, skip_nonfinite=False):
         """Update ``weight`` and ``state`` in place from ``grad`` (the weight's dtype and kind).
 
@@ -309,12 +306,10 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
 
     def _keep_warm(self, weight, grad, state, backend):
         """Keep a :class:`~toolkit.backends.cpu.PreparedStep` for arrays that passed every
-        check, when the next update of the same arrays may run as it: a step that is its
-        ``kernel_row`` on the CPU (:func:`row_step`), of C-contiguous float32 or float64 numpy
-        arrays (the gradient writeable too), outside a row-sparse step or another launcher, of
-        a class whose state layout is the toolkit's function of its checked hyperparameters
-        (the prepared steps are dropped whenever one is assigned). Returns whether it kept
-        one."""
+        check, for a step that is its ``kernel_row`` (:func:`row_step`) on the CPU over
+        C-contiguous, writeable float32/float64 numpy arrays, outside a row-sparse step, of a
+        class whose state layout the toolkit makes from its checked hyperparameters (an
+        assignment drops the prepared steps) and that keeps what the step bypasses."""
         cls = type(self)
         fits = _KEEPS_WARM.get(cls)
         if fits is None:
@@ -346,14 +341,12 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
 
     def next_step(self, index, weight=None):
         """What the next update of ``index`` will read, computed without changing anything
-        (:class:`StepInputs`): the count ``t``, the learning rate (schedule and multiplier) and
-        weight decay (multiplier), checked as ``update`` checks them, and what the oracle needs
-        beside the state arrays: ``reference_state`` (bookkeeping kept on the optimizer, such as
-        Nadam's momentum schedule or LBSGD's accumulator, which needs ``weight`` for its shape)
-        and ``reference_kwargs`` (extra keyword arguments of ``reference.<name>.step``, such as
-        SGLD's seed and stream). The reference backend, ``toolkit.error_bounds`` and the Trainer all
-        read a step through it, so a new optimizer plugs into all three by defining
-        ``_reference_extra`` and ``_reference_call_kwargs`` once."""
+        (:class:`StepInputs`): the count ``t``, the learning rate and weight decay, checked as
+        ``update`` checks them, and what the oracle needs beside the state arrays:
+        ``reference_state`` (bookkeeping kept on the optimizer: Nadam's schedule, LBSGD's
+        accumulator, which needs ``weight`` for its shape) and ``reference_kwargs`` (extra
+        keyword arguments of ``reference.<name>.step``: SGLD's seed and stream). The reference
+        backend, ``toolkit.error_bounds`` and the Trainer read a step through it."""
         t, lr, wd = self._step_scalars(index)
         return StepInputs(t, lr, wd, dict(self._reference_extra(index, weight)),
                           dict(self._reference_call_kwargs(index, t)))
