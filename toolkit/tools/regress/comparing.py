@@ -116,7 +116,7 @@ class Report:
             for c in d["changes"]:
                 c["max_ulps"] = _json_ulps(c["max_ulps"])
             if e.reference is None:
-                del d["reference"]  # kernel entries: the report as before
+                del d["reference"]  # a kernel entry: no reference to report
             else:
                 for k in ("stored_error_ulps", "now_error_ulps"):
                     x = d["reference"][k]
