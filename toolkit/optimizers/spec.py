@@ -71,7 +71,8 @@ class Spec:
         reference's equations (its ``FORMS``) that the kernels' "pytorch" rule computes, which
         the toolkit's reference backend and ``toolkit.error_bounds`` then evaluate (``"lerp"``:
         torch's ``lerp_`` of a first moment, whose rounded weight ``1 - beta1`` drops a
-        ``beta1`` below float64's resolution, as torch does), or None. ``torch``: the ``torch.optim`` class of the same update family, or None.
+        ``beta1`` below float64's resolution, as torch does), or None.
+        ``torch``: the ``torch.optim`` class of the same update family, or None.
         ``torch_requires``: ``{PyTorch keyword: flag}``, a keyword of ``toolkit.torch`` that
         has its counterpart only with that constructor flag on (RMSProp: ``momentum`` is
         ``gamma2`` of the centered variant; plain RMSProp keeps no momentum buffer).
