@@ -71,7 +71,7 @@ def ftrl_rule(f):
     return rule
 
 
-SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+SPEC = Spec(
     name="ftrl", reference="reference.ftrl",
     pytorch=None, torch=None,
     space={"lamda1": OneOf(0.0, Decades(-4, 0)), "beta": OneOf(0.0, Decades(-2, 1))},

@@ -110,7 +110,7 @@ _RULES = {"mxnet": (mxnet_direction_rule, mxnet_apply_rule),
           "guide": (guide_direction_rule, guide_apply_rule)}
 
 
-SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+SPEC = Spec(
     name="lamb", reference="reference.lamb",
     pytorch=None, torch=None,
     space={"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999),
