@@ -24,7 +24,8 @@ __all__ = ["Spec", "BenchSetting", "CONVENTIONS", "DEFAULT_CONVENTIONS", "PRECIS
 #: every convention a toolkit optimizer can take (each implements those of ``Spec.conventions``).
 #: ``reference._util.KNOWN_CONVENTIONS`` repeats the names rather than importing them, since the
 #: toolkit must not import the reference at import time (a user's ``reference.py`` first on
-#: ``sys.path`` must not break ``import toolkit``); tests/test_reference_pytorch.py checks they agree
+#: ``sys.path`` must not break ``import toolkit``, tests/test_oracle_isolation.py);
+#: tests/test_reference_pytorch.py checks they agree
 CONVENTIONS = ("mxnet", "guide", "pytorch")
 #: the conventions of a spec that lists none: MXNet's numerics and the guide's equations
 #: ("pytorch", torch.optim's update, only where a spec lists it: the optimizers torch ships)

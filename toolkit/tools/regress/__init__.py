@@ -8,8 +8,9 @@ reports what changed, in ulps of each array's storage dtype::
                                           [--steps N] [--size N] [--force]
     python -m toolkit regress compare PATH [--bound N] [--json] [--only NAMES] [--backend B]
 
-The file format, the bound, the entry statuses and the exit codes are in
-``docs/regression-testing.md``. Parts: :mod:`~toolkit.tools.regress.fileformat` (format, array
+``PATH`` ending in ``.json`` is one file, any other a folder with one ``<name>.json`` per
+optimizer (the layout of ``tests/data/golden/``). The file format, the bound, the entry statuses
+and the exit codes are in ``docs/regression-testing.md``. Parts: :mod:`~toolkit.tools.regress.fileformat` (format, array
 encoding, ulp distance), :mod:`~toolkit.tools.regress.recording` (``record``),
 :mod:`~toolkit.tools.regress.comparing` (``compare``), :mod:`~toolkit.tools.regress.users` (a
 user's optimizer), :mod:`~toolkit.tools.regress.cli`. Every public name is importable from here.
