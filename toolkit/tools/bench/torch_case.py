@@ -96,8 +96,9 @@ class _threads:
     def __enter__(self):
         if self.n is not None:
             import numba
-            numba_old = numba.get_num_threads()  # launches numba's pool first: it resets
-            self.old = (self.torch.get_num_threads(), numba_old)  # the OpenMP count
+            # numba's pool first: launching it resets the OpenMP thread count
+            numba_old = numba.get_num_threads()
+            self.old = (self.torch.get_num_threads(), numba_old)
             self.torch.set_num_threads(self.n)
             numba.set_num_threads(min(self.n, numba.config.NUMBA_NUM_THREADS))
 
