@@ -1,19 +1,14 @@
 """Check an optimizer implementation against the float64 oracle, with a rigorous error bound.
 
-For each step, the oracle (``reference.<name>.step``) runs on :class:`reference.error_bound.Tracked`
-copies of exactly the inputs the implementation saw (the weight and state it holds, resynchronised
-every step), and yields the float64 result together with a first-order bound ``E`` on the rounding
-error of evaluating the same formula in the implementation's precision. The *normalised error* of
-an element is ``|out - ref| / (C*E)``; the check passes when it is at most 1 for every element that
-is not at a branch point (a near tie, where either branch is correct). ``C = 4``: a factor 2 for
-the oracle's own rounding of the same size in float64 arithmetic, and 2 for the first-order model.
+The oracle (``reference.<name>.step``) runs on :class:`reference.error_bound.Tracked` copies of
+the inputs the implementation saw and yields the float64 result with a first-order bound ``E`` on
+the rounding error in the implementation's precision. The *normalised error* of an element is
+``|out - ref| / (C*E)``, ``C = 4`` (2 for the oracle's own rounding, 2 for the first-order
+model); a check passes when it is at most 1 everywhere but at branch points (near ties).
 
-``step_errors`` checks one step of a toolkit optimizer; ``trajectory_errors`` a free-running
-trajectory, where the bound accumulates from step to step. ``python -m toolkit check`` and the test
-suite both use these, and so can a user with their own update function (see ``check_function``).
-
-This module was ``toolkit.verify`` (a name it shared with the oracle's ``toolkit.oracle.verify``);
-``toolkit.verify`` stays one release as a deprecated alias of it.
+``step_errors`` checks one step, ``trajectory_errors`` a free-running trajectory,
+``check_function`` a user's update function. ``toolkit.verify`` is a deprecated alias of this
+module.
 """
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """What an MPI launcher tells each process through its environment, read before MPI starts.
 
-``mpiexec`` (MPICH's hydra, Open MPI, PMIx launchers) sets each process's rank in an environment
-variable before the process runs. The distributed Trainer (``toolkit.trainer.dist``) names the
-rank in its watchdog's messages while MPI is still starting, and ``mxopt launch``'s per-rank
-runner (``toolkit.mpi_jobs``) names it before the script (and mpi4py) is imported.
-
-This module imports only the standard library and nothing of the toolkit: ``toolkit.mpi_jobs``,
-run by path on every rank before anything else, loads it by path, without importing the
-``toolkit`` package (whose import compiles Numba kernels).
+``mpiexec`` sets each process's rank in an environment variable before the process runs, so the
+distributed Trainer's watchdog and ``mxopt launch``'s per-rank runner can name the rank while MPI
+is still starting. Standard library only: ``toolkit.mpi_jobs`` loads this file by path on every
+rank without importing the ``toolkit`` package (whose import compiles Numba kernels).
 """
 from __future__ import annotations
 

@@ -1,37 +1,15 @@
 """MPI jobs: ``mxopt launch -n N script.py [args]`` starts N processes of a training script
 under MPI, supervises them, and ends the whole job as soon as any rank fails; the same file is
-the small runner each rank runs the script through. (Formerly ``toolkit.launch``, kept for one
-release as a deprecated alias; ``toolkit.mpi_env`` beside it reads the rank MPI's launcher sets.)
+the small runner each rank runs the script through (:func:`run_rank`). ``toolkit.launch`` is its
+deprecated alias; ``toolkit.mpi_env`` beside it reads the rank MPI's launcher sets.
 
-It runs the ``mpiexec`` of the installed MPI (the ``mpich`` wheel of the ``dist`` extra puts it
-beside this Python) as::
-
-    mpiexec -n N <this python> <this file> script.py [args]
-
-so every rank runs the script through this file's small runner (:func:`run_rank`), which first
-connects to a Unix socket the launcher listens on, then runs the script as ``python script.py``
-would (``sys.argv``, ``sys.path[0]``, ``__main__``). The runner tells the launcher how its script
-ended: normally, by an uncaught exception, or by ``sys.exit(code)``; a rank that ends without
-saying so (``os._exit``, a signal, a crash, ``MPI_Abort``) closes the socket by dying, which the
-launcher sees at once. Any rank that does not end normally ends the job: the launcher prints a
-line naming the rank and how it ended, sends SIGTERM to ``mpiexec`` (which ends every rank), and
-exits non-zero. This does not depend on MPI being started in the failing rank: MPICH's
-``mpiexec`` alone leaves the others waiting for ever when a rank exits with an error before
-``MPI_Init``, and exits 0 when a rank calls ``os._exit(0)`` while another waits in a collective
+It runs ``mpiexec -n N <this python> <this file> script.py [args]``; each rank's runner reports
+over a Unix socket how its script ended, and a rank that ends abnormally (or without reporting)
+ends the job, since MPICH's ``mpiexec`` alone can wait for ever or exit 0 there
 (docs/distributed.md, "What ends a job, and how fast").
 
-An uncaught exception in a rank that has started MPI also calls ``MPI_Abort`` (as
-``python -m mpi4py script.py`` does), unless the exception is marked as raised by every rank at
-the same point (a Trainer's ``DistMismatchError``, a stale gradient, a failed checkpoint): then
-the launcher gives the other ranks :data:`EVERYWHERE_GRACE_S` seconds to print theirs and stop.
-
-``--timeout S`` sets ``MXOPT_DIST_TIMEOUT`` (the watchdog of the Trainer's collectives) for the
-ranks. With Open MPI, ``--oversubscribe`` (more ranks than cores) and, as root,
-``--allow-run-as-root`` are added; MPICH needs neither.
-
-This file imports only the standard library and the toolkit's stdlib-only ``toolkit.mpi_env``
-(loaded by path when this file runs by path): each rank runs it before anything else, so it
-imports neither the ``toolkit`` package (Numba) nor mpi4py.
+This file imports only the standard library and the stdlib-only ``toolkit.mpi_env``: each rank
+runs it before anything else, so it imports neither the ``toolkit`` package (Numba) nor mpi4py.
 """
 from __future__ import annotations
 

@@ -101,7 +101,7 @@ def pytorch_rule(f):
     return rule
 
 
-SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+SPEC = Spec(
     name="adadelta", reference="reference.adadelta",
     conventions=("mxnet", "guide", "pytorch"),
     pytorch="pytorch", torch="Adadelta",

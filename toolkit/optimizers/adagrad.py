@@ -95,7 +95,7 @@ def pytorch_rule(f):
     return rule
 
 
-SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+SPEC = Spec(
     name="adagrad", reference="reference.adagrad",
     conventions=("mxnet", "guide", "pytorch"),
     pytorch="pytorch", torch="Adagrad",

@@ -152,7 +152,7 @@ def pytorch_row(constants, t, lr, decay, wd):
                       nss=-(lr / (1.0 - constants["b1"] ** t)))
 
 
-SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+SPEC = Spec(
     name="adam", reference="reference.adam",
     conventions=("mxnet", "guide", "pytorch"), pytorch_form="lerp",
     pytorch="guide", torch="Adam",

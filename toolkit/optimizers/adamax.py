@@ -118,7 +118,7 @@ def pytorch_rule(f):
     return rule
 
 
-SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+SPEC = Spec(
     name="adamax", reference="reference.adamax",
     conventions=("mxnet", "guide", "pytorch"), pytorch_form="lerp",
     pytorch="pytorch", torch="Adamax",

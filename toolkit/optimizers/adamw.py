@@ -92,7 +92,7 @@ def guide_rule(f):
     return rule
 
 
-SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+SPEC = Spec(
     name="adamw", reference="reference.adamw",
     conventions=("mxnet", "guide", "pytorch"), pytorch_form="lerp",
     pytorch="pytorch", torch="AdamW",

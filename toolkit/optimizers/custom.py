@@ -71,9 +71,8 @@ class ElementwiseOptimizer(Optimizer):
         the rule receives them (declared once, at module level, so the rule can build it).
     ``hyperparameters(self, index, t, lr, wd) -> row``
         an instance of ``row``: the per-step scalars, computed on the host in float64 (they are
-        cast to the weight's dtype once per step). The old shape, a plain tuple with no ``row``
-        declared, still works (the same numbers) and warns once per class
-        (DeprecationWarning).
+        cast to the weight's dtype once per step). A plain tuple with no ``row`` declared is
+        deprecated: the same numbers, and a DeprecationWarning once per class.
     ``rule(w, g, *states, hp) -> (w, *states)``  (a staticmethod)
         the update of one element, plain Python with ``math`` only; it reads its scalars by
         name, ``p = Row(*hp)`` then ``p.lr`` (``hp`` arrives as a plain tuple of the row's
@@ -85,7 +84,7 @@ class ElementwiseOptimizer(Optimizer):
 
     state_names: tuple = ()
 
-    #: the rule's scalars by name: a ``typing.NamedTuple`` class, or None (the old shape)
+    #: the rule's scalars by name: a ``typing.NamedTuple`` class, or None (deprecated plain tuple)
     row = None
 
     def __init_subclass__(cls, **kwargs):

@@ -86,7 +86,7 @@ def momentum_rule(f):
     return rule
 
 
-SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+SPEC = Spec(
     name="dcasgd", reference="reference.dcasgd",
     pytorch=None, torch=None,
     space={"momentum": MOMENTUM, "lamda": OneOf(0.04, Decades(-3, 1))},

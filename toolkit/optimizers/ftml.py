@@ -59,7 +59,7 @@ def ftml_rule(f):
     return rule
 
 
-SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+SPEC = Spec(
     name="ftml", reference="reference.ftml",
     pytorch=None, torch=None,
     space={"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999),

@@ -58,7 +58,7 @@ def ftrl_rule(f):
         den = root_new + root_n
         sigma_lr = gg / den if den > zero else zero        # (sqrt(n+g^2) - sqrt(n)), stably
         z = z + g - sigma_lr * w / p.lr
-        n = n + gg                    # sqrt(n) is now root_new: the same rounded operand
+        n = n + gg                    # sqrt(n) equals root_new: the same rounded operand
         if abs(z) > p.lamda1:
             s = one if z > zero else -one
             if p.guide > zero:
@@ -71,7 +71,7 @@ def ftrl_rule(f):
     return rule
 
 
-SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+SPEC = Spec(
     name="ftrl", reference="reference.ftrl",
     pytorch=None, torch=None,
     space={"lamda1": OneOf(0.0, Decades(-4, 0)), "beta": OneOf(0.0, Decades(-2, 1))},

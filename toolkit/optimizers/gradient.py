@@ -1,12 +1,10 @@
 """The gradient preprocessing of the rules, written once: rescale, clip, and where weight decay
-enters. Every rule that does one of these calls the helper instead of spelling it out.
+enters.
 
-Each helper is made for a float type ``f`` (as a rule is, ``factory(f) -> rule``) and returned
-inlined (``toolkit.backends.jit.inlined``): a rule calls it on every backend (the CPU loops
-inline it; CUDA compiles it into the rule's device function; the simulator calls it), and it is
-a fresh function per factory call, so a kernel's on-disk cache key follows its code as it
-follows the rule's. The arithmetic is exactly the spelled-out form's (same operations, same
-order), so no number moves:
+Each helper is made for a float type ``f`` (``factory(f) -> rule``, as a rule is) and returned
+inlined (``toolkit.backends.jit.inlined``), a fresh function per factory call so that a kernel's
+on-disk cache key follows its code. Its arithmetic is the spelled-out form's, operation for
+operation:
 
 * :func:`rescaled`: ``clip(rs*grad, c)`` (no clipping when ``c < 0``, the "no clip" value a
   convention's constants give);

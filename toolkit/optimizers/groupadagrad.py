@@ -71,7 +71,7 @@ def row_rules(f):
     return prep, reduce_row, apply
 
 
-SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+SPEC = Spec(
     name="groupadagrad", reference="reference.groupadagrad",
     pytorch=None, torch=None,
     space={"eps": OneOf(1e-05, Decades(-10, -1))},

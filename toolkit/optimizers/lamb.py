@@ -13,15 +13,12 @@ reference/lamb.py)::
 
 guide (the paper): the same in the weight's precision, the trust ratio in float64.
 
-Two passes over the arrays, as the norm of ``u`` needs ``u`` everywhere first. Pass 1 (the
-launcher's ``direction_norms``) reads ``w``, ``grad``, ``m`` and ``v``, forms the new moments and
-``u`` in registers and adds up ``|w|^2`` and ``|u|^2`` per tensor in float64, in one fixed order on
-the CPU and on CUDA (``toolkit.backends.cpu.direction_kernel``); it writes nothing. The host turns
-the two sums into the step size ``lr*ratio``; pass 2, an ordinary rule, forms the same moments and
-``u`` again from the same inputs and writes ``w``, ``m`` and ``v``. Neither ``u`` nor a float32 copy
-of the moments is stored, so a float16 state is rounded once, as in every other optimizer. A Trainer
-runs pass 1 for a whole group in one segmented call before it plans the group (``norm_inputs``) and
-pass 2 as one segmented call.
+Two passes, as the norm of ``u`` needs ``u`` everywhere first. Pass 1 (the launcher's
+``direction_norms``, ``toolkit.backends.cpu.direction_kernel``) forms the moments and ``u`` in
+registers and sums ``|w|^2`` and ``|u|^2`` per tensor in float64 in one fixed order, writing
+nothing; pass 2, an ordinary rule, forms them again from the same inputs and writes ``w``, ``m``
+and ``v``. Nothing intermediate is stored, so a float16 state is rounded once. A Trainer runs each
+pass for a whole group as one segmented call (``norm_inputs``).
 """
 from __future__ import annotations
 
@@ -113,7 +110,7 @@ _RULES = {"mxnet": (mxnet_direction_rule, mxnet_apply_rule),
           "guide": (guide_direction_rule, guide_apply_rule)}
 
 
-SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+SPEC = Spec(
     name="lamb", reference="reference.lamb",
     pytorch=None, torch=None,
     space={"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999),

@@ -43,7 +43,7 @@ class MxnetScalars(NamedTuple):
     lrrs: float   #: lr_k*rs
 
 
-SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+SPEC = Spec(
     name="lars", reference="reference.lars",
     pytorch=None, torch=None,
     space={"momentum": MOMENTUM, "eta": OneOf(0.001, Decades(-3, 0)),
@@ -220,8 +220,8 @@ class LARS(SGD):
 
 def _mxnet_scalars():
     """The compiled ``scalars(lr, ww, gg, eta, eps, wd, rs, mu) -> (lr_k, lr_k*wd, rs, mu,
-    lr_k*rs)`` (the fields of :class:`MxnetScalars`, in order): MXNet's float32 step scalars of a LARS step, each rounded to float32 (returned
-    as Python floats). ``lr_k`` is ``multi_lars`` (``reference.lars.mxnet_trust_lr``: every
+    lr_k*rs)`` (the fields of :class:`MxnetScalars`, in order): MXNet's float32 step scalars of
+    a LARS step, each rounded to float32 (returned as Python floats). ``lr_k`` is ``multi_lars`` (``reference.lars.mxnet_trust_lr``: every
     operand float32, the formula evaluated left to right in float32) from the float64 sums of
     squares ``ww = |w|^2`` and ``gg = |grad|^2``, or ``float32(lr)`` when either is not positive
     (or not positive once rounded to float32); the two products are float32 products of the

@@ -158,7 +158,7 @@ def _accumulator_traffic(opt):
     return len(opt.host_buffers()) if opt.batch_scale > 1 else 0
 
 
-SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+SPEC = Spec(
     name="lbsgd", reference="reference.lbsgd",
     pytorch=None, torch=None,
     space={"momentum": MOMENTUM, "warmup_strategy": OneOf("linear", "power2", "sqrt", "lars"),

@@ -114,7 +114,7 @@ def f32_product(a, b):
     return float(np.float32(np.float32(a) * np.float32(b)))
 
 
-SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+SPEC = Spec(
     name="nadam", reference="reference.nadam",
     conventions=("mxnet", "pytorch"),
     # the kernels' "pytorch" (torch's single-tensor step) is the reference's equations in these

@@ -67,7 +67,7 @@ def guide_rule(f):
     return rule
 
 
-SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+SPEC = Spec(
     name="nag", reference="reference.nag",
     conventions=("mxnet", "guide", "pytorch"),
     pytorch="pytorch", torch="SGD", torch_flags={"nesterov": True},

@@ -180,7 +180,7 @@ def pytorch_centered_rule(f):
 _UNSET = object()
 
 
-SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+SPEC = Spec(
     name="rmsprop", reference="reference.rmsprop",
     conventions=("mxnet", "guide", "pytorch"), pytorch_form="lerp",
     pytorch="pytorch", torch="RMSprop", torch_requires={"momentum": "centered"},

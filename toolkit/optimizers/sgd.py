@@ -218,7 +218,7 @@ def pytorch_plan(has_momentum, nesterov, first, lr, wd, rs, c, momentum):
     return pytorch_plain_rule, PytorchPlainRow(nlr=-lr, wd=wd, rs=rs, c=c)
 
 
-SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+SPEC = Spec(
     name="sgd", reference="reference.sgd",
     conventions=("mxnet", "guide", "pytorch"),
     pytorch="pytorch", torch="SGD",

@@ -49,7 +49,7 @@ def sgld_rule(f):
     return rule
 
 
-SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+SPEC = Spec(
     name="sgld", reference="reference.sgld",
     pytorch=None, torch=None,
     space={"seed": Ints(0, 4294967296)}, noise=True,

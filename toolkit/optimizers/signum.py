@@ -108,7 +108,7 @@ def _wd_lh_needs_momentum(hyper):
     return hyper
 
 
-SPEC = Spec(  # everything the toolkit knows about it (toolkit/optimizers/spec.py)
+SPEC = Spec(
     name="signum", reference="reference.signum",
     pytorch=None, torch=None,
     space={"momentum": MOMENTUM, "wd_lh": OneOf(0.0, Decades(-4, -1))},

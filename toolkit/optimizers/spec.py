@@ -1,19 +1,14 @@
 """The one entry per optimizer: :class:`Spec`, everything the toolkit knows about it, as data.
 
-An optimizer's module declares its spec beside its class (``SPEC = Spec(...)`` and
-``spec = SPEC`` in the class body). Every table of the toolkit reads it through the registry
-(:func:`toolkit.optimizers.registry.specs`): the oracle's hyperparameter space, ``check``,
-``accuracy``, ``regress`` and the golden files, ``demo``, ``bench`` and its traffic model, the
-generic tests, the docs tables. A third party's optimizer declares a spec the same way and then
-runs everywhere (docs/custom-optimizer.md); one without a spec is registered with a bare one
-(:meth:`Spec.bare`): it steps and trains, and the tools that need an oracle skip it.
+An optimizer's module declares its spec beside its class (``SPEC = Spec(...)``, ``spec = SPEC``
+in the class body); every table of the toolkit (oracle, tools, generic tests, docs tables) reads
+it through :func:`toolkit.optimizers.registry.specs`. A third party's optimizer declares one the
+same way (docs/custom-optimizer.md); one without gets :meth:`Spec.bare` and the tools that need
+an oracle skip it.
 
-What is *derived* is not declared: defaults, state slots and hyperparameter domains come from the
-class (its constructor, ``state_slots()`` and ``domains``), the values a validation test assigns
-from the domains (``Domain.invalid_examples``), the unfused numpy baseline of ``bench`` from the
-reference module (its float64 numpy step, run through ``backend="reference"``). The reference
-stays independent of the toolkit: a spec *names* its reference module (``"reference.adam"``),
-the reference never imports the toolkit.
+What can be derived is not declared: defaults, state slots and domains come from the class,
+``bench``'s numpy baseline from the reference module. A spec *names* its reference module
+(``"reference.adam"``) so that the reference never imports the toolkit.
 """
 from __future__ import annotations
 
@@ -26,13 +21,11 @@ from .spec_spaces import Space
 
 __all__ = ["Spec", "BenchSetting", "CONVENTIONS", "DEFAULT_CONVENTIONS", "PRECISION_VARIANTS"]
 
-#: every convention a toolkit optimizer can take; each optimizer's kernels implement those of its
-#: spec (``Spec.conventions``). The toolkit's one definition: ``base.CONVENTIONS``, the oracle's
-#: ``ORDER`` and ``mxopt verify --convention`` import it. The reference holds the same names as
-#: ``reference._util.KNOWN_CONVENTIONS`` (it imports nothing from the toolkit, and the toolkit
-#: does not import it at import time: a user's ``reference.py`` first on ``sys.path`` must not
-#: break ``import toolkit``, tests/test_oracle_isolation.py); tests/test_reference_pytorch.py
-#: checks the two agree
+#: every convention a toolkit optimizer can take (each implements those of ``Spec.conventions``).
+#: ``reference._util.KNOWN_CONVENTIONS`` repeats the names rather than importing them, since the
+#: toolkit must not import the reference at import time (a user's ``reference.py`` first on
+#: ``sys.path`` must not break ``import toolkit``, tests/test_oracle_isolation.py);
+#: tests/test_reference_pytorch.py checks they agree
 CONVENTIONS = ("mxnet", "guide", "pytorch")
 #: the conventions of a spec that lists none: MXNet's numerics and the guide's equations
 #: ("pytorch", torch.optim's update, only where a spec lists it: the optimizers torch ships)
@@ -79,7 +72,8 @@ class Spec:
         reference's equations (its ``FORMS``) that the kernels' "pytorch" rule computes, which
         the toolkit's reference backend and ``toolkit.error_bounds`` then evaluate (``"lerp"``:
         torch's ``lerp_`` of a first moment, whose rounded weight ``1 - beta1`` drops a
-        ``beta1`` below float64's resolution, as torch does), or None. ``torch``: the ``torch.optim`` class of the same update family, or None.
+        ``beta1`` below float64's resolution, as torch does), or None.
+        ``torch``: the ``torch.optim`` class of the same update family, or None.
         ``torch_requires``: ``{PyTorch keyword: flag}``, a keyword of ``toolkit.torch`` that
         has its counterpart only with that constructor flag on (RMSProp: ``momentum`` is
         ``gamma2`` of the centered variant; plain RMSProp keeps no momentum buffer).

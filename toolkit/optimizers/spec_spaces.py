@@ -1,16 +1,10 @@
 """Declarative sets of values: what an optimizer's spec says its hyperparameters and weights
 range over (:class:`toolkit.optimizers.spec.Spec`), read by the oracle and the tests.
 
-A :class:`Space` (decades, unit intervals, choices, exact values, weight shapes) becomes either a
-hypothesis strategy (:meth:`Space.strategy`, for ``verify`` and for our own property tests, with
-shrinking and targeting) or one value drawn with a numpy generator (:meth:`Space.sample`, for
-``identify``, ``accuracy`` and ``check``, which screen many cases cheaply). hypothesis is imported
-only by :meth:`Space.strategy`.
-
-This module sits below the optimizers (they declare their specs' spaces with it), beside
-``spec.py``; ``toolkit.oracle.space`` re-exports its primitives with the functions that combine
-one optimizer's spaces into what the oracle draws. It was ``toolkit.optimizers.spaces``, which
-stays one release as a deprecated alias.
+A :class:`Space` becomes a hypothesis strategy (:meth:`Space.strategy`, the only importer of
+hypothesis) or one value drawn with a numpy generator (:meth:`Space.sample`, for cheap
+screening). ``toolkit.oracle.space`` re-exports its primitives; ``toolkit.optimizers.spaces`` is a
+deprecated alias.
 """
 from __future__ import annotations
 

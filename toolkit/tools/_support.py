@@ -1,7 +1,7 @@
 """Shared by ``regress`` and ``accuracy``: the optimizer x convention x backend x dtype matrix,
 the CUDA availability rule for reports, provenance, and rich progress bars (optional).
 
-Private: the public entry points are ``toolkit.regress`` and ``toolkit.accuracy``.
+Private: the public entry points are ``toolkit.tools.regress`` and ``toolkit.tools.accuracy``.
 """
 from __future__ import annotations
 

@@ -1,22 +1,12 @@
 """``python -m toolkit accuracy``: how close each kernel is to the float64 oracle, measured.
 
-For every optimizer x convention x backend x dtype, ``--cases`` random cases (hyperparameters and
-inputs drawn over several decades, exact zeros and branch points included, 1 to 4 steps of 1 to
-32 elements) run through :func:`toolkit.error_bounds.step_errors`: each step is checked against the
-oracle from identical inputs, and the *normalised error* of the weight and every state array is
-``|out - ref| / (4*E)``, where ``E`` is the oracle's first-order bound on the rounding error of
-the same formula in the kernel's precision. **1.0 is the bound**: at most 1 is correct by the
-error analysis; above 1 is a kernel that does not compute the equations. A case's value is its
-worst element over all steps and arrays; per row the report gives the median, the 99th
-percentile and the worst over all cases.
+For every optimizer x convention x backend x dtype, ``--cases`` random cases run through
+:func:`toolkit.error_bounds.step_errors`; a case's value is its worst normalised error over all
+steps and arrays (**1.0 is the bound**), and each row reports the median, the 99th percentile and
+the worst. The plot has one panel per optimizer (docs/accuracy.md).
 
     python -m toolkit accuracy [--cases N] [--only NAMES] [--backend cpu|cuda] [--dtype D]
                                [--seed INT|random] [--json] [--plot PATH | --no-plot] [--quiet]
-
-Backends: ``cpu``, and ``cuda`` on a real GPU (numba's simulator only with ``--backend cuda``).
-The plot (matplotlib, Agg; default ``accuracy.png`` in the current directory) has one panel per
-optimizer, a box and the individual cases of log10(normalised error) per convention, backend and
-dtype, and the bound drawn at 1.0. Exact results (error 0) are drawn at the floor of the axis.
 
 Exit codes of :func:`main`: ``0`` every worst <= 1; ``1`` some worst > 1 (or a case raised);
 ``2`` usage error (unknown optimizer or dtype, an unavailable backend asked for, a bad count,

@@ -1,20 +1,15 @@
 """``python -m toolkit demo``: every optimizer trains softmax regression on a real data set.
 
-The data set is scikit-learn's handwritten digits (1797 8x8 images, 10 classes; shipped with the
-package, nothing is downloaded), standardised, split 80/20 with a fixed seed. The model is
-softmax regression (a 10x64 weight and a 10-bias), its gradient computed by hand::
+The data: scikit-learn's handwritten digits (shipped with the package, nothing is downloaded),
+standardised, split 80/20 with a fixed seed. The model: softmax regression with a hand-written
+gradient summed over the batch (the Trainer divides by ``batch_size``, as Gluon's does)::
 
     p = softmax(X W^T + b);   dL/dW = (p - Y)^T X;   dL/db = sum(p - Y)
 
-summed over the batch (the Trainer divides by ``batch_size``, as Gluon's does). Each optimizer
-gets a ``toolkit.Trainer`` with settings a user would pick, trains for ``--epochs`` epochs on the
-chosen backend, and is reported with its final training loss and test accuracy. A PNG of all
-the loss curves is written to the working directory (or ``--out DIR``); the command says where.
-
-Times: each optimizer first takes one warm-up step on a throw-away model, timed apart ("first
-step"): it includes the JIT compilation of its kernels (Numba, or numba-cuda), seconds on a first
-run and milliseconds once Numba's on-disk cache holds them. "training" is the epochs after it.
-Needs the ``demo`` extra (scikit-learn, matplotlib, rich).
+Each optimizer trains through a ``toolkit.Trainer`` for ``--epochs`` epochs and reports its final
+training loss, test accuracy and times; "first step" is a warm-up step on a throw-away model
+that includes the JIT compilation of its kernels. A PNG of the loss curves is written to the
+working directory (or ``--out DIR``). Needs the ``demo`` extra (scikit-learn, matplotlib, rich).
 """
 from __future__ import annotations
 

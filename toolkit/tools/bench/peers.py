@@ -1,17 +1,12 @@
 """``mxopt bench``'s peers: what the toolkit's step is compared with besides its floor.
 
-* ``numpy``: the unfused-numpy baseline, **derived**, not written here: the optimizer's reference
-  module (``reference.<name>``, named by its spec) stepped through the optimizer's public
-  ``backend="reference"``. A reference step is the optimizer's equations as numpy operations
-  (operators and sqrt/abs/sign/maximum/minimum/clip/where/square/sum), one temporary array per
-  operation, in **float64**: the float32 weight, gradient and state are copied to float64 and the
-  results rounded back (float16 multi-precision: to the float32 master and the float16 weight).
-  So it is a float64 baseline, labelled so everywhere (:data:`NUMPY_BASELINE`): it moves at least
-  twice the bytes of a float32 one. Any optimizer whose spec names a reference module has it, a
-  plug-in included, with no code here; one without a reference is reported "n/a".
+* ``numpy``: the unfused-numpy baseline, derived from the optimizer's reference module
+  (``reference.<name>``) stepped through ``backend="reference"``: one temporary per operation,
+  in **float64**, so it moves at least twice a float32 baseline's bytes and is labelled so
+  (:data:`NUMPY_BASELINE`). An optimizer without a reference is reported "n/a".
 * ``torch fused`` / ``torch foreach``: ``torch.optim.<X>(fused=True / foreach=True)`` where torch
-  is installed and the setting names a torch update of the same traffic (its spec's
-  ``BenchSetting.torch``), float32 only.
+  is installed and the spec's ``BenchSetting.torch`` names an update of the same traffic,
+  float32 only.
 """
 from __future__ import annotations
 

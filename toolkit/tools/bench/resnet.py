@@ -1,19 +1,14 @@
 """``mxopt bench``'s Trainer cases: one Trainer step (Adam) over many tensors against torch's
-fused Adam over the same list of tensors, DeepSpeed's CPU Adam where it is installed, and the
-floor of the same traffic, interleaved. Two lists of tensors: ResNet-50's 161 parameter shapes
-(25.6 M float32 values), and 2000 tensors of 1024 values (:func:`many_tensor_shapes`), where
-the step's host work per tensor is what shows.
+fused Adam over the same tensors, DeepSpeed's CPU Adam where installed, and the floor of the same
+traffic, interleaved; over ResNet-50's 161 parameter shapes and over 2000 tensors of 1024 values
+(:func:`many_tensor_shapes`), where the host work per tensor shows.
 
-Host time (``host_us``): the same Trainer step over as many tensors of one value each, timed
-alone (the kernel's share is a few microseconds: an upper bound of the host's work), against
-the budget of 50 us + 0.2 us per parameter.
-Marking (``marking_ms``): a Trainer step reads which gradients were written since the last
-one; the benchmark writes them in place and marks them with ``param.grad()``, as a training
-loop does. ``toolkit_ms`` includes that marking; ``step_ms`` is the step alone, each one timed
-after an untimed marking (``timing.Prepared``; a marking measured apart and subtracted would
-leave in what the step's kernel does to the caches the marking then reads), and the ratios
-``step_of_floor`` and ``step_vs_torch`` use it (torch's step does not include writing ``.grad``
-either)"""
+``host_us``: the same step over as many one-value tensors (an upper bound of the host's work),
+against a budget of 50 us + 0.2 us per parameter. ``toolkit_ms`` includes marking the gradients
+with ``param.grad()``, as a training loop does; ``step_ms`` is the step alone after an untimed
+marking (``timing.Prepared``: subtracting a marking timed apart would miss the step's effect on
+the caches it reads), and ``step_of_floor`` and ``step_vs_torch`` use it, as torch's step does
+not include writing ``.grad`` either."""
 from __future__ import annotations
 
 import statistics

@@ -1,11 +1,9 @@
 """What ``mxopt bench`` runs: the settings (read from every optimizer's spec), the sizes and
 dtypes, and the traffic model that sizes each setting's floor.
 
-A setting is one row of a spec's ``bench`` (:class:`toolkit.optimizers.spec.BenchSetting`):
-hyperparameters that change the traffic, the ``torch.optim`` update of the same traffic, and
-whether it is in ``--quick``. Every registered optimizer has at least one (its spec's
-``bench_settings()``), a plug-in optimizer included, so the list is read from the registry when
-asked (:func:`all_settings`), never written here.
+A setting is one row of a spec's ``bench`` (:class:`toolkit.optimizers.spec.BenchSetting`).
+Every registered optimizer has at least one, a plug-in's included, so the list is read from the
+registry when asked (:func:`all_settings`).
 """
 from __future__ import annotations
 

@@ -115,7 +115,7 @@ ADAPTER_TARGETS = (
      "many_tensors", "vs_torch", 3.0),
     ("torch_one", "toolkit.torch, one tensor of 2^24: >= 0.9 of the floor", "one_2^24",
      "of_floor", 0.9),
-    # issue 32 item 9: the small model's fixed cost, maximize, bfloat16
+    # the small model's fixed cost, maximize, bfloat16
     ("torch_mlp", "toolkit.torch, the digits MLP (4 tensors, one thread): >= 1.0x torch fused "
      "Adam", "mlp_64_32_10", "vs_torch", 1.0),
     ("torch_mlp_maximize", "toolkit.torch, the digits MLP with maximize=True: >= 1.0x torch "

@@ -68,19 +68,15 @@ def measure(steps, repeats, batch_s, sync, seed=0, max_calls=20000,
             untimed_first_call_skip=("numpy",)):
     """Per-call seconds of every step, one list per step with one entry per repetition.
 
-    Each step is called once (compilation, first touch), then timed to size its sub-batches:
-    ``k`` calls, about ``batch_s``/3 of them (at least one call). Then ``repeats`` + 1
-    repetitions (the first is a warm-up) each time every step, in a shuffled order, so that the
-    machine's other work falls on all of them alike. A repetition times 3 sub-batches of a step
-    (fewer where 3 would take over 60 ms: one for a call of 60 ms or more) and keeps the fastest
-    sub-batch's time per call: what a busy machine adds to a call (a descheduled thread, a
-    parallel region waiting for a timeslice) is only ever a delay. Before each step's
-    sub-batches it is called once untimed (not the single-threaded numpy one, nor a step of
-    20 ms or more): Numba's and torch's OpenMP thread pools spin for a while after a parallel region,
-    and on a machine with few cores the pool that ran last slows the first call of the other;
-    the untimed call also wakes a pool that went to sleep. A :class:`Prepared` step is timed
-    without its ``prepare()`` (each ``run()`` on its own). Returns ``(times, calls)`` with
-    ``calls[name] = (k, sub-batches)``."""
+    Each step is called once (compilation, first touch), then timed to size its sub-batches of
+    ``k`` calls (about ``batch_s``/3, at least one call). Then ``repeats`` + 1 repetitions (the
+    first a warm-up) each time every step in a shuffled order, so that the machine's other work
+    falls on all alike. A repetition times up to 3 sub-batches of a step (fewer where 3 would
+    take over 60 ms) and keeps the fastest per call: a busy machine only ever delays a call.
+    Before its sub-batches a step is called once untimed (not the single-threaded numpy one, nor
+    a step of 20 ms or more): an OpenMP pool spinning after another's parallel region slows the
+    first call, and a sleeping pool needs waking. A :class:`Prepared` step is timed without its
+    ``prepare()``. Returns ``(times, calls)`` with ``calls[name] = (k, sub-batches)``."""
     rng = np.random.default_rng(seed)
     calls = {}
     skip = set(untimed_first_call_skip)

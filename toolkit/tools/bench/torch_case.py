@@ -1,23 +1,19 @@
 """``mxopt bench``'s ``toolkit.torch`` cases: ``toolkit.torch.Adam`` against
 ``torch.optim.Adam(fused=True)`` (foreach where torch has no fused kernel on the device) over the
-same tensors, and the floor of the same traffic (28 bytes per element), interleaved. The lists
-of tensors: ResNet-50's 161 parameter shapes, 2000 tensors of 1024 values, one tensor of 2^24
-values; the small model of issue 32 item 9, the digits MLP (64-32-10: 4 tensors of 2,410 values
-in all), on one thread (``torch.set_num_threads(1)``, numba's floor too: the step's fixed
-cost is what is measured), with ``maximize=False`` and ``maximize=True`` in both; and, on one
-thread as well (on the shared 2-core machine a 2-thread parallel region waited about 8 ms for
-its second thread, every step), bfloat16 parameters
-(``multi_precision=True`` in the toolkit: a float32 master copy and float32 states, 28 bytes an
-element; torch's fused bfloat16 Adam keeps bfloat16 states, 14 bytes an element) of 2^12,
-2^16 and 2^22 values, whose floor is the toolkit's 28 bytes (``torch_bytes_per_element``
-records torch's).
+same tensors, and the floor of the same traffic (28 bytes per element), interleaved.
 
-Gradients are fresh each step in both, as autograd leaves them under torch's default
-``zero_grad(set_to_none=True)``: two sets of gradient tensors, and before each step the other
-set is assigned to the parameters' ``.grad`` (untimed: ``timing.Prepared``), so that every step
-sees gradients at new addresses. ``toolkit_torch_ms`` and ``torch_ms`` are the steps alone,
-``vs_torch`` their ratio and ``of_floor`` the toolkit's against the floor; ``regrad_ms`` is the
-assignment alone, for scale.
+The lists of tensors: ResNet-50's 161 parameter shapes, 2000 tensors of 1024 values, one tensor
+of 2^24 values; the digits MLP (64-32-10, 4 tensors), with ``maximize`` off and on, on one
+thread (numba's floor too: the step's fixed cost is what is measured); bfloat16 parameters of
+2^12, 2^16 and 2^22 values on one thread as well (on a shared 2-core machine a 2-thread parallel
+region waited about 8 ms for its second thread, every step). The toolkit keeps a float32 master
+and float32 states (28 bytes an element, the floor's); torch's fused bfloat16 Adam keeps bfloat16
+states (``torch_bytes_per_element``).
+
+Gradients are fresh each step in both, as under torch's ``zero_grad(set_to_none=True)``: two
+sets alternate, assigned to ``.grad`` untimed (``timing.Prepared``). ``toolkit_torch_ms`` and
+``torch_ms`` are the steps alone, ``vs_torch`` their ratio, ``of_floor`` the toolkit's against
+the floor; ``regrad_ms`` is the assignment alone, for scale.
 """
 from __future__ import annotations
 
@@ -100,8 +96,9 @@ class _threads:
     def __enter__(self):
         if self.n is not None:
             import numba
-            numba_old = numba.get_num_threads()  # launches numba's pool first: it resets
-            self.old = (self.torch.get_num_threads(), numba_old)  # the OpenMP count
+            # numba's pool first: launching it resets the OpenMP thread count
+            numba_old = numba.get_num_threads()
+            self.old = (self.torch.get_num_threads(), numba_old)
             self.torch.set_num_threads(self.n)
             numba.set_num_threads(min(self.n, numba.config.NUMBA_NUM_THREADS))
 

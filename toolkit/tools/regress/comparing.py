@@ -1,4 +1,4 @@
-"""``mxopt regress compare``: every entry of a recording rerun now and compared with the stored
+"""``mxopt regress compare``: every entry of a recording rerun and compared with the stored
 bits, in ulps of each array's storage dtype (:func:`compare`), and what it found
 (:class:`Report`, one :class:`EntryResult` per entry, an :class:`ArrayChange` per array that
 differs).
@@ -116,7 +116,7 @@ class Report:
             for c in d["changes"]:
                 c["max_ulps"] = _json_ulps(c["max_ulps"])
             if e.reference is None:
-                del d["reference"]  # kernel entries: the report as before
+                del d["reference"]  # a kernel entry: no reference to report
             else:
                 for k in ("stored_error_ulps", "now_error_ulps"):
                     x = d["reference"][k]
@@ -194,7 +194,7 @@ def _known_now(entry):
 
 def compare(path, *, bound=0, optimizers=None, backends=None, progress=True,
             command=None, make_step=None) -> Report:
-    """Rerun every entry of ``path`` (a file or a folder) now and compare with the stored bits.
+    """Rerun every entry of ``path`` (a file or a folder) and compare with the stored bits.
 
     ``bound``: ulps of each array's storage dtype; an entry passes when its largest distance
     is at most ``max(bound, entry["ulps"])``. ``optimizers``/``backends`` restrict the entries

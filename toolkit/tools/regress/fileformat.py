@@ -4,10 +4,9 @@ distance in ulps (:func:`ulp_distance`), and documents written atomically and re
 every field checked (:func:`document`, :func:`write`, :func:`load`,
 :class:`RegressFileError`).
 
-Version 2 adds entries of backend ``"user"`` (a user's ``make_step`` on the oracle's cases,
-:mod:`~toolkit.tools.regress.users`) and nothing else: a file of the toolkit's kernels is
-written as version 1, byte for byte as before; a file of a user's entries is version 2, which
-a toolkit that predates them refuses as newer than it reads.
+Version 2 adds entries of backend ``"user"`` (:mod:`~toolkit.tools.regress.users`) and nothing
+else: a file of the toolkit's kernels is written as version 1, a file with a user's entries as
+version 2, which a reader of version 1 refuses as newer.
 """
 from __future__ import annotations
 

@@ -1,18 +1,14 @@
 """The pytest fixture ``mxopt_regress``: a regression test of a user's optimizer in their suite.
 
-Registered through the ``pytest11`` entry point ``mxopt-regress`` (``pyproject.toml``), or
-with ``-p toolkit.tools.regress.pytest_plugin`` / ``pytest_plugins = [...]`` in a
-``conftest.py``. A test reads::
+Registered through the ``pytest11`` entry point ``mxopt-regress``, or with
+``-p toolkit.tools.regress.pytest_plugin``. A test reads::
 
     def test_my_adam_has_not_moved(mxopt_regress):
         mxopt_regress(make_adam, "adam", "golden/my_adam.json", convention="guide")
 
-The first run records the golden file (the oracle's cases, the reference beside each step:
-:func:`~toolkit.tools.regress.record_user`) and fails, saying so: commit the file, and every
-later run compares (:func:`~toolkit.tools.regress.compare`), failing with the entries that
-moved, by how many ulps and toward or away from the reference. ``pytest --mxopt-record``
-records again (a deliberate change of the numbers). A relative path is the test file's folder's.
-The fixture lives with the tools (the oracle's plugin, ``mxopt_oracle``, imports no tool).
+The first run records the golden file (:func:`~toolkit.tools.regress.record_user`) and fails,
+saying so; later runs compare (:func:`~toolkit.tools.regress.compare`). ``pytest --mxopt-record``
+records again. A relative path is relative to the test file's folder.
 """
 from __future__ import annotations
 

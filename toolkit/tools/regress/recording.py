@@ -1,7 +1,6 @@
 """``mxopt regress record``: the entries of a recording (an optimizer x convention x backend x
-dtype, its inputs, its hyperparameters from the optimizer's spec), run now (:func:`run_entry`:
-the toolkit optimizer, or the float64 oracle for backend "reference") and stored
-(:func:`fill_entry`), and :func:`record`, which writes every entry of a scope.
+dtype, its inputs and hyperparameters), run (:func:`run_entry`) and stored (:func:`fill_entry`),
+and :func:`record`, which writes every entry of a scope.
 """
 from __future__ import annotations
 
@@ -147,7 +146,7 @@ def _run_toolkit(entry, w0, grads):
 
 
 def run_entry(entry) -> list:
-    """Rerun an entry's inputs now: a list, per step, of ``{array name: numpy array}``.
+    """Rerun an entry's inputs: a list, per step, of ``{array name: numpy array}``.
 
     Kernel backends run the toolkit optimizer (index 0, ``update_multi_precision``: the
     weight, then ``weight32`` for a float32 master copy, then the state slots in

@@ -1,16 +1,13 @@
 """A user's optimizer in ``mxopt regress``: its ``make_step`` recorded on the oracle's fixed
-cases with the reference's weight beside each step (:func:`record_user`), rerun later
-(:func:`rerun`) and compared by :func:`~toolkit.tools.regress.comparing.compare` like any
-entry, with where each moved weight went: toward the reference or away from it
+cases with the reference's weight beside each step (:func:`record_user`), rerun (:func:`rerun`)
+and compared like any entry, with whether each moved weight went toward the reference or away
 (:func:`direction`).
 
-A user's entry is an entry of backend ``"user"`` (format version 2,
-:mod:`~toolkit.tools.regress.fileformat`): ``hyper`` are the keywords of ``make_step`` (MXNet's
-names), ``case`` the index of ``verify``'s case (:func:`toolkit.oracle.regression.cases`),
-``fixed`` the pinned names, ``reference`` the oracle's weight after each step (float.hex of
-float64) and ``error_ulps`` the recorded weight's largest distance from it, in ulps of the
-weight's dtype (the reference rounded to that dtype). The scope names the target
-(``module:function`` or ``file.py:function``), so that ``compare`` can load it again.
+A user's entry has backend ``"user"`` (format version 2): ``hyper`` the keywords of
+``make_step``, ``case`` the index of ``verify``'s case, ``fixed`` the pinned names, ``reference``
+the oracle's weight after each step (float.hex of float64), ``error_ulps`` the recorded weight's
+largest distance from it in ulps of the weight's dtype. The scope names the target so that
+``compare`` can load it again.
 """
 from __future__ import annotations
 
