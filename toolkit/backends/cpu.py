@@ -20,7 +20,6 @@ public names of the other CPU kernel families (``cpu_norms``, ``cpu_noise``, ``c
 """
 from __future__ import annotations
 
-import operator
 import struct
 import weakref
 
@@ -221,9 +220,6 @@ class Launcher:
 #: The launcher of every CPU step (it holds nothing per step).
 LAUNCHER = Launcher()
 
-_SHAPE = operator.attrgetter("shape")
-
-
 
 class PreparedStep:
     """A step of one rule over C-contiguous, writeable float32/float64 numpy arrays that passed
@@ -231,7 +227,7 @@ class PreparedStep:
     same gradient or a new one of its kind (:meth:`holds`), runs without a check or a lookup
     (:meth:`run`). ``Optimizer.update`` keeps one per weight."""
 
-    __slots__ = ("weight", "grad", "states", "state_type", "signature", "shapes",
+    __slots__ = ("weight", "grad", "states", "state_type", "signature", "size",
                  "flat", "dtype", "parallel", "n_state", "rule", "n_hyper", "kernel", "hpa",
                  "pack")
 
@@ -242,7 +238,7 @@ class PreparedStep:
         self.states = tuple(weakref.ref(a) for a in states)
         self.state_type = type(state)
         self.signature = list(map(NUMPY_SIGNATURE, every))
-        self.shapes = list(map(_SHAPE, every))
+        self.size = weight.size
         self.flat = weight.ndim == 1
         self.dtype = weight.dtype
         self.parallel = weight.size >= jit.PARALLEL_THRESHOLD
@@ -281,7 +277,7 @@ class PreparedStep:
                 if np.may_share_memory(grad, a):
                     return False
         if retry and self.flat:  # 1-D then (else the kernel refuses it): the size is the shape
-            n = self.shapes[0][0]
+            n = self.size
             for a in every:
                 if a.size != n:
                     return False
