@@ -22,20 +22,9 @@ from toolkit import optimizer
 from toolkit.backends import addressed, cpu, jit, order
 from toolkit.backends.cpu_precision import to_half_into, to_single
 from toolkit.optimizers.spec import CONVENTIONS
-from toolkit.trainer.buffers import Recorder
+from toolkit.backends import launches
 
 ROWS_PER_RULE = 3
-
-
-class _Planner(Recorder):
-    """The Trainer's recorder, with the first passes (LARS norms, LAMB's direction) run for
-    real, so every optimizer's planning reaches its rule."""
-
-    def lars_norms(self, weight, grad, cum, batch_scale):
-        return self.real.lars_norms(weight, grad, cum, batch_scale)
-
-    def direction_norms(self, first, weight, grad, states):
-        return self.real.direction_norms(first, weight, grad, states)
 
 
 def _launched(kind, dtype, multi_precision=False):
@@ -60,9 +49,10 @@ def _launched(kind, dtype, multi_precision=False):
                     if multi_precision:  # the master's step, as the Trainer's CPU path plans it
                         w, state = opt.split_master(state)
                     for _ in range(ROWS_PER_RULE):
-                        rec = _Planner(cpu.LAUNCHER)
-                        opt.plan_step(0, w, g, state, rec)
-                        for c in rec.calls:
+                        # the first passes (LARS norms, LAMB's direction) run for real, so
+                        # every optimizer's planning reaches its rule
+                        for c in launches.collect(opt.planned_step(0, w, g, state),
+                                                  cpu.LAUNCHER):
                             if c.kind == kind:
                                 key = (c.factory, len(c.states), len(c.hyper))
                                 found.setdefault(key, []).append(c.hyper)
@@ -349,16 +339,14 @@ _CACHE_SCRIPT = """
 import numpy as np
 from toolkit import optimizer
 from toolkit.backends import addressed, cpu
-from toolkit.trainer.buffers import Recorder
+from toolkit.backends import launches
 for name, kw in (("adam", {}), ("sgld", {}), ("adam", {"multi_precision": True})):
     opt = optimizer.create(name, **kw)
     dt = np.float16 if kw else np.float32
     w = np.ones(4, dt); st = opt.create_state_multi_precision(0, w)
     if kw:
         w, st = opt.split_master(st)
-    rec = Recorder(cpu.LAUNCHER)
-    opt.plan_step(0, w, np.ones(4, np.float32), st, rec)
-    c = rec.calls[0]
+    c = launches.collect(opt.planned_step(0, w, np.ones(4, np.float32), st), cpu.LAUNCHER)[0]
     for n in (64, 1 << 16):     # the serial and the parallel kernel
         arrs = [np.ones(n, np.float32) for _ in range(2 + len(c.states))]
         table = np.array([[1.0, *c.hyper]], np.float32)

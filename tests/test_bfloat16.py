@@ -22,7 +22,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch not installed")
 from toolkit.backends import addressed, bfloat16, cpu  # noqa: E402
 from toolkit.optimizer import create, specs  # noqa: E402
-from toolkit.trainer.buffers import Recorder  # noqa: E402
+from toolkit.backends import launches  # noqa: E402
 
 from test_torch_numbers import options  # noqa: E402
 
@@ -126,10 +126,9 @@ def test_the_bfloat16_kernel_is_the_float32_step_rounded_by_torch(name, conv):
             t, lr, wd = int(t[0]), float(lr[0]), float(wd[0])
             if i == 2 and not ref.requires_positive_lr:
                 lr = 0.0
-            recorder = Recorder(cpu.LAUNCHER)
             master = w.copy()
-            ref.launch_step(i, master, g32, state, t, lr, wd, recorder)
-            (call,) = recorder.calls
+            (call,) = launches.collect(ref.step_launches(i, master, g32, state, t, lr, wd),
+                                       cpu.LAUNCHER)
             assert call.kind == "rule"
             factory = call.factory
             rows.append(call.hyper)

@@ -11,7 +11,7 @@ import pytest
 
 import reference.groupadagrad as ref
 from toolkit import optimizer
-from toolkit.backends import jit
+from toolkit.backends import cpu, jit, launches
 
 
 def _by_rows(w, g, h, lr, eps, rs=1.0, c=None):
@@ -62,7 +62,7 @@ def test_reference_paths_differ_only_in_preprocessing():
 
 def _rows_step(opt, w, values, rows, h):
     t, lr, wd = opt.next_step(0)[:3]
-    opt._rows_step(0, w, values, rows, h, t, lr, wd)
+    launches.run(opt._rows_step(0, w, values, rows, h, t, lr, wd), cpu.LAUNCHER)
     opt._commit_count(0, t)
 
 

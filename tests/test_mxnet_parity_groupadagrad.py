@@ -23,6 +23,7 @@ import pytest
 
 import mxnet_data
 from toolkit import optimizer
+from toolkit.backends import cpu, launches
 from toolkit.error_bounds import normalised_error, reference_call
 
 DENSE = mxnet_data.load_cases("groupadagrad")
@@ -161,7 +162,7 @@ def test_row_sparse_path_reproduces_mxnet_bit_for_bit_where_the_row_sums_agree(c
             step = opt.next_step(0, w[rows])
             w_ref, st_ref = reference_call(opt, 0, w[rows], values, hist[rows], step, w.dtype)
             w_mx, st_mx = reference_call(opt, 0, w[rows], values, hist[rows], step, np.float32)
-            opt._rows_step(0, w, values, rows, hist, t, lr, wd)
+            launches.run(opt._rows_step(0, w, values, rows, hist, t, lr, wd), cpu.LAUNCHER)
         opt._commit_count(0, t)
         absent = np.setdiff1d(np.arange(w.shape[0]), rows)
         assert np.array_equal(w[absent], before_w[absent])

@@ -21,7 +21,7 @@ from toolkit.optimizer import create, registry, specs  # noqa: E402
 from toolkit.backends import cpu  # noqa: E402
 from toolkit.optimizers import signum  # noqa: E402
 from toolkit.torch import maximize, steady  # noqa: E402
-from toolkit.trainer.buffers import Recorder  # noqa: E402
+from toolkit.backends import launches  # noqa: E402
 
 from test_torch_numbers import assert_same, drawn, options, shapes  # noqa: E402
 
@@ -100,11 +100,11 @@ def _rule_of(name, kw, dtype):
     steady path records it."""
     o = create(name, **kw)
     w = np.ones(6, dtype)
-    recorder = Recorder(cpu.LAUNCHER)
-    o.launch_step(0, w, np.ones(6, dtype), o.create_state_multi_precision(0, w), 1, 0.01,
-                  0.001, recorder)
-    assert len(recorder.calls) == 1 and recorder.calls[0].kind == "rule"
-    return recorder.calls[0].factory
+    calls = launches.collect(o.step_launches(0, w, np.ones(6, dtype),
+                                             o.create_state_multi_precision(0, w), 1, 0.01,
+                                             0.001), cpu.LAUNCHER)
+    assert len(calls) == 1 and calls[0].kind == "rule"
+    return calls[0].factory
 
 
 def _declared():

@@ -566,17 +566,17 @@ def test_states_with_a_misshapen_lbsgd_accumulator_are_refused(tmp_path):
 
 
 def test_a_step_in_another_thread_never_receives_this_threads_rule_calls():
-    """The launcher of a step in progress is per thread: while a Trainer plans in one thread,
-    an ``update`` of the same optimizer in another thread runs at once, on its own arrays."""
+    """A kernel step's launches are its own value: while a Trainer plans in one thread, an
+    ``update`` of the same optimizer in another thread runs at once, on its own arrays."""
     import threading
     planning, release = threading.Event(), threading.Event()
 
     class SlowSGD(optimizer.SGD):
-        def _kernel_step(self, index, weight, grad, state, t, lr, wd, launcher):
+        def _kernel_step(self, index, weight, grad, state, t, lr, wd):
             if threading.current_thread() is not threading.main_thread():
                 planning.set()
                 release.wait(5)
-            super()._kernel_step(index, weight, grad, state, t, lr, wd, launcher)
+            return super()._kernel_step(index, weight, grad, state, t, lr, wd)
 
     opt = SlowSGD(learning_rate=1.0)
     p = Parameter("w", init=np.zeros(3, np.float32))
@@ -671,8 +671,8 @@ def test_only_unchanged_built_in_steps_count_as_scalar_only():
         pass
 
     class OwnStep(optimizer.SGD):
-        def _kernel_step(self, index, weight, grad, state, t, lr, wd, launcher):
-            super()._kernel_step(index, weight, grad, state, t, lr * (1 + index), wd, launcher)
+        def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+            return super()._kernel_step(index, weight, grad, state, t, lr * (1 + index), wd)
 
     assert Plain().plans_by_scalars and not OwnStep().plans_by_scalars
     for name in ("nadam", "lbsgd", "sgld"):  # per-index bookkeeping or a per-index noise key
@@ -796,9 +796,9 @@ def test_states_and_dist_use_the_trainers_public_seams_step_lock_and_skipping_no
     seen = []
 
     class Spy(optimizer.SGD):
-        def _kernel_step(self, index, weight, grad, state, t_, lr, wd, launcher):
+        def _kernel_step(self, index, weight, grad, state, t_, lr, wd):
             seen.append((t.step_lock.locked(), t.skipping_nonfinite))
-            super()._kernel_step(index, weight, grad, state, t_, lr, wd, launcher)
+            return super()._kernel_step(index, weight, grad, state, t_, lr, wd)
 
     t = Trainer([p], Spy(learning_rate=1.0))
     for guard in (False, True):
@@ -872,9 +872,31 @@ def test_a_vectorised_group_hands_the_rule_the_state_arrays_of_state_arrays():
 
 
 def test_a_kernel_step_of_the_old_signature_is_refused_where_the_class_is_made():
-    """``_kernel_step`` takes the launcher as its last argument (no launcher kept per thread):
-    an override without it fails at class creation, saying so, not at its first step."""
-    with pytest.raises(TypeError, match="launcher"):
+    """``_kernel_step`` returns its launches (it runs nothing): an override that still takes a
+    launcher fails at class creation, saying so, not at its first step."""
+    with pytest.raises(TypeError, match="returns what to run"):
         class Old(optimizer.SGD):
-            def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+            def _kernel_step(self, index, weight, grad, state, t, lr, wd, launcher):
                 pass
+
+
+@pytest.mark.parametrize("returned", [None, 3, [1.0]])
+def test_a_kernel_step_that_returns_no_launch_is_an_error_and_writes_nothing(returned):
+    """An override that calls ``super()._kernel_step(...)`` but drops what it returns would
+    update nothing: ``update`` and the Trainer say so, and the weight and the count stay."""
+    class Forgot(optimizer.SGD):
+        def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+            super()._kernel_step(index, weight, grad, state, t, lr, wd)
+            return returned
+
+    opt = Forgot(learning_rate=1.0)
+    w = np.zeros(3, np.float32)
+    with pytest.raises(TypeError, match="returns what to run"):
+        opt.update(0, w, np.ones(3, np.float32), None)
+    assert not w.any() and opt.num_update == 0
+    p = Parameter("w", init=np.zeros(3, np.float32))
+    t = Trainer([p], Forgot(learning_rate=1.0))
+    p.set_grad(np.ones(3))
+    with pytest.raises(TypeError, match="returns what to run"):
+        t.step(1)
+    assert not p.data().any() and t.optimizer.num_update == 0

@@ -20,7 +20,7 @@ import numpy as np
 
 __all__ = ["ArrayDesc", "NUMPY_SIGNATURE", "HOST", "DEVICE", "FLOAT_DTYPES", "describe", "is_device_array",
            "check_weight", "check_grad", "check_state_array", "check_disjoint", "kind_name",
-           "zeros_like", "copy", "astype", "to_host", "copy_from_host", "register_kind",
+           "compute_dtype", "zeros_like", "copy", "astype", "to_host", "copy_from_host", "register_kind",
            "register_loader", "kind_ops"]
 
 HOST, DEVICE = "host", "cuda"
@@ -327,6 +327,15 @@ def check_disjoint(named):
 def _torch_dtype(torch, dtype):
     return {np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32,
             np.dtype(np.float64): torch.float64}[np.dtype(dtype)]
+
+
+def compute_dtype(a):
+    """The dtype of a step's arithmetic on ``a``: float32 for a float16 device array (its
+    kernels widen on load), else ``a``'s own (a host float16 step runs on float32 copies)."""
+    d = describe(a, "array")
+    if d.kind != HOST and d.dtype == np.float16:
+        return np.dtype(np.float32)
+    return d.dtype
 
 
 def zeros_like(a, dtype=None):

@@ -337,6 +337,11 @@ class RowsLauncher(Launcher):
         except TypeError:
             call_readonly(kernel, *args)
 
+    def run_rows(self, factory, weight, grad, history, rows, hyper):
+        """A row rule over this step's rows (``rows`` None) or the rows given."""
+        super().run_rows(factory, weight, grad, history, self.rows if rows is None else rows,
+                         hyper)
+
     def run_noise_rule(self, factory, weight, grad, hyper, key, aux):
         raise NotImplementedError("a noise rule has no lazy row-sparse form")
 

@@ -189,10 +189,10 @@ class Launcher:
 
     def run_rows(self, factory, weight, grad, history, rows, hyper):
         """A row rule (:mod:`toolkit.backends.rows`), one launch: gradient row ``k`` updates
-        weight and history row ``rows[k]`` (row ``k`` when ``rows`` is None); this launcher's
-        own ``rows`` go up once per step."""
+        weight and history row ``rows[k]`` (``rows`` None: this launcher's own rows, which go
+        up once per step, or row ``k`` when it has none)."""
         w = self._describe(weight, "weight")
-        if rows is not None and rows is self.rows:
+        if rows is None or rows is self.rows:
             rows = self._device_rows()
         self.in_device(cuda_rows.run, factory, w, self._describe(grad, "grad"),
                         self._describe(history, "state['history']"), rows, hyper,

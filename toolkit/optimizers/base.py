@@ -22,7 +22,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..backends import arrays, cpu
+from ..backends import arrays, cpu, launches
+from ..backends.launches import Launch
 from . import aliases as _aliases
 from .batched import BatchedBookkeeping, StepScalars
 from .bookkeeping import Counts
@@ -90,13 +91,13 @@ def scalar_only(kernel_step):
 
 
 @scalar_only
-def row_step(self, index, weight, grad, state, t, lr, wd, launcher):
+def row_step(self, index, weight, grad, state, t, lr, wd):
     """The ``_kernel_step`` of an optimizer whose launch is its :meth:`Optimizer.kernel_row`:
     that rule over ``(weight, grad, *state arrays)`` with that row."""
     sparse = self._row_sparse_numerics
     factory, row = (self.kernel_row(t, lr, wd) if sparse is None else
                     self.kernel_row(t, lr, wd, sparse=sparse))
-    launcher.run_rule(factory, weight, grad, self.state_arrays(state), row)
+    return Launch("rule", factory, weight, grad, self.state_arrays(state), row)
 
 
 class StepInputs(NamedTuple):
@@ -193,12 +194,12 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         step = cls.__dict__.get("_kernel_step")
-        if inspect.isfunction(step) and "launcher" not in inspect.signature(step).parameters:
+        if inspect.isfunction(step) and "launcher" in inspect.signature(step).parameters:
             raise TypeError(
-                f"{cls.__qualname__}._kernel_step must take the launcher its rules run through "
-                "as its last argument: _kernel_step(self, index, weight, grad, state, t, lr, "
-                "wd, launcher), running launcher.run_rule(...) where it ran self._run_rule(...) "
-                "(the launcher is no longer kept per thread; docs/trainer.md)")
+                f"{cls.__qualname__}._kernel_step(self, index, weight, grad, state, t, lr, wd) "
+                "returns what to run instead of running it through a launcher: return "
+                "toolkit.backends.launches.rule(factory, weight, grad, states, row) where it "
+                "called launcher.run_rule(...), or yield each launch (docs/trainer.md)")
 
     def __init__(self, rescale_grad=1.0, param_idx2name=None, wd=0.0, clip_gradient=None,
                  learning_rate=None, lr_scheduler=None, sym=None, begin_num_update=0,
@@ -397,13 +398,13 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
 
 
     def _step(self, backend, index, weight, grad, state, t, lr, wd, launcher):
-        """One step on validated arrays. Subclasses implement ``_kernel_step`` (its rules run
-        through ``launcher``) and ``_reference_step`` (generic for optimizers with a reference
+        """One step on validated arrays. Subclasses implement ``_kernel_step`` (it returns what
+        to run, ``toolkit.backends.launches``; ``launcher`` runs it) and ``_reference_step`` (generic for optimizers with a reference
         module)."""
         if backend == "reference":
             self._reference_step(index, weight, grad, state, t, lr, wd)
         else:
-            self._kernel_step(index, weight, grad, state, t, lr, wd, launcher)
+            launches.run(self._kernel_step(index, weight, grad, state, t, lr, wd), launcher)
 
     def kernel_row(self, t, lr, wd, sparse=None):
         """``(factory, row)``: the rule and the hyperparameter row of a step at count ``t``
@@ -417,7 +418,7 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
         raise NotImplementedError(f"{type(self).__name__} has no kernel_row: its step is not "
                                   "one rule call planned from (t, lr, wd) alone")
 
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd, launcher):
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         raise NotImplementedError(f"{type(self).__name__} has no kernel: override `update`, or "
                                   "derive it from ElementwiseOptimizer and give it a `rule` "
                                   "(docs/custom-optimizer.md)")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import warnings
 import weakref
 
+from ..backends.launches import Launch
 from .base import Optimizer
 
 __all__ = ["ElementwiseOptimizer"]
@@ -125,7 +126,7 @@ class ElementwiseOptimizer(Optimizer):
                             f"{type(values).__qualname__} {values!r}")
         return tuple(float(h) for h in values)
 
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd, launcher):
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         hyper = self._row_values(index, t, lr, wd)
         rule = type(self).rule
-        launcher.run_rule(_factory(rule), weight, grad, self.state_arrays(state), hyper)
+        return Launch("rule", _factory(rule), weight, grad, self.state_arrays(state), hyper)

@@ -26,7 +26,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..backends import arrays, cpu
+from ..backends import arrays
+from ..backends.launches import Launch
 from . import gradient
 from .base import Optimizer
 from .registry import register
@@ -187,15 +188,15 @@ class GroupAdaGrad(Optimizer):
             return dict(rs=f32(rs), c=f32(c) if c else -1.0, eps=f32(eps))
         return dict(rs=rs, c=-1.0 if c is None else f32(c), eps=eps)
 
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd, launcher):
-        # a lazy row-sparse step arrives with the rows on the launcher (grad: their values)
-        rows = getattr(launcher, "rows", None)
-        self._rows_step(index, weight, grad, rows, state, t, lr, wd, launcher)
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+        # a lazy row-sparse step's launcher holds its rows (grad: their values)
+        return self._rows_step(index, weight, grad, None, state, t, lr, wd)
 
-    def _rows_step(self, index, weight, grad_rows, rows, state, t, lr, wd, launcher=cpu.LAUNCHER):
-        """One step on validated arrays, on the backend of the step in progress: gradient row
+    def _rows_step(self, index, weight, grad_rows, rows, state, t, lr, wd):
+        """The launch of one step on validated arrays: gradient row
         ``k`` updates weight row ``rows[k]`` and history row ``rows[k]``; every other row is
-        left as it is. ``rows`` None: every row, gradient row ``k`` to weight row ``k``.
+        left as it is. ``rows`` None: the launcher's rows (a lazy row-sparse step), else every
+        row, gradient row ``k`` to weight row ``k``.
 
         ``weight``: ``(n_rows, ncols)`` (the float32 master under multi_precision), C- or
         Fortran-contiguous; ``grad_rows``: ``(len(rows), ncols)`` of the weight's dtype (or
@@ -208,4 +209,4 @@ class GroupAdaGrad(Optimizer):
         if self.convention == "mxnet" and self._row_sparse:
             lr = float(np.float32(lr))
         hyper = GroupAdaGradRow(lr=lr, **self._hyper())
-        launcher.run_rows(row_rules, weight, grad_rows, state, rows, hyper)
+        return Launch("rows", row_rules, weight, grad_rows, (state,), hyper, rows=rows)

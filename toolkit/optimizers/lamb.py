@@ -28,6 +28,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..backends.rules import DirectionPass
+from ..backends.launches import Directions, Launch
 from . import gradient
 from .adam import MomentConstants
 from .base import Optimizer
@@ -233,10 +234,10 @@ class LAMB(MomentConstants, Optimizer):
             r1 = min(r1, self.upper_bound)
         return lr * (1.0 if (r1 == 0 or r2 == 0) else r1 / r2)
 
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd, launcher):
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         states = self.state_arrays(state)
         pass1 = self._direction_pass(t, wd)
-        w2, u2 = launcher.direction_norms(pass1, weight, grad, states)
+        w2, u2 = yield Directions(pass1, weight, grad, states)
         apply = _RULES[self.convention][1]
-        launcher.run_rule(apply, weight, grad, states,
-                       pass1.hyper._replace(k=self.step_size(lr, w2, u2)))
+        yield Launch("rule", apply, weight, grad, states,
+                     pass1.hyper._replace(k=self.step_size(lr, w2, u2)))

@@ -20,6 +20,7 @@ import math
 from typing import NamedTuple
 
 from ..backends import jit
+from ..backends.launches import Launch, Norms
 from .registry import register
 from .spec_spaces import Decades, MOMENTUM, OneOf, USUAL_MOMENTUM
 from .spec import BenchSetting, Spec
@@ -181,25 +182,20 @@ class LARS(SGD):
         super()._reference_step(index, weight, grad, state, t, lr, wd)
         self._lr_ratio(index, t)
 
-    def _trust_lr(self, index, weight, grad, lr, wd, launcher):
-        """The guide's ``lr*trust`` in float64 (``lr`` for an unscaled tensor or a zero norm)."""
-        if not self._layer_lars(index):
-            return lr
-        import reference.lars as ref
-        ww, gg = launcher.lars_norms(weight, grad, None, 0)
+    def _trust_lr(self, lr, wd, ww, gg):
+        """The guide's ``lr*trust`` in float64 from the norms (``lr`` for a zero norm)."""
         if not (ww > 0 and gg > 0):
             return lr
+        import reference.lars as ref
         return float(ref.trust_lr(lr, ww, gg, eta=self.eta, eps=self.eps, wd=wd,
                                   rescale_grad=self.rescale_grad))
 
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd, launcher):
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         ratio = self._lr_ratio(index, t)
         states = self.state_arrays(state)
+        # lr_k = lr where the layer takes no trust ratio
+        ww, gg = (yield Norms(weight, grad, None, 0)) if self._layer_lars(index) else (0.0, 0.0)
         if self.convention == "mxnet":
-            if self._layer_lars(index):
-                ww, gg = launcher.lars_norms(weight, grad, None, 0)
-            else:
-                ww = gg = 0.0  # lr_k = lr
             scalars = MxnetScalars(*_mxnet_scalars()(
                 lr, ww, gg, self.eta, self.eps, wd, self.rescale_grad, self.momentum * ratio))
             named = dict(scalars._asdict(), c=self._clip_bound())
@@ -209,13 +205,13 @@ class LARS(SGD):
                 del named["mu"]
                 rule, hyper = mxnet_plain_rule, MxnetPlainRow(**named)
         else:
-            named = dict(lr=self._trust_lr(index, weight, grad, lr, wd, launcher), wd=wd,
+            named = dict(lr=self._trust_lr(lr, wd, ww, gg), wd=wd,
                          rs=self.rescale_grad, c=self._clip_bound())
             if states:
                 rule, hyper = guide_momentum_rule, GuideMomentumRow(mu=self.momentum, **named)
             else:
                 rule, hyper = guide_plain_rule, GuidePlainRow(**named)
-        launcher.run_rule(rule, weight, grad, states, hyper)
+        yield Launch("rule", rule, weight, grad, states, hyper)
 
 
 def _mxnet_scalars():

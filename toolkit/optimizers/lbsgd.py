@@ -23,6 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..backends import arrays
+from ..backends.launches import Launch, Norms
 from ..backends.rules import add_rule
 from .base import Optimizer
 from .registry import register
@@ -244,10 +245,10 @@ class LBSGD(Optimizer):
         # MXNet reads the learning rate before it increments the count (optimizer.py:1209-1211)
         return self.num_update if self.convention == "mxnet" else num_update_after
 
-    def _accumulator(self, index, weight, launcher):
+    def _accumulator(self, index, weight):
         """This index's gradient accumulator (a zero array of the weight's kind, device and
         arithmetic dtype when it has none that fits) and call count."""
-        dtype = launcher.compute_dtype(weight)
+        dtype = arrays.compute_dtype(weight)
         cum = self._cum.get(index)
         if cum is not None:
             if type(cum) is np.ndarray and type(weight) is np.ndarray:  # both on the host
@@ -259,12 +260,12 @@ class LBSGD(Optimizer):
                     cum = None
                 elif c.kind != w.kind or (c.kind == arrays.DEVICE and c.library != w.library):
                     # a restored (host) accumulator for a device weight, or the reverse
-                    moved = launcher.zeros_like(weight, dtype)
+                    moved = arrays.zeros_like(weight, dtype)
                     arrays.copy_from_host(moved, arrays.to_host(cum))
                     cum = moved
                     self._cum_zero.discard(index)
         if cum is None:
-            cum = launcher.zeros_like(weight, dtype)
+            cum = arrays.zeros_like(weight, dtype)
             self._cum_zero.add(index)
         return cum, self._ncum.get(index, self.init_updates)
 
@@ -358,55 +359,55 @@ class LBSGD(Optimizer):
             return None
         return 0 if self._fresh(index) else self.batch_scale
 
-    def _multiplier(self, weight, grad, cum, wd, ncum, launcher):
+    def _multiplier(self, weight, grad, cum, wd, ncum):
+        """A generator: the warmup's multiplier, asking for the norms under 'lars' (both on
+        the backend that holds the arrays, float64 accumulation, fixed order)."""
         if self.warmup_strategy != "lars":
             return lbmult(ncum, self.warmup_strategy, self.warmup_epochs, self.updates_per_epoch,
                           self.batch_scale)
-        # both norms on the backend that holds the arrays (float64 accumulation, fixed order)
-        ww, gg = launcher.lars_norms(
-            weight, grad, cum, self.batch_scale if cum is not None else 0)
+        ww, gg = yield Norms(weight, grad, cum, self.batch_scale if cum is not None else 0)
         return min(max(math.sqrt(ww / (gg + wd * ww + 1e-18)), 0.01), 100.0)
 
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd, launcher):
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         states = self.state_arrays(state)
         r = self._rounded
         if self.convention == "mxnet":
-            cum, ncum = self._accumulator(index, weight, launcher)
+            cum, ncum = self._accumulator(index, weight)
             ncum += 1
             self._cum[index], self._ncum[index] = cum, ncum
             if ncum % self.batch_scale != 0:
                 self._cum_zero.discard(index)
-                launcher.run_rule(add_rule, cum, grad, (), (0.0,))          # cum = cum + grad
+                yield Launch("rule", add_rule, cum, grad, (), (0.0,))       # cum = cum + grad
                 return
             # one pass: gm = (cum + grad)/bs, the SGD step with gm, cum = 0; an accumulator
             # known to be zero (batch_scale 1) is neither read nor written: the norms of
             # (0 + grad)/1 are those of grad, and the rule adds 0 itself
             fresh = self._fresh(index)
-            lr = lr * self._multiplier(weight, grad, None if fresh else cum, wd, ncum, launcher)
+            lr = lr * (yield from self._multiplier(weight, grad, None if fresh else cum, wd, ncum))
             lr, wd, rs, c = r(lr), r(wd), r(self.rescale_grad), self._clip_bound()
             bs = float(self.batch_scale)
             if states:
                 hyper = MomentumRow(lr=lr, lrwd=lr * wd, rs=rs, c=c, mu=r(self.momentum),
                                     lrrs=lr * rs, bs=bs)
                 if fresh:
-                    launcher.run_rule(fresh_momentum_rule, weight, grad, states, hyper)
+                    yield Launch("rule", fresh_momentum_rule, weight, grad, states, hyper)
                 else:
-                    launcher.run_rule(accumulated_momentum_rule, weight, grad,
-                                      (cum,) + states, hyper)
+                    yield Launch("rule", accumulated_momentum_rule, weight, grad,
+                                 (cum,) + states, hyper)
             else:
                 hyper = PlainRow(**sgd_update_hyper(lr, wd, rs, c)._asdict(), bs=bs)
                 if fresh:
-                    launcher.run_rule(fresh_plain_rule, weight, grad, (), hyper)
+                    yield Launch("rule", fresh_plain_rule, weight, grad, (), hyper)
                 else:
-                    launcher.run_rule(accumulated_plain_rule, weight, grad, (cum,), hyper)
+                    yield Launch("rule", accumulated_plain_rule, weight, grad, (cum,), hyper)
             self._cum_zero.add(index)
             return
         ncum = self._ncum.get(index, self.init_updates) + 1  # the guide accumulates nothing
-        lr = lr * self._multiplier(weight, grad, None, wd, ncum, launcher)
+        lr = lr * (yield from self._multiplier(weight, grad, None, wd, ncum))
         common = dict(lr=lr, wd=wd, rs=self.rescale_grad, c=self._clip_bound())
         if states:
-            launcher.run_rule(guide_momentum_rule, weight, grad, states,
-                           GuideMomentumRow(**common, mu=self.momentum))
+            yield Launch("rule", guide_momentum_rule, weight, grad, states,
+                         GuideMomentumRow(**common, mu=self.momentum))
         else:
-            launcher.run_rule(guide_plain_rule, weight, grad, (), GuidePlainRow(**common))
+            yield Launch("rule", guide_plain_rule, weight, grad, (), GuidePlainRow(**common))
         self._ncum[index] = ncum

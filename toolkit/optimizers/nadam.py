@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..backends.launches import Launch
 from . import gradient, torch_ops
 from .base import Optimizer
 from .registry import register
@@ -254,7 +255,7 @@ class Nadam(Optimizer):
             kwargs["hyper_f32"] = False
         return kwargs
 
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd, launcher):
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         b1, b2, sd = self.beta1, self.beta2, self.schedule_decay
         if self.convention == "pytorch":
             # torch's host arithmetic in Python floats (torch/optim/nadam.py, in its order)
@@ -262,21 +263,21 @@ class Nadam(Optimizer):
             mu_next = b1 * (1.0 - 0.5 * (0.96 ** ((t + 1) * sd)))
             product = f32_product(self.mu_product.get(index, 1.0), mu)
             product_next = product * mu_next
-            launcher.run_rule(pytorch_rule, weight, grad, state,
-                           PytorchRow(rs=self.rescale_grad, c=self._clip_bound(), wd=wd,
-                                      omb1=1.0 - b1, b2=b2, omb2=1.0 - b2, bc2=1.0 - b2 ** t,
-                                      eps=self.epsilon,
-                                      step_g=-lr * (1.0 - mu) / (1.0 - product),
-                                      step_m=(-lr * mu_next) / (1.0 - product_next)))
+            yield Launch("rule", pytorch_rule, weight, grad, state,
+                         PytorchRow(rs=self.rescale_grad, c=self._clip_bound(), wd=wd,
+                                    omb1=1.0 - b1, b2=b2, omb2=1.0 - b2, bc2=1.0 - b2 ** t,
+                                    eps=self.epsilon,
+                                    step_g=-lr * (1.0 - mu) / (1.0 - product),
+                                    step_m=(-lr * mu_next) / (1.0 - product_next)))
             self.mu_product[index] = product
             return
         mu_t = b1 * (1.0 - 0.5 * 0.96 ** (t * sd))
         mu_t1 = b1 * (1.0 - 0.5 * 0.96 ** ((t + 1) * sd))
         m_schedule = self.m_schedule * mu_t
         ms_next = m_schedule * mu_t1
-        launcher.run_rule(mxnet_rule, weight, grad, state,
-                       Row(lr=lr, wd=wd, rs=self.rescale_grad, c=self._clip_bound(), b1=b1,
-                           omb1=1.0 - b1, b2=b2, omb2=1.0 - b2, eps=self.epsilon,
-                           den_g=1.0 - m_schedule, den_m=1.0 - ms_next, den_v=1.0 - b2 ** t,
-                           one_m_mu=1.0 - mu_t, mu_next=mu_t1))
+        yield Launch("rule", mxnet_rule, weight, grad, state,
+                     Row(lr=lr, wd=wd, rs=self.rescale_grad, c=self._clip_bound(), b1=b1,
+                         omb1=1.0 - b1, b2=b2, omb2=1.0 - b2, eps=self.epsilon,
+                         den_g=1.0 - m_schedule, den_m=1.0 - ms_next, den_v=1.0 - b2 ** t,
+                         one_m_mu=1.0 - mu_t, mu_next=mu_t1))
         self.m_schedule = m_schedule

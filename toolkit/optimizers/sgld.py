@@ -17,6 +17,7 @@ import math
 from typing import NamedTuple
 
 from ..backends.noise import stream_key, stream_of
+from ..backends.launches import Launch
 from . import gradient
 from .base import Optimizer
 from .registry import register
@@ -98,8 +99,8 @@ class SGLD(Optimizer):
     def _reference_call_kwargs(self, index, t):
         return {"seed": self.seed, "stream": stream_of(index)}
 
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd, launcher):
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         key = stream_key(self.seed, stream_of(index), t)
         hyper = SgldRow(neg_half_lr=-(lr / 2.0), wd=wd, rs=self.rescale_grad,
                         c=self._clip_bound())
-        launcher.run_noise_rule(sgld_rule, weight, grad, hyper, key, (math.sqrt(lr),))
+        return Launch("noise", sgld_rule, weight, grad, (), hyper, key=key, aux=(math.sqrt(lr),))

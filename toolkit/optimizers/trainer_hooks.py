@@ -1,12 +1,14 @@
-"""What the Trainer and ``toolkit.torch`` call on an optimizer beside ``update``: a step with
-given scalars through a given launcher (``launch_step``, ``plan_step``), the bookkeeping put back
-when a planned step fails (``restored_on_error``), norms asked for first (``norm_inputs``),
-per-index host buffers and host-side state for the states file. ``Optimizer`` derives from
+"""What the Trainer and ``toolkit.torch`` call on an optimizer beside ``update``: a kernel step as
+a value (``step_launches``, ``planned_step``) or run through a launcher (``launch_step``,
+``plan_step``), the bookkeeping put back when a planned step fails (``restored_on_error``),
+norms asked for first (``norm_inputs``), per-index host buffers and host-side state for the
+states file. ``Optimizer`` derives from
 :class:`TrainerHooks`."""
 from __future__ import annotations
 
 import contextlib
 
+from ..backends import launches
 from .bookkeeping import Counts
 
 __all__ = ["TrainerHooks"]
@@ -43,21 +45,31 @@ class TrainerHooks:
         (:meth:`norm_inputs` is its own)."""
         return type(self).norm_inputs is not TrainerHooks.norm_inputs
 
+    def step_launches(self, index, weight, grad, state, t, lr, wd):
+        """What the kernel step of ``index`` with the scalars ``(t, lr, wd)`` (from
+        :meth:`step_scalars`) runs, as a value (``toolkit.backends.launches``): a ``Launch``, or
+        a generator of them and of the requests their rows read; nothing runs until it is
+        driven, and nothing is committed (the caller commits the counts of the whole step
+        with :meth:`commit_counts`)."""
+        return self._kernel_step(index, weight, grad, state, t, lr, wd)
+
     def launch_step(self, index, weight, grad, state, t, lr, wd, launcher):
-        """The kernel step of ``index`` with the scalars ``(t, lr, wd)`` (from
-        :meth:`step_scalars`) through ``launcher`` (a backend launcher, or the Trainer's
-        recorder), on arrays the caller has validated; nothing is committed (the caller commits
-        the counts of the whole step with :meth:`commit_counts`)."""
-        self._kernel_step(index, weight, grad, state, t, lr, wd, launcher)
+        """:meth:`step_launches` run through ``launcher`` (a backend launcher), on arrays the
+        caller has validated."""
+        launches.run(self._kernel_step(index, weight, grad, state, t, lr, wd), launcher)
+
+    def planned_step(self, index, weight, grad, state):
+        """One kernel step of ``index`` with its own scalars, as a generator of launches and
+        requests (``launches.drive``), on arrays the caller has validated; the count is
+        committed when it ends. For a step whose host code reads per-index state (Nadam's
+        schedule, LBSGD's phase): the Trainer plans those index by index, in index order."""
+        t, lr, wd = self._step_scalars(index)
+        yield from launches.steps_of(self._kernel_step(index, weight, grad, state, t, lr, wd))
+        self._commit_count(index, t)
 
     def plan_step(self, index, weight, grad, state, launcher):
-        """One kernel step of ``index`` through ``launcher`` (the Trainer's recorder, or a real
-        launcher), on arrays the caller has validated; the count is committed after it. For a
-        step whose host code reads per-index state (Nadam's schedule, LBSGD's phase): the
-        Trainer plans those index by index, in index order."""
-        t, lr, wd = self._step_scalars(index)
-        self._kernel_step(index, weight, grad, state, t, lr, wd, launcher)
-        self._commit_count(index, t)
+        """:meth:`planned_step` run through ``launcher`` (a backend launcher)."""
+        launches.run(self.planned_step(index, weight, grad, state), launcher)
 
     def host_buffers(self):
         """Names of per-index arrays shaped like the weight that the optimizer keeps outside

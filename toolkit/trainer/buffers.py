@@ -1,19 +1,18 @@
 """Flat buffers: the weights, gradients and optimizer states of one (dtype, device) group in
-contiguous 1-D arrays, each Parameter's arrays views into them. A step records what each
-parameter's optimizer step would launch (its own host code computes every per-parameter scalar)
-and runs the group in **one** segmented call with one row of hyperparameters per parameter:
-the rows are the tuples the per-parameter calls would pass, so the result is the same, bit for
-bit.
+contiguous 1-D arrays, each Parameter's arrays views into them. A step takes what each
+parameter's optimizer step launches (its own host code computes every per-parameter scalar)
+and runs the group in **one** segmented call with one row of hyperparameters per parameter
+(``toolkit.trainer.plan``): the rows are the tuples the per-parameter calls would pass, so the
+result is the same, bit for bit.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
 
 import numpy as np
 
 from ..backends import arrays, order
 
-__all__ = ["Group", "Recorder", "Call", "map_state", "planned_rows"]
+__all__ = ["Group", "map_state", "planned_rows", "state_leaves"]
 
 
 def map_state(state, f):
@@ -37,19 +36,6 @@ def state_leaves(state):
     return [state]
 
 
-class Call(NamedTuple):
-    """One kernel call a step would make, as the :class:`Recorder` keeps it."""
-    kind: str             #: "rule" (``run_rule``), "noise" (``run_noise_rule``), "rows"
-    factory: object       #: the rule factory
-    weight: object
-    grad: object
-    states: tuple         #: the state arrays ("rows": the per-row history)
-    hyper: tuple          #: the rule's row of hyperparameters
-    key: object = None    #: "noise": the stream key of the draws
-    aux: tuple = ()       #: "noise": the float64 scalars beside the row
-    rows: object = None   #: "rows": the rows of a lazy row-sparse step, or None (every row)
-
-
 def planned_rows(rows, inverse):
     """``(rows, inverse)`` of a plan (one float64 row per distinct ``(t, lr, wd)``, and each
     member's position among them, or None for one row) with rows that are all equal, bit for
@@ -58,52 +44,6 @@ def planned_rows(rows, inverse):
     if inverse is not None and (rows.view(np.int64) == rows[:1].view(np.int64)).all():
         return rows[:1], None
     return rows, inverse
-
-
-class Recorder:
-    """A launcher that records the rules a step would run instead of running them."""
-
-    backend = "record"
-
-    def __init__(self, real):
-        self.real = real
-        self.calls = []
-        self.norms = {}
-        self.directions = {}
-
-    def compute_dtype(self, a):
-        return self.real.compute_dtype(a)
-
-    def zeros_like(self, a, dtype=None):
-        return self.real.zeros_like(a, dtype)
-
-    def run_rule(self, factory, weight, grad, states, hyper):
-        self.calls.append(Call("rule", factory, weight, grad, tuple(states), tuple(hyper)))
-
-    def run_noise_rule(self, factory, weight, grad, hyper, key, aux):
-        self.calls.append(Call("noise", factory, weight, grad, (), tuple(hyper), key=key,
-                               aux=tuple(aux)))
-
-    def run_rows(self, factory, weight, grad, history, rows, hyper):
-        self.calls.append(Call("rows", factory, weight, grad, (history,), tuple(hyper),
-                               rows=rows))
-
-    def lars_norms(self, weight, grad, cum, batch_scale):
-        """The norms the Trainer computed for the whole group before planning."""
-        try:
-            return self.norms[id(weight)]
-        except KeyError:  # pragma: no cover - norm_inputs and the optimizer disagree
-            raise RuntimeError("the optimizer asked for norms the Trainer did not compute "
-                               "(its norm_inputs() and its step disagree)") from None
-
-    def direction_norms(self, first, weight, grad, states):
-        """The sums the Trainer's first pass (``rules.DirectionPass``) gave this member, for the
-        optimizer's planning of the second pass to read."""
-        ran, sums = self.directions.get(id(weight), (None, None))
-        if ran != first:  # pragma: no cover - norm_inputs and the optimizer disagree
-            raise RuntimeError("the optimizer asked for a first pass the Trainer did not run "
-                               "(its norm_inputs() and its step disagree)")
-        return sums
 
 
 class Group:

@@ -1,8 +1,8 @@
 """One group's step as the Trainer plans and runs it (:class:`StepWork`): the group's work arrays,
-the recorder of the calls the optimizer's host code would make per member, the vectorised plan
+the launches each member's kernel step returns (``toolkit.backends.launches``), the vectorised plan
 of an optimizer whose step reads only ``(t, lr, wd)``, the per-group first-pass reductions
 (LARS's norms, LAMB's directions), and the execution: one segmented call when every member
-recorded the same call on its slices of the same flat buffers, else the calls one by one.
+returned the same launch on its slices of the same flat buffers, else the launches one by one.
 
 It shares a :class:`~toolkit.trainer.buffers.Group`'s private caches, which only the group and
 its steps' work read and write.
@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backends import arrays, cpu
+from ..backends import arrays, cpu, launches
 from ..backends.rules import DirectionPass
 from ..optimizers.batched import StepScalars
-from .buffers import Group, Recorder, map_state, planned_rows, state_leaves
+from .buffers import Group, map_state, planned_rows, state_leaves
 
 __all__ = ["StepWork"]
 
 
 class StepWork:
-    """One group's arrays for one step, the recorder of its calls, and their execution."""
+    """One group's arrays for one step, the launches of its members, and their execution."""
 
     def __init__(self, g: Group, opt):
         self.g, self.opt = g, opt
@@ -64,7 +64,12 @@ class StepWork:
             self.after = back
         else:
             self.w, self.grad, self.s = g.data, g.grad, inner
-        self.recorder = Recorder(self._launcher_for(self.w, self.mirror))
+        self.launcher = self._launcher_for(self.w, self.mirror)
+        #: the launches the members' kernel steps returned, in member order
+        self.calls: list = []
+        #: id(member's weight view) -> the first passes' results the steps' requests read
+        self.norms: dict = {}
+        self.directions: dict = {}
         self.flats = [self.w, self.grad] + state_leaves(self.s) + list(g.host_flats.values())
         #: the layout of each work array (``Group.layout``; a per-step copy takes its source's)
         self.layouts = [None, None] + inner_layouts + [None] * len(g.host_flats)
@@ -86,7 +91,7 @@ class StepWork:
 
     def _views_of(self, k):
         """Member ``k``'s views ``(all, weight, grad, state)`` of the work arrays, registered so
-        that recorded calls can be mapped back to the flat buffers they slice."""
+        that launches can be mapped back to the flat buffers they slice."""
         views = self._member_views.get(k)
         if views is None:
             flat_views = []
@@ -103,8 +108,27 @@ class StepWork:
         """``(weight, grad, state)`` views of member ``k`` for the optimizer's planning."""
         _, wv, gv, sv = self._views_of(k)
         self.members[k] = (wv, gv, sv)
-        self.calls_from[k] = len(self.recorder.calls)
+        self.calls_from[k] = len(self.calls)
         return wv, gv, sv
+
+    def take(self, step):
+        """Keep the launches of the kernel step ``step`` of the member last asked for
+        (:meth:`member`), to run in :meth:`execute`; its requests are answered from the
+        group's first passes (:meth:`precompute_norms`)."""
+        launches.drive(step, self.calls.append, self._answer)
+
+    def _answer(self, request):
+        if type(request) is launches.Norms:
+            try:
+                return self.norms[id(request.weight)]
+            except KeyError:  # pragma: no cover - norm_inputs and the optimizer disagree
+                raise RuntimeError("the optimizer asked for norms the Trainer did not compute "
+                                   "(its norm_inputs() and its step disagree)") from None
+        ran, sums = self.directions.get(id(request.weight), (None, None))
+        if ran != request.first:  # pragma: no cover - norm_inputs and the optimizer disagree
+            raise RuntimeError("the optimizer asked for a first pass the Trainer did not run "
+                               "(its norm_inputs() and its step disagree)")
+        return sums
 
     def plan_scalars(self, ks, indices, scalars: StepScalars):
         """Plan members ``ks`` (increasing positions; their optimizer indices ``indices``) of
@@ -134,12 +158,12 @@ class StepWork:
         # not one rule over the flat buffers: every member planned on its own
         for j, k in enumerate(ks.tolist()):
             wv, gv, sv = self.member(k)
-            opt.launch_step(int(indices[j]), wv, gv, sv, int(t[j]), float(lr[j]), float(wd[j]),
-                            self.recorder)
+            self.take(opt.step_launches(int(indices[j]), wv, gv, sv, int(t[j]), float(lr[j]),
+                                        float(wd[j])))
 
     def precompute_norms(self, norms):
         """LARS norms of every member that needs them, in one reduction over the flat buffers,
-        handed to the recorder for the optimizer's planning to read. Returns the calls made."""
+        kept for the members' steps to read. Returns the calls made."""
         if any(isinstance(v, DirectionPass) for v in norms.values()):
             return self.precompute_directions(norms)
         g = self.g
@@ -155,7 +179,7 @@ class StepWork:
         if g.device == "cuda":
             from ..backends import cuda
             d = arrays.describe
-            launcher = self.recorder.real
+            launcher = self.launcher
             out = launcher.in_device(cuda.run_norms, d(self.w), d(self.grad),
                                       None if cum is None else d(cum), rows, g.offsets_device,
                                       stream=launcher.stream)
@@ -165,15 +189,15 @@ class StepWork:
                           out, with_cum)
         for k in range(len(g.members)):
             if rows[k, 0]:
-                self.recorder.norms[id(self._views_of(k)[1])] = (float(out[k, 0]),
+                self.norms[id(self._views_of(k)[1])] = (float(out[k, 0]),
                                                                  float(out[k, 1]))
         return 1
 
     def precompute_directions(self, passes):
         """The first pass of a two-pass step (LAMB: ``rules.DirectionPass``) for every member
         that has one, in one segmented call over the flat buffers that writes nothing: each
-        member's ``(sum w^2, sum u^2)`` handed to the recorder, for the planning of the second
-        pass (one segmented call too). The chunks and the order of every addition are a single
+        member's ``(sum w^2, sum u^2)`` kept for the planning of the second pass (one
+        segmented call too). The chunks and the order of every addition are a single
         tensor's (``order.DIRECTION_CHUNK``), so the sums equal the per-tensor ones, bit for bit.
         Returns the calls made."""
         g = self.g
@@ -196,7 +220,7 @@ class StepWork:
             from ..backends import cuda
             dev_chunks = g.direction_chunks(device=True)
             d = arrays.describe
-            launcher = self.recorder.real
+            launcher = self.launcher
             out = launcher.in_device(cuda.run_direction, first.direction,
                                       d(self.w), d(self.grad), [d(a) for a in states], table,
                                       dev_chunks, host_chunks, stream=launcher.stream)
@@ -205,16 +229,16 @@ class StepWork:
             cpu.run_direction(first.direction, self.w, self.grad, tuple(states),
                               table, host_chunks, out)
         for k, p in members:
-            self.recorder.directions[id(self._views_of(k)[1])] = (
+            self.directions[id(self._views_of(k)[1])] = (
                 p, (float(out[k, 0]), float(out[k, 1])))
         return 1
 
     def execute(self):
-        """Run what was recorded: one segmented call when every member recorded the same one
-        call on slices of the same flat buffers; else the calls one by one. Returns the number
+        """Run the members' launches: one segmented call when every member returned the same
+        one launch on slices of the same flat buffers; else the launches one by one. Returns the number
         of kernel calls."""
-        launches = 0
-        calls = self.recorder.calls
+        ran = 0
+        calls = self.calls
         if self.vector is not None:
             factory, layout, ks, rows = self.vector
             flats = [self.flats[j] for j in layout]
@@ -227,36 +251,28 @@ class StepWork:
                 table[0, 0] = 1
                 table[0, 1:] = rows[0]  # each float64 rounded to the dtype, as a single call does
                 self._launch_table("rule", factory, flats, table, chunks=self.g.whole_chunks())
-                launches = 1
+                ran = 1
             else:
                 table = np.zeros((len(self.g.members), 1 + rows.shape[1]), self._compute_dtype())
                 table[ks, 0] = 1
                 table[ks, 1:] = rows  # each float64 rounded to the dtype, as a single call does
                 self._launch_table("rule", factory, flats, table)
-                launches = 1
+                ran = 1
         elif calls:
             plan = self._segmented_plan()
             if plan is not None:
                 self._run_segmented(*plan)
-                launches = 1
+                ran = 1
             else:
                 for k in sorted(self.calls_from):
                     end = self._next_start(k)
                     real = self._real_launcher(k)
                     for call in calls[self.calls_from[k]:end]:
-                        if call.kind == "rule":
-                            real.run_rule(call.factory, call.weight, call.grad, call.states,
-                                          call.hyper)
-                        elif call.kind == "rows":
-                            real.run_rows(call.factory, call.weight, call.grad, call.states[0],
-                                          call.rows, call.hyper)
-                        else:
-                            real.run_noise_rule(call.factory, call.weight, call.grad,
-                                                call.hyper, call.key, call.aux)
-                        launches += 1
+                        launches.run_launch(call, real)
+                        ran += 1
         if self.after is not None:
             self.after()
-        return launches
+        return ran
 
     def _real_launcher(self, k):
         wv = self._views_of(k)[1]
@@ -265,13 +281,13 @@ class StepWork:
 
     def _next_start(self, k):
         later = [v for kk, v in self.calls_from.items() if kk > k]
-        return min(later) if later else len(self.recorder.calls)
+        return min(later) if later else len(self.calls)
 
     def _segmented_plan(self):
-        """``(kind, factory, flats, calls)`` (``calls``: member -> its :class:`Call`) when the
-        recorded calls fit one segmented call: one call per member, the same rule, on member
-        ``k``'s slices of the same flat buffers."""
-        calls = self.recorder.calls
+        """``(kind, factory, flats, calls)`` (``calls``: member -> its ``launches.Launch``)
+        when the members' launches fit one segmented call: one launch per member, the same
+        rule, on member ``k``'s slices of the same flat buffers."""
+        calls = self.calls
         if len(calls) != len(self.members) or len({c.kind for c in calls}) != 1:
             return None
         kind, factory = calls[0].kind, calls[0].factory
@@ -341,7 +357,7 @@ class StepWork:
         if g.device == "cuda":
             from ..backends import cuda
             d = arrays.describe
-            launcher = self.recorder.real
+            launcher = self.launcher
             # the float16 weight is written from the master by the kernel that updates it
             mirror = d(self.mirror) if (self.mirror is not None and w is self.w) else None
             if kind == "rows":

@@ -170,6 +170,6 @@ class Updates:
                 g, k = self._where[i]
                 w = work[id(g)]
                 wv, gv, sv = w.member(k)
-                opt.plan_step(i, wv, gv, sv, w.recorder)
+                w.take(opt.planned_step(i, wv, gv, sv))
         for g in self._groups:
             self.last_step_launches += work[id(g)].execute()

@@ -1,0 +1,142 @@
+"""What an optimizer's kernel step returns, and how a backend's launcher runs it.
+
+A kernel step is a value: one :class:`Launch` (a rule, its arrays, its row of hyperparameters),
+or, for a step whose later work reads what earlier work found (LARS's and LBSGD's norms, LAMB's
+direction sums, Nadam's schedule kept only once its launch has run), a generator that yields
+each :class:`Launch` and each request (:class:`Norms`, :class:`Directions`) and is sent each
+request's answer. :func:`run` runs one through a launcher (the CPU's, a lazy row-sparse or a
+multi-precision one, CUDA's); the Trainer drives the same values with :func:`drive`, keeping the
+launches of a whole group and answering the requests from one reduction over it.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = ["Launch", "Norms", "Directions", "rule", "noise", "row_rule", "steps_of", "drive", "run",
+           "collect", "run_launch", "answer"]
+
+
+class Launch(NamedTuple):
+    """One kernel call: ``kind`` "rule" (an element-wise rule), "noise" (one drawing a normal
+    per element) or "rows" (a row rule, ``toolkit.backends.rows``)."""
+    kind: str
+    factory: object       #: the rule factory
+    weight: object
+    grad: object
+    states: tuple         #: the state arrays ("rows": the per-row history alone)
+    hyper: tuple          #: the rule's row of hyperparameters
+    key: object = None    #: "noise": the stream key of the draws
+    aux: tuple = ()       #: "noise": the float64 scalars beside the row
+    rows: object = None   #: "rows": the gradient's rows (None: the launcher's, or every row)
+
+
+class Norms(NamedTuple):
+    """A request: ``(sum w^2, sum g'^2)`` in float64 of a weight and its step's gradient
+    (``g' = (cum + grad)/batch_scale`` when ``cum`` is given), LARS's and LBSGD's 'lars'."""
+    weight: object
+    grad: object
+    cum: object
+    batch_scale: float
+
+
+class Directions(NamedTuple):
+    """A request: ``(sum w^2, sum u^2)`` of the first pass ``first`` of a two-pass step
+    (``rules.DirectionPass``, LAMB), which writes nothing."""
+    first: object
+    weight: object
+    grad: object
+    states: tuple
+
+
+def rule(factory, weight, grad, states, hyper):
+    """The launch of an element-wise rule over ``weight``, ``grad`` and ``states``."""
+    return Launch("rule", factory, weight, grad, tuple(states), hyper)
+
+
+def noise(factory, weight, grad, hyper, key, aux):
+    """The launch of a noise rule: element ``i`` draws ``normal(key, i)`` (C order)."""
+    return Launch("noise", factory, weight, grad, (), hyper, key=key, aux=tuple(aux))
+
+
+def row_rule(factory, weight, grad, history, rows, hyper):
+    """The launch of a row rule: gradient row ``k`` updates weight and history row ``rows[k]``
+    (``rows`` None: the launcher's rows, else row ``k``)."""
+    return Launch("rows", factory, weight, grad, (history,), hyper, rows=rows)
+
+
+def _not_a_step(step):
+    return TypeError(
+        f"a kernel step returned {type(step).__name__}: it returns what to run, a "
+        "toolkit.backends.launches.Launch or a generator of them (an override that calls "
+        "super()._kernel_step(...) returns what that returns)")
+
+
+def steps_of(step):
+    """The kernel step ``step`` as a generator (a :class:`Launch` yielded once), the answers it
+    is sent passed on."""
+    if type(step) is Launch:
+        yield step
+        return
+    if getattr(step, "send", None) is None:
+        raise _not_a_step(step)
+    yield from step
+
+
+def drive(step, launch, answer_request):
+    """Take the kernel step ``step`` to its end: each :class:`Launch` to ``launch``, each
+    request to ``answer_request``, whose answer the step is sent. Returns the launches."""
+    if type(step) is Launch:
+        launch(step)
+        return 1
+    send = getattr(step, "send", None)
+    if send is None:
+        raise _not_a_step(step)
+    n, reply = 0, None
+    while True:
+        try:
+            item = send(reply)
+        except StopIteration:
+            return n
+        if type(item) is Launch:
+            launch(item)
+            n, reply = n + 1, None
+        elif isinstance(item, (Norms, Directions)):
+            reply = answer_request(item)
+        else:
+            raise _not_a_step(item)
+
+
+def run_launch(launch, launcher):
+    """Run one :class:`Launch` through ``launcher``."""
+    if launch.kind == "rule":
+        launcher.run_rule(launch.factory, launch.weight, launch.grad, launch.states, launch.hyper)
+    elif launch.kind == "noise":
+        launcher.run_noise_rule(launch.factory, launch.weight, launch.grad, launch.hyper,
+                                launch.key, launch.aux)
+    else:
+        launcher.run_rows(launch.factory, launch.weight, launch.grad, launch.states[0],
+                          launch.rows, launch.hyper)
+
+
+def answer(request, launcher):
+    """A request answered by ``launcher``'s first passes, over the request's own arrays."""
+    if type(request) is Norms:
+        return launcher.lars_norms(*request)
+    return launcher.direction_norms(*request)
+
+
+def run(step, launcher):
+    """Run the kernel step ``step`` through ``launcher``; returns the launches."""
+    if type(step) is Launch:  # the common case, without the closures
+        run_launch(step, launcher)
+        return 1
+    return drive(step, lambda item: run_launch(item, launcher),
+                 lambda request: answer(request, launcher))
+
+
+def collect(step, launcher):
+    """The launches of the kernel step ``step``, in order, none run; its requests answered by
+    ``launcher`` (so a later launch's row is the one a real run would make)."""
+    out = []
+    drive(step, out.append, lambda request: answer(request, launcher))
+    return out
