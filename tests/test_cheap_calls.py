@@ -148,7 +148,7 @@ def test_float32_rounding_keeps_the_sign_of_zero_whatever_was_rounded_before():
     assert math.copysign(1.0, _round_f32(0.0)) == 1.0
 
 
-# --- the prepared step (Optimizer.update's warm path: toolkit.backends.cpu.PreparedStep) ----
+# --- the prepared step (Optimizer.update's warm path: cpu_elementwise.PreparedStep) ---------
 def _row_step_optimizers():
     from toolkit.optimizers.base import row_step
     return sorted(name for name, klass in optimizer.registry().items()

@@ -20,9 +20,9 @@ CASES = [(cfg, conv) for cfg in CONFIGS for conv in conventions(cfg[0])]
 def test_cuda_trainer_step_equals_per_parameter_cuda_updates(case, dtype, mp, monkeypatch):
     (name, kw), conv = case
     calls = []
-    from toolkit.backends import rows
+    from toolkit.backends import cuda_rows
     for module, fn in ((cuda_backend, "run_segmented"), (cuda_backend, "run_noise_segmented"),
-                       (rows, "run_cuda_segmented")):
+                       (cuda_rows, "run_segmented")):
         real = getattr(module, fn)
         monkeypatch.setattr(module, fn,
                             lambda *a, _real=real, **k: (calls.append(1), _real(*a, **k)))

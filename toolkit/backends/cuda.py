@@ -217,6 +217,37 @@ class Launcher:
                                tuple(self._describe(s, "state") for s in states), first.hyper,
                                stream=self.stream)
 
+    # --- a Trainer group's flat buffers, as the CPU launcher's (``cpu.Launcher.run_table``);
+    # ``group`` adds ``uploads`` (its TableUploads), ``offsets_device`` and device ``chunks``
+
+    def run_table(self, kind, factory, flats, table, group, keys=None, aux=None, chunks=None):
+        """One segmented launch of ``kind`` over the flat ``(weight, grad, *states)``; the
+        float16 twin is written where the weight is this launcher's master."""
+        d = arrays.describe
+        w, g, states = d(flats[0]), d(flats[1]), [d(a) for a in flats[2:]]
+        mirror = self._mirror_for(w)
+        if kind == "rows":
+            self.in_device(cuda_rows.run_segmented, factory, w, g, states[0], table,
+                           group.uploads[0], group.rows_layout(), stream=self.stream,
+                           mirror=mirror)
+        elif kind == "noise":
+            self.in_device(run_noise_segmented, factory, w, g, table, keys, aux, group.uploads,
+                           group.offsets_device, group.chunks, stream=self.stream, mirror=mirror)
+        else:
+            self.in_device(run_segmented, factory, w, g, states, table, group.uploads[0],
+                           group.chunks, stream=self.stream, mirror=mirror)
+
+    def group_norms(self, w, grad, cum, rows, group):
+        d = arrays.describe
+        return self.in_device(run_norms, d(w), d(grad), None if cum is None else d(cum), rows,
+                              group.offsets_device, stream=self.stream)
+
+    def group_directions(self, direction, w, grad, states, table, group):
+        d = arrays.describe
+        return self.in_device(run_direction, direction, d(w), d(grad), [d(a) for a in states],
+                              table, group.direction_chunks(device=True),
+                              group.direction_chunks(), stream=self.stream)
+
     def in_device(self, fn, *args, **kwargs):
         """``fn(*args, **kwargs)`` with this launcher's device current (the Trainer runs its
         group's segmented calls and reductions through it)."""

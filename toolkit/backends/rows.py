@@ -36,8 +36,7 @@ from numba.np.unsafe.ndarray import to_fixed_tuple
 
 from . import jit
 
-__all__ = ["GroupRows", "run_cpu", "run_cpu_segmented", "run_cuda", "run_cuda_segmented",
-           "cpu_kernel"]
+__all__ = ["GroupRows", "run_cpu", "run_cpu_segmented", "run_cuda", "cpu_kernel"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -399,13 +398,3 @@ def run_cpu_segmented(factory, weight, grad, history, table, layout: GroupRows):
     kernel = cpu_segmented_kernel(factory, table.shape[1] - 1, weight.dtype, parallel)
     kernel(weight, grad, history.reshape(-1), np.ascontiguousarray(table), layout.row_seg,
            layout.row_base, layout.ncols_of, _NO_COPY)
-
-
-def run_cuda_segmented(factory, w, g, h, table, upload, layout: GroupRows, stream=0,
-                       mirror=None):
-    """One launch of a row rule over a group's flat device buffers (described arrays);
-    ``table`` is sent through ``upload`` (a ``cuda.TableUpload``)
-    (:func:`toolkit.backends.cuda_rows.run_segmented`)."""
-    from . import cuda_rows
-    cuda_rows.run_segmented(factory, w, g, h, table, upload, layout, stream=stream,
-                            mirror=mirror)

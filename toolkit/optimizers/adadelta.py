@@ -32,20 +32,20 @@ class Row(NamedTuple):
     """The scalars of :func:`mxnet_rule` and :func:`guide_rule` (no learning rate): packed on
     the host, read by name in the kernel."""
     wd: float
-    rs: float      #: rescale_grad
-    c: float       #: clip_gradient, negative for none
+    rescale: float     #: rescale_grad
+    clip_bound: float  #: clip_gradient, negative for none
     rho: float
-    omrho: float   #: 1 - rho
+    omrho: float       #: 1 - rho
     eps: float
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def mxnet_rule(f):
     grad_of = gradient.rescaled(f)
 
     def rule(w, grad, acc_g, acc_delta, hp):
         p = Row(*hp)
-        g = grad_of(grad, p.rs, p.c)
+        g = grad_of(grad, p.rescale, p.clip_bound)
         acc_g = p.rho * acc_g + p.omrho * g * g
         delta = math.sqrt(acc_delta + p.eps) / math.sqrt(acc_g + p.eps) * g
         acc_delta = p.rho * acc_delta + p.omrho * delta * delta
@@ -53,13 +53,13 @@ def mxnet_rule(f):
     return rule
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def guide_rule(f):
     grad_of = gradient.clipped_then_decayed(f)
 
     def rule(w, grad, acc_g, acc_delta, hp):
         p = Row(*hp)
-        g = grad_of(grad, w, p.rs, p.wd, p.c)
+        g = grad_of(grad, w, p.rescale, p.wd, p.clip_bound)
         acc_g = p.rho * acc_g + p.omrho * g * g
         w_new = w - math.sqrt(acc_delta + p.eps) / math.sqrt(acc_g + p.eps) * g
         dw = w_new - w
@@ -69,16 +69,16 @@ def guide_rule(f):
 
 class PytorchRow(NamedTuple):
     """The scalars of :func:`pytorch_rule`."""
-    nlr: float     #: -lr (torch's lr: AdaDelta's learning rate enters under "pytorch" only)
+    nlr: float         #: -lr (torch's lr: AdaDelta's learning rate enters under "pytorch" only)
     wd: float
-    rs: float      #: rescale_grad
-    c: float       #: clip_gradient, negative for none
+    rescale: float     #: rescale_grad
+    clip_bound: float  #: clip_gradient, negative for none
     rho: float
-    omrho: float   #: 1 - rho
+    omrho: float       #: 1 - rho
     eps: float
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def pytorch_rule(f):
     """torch.optim.Adadelta's single-tensor update (torch 2.13, torch/optim/adadelta.py,
     ``_single_tensor_adadelta``; its documented algorithm), in torch's order of operations::
@@ -93,7 +93,7 @@ def pytorch_rule(f):
 
     def rule(w, grad, acc_g, acc_delta, hp):
         p = PytorchRow(*hp)
-        g = grad_of(grad, w, p.rs, p.wd, p.c)
+        g = grad_of(grad, w, p.rescale, p.wd, p.clip_bound)
         acc_g = square_avg(acc_g, g, p.rho, p.omrho)
         delta = (math.sqrt(acc_delta + p.eps) / math.sqrt(acc_g + p.eps)) * g
         acc_delta = square_avg(acc_delta, delta, p.rho, p.omrho)
@@ -161,9 +161,10 @@ class AdaDelta(Optimizer):
 
     def kernel_row(self, t, lr, wd, sparse=None):
         if self.convention == "pytorch":
-            return pytorch_rule, PytorchRow(nlr=-lr, wd=wd, rs=self.rescale_grad,
-                                            c=self._clip_bound(), rho=self.rho,
+            return pytorch_rule, PytorchRow(nlr=-lr, wd=wd, rescale=self.rescale_grad,
+                                            clip_bound=self._clip_bound(), rho=self.rho,
                                             omrho=1.0 - self.rho, eps=self.epsilon)
         rule = mxnet_rule if self.convention == "mxnet" else guide_rule
-        return rule, Row(wd=wd, rs=self.rescale_grad, c=self._clip_bound(), rho=self.rho,
+        return rule, Row(wd=wd, rescale=self.rescale_grad, clip_bound=self._clip_bound(),
+                         rho=self.rho,
                          omrho=1.0 - self.rho, eps=self.epsilon)

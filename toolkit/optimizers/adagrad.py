@@ -27,10 +27,10 @@ __all__ = ["AdaGrad"]
 
 class MxnetRow(NamedTuple):
     """The scalars of :func:`mxnet_rule`: packed on the host, read by name in the kernel."""
-    neg_lr: float   #: -lr (MXNet multiplies by ``-lr``)
+    neg_lr: float      #: -lr (MXNet multiplies by ``-lr``)
     wd: float
-    rs: float       #: rescale_grad
-    c: float        #: clip_gradient, negative for none
+    rescale: float     #: rescale_grad
+    clip_bound: float  #: clip_gradient, negative for none
     eps: float
 
 
@@ -38,30 +38,30 @@ class GuideRow(NamedTuple):
     """The scalars of :func:`guide_rule`."""
     lr: float
     wd: float
-    rs: float
-    c: float
+    rescale: float
+    clip_bound: float
     eps: float
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def mxnet_rule(f):
     grad_of = gradient.rescaled(f)
 
     def rule(w, grad, h, hp):
         p = MxnetRow(*hp)
-        g = grad_of(grad, p.rs, p.c)
+        g = grad_of(grad, p.rescale, p.clip_bound)
         h = h + g * g
         return w + (g / math.sqrt(h + p.eps) + w * p.wd) * p.neg_lr, h
     return rule
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def guide_rule(f):
     grad_of = gradient.clipped_then_decayed(f)
 
     def rule(w, grad, h, hp):
         p = GuideRow(*hp)
-        g = grad_of(grad, w, p.rs, p.wd, p.c)
+        g = grad_of(grad, w, p.rescale, p.wd, p.clip_bound)
         h = h + g * g
         return w - p.lr / math.sqrt(h + p.eps) * g, h
     return rule
@@ -69,14 +69,14 @@ def guide_rule(f):
 
 class PytorchRow(NamedTuple):
     """The scalars of :func:`pytorch_rule`."""
-    nlr: float    #: -lr (torch's -clr with lr_decay 0)
+    nlr: float         #: -lr (torch's -clr with lr_decay 0)
     wd: float
-    rs: float     #: rescale_grad
-    c: float      #: clip_gradient, negative for none
+    rescale: float     #: rescale_grad
+    clip_bound: float  #: clip_gradient, negative for none
     eps: float
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def pytorch_rule(f):
     """torch.optim.Adagrad's single-tensor update (torch 2.13, torch/optim/adagrad.py,
     ``_single_tensor_adagrad``, ``lr_decay=0``, ``initial_accumulator_value=0``; its
@@ -89,7 +89,7 @@ def pytorch_rule(f):
 
     def rule(w, grad, h, hp):
         p = PytorchRow(*hp)
-        g = grad_of(grad, w, p.rs, p.wd, p.c)
+        g = grad_of(grad, w, p.rescale, p.wd, p.clip_bound)
         h = fma(g, g, h)
         return w + (p.nlr * g) / (math.sqrt(h) + p.eps), h
     return rule
@@ -161,7 +161,7 @@ class AdaGrad(Optimizer):
     _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
 
     def kernel_row(self, t, lr, wd, sparse=None):
-        common = dict(wd=wd, rs=self.rescale_grad, c=self._clip_bound(),
+        common = dict(wd=wd, rescale=self.rescale_grad, clip_bound=self._clip_bound(),
                       eps=self.float_stable_eps)
         if self.convention == "mxnet":
             return mxnet_rule, MxnetRow(neg_lr=-lr, **common)

@@ -35,14 +35,14 @@ __all__ = ["Adam"]
 class MxnetRow(NamedTuple):
     """The scalars of :func:`mxnet_rule` (and :func:`mxnet_square_rule`), rounded to the
     weight's dtype: packed on the host, read by name in the kernel."""
-    lr_t: float   #: lr*sqrt(1 - beta2^t)/(1 - beta1^t), formed in float64
+    lr_t: float          #: lr*sqrt(1 - beta2^t)/(1 - beta1^t), formed in float64
     wd: float
-    rs: float     #: rescale_grad
-    c: float      #: clip_gradient, negative for none
+    rescale: float       #: rescale_grad
+    clip_bound: float    #: clip_gradient, negative for none
     b1: float
-    omb1: float   #: 1 - beta1
+    one_minus_b1: float  #: 1 - beta1
     b2: float
-    omb2: float   #: 1 - beta2
+    one_minus_b2: float  #: 1 - beta2
     eps: float
 
 
@@ -50,12 +50,12 @@ class GuideRow(NamedTuple):
     """The scalars of :func:`guide_rule`."""
     lr: float
     wd: float
-    rs: float
-    c: float
+    rescale: float
+    clip_bound: float
     b1: float
-    omb1: float
+    one_minus_b1: float
     b2: float
-    omb2: float
+    one_minus_b2: float
     eps: float
     bc1: float    #: 1 - beta1^t
     bc2: float    #: 1 - beta2^t
@@ -63,16 +63,16 @@ class GuideRow(NamedTuple):
 
 class PytorchRow(NamedTuple):
     """The scalars of :func:`pytorch_rule` (torch.optim.Adam and AdamW)."""
-    decay: float  #: 1 - lr*wd, torch's decoupled decay (AdamW); 1 for Adam
-    wd: float     #: torch's coupled weight decay (Adam); 0 for AdamW
-    rs: float     #: rescale_grad
-    c: float      #: clip_gradient, negative for none
-    omb1: float   #: 1 - beta1, the weight of the first moment's lerp
+    decay: float         #: 1 - lr*wd, torch's decoupled decay (AdamW); 1 for Adam
+    wd: float            #: torch's coupled weight decay (Adam); 0 for AdamW
+    rescale: float       #: rescale_grad
+    clip_bound: float    #: clip_gradient, negative for none
+    one_minus_b1: float  #: 1 - beta1, the weight of the first moment's lerp
     b2: float
-    omb2: float   #: 1 - beta2
+    one_minus_b2: float  #: 1 - beta2
     eps: float
-    bc2s: float   #: (1 - beta2^t)**0.5
-    nss: float    #: -lr/(1 - beta1^t), torch's -step_size
+    bc2s: float          #: (1 - beta2^t)**0.5
+    nss: float           #: -lr/(1 - beta1^t), torch's -step_size
 
 
 def _mxnet_rule(f, square_first):
@@ -80,17 +80,17 @@ def _mxnet_rule(f, square_first):
 
     def rule(w, grad, m, v, hp):
         p = MxnetRow(*hp)
-        g = grad_of(grad, w, p.rs, p.wd, p.c)
-        m = p.b1 * m + p.omb1 * g
+        g = grad_of(grad, w, p.rescale, p.wd, p.clip_bound)
+        m = p.b1 * m + p.one_minus_b1 * g
         if square_first:  # a closure constant: the compiled rule keeps one branch
-            v = p.b2 * v + p.omb2 * (g * g)
+            v = p.b2 * v + p.one_minus_b2 * (g * g)
         else:
-            v = p.b2 * v + (p.omb2 * g) * g
+            v = p.b2 * v + (p.one_minus_b2 * g) * g
         return w - (p.lr_t * m) / (math.sqrt(v) + p.eps), m, v
     return rule
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def mxnet_rule(f):
     """MXNet's dense ``adam_update`` kernel: ``v = beta2*v + ((1-beta2)*g)*g``."""
     return _mxnet_rule(f, False)
@@ -103,20 +103,20 @@ def mxnet_square_rule(f):
     return _mxnet_rule(f, True)
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def guide_rule(f):
     grad_of = gradient.clipped_then_decayed(f)
 
     def rule(w, grad, m, v, hp):
         p = GuideRow(*hp)
-        g = grad_of(grad, w, p.rs, p.wd, p.c)
-        m = p.b1 * m + p.omb1 * g
-        v = p.b2 * v + p.omb2 * (g * g)
+        g = grad_of(grad, w, p.rescale, p.wd, p.clip_bound)
+        m = p.b1 * m + p.one_minus_b1 * g
+        v = p.b2 * v + p.one_minus_b2 * (g * g)
         return w - p.lr / (math.sqrt(v / p.bc2) + p.eps) * (m / p.bc1), m, v
     return rule
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def pytorch_rule(f):
     """torch.optim.Adam's and AdamW's single-tensor update (torch 2.13, torch/optim/adam.py,
     ``_single_tensor_adam``, ``amsgrad=False``; the documented algorithm of both classes), in
@@ -136,9 +136,9 @@ def pytorch_rule(f):
     def rule(w, grad, m, v, hp):
         p = PytorchRow(*hp)
         w = w * p.decay
-        g = grad_of(grad, w, p.rs, p.wd, p.c)
-        m = lerp(m, g, p.omb1)
-        v = square_avg(v, g, p.b2, p.omb2)
+        g = grad_of(grad, w, p.rescale, p.wd, p.clip_bound)
+        m = lerp(m, g, p.one_minus_b1)
+        v = square_avg(v, g, p.b2, p.one_minus_b2)
         return w + (p.nss * m) / (math.sqrt(v) / p.bc2s + p.eps), m, v
     return rule
 
@@ -146,8 +146,10 @@ def pytorch_rule(f):
 def pytorch_row(constants, t, lr, decay, wd):
     """The :class:`PytorchRow` of step ``t`` from Adam's or AdamW's step constants (by name),
     formed in float64 as torch forms them in Python floats."""
-    return PytorchRow(decay=decay, wd=wd, rs=constants["rs"], c=constants["c"],
-                      omb1=constants["omb1"], b2=constants["b2"], omb2=constants["omb2"],
+    return PytorchRow(decay=decay, wd=wd, rescale=constants["rescale"],
+                      clip_bound=constants["clip_bound"],
+                      one_minus_b1=constants["one_minus_b1"], b2=constants["b2"],
+                      one_minus_b2=constants["one_minus_b2"],
                       eps=constants["eps"], bc2s=(1.0 - constants["b2"] ** t) ** 0.5,
                       nss=-(lr / (1.0 - constants["b1"] ** t)))
 
@@ -179,8 +181,9 @@ class MomentConstants:
         as the convention rounds them, by name."""
         r = self._rounded
         b1, b2 = r(self.beta1), r(self.beta2)
-        return dict(rs=r(self.rescale_grad), c=self._clip_bound(), b1=b1, omb1=1.0 - b1,
-                    b2=b2, omb2=1.0 - b2, eps=r(self.epsilon))
+        return dict(rescale=r(self.rescale_grad), clip_bound=self._clip_bound(), b1=b1,
+                    one_minus_b1=1.0 - b1,
+                    b2=b2, one_minus_b2=1.0 - b2, eps=r(self.epsilon))
 
 
 @register
@@ -233,7 +236,8 @@ class Adam(MomentConstants, Optimizer):
         :class:`MxnetRow` fields among them, in its order."""
         c = self._moment_constants()
         return (self._float_rounder(), c,
-                (c["rs"], c["c"], c["b1"], c["omb1"], c["b2"], c["omb2"], c["eps"]))
+                (c["rescale"], c["clip_bound"], c["b1"], c["one_minus_b1"], c["b2"],
+                 c["one_minus_b2"], c["eps"]))
 
     _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
 
@@ -243,7 +247,7 @@ class Adam(MomentConstants, Optimizer):
             # MXNet computes lr_t in Python doubles from the unrounded betas, then the kernel
             # parameter rounds it to float32 (docs/mxnet-facts.md, 3).
             lr_t = lr * math.sqrt(1.0 - self.beta2 ** t) / (1.0 - self.beta1 ** t)
-            square = sparse == "standard" or (sparse == "lazy" and constants["c"] >= 0)
+            square = sparse == "standard" or (sparse == "lazy" and constants["clip_bound"] >= 0)
             # tuple.__new__: the named row without the keyword machinery of its constructor
             return (mxnet_square_rule if square else mxnet_rule,
                     tuple.__new__(MxnetRow, (r(lr_t), r(wd), *mxnet_tail)))

@@ -30,12 +30,12 @@ __all__ = ["Adamax"]
 
 class MxnetRow(NamedTuple):
     """The scalars of :func:`mxnet_rule`: packed on the host, read by name in the kernel."""
-    lr_t: float   #: lr/(1 - beta1^t)
+    lr_t: float          #: lr/(1 - beta1^t)
     wd: float
-    rs: float     #: rescale_grad
-    c: float      #: clip_gradient, negative for none
+    rescale: float       #: rescale_grad
+    clip_bound: float    #: clip_gradient, negative for none
     b1: float
-    omb1: float   #: 1 - beta1
+    one_minus_b1: float  #: 1 - beta1
     b2: float
 
 
@@ -43,24 +43,24 @@ class GuideRow(NamedTuple):
     """The scalars of :func:`guide_rule`."""
     lr: float
     wd: float
-    rs: float
-    c: float
+    rescale: float
+    clip_bound: float
     b1: float
-    omb1: float
+    one_minus_b1: float
     b2: float
     eps: float
     bc1: float    #: 1 - beta1^t
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def mxnet_rule(f):
     zero = f(0)
     grad_of = gradient.decayed_then_clipped(f)
 
     def rule(w, grad, m, u, hp):
         p = MxnetRow(*hp)
-        g = grad_of(grad, w, p.rs, p.wd, p.c)
-        m = p.b1 * m + p.omb1 * g
+        g = grad_of(grad, w, p.rescale, p.wd, p.clip_bound)
+        m = p.b1 * m + p.one_minus_b1 * g
         u = max(p.b2 * u, abs(g))
         if u > zero:
             w = w - p.lr_t * m / u
@@ -68,14 +68,14 @@ def mxnet_rule(f):
     return rule
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def guide_rule(f):
     grad_of = gradient.clipped_then_decayed(f)
 
     def rule(w, grad, m, u, hp):
         p = GuideRow(*hp)
-        g = grad_of(grad, w, p.rs, p.wd, p.c)
-        m = p.b1 * m + p.omb1 * g
+        g = grad_of(grad, w, p.rescale, p.wd, p.clip_bound)
+        m = p.b1 * m + p.one_minus_b1 * g
         u = max(p.b2 * u, abs(g))
         return w - p.lr / (u + p.eps) * (m / p.bc1), m, u
     return rule
@@ -84,15 +84,15 @@ def guide_rule(f):
 class PytorchRow(NamedTuple):
     """The scalars of :func:`pytorch_rule`."""
     wd: float
-    rs: float     #: rescale_grad
-    c: float      #: clip_gradient, negative for none
-    omb1: float   #: 1 - beta1, the weight of the first moment's lerp
+    rescale: float       #: rescale_grad
+    clip_bound: float    #: clip_gradient, negative for none
+    one_minus_b1: float  #: 1 - beta1, the weight of the first moment's lerp
     b2: float
     eps: float
-    nclr: float   #: -lr/(1 - beta1^t)
+    nclr: float          #: -lr/(1 - beta1^t)
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def pytorch_rule(f):
     """torch.optim.Adamax's single-tensor update (torch 2.13, torch/optim/adamax.py,
     ``_single_tensor_adamax``; its documented algorithm), in torch's order of operations::
@@ -106,8 +106,8 @@ def pytorch_rule(f):
 
     def rule(w, grad, m, u, hp):
         p = PytorchRow(*hp)
-        g = grad_of(grad, w, p.rs, p.wd, p.c)
-        m = lerp(m, g, p.omb1)
+        g = grad_of(grad, w, p.rescale, p.wd, p.clip_bound)
+        m = lerp(m, g, p.one_minus_b1)
         a = u * p.b2
         b = abs(g) + p.eps
         if a != a or a > b:  # torch.maximum: NaN if either is
@@ -181,13 +181,16 @@ class Adamax(Optimizer):
 
     def kernel_row(self, t, lr, wd, sparse=None):
         b1 = self.beta1
-        common = dict(wd=wd, rs=self.rescale_grad, c=self._clip_bound(), b1=b1, omb1=1.0 - b1,
+        common = dict(wd=wd, rescale=self.rescale_grad, clip_bound=self._clip_bound(), b1=b1,
+                      one_minus_b1=1.0 - b1,
                       b2=self.beta2)
         if self.convention == "mxnet":
             return mxnet_rule, MxnetRow(lr_t=lr / (1.0 - b1 ** t), **common)
         eps = 1e-8 if self.epsilon is None else self.epsilon
         if self.convention == "pytorch":
-            return pytorch_rule, PytorchRow(wd=wd, rs=common["rs"], c=common["c"],
-                                            omb1=common["omb1"], b2=common["b2"], eps=eps,
+            return pytorch_rule, PytorchRow(wd=wd, rescale=common["rescale"],
+                                            clip_bound=common["clip_bound"],
+                                            one_minus_b1=common["one_minus_b1"], b2=common["b2"],
+                                            eps=eps,
                                             nclr=-(lr / (1.0 - b1 ** t)))
         return guide_rule, GuideRow(lr=lr, **common, eps=eps, bc1=1.0 - b1 ** t)

@@ -32,16 +32,16 @@ class MxnetRow(NamedTuple):
     """The scalars of :func:`mxnet_rule`, rounded as the convention rounds them: packed on the
     host, read by name in the kernel."""
     lr: float
-    eta: float    #: the schedule multiplier
+    eta: float           #: the schedule multiplier
     wd: float
-    rs: float     #: rescale_grad
-    c: float      #: clip_gradient, negative for none
+    rescale: float       #: rescale_grad
+    clip_bound: float    #: clip_gradient, negative for none
     b1: float
-    omb1: float   #: 1 - beta1
+    one_minus_b1: float  #: 1 - beta1
     b2: float
-    omb2: float   #: 1 - beta2
+    one_minus_b2: float  #: 1 - beta2
     eps: float
-    skip: float   #: nonzero: the operator skips the update (rs is 0 or not finite)
+    skip: float          #: nonzero: the operator skips the update (rs is 0 or not finite)
 
 
 class GuideRow(NamedTuple):
@@ -49,18 +49,18 @@ class GuideRow(NamedTuple):
     lr: float
     eta: float
     wd: float
-    rs: float
-    c: float
+    rescale: float
+    clip_bound: float
     b1: float
-    omb1: float
+    one_minus_b1: float
     b2: float
-    omb2: float
+    one_minus_b2: float
     eps: float
     bc1: float    #: 1 - beta1^t
     bc2: float    #: 1 - beta2^t
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def mxnet_rule(f):
     zero = f(0)
     # the operator's grad*rs, the same product as the helper's rs*grad (IEEE multiplication
@@ -71,22 +71,22 @@ def mxnet_rule(f):
         p = MxnetRow(*hp)
         if p.skip != zero:
             return w, m, v
-        g = grad_of(grad, p.rs, p.c)
-        m = p.b1 * m + p.omb1 * g
-        v = p.b2 * v + p.omb2 * (g * g)
+        g = grad_of(grad, p.rescale, p.clip_bound)
+        m = p.b1 * m + p.one_minus_b1 * g
+        v = p.b2 * v + p.one_minus_b2 * (g * g)
         return w - p.eta * (p.lr * m / (math.sqrt(v) + p.eps) + p.wd * w), m, v
     return rule
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def guide_rule(f):
     grad_of = gradient.rescaled(f)
 
     def rule(w, grad, m, v, hp):
         p = GuideRow(*hp)
-        g = grad_of(grad, p.rs, p.c)
-        m = p.b1 * m + p.omb1 * g
-        v = p.b2 * v + p.omb2 * (g * g)
+        g = grad_of(grad, p.rescale, p.clip_bound)
+        m = p.b1 * m + p.one_minus_b1 * g
+        v = p.b2 * v + p.one_minus_b2 * (g * g)
         return (w - p.eta * (p.lr * (m / p.bc1) / (math.sqrt(v / p.bc2) + p.eps) + p.wd * w),
                 m, v)
     return rule
@@ -159,7 +159,7 @@ class AdamW(adam.MomentConstants, Optimizer):
         as the convention rounds them, by name (the fields both rows share), and ``skip``
         (MXNet's operator skips the update when the rounded ``rs`` is 0 or not finite)."""
         constants = dict(eta=self._rounded(self.eta), **self._moment_constants())
-        rs = constants["rs"]
+        rs = constants["rescale"]
         skip = 1.0 if (rs == 0 or not math.isfinite(rs)) else 0.0
         return self._float_rounder(), constants, skip
 

@@ -1,7 +1,7 @@
 """The ``Optimizer`` base class: MXNet 1.9.1's optimizer interface, ``update`` and the dispatch
 of a step to a backend ("reference", "cpu", "cuda", "auto"), the warm step of the same arrays
-(:class:`~toolkit.backends.cpu.PreparedStep`), ``next_step`` (the oracle's door) and the float32
-rounding helpers of the rules. The rest is in mixins, one responsibility each:
+(:class:`~toolkit.backends.cpu_elementwise.PreparedStep`), ``next_step`` (the oracle's door)
+and the float32 rounding helpers of the rules. The rest is in mixins, one responsibility each:
 
 * :class:`~toolkit.optimizers.hyperparameters.Hyperparameters`: checked attributes, settings, repr;
 * :class:`~toolkit.optimizers.checks.ArrayChecks`: the state and the array contract;
@@ -23,6 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..backends import arrays, cpu, launches
+from ..backends.cpu_elementwise import PreparedStep
 from ..backends.launches import Launch
 from . import aliases as _aliases
 from .batched import BatchedBookkeeping, StepScalars
@@ -306,8 +307,8 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
                     known=[w, g] + known)
 
     def _keep_warm(self, weight, grad, state, backend):
-        """Keep a :class:`~toolkit.backends.cpu.PreparedStep` for arrays that passed every
-        check, for a step that is its ``kernel_row`` (:func:`row_step`) on the CPU over
+        """Keep a :class:`~toolkit.backends.cpu_elementwise.PreparedStep` for arrays that passed
+        every check, for a step that is its ``kernel_row`` (:func:`row_step`) on the CPU over
         C-contiguous, writeable float32/float64 numpy arrays, outside a row-sparse step, of a
         class whose state layout the toolkit makes from its checked hyperparameters (an
         assignment drops the prepared steps) and that keeps what the step bypasses."""
@@ -329,7 +330,7 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
         warm = self.__dict__.setdefault("_warm", {})
         if len(warm) > 4096:
             warm.clear()
-        warm[id(weight)] = cpu.PreparedStep(weight, grad, state)
+        warm[id(weight)] = PreparedStep(weight, grad, state)
         return True
 
     def __getstate__(self):

@@ -33,26 +33,26 @@ __all__ = ["DCASGD"]
 class PlainRow(NamedTuple):
     """The scalars of :func:`plain_rule` (MXNet's Python optimizer: unrounded, the clip bound
     aside): packed on the host, read by name in the kernel."""
-    neg_lr: float  #: -lr
+    neg_lr: float      #: -lr
     wd: float
-    rs: float      #: rescale_grad
-    c: float       #: clip_gradient, negative for none
+    rescale: float     #: rescale_grad
+    clip_bound: float  #: clip_gradient, negative for none
     lamda: float
-    comp: float    #: 1 to compensate against the previous weight (mxnet), 0 not to (guide)
+    comp: float        #: 1 to compensate against the previous weight (mxnet), 0 not to (guide)
 
 
 class MomentumRow(NamedTuple):
     """The scalars of :func:`momentum_rule`: :class:`PlainRow`'s and the momentum."""
-    neg_lr: float  #: -lr
+    neg_lr: float      #: -lr
     wd: float
-    rs: float      #: rescale_grad
-    c: float       #: clip_gradient, negative for none
+    rescale: float     #: rescale_grad
+    clip_bound: float  #: clip_gradient, negative for none
     lamda: float
-    comp: float    #: 1 to compensate against the previous weight (mxnet), 0 not to (guide)
-    mu: float      #: momentum
+    comp: float        #: 1 to compensate against the previous weight (mxnet), 0 not to (guide)
+    mu: float          #: momentum
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def plain_rule(f):
     zero = f(0)
     # not gradient.clipped_then_decayed: mxnet's compensation term reads the clipped g alone
@@ -60,7 +60,7 @@ def plain_rule(f):
 
     def rule(w, grad, w_prev, hp):
         p = PlainRow(*hp)
-        g = rescaled(grad, p.rs, p.c)
+        g = rescaled(grad, p.rescale, p.clip_bound)
         if p.comp > zero:    # mxnet: compensate against the previous weight
             step = p.neg_lr * (g + p.wd * w + p.lamda * g * g * (w - w_prev))
         else:                # guide without delay: G = g + wd*w, no compensation
@@ -69,14 +69,14 @@ def plain_rule(f):
     return rule
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def momentum_rule(f):
     zero = f(0)
     rescaled = gradient.rescaled(f)
 
     def rule(w, grad, mom, w_prev, hp):
         p = MomentumRow(*hp)
-        g = rescaled(grad, p.rs, p.c)
+        g = rescaled(grad, p.rescale, p.clip_bound)
         if p.comp > zero:
             step = p.neg_lr * (g + p.wd * w + p.lamda * g * g * (w - w_prev))
         else:
@@ -152,7 +152,7 @@ class DCASGD(Optimizer):
     _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
 
     def kernel_row(self, t, lr, wd, sparse=None):
-        common = dict(neg_lr=-lr, wd=wd, rs=self.rescale_grad, c=self._clip_bound(),
+        common = dict(neg_lr=-lr, wd=wd, rescale=self.rescale_grad, clip_bound=self._clip_bound(),
                       lamda=self.lamda, comp=1.0 if self.convention == "mxnet" else 0.0)
         if self.momentum != 0.0:
             return momentum_rule, MomentumRow(**common, mu=self.momentum)

@@ -28,19 +28,19 @@ class FtmlRow(NamedTuple):
     """The scalars of :func:`ftml_rule`, rounded to the weight's dtype: packed on the host,
     read by name in the kernel."""
     wd: float
-    rs: float       #: rescale_grad
-    c: float        #: clip_gradient, negative for none
+    rescale: float       #: rescale_grad
+    clip_bound: float    #: clip_gradient, negative for none
     b1: float
-    omb1: float     #: 1 - beta1
+    one_minus_b1: float  #: 1 - beta1
     b2: float
-    omb2: float     #: 1 - beta2
-    bc2: float      #: 1 - beta2^t
-    d_scale: float  #: (1 - beta1^t)/lr
+    one_minus_b2: float  #: 1 - beta2
+    bc2: float           #: 1 - beta2^t
+    d_scale: float       #: (1 - beta1^t)/lr
     eps: float
-    guide: float    #: 1 under convention "guide" (its G), else 0 (MXNet's g)
+    guide: float         #: 1 under convention "guide" (its G), else 0 (MXNet's g)
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def ftml_rule(f):
     zero = f(0)
     guide_grad = gradient.clipped_then_decayed(f)
@@ -49,12 +49,12 @@ def ftml_rule(f):
     def rule(w, grad, d, v, z, hp):
         p = FtmlRow(*hp)
         if p.guide > zero:
-            g = guide_grad(grad, w, p.rs, p.wd, p.c)
+            g = guide_grad(grad, w, p.rescale, p.wd, p.clip_bound)
         else:
-            g = mxnet_grad(grad, w, p.rs, p.wd, p.c)
-        v = p.b2 * v + p.omb2 * (g * g)
+            g = mxnet_grad(grad, w, p.rescale, p.wd, p.clip_bound)
+        v = p.b2 * v + p.one_minus_b2 * (g * g)
         d_t = p.d_scale * (math.sqrt(v / p.bc2) + p.eps)
-        z = p.b1 * z + p.omb1 * g - (d_t - p.b1 * d) * w
+        z = p.b1 * z + p.one_minus_b1 * g - (d_t - p.b1 * d) * w
         return -z / d_t, d_t, v, z
     return rule
 
@@ -114,8 +114,10 @@ class FTML(Optimizer):
         per step; ``eps`` as given: only the kernel rounds it, to the weight's dtype)."""
         r = self._rounded
         b1, b2 = r(self.beta1), r(self.beta2)
-        return self._float_rounder(), dict(rs=r(self.rescale_grad), c=self._clip_bound(),
-                                           b1=b1, omb1=1.0 - b1, b2=b2, omb2=1.0 - b2,
+        return self._float_rounder(), dict(rescale=r(self.rescale_grad),
+                                           clip_bound=self._clip_bound(),
+                                           b1=b1, one_minus_b1=1.0 - b1, b2=b2,
+                                           one_minus_b2=1.0 - b2,
                                            eps=self.epsilon,
                                            guide=0.0 if self.convention == "mxnet" else 1.0)
 

@@ -35,21 +35,21 @@ class FtrlRow(NamedTuple):
     read by name in the kernel."""
     lr: float
     wd: float
-    rs: float      #: rescale_grad
-    c: float       #: clip_gradient, negative for none
+    rescale: float     #: rescale_grad
+    clip_bound: float  #: clip_gradient, negative for none
     lamda1: float
     beta: float
-    guide: float   #: 1 under convention "guide" (wd in the gradient, the guide's update), else 0
+    guide: float       #: 1 under convention "guide" (wd in the gradient, its update), else 0
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def ftrl_rule(f):
     zero, one = f(0), f(1)
     grad_of = gradient.rescaled(f)
 
     def rule(w, grad, z, n, hp):
         p = FtrlRow(*hp)
-        g = grad_of(grad, p.rs, p.c)
+        g = grad_of(grad, p.rescale, p.clip_bound)
         if p.guide > zero:
             g = g + p.wd * w      # the guide's G = clip(rs*grad, c) + wd*w
         gg = g * g
@@ -135,7 +135,8 @@ class Ftrl(Optimizer):
         the convention rounds them, by name (the fields of :class:`FtrlRow` but ``lr`` and
         ``wd``)."""
         r = self._rounded
-        return self._float_rounder(), dict(rs=r(self.rescale_grad), c=self._clip_bound(),
+        return self._float_rounder(), dict(rescale=r(self.rescale_grad),
+                                           clip_bound=self._clip_bound(),
                                            lamda1=r(self.lamda1), beta=r(self.beta),
                                            guide=0.0 if self.convention == "mxnet" else 1.0)
 

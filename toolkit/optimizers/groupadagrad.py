@@ -42,8 +42,8 @@ class GroupAdaGradRow(NamedTuple):
     """The scalars of :func:`row_rules` (all three functions read the same row), rounded to the
     weight's dtype: packed on the host, read by name in the kernel."""
     lr: float
-    rs: float    #: rescale_grad
-    c: float     #: clip_gradient, negative for none
+    rescale: float     #: rescale_grad
+    clip_bound: float  #: clip_gradient, negative for none
     eps: float
 
 
@@ -59,7 +59,7 @@ def row_rules(f):
 
     def prep(g, hp):
         p = GroupAdaGradRow(*hp)
-        return grad_of(g, p.rs, p.c)
+        return grad_of(g, p.rescale, p.clip_bound)
 
     def reduce_row(h, s, n, hp):
         p = GroupAdaGradRow(*hp)
@@ -182,11 +182,11 @@ class GroupAdaGrad(Optimizer):
         is -1 for no clipping."""
         rs, c, eps = self.rescale_grad, self.clip_gradient, self.float_stable_eps
         if self.convention != "mxnet":
-            return dict(rs=rs, c=-1.0 if c is None else c, eps=eps)
+            return dict(rescale=rs, clip_bound=-1.0 if c is None else c, eps=eps)
         f32 = (lambda x: float(np.float32(x)))
         if self._row_sparse:  # the operator's float fields, and its truthy clip gate
-            return dict(rs=f32(rs), c=f32(c) if c else -1.0, eps=f32(eps))
-        return dict(rs=rs, c=-1.0 if c is None else f32(c), eps=eps)
+            return dict(rescale=f32(rs), clip_bound=f32(c) if c else -1.0, eps=f32(eps))
+        return dict(rescale=rs, clip_bound=-1.0 if c is None else f32(c), eps=eps)
 
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         # a lazy row-sparse step's launcher holds its rows (grad: their values)

@@ -42,17 +42,17 @@ __all__ = ["LAMB"]
 class LambRow(NamedTuple):
     """The scalars of both passes' rules (:func:`_mxnet`, :func:`_guide`), rounded to the
     weight's dtype: packed on the host, read by name in the kernel."""
-    rs: float    #: rescale_grad
-    c: float     #: clip_gradient, negative for none
+    rescale: float       #: rescale_grad
+    clip_bound: float    #: clip_gradient, negative for none
     b1: float
-    omb1: float  #: 1 - beta1
+    one_minus_b1: float  #: 1 - beta1
     b2: float
-    omb2: float  #: 1 - beta2
-    p1: float    #: beta1^t (0 without bias correction)
-    p2: float    #: beta2^t (0 without bias correction)
+    one_minus_b2: float  #: 1 - beta2
+    p1: float            #: beta1^t (0 without bias correction)
+    p2: float            #: beta2^t (0 without bias correction)
     eps: float
     wd: float
-    k: float     #: the step size lr*ratio (pass 2); 0 in pass 1, which does not read it
+    k: float             #: the step size lr*ratio (pass 2); 0 in pass 1, which does not read it
 
 
 # what a rule of the pair computes (a constant of its closure: numba prunes the other branch)
@@ -73,9 +73,9 @@ def _mxnet(what):
 
         def rule(w, grad, m, v, hp):
             p = LambRow(*hp)
-            g = grad_of(grad, p.rs, p.c)
-            m = p.b1 * m + p.omb1 * g
-            v = p.b2 * v + (p.omb2 * g) * g
+            g = grad_of(grad, p.rescale, p.clip_bound)
+            m = p.b1 * m + p.one_minus_b1 * g
+            v = p.b2 * v + (p.one_minus_b2 * g) * g
             u = f(wide(m / (one - p.p1)) / (math.sqrt(wide(v / (one - p.p2))) + wide(p.eps))
                   + wide(p.wd * w))
             if what == _DIRECTION:
@@ -93,9 +93,9 @@ def _guide(what):
 
         def rule(w, grad, m, v, hp):
             p = LambRow(*hp)
-            g = grad_of(grad, p.rs, p.c)
-            m = p.b1 * m + p.omb1 * g
-            v = p.b2 * v + p.omb2 * (g * g)
+            g = grad_of(grad, p.rescale, p.clip_bound)
+            m = p.b1 * m + p.one_minus_b1 * g
+            v = p.b2 * v + p.one_minus_b2 * (g * g)
             u = (m / (one - p.p1)) / (math.sqrt(v / (one - p.p2)) + p.eps) + p.wd * w
             if what == _DIRECTION:
                 return u, m, v

@@ -37,11 +37,11 @@ class MxnetScalars(NamedTuple):
     """What :func:`_mxnet_scalars` returns, by name: the fields SGD's MXNet rows
     (``sgd.MxnetMomentumRow``, ``sgd.MxnetPlainRow``) take from a LARS step, each rounded to
     float32 (as Python floats)."""
-    lr: float     #: lr_k, the trust-scaled learning rate
-    lrwd: float   #: lr_k*wd
-    rs: float     #: rescale_grad
-    mu: float     #: momentum (times cur_lr/last_lr with momentum_correction)
-    lrrs: float   #: lr_k*rs
+    lr: float       #: lr_k, the trust-scaled learning rate
+    lrwd: float     #: lr_k*wd
+    rescale: float  #: rescale_grad
+    mu: float       #: momentum (times cur_lr/last_lr with momentum_correction)
+    lrrs: float     #: lr_k*rescale
 
 
 SPEC = Spec(
@@ -198,7 +198,7 @@ class LARS(SGD):
         if self.convention == "mxnet":
             scalars = MxnetScalars(*_mxnet_scalars()(
                 lr, ww, gg, self.eta, self.eps, wd, self.rescale_grad, self.momentum * ratio))
-            named = dict(scalars._asdict(), c=self._clip_bound())
+            named = dict(scalars._asdict(), clip_bound=self._clip_bound())
             if states:
                 rule, hyper = mxnet_momentum_rule, MxnetMomentumRow(**named)
             else:
@@ -206,7 +206,7 @@ class LARS(SGD):
                 rule, hyper = mxnet_plain_rule, MxnetPlainRow(**named)
         else:
             named = dict(lr=self._trust_lr(lr, wd, ww, gg), wd=wd,
-                         rs=self.rescale_grad, c=self._clip_bound())
+                         rescale=self.rescale_grad, clip_bound=self._clip_bound())
             if states:
                 rule, hyper = guide_momentum_rule, GuideMomentumRow(mu=self.momentum, **named)
             else:

@@ -60,24 +60,24 @@ class MomentumRow(NamedTuple):
     """The scalars of :func:`accumulated_momentum_rule` and :func:`fresh_momentum_rule`:
     ``sgd.MxnetMomentumRow``'s (rounded to the weight's dtype) and ``batch_scale``; packed on
     the host, read by name in the kernel."""
-    lr: float     #: lr*mult
-    lrwd: float   #: lr*wd
-    rs: float     #: rescale_grad
-    c: float      #: clip_gradient, negative for none
-    mu: float     #: momentum
-    lrrs: float   #: lr*rs
-    bs: float     #: batch_scale
+    lr: float          #: lr*mult
+    lrwd: float        #: lr*wd
+    rescale: float     #: rescale_grad
+    clip_bound: float  #: clip_gradient, negative for none
+    mu: float          #: momentum
+    lrrs: float        #: lr*rescale
+    bs: float          #: batch_scale
 
 
 class PlainRow(NamedTuple):
     """The scalars of :func:`accumulated_plain_rule` and :func:`fresh_plain_rule`:
     ``sgd.SgdUpdateRow``'s (:func:`~.sgd.sgd_update_hyper`) and ``batch_scale``."""
-    lr: float     #: lr*mult
-    decay: float  #: 1 - lr*wd, rounded once to the weight's dtype
-    rs: float     #: rescale_grad
-    c: float      #: clip_gradient, negative for none
-    lrrs: float   #: lr*rs
-    bs: float     #: batch_scale
+    lr: float          #: lr*mult
+    decay: float       #: 1 - lr*wd, rounded once to the weight's dtype
+    rescale: float     #: rescale_grad
+    clip_bound: float  #: clip_gradient, negative for none
+    lrrs: float        #: lr*rescale
+    bs: float          #: batch_scale
 
 
 # The rules take MXNet's SGD kernels' gradient preprocessing from sgd.mxnet_factors (the mean
@@ -93,7 +93,7 @@ def accumulated_momentum_rule(f):
     def rule(w, grad, cum, mom, hp):
         p = MomentumRow(*hp)
         gm = (cum + grad) / p.bs
-        scale, g = factors(gm, p.lr, p.rs, p.c, p.lrrs)
+        scale, g = factors(gm, p.lr, p.rescale, p.clip_bound, p.lrrs)
         step = scale * g
         mom = ((p.mu * mom) - p.lrwd * w) - step
         return w + mom, zero, mom
@@ -110,7 +110,7 @@ def accumulated_plain_rule(f):
     def rule(w, grad, cum, hp):
         p = PlainRow(*hp)
         gm = (cum + grad) / p.bs
-        scale, g = factors(gm, p.lr, p.rs, p.c, p.lrrs)
+        scale, g = factors(gm, p.lr, p.rescale, p.clip_bound, p.lrrs)
         return p.decay * w - scale * g, zero
     return rule
 
@@ -126,7 +126,7 @@ def fresh_momentum_rule(f):
     def rule(w, grad, mom, hp):
         p = MomentumRow(*hp)
         gm = (zero + grad) / p.bs
-        scale, g = factors(gm, p.lr, p.rs, p.c, p.lrrs)
+        scale, g = factors(gm, p.lr, p.rescale, p.clip_bound, p.lrrs)
         step = scale * g
         mom = ((p.mu * mom) - p.lrwd * w) - step
         return w + mom, mom
@@ -142,7 +142,7 @@ def fresh_plain_rule(f):
     def rule(w, grad, hp):
         p = PlainRow(*hp)
         gm = (zero + grad) / p.bs
-        scale, g = factors(gm, p.lr, p.rs, p.c, p.lrrs)
+        scale, g = factors(gm, p.lr, p.rescale, p.clip_bound, p.lrrs)
         return p.decay * w - scale * g
     return rule
 
@@ -387,7 +387,8 @@ class LBSGD(Optimizer):
             lr, wd, rs, c = r(lr), r(wd), r(self.rescale_grad), self._clip_bound()
             bs = float(self.batch_scale)
             if states:
-                hyper = MomentumRow(lr=lr, lrwd=lr * wd, rs=rs, c=c, mu=r(self.momentum),
+                hyper = MomentumRow(lr=lr, lrwd=lr * wd, rescale=rs, clip_bound=c,
+                                    mu=r(self.momentum),
                                     lrrs=lr * rs, bs=bs)
                 if fresh:
                     yield Launch("rule", fresh_momentum_rule, weight, grad, states, hyper)
@@ -404,7 +405,7 @@ class LBSGD(Optimizer):
             return
         ncum = self._ncum.get(index, self.init_updates) + 1  # the guide accumulates nothing
         lr = lr * (yield from self._multiplier(weight, grad, None, wd, ncum))
-        common = dict(lr=lr, wd=wd, rs=self.rescale_grad, c=self._clip_bound())
+        common = dict(lr=lr, wd=wd, rescale=self.rescale_grad, clip_bound=self._clip_bound())
         if states:
             yield Launch("rule", guide_momentum_rule, weight, grad, states,
                          GuideMomentumRow(**common, mu=self.momentum))

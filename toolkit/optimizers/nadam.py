@@ -37,33 +37,33 @@ class Row(NamedTuple):
     """The scalars of :func:`mxnet_rule`: packed on the host, read by name in the kernel."""
     lr: float
     wd: float
-    rs: float        #: rescale_grad
-    c: float         #: clip_gradient, negative for none
+    rescale: float       #: rescale_grad
+    clip_bound: float    #: clip_gradient, negative for none
     b1: float
-    omb1: float      #: 1 - beta1
+    one_minus_b1: float  #: 1 - beta1
     b2: float
-    omb2: float      #: 1 - beta2
+    one_minus_b2: float  #: 1 - beta2
     eps: float
-    den_g: float     #: 1 - m_schedule
-    den_m: float     #: 1 - m_schedule*mu_{t+1}
-    den_v: float     #: 1 - beta2^t
-    one_m_mu: float  #: 1 - mu_t
-    mu_next: float   #: mu_{t+1}
+    den_g: float         #: 1 - m_schedule
+    den_m: float         #: 1 - m_schedule*mu_{t+1}
+    den_v: float         #: 1 - beta2^t
+    one_m_mu: float      #: 1 - mu_t
+    mu_next: float       #: mu_{t+1}
 
 
 class PytorchRow(NamedTuple):
     """The scalars of :func:`pytorch_rule` (torch.optim.NAdam), formed on the host in float64
     as torch forms them in Python floats."""
-    rs: float        #: rescale_grad
-    c: float         #: clip_gradient, negative for none
-    wd: float        #: torch's coupled weight decay
-    omb1: float      #: 1 - beta1, the weight of the first moment's lerp
+    rescale: float       #: rescale_grad
+    clip_bound: float    #: clip_gradient, negative for none
+    wd: float            #: torch's coupled weight decay
+    one_minus_b1: float  #: 1 - beta1, the weight of the first moment's lerp
     b2: float
-    omb2: float      #: 1 - beta2
-    bc2: float       #: 1 - beta2^t
+    one_minus_b2: float  #: 1 - beta2
+    bc2: float           #: 1 - beta2^t
     eps: float
-    step_g: float    #: -lr*(1 - mu_t)/(1 - mu_product)
-    step_m: float    #: -lr*mu_{t+1}/(1 - mu_product*mu_{t+1})
+    step_g: float        #: -lr*(1 - mu_t)/(1 - mu_product)
+    step_m: float        #: -lr*mu_{t+1}/(1 - mu_product*mu_{t+1})
 
 
 def mxnet_rule(f):
@@ -71,9 +71,9 @@ def mxnet_rule(f):
 
     def rule(w, grad, m, v, hp):
         p = Row(*hp)
-        g = grad_of(grad, w, p.rs, p.wd, p.c)
-        m = p.b1 * m + p.omb1 * g
-        v = p.b2 * v + p.omb2 * (g * g)
+        g = grad_of(grad, w, p.rescale, p.wd, p.clip_bound)
+        m = p.b1 * m + p.one_minus_b1 * g
+        v = p.b2 * v + p.one_minus_b2 * (g * g)
         m_bar = p.one_m_mu * (g / p.den_g) + p.mu_next * (m / p.den_m)
         return w - p.lr * m_bar / (math.sqrt(v / p.den_v) + p.eps), m, v
     return rule
@@ -100,9 +100,9 @@ def pytorch_rule(f):
 
     def rule(w, grad, m, v, hp):
         p = PytorchRow(*hp)
-        g = grad_of(grad, w, p.rs, p.wd, p.c)
-        m = lerp(m, g, p.omb1)
-        v = square_avg(v, g, p.b2, p.omb2)
+        g = grad_of(grad, w, p.rescale, p.wd, p.clip_bound)
+        m = lerp(m, g, p.one_minus_b1)
+        v = square_avg(v, g, p.b2, p.one_minus_b2)
         denom = math.sqrt(v / p.bc2) + p.eps
         w = w + (p.step_g * g) / denom
         return w + (p.step_m * m) / denom, m, v
@@ -264,8 +264,9 @@ class Nadam(Optimizer):
             product = f32_product(self.mu_product.get(index, 1.0), mu)
             product_next = product * mu_next
             yield Launch("rule", pytorch_rule, weight, grad, state,
-                         PytorchRow(rs=self.rescale_grad, c=self._clip_bound(), wd=wd,
-                                    omb1=1.0 - b1, b2=b2, omb2=1.0 - b2, bc2=1.0 - b2 ** t,
+                         PytorchRow(rescale=self.rescale_grad, clip_bound=self._clip_bound(),
+                                    wd=wd, one_minus_b1=1.0 - b1, b2=b2, one_minus_b2=1.0 - b2,
+                                    bc2=1.0 - b2 ** t,
                                     eps=self.epsilon,
                                     step_g=-lr * (1.0 - mu) / (1.0 - product),
                                     step_m=(-lr * mu_next) / (1.0 - product_next)))
@@ -276,8 +277,9 @@ class Nadam(Optimizer):
         m_schedule = self.m_schedule * mu_t
         ms_next = m_schedule * mu_t1
         yield Launch("rule", mxnet_rule, weight, grad, state,
-                     Row(lr=lr, wd=wd, rs=self.rescale_grad, c=self._clip_bound(), b1=b1,
-                         omb1=1.0 - b1, b2=b2, omb2=1.0 - b2, eps=self.epsilon,
+                     Row(lr=lr, wd=wd, rescale=self.rescale_grad, clip_bound=self._clip_bound(),
+                         b1=b1,
+                         one_minus_b1=1.0 - b1, b2=b2, one_minus_b2=1.0 - b2, eps=self.epsilon,
                          den_g=1.0 - m_schedule, den_m=1.0 - ms_next, den_v=1.0 - b2 ** t,
                          one_m_mu=1.0 - mu_t, mu_next=mu_t1))
         self.m_schedule = m_schedule

@@ -35,33 +35,33 @@ class Row(NamedTuple):
     under convention "mxnet"): packed on the host, read by name in the kernel."""
     lr: float
     wd: float
-    rs: float     #: rescale_grad
-    c: float      #: clip_gradient, negative for none
-    mu: float     #: momentum
-    mu1: float    #: momentum + 1
+    rescale: float     #: rescale_grad
+    clip_bound: float  #: clip_gradient, negative for none
+    mu: float          #: momentum
+    mu1: float         #: momentum + 1
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def mxnet_rule(f):
     # gradient.clipped_then_decayed does not fit: the momentum line decays the updated weight
     rescaled = gradient.rescaled(f)
 
     def rule(w, grad, mom, hp):
         p = Row(*hp)
-        g = rescaled(grad, p.rs, p.c)
+        g = rescaled(grad, p.rescale, p.clip_bound)
         m1 = p.mu * mom
         w_new = (w - m1) + p.mu1 * (m1 - p.lr * (g + p.wd * w))
         return w_new, m1 - p.lr * (g + p.wd * w_new)
     return rule
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def guide_rule(f):
     grad_of = gradient.clipped_then_decayed(f)
 
     def rule(w, grad, v, hp):
         p = Row(*hp)
-        step = p.lr * grad_of(grad, w, p.rs, p.wd, p.c)
+        step = p.lr * grad_of(grad, w, p.rescale, p.wd, p.clip_bound)
         v = p.mu * v - step
         return w + p.mu * v - step, v
     return rule
@@ -151,6 +151,6 @@ class NAG(Optimizer):
             if self.convention == "mxnet":
                 return sgd_update_rule, sgd_update_hyper(lr, wd, rs, c)
             else:
-                return guide_plain_rule, GuidePlainRow(lr=lr, wd=wd, rs=rs, c=c)
+                return guide_plain_rule, GuidePlainRow(lr=lr, wd=wd, rescale=rs, clip_bound=c)
         rule = mxnet_rule if self.convention == "mxnet" else guide_rule
-        return rule, Row(lr=lr, wd=wd, rs=rs, c=c, mu=mu, mu1=mu + 1.0)
+        return rule, Row(lr=lr, wd=wd, rescale=rs, clip_bound=c, mu=mu, mu1=mu + 1.0)

@@ -33,21 +33,21 @@ class PlainRow(NamedTuple):
     host, read by name in the kernel."""
     lr: float
     wd: float
-    rs: float        #: rescale_grad
-    c: float         #: clip_gradient, negative for none
-    g1: float        #: gamma1
-    omg1: float      #: 1 - gamma1
+    rescale: float     #: rescale_grad
+    clip_bound: float  #: clip_gradient, negative for none
+    g1: float          #: gamma1
+    omg1: float        #: 1 - gamma1
     eps: float
-    cw: float        #: clip_weights, negative for none
-    wd_first: float  #: 1 where wd enters before the clip (mxnet), 0 after it (guide)
+    cw: float          #: clip_weights, negative for none
+    wd_first: float    #: 1 where wd enters before the clip (mxnet), 0 after it (guide)
 
 
 class CenteredRow(NamedTuple):
     """The scalars of :func:`centered_rule`: :class:`PlainRow`'s and ``g2``."""
     lr: float
     wd: float
-    rs: float
-    c: float
+    rescale: float
+    clip_bound: float
     g1: float
     omg1: float
     eps: float
@@ -56,7 +56,7 @@ class CenteredRow(NamedTuple):
     g2: float        #: gamma2
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def plain_rule(f):
     zero = f(0)
     decayed_then_clipped = gradient.decayed_then_clipped(f)
@@ -65,9 +65,9 @@ def plain_rule(f):
     def rule(w, grad, n, hp):
         p = PlainRow(*hp)
         if p.wd_first > zero:          # mxnet: wd enters before the clip
-            g = decayed_then_clipped(grad, w, p.rs, p.wd, p.c)
+            g = decayed_then_clipped(grad, w, p.rescale, p.wd, p.clip_bound)
         else:                          # guide: G = clip(rs*grad) + wd*w
-            g = clipped_then_decayed(grad, w, p.rs, p.wd, p.c)
+            g = clipped_then_decayed(grad, w, p.rescale, p.wd, p.clip_bound)
         n = p.omg1 * (g * g) + p.g1 * n
         w = w - p.lr * (g / math.sqrt(n + p.eps))
         if p.cw >= zero:
@@ -76,7 +76,7 @@ def plain_rule(f):
     return rule
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def centered_rule(f):
     zero = f(0)
     decayed_then_clipped = gradient.decayed_then_clipped(f)
@@ -85,9 +85,9 @@ def centered_rule(f):
     def rule(w, grad, n, gbar, delta, hp):
         p = CenteredRow(*hp)
         if p.wd_first > zero:
-            g = decayed_then_clipped(grad, w, p.rs, p.wd, p.c)
+            g = decayed_then_clipped(grad, w, p.rescale, p.wd, p.clip_bound)
         else:
-            g = clipped_then_decayed(grad, w, p.rs, p.wd, p.c)
+            g = clipped_then_decayed(grad, w, p.rescale, p.wd, p.clip_bound)
         n = (p.omg1 * g) * g + p.g1 * n
         gbar = p.omg1 * g + p.g1 * gbar
         # n - gbar^2 is a variance, >= 0 in exact arithmetic; rounding can make it negative
@@ -105,18 +105,18 @@ def centered_rule(f):
 
 class PytorchRow(NamedTuple):
     """The scalars of :func:`pytorch_plain_rule` and :func:`pytorch_centered_rule`."""
-    nlr: float       #: -lr
+    nlr: float         #: -lr
     wd: float
-    rs: float        #: rescale_grad
-    c: float         #: clip_gradient, negative for none
-    alpha: float     #: gamma1, torch's alpha
-    oma: float       #: 1 - gamma1
+    rescale: float     #: rescale_grad
+    clip_bound: float  #: clip_gradient, negative for none
+    alpha: float       #: gamma1, torch's alpha
+    oma: float         #: 1 - gamma1
     eps: float
-    cw: float        #: clip_weights, negative for none
-    mu: float        #: gamma2, torch's momentum (centered only; 0 plain)
+    cw: float          #: clip_weights, negative for none
+    mu: float          #: gamma2, torch's momentum (centered only; 0 plain)
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def pytorch_plain_rule(f):
     """torch.optim.RMSprop's single-tensor update, ``centered=False``, ``momentum=0`` (torch
     2.13, torch/optim/rmsprop.py, ``_single_tensor_rmsprop``; its documented algorithm)::
@@ -131,7 +131,7 @@ def pytorch_plain_rule(f):
 
     def rule(w, grad, n, hp):
         p = PytorchRow(*hp)
-        g = grad_of(grad, w, p.rs, p.wd, p.c)
+        g = grad_of(grad, w, p.rescale, p.wd, p.clip_bound)
         n = square_avg(n, g, p.alpha, p.oma)
         w = w + (p.nlr * g) / (math.sqrt(n) + p.eps)
         if p.cw >= zero:
@@ -140,7 +140,7 @@ def pytorch_plain_rule(f):
     return rule
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def pytorch_centered_rule(f):
     """torch.optim.RMSprop, ``centered=True``, ``momentum`` = ``gamma2`` (torch 2.13)::
 
@@ -158,7 +158,7 @@ def pytorch_centered_rule(f):
 
     def rule(w, grad, n, gbar, delta, hp):
         p = PytorchRow(*hp)
-        g = grad_of(grad, w, p.rs, p.wd, p.c)
+        g = grad_of(grad, w, p.rescale, p.wd, p.clip_bound)
         n = square_avg(n, g, p.alpha, p.oma)
         gbar = lerp(gbar, g, p.oma)
         var = fma(-gbar, gbar, n)
@@ -265,14 +265,16 @@ class RMSProp(Optimizer):
 
     def kernel_row(self, t, lr, wd, sparse=None):
         if self.convention == "pytorch":
-            row = PytorchRow(nlr=-lr, wd=wd, rs=self.rescale_grad, c=self._clip_bound(),
+            row = PytorchRow(nlr=-lr, wd=wd, rescale=self.rescale_grad,
+                             clip_bound=self._clip_bound(),
                              alpha=self.gamma1, oma=1.0 - self.gamma1, eps=self.epsilon,
                              cw=self.clip_weights if self.clip_weights else -1.0,
                              mu=self.gamma2 if self.centered else 0.0)
             return pytorch_centered_rule if self.centered else pytorch_plain_rule, row
         r = self._rounded
         g1 = r(self.gamma1)
-        row = dict(lr=r(lr), wd=r(wd), rs=r(self.rescale_grad), c=self._clip_bound(), g1=g1,
+        row = dict(lr=r(lr), wd=r(wd), rescale=r(self.rescale_grad), clip_bound=self._clip_bound(),
+                   g1=g1,
                    omg1=1.0 - g1, eps=r(self.epsilon),
                    cw=r(self.clip_weights) if self.clip_weights else -1.0,
                    wd_first=1.0 if self.convention == "mxnet" else 0.0)

@@ -33,64 +33,64 @@ class MxnetMomentumRow(NamedTuple):
     """The scalars of :func:`mxnet_momentum_rule` (MXNet's aggregated SGD kernel with momentum),
     rounded to the weight's dtype: packed on the host, read by name in the kernel."""
     lr: float
-    lrwd: float   #: lr*wd
-    rs: float     #: rescale_grad
-    c: float      #: clip_gradient, negative for none
-    mu: float     #: momentum
-    lrrs: float   #: lr*rs
+    lrwd: float        #: lr*wd
+    rescale: float     #: rescale_grad
+    clip_bound: float  #: clip_gradient, negative for none
+    mu: float          #: momentum
+    lrrs: float        #: lr*rescale
 
 
 class MxnetPlainRow(NamedTuple):
     """The scalars of :func:`mxnet_plain_rule` (MXNet's aggregated SGD kernel, no momentum)."""
     lr: float
-    lrwd: float   #: lr*wd
-    rs: float     #: rescale_grad
-    c: float      #: clip_gradient, negative for none
-    lrrs: float   #: lr*rs
+    lrwd: float        #: lr*wd
+    rescale: float     #: rescale_grad
+    clip_bound: float  #: clip_gradient, negative for none
+    lrrs: float        #: lr*rescale
 
 
 class GuideMomentumRow(NamedTuple):
     """The scalars of :func:`guide_momentum_rule`."""
     lr: float
     wd: float
-    rs: float     #: rescale_grad
-    c: float      #: clip_gradient, negative for none
-    mu: float     #: momentum
+    rescale: float     #: rescale_grad
+    clip_bound: float  #: clip_gradient, negative for none
+    mu: float          #: momentum
 
 
 class GuidePlainRow(NamedTuple):
     """The scalars of :func:`guide_plain_rule`."""
     lr: float
     wd: float
-    rs: float     #: rescale_grad
-    c: float      #: clip_gradient, negative for none
+    rescale: float     #: rescale_grad
+    clip_bound: float  #: clip_gradient, negative for none
 
 
 class PytorchMomentumRow(NamedTuple):
     """The scalars of :func:`pytorch_momentum_rule` and :func:`pytorch_nesterov_rule`."""
-    nlr: float    #: -lr
+    nlr: float         #: -lr
     wd: float
-    rs: float     #: rescale_grad
-    c: float      #: clip_gradient, negative for none
-    mu: float     #: momentum
-    first: float  #: 1 on the index's first update (torch's buffer is then the gradient), else 0
+    rescale: float     #: rescale_grad
+    clip_bound: float  #: clip_gradient, negative for none
+    mu: float          #: momentum
+    first: float       #: 1 on the index's first update (torch's buffer is the gradient), else 0
 
 
 class PytorchPlainRow(NamedTuple):
     """The scalars of :func:`pytorch_plain_rule`."""
-    nlr: float    #: -lr
+    nlr: float         #: -lr
     wd: float
-    rs: float     #: rescale_grad
-    c: float      #: clip_gradient, negative for none
+    rescale: float     #: rescale_grad
+    clip_bound: float  #: clip_gradient, negative for none
 
 
 class SgdUpdateRow(NamedTuple):
     """The scalars of :func:`sgd_update_rule`, made by :func:`sgd_update_hyper`."""
     lr: float
-    decay: float  #: 1 - lr*wd, rounded once to the weight's dtype
-    rs: float     #: rescale_grad
-    c: float      #: clip_gradient, negative for none
-    lrrs: float   #: lr*rs
+    decay: float       #: 1 - lr*wd, rounded once to the weight's dtype
+    rescale: float     #: rescale_grad
+    clip_bound: float  #: clip_gradient, negative for none
+    lrrs: float        #: lr*rescale
 
 
 def mxnet_factors(f):
@@ -110,50 +110,50 @@ def mxnet_factors(f):
     return inlined(mxnet_factors_)
 
 
-@gradient.through('rs', 'lrrs')
+@gradient.through('rescale', 'lrrs')
 def mxnet_momentum_rule(f):
     factors = mxnet_factors(f)
 
     def rule(w, grad, mom, hp):
         p = MxnetMomentumRow(*hp)
-        scale, g = factors(grad, p.lr, p.rs, p.c, p.lrrs)
+        scale, g = factors(grad, p.lr, p.rescale, p.clip_bound, p.lrrs)
         step = scale * g
         mom = ((p.mu * mom) - p.lrwd * w) - step
         return w + mom, mom
     return rule
 
 
-@gradient.through('rs', 'lrrs')
+@gradient.through('rescale', 'lrrs')
 def mxnet_plain_rule(f):
     zero = f(0)
     factors = mxnet_factors(f)
 
     def rule(w, grad, hp):
         p = MxnetPlainRow(*hp)
-        scale, g = factors(grad, p.lr, p.rs, p.c, p.lrrs)
+        scale, g = factors(grad, p.lr, p.rescale, p.clip_bound, p.lrrs)
         step = scale * g
         return w + ((zero - p.lrwd * w) - step)
     return rule
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def guide_momentum_rule(f):
     grad_of = gradient.clipped_then_decayed(f)
 
     def rule(w, grad, v, hp):
         p = GuideMomentumRow(*hp)
-        v = p.mu * v - p.lr * grad_of(grad, w, p.rs, p.wd, p.c)
+        v = p.mu * v - p.lr * grad_of(grad, w, p.rescale, p.wd, p.clip_bound)
         return w + v, v
     return rule
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def guide_plain_rule(f):
     grad_of = gradient.clipped_then_decayed(f)
 
     def rule(w, grad, hp):
         p = GuidePlainRow(*hp)
-        return w - p.lr * grad_of(grad, w, p.rs, p.wd, p.c)
+        return w - p.lr * grad_of(grad, w, p.rescale, p.wd, p.clip_bound)
     return rule
 
 
@@ -172,7 +172,7 @@ def _pytorch_momentum_rule(f, nesterov):
 
     def rule(w, grad, buf, hp):
         p = PytorchMomentumRow(*hp)
-        g = grad_of(grad, w, p.rs, p.wd, p.c)
+        g = grad_of(grad, w, p.rescale, p.wd, p.clip_bound)
         if p.first != zero:
             buf = g
         else:
@@ -185,26 +185,26 @@ def _pytorch_momentum_rule(f, nesterov):
     return rule
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def pytorch_momentum_rule(f):
     """torch.optim.SGD with momentum (``nesterov=False``): see :func:`_pytorch_momentum_rule`."""
     return _pytorch_momentum_rule(f, False)
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def pytorch_nesterov_rule(f):
     """torch.optim.SGD with momentum and ``nesterov=True`` (the toolkit's NAG under "pytorch")."""
     return _pytorch_momentum_rule(f, True)
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def pytorch_plain_rule(f):
     """torch.optim.SGD without momentum: ``w = w - lr*(clip(rs*grad, c) + wd*w)``."""
     grad_of = torch_ops.gradient(f)
 
     def rule(w, grad, hp):
         p = PytorchPlainRow(*hp)
-        return fma(p.nlr, grad_of(grad, w, p.rs, p.wd, p.c), w)
+        return fma(p.nlr, grad_of(grad, w, p.rescale, p.wd, p.clip_bound), w)
     return rule
 
 
@@ -213,9 +213,9 @@ def pytorch_plan(has_momentum, nesterov, first, lr, wd, rs, c, momentum):
     ``first``: the index's first update."""
     if has_momentum:
         rule = pytorch_nesterov_rule if nesterov else pytorch_momentum_rule
-        return rule, PytorchMomentumRow(nlr=-lr, wd=wd, rs=rs, c=c, mu=momentum,
+        return rule, PytorchMomentumRow(nlr=-lr, wd=wd, rescale=rs, clip_bound=c, mu=momentum,
                                         first=1.0 if first else 0.0)
-    return pytorch_plain_rule, PytorchPlainRow(nlr=-lr, wd=wd, rs=rs, c=c)
+    return pytorch_plain_rule, PytorchPlainRow(nlr=-lr, wd=wd, rescale=rs, clip_bound=c)
 
 
 SPEC = Spec(
@@ -321,13 +321,14 @@ class SGD(Optimizer):
                 rule, hyper = mxnet_plain_rule, tuple.__new__(
                     MxnetPlainRow, (lr, lr * wd, rs, c, lr * rs))
         elif states:
-            rule, hyper = guide_momentum_rule, GuideMomentumRow(lr=lr, wd=wd, rs=rs, c=c, mu=mu)
+            rule, hyper = guide_momentum_rule, GuideMomentumRow(lr=lr, wd=wd, rescale=rs,
+                                                                clip_bound=c, mu=mu)
         else:
-            rule, hyper = guide_plain_rule, GuidePlainRow(lr=lr, wd=wd, rs=rs, c=c)
+            rule, hyper = guide_plain_rule, GuidePlainRow(lr=lr, wd=wd, rescale=rs, clip_bound=c)
         return rule, hyper
 
 
-@gradient.through('rs', 'lrrs')
+@gradient.through('rescale', 'lrrs')
 def sgd_update_rule(f):
     """MXNet's non-aggregated ``sgd_update`` kernel (src/operator/optimizer_op-inl.h, SGDKernel
     and its row-sparse twins): ``w = (1 - lr*wd)*w - (lr*rs)*grad`` when not clipping, else
@@ -338,7 +339,7 @@ def sgd_update_rule(f):
 
     def rule(w, grad, hp):
         p = SgdUpdateRow(*hp)
-        scale, g = factors(grad, p.lr, p.rs, p.c, p.lrrs)
+        scale, g = factors(grad, p.lr, p.rescale, p.clip_bound, p.lrrs)
         return p.decay * w - scale * g
     return rule
 
@@ -352,6 +353,7 @@ def sgd_update_hyper(lr, wd, rs, c, float32_decay=False):
     sparse.json, sgd-std-f64)."""
     if float32_decay:
         f32 = np.float32
-        return SgdUpdateRow(lr=lr, decay=float(f32(1) - f32(lr) * f32(wd)), rs=rs, c=c,
+        return SgdUpdateRow(lr=lr, decay=float(f32(1) - f32(lr) * f32(wd)), rescale=rs,
+                            clip_bound=c,
                             lrrs=lr * rs)
-    return SgdUpdateRow(lr=lr, decay=1.0 - lr * wd, rs=rs, c=c, lrrs=lr * rs)
+    return SgdUpdateRow(lr=lr, decay=1.0 - lr * wd, rescale=rs, clip_bound=c, lrrs=lr * rs)

@@ -33,8 +33,8 @@ class SgldRow(NamedTuple):
     read by name in the kernel."""
     neg_half_lr: float  #: -lr/2
     wd: float
-    rs: float           #: rescale_grad
-    c: float            #: clip_gradient, negative for none
+    rescale: float      #: rescale_grad
+    clip_bound: float   #: clip_gradient, negative for none
 
 
 def sgld_rule(f):
@@ -44,7 +44,7 @@ def sgld_rule(f):
 
     def rule(w, g, z, hp, aux):
         p = SgldRow(*hp)
-        gi = grad_of(g, p.rs, p.c)
+        gi = grad_of(g, p.rescale, p.clip_bound)
         wi = w + p.neg_half_lr * (gi + p.wd * w)
         return wi + f(aux[0] * z)
     return rule
@@ -101,6 +101,6 @@ class SGLD(Optimizer):
 
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         key = stream_key(self.seed, stream_of(index), t)
-        hyper = SgldRow(neg_half_lr=-(lr / 2.0), wd=wd, rs=self.rescale_grad,
-                        c=self._clip_bound())
+        hyper = SgldRow(neg_half_lr=-(lr / 2.0), wd=wd, rescale=self.rescale_grad,
+                        clip_bound=self._clip_bound())
         return Launch("noise", sgld_rule, weight, grad, (), hyper, key=key, aux=(math.sqrt(lr),))

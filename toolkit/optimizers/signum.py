@@ -34,12 +34,12 @@ class SignumRow(NamedTuple):
     "mxnet"): packed on the host, read by name in the kernel."""
     lr: float
     wd: float
-    rs: float         #: rescale_grad
-    c: float          #: clip_gradient, negative for none
-    mu: float         #: momentum
-    omu: float        #: 1 - momentum
-    decay: float      #: 1 - lr*wd_lh
-    direction: float  #: -1 for mxnet (the state is minus the EMA), +1 for guide
+    rescale: float     #: rescale_grad
+    clip_bound: float  #: clip_gradient, negative for none
+    mu: float          #: momentum
+    omu: float         #: 1 - momentum
+    decay: float       #: 1 - lr*wd_lh
+    direction: float   #: -1 for mxnet (the state is minus the EMA), +1 for guide
 
 
 class SignSGDMxnetRow(NamedTuple):
@@ -53,11 +53,11 @@ class SignSGDGuideRow(NamedTuple):
     """The scalars of :func:`signsgd_guide_rule`."""
     lr: float
     wd: float
-    rs: float         #: rescale_grad
-    c: float          #: clip_gradient, negative for none
+    rescale: float     #: rescale_grad
+    clip_bound: float  #: clip_gradient, negative for none
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def signum_rule(f):
     zero, one = f(0), f(1)
     # gradient.clipped_then_decayed fits the guide's branch only; mxnet scales g and wd*w apart
@@ -65,7 +65,7 @@ def signum_rule(f):
 
     def rule(w, grad, mom, hp):
         p = SignumRow(*hp)
-        g = rescaled(grad, p.rs, p.c)
+        g = rescaled(grad, p.rescale, p.clip_bound)
         # mxnet (direction = -1): mom = mu*mom - (1-mu)*wd*w - (1-mu)*g, w += lr*sign(mom)
         # guide (direction = +1): v = mu*v + (1-mu)*(g + wd*w),        w -= lr*sign(v)
         if p.direction < zero:
@@ -88,14 +88,14 @@ def signsgd_mxnet_rule(f):
     return rule
 
 
-@gradient.through('rs')
+@gradient.through('rescale')
 def signsgd_guide_rule(f):
     zero, one = f(0), f(1)
     grad_of = gradient.clipped_then_decayed(f)
 
     def rule(w, grad, hp):
         p = SignSGDGuideRow(*hp)
-        g = grad_of(grad, w, p.rs, p.wd, p.c)
+        g = grad_of(grad, w, p.rescale, p.wd, p.clip_bound)
         s = one if g > zero else (-one if g < zero else zero)
         return w - p.lr * s
     return rule
@@ -170,7 +170,7 @@ class Signum(Optimizer):
         r = self._rounded
         mu = r(self.momentum)
         return self._float_rounder(), r(self.wd_lh), dict(
-            rs=r(self.rescale_grad), c=self._clip_bound(), mu=mu, omu=1.0 - mu,
+            rescale=r(self.rescale_grad), clip_bound=self._clip_bound(), mu=mu, omu=1.0 - mu,
             direction=-1.0 if self.convention == "mxnet" else 1.0)
 
     _kernel_step = row_step  # kernel_row's rule on (weight, grad, *state arrays)
@@ -182,6 +182,7 @@ class Signum(Optimizer):
             if self.convention == "mxnet":
                 return signsgd_mxnet_rule, SignSGDMxnetRow(lr=lr, decay=1.0 - lr * wd)
             else:
-                return signsgd_guide_rule, SignSGDGuideRow(lr=lr, wd=wd, rs=constants["rs"],
-                                                           c=constants["c"])
+                return signsgd_guide_rule, SignSGDGuideRow(lr=lr, wd=wd,
+                                                           rescale=constants["rescale"],
+                                                           clip_bound=constants["clip_bound"])
         return signum_rule, SignumRow(lr=lr, wd=wd, decay=1.0 - lr * wd_lh, **constants)

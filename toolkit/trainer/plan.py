@@ -174,19 +174,8 @@ class StepWork:
                 rows[k] = (1.0, float(bs))
         if not rows[:, 0].any():
             return 0
-        with_cum = bool(rows[:, 1].max() > 0)
-        cum = g.host_flats.get("cum") if with_cum else None
-        if g.device == "cuda":
-            from ..backends import cuda
-            d = arrays.describe
-            launcher = self.launcher
-            out = launcher.in_device(cuda.run_norms, d(self.w), d(self.grad),
-                                      None if cum is None else d(cum), rows, g.offsets_device,
-                                      stream=launcher.stream)
-        else:
-            out = np.zeros((len(g.members), 2))
-            cpu.run_norms(self.w, self.grad, self.w if cum is None else cum, rows, g.chunks,
-                          out, with_cum)
+        cum = g.host_flats.get("cum") if rows[:, 1].max() > 0 else None
+        out = self.launcher.group_norms(self.w, self.grad, cum, rows, g)
         for k in range(len(g.members)):
             if rows[k, 0]:
                 self.norms[id(self._views_of(k)[1])] = (float(out[k, 0]),
@@ -214,20 +203,8 @@ class StepWork:
         for k, p in members:
             table[k, 0] = 1
             table[k, 1:] = np.array(p.hyper, np.float64)  # rounded as a single call rounds
-        states = state_leaves(self.s)
-        host_chunks = g.direction_chunks()
-        if g.device == "cuda":
-            from ..backends import cuda
-            dev_chunks = g.direction_chunks(device=True)
-            d = arrays.describe
-            launcher = self.launcher
-            out = launcher.in_device(cuda.run_direction, first.direction,
-                                      d(self.w), d(self.grad), [d(a) for a in states], table,
-                                      dev_chunks, host_chunks, stream=launcher.stream)
-        else:
-            out = np.zeros((len(g.members), 2))
-            cpu.run_direction(first.direction, self.w, self.grad, tuple(states),
-                              table, host_chunks, out)
+        out = self.launcher.group_directions(first.direction, self.w, self.grad,
+                                             state_leaves(self.s), table, g)
         for k, p in members:
             self.directions[id(self._views_of(k)[1])] = (
                 p, (float(out[k, 0]), float(out[k, 1])))
@@ -349,35 +326,7 @@ class StepWork:
 
     def _launch_table(self, kind, factory, flats, table, keys=None, aux=None, chunks=None):
         """One segmented call of ``kind`` over the flat buffers ``flats`` (weight, grad,
-        states) with one ``(active, *hp)`` row of ``table`` per member; ``chunks``: a CPU
-        rule's chunk table other than the members' (``Group.whole_chunks``: one segment, one
-        row)."""
-        g = self.g
-        w, grad, states = flats[0], flats[1], flats[2:]
-        if g.device == "cuda":
-            from ..backends import cuda
-            d = arrays.describe
-            launcher = self.launcher
-            # the float16 weight is written from the master by the kernel that updates it
-            mirror = d(self.mirror) if (self.mirror is not None and w is self.w) else None
-            if kind == "rows":
-                from ..backends import rows as row_kernels
-                launcher.in_device(row_kernels.run_cuda_segmented, factory, d(w), d(grad),
-                                    d(states[0]), table, g.uploads[0], g.rows_layout(),
-                                    stream=launcher.stream, mirror=mirror)
-            elif kind == "noise":
-                launcher.in_device(cuda.run_noise_segmented, factory, d(w), d(grad), table,
-                                    keys, aux, g.uploads, g.offsets_device, g.chunks,
-                                    stream=launcher.stream, mirror=mirror)
-            else:
-                launcher.in_device(cuda.run_segmented, factory, d(w), d(grad),
-                                    [d(a) for a in states], table, g.uploads[0], g.chunks,
-                                    stream=launcher.stream, mirror=mirror)
-        elif kind == "rows":
-            from ..backends import rows as row_kernels
-            row_kernels.run_cpu_segmented(factory, w, grad, states[0], table, g.rows_layout())
-        elif kind == "noise":
-            cpu.run_noise_segmented(factory, w, grad, table, keys, aux, g.offsets, g.chunks)
-        else:
-            cpu.run_segmented(factory, w, grad, tuple(states), table,
-                              g.chunks if chunks is None else chunks)
+        states) with one ``(active, *hp)`` row of ``table`` per member, by the group's
+        launcher; ``chunks``: a CPU rule's chunk table other than the members'
+        (``Group.whole_chunks``: one segment, one row)."""
+        self.launcher.run_table(kind, factory, flats, table, self.g, keys, aux, chunks)
