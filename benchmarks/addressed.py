@@ -54,25 +54,23 @@ except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, os.path.dirname(HERE))
 
 from toolkit import optimizer  # noqa: E402
-from toolkit.backends import addressed, cpu, order  # noqa: E402
+from toolkit.backends import addressed, cpu, launches, order  # noqa: E402
 from toolkit.tools.bench.resnet import many_tensor_shapes, resnet50_shapes  # noqa: E402
 from toolkit.tools.bench.floor import cpu_floor  # noqa: E402
 from toolkit.tools.bench.settings import Traffic  # noqa: E402
 from toolkit.tools.bench.timing import measure, paired  # noqa: E402
-from toolkit.trainer.buffers import Recorder  # noqa: E402
 
 BYTES = 28
 LR = 1e-3
 
 
 def adam_call():
-    """The rule and the row of the first step of ``Adam(learning_rate=LR)``, as the Trainer
-    records them."""
+    """The rule and the row of the first step of ``Adam(learning_rate=LR)``, as its kernel
+    step returns them."""
     opt = optimizer.create("adam", learning_rate=LR)
     w = np.zeros(4, np.float32)
-    rec = Recorder(cpu.LAUNCHER)
-    opt.plan_step(0, w, np.zeros(4, np.float32), opt.create_state(0, w), rec)
-    (call,) = rec.calls
+    (call,) = launches.collect(opt.planned_step(0, w, np.zeros(4, np.float32),
+                                                opt.create_state(0, w)), cpu.LAUNCHER)
     return call.factory, call.hyper
 
 

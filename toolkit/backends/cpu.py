@@ -31,11 +31,11 @@ from .cpu_noise import (NOISE_PARALLEL_THRESHOLD, noise_kernel, noise_mp_kernel,
                         noise_segmented_kernel, run_noise, run_noise_mp, run_noise_segmented)
 from .cpu_norms import (direction_kernel, direction_norms, lars_norms, norms_kernel,  # noqa: F401
                         run_direction, run_norms, tensor_direction_kernel, tensor_norms_kernel)
-from .cpu_elementwise import elementwise_kernel, run_elementwise  # noqa: F401
+from .cpu_elementwise import PreparedStep, elementwise_kernel, run_elementwise  # noqa: F401
 from .cpu_precision import mp_kernel, to_half_into, to_single  # noqa: F401
 from .jit import NUMBA_TYPES, cached, call_readonly, compile_kernel, inlined
 
-__all__ = ["elementwise_kernel", "run_elementwise", "lars_norms", "run_norms", "direction_norms",
+__all__ = ["elementwise_kernel", "run_elementwise", "PreparedStep", "lars_norms", "run_norms", "direction_norms",
            "run_direction", "Launcher", "LAUNCHER", "RowsLauncher", "rows_kernel"]
 
 

@@ -2,7 +2,7 @@
 
 A kernel step is a value: one :class:`Launch` (a rule, its arrays, its row of hyperparameters),
 or, for a step whose later work reads what earlier work found (LARS's and LBSGD's norms, LAMB's
-direction sums, Nadam's schedule kept only once its launch has run), a generator that yields
+direction sums) or that keeps bookkeeping after its launch (Nadam's schedule), a generator that yields
 each :class:`Launch` and each request (:class:`Norms`, :class:`Directions`) and is sent each
 request's answer. :func:`run` runs one through a launcher (the CPU's, a lazy row-sparse or a
 multi-precision one, CUDA's); the Trainer drives the same values with :func:`drive`, keeping the
@@ -12,13 +12,18 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["Launch", "Norms", "Directions", "rule", "noise", "row_rule", "steps_of", "drive", "run",
+__all__ = ["KINDS", "Launch", "Norms", "Directions", "rule", "noise", "row_rule", "steps_of", "drive", "run",
            "collect", "run_launch", "answer"]
+
+
+#: the kinds of launch a backend runs
+KINDS = ("rule", "noise", "rows")
 
 
 class Launch(NamedTuple):
     """One kernel call: ``kind`` "rule" (an element-wise rule), "noise" (one drawing a normal
-    per element) or "rows" (a row rule, ``toolkit.backends.rows``)."""
+    per element) or "rows" (a row rule, ``toolkit.backends.rows``); another kind is refused
+    where it is run."""
     kind: str
     factory: object       #: the rule factory
     weight: object
@@ -64,6 +69,12 @@ def row_rule(factory, weight, grad, history, rows, hyper):
     return Launch("rows", factory, weight, grad, (history,), hyper, rows=rows)
 
 
+def _checked(launch):
+    if launch.kind not in KINDS:
+        raise ValueError(f"a Launch of kind {launch.kind!r}: a backend runs {', '.join(KINDS)}")
+    return launch
+
+
 def _not_a_step(step):
     return TypeError(
         f"a kernel step returned {type(step).__name__}: it returns what to run, a "
@@ -86,7 +97,7 @@ def drive(step, launch, answer_request):
     """Take the kernel step ``step`` to its end: each :class:`Launch` to ``launch``, each
     request to ``answer_request``, whose answer the step is sent. Returns the launches."""
     if type(step) is Launch:
-        launch(step)
+        launch(_checked(step))
         return 1
     send = getattr(step, "send", None)
     if send is None:
@@ -96,9 +107,12 @@ def drive(step, launch, answer_request):
         try:
             item = send(reply)
         except StopIteration:
+            if n == 0:
+                raise TypeError("a kernel step yielded no launch: it returns or yields what to "
+                                "run, a toolkit.backends.launches.Launch") from None
             return n
         if type(item) is Launch:
-            launch(item)
+            launch(_checked(item))
             n, reply = n + 1, None
         elif isinstance(item, (Norms, Directions)):
             reply = answer_request(item)
@@ -128,7 +142,7 @@ def answer(request, launcher):
 def run(step, launcher):
     """Run the kernel step ``step`` through ``launcher``; returns the launches."""
     if type(step) is Launch:  # the common case, without the closures
-        run_launch(step, launcher)
+        run_launch(_checked(step), launcher)
         return 1
     return drive(step, lambda item: run_launch(item, launcher),
                  lambda request: answer(request, launcher))

@@ -177,8 +177,8 @@ class MomentConstants:
     """The step constants of the Adam family (Adam, AdamW, LAMB; methods of the optimizer)."""
 
     def _moment_constants(self):
-        """``rs``, ``c`` (the clip bound), ``b1``, ``omb1`` (1 - b1), ``b2``, ``omb2``, ``eps``
-        as the convention rounds them, by name."""
+        """``rescale``, ``clip_bound``, ``b1``, ``one_minus_b1``, ``b2``, ``one_minus_b2``,
+        ``eps`` as the convention rounds them, by name."""
         r = self._rounded
         b1, b2 = r(self.beta1), r(self.beta2)
         return dict(rescale=r(self.rescale_grad), clip_bound=self._clip_bound(), b1=b1,

@@ -194,7 +194,7 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        step = cls.__dict__.get("_kernel_step")
+        step = getattr(cls, "_kernel_step", None)  # its own or a mixin's
         if inspect.isfunction(step) and "launcher" in inspect.signature(step).parameters:
             raise TypeError(
                 f"{cls.__qualname__}._kernel_step(self, index, weight, grad, state, t, lr, wd) "
@@ -340,6 +340,10 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
             d.pop(memo, None)
         return d
 
+    def __setstate__(self, state):
+        """A pickled optimizer (an older version's too): its remembered constants made anew."""
+        self.__dict__.update(state)
+        self.__dict__["_hyper_version"] = object()
 
     def next_step(self, index, weight=None):
         """What the next update of ``index`` will read, computed without changing anything
@@ -397,7 +401,6 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
         refuses (AdaGrad with weight decay) or where the toolkit does not follow it."""
         return "dense"
 
-
     def _step(self, backend, index, weight, grad, state, t, lr, wd, launcher):
         """One step on validated arrays. Subclasses implement ``_kernel_step`` (it returns what
         to run, ``toolkit.backends.launches``; ``launcher`` runs it) and ``_reference_step`` (generic for optimizers with a reference
@@ -449,10 +452,7 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
                             "arrays")
         return backend
 
-
-    # ---------------------------------------------------------------------------------------
-    # helpers for subclasses
-    # ---------------------------------------------------------------------------------------
+    # --- helpers for subclasses ----------------------------------------------------------------
 
     #: True for MXNet's kernel optimizers, whose hyperparameters MXNet rounds to float32
     #: (docs/mxnet-facts.md, 3); Python-op optimizers round only the clip bound.
@@ -466,13 +466,10 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
         return x
 
     def _constants(self, slot, build):
-        """``build()``, remembered in the attribute ``slot`` until a hyperparameter is assigned
-        (any, even to an equal value: ``Hyperparameters._after_hyperparameter_set`` gives
-        ``_hyper_version`` a new object, so no two assignments share one, in any process) or
-        ``mxnet_kernel`` changes, so the value is always what ``build()`` returns now. For the
-        rounded constants of a step, which ``build`` makes from the hyperparameters, the
-        convention and the class's ``mxnet_kernel``; what changes per step (``t``, ``lr``,
-        ``wd``) stays outside."""
+        """``build()`` (a step's rounded constants, made from the hyperparameters, the convention
+        and ``mxnet_kernel``), remembered in the attribute ``slot`` until a hyperparameter is
+        assigned (any assignment gives ``_hyper_version`` a new object) or ``mxnet_kernel``
+        changes: always what ``build()`` returns now."""
         d = self.__dict__
         held = d.get(slot)
         version, kernel = d.get("_hyper_version"), self.mxnet_kernel

@@ -177,9 +177,9 @@ class GroupAdaGrad(Optimizer):
         return bool(getattr(self, "_row_sparse_numerics", False))
 
     def _hyper(self):
-        """``rs``, ``c`` and ``eps`` of this step by name (the fields of
-        :class:`GroupAdaGradRow` but ``lr``), per convention and path (module docstring); ``c``
-        is -1 for no clipping."""
+        """``rescale``, ``clip_bound`` and ``eps`` of this step by name (the fields of
+        :class:`GroupAdaGradRow` but ``lr``), per convention and path (module docstring);
+        ``clip_bound`` is -1 for no clipping."""
         rs, c, eps = self.rescale_grad, self.clip_gradient, self.float_stable_eps
         if self.convention != "mxnet":
             return dict(rescale=rs, clip_bound=-1.0 if c is None else c, eps=eps)

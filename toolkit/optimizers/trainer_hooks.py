@@ -24,7 +24,8 @@ class TrainerHooks:
         they are put back as they were (a shallow copy, its dicts copied; a
         ``toolkit.lr_scheduler`` schedule's ``state_dict``), so a step that plans every index
         before writing any array leaves nothing half-committed."""
-        saved = {k: (dict(v) if isinstance(v, dict) else v.copy() if isinstance(v, Counts) else v)
+        saved = {k: (dict(v) if isinstance(v, dict) else
+                     v.copy() if isinstance(v, (Counts, set)) else v)
                  for k, v in self.__dict__.items()}
         # the schedule's state too (Factor's decays), where it can be saved: the toolkit's
         from ..lr_scheduler import LRScheduler
