@@ -186,6 +186,36 @@ class Launcher:
         run_direction(direction, w, grad, tuple(states), table, group.direction_chunks(), out)
         return out
 
+    # --- tensors by address (``toolkit.torch``), one table row per tensor ---------------------
+
+    @staticmethod
+    def run_addressed(factory, dtype, ptrs, sizes, table, planned=None):
+        """Row ``k`` of ``table`` over the ``sizes[k]`` elements of ``dtype`` at the addresses
+        ``ptrs[k]`` (``(weight, grad, *states)``; :mod:`toolkit.backends.addressed`); returns
+        the call's ``Planned`` (None: no row active). ``planned``: what an earlier call
+        returned for the same factory, shapes, sizes and active rows, every address unchanged
+        but those the caller checked: it runs without being planned again."""
+        if planned is None:
+            from .addressed import plan_rule_addressed
+            planned = plan_rule_addressed(factory, dtype, ptrs, sizes, table)
+            if planned is None:
+                return None
+        planned.run(ptrs, table)
+        return planned
+
+    @staticmethod
+    def run_addressed_mp(factory, ptrs, sizes, table, weight, planned=None):
+        """:meth:`run_addressed` for ``(float32 master, grad, *float32 states, weight)`` with
+        the gradient and the weight of type ``weight`` ("bfloat16" or "float16"): the master
+        updated, the weight rounded from it in the same pass."""
+        if planned is None:
+            from .addressed import plan_rule_addressed_mp
+            planned = plan_rule_addressed_mp(factory, ptrs, sizes, table, weight)
+            if planned is None:
+                return None
+        planned.run(ptrs, table)
+        return planned
+
 
 #: The launcher of every CPU step (it holds nothing per step).
 LAUNCHER = Launcher()

@@ -1,5 +1,5 @@
-"""Where ``toolkit.torch`` hands addresses to a kernel: :func:`launch_addressed`, the one call
-of the addressed kernel (:func:`toolkit.backends.addressed.run_rule_addressed`) that the
+"""Where ``toolkit.torch`` hands addresses to the CPU executor: :func:`launch_addressed`, the one
+call of the addressed kernel (``cpu.Launcher.run_addressed``) that the
 vectorised and the steady step make, and :func:`run_rule_table`, which reads a table's
 addresses from its tensors (``data_ptr()``: no numpy view, no copy); :func:`launch_addressed_mp`
 and :func:`run_rule_table_mp` for bfloat16 weights with a float32 master. Every address reaching
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backends.addressed import plan_rule_addressed, plan_rule_addressed_mp
+from ..backends.cpu import LAUNCHER
 
 __all__ = ["launch_addressed", "launch_addressed_mp", "run_rule_table", "run_rule_table_mp"]
 
@@ -22,13 +22,9 @@ def launch_addressed(factory, dtype, ptrs, sizes, table, planned=None):
     ``table[k]``; returns the call's :class:`~toolkit.backends.addressed.Planned` (None: no
     row active). ``planned``: what an earlier call of the same factory returned for arrays of
     the same shapes, sizes and active flags, every address unchanged since but those the
-    caller checked (the steady step's gradients): it runs without being planned again."""
-    if planned is None:
-        planned = plan_rule_addressed(factory, dtype, ptrs, sizes, table)
-        if planned is None:
-            return None
-    planned.run(ptrs, table)
-    return planned
+    caller checked (the steady step's gradients): it runs without being planned again. The
+    CPU executor runs it (``cpu.Launcher.run_addressed``)."""
+    return LAUNCHER.run_addressed(factory, dtype, ptrs, sizes, table, planned)
 
 
 def launch_addressed_mp(factory, ptrs, sizes, table, weight, planned=None):
@@ -38,12 +34,7 @@ def launch_addressed_mp(factory, ptrs, sizes, table, weight, planned=None):
     ``table[k]`` (float32): the master updated, the weight rounded from it
     (:func:`toolkit.backends.addressed.run_rule_addressed_mp`). ``planned`` and the return
     value: as :func:`launch_addressed`'s."""
-    if planned is None:
-        planned = plan_rule_addressed_mp(factory, ptrs, sizes, table, weight)
-        if planned is None:
-            return None
-    planned.run(ptrs, table)
-    return planned
+    return LAUNCHER.run_addressed_mp(factory, ptrs, sizes, table, weight, planned)
 
 
 def run_rule_table_mp(factory, tensors, table, weight):
