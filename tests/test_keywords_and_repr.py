@@ -92,3 +92,32 @@ def test_trainer_repr():
     assert r.startswith("Trainer(SGD(learning_rate=0.1, wd=0.0, momentum=0.9,")
     assert "3 parameters in 2 groups (" in r and "float16 on cpu" in r and "float32 on cpu" in r
     assert r.endswith("kvstore='device', backend='auto')")
+
+
+@pytest.mark.parametrize("name, kwargs, meant", [
+    ("adam", {"learning_rat": 0.1}, "did you mean learning_rate? Adam(learning_rate=0.1)"),
+    ("sgd", {"clip_gradients": 1.0}, "did you mean clip_gradient?"),
+    ("adam", {"epsilom": 1e-7}, "did you mean epsilon?"),
+    ("lamb", {"lower_bnd": 1e-3}, "did you mean lower_bound?"),
+])
+def test_a_misspelt_keyword_names_the_nearest_one(name, kwargs, meant):
+    with pytest.raises(TypeError, match="unexpected keyword argument") as error:
+        optimizer.create(name, **kwargs)
+    assert meant in str(error.value)
+
+
+def test_a_keyword_far_from_every_name_gets_pythons_own_error():
+    with pytest.raises(TypeError) as error:
+        optimizer.create("adam", colour="blue")
+    assert "did you mean" not in str(error.value)
+
+
+def test_a_users_own_init_keeps_its_extra_keywords():
+    """A subclass whose ``__init__`` takes more through ``**kwargs`` is not second-guessed:
+    its keyword near one of the toolkit's (``beta3``, ``beta1``) is its own."""
+    class Three(optimizer.Adam):
+        def __init__(self, **kwargs):
+            self.beta3 = kwargs.pop("beta3", 0.5)
+            super().__init__(**kwargs)
+
+    assert Three(beta3=0.25).beta3 == 0.25

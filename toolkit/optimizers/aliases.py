@@ -13,6 +13,7 @@ spec's ``torch_requires`` says where a counterpart needs a flag on: RMSProp's ``
 """
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 
@@ -134,13 +135,28 @@ def _hint(klass, key, value, accepted):
     if key in KEYWORD_ALIASES:
         return (f"{cls} takes no {key} (MXNet's {' or '.join(KEYWORD_ALIASES[key])}); its "
                 f"keywords: {', '.join(sorted(accepted))}")
+    if _keywords_known(klass):  # a misspelling: the nearest keyword it takes
+        near = difflib.get_close_matches(key, sorted(accepted), n=1, cutoff=0.75)
+        if near:
+            return f"did you mean {near[0]}? {cls}({near[0]}={value!r})"
     return None
+
+
+def _keywords_known(klass):
+    """Whether every keyword ``klass(...)`` takes is a named parameter of an ``__init__`` of the
+    toolkit's (a user's ``__init__`` may take more through ``**kwargs``)."""
+    for base in klass.__mro__:
+        init = base.__dict__.get("__init__")
+        if init is not None and base is not object and \
+                not getattr(init, "__module__", "").startswith("toolkit."):
+            return False
+    return True
 
 
 def check_keywords(klass, kwargs):
     """Raise a TypeError that names the MXNet keyword meant for the first keyword of ``kwargs``
-    that ``klass`` does not accept and the table knows; return None otherwise (an unknown
-    keyword the table does not know is left to Python's own TypeError)."""
+    that ``klass`` does not accept and the table knows, or the one it takes that a misspelt
+    keyword is nearest to; return None otherwise (Python's own TypeError follows)."""
     accepted = accepted_keywords(klass)
     for key, value in kwargs.items():
         if key in accepted:
