@@ -198,10 +198,7 @@ class Launcher:
         if planned is None:
             from .addressed import plan_rule_addressed
             planned = plan_rule_addressed(factory, dtype, ptrs, sizes, table)
-            if planned is None:
-                return None
-        planned.run(ptrs, table)
-        return planned
+        return _run_planned(planned, ptrs, table)
 
     @staticmethod
     def run_addressed_mp(factory, ptrs, sizes, table, weight, planned=None):
@@ -211,10 +208,14 @@ class Launcher:
         if planned is None:
             from .addressed import plan_rule_addressed_mp
             planned = plan_rule_addressed_mp(factory, ptrs, sizes, table, weight)
-            if planned is None:
-                return None
+        return _run_planned(planned, ptrs, table)
+
+
+def _run_planned(planned, ptrs, table):
+    """An addressed call's ``Planned`` run (None: no row active, nothing to run)."""
+    if planned is not None:
         planned.run(ptrs, table)
-        return planned
+    return planned
 
 
 #: The launcher of every CPU step (it holds nothing per step).
