@@ -288,3 +288,13 @@ def test_same_keys_stay_equal_whichever_spelling_is_set():
     with pytest.raises(ValueError, match="betas=.* and beta1=0.5 were both set and disagree"):
         opt.step()
     assert np.isclose(opt.toolkit_optimizers[0].beta1, 0.7)
+
+
+def test_a_misspelt_torch_keyword_is_offered_torchs_spelling():
+    """``betaz`` near both ``betas`` (torch's) and ``beta2`` (MXNet's): toolkit.torch names its
+    own keywords, torch's first, not the MXNet optimizer's nearest one with the tuple given."""
+    w = torch.nn.Parameter(torch.zeros(3))
+    with pytest.raises(TypeError, match="unknown keyword 'betaz'") as error:
+        tt.Adam([w], lr=1e-3, betaz=(0.9, 0.99))
+    assert "did you mean 'betas'" in str(error.value)
+    assert "beta2=(0.9, 0.99)" not in str(error.value)

@@ -135,11 +135,15 @@ def _hint(klass, key, value, accepted):
     if key in KEYWORD_ALIASES:
         return (f"{cls} takes no {key} (MXNet's {' or '.join(KEYWORD_ALIASES[key])}); its "
                 f"keywords: {', '.join(sorted(accepted))}")
-    if _keywords_known(klass):  # a misspelling: the nearest keyword it takes
-        near = difflib.get_close_matches(key, sorted(accepted), n=1, cutoff=0.75)
-        if near:
-            return f"did you mean {near[0]}? {cls}({near[0]}={value!r})"
     return None
+
+
+def _misspelt(klass, key, value, accepted):
+    """"did you mean ...?" naming the keyword of ``klass`` nearest ``key``, or None."""
+    if not _keywords_known(klass):
+        return None
+    near = difflib.get_close_matches(key, sorted(accepted), n=1, cutoff=0.75)
+    return f"did you mean {near[0]}? {klass.__name__}({near[0]}={value!r})" if near else None
 
 
 def _keywords_known(klass):
@@ -161,7 +165,7 @@ def check_keywords(klass, kwargs):
     for key, value in kwargs.items():
         if key in accepted:
             continue
-        hint = _hint(klass, key, value, accepted)
+        hint = _hint(klass, key, value, accepted) or _misspelt(klass, key, value, accepted)
         if hint is not None:
             raise TypeError(f"{klass.__name__}() got an unexpected keyword argument {key!r}; "
                             f"{hint}")
