@@ -15,10 +15,11 @@ from .error_bound import Tracked, error, ties, value
 CONVENTIONS = ("mxnet", "guide")
 
 #: every convention name the oracle knows. ``"pytorch"`` (PyTorch's documented ``torch.optim``
-#: update) exists only in the modules whose ``CONVENTIONS`` list it. The reference's one
+#: update) and ``"paper"`` (the published algorithm of an optimizer MXNet never had) exist only
+#: in the modules whose ``CONVENTIONS`` list them; a module's first is its default. The reference's one
 #: definition (it imports nothing from the toolkit); the toolkit's is
 #: ``toolkit.optimizers.spec.CONVENTIONS``, and tests/test_reference_pytorch.py checks they agree.
-KNOWN_CONVENTIONS = ("mxnet", "guide", "pytorch")
+KNOWN_CONVENTIONS = ("mxnet", "guide", "pytorch", "paper")
 
 
 def as_f64(x):

@@ -100,7 +100,10 @@ SET_BETWEEN = [  # checked against the registry by test_every_optimizer_keeping_
 
 #: optimizers keeping constants that no case above can show: the step of ``_passed`` (a uniform
 #: weight and gradient) does not depend on the kept constants
-INVISIBLE = {"lamb": "the trust ratio scales a uniform direction to the weight's norm"}
+INVISIBLE = {"lamb": "the trust ratio scales a uniform direction to the weight's norm",
+             "lion": "the weight moves by lr*sign(c): a uniform positive gradient gives the "
+                     "same sign whatever beta1 or the clip bound "
+                     "(test_lion_constants_follow_beta1_and_the_clip_bound)"}
 
 
 def _keeps_constants(klass):
@@ -141,6 +144,25 @@ def test_a_hyperparameter_set_between_steps_is_used_by_the_next_one(name, attr, 
     assert not np.array_equal(w, w3)  # the new value changes the step
 
 
+@pytest.mark.parametrize("attr, value", [("beta1", 0.999), ("clip_gradient", 0.01)])
+def test_lion_constants_follow_beta1_and_the_clip_bound(attr, value):
+    """Lion's kept constants follow beta1 and the clip bound: after two steps of +0.5 the
+    momentum is 0.00995, and with a gradient of -0.5 ``c = 0.9*m - 0.1*0.5`` is negative, but
+    positive with beta1 0.999 (``0.999*m - 0.001*0.5``) or the gradient clipped to 0.01
+    (``0.9*m - 0.1*0.01``): the weight moves the other way."""
+    opt, w, g, s = _passed("lion")
+    setattr(opt, attr, value)
+    fresh = optimizer.create("lion", **{attr: value})
+    w2, s2 = w.copy(), s.copy()
+    neg = np.full(8, -0.5, np.float32)
+    opt.update(0, w, neg, s)
+    fresh.update(0, w2, neg, s2)
+    assert np.array_equal(w, w2) and np.array_equal(s, s2)
+    unchanged, w3, g3, s3 = _passed("lion")
+    unchanged.update(0, w3, neg, s3)
+    assert not np.array_equal(w, w3)  # the new value changes the step
+
+
 def test_float32_rounding_keeps_the_sign_of_zero_whatever_was_rounded_before():
     from toolkit.optimizers.base import _round_f32
     assert math.copysign(1.0, _round_f32(0.0)) == 1.0
@@ -155,17 +177,16 @@ def _row_step_optimizers():
                   if klass._kernel_step is row_step)
 
 
-@pytest.mark.parametrize("name", _row_step_optimizers())
+@pytest.mark.parametrize("name, convention", [(n, c) for n in _row_step_optimizers()
+                                               for c in optimizer.spec_of(n).conventions])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("convention", ["mxnet", "guide"])
 @pytest.mark.parametrize("shape", [(33,), (5, 7)])
 def test_prepared_steps_equal_fully_checked_ones_bit_for_bit(name, dtype, convention, shape):
     """The same weight and state stepped again (the prepared step), with the same gradient or a
-    new one, against new arrays each step (every check, the launcher's path): the same bits."""
+    new one, against new arrays each step (every check, the launcher's path): the same bits,
+    under every convention of the optimizer."""
     spec = optimizer.spec_of(name)
     kw = dict(spec.record, convention=convention, wd=0.01)
-    if convention not in spec.conventions:
-        pytest.skip(f"{name} has no {convention} convention")
     rng = np.random.default_rng(3)
     a, b = optimizer.create(name, **kw), optimizer.create(name, **kw)
     w = rng.standard_normal(shape).astype(dtype)

@@ -169,7 +169,8 @@ def test_oracle_commands_help_gives_text_and_defaults(command, capsys):
     out = " ".join(capsys.readouterr().out.split())  # argparse wraps to the terminal
     assert out.startswith(f"usage: mxopt {command} ")
     assert "(default: float32)" in out and "exit codes" in out
-    assert ("(default: mxnet)" in out) == (command == "verify")
+    assert ("(default: the optimizer's first, mxnet for MXNet's family)" in out) == \
+        (command == "verify")
     assert "(default: 24)" in out or command == "verify"
 
 

@@ -145,6 +145,29 @@ def make_ftml(convention, variant=None):
     return make
 
 
+def make_lion(variant=None):
+    """Lion (Chen et al. 2023, Algorithm 2) in numpy, in the weight's dtype, with the
+    hyperparameters rounded to it (as a float32 framework takes them)."""
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, beta1, beta2):
+        w = w.copy()
+        m = np.zeros_like(w)
+        f = w.dtype.type
+        lr, wd_, rs, b1, b2 = (f(x) for x in (learning_rate, wd, rescale_grad, beta1, beta2))
+
+        def step(g):
+            g = _clip(rs * g, None if clip_gradient is None else f(clip_gradient))
+            decay = wd_
+            if variant == "wd_coupled":
+                g, decay = g + wd_ * w, f(0)
+            m_new = b2 * m + (f(1) - b2) * g
+            c = b1 * (m_new if variant == "momentum_first" else m) + (f(1) - b1) * g
+            w[...] = w - lr * (np.sign(c) + decay * w)
+            m[...] = m_new
+            return w
+        return step
+    return make
+
+
 def make_nadam(variant=None):
     """MXNet's Nadam (reference/nadam.py; torch.optim.NAdam's update), in MXNet's expression
     order, in the weight's dtype; ``m_schedule`` and the step constants in double precision."""
@@ -190,6 +213,7 @@ MAKERS = {  # checked against the registry by tests/test_oracle_variants_more.py
     ("rmsprop", "mxnet"): lambda v=None: make_rmsprop("mxnet", v),
     ("ftml", "guide"): lambda v=None: make_ftml("guide", v),
     ("ftml", "mxnet"): lambda v=None: make_ftml("mxnet", v),
+    ("lion", "paper"): make_lion,
 }
 #: weight decay and clipping both on, so that their order shows
 WD_CLIP = dict(learning_rate=0.1, wd=0.05, rescale_grad=1.0, clip_gradient=0.5)
@@ -223,6 +247,9 @@ PLANTED = {  # checked against the registry by tests/test_oracle_variants_more.p
     ("rmsprop", "wd_after_clip"): ("mxnet", "float64", dict(**WD_CLIP, **PLAIN), None),
     ("ftml", "wd_before_clip"): ("guide", "float64", WD_CLIP, None),
     ("ftml", "wd_after_clip"): ("mxnet", "float64", WD_CLIP, None),
+    # Lion's two mistakes, in float32 as users write them; coupled decay needs a decay
+    ("lion", "momentum_first"): ("paper", "float32", dict(learning_rate=0.1, **NO_CLIP), None),
+    ("lion", "wd_coupled"): ("paper", "float32", dict(learning_rate=0.1, wd=0.05), None),
 }
 
 

@@ -97,7 +97,11 @@ def test_every_module_has_its_spec():
 def test_conventions_and_pytorch_attributes(mod):
     assert isinstance(mod.CONVENTIONS, tuple) and mod.CONVENTIONS
     assert set(mod.CONVENTIONS) <= set(KNOWN_CONVENTIONS)
-    assert "mxnet" in mod.CONVENTIONS
+    # MXNet's family has "mxnet"; an optimizer MXNet never had has the paper's or torch's
+    # update instead, never "mxnet" beside "paper"; the first is the default on both sides
+    assert ("mxnet" in mod.CONVENTIONS) != ("paper" in mod.CONVENTIONS) or \
+        ("mxnet" not in mod.CONVENTIONS and "pytorch" in mod.CONVENTIONS)
+    assert mod.CONVENTIONS[0] == spec_of(mod.NAME).default_convention
     assert mod.PYTORCH == spec_of(mod.NAME).pytorch
     assert ("pytorch" in mod.CONVENTIONS) == (mod.PYTORCH is not None)
     if mod.PYTORCH not in (None, "pytorch"):
@@ -118,7 +122,7 @@ def test_toolkit_conventions():
     from reference import _util
     from toolkit.optimizers import base
     assert _util.CONVENTIONS == ("mxnet", "guide")
-    assert base.CONVENTIONS == ("mxnet", "guide", "pytorch")
+    assert base.CONVENTIONS == ("mxnet", "guide", "pytorch", "paper")
     # the one definition on each side of the layer boundary: the toolkit's (spec.CONVENTIONS,
     # which base, the oracle's ORDER and mxopt verify import) and the reference's
     from toolkit.optimizers import spec

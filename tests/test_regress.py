@@ -51,7 +51,7 @@ def test_record_then_compare_is_bit_identical(recorded):
     assert len(ids) == ENTRIES and "adam/mxnet/cpu/float16-mp" in ids
     # the scope names the conventions known when recording (a scope without them, as the golden
     # files', covers mxnet and guide: tests/test_golden.py)
-    assert doc["scope"]["conventions"] == ["mxnet", "guide", "pytorch"]
+    assert doc["scope"]["conventions"] == ["mxnet", "guide", "pytorch", "paper"]
     prov = doc["provenance"]
     for key in ("numpy", "numba", "toolkit", "python", "platform", "cpu", "date", "command"):
         assert prov.get(key), key

@@ -65,7 +65,7 @@ LAZY = [  # checked against the registry by test_samples_cover_every_row_sparse_
 EVERY_ROW = [  # checked against the registry by test_samples_cover_every_row_sparse_mode
     ("sgd", dict(lazy_update=False)), ("adam", dict(lazy_update=False)), ("rmsprop", {}),
     ("signum", {}), ("nadam", {}), ("nag", dict(momentum=0.9)), ("sgld", {}), ("ftml", {}),
-    ("adamax", {}), ("adadelta", {}), ("dcasgd", {}), ("adamw", {}), ("lamb", {})]
+    ("adamax", {}), ("adadelta", {}), ("dcasgd", {}), ("adamw", {}), ("lamb", {}), ("lion", {})]
 
 
 def _mode(name, kw=None):
@@ -133,7 +133,8 @@ def test_standard_and_fallback_update_every_row(name, kw):
     "guide", whose arithmetic has no sparse variant, and for the fallbacks)."""
     w, rows, values = _problem(np.float64)
     g = RowSparse(rows, values, w.shape)
-    convention = "mxnet" if name == "nadam" else "guide"  # Nadam has no guide step
+    conventions = optimizer.spec_of(name).conventions  # Nadam has no guide step, Lion "paper"
+    convention = "guide" if "guide" in conventions else conventions[0]
     a = optimizer.create(name, convention=convention, wd=0.05, **kw)
     b = optimizer.create(name, convention=convention, wd=0.05, **kw)
     w2 = w.copy()

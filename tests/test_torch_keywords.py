@@ -265,11 +265,12 @@ def test_docs_table_is_the_codes():
 
 def test_rules_name_torch_facts():
     """Every row of meaning.RULES and SHARED names a torch.optim class some spec names as its
-    namesake, and a keyword of that class's signature."""
-    namesakes = {s.torch for s in specs().values() if s.torch}
+    namesake (or a PyTorch implementation a spec names as its peer), and a keyword of that
+    class's signature."""
+    namesakes = {meaning.namesake(s): s for s in specs().values() if meaning.namesake(s)}
     for torch_name, key in list(meaning.RULES) + list(meaning.SHARED):
         assert torch_name in namesakes, torch_name
-        assert key in meaning._torch_signature(torch_name), (torch_name, key)
+        assert key in meaning.signature(namesakes[torch_name]), (torch_name, key)
 
 
 def test_same_keys_stay_equal_whichever_spelling_is_set():

@@ -14,6 +14,7 @@ import pytest
 from toolkit import lr_scheduler, optimizer
 from toolkit.backends import cuda_available
 from toolkit.optimizers.aliases import accepted_keywords
+from toolkit.optimizers.spec import CONVENTIONS
 
 #: config id -> (name, constructor kwargs): one configuration per state layout of every
 #: optimizer (``Spec.layouts``, in its order), ids ``<name>-<index>``
@@ -315,10 +316,23 @@ def test_unknown_backend(name, backend):
 
 
 @pytest.mark.parametrize("name", OPT_NAMES)
-@pytest.mark.parametrize("convention", ["MXNet", "paper", "", None])
+@pytest.mark.parametrize("convention", ["MXNet", "Paper", "torch", ""])
 def test_unknown_convention(name, convention):
     with pytest.raises(ValueError, match="convention"):
         optimizer.create(name, convention=convention)
+
+
+@pytest.mark.parametrize("name", OPT_NAMES)
+def test_convention_none_is_the_optimizers_default_and_others_are_refused(name):
+    """None (the default) is the spec's first convention ("mxnet" for MXNet's family, "paper"
+    for Lion); a known convention the optimizer does not implement is refused, naming those
+    it does."""
+    spec = optimizer.spec_of(name)
+    assert optimizer.create(name).convention == spec.default_convention == spec.conventions[0]
+    assert optimizer.create(name, convention=None).convention == spec.default_convention
+    for other in set(CONVENTIONS) - set(spec.conventions):
+        with pytest.raises(ValueError, match=f"convention={other!r} is not available"):
+            optimizer.create(name, convention=other)
 
 
 def test_lr_scheduler_not_callable():

@@ -299,7 +299,7 @@ def trajectory_errors(opt, index, weight, grads, state):
     return worst
 
 
-def check_function(update, name, weight, grads, *, dtype=None, convention="mxnet", t0=0,
+def check_function(update, name, weight, grads, *, dtype=None, convention=None, t0=0,
                    lr=0.01, wd=0.0, rescale_grad=1.0, clip_gradient=None, **hyper):
     """Check a user's own update function against the oracle, step by step (resynchronised).
 
@@ -323,6 +323,8 @@ def check_function(update, name, weight, grads, *, dtype=None, convention="mxnet
         True
     """
     ref = _reference_of_name(name)
+    if convention is None:  # the optimizer's default: its reference's first
+        convention = ref.CONVENTIONS[0]
     dtype = np.dtype(dtype or weight.dtype)
     state = {k: np.asarray(v, dtype=dtype) for k, v in ref.init_state(weight, **hyper).items()
              if isinstance(v, np.ndarray)}

@@ -22,6 +22,7 @@ from .optimizers.groupadagrad import GroupAdaGrad
 from .optimizers.lamb import LAMB
 from .optimizers.lars import LARS
 from .optimizers.lbsgd import LBSGD
+from .optimizers.lion import Lion
 from .optimizers.nadam import Nadam
 from .optimizers.nag import NAG
 from .optimizers.rmsprop import RMSProp
@@ -36,5 +37,5 @@ __all__ = [  # checked against the registry by tests/test_public_api.py::test_op
            "registry", "specs", "spec_of", "unregister",
            # the built-in optimizers' classes, by class name (in the registry's order)
            "AdaDelta", "AdaGrad", "Adam", "Adamax", "AdamW", "DCASGD", "FTML", "Ftrl",
-           "GroupAdaGrad", "LAMB", "LARS", "LBSGD", "Nadam", "NAG", "RMSProp", "SGD", "SGLD",
+           "GroupAdaGrad", "LAMB", "LARS", "LBSGD", "Lion", "Nadam", "NAG", "RMSProp", "SGD", "SGLD",
            "Signum", "FTRL"]

@@ -36,7 +36,7 @@ from .reference_step import ReferenceStep
 from .row_sparse import RUNNING as SPARSE_STEPS_RUNNING
 from .row_sparse import RowSparseSteps
 from .trainer_hooks import TrainerHooks
-from .spec import CONVENTIONS
+from .spec import CONVENTIONS, default_convention
 from ..sparse import RowSparse
 from .validation import callable_or_none, check_nonneg, choice, flag, integer, nonneg
 
@@ -142,9 +142,12 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
         "reference" runs the float64 oracle (slow, for checks); "cpu" the Numba kernels;
         "cuda" the numba-cuda kernels on CUDA arrays (numba, CuPy, PyTorch; the ``cuda``
         extra); "auto" picks by the array type (device arrays to CUDA, numpy arrays to CPU).
-    convention : {"mxnet", "guide", "pytorch"}, default "mxnet"
-        MXNet 1.9.1's numerics, the guide's equations, or torch.optim's update (the optimizers
-        torch ships: those whose spec lists "pytorch"; ``docs/conventions.md``).
+    convention : {"mxnet", "guide", "pytorch", "paper"}, default None
+        MXNet 1.9.1's numerics, the guide's equations, torch.optim's update (the optimizers
+        torch ships: those whose spec lists "pytorch"), or the published algorithm of an
+        optimizer MXNet never had (``docs/conventions.md``). None: the optimizer's default, its
+        spec's first convention ("mxnet" for MXNet's family and for an optimizer without a
+        spec).
     """
 
     #: this optimizer's :class:`~toolkit.optimizers.spec.Spec`, declared beside the class
@@ -204,7 +207,7 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
 
     def __init__(self, rescale_grad=1.0, param_idx2name=None, wd=0.0, clip_gradient=None,
                  learning_rate=None, lr_scheduler=None, sym=None, begin_num_update=0,
-                 multi_precision=False, param_dict=None, backend="auto", convention="mxnet"):
+                 multi_precision=False, param_dict=None, backend="auto", convention=None):
         self.rescale_grad = rescale_grad    # each a checked attribute (``domains``)
         self.wd = wd
         self.clip_gradient = clip_gradient
@@ -216,7 +219,7 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
         self.begin_num_update = begin_num_update
         self.multi_precision = multi_precision
         self.backend = backend
-        self.convention = convention
+        self.convention = default_convention(type(self)) if convention is None else convention
         if param_idx2name is None:
             param_idx2name = {}
         if not isinstance(param_idx2name, dict):

@@ -19,21 +19,30 @@ from typing import Any, Callable, Mapping
 
 from .spec_spaces import Space
 
-__all__ = ["Spec", "BenchSetting", "CONVENTIONS", "DEFAULT_CONVENTIONS", "PRECISION_VARIANTS"]
+__all__ = ["Spec", "BenchSetting", "TorchPeer", "CONVENTIONS", "DEFAULT_CONVENTIONS", "PRECISION_VARIANTS",
+           "default_convention"]
 
 #: every convention a toolkit optimizer can take (each implements those of ``Spec.conventions``).
 #: ``reference._util.KNOWN_CONVENTIONS`` repeats the names rather than importing them, since the
 #: toolkit must not import the reference at import time (a user's ``reference.py`` first on
 #: ``sys.path`` must not break ``import toolkit``, tests/test_oracle_isolation.py);
 #: tests/test_reference_pytorch.py checks they agree
-CONVENTIONS = ("mxnet", "guide", "pytorch")
+CONVENTIONS = ("mxnet", "guide", "pytorch", "paper")
 #: the conventions of a spec that lists none: MXNet's numerics and the guide's equations
-#: ("pytorch", torch.optim's update, only where a spec lists it: the optimizers torch ships)
+#: ("pytorch", torch.optim's update, only where a spec lists it: the optimizers torch ships;
+#: "paper", the published algorithm, only for the optimizers MXNet never had)
 DEFAULT_CONVENTIONS = ("mxnet", "guide")
 #: the variants every spec declares unless it lists its own: the hyperparameters rounded to
 #: float32 as MXNet's kernels take them, or kept in double precision where MXNet rounds them
 #: (toolkit.oracle.variants; every reference module takes both)
 PRECISION_VARIANTS = ("hyper_f32", "hyper_f64")
+
+
+def default_convention(klass):
+    """The convention an optimizer class takes when given none: its spec's first, "mxnet" for a
+    class without a spec."""
+    spec = getattr(klass, "spec", None)
+    return DEFAULT_CONVENTIONS[0] if spec is None else spec.default_convention
 
 
 def _frozen(mapping):
@@ -55,6 +64,21 @@ class BenchSetting:
 
 
 @dataclass(frozen=True)
+class TorchPeer:
+    """The most used PyTorch implementation of an optimizer torch.optim does not ship, whose
+    keywords ``toolkit.torch`` takes: ``name`` (its class, ``"Lion"``), ``source`` (where it
+    lives, with the version read: ``"lion_pytorch.Lion, lion-pytorch 0.2.5"``) and
+    ``signature``, its keywords after ``params`` with their defaults, in order (``lr`` first;
+    those before any keyword-only one are positional, as there)."""
+    name: str
+    source: str
+    signature: tuple = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "signature", tuple((k, v) for k, v in self.signature))
+
+
+@dataclass(frozen=True)
 class Spec:
     """Everything the toolkit knows about one optimizer, declared once.
 
@@ -64,7 +88,9 @@ class Spec:
         ``conventions``: the conventions its kernels implement (Nadam: ``("mxnet", "pytorch")``; by
         default :data:`DEFAULT_CONVENTIONS`). ``"pytorch"`` is listed for the optimizers whose
         kernels have torch.optim's update (its own rule, in torch's order of operations:
-        docs/conventions.md, "pytorch").
+        docs/conventions.md, "pytorch"); ``"paper"`` (the published algorithm) for those MXNet
+        never had. The first is the optimizer's default (:attr:`default_convention`): "mxnet"
+        for MXNet's family, "pytorch" where torch ships a newer one, else "paper".
         ``pytorch``: the PyTorch decision of its reference (``reference.<name>.PYTORCH``:
         ``"pytorch"``, the convention PyTorch's update equals, or None); a test checks the two
         agree. The oracle's ``convention="pytorch"`` runs that convention of the reference, so
@@ -74,6 +100,9 @@ class Spec:
         torch's ``lerp_`` of a first moment, whose rounded weight ``1 - beta1`` drops a
         ``beta1`` below float64's resolution, as torch does), or None.
         ``torch``: the ``torch.optim`` class of the same update family, or None.
+        ``torch_peer``: where torch.optim has none, the most used PyTorch implementation
+        (:class:`TorchPeer`), whose class name, keywords and positional order
+        ``toolkit.torch`` takes (Lion: lion-pytorch's), or None.
         ``torch_requires``: ``{PyTorch keyword: flag}``, a keyword of ``toolkit.torch`` that
         has its counterpart only with that constructor flag on (RMSProp: ``momentum`` is
         ``gamma2`` of the centered variant; plain RMSProp keeps no momentum buffer).
@@ -126,6 +155,7 @@ class Spec:
     pytorch: str | None = None
     pytorch_form: str | None = None
     torch: str | None = None
+    torch_peer: TorchPeer | None = None
     torch_requires: Mapping[str, str] = field(default_factory=dict)
     torch_flags: Mapping[str, Any] = field(default_factory=dict)
     torch_slots: Mapping[str, str] = field(default_factory=dict)
@@ -182,6 +212,11 @@ class Spec:
         """The spec of an optimizer registered without one: a name and nothing to compare
         it with (no reference, no space)."""
         return cls(name=name)
+
+    @property
+    def default_convention(self):
+        """The convention an optimizer takes when given none: the first of ``conventions``."""
+        return self.conventions[0]
 
     @property
     def has_oracle(self):

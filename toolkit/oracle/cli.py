@@ -212,10 +212,10 @@ def main_verify(argv):
     """``mxopt verify``: exit 0 passed, 1 failed, 2 usage error."""
     from ..optimizers.spec import CONVENTIONS
     ap = _parser("mxopt verify", "Check an optimizer implementation against the oracle.")
-    ap.add_argument("--convention", default="mxnet", choices=CONVENTIONS,
+    ap.add_argument("--convention", default=None, choices=CONVENTIONS,
                     help="the equations to check against: MXNet 1.9.1's numerics, the guide's "
-                         "equations, or PyTorch's; mxopt identify names the one you follow "
-                         "(default: %(default)s)")
+                         "equations, PyTorch's, or the paper's; mxopt identify names the one "
+                         "you follow (default: the optimizer's first, mxnet for MXNet's family)")
     ap.add_argument("--examples", type=int, default=100,
                     help="random cases (hyperparameters, weights and gradients) to run over "
                          "the full domain; the usual domain, where the optimizer declares usual "

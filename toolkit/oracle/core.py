@@ -20,7 +20,8 @@ from .identification import DISTINCT, identify, least_cases  # noqa: F401
 from .reports import (FRAMEWORKS, KINDS, DomainVerdict, Explanation, IdentifyReport,
                       VerifyReport, finite, versions)
 from .seeds import DEFAULT_SEED, resolve_seed
-from .trajectory import (ORDER, compare, conventions_of, reference_module,  # noqa: F401
+from .trajectory import (ORDER, compare, convention_or_default, conventions_of,  # noqa: F401
+                         reference_module,
                          reference_trajectory, resolve_convention, spec_of)
 
 __all__ = ["verify", "identify", "assert_matches_oracle", "VerifyReport", "IdentifyReport",
@@ -32,7 +33,7 @@ class OracleMismatch(AssertionError):
     """Raised by :func:`assert_matches_oracle`; its message is the report's summary."""
 
 
-def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float32",
+def verify(make_step, optimizer, *, convention=None, fixed=None, dtype="float32",
            examples=100, seed=DEFAULT_SEED, usual_examples=None, ranges=None,
            allow_wider=False, timeout=None, progress=None) -> VerifyReport:
     """Check a user's optimizer against the oracle on ``examples`` cases.
@@ -43,9 +44,10 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
         ``make_step(weight0, **hyperparameters) -> step``, ``step(grad) -> new_weight``.
     optimizer : str
         The registry name of the optimizer it implements ("adam", "sgd", ...; not "sgld").
-    convention : {"mxnet", "guide", "pytorch"}
+    convention : {"mxnet", "guide", "pytorch", "paper"}, optional
         Which equations to hold it to (``docs/conventions.md``); "pytorch" where the reference
-        has it (``conventions_of``). When the implementation fails it but passes another
+        has it (``conventions_of``). None (the default): the optimizer's first convention,
+        "mxnet" for MXNet's family. When the implementation fails it but passes another
         convention, the report says which (``passes_under``).
     fixed : dict, optional
         Hyperparameters to pin instead of drawing (e.g. ``dict(wd=0.0, clip_gradient=None)``
@@ -93,7 +95,7 @@ def verify(make_step, optimizer, *, convention="mxnet", fixed=None, dtype="float
     """
     ref = reference_module(optimizer)
     implemented, pytorch = conventions_of(optimizer)
-    asked = convention
+    asked = convention = convention_or_default(convention, optimizer)
     convention = resolve_convention(convention, implemented, pytorch, ref.NAME)
     dt = _cases.check_dtype(dtype)
     _cases.check_count("examples", examples, 1)

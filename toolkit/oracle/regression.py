@@ -13,7 +13,8 @@ from . import cases as _cases
 from . import space as _space
 from . import user as _user
 from .seeds import DEFAULT_SEED, resolve_seed
-from .trajectory import conventions_of, reference_module, reference_trajectory, resolve_convention
+from .trajectory import (convention_or_default, conventions_of, reference_module,
+                         reference_trajectory, resolve_convention)
 
 __all__ = ["cases", "equations", "reference_weights", "run_user", "COMMON"]
 
@@ -28,6 +29,7 @@ def equations(optimizer, convention):
     "pytorch" the one of ours that PyTorch's update is where the reference has no branch of its
     own; a ValueError where the optimizer has no such convention."""
     implemented, pytorch = conventions_of(optimizer)
+    convention = convention_or_default(convention, optimizer)
     try:
         return resolve_convention(convention, implemented, pytorch, optimizer)
     except ValueError:
@@ -63,7 +65,7 @@ def cases(optimizer, *, count, dtype="float32", fixed=None, seed=DEFAULT_SEED, d
     return out
 
 
-def reference_weights(optimizer, case, *, convention="mxnet", dtype="float32"):
+def reference_weights(optimizer, case, *, convention=None, dtype="float32"):
     """The reference's weight after every step of ``case`` (float64 arrays) under
     ``convention`` (:func:`equations`), evaluated for ``dtype`` as ``verify`` evaluates it
     (:func:`toolkit.oracle.trajectory.reference_trajectory`), free-running from the case's

@@ -9,7 +9,8 @@ from ..optimizers.spec import CONVENTIONS, DEFAULT_CONVENTIONS
 from . import installed as _installed
 from .errors import unknown_optimizer
 
-__all__ = ["ORDER", "reference_module", "spec_of", "conventions_of", "resolve_convention",
+__all__ = ["ORDER", "reference_module", "spec_of", "conventions_of", "convention_or_default",
+           "resolve_convention",
            "split", "reference_trajectory", "compare"]
 
 #: the order in which a convention is named when several match (ours first): every known
@@ -48,6 +49,12 @@ def conventions_of(name):
     ref = reference_module(name)
     implemented = tuple(getattr(ref, "CONVENTIONS", DEFAULT_CONVENTIONS))
     return implemented, getattr(ref, "PYTORCH", None)
+
+
+def convention_or_default(convention, name):
+    """``convention``, or where it is None the optimizer's default: the first its reference
+    implements ("mxnet" for MXNet's family, "pytorch" or "paper" for the newer ones)."""
+    return conventions_of(name)[0][0] if convention is None else convention
 
 
 def resolve_convention(convention, implemented, pytorch, name):

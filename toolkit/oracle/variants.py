@@ -82,6 +82,11 @@ VARIANTS = {v.name: v for v in (
     Variant("wd_after_clip", "weight decay added to the gradient after clipping (the guide's "
                              "order)"),
     Variant("no_bias_correction", "no bias correction of the moments"),
+    Variant("momentum_first", "the momentum updated before the update's interpolation is "
+                              "formed: sign(beta1*m_t + (1 - beta1)*g) with m_t already "
+                              "averaged (Lion's lines 5 and 7 swapped)"),
+    Variant("wd_coupled", "weight decay added to the gradient (an L2 term, as torch's Adam "
+                          "adds it) instead of decoupled from it"),
     Variant("schedule_product_f32", "the running product of NAdam's momentum schedule held in "
                                     "float32 whatever the weight's precision, as "
                                     "torch.optim.NAdam keeps its mu_product in the default "

@@ -40,7 +40,9 @@ def _host_value(value, index):
 
 
 def _torch_name(klass):
-    return spec_of(klass).torch
+    """The class whose state_dict crosses: the torch.optim namesake, else the most used PyTorch
+    implementation the spec names (lion-pytorch's ``Lion``), else None."""
+    return meaning.namesake(spec_of(klass))
 
 
 def slot_names(klass, convention):
@@ -118,8 +120,8 @@ def from_torch(opt, sd):
     where = "load_state_dict"
     if torch_name is None:
         raise ValueError(f"{where}: this state_dict has no 'toolkit' entry, and "
-                         f"{klass.__name__} has no torch.optim namesake whose state_dict it "
-                         "could be")
+                         f"{klass.__name__} has no torch.optim namesake (nor a PyTorch "
+                         "implementation named in its spec) whose state_dict it could be")
     saved_groups = sd["param_groups"]
     if not isinstance(saved_groups, list) or len(saved_groups) != len(opt.param_groups):
         raise ValueError(f"{where}: it has {len(saved_groups)} param groups, this optimizer "

@@ -17,6 +17,7 @@ import inspect
 
 from ..optimizers import aliases
 from ..optimizers.registry import spec_of
+from ..optimizers.spec import default_convention
 from . import meaning
 
 __all__ = ["OPTIMIZER_LEVEL", "group_keys", "normalise", "attribute_of", "torch_keys",
@@ -86,9 +87,9 @@ def convention_of(klass, opts, inherited=None):
         if source.get("convention") is not None:
             return source["convention"]
     for name, default in aliases.constructor_parameters(klass):
-        if name == "convention" and default is not inspect.Parameter.empty:
+        if name == "convention" and default not in (inspect.Parameter.empty, None):
             return default
-    return "mxnet"
+    return default_convention(klass)
 
 
 def normalise(klass, kwargs, *, where, level=True, inherited=None):

@@ -13,8 +13,9 @@ key of its own in every param group, beside MXNet's keys, and means what it mean
 
 The keywords are read from the namesake's signature, so none is missing; :data:`RULES` holds
 those whose meaning is not the MXNet keyword of the same name. An optimizer torch does not ship
-takes torch's usual names (``lr``, ``weight_decay`` = ``wd``, ``betas``, ``eps``,
-``momentum``). docs/torch.md prints the table (:func:`table`); ``tests/test_torch_keywords.py``
+takes the keywords of its most used PyTorch implementation where its spec names one
+(``torch_peer``: lion-pytorch's ``Lion``), else torch's usual names (``lr``, ``weight_decay`` =
+``wd``, ``betas``, ``eps``, ``momentum``). docs/torch.md prints the table (:func:`table`); ``tests/test_torch_keywords.py``
 tests it row by row.
 """
 from __future__ import annotations
@@ -30,7 +31,7 @@ from ..optimizers import aliases
 from ..optimizers.registry import spec_of
 
 __all__ = ["Same", "Converted", "OffOnly", "Moot", "RULES", "SHARED", "rules", "table",
-           "equal", "torch_defaults", "positional"]
+           "equal", "torch_defaults", "positional", "namesake", "signature"]
 
 
 def _number(value):
@@ -193,6 +194,14 @@ RULES = {  # checked against the registry by tests/test_torch_keywords.py::test_
                                                    " for MXNet's")},
     ("SGD", "dampening"): {"*": OffOnly(0, "MXNet's momentum has no dampening")},
     ("SGD", "nesterov"): {"*": OffOnly(False, "Nesterov momentum is toolkit.torch.NAG")},
+    # lion-pytorch's Lion (the spec's torch_peer)
+    ("Lion", "use_triton"): {"*": Moot(None, False, "the toolkit's own kernels run the update "
+                                                    "(lion-pytorch's Triton kernel is a GPU "
+                                                    "path of the same update)")},
+    ("Lion", "decoupled_weight_decay"): {"*": OffOnly(False, "lion-pytorch divides "
+                                                             "weight_decay by the initial lr "
+                                                             "then; give weight_decay (the "
+                                                             "paper's lambda) directly")},
 }
 
 #: ``(torch class, keyword) -> note`` where a torch keyword is also the MXNet keyword of the
@@ -203,6 +212,22 @@ SHARED = {  # checked against the registry by tests/test_torch_keywords.py::test
     ("SGD", "momentum"): "MXNet's momentum: its buffer holds -lr*buf, so the two agree while "
                          "lr is constant and differ where it changes",
 }
+
+
+def namesake(spec):
+    """The class name ``toolkit.torch`` follows for ``spec``: its ``torch.optim`` namesake, else
+    its most used PyTorch implementation's (``spec.torch_peer``), else None."""
+    if spec.torch:
+        return spec.torch
+    return spec.torch_peer.name if spec.torch_peer is not None else None
+
+
+def signature(spec):
+    """``{keyword: default}`` after ``params`` of the class ``toolkit.torch`` follows for
+    ``spec`` (:func:`namesake`), in order; ``{}`` where there is none."""
+    if spec.torch:
+        return _torch_signature(spec.torch)
+    return dict(spec.torch_peer.signature) if spec.torch_peer is not None else {}
 
 
 def _torch_signature(torch_name):
@@ -227,14 +252,15 @@ def rules(klass, convention):
     accepted = aliases.accepted_keywords(klass)
     mapped = aliases.torch_keywords(klass)
     out = {}
-    if spec.torch is None:
+    name = namesake(spec)
+    if name is None:
         for key, names in mapped.items():
             if key not in accepted and key != "lr":
                 out[key] = (Same(names), None)
         return out
-    for key, default in _torch_signature(spec.torch).items():
+    for key, default in signature(spec).items():
         if key in ("lr", "maximize"):
-            rule = _pick(RULES.get((spec.torch, key)), convention)
+            rule = _pick(RULES.get((name, key)), convention)
             if rule is not None:
                 out[key] = (rule, default)
             continue
@@ -243,7 +269,7 @@ def rules(klass, convention):
             out[key] = (OffOnly(flags[key], f"{klass.__name__} is torch's "
                                             f"{spec.torch}({key}={flags[key]!r})"), default)
             continue
-        rule = _pick(RULES.get((spec.torch, key)), convention)
+        rule = _pick(RULES.get((name, key)), convention)
         if rule is not None:
             out[key] = (rule, default)
         elif key in _MOOT:
@@ -258,11 +284,14 @@ def rules(klass, convention):
     return out
 
 
-def positional(torch_name):
-    """The names of ``torch.optim.<torch_name>``'s positional hyperparameters after ``lr``
-    (SGD's ``momentum, dampening, weight_decay, nesterov``), or ``()``."""
+def positional(spec):
+    """The names of the positional hyperparameters after ``lr`` of the class ``toolkit.torch``
+    follows for ``spec`` (:func:`namesake`; SGD's ``momentum, dampening, weight_decay,
+    nesterov``; Lion's ``betas, weight_decay, use_triton, decoupled_weight_decay``), or
+    ``()``."""
+    torch_name = spec.torch
     if torch_name is None:
-        return ()
+        return tuple(signature(spec))[1:]
     import torch
     klass = getattr(torch.optim, torch_name, None)
     if klass is None:
@@ -285,13 +314,13 @@ def _pick(by_convention, convention):
     return by_convention.get(convention, by_convention["*"])
 
 
-def table(klass, convention="mxnet"):
+def table(klass, convention=None):
     """Markdown rows ``| keyword | meaning |`` of :func:`rules` (docs/torch.md), and of torch's
     keywords that are MXNet keywords of the same spelling too."""
     spec = spec_of(klass)
-    own = rules(klass, convention)
+    own = rules(klass, convention or spec.default_convention)
     rows = []
-    for key in _torch_signature(spec.torch) if spec.torch else own:
+    for key in signature(spec) if namesake(spec) else own:
         if key in own:
             flag = spec.torch_requires.get(key)
             only = f", only with `{flag}=True`" if flag else ""

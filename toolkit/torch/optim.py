@@ -51,6 +51,11 @@ def _scalar(value, key, where):
     return value
 
 
+def _followed(spec):
+    """The class whose signature ``toolkit.torch`` follows, as messages name it."""
+    return f"torch.optim.{spec.torch}" if spec.torch else spec.torch_peer.source
+
+
 class TorchOptimizer(StepRuns, StepPlans, ParameterStates, Checkpoints, torch.optim.Optimizer):
     """A ``torch.optim.Optimizer`` whose update is the toolkit optimizer ``toolkit_class``
     (generated per registered optimizer: ``toolkit.torch.Adam``...).
@@ -76,11 +81,11 @@ class TorchOptimizer(StepRuns, StepPlans, ParameterStates, Checkpoints, torch.op
                             "toolkit.torch.create(name, params, ...)")
         name = f"toolkit.torch.{klass.__name__}()"
         if args:  # torch's positional hyperparameters after lr, in torch's order
-            names = meaning.positional(spec_of(klass).torch)
+            names = meaning.positional(spec_of(klass))
             if len(args) > len(names):
                 raise TypeError(f"{name} takes at most {2 + len(names)} positional arguments "
                                 f"(params, lr{''.join(', ' + n for n in names)}: those of "
-                                f"torch.optim.{spec_of(klass).torch}), got {2 + len(args)}"
+                                f"{_followed(spec_of(klass))}), got {2 + len(args)}"
                                 if names else
                                 f"{name} takes params and lr as positional arguments (it has "
                                 "no torch.optim namesake to follow); give the others by name")

@@ -7,7 +7,7 @@ b2``, ``epsilon`` = ``eps``, RMSProp's ``gamma1`` = ``decay`` and ``gamma2`` = `
 (centered), AdaDelta's ``rho``, AdaGrad's and LARS's ``eps``, LARS's ``eta`` =
 ``trust_coefficient``, Signum's ``momentum`` = ``beta``, AdamW's ``learning_rate`` =
 ``eta*learning_rate``, ``wd`` = ``weight_decay`` where optax has one (adamw, adadelta, lamb,
-lars; pinned to 0 elsewhere: optax's sgd, adam, adagrad, rmsprop, adamax, nadam and signum have
+lars, lion; pinned to 0 elsewhere: optax's sgd, adam, adagrad, rmsprop, adamax, nadam and signum have
 no weight decay). Pinned: ``rescale_grad=1``, ``clip_gradient=None`` (optax chains
 ``clip`` separately), AdaGrad's ``initial_accumulator_value=0`` (MXNet's accumulator starts at
 0; optax's default 0.1 is another algorithm), RMSProp's ``clip_weights=None``, LAMB without
@@ -67,6 +67,10 @@ TABLE = (  # checked against the registry by tests/test_audit.py::test_every_ada
      lambda o, lr, wd, h: o.sign_sgd(lr)),
     ("optax.signum", "signum", {"wd": 0.0, "wd_lh": 0.0},
      lambda o, lr, wd, h: o.signum(lr, beta=h["momentum"])),
+    # optax.lion's weight_decay is Lion's decoupled lambda (times the learning rate), the wd of
+    # the paper convention
+    ("optax.lion", "lion", {},
+     lambda o, lr, wd, h: o.lion(lr, b1=h["beta1"], b2=h["beta2"], weight_decay=wd)),
 )
 
 

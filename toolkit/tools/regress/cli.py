@@ -118,8 +118,9 @@ def _parser():
     u.add_argument("--optimizer", metavar="NAME",
                    help="registry name of the optimizer it implements (with --target; "
                         "default: none)")
-    u.add_argument("--convention", default="mxnet",
-                   help="the reference's convention (default: %(default)s)")
+    u.add_argument("--convention", default=None,
+                   help="the reference's convention (default: the optimizer's first, mxnet "
+                        "for MXNet's family)")
     u.add_argument("--fixed", action="append", metavar="NAME=VALUE",
                    help="pin a hyperparameter as in mxopt verify; repeatable (default: none)")
     u.add_argument("--cases", type=int, default=DEFAULT_CASES,

@@ -29,14 +29,14 @@ def pytest_addoption(parser):
 
 
 class RegressCheck:
-    """``check(make_step, optimizer, path, *, convention="mxnet", dtype="float32", fixed=None,
+    """``check(make_step, optimizer, path, *, convention=None, dtype="float32", fixed=None,
     cases=20, bound=0, allow_wider=False) -> Report``: compare ``make_step`` with the golden
     file ``path`` (record it where it is missing, or with ``--mxopt-record``)."""
 
     def __init__(self, folder, rerecord):
         self.folder, self.rerecord = folder, rerecord
 
-    def __call__(self, make_step, optimizer, path, *, convention="mxnet", dtype="float32",
+    def __call__(self, make_step, optimizer, path, *, convention=None, dtype="float32",
                  fixed=None, cases=None, bound=0, allow_wider=False):
         from . import compare, record_user
         from .users import DEFAULT_CASES

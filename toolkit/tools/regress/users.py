@@ -57,7 +57,7 @@ def _error_at(x, reference, dtype):
     return err / spacing if np.isfinite(err) and np.isfinite(spacing) else float("inf")
 
 
-def user_entries(make_step, optimizer, *, convention="mxnet", dtype="float32", fixed=None,
+def user_entries(make_step, optimizer, *, convention=None, dtype="float32", fixed=None,
                  cases=DEFAULT_CASES, seed=None, allow_wider=False) -> list:
     """The entries of ``make_step`` on the oracle's cases 0 to ``cases - 1`` (at ``seed``,
     default ``verify``'s), each run and filled. A case the implementation fails outright (an
@@ -75,6 +75,7 @@ def user_entries(make_step, optimizer, *, convention="mxnet", dtype="float32", f
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
     try:
+        convention = oracle.convention_or_default(convention, optimizer)
         oracle.equations(optimizer, convention)
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
@@ -102,7 +103,7 @@ def user_entries(make_step, optimizer, *, convention="mxnet", dtype="float32", f
     return out
 
 
-def record_user(path, make_step, optimizer, *, convention="mxnet", dtype="float32", fixed=None,
+def record_user(path, make_step, optimizer, *, convention=None, dtype="float32", fixed=None,
                 cases=DEFAULT_CASES, seed=None, target=None, allow_wider=False,
                 overwrite=False, command=None) -> RecordResult:
     """Record ``make_step`` (a user's optimizer, ``make_step(weight0, **hyper) ->
@@ -119,6 +120,10 @@ def record_user(path, make_step, optimizer, *, convention="mxnet", dtype="float3
     from ...oracle import DEFAULT_SEED, resolve_seed
     try:
         seed = resolve_seed(DEFAULT_SEED if seed is None else seed)  # "random": recorded
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        convention = _oracle().convention_or_default(convention, optimizer)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     t0 = time.perf_counter()
