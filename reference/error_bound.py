@@ -26,7 +26,10 @@ operand that is not :class:`Tracked` (a Python float, a float array: hyperparame
 precomputed scalars, which an implementation rounds to its own precision once) carries that one
 rounding, ``u|v|`` plus the smallest subnormal: a hyperparameter below the target's range
 underflows (``rho = 5.7e-47`` is 0 in float32, so ``rho*acc_g`` is 0 where the oracle's is
-``5.7e-47*acc_g``). Integers, booleans and exact zeros are exact.
+``5.7e-47*acc_g``). Integers, booleans and exact zeros are exact, and stay so: a product with
+an exact zero factor and a sum with an exact zero operand add no rounding (``0*y`` and ``x + 0``
+are exact in every precision), so an exact zero made of exact zeros (Lion's interpolation of a
+zero moment and a zero gradient) is no near tie of ``sign``.
 
 A result whose value depends on a comparison that is a near tie is flagged (``tie``); its value is
 either branch, so a check exempts it. The bound models no overflow, so a result computed from an
@@ -210,7 +213,10 @@ class Tracked:
         vb, eb, tb = self._lift(b)
         v = va + sign * vb
         beyond = self._beyond(va, ea) | self._beyond(vb, eb)
-        return self._new(v, ea + eb + self._round(v), ta | tb | beyond)
+        # x + 0 is x exactly: an exact zero operand (no error: the implementation holds 0 too)
+        # adds no rounding, so an exact zero built from exact zeros stays exact
+        rounding = np.where(_exact_zero(va, ea) | _exact_zero(vb, eb), 0.0, self._round(v))
+        return self._new(v, ea + eb + rounding, ta | tb | beyond)
 
     def _mul(self, a, b):
         va, ea, ta = self._lift(a)
@@ -219,7 +225,10 @@ class Tracked:
         # an exact zero factor contributes nothing, even against an infinite error (0*inf is NaN)
         e = _scaled(np.abs(va), eb) + _scaled(np.abs(vb), ea) + _scaled(ea, eb)
         beyond = self._beyond(va, ea) | self._beyond(vb, eb)   # 0*inf is NaN
-        return self._new(v, e + self._round(v), ta | tb | beyond)
+        # 0*y is 0 exactly (y finite; an infinite y is flagged beyond): no rounding, not even
+        # the smallest subnormal, so that sign(0) of exact zeros is not taken for a near tie
+        rounding = np.where(_exact_zero(va, ea) | _exact_zero(vb, eb), 0.0, self._round(v))
+        return self._new(v, e + rounding, ta | tb | beyond)
 
     def _div(self, a, b):
         va, ea, ta = self._lift(a)
@@ -367,6 +376,12 @@ class Tracked:
         if func in (np.shape, np.ndim, np.size):
             return func(self.value)
         return NotImplemented
+
+
+def _exact_zero(v, e):
+    """Where an operand ``(v, e)`` is an exact zero: the value 0 with no error, so that every
+    implementation holds 0 there too."""
+    return (v == 0) & (np.asarray(e) == 0)
 
 
 def _scaled(a, b):

@@ -51,7 +51,7 @@ def test_the_guide_adam_under_the_default_convention():
                       fixed=dict(learning_rate=0.1, beta2=0.999, epsilon=0.01))
     assert r.passes_under == "guide"
     _assert_shown(_output("adam (mxnet convention, float64): FAILED over 20 example(s); "
-                          "worst normalised error 5.75e+15"), r.summary)
+                          "worst normalised error 7.66e+15"), r.summary)
 
 
 def _mxnet_adam_in_double(w, learning_rate, wd, rescale_grad, clip_gradient, beta1, beta2,
@@ -77,7 +77,7 @@ def test_mxnets_adam_with_its_hyperparameters_in_double():
     r = oracle.verify(_mxnet_adam_in_double, "adam", dtype="float64", examples=20)
     assert r.explanation.variant == "hyper_f64"
     _assert_shown(_output("adam (mxnet convention, float64): FAILED over 20 example(s); "
-                          "worst normalised error 1.44e+10"), r.summary)
+                          "worst normalised error 1.63e+10"), r.summary)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None,

@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reference import lion as ref_lion
-from toolkit import optimizer
+from reference.error_bound import track
+from toolkit import optimizer, oracle
 
 
 @st.composite
@@ -68,3 +69,36 @@ def test_kernel_update_is_sign_valued(case, dtype):
         f = np.dtype(dtype).type
         c = f(beta1) * m_before.astype(dtype) + (f(1.0) - f(beta1)) * g
         np.testing.assert_array_equal(u, np.sign(c.astype(np.float64)))
+
+
+def test_exact_zeros_stay_exact_in_the_bound():
+    """``0*y`` and ``x + 0`` are exact in every precision: the bound keeps an exact zero's error
+    at 0, so ``sign`` of it is no near tie (the hole a review found: the smallest subnormal added
+    by every rounding made each exact zero a tie, and the element unchecked from then on)."""
+    z = track(np.zeros(3), np.float32)
+    c = 0.9 * z + (1.0 - 0.9) * z
+    assert np.all(c.err == 0) and not np.any(np.sign(c).tie)
+    x = track(np.array([1.0, -2.0, 0.5]), np.float32) * 0.3
+    assert np.array_equal((x + z).err, x.err) and np.array_equal((x - z).err, x.err)
+
+
+def _sign_zero_is_one(w0, learning_rate, wd, rescale_grad, clip_gradient, beta1, beta2):
+    """Lion whose sign maps 0 to 1 (``np.where(c >= 0, 1, -1)``), a common mistake."""
+    w, m = w0.copy(), np.zeros_like(w0)
+    f = w.dtype.type
+
+    def step(g):
+        g = f(rescale_grad) * g
+        if clip_gradient is not None:
+            g = np.clip(g, -f(clip_gradient), f(clip_gradient))
+        c = f(beta1) * m + (f(1) - f(beta1)) * g
+        w[...] = w - f(learning_rate) * (np.where(c >= 0, f(1), f(-1)) + f(wd) * w)
+        m[...] = f(beta2) * m + (f(1) - f(beta2)) * g
+        return w
+    return step
+
+
+def test_a_sign_of_zero_that_is_one_fails_at_one_example():
+    for seed in (0, 1, 2):
+        r = oracle.verify(_sign_zero_is_one, "lion", examples=1, seed=seed)
+        assert not r.passed, r.summary
