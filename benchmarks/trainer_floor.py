@@ -24,7 +24,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 try:
-    import toolkit  # noqa: F401
+    import toolkit  # noqa: F401 (installed, else the checkout's)
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, os.path.dirname(HERE))
 

@@ -421,7 +421,8 @@ def test_optax_audit_float32_and_float64(monkeypatch):
     algorithm (optax's trust ratio takes the norm of ``g + wd*w`` where MXNet's takes
     ``|g| + wd*|w|``), and ``adam``, ``adamw`` and ``nadam`` in float32, which fail (adam and
     nadam the usual domain) and are explained as the same equations with the step constants
-    (1 - beta^t) formed in float32 (docs/conformance.md, finding 6); float64 through the
+    (1 - beta^t) formed in float32 (docs/conformance.md, finding 6), and ``contrib.adopt`` in
+    float32, explained as its decays rounded to float32 (finding 8); float64 through the
     subprocess with JAX's x64 switch."""
     monkeypatch.setattr(conformance, "WORKER_TIMEOUT", 600)
     # 6 examples (3 in the usual domain): the index-keyed search's usual cases at seed 0 reach
@@ -434,6 +435,11 @@ def test_optax_audit_float32_and_float64(monkeypatch):
         if r.label == "optax.lars(weight_decay)":
             assert not r.passed and r.convention is None, r
             assert r.explanation.startswith("algorithm:"), r
+        elif (r.label, r.dtype) == ("optax.contrib.adopt", "float32"):
+            # 1 - beta formed from float32 decays (jnp.where makes them arrays):
+            # docs/conformance.md, finding 8
+            assert not r.passed and r.convention is None and r.closest == "paper", r
+            assert r.explanation.startswith("variant:") and "hyper_f32" in r.explanation, r
         elif (r.label, r.dtype) in (("optax.adam", "float32"), ("optax.adamw", "float32"),
                                     ("optax.nadam", "float32")):
             assert not r.passed and (r.usual if r.optimizer != "adamw" else r.full) > 1.0, r

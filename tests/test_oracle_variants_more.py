@@ -168,6 +168,41 @@ def make_lion(variant=None):
     return make
 
 
+def make_adopt(variant=None):
+    """ADOPT (Taniguchi et al. 2024, Algorithm 2) in numpy, in the weight's dtype, each
+    constant (``1 - beta2`` included) formed in double and rounded to it once, as torch and
+    optax take Python floats."""
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, beta1, beta2, epsilon,
+             use_clipping, decouple):
+        w, t = w.copy(), [0]
+        m, v = np.zeros_like(w), np.zeros_like(w)
+        f = w.dtype.type
+        lr, wd_, rs, b1, b2, eps = (f(x) for x in (learning_rate, wd, rescale_grad, beta1,
+                                                    beta2, epsilon))
+
+        def step(g):
+            t[0] += 1
+            g = _clip(rs * g, None if clip_gradient is None else f(clip_gradient))
+            if not decouple:
+                g = g + wd_ * w
+            if t[0] == 1:
+                v[...] = g * g
+                return w
+            v_new = b2 * v + f(1.0 - beta2) * (g * g)
+            normed = g / np.maximum(np.sqrt(v_new if variant == "var_first" else v), eps)
+            if use_clipping:
+                c = f(float(t[0] - 1) ** 0.25)
+                normed = np.clip(normed, -c, c)
+            m[...] = b1 * m + f(1.0 - beta1) * normed
+            if decouple:
+                w[...] = w * (f(1) - lr * wd_)
+            w[...] = w - lr * m
+            v[...] = v_new
+            return w
+        return step
+    return make
+
+
 def make_nadam(variant=None):
     """MXNet's Nadam (reference/nadam.py; torch.optim.NAdam's update), in MXNet's expression
     order, in the weight's dtype; ``m_schedule`` and the step constants in double precision."""
@@ -214,6 +249,7 @@ MAKERS = {  # checked against the registry by tests/test_oracle_variants_more.py
     ("ftml", "guide"): lambda v=None: make_ftml("guide", v),
     ("ftml", "mxnet"): lambda v=None: make_ftml("mxnet", v),
     ("lion", "paper"): make_lion,
+    ("adopt", "paper"): make_adopt,
 }
 #: weight decay and clipping both on, so that their order shows
 WD_CLIP = dict(learning_rate=0.1, wd=0.05, rescale_grad=1.0, clip_gradient=0.5)
@@ -250,6 +286,7 @@ PLANTED = {  # checked against the registry by tests/test_oracle_variants_more.p
     # Lion's two mistakes, in float32 as users write them; coupled decay needs a decay
     ("lion", "momentum_first"): ("paper", "float32", dict(learning_rate=0.1, **NO_CLIP), None),
     ("lion", "wd_coupled"): ("paper", "float32", dict(learning_rate=0.1, wd=0.05), None),
+    ("adopt", "var_first"): ("paper", "float32", dict(learning_rate=0.1, **NO_CLIP), None),
 }
 
 

@@ -65,7 +65,8 @@ LAZY = [  # checked against the registry by test_samples_cover_every_row_sparse_
 EVERY_ROW = [  # checked against the registry by test_samples_cover_every_row_sparse_mode
     ("sgd", dict(lazy_update=False)), ("adam", dict(lazy_update=False)), ("rmsprop", {}),
     ("signum", {}), ("nadam", {}), ("nag", dict(momentum=0.9)), ("sgld", {}), ("ftml", {}),
-    ("adamax", {}), ("adadelta", {}), ("dcasgd", {}), ("adamw", {}), ("lamb", {}), ("lion", {})]
+    ("adamax", {}), ("adadelta", {}), ("dcasgd", {}), ("adamw", {}), ("lamb", {}), ("lion", {}),
+    ("adopt", {})]
 
 
 def _mode(name, kw=None):

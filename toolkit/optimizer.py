@@ -14,6 +14,7 @@ from .optimizers.adagrad import AdaGrad
 from .optimizers.adam import Adam
 from .optimizers.adamax import Adamax
 from .optimizers.adamw import AdamW
+from .optimizers.adopt import ADOPT
 from .optimizers.custom import ElementwiseOptimizer
 from .optimizers.dcasgd import DCASGD
 from .optimizers.ftml import FTML
@@ -36,6 +37,6 @@ __all__ = [  # checked against the registry by tests/test_public_api.py::test_op
            "Optimizer", "ElementwiseOptimizer", "Spec", "BenchSetting", "create", "register",
            "registry", "specs", "spec_of", "unregister",
            # the built-in optimizers' classes, by class name (in the registry's order)
-           "AdaDelta", "AdaGrad", "Adam", "Adamax", "AdamW", "DCASGD", "FTML", "Ftrl",
+           "AdaDelta", "AdaGrad", "Adam", "Adamax", "AdamW", "ADOPT", "DCASGD", "FTML", "Ftrl",
            "GroupAdaGrad", "LAMB", "LARS", "LBSGD", "Lion", "Nadam", "NAG", "RMSProp", "SGD", "SGLD",
            "Signum", "FTRL"]

@@ -87,6 +87,9 @@ VARIANTS = {v.name: v for v in (
                               "averaged (Lion's lines 5 and 7 swapped)"),
     Variant("wd_coupled", "weight decay added to the gradient (an L2 term, as torch's Adam "
                           "adds it) instead of decoupled from it"),
+    Variant("var_first", "the second moment updated with this step's gradient before the "
+                         "gradient is normalised by it (Adam's order; ADOPT's lines 7 and 5 "
+                         "swapped)"),
     Variant("schedule_product_f32", "the running product of NAdam's momentum schedule held in "
                                     "float32 whatever the weight's precision, as "
                                     "torch.optim.NAdam keeps its mu_product in the default "

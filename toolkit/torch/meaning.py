@@ -146,6 +146,31 @@ def _adamw_weight_decay(group):
     return float(group["wd"]) * float(group.get("eta", 1.0)) / lr if lr else math.nan
 
 
+#: ADOPT's default clipping schedule as a param group holds it (a string, so that state_dict()
+#: loads with weights_only=True; the authors' code holds the callable ``lambda step: step**0.25``)
+ADOPT_SCHEDULE = "step**0.25"
+
+
+def _adopt_clipping(value, group):
+    """``use_clipping`` from the authors' ``clip_lambda``: None (Algorithm 1, no clip), or the
+    paper's schedule ``step**0.25``, as that string or any callable that computes it."""
+    if value is None:
+        return False
+    if value == ADOPT_SCHEDULE:
+        return True
+    if callable(value):
+        try:
+            same = all(math.isclose(float(value(s)), s ** 0.25, rel_tol=1e-15)
+                       for s in (1, 2, 3, 10, 1000, 10 ** 6))
+        except Exception:  # noqa: BLE001 - a user's schedule that fails is not the paper's
+            same = False
+        if same:
+            return True
+    raise ValueError(f"clip_lambda={value!r} is refused: ADOPT's kernels clip at the paper's "
+                     f"schedule step**0.25 (clip_lambda={ADOPT_SCHEDULE!r} or the default) or "
+                     "not at all (clip_lambda=None)")
+
+
 _PLACEMENT = ("torch adds eps to the bias-corrected root sqrt(v/(1-beta2^t)); MXNet's Adam adds "
               "epsilon to sqrt(v) and folds the bias corrections into the learning rate, so one "
               "number means two updates. Give epsilon= for MXNet's, or convention='guide' "
@@ -198,6 +223,12 @@ RULES = {  # checked against the registry by tests/test_torch_keywords.py::test_
     ("Lion", "use_triton"): {"*": Moot(None, False, "the toolkit's own kernels run the update "
                                                     "(lion-pytorch's Triton kernel is a GPU "
                                                     "path of the same update)")},
+    # the authors' ADOPT (the spec's torch_peer)
+    ("ADOPT", "clip_lambda"): {"*": Converted(
+        "use_clipping", _adopt_clipping,
+        lambda group: ADOPT_SCHEDULE if group.get("use_clipping", True) else None,
+        "`use_clipping = clip_lambda is not None`; the schedule must be the paper's "
+        "`step**0.25` (a group shows it as that string)")},
     ("Lion", "decoupled_weight_decay"): {"*": OffOnly(False, "lion-pytorch divides "
                                                              "weight_decay by the initial lr "
                                                              "then; give weight_decay (the "

@@ -71,6 +71,10 @@ TABLE = (  # checked against the registry by tests/test_audit.py::test_every_ada
     # the paper convention
     ("optax.lion", "lion", {},
      lambda o, lr, wd, h: o.lion(lr, b1=h["beta1"], b2=h["beta2"], weight_decay=wd)),
+    # optax.contrib.adopt: no weight decay; its clip is the paper's (t-1)^(1/4) (use_clipping)
+    ("optax.contrib.adopt", "adopt", {"wd": 0.0, "decouple": False},
+     lambda o, lr, wd, h: o.contrib.adopt(lr, b1=h["beta1"], b2=h["beta2"], eps=h["epsilon"],
+                                          use_clipping=h["use_clipping"])),
 )
 
 
