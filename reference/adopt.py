@@ -29,7 +29,7 @@ STATE = ("mean", "var")
 HYPER = {"learning_rate": 1e-3, "beta1": 0.9, "beta2": 0.9999, "epsilon": 1e-6,
          "use_clipping": True, "decouple": False}
 #: known variants, ``step(..., form=...)`` (written out in :func:`step`'s docstring)
-FORMS = {"var_first": ("paper",)}
+FORMS = {"var_first": ("paper",), "decay_first_step": ("paper",)}
 
 
 def _hyper(hyper):
@@ -73,8 +73,10 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     the gradient by default (before the first step's ``v`` too), or with ``decouple`` applied to
     the weight before the update (not on the first step, where the weight does not move).
 
-    ``form="var_first"`` (``FORMS``): line 7 before line 5, the gradient normalised by a second
-    moment that already holds it (Adam's order, the correlation ADOPT removes).
+    ``form`` (``FORMS``): ``"var_first"``, line 7 before line 5, the gradient normalised by a
+    second moment that already holds it (Adam's order, the correlation ADOPT removes);
+    ``"decay_first_step"``, the decoupled decay applied on the first step too, where the weight
+    should not move.
     """
     check_convention(convention, CONVENTIONS, NAME)
     form = check_form(form, FORMS, NAME, convention)
@@ -87,6 +89,8 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     if wd and not h["decouple"]:
         g = g + wd * w
     if t == 1:
+        if form == "decay_first_step" and wd and h["decouple"]:
+            w = w * (1.0 - lr * wd)
         return w, {"mean": m, "var": g * g}                              # line 2
     v_new = beta2 * v + (1.0 - beta2) * (g * g)                          # line 7
     normed = g / np.maximum(np.sqrt(v_new if form == "var_first" else v), eps)

@@ -58,8 +58,15 @@ def test_torch_adopt_takes_the_papers_schedule_or_none():
     import toolkit.torch as tt
     p = torch.nn.Parameter(torch.ones(3))
     assert tt.ADOPT([p]).param_groups[0]["clip_lambda"] == "step**0.25"
-    assert tt.ADOPT([p], 1e-3, (0.9, 0.9999), 1e-6, lambda step: step ** 0.25) \
-        .param_groups[0]["use_clipping"] is True
+    given = tt.ADOPT([p], 1e-3, (0.9, 0.9999), 1e-6, lambda step: step ** 0.25)
+    # a callable that is the paper's schedule (to float32's precision) is kept as its name, so
+    # that state_dict() saves (the authors' code keeps it out of the group)
+    assert given.param_groups[0]["use_clipping"] is True
+    assert given.param_groups[0]["clip_lambda"] == "step**0.25"
+    assert tt.ADOPT([p], clip_lambda=lambda s: torch.tensor(float(s)) ** 0.25) \
+        .param_groups[0]["clip_lambda"] == "step**0.25"
+    import io
+    torch.save(given.state_dict(), io.BytesIO())
     assert tt.ADOPT([p], clip_lambda=None).param_groups[0]["use_clipping"] is False
     with pytest.raises(ValueError, match="clip_lambda=.* is refused: ADOPT's kernels clip at "
                                          "the paper's schedule"):

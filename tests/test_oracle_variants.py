@@ -182,7 +182,7 @@ def test_every_variant_is_declared_by_the_optimizer_it_is_planted_in():
     # tests/test_oracle_variants_more.py)
     assert set(spec_of(PLANTED_IN).variants) == set(PLANTED)
     assert set(VARIANTS) - set(PLANTED) == {"schedule_product_f32", "momentum_first",
-                                            "wd_coupled", "var_first"}
+                                            "wd_coupled", "var_first", "decay_first_step"}
 
 
 # --------------------------------------------------------------------------------------------

@@ -187,6 +187,8 @@ def make_adopt(variant=None):
                 g = g + wd_ * w
             if t[0] == 1:
                 v[...] = g * g
+                if variant == "decay_first_step" and decouple:
+                    w[...] = w * (f(1) - lr * wd_)
                 return w
             v_new = b2 * v + f(1.0 - beta2) * (g * g)
             normed = g / np.maximum(np.sqrt(v_new if variant == "var_first" else v), eps)
@@ -287,6 +289,8 @@ PLANTED = {  # checked against the registry by tests/test_oracle_variants_more.p
     ("lion", "momentum_first"): ("paper", "float32", dict(learning_rate=0.1, **NO_CLIP), None),
     ("lion", "wd_coupled"): ("paper", "float32", dict(learning_rate=0.1, wd=0.05), None),
     ("adopt", "var_first"): ("paper", "float32", dict(learning_rate=0.1, **NO_CLIP), None),
+    ("adopt", "decay_first_step"): ("paper", "float32",
+                                    dict(learning_rate=0.1, wd=0.05, decouple=True), None),
 }
 
 

@@ -82,8 +82,9 @@ SPEC = Spec(
     # beta2); epsilon 1e-6 by default
     usual={"beta1": Interval(0.5, 0.99), "beta2": Interval(0.9, 0.99999),
            "epsilon": Decades(-8, -4)},
-    # the hyperparameters rounded to float32, and Adam's order of the moments
-    variants=("hyper_f32", "var_first"),
+    # the hyperparameters rounded to float32, Adam's order of the moments, and a decoupled
+    # decay on the first step
+    variants=("hyper_f32", "var_first", "decay_first_step"),
     record={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-6, "use_clipping": True,
             "decouple": False}, record_ulps=1,
     layouts=({},),

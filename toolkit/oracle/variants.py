@@ -90,6 +90,8 @@ VARIANTS = {v.name: v for v in (
     Variant("var_first", "the second moment updated with this step's gradient before the "
                          "gradient is normalised by it (Adam's order; ADOPT's lines 7 and 5 "
                          "swapped)"),
+    Variant("decay_first_step", "the decoupled weight decay applied on the first step too, "
+                                "where ADOPT only initialises its second moment"),
     Variant("schedule_product_f32", "the running product of NAdam's momentum schedule held in "
                                     "float32 whatever the weight's precision, as "
                                     "torch.optim.NAdam keeps its mu_product in the default "

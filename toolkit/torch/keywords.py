@@ -258,7 +258,7 @@ def settle(klass, group, changed, sources, *, where, scheduled=False):
                     # neither given: torch's default, but MXNet's under a toolkit lr_scheduler
                     sources[key] = "mxnet" if rule.name in changed or scheduled else "torch"
                 if sources[key] == "torch":
-                    value = group.get(key, default)
+                    value = rule.canonical(group.get(key, default))
                     write(key, value)
                     for name, mx in rule.to_mxnet(key, value, group).items():
                         write(name, mx)

@@ -69,11 +69,17 @@ class Same(NamedTuple):
 
 class Converted(NamedTuple):
     """The MXNet hyperparameter ``name`` = ``to_mxnet(value, group)`` at every step;
-    ``from_mxnet(group)`` is the torch value a group shows when MXNet's key was set."""
+    ``from_mxnet(group)`` is the torch value a group shows when MXNet's key was set;
+    ``canonical_fn(value)``, where given, the value a group keeps for one the user gave (ADOPT's
+    ``clip_lambda``: a callable becomes the string naming it, so state_dict() saves)."""
     name: str
     to_mxnet_fn: Callable
     from_mxnet_fn: Callable
     formula: str
+    canonical_fn: Callable | None = None
+
+    def canonical(self, value):
+        return value if self.canonical_fn is None else self.canonical_fn(value)
 
     def to_mxnet(self, key, value, group):
         return {self.name: self.to_mxnet_fn(value, group)}
@@ -151,24 +157,26 @@ def _adamw_weight_decay(group):
 ADOPT_SCHEDULE = "step**0.25"
 
 
-def _adopt_clipping(value, group):
+def _adopt_clipping(value, group=None):
     """``use_clipping`` from the authors' ``clip_lambda``: None (Algorithm 1, no clip), or the
-    paper's schedule ``step**0.25``, as that string or any callable that computes it."""
+    paper's schedule ``step**0.25``, as that string or any callable that computes it to float32's
+    precision or better (the kernels form it in double)."""
     if value is None:
         return False
-    if value == ADOPT_SCHEDULE:
+    if isinstance(value, str) and value == ADOPT_SCHEDULE:
         return True
     if callable(value):
         try:
-            same = all(math.isclose(float(value(s)), s ** 0.25, rel_tol=1e-15)
+            same = all(math.isclose(float(value(s)), s ** 0.25, rel_tol=1e-6)
                        for s in (1, 2, 3, 10, 1000, 10 ** 6))
         except Exception:  # noqa: BLE001 - a user's schedule that fails is not the paper's
             same = False
         if same:
             return True
     raise ValueError(f"clip_lambda={value!r} is refused: ADOPT's kernels clip at the paper's "
-                     f"schedule step**0.25 (clip_lambda={ADOPT_SCHEDULE!r} or the default) or "
-                     "not at all (clip_lambda=None)")
+                     f"schedule step**0.25 (the default, clip_lambda={ADOPT_SCHEDULE!r}, or a "
+                     "callable that computes it to 1e-6 relative) or not at all "
+                     "(clip_lambda=None)")
 
 
 _PLACEMENT = ("torch adds eps to the bias-corrected root sqrt(v/(1-beta2^t)); MXNet's Adam adds "
@@ -228,7 +236,8 @@ RULES = {  # checked against the registry by tests/test_torch_keywords.py::test_
         "use_clipping", _adopt_clipping,
         lambda group: ADOPT_SCHEDULE if group.get("use_clipping", True) else None,
         "`use_clipping = clip_lambda is not None`; the schedule must be the paper's "
-        "`step**0.25` (a group shows it as that string)")},
+        "`step**0.25` (a group keeps it as that string)",
+        lambda value: ADOPT_SCHEDULE if _adopt_clipping(value) else None)},
     ("Lion", "decoupled_weight_decay"): {"*": OffOnly(False, "lion-pytorch divides "
                                                              "weight_decay by the initial lr "
                                                              "then; give weight_decay (the "
