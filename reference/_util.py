@@ -169,8 +169,50 @@ def formed_in(x, like):
     return float(x)
 
 
-#: float32's unit roundoff
+def host_double(x, like):
+    """The scalar ``x`` as a step constant the host forms in double precision, whatever the
+    precision of the implementation checked: with a Tracked ``like``, a Tracked scalar of
+    float64's unit roundoff (its own rounding bounded), so that arithmetic on it bounds any
+    accurate float64 evaluation of the constant (``pow``, or :func:`power`'s products), which
+    then enters ``like``'s precision with one more rounding; the float itself otherwise.
+    For constants whose conditioning is poor (RAdam's ``rho_t`` as ``beta2`` nears 1: two
+    evaluations of it one ulp apart in ``beta2^t`` differ by 1e-12 of ``r_t``)."""
+    if isinstance(like, Tracked):
+        x = float(x)
+        err = 0.0 if x == 0.0 else U64 * abs(x)
+        return Tracked(np.float64(x), err, u=U64, tiny=2.0 ** -1074)
+    return float(x)
+
+
+def handed_to(x, like):
+    """A host constant ``x`` (a float, or a Tracked scalar of :func:`host_double`) as the
+    implementation checked takes it: in ``like``'s precision, with one more rounding (the
+    kernels round their row of constants to the weight's dtype); a float stays a float when
+    ``like`` is not Tracked."""
+    if not isinstance(like, Tracked):
+        return x
+    if isinstance(x, Tracked):
+        v = value(x)
+        return Tracked(v, error(x) + (0.0 if v == 0.0 else like.u * abs(v) + like.tiny),
+                       ties(x), u=like.u, tiny=like.tiny)
+    return formed_in(x, like)
+
+
+def host_power(b, t):
+    """``b**t`` for an int ``t >= 1``: Python's ``pow`` of a float (as torch and the kernels'
+    host form it); of a Tracked ``b``, the same ``pow`` of its value (a bound run keeps the
+    plain run's values) with :func:`power`'s bound for ``t - 1`` products, widened by the
+    distance between the two (so it bounds ``pow`` too)."""
+    if not isinstance(b, Tracked):
+        return b ** t
+    p = power(b, t)
+    v = np.float64(float(value(b)) ** t)
+    return Tracked(v, error(p) + np.abs(v - value(p)), ties(p), u=p.u, tiny=p.tiny)
+
+
+#: float32's and float64's unit roundoff
 U32 = 2.0 ** -24
+U64 = 2.0 ** -53
 
 
 def f32_product(a, b, like):

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from optim_db import DB, DTYPES, EXAMPLES, arrays_over_decades, np_dtype
 from toolkit import optimizer
+from toolkit.oracle import space
 from toolkit.error_bounds import finite_score, step_errors, trajectory_errors
 
 CASES = [(info, conv, dtype) for info in DB for conv in info.conventions for dtype in DTYPES]
@@ -41,7 +42,8 @@ def _build(info, conv, dtype, data, backend):
     w = data.draw(arrays_over_decades(n, lo_w, 2, zeros=True), label="w").reshape(shape).astype(dt)
     lo_g = -4 if dt == np.float16 else -7
     grads = [data.draw(arrays_over_decades(n, lo_g, 3), label=f"g{k}").reshape(shape).astype(dt)
-             for k in range(data.draw(st.integers(1, 6), label="steps"))]
+             for k in range(data.draw(st.integers(1, space.max_steps(info.name, 6)),
+                                      label="steps"))]
     return opt, w, grads
 
 

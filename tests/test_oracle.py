@@ -282,6 +282,8 @@ TORCH_CASES = {  # checked against the registry by test_torch_cases_are_the_pyto
     "adadelta": ("Adadelta", lambda h: {"rho": h["rho"], "eps": h["epsilon"]}, {}),
     "adamax": ("Adamax", lambda h: {"betas": (h["beta1"], h["beta2"]), "eps": 1e-8}, {}),
     "sgd": ("SGD", lambda h: {"momentum": h["momentum"]}, {}),
+    "radam": ("RAdam", lambda h: {"betas": (h["beta1"], h["beta2"]), "eps": h["epsilon"],
+                                  "decoupled_weight_decay": h["decoupled_weight_decay"]}, {}),
 }
 #: optimizers whose update is PyTorch's but that oracle.verify does not run against torch.optim
 #: here (a known gap): their reference's pytorch branch is run against torch.optim in

@@ -74,6 +74,6 @@ def test_docs_oracle_quotes_the_message_the_code_gives():
         text = " ".join(f.read().split())
     with pytest.raises(ValueError) as e:
         oracle.verify(_make, "adm", examples=1)
-    shown = ("unknown optimizer 'adm' (did you mean 'adam' or 'nadam' or 'adamw'?); "
+    shown = ("unknown optimizer 'adm' (did you mean 'adam' or 'radam' or 'nadam'?); "
              "the oracle knows")
     assert shown in text and str(e.value).startswith(shown), str(e.value)

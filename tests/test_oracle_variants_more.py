@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import importlib.util
 
+import math
+
 import numpy as np
 import pytest
 
@@ -205,6 +207,50 @@ def make_adopt(variant=None):
     return make
 
 
+def make_radam(convention, variant=None):
+    """RAdam (Liu et al. 2020, Algorithm 2; torch.optim.RAdam) in numpy, in the weight's dtype,
+    ``rho_t``, ``r_t`` and the bias corrections formed in double and rounded to it once, as
+    torch and optax take Python floats; the threshold the convention's (5 torch's, 4 the
+    paper's)."""
+    threshold = {"pytorch": 5.0, "paper": 4.0}[convention]
+
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, beta1, beta2, epsilon,
+             decoupled_weight_decay):
+        w, t = w.copy(), [0]
+        m, v = np.zeros_like(w), np.zeros_like(w)
+        f = w.dtype.type
+        lr, wd_, rs, b1, b2, eps = (f(x) for x in (learning_rate, wd, rescale_grad, beta1,
+                                                    beta2, epsilon))
+
+        def step(g):
+            t[0] += 1
+            n = t[0]
+            g = _clip(rs * g, None if clip_gradient is None else f(clip_gradient))
+            if wd and decoupled_weight_decay:
+                w[...] = w * (f(1) - lr * wd_)
+            elif wd:
+                g = g + wd_ * w
+            m[...] = b1 * m + f(1.0 - beta1) * g
+            v[...] = b2 * v + f(1.0 - beta2) * (g * g)
+            bc2 = 1.0 - beta2 ** n
+            m_hat = m / f(1.0 - beta1 ** n)
+            rho_inf = 2.0 / (1.0 - beta2) - 1.0
+            rho = rho_inf - 2.0 * n * beta2 ** n / bc2
+            if rho > threshold:
+                r = math.sqrt((rho - 4) * (rho - 2) * rho_inf /
+                              ((rho_inf - 4) * (rho_inf - 2) * rho))
+                if variant == "eps_corrected":
+                    adaptive = f(1) / (np.sqrt(v / f(bc2)) + eps)
+                else:
+                    adaptive = f(math.sqrt(bc2)) / (np.sqrt(v) + eps)
+                w[...] = w - lr * m_hat * f(r) * adaptive
+            else:
+                w[...] = w - lr * m_hat
+            return w
+        return step
+    return make
+
+
 def make_nadam(variant=None):
     """MXNet's Nadam (reference/nadam.py; torch.optim.NAdam's update), in MXNet's expression
     order, in the weight's dtype; ``m_schedule`` and the step constants in double precision."""
@@ -252,6 +298,7 @@ MAKERS = {  # checked against the registry by tests/test_oracle_variants_more.py
     ("ftml", "mxnet"): lambda v=None: make_ftml("mxnet", v),
     ("lion", "paper"): make_lion,
     ("adopt", "paper"): make_adopt,
+    ("radam", "pytorch"): lambda v=None: make_radam("pytorch", v),
 }
 #: weight decay and clipping both on, so that their order shows
 WD_CLIP = dict(learning_rate=0.1, wd=0.05, rescale_grad=1.0, clip_gradient=0.5)
@@ -291,6 +338,11 @@ PLANTED = {  # checked against the registry by tests/test_oracle_variants_more.p
     ("adopt", "var_first"): ("paper", "float32", dict(learning_rate=0.1, **NO_CLIP), None),
     ("adopt", "decay_first_step"): ("paper", "float32",
                                     dict(learning_rate=0.1, wd=0.05, decouple=True), None),
+    # epsilon near sqrt(v) from t = 6 on (the cases run up to 8 steps); the other threshold is
+    # the other convention, which verify names (test_the_other_threshold_is_the_other_convention)
+    ("radam", "eps_corrected"): ("pytorch", "float32",
+                                 dict(learning_rate=0.1, beta2=0.999, epsilon=1e-3, **NO_CLIP),
+                                 None),
 }
 
 

@@ -214,6 +214,8 @@ DISTINGUISH = {  # checked against the registry by test_every_own_branch_has_a_d
     "adamax": dict(hyper=dict(beta2=0.5), wd=0.0, lrs=[0.1] * 3, scales=[1e-8, 1e-10, 1e-10]),
     # torch's decay is lr*wd, the paper's wd (times eta); MXNet's operator has no bias correction
     "adamw": dict(hyper=dict(eta=0.5), wd=0.1, lrs=[0.1, 0.02, 0.3], scales=[1.0] * 3),
+    # torch rectifies from rho_t > 5, the paper from rho_t > 4: t = 5 at beta2 = 0.999
+    "radam": dict(hyper=dict(), wd=0.0, lrs=[0.1] * 6, scales=[1.0] * 6),
 }
 
 
@@ -247,7 +249,7 @@ def test_pytorch_differs_from_mxnet_and_guide(mod, case):
     """Somewhere along the trajectory the pytorch weights differ from each other convention's by
     more than twice the sum of the two float64 running error bounds: not rounding."""
     pt = _trajectory(mod, "pytorch", case, tracked=True)
-    for other in ("mxnet", "guide"):
+    for other in (c for c in mod.CONVENTIONS if c != "pytorch"):
         ot = _trajectory(mod, other, case, tracked=True)
         gaps = [np.abs(_value(a) - _value(b)) - SLACK * (_err(a) + _err(b)) for a, b in zip(pt, ot)]
         assert max(float(np.max(gap)) for gap in gaps) > 0.0, other
@@ -387,6 +389,12 @@ def _make_torch(torch, name, params, *, lr, wd, hyper, foreach):
                       eps=hyper.get("epsilon", 1e-8), weight_decay=wd, amsgrad=False,
                       foreach=foreach)
         return opt, {"mean": "exp_avg", "var": "exp_avg_sq"}
+    if name == "radam":
+        opt = o.RAdam(params, lr=lr, betas=(hyper.get("beta1", 0.9), hyper.get("beta2", 0.999)),
+                      eps=hyper.get("epsilon", 1e-8), weight_decay=wd,
+                      decoupled_weight_decay=hyper.get("decoupled_weight_decay", False),
+                      foreach=foreach)
+        return opt, {"mean": "exp_avg", "var": "exp_avg_sq"}
     raise AssertionError(name)
 
 
@@ -431,6 +439,10 @@ TORCH_CASES = [  # checked against the registry by test_every_torch_optimizer_ha
     ("adamw", dict(), 0.0, CONSTANT, 1.0, None),
     ("adamw", dict(beta1=0.8, beta2=0.9, epsilon=1e-3), 0.1, CHANGING, 1.0, None),
     ("adamw", dict(eta=0.5, epsilon=1e-6), 0.05, CHANGING, 0.5, 0.75),
+    # the rectified step from t = 6 (beta2 = 0.999 and 0.9)
+    ("radam", dict(), 0.0, CONSTANT, 1.0, None),
+    ("radam", dict(beta1=0.8, beta2=0.9, epsilon=1e-3), 0.01, CHANGING, 1.0, None),
+    ("radam", dict(decoupled_weight_decay=True), 0.1, CHANGING, 0.5, 0.75),
 ]
 
 

@@ -26,6 +26,7 @@ from .optimizers.lbsgd import LBSGD
 from .optimizers.lion import Lion
 from .optimizers.nadam import Nadam
 from .optimizers.nag import NAG
+from .optimizers.radam import RAdam
 from .optimizers.rmsprop import RMSProp
 from .optimizers.sgd import SGD
 from .optimizers.sgld import SGLD
@@ -38,5 +39,5 @@ __all__ = [  # checked against the registry by tests/test_public_api.py::test_op
            "registry", "specs", "spec_of", "unregister",
            # the built-in optimizers' classes, by class name (in the registry's order)
            "AdaDelta", "AdaGrad", "Adam", "Adamax", "AdamW", "ADOPT", "DCASGD", "FTML", "Ftrl",
-           "GroupAdaGrad", "LAMB", "LARS", "LBSGD", "Lion", "Nadam", "NAG", "RMSProp", "SGD", "SGLD",
+           "GroupAdaGrad", "LAMB", "LARS", "LBSGD", "Lion", "Nadam", "NAG", "RAdam", "RMSProp", "SGD", "SGLD",
            "Signum", "FTRL"]

@@ -54,7 +54,8 @@ def _build(info, conv, dtype, data):
     # float16 state (no master copy) holds squared gradients: keep them inside its range
     lo_g, hi_g = (-4, 1 if plain16 else 3) if dt == np.float16 else (-7, 3)
     grads = [data.draw(arrays_over_decades(n, lo_g, hi_g), label=f"g{k}").reshape(shape).astype(dt)
-             for k in range(data.draw(st.integers(1, 4), label="steps"))]
+             for k in range(data.draw(st.integers(1, space.max_steps(info.name, 4)),
+                                      label="steps"))]
     return opt, w, grads
 
 

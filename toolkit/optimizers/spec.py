@@ -123,6 +123,8 @@ class Spec:
         ``reference.noise``, keyed by a seed and the parameter index); ``toolkit.error_bounds`` and
         ``check`` compare it through those draws, the oracle's ``verify``/``identify`` (which
         run a user's implementation with its own draws) refuse it.
+        ``case_steps``: the most steps a drawn case takes where a branch begins late (RAdam: 8,
+        its rectified step begins at t = 5 or 6); 0: the oracle's usual count.
         ``usual``: the ranges people train with, for some of ``space``'s hyperparameters (Adam:
         beta1 in [0.5, 0.99]); the oracle's usual domain draws those from here and every other
         one from ``space`` and the common space (their whole range is usual), and its full
@@ -169,6 +171,7 @@ class Spec:
     half_state_reason: str = ""
     noise: bool = False
     usual: Mapping[str, Space] = field(default_factory=dict)
+    case_steps: int = 0
     variants: tuple = None
     record: Mapping = field(default_factory=dict)
     record_ulps: int = 0

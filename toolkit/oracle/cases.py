@@ -85,7 +85,8 @@ def draw(name, hyper_space, dtype, ranges, seed, domain, k, constructible, max_s
          max_steps=4):
     """Case ``k`` of optimizer ``name`` in ``domain`` at ``seed``: hyperparameters from
     ``hyper_space`` (``{name: Space}``), a weight of 1 to ``max_size`` elements (the shapes of
-    :func:`~toolkit.oracle.space.shape_space`) and 1 to ``max_steps`` gradients, their
+    :func:`~toolkit.oracle.space.shape_space`) and 1 to ``max_steps`` gradients (more where
+    the spec says, :func:`~toolkit.oracle.space.max_steps`), their
     magnitudes over ``ranges`` (``((wlo, whi), (glo, ghi))`` decades) in ``dtype``. A draw
     ``constructible(hyper)`` refuses is drawn again (the same ``k``, the next attempt); None
     when none of :data:`ATTEMPTS` is taken."""
@@ -98,7 +99,7 @@ def draw(name, hyper_space, dtype, ranges, seed, domain, k, constructible, max_s
             continue
         shape = shapes.sample(rng)
         n = math.prod(shape)
-        steps = int(rng.integers(1, max_steps + 1))
+        steps = int(rng.integers(1, _space.max_steps(name, max_steps) + 1))
         w = _values(rng, n, wlo, whi, dtype).reshape(shape)
         grads = [_values(rng, n, glo, ghi, dtype).reshape(shape) for _ in range(steps)]
         return Case(hyper, w, grads)

@@ -33,7 +33,7 @@ def _sample_case(name, hyper_space, dtype, rng, max_size=6, max_steps=4):
     hyper = _space.fix_dependent(name, {k: v.sample(rng) for k, v in hyper_space.items()})
     shape = _space.shape_space(name, max_size).sample(rng)
     n = math.prod(shape)
-    steps = int(rng.integers(2, max_steps + 1))
+    steps = int(rng.integers(2, _space.max_steps(name, max_steps) + 1))
     (wlo, whi), (glo, ghi) = _cases.RANGES[dtype.name]
     w = _exact(_space.array_over_decades(rng, n, wlo, whi), dtype).reshape(shape)
     grads = [_exact(_space.array_over_decades(rng, n, glo, ghi), dtype).reshape(shape)

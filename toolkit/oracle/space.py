@@ -83,6 +83,12 @@ def weight_shape(name, size):
     return (rows, size // rows)
 
 
+def max_steps(name, least):
+    """The most steps a drawn case of optimizer ``name`` takes: ``least``, or more where a branch
+    of its update begins later (``Spec.case_steps``: RAdam's rectified step)."""
+    return max(int(least), _spec(name).case_steps)
+
+
 def fix_dependent(name, hyper):
     """Hyperparameters that only make sense together (``Spec.dependent``; Signum's ``wd_lh`` is
     MXNet's decoupled weight decay of the momentum branch, so it is 0 without momentum)."""

@@ -76,7 +76,8 @@ VARIANTS = {v.name: v for v in (
     Variant("eps_uncorrected", "epsilon added to the root of the uncorrected second moment, "
                                "before the bias correction (as MXNet's kernel adds it)"),
     Variant("eps_corrected", "epsilon added to the root of the bias-corrected second moment, "
-                             "after the bias correction (as the guide and PyTorch add it)"),
+                             "after the bias correction (as the guide, torch's Adam and "
+                             "optax.radam add it)"),
     Variant("wd_before_clip", "weight decay added to the gradient before clipping (MXNet's "
                               "order)"),
     Variant("wd_after_clip", "weight decay added to the gradient after clipping (the guide's "

@@ -36,21 +36,37 @@ COMMON = {"lr": 0.05, "wd": 0.01, "rescale_grad": 0.5, "clip_gradient": 2.0}
 STEPS, N = 5, 6
 
 
-def inputs():
-    """The initial weight and gradients (the same for every optimizer and convention)."""
+def inputs(steps=STEPS):
+    """The initial weight and ``steps`` gradients (the same for every optimizer and convention;
+    more steps add gradients after the same first ones)."""
     rng = np.random.default_rng(20261122)
     w = rng.standard_normal(N) * 10.0 ** rng.uniform(-2, 1, N)
-    grads = [rng.standard_normal(N) * 10.0 ** rng.uniform(-3, 1, N) for _ in range(STEPS)]
+    grads = [rng.standard_normal(N) * 10.0 ** rng.uniform(-3, 1, N) for _ in range(steps)]
     for g in grads:
         g[0] = 0.0
     return w, grads
+
+
+def steps(name):
+    """The trajectory's length: :data:`STEPS`, or more where a branch of the update begins later
+    (``Spec.case_steps``: RAdam's rectified step)."""
+    return space.max_steps(name, STEPS)
+
+
+def conventions(name):
+    """The conventions a golden file holds: the optimizer's, but "pytorch" where it is not the
+    optimizer's default (MXNet's family: those branches are proved against torch.optim itself,
+    tests/test_pytorch_convention.py; RAdam's default is torch's update, so its file holds it)."""
+    spec = spec_of(name)
+    return [c for c in optimizer_conventions()[name]
+            if c != "pytorch" or c == spec.default_convention]
 
 
 def entry(name, convention):
     """One trajectory; the inputs shaped for the optimizer (GroupAdaGrad's matrices: two rows of
     three) and its pinned common hyperparameters applied (GroupAdaGrad's wd 0)."""
     spec = spec_of(name)
-    w, grads = inputs()
+    w, grads = inputs(steps(name))
     shape = space.weight_shape(name, N)
     common = regress.common_for(name, COMMON)
     e = regress.new_entry(name, convention, "reference", "float64", w0=w.reshape(shape),
@@ -73,14 +89,14 @@ def main():
     unknown = [n for n in names if n not in known]
     if unknown:
         sys.exit(f"unknown optimizer(s) {unknown}; known: {', '.join(known)}")
-    scope = {"optimizers": None, "backends": ["reference"], "dtypes": ["float64"],
-             "steps": STEPS, "size": N, "layout": "folder"}
     command = "python tests/data/golden/generate.py " + " ".join(sys.argv[1:])
     for name in names:
+        scope = {"optimizers": None, "backends": ["reference"], "dtypes": ["float64"],
+                 "steps": steps(name), "size": N, "layout": "folder"}
         path = os.path.join(args.out, f"{name}.json")
         if os.path.exists(path) and not args.force:
             sys.exit(f"{path} exists; refusing to overwrite golden data without --force")
-        doc = regress.document([entry(name, c) for c in optimizer_conventions()[name]],
+        doc = regress.document([entry(name, c) for c in conventions(name)],
                                scope=scope, command=command.strip(),
                                generator="tests/data/golden/generate.py")
         regress.write(path, doc)

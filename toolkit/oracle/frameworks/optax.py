@@ -7,8 +7,8 @@ b2``, ``epsilon`` = ``eps``, RMSProp's ``gamma1`` = ``decay`` and ``gamma2`` = `
 (centered), AdaDelta's ``rho``, AdaGrad's and LARS's ``eps``, LARS's ``eta`` =
 ``trust_coefficient``, Signum's ``momentum`` = ``beta``, AdamW's ``learning_rate`` =
 ``eta*learning_rate``, ``wd`` = ``weight_decay`` where optax has one (adamw, adadelta, lamb,
-lars, lion; pinned to 0 elsewhere: optax's sgd, adam, adagrad, rmsprop, adamax, nadam and signum have
-no weight decay). Pinned: ``rescale_grad=1``, ``clip_gradient=None`` (optax chains
+lars, lion; pinned to 0 elsewhere: optax's sgd, adam, adagrad, rmsprop, adamax, nadam, radam,
+signum and contrib.adopt have no weight decay). Pinned: ``rescale_grad=1``, ``clip_gradient=None`` (optax chains
 ``clip`` separately), AdaGrad's ``initial_accumulator_value=0`` (MXNet's accumulator starts at
 0; optax's default 0.1 is another algorithm), RMSProp's ``clip_weights=None``, LAMB without
 trust-ratio bounds and with bias correction, and NAdam's ``schedule_decay=1e4``: optax's
@@ -71,6 +71,9 @@ TABLE = (  # checked against the registry by tests/test_audit.py::test_every_ada
     # the paper convention
     ("optax.lion", "lion", {},
      lambda o, lr, wd, h: o.lion(lr, b1=h["beta1"], b2=h["beta2"], weight_decay=wd)),
+    # optax.radam: no weight decay; rectified from rho_t >= 5, epsilon on the corrected root
+    ("optax.radam", "radam", {"wd": 0.0, "decoupled_weight_decay": False},
+     lambda o, lr, wd, h: o.radam(lr, b1=h["beta1"], b2=h["beta2"], eps=h["epsilon"])),
     # optax.contrib.adopt: no weight decay; its clip is the paper's (t-1)^(1/4) (use_clipping)
     ("optax.contrib.adopt", "adopt", {"wd": 0.0, "decouple": False},
      lambda o, lr, wd, h: o.contrib.adopt(lr, b1=h["beta1"], b2=h["beta2"], eps=h["epsilon"],

@@ -55,6 +55,11 @@ TRANSLATE = {  # checked against the registry by tests/test_audit.py::test_torch
     "nadam": (lambda lr, wd, h: {"lr": lr, "weight_decay": wd, "betas": _betas(h),
                                  "eps": h["epsilon"], "momentum_decay": h["schedule_decay"]},
               (("", {}),)),
+    "radam": (lambda lr, wd, h: {"lr": lr, "weight_decay": wd, "betas": _betas(h),
+                                 "eps": h["epsilon"],
+                                 "decoupled_weight_decay": h["decoupled_weight_decay"]},
+              (("", {"decoupled_weight_decay": False}),
+               ("decoupled_weight_decay=True", {"decoupled_weight_decay": True}))),
 }
 
 
