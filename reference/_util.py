@@ -115,6 +115,15 @@ def pytorch_gradient(grad, weight, *, wd, rescale_grad, clip_gradient):
     return g + wd * weight if wd else g
 
 
+def check_amsgrad(amsgrad, convention, name):
+    """``amsgrad`` (Adam's and AdamW's flag) as a bool, refused under ``convention="mxnet"``
+    (MXNet 1.9.1 has no AMSGrad) with a ValueError naming the module."""
+    if amsgrad and convention == "mxnet":
+        raise ValueError(f"{name}: amsgrad=True is refused under convention 'mxnet' (MXNet 1.9.1 "
+                         "has no AMSGrad); the 'guide' and 'pytorch' conventions have it")
+    return bool(amsgrad)
+
+
 def check_form(form, forms, name, convention):
     """Check a reference step's ``form`` (a known variant of the same equations, or None) and
     return it. ``forms`` is the module's ``FORMS``, ``{form: conventions it changes}``; a form the

@@ -14,6 +14,15 @@ bias-corrected ``v`` (torch evaluates ``sqrt(v)/sqrt(1 - beta2^t) + eps``, the g
 ``step(..., convention="pytorch")`` runs the guide branch exactly. Mapping: torch's ``lr`` =
 ``lr``, ``betas`` = ``(beta1, beta2)``, ``eps`` = ``epsilon``, ``weight_decay`` = ``wd``; slots
 ``mean`` = torch's ``exp_avg``, ``var`` = its ``exp_avg_sq``.
+
+AMSGrad (Reddi et al. 2018, "On the Convergence of Adam and Beyond", Algorithm 2; torch's
+``amsgrad=True``): ``amsgrad`` (a HYPER key, False by default) keeps a third slot, ``max_var``
+(torch's ``max_exp_avg_sq``), the running maximum of the uncorrected ``var``, and the step's
+denominator takes it in place of ``var``: ``max_var = max(max_var, var)``, then
+``w = w - lr/(sqrt(max_var/(1 - beta2^t)) + eps) * m/(1 - beta1^t)`` (torch's reading: the
+maximum of the uncorrected moments, bias-corrected at the current step; the paper's algorithm has
+no bias correction). Under "guide" and "pytorch" only: MXNet 1.9.1 has no AMSGrad, so
+``convention="mxnet"`` with ``amsgrad=True`` is a ValueError.
 """
 from __future__ import annotations
 
@@ -21,15 +30,18 @@ import math
 
 import numpy as np
 
-from ._util import (as_f64, check_convention, check_form, f32, f32_any, formed_in,
-                    guide_gradient, kernel_clip, merge_hyper, power, python_clip)
+from ._util import (as_f64, check_amsgrad, check_convention, check_form, f32, f32_any,
+                    formed_in, guide_gradient, kernel_clip, merge_hyper, power, python_clip)
 
 NAME = "adam"
 CONVENTIONS = ("mxnet", "guide", "pytorch")
 #: torch.optim.Adam is mathematically the guide's Adam: convention="pytorch" runs the guide branch
 PYTORCH = "guide"
 STATE = ("mean", "var")
-HYPER = {"learning_rate": 0.001, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8}
+#: with ``amsgrad``: the running maximum of ``var`` too
+STATE_AMSGRAD = ("mean", "var", "max_var")
+HYPER = {"learning_rate": 0.001, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8,
+         "amsgrad": False}
 #: known variants of the same equations, ``step(..., form=...)``: {form: the conventions whose
 #: equations it changes} (each is written out in :func:`step`'s docstring). The oracle re-runs a
 #: failed case under them to explain the failure (toolkit/oracle/variants.py); the default
@@ -51,9 +63,8 @@ def _hyper(hyper):
 
 
 def state_slots(**hyper) -> tuple:
-    """Always ``("mean", "var")``."""
-    _hyper(hyper)
-    return STATE
+    """``("mean", "var")``, and ``"max_var"`` with ``amsgrad``."""
+    return STATE_AMSGRAD if _hyper(hyper)["amsgrad"] else STATE
 
 
 def init_state(weight, **hyper) -> dict:
@@ -120,6 +131,7 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     form = check_form(form, FORMS, NAME, convention)
     h = _hyper(hyper)
     beta1, beta2, eps = h["beta1"], h["beta2"], h["epsilon"]
+    amsgrad = check_amsgrad(h["amsgrad"], convention, NAME)
     w = as_f64(weight)
     gr = as_f64(grad)
     m = as_f64(state["mean"])
@@ -136,11 +148,14 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
         else:
             m_new = beta1 * m + (1.0 - beta1) * G                  # guide:152
         v_new = beta2 * v + (1.0 - beta2) * G * G                  # guide:153
+        out = {"mean": m_new, "var": v_new}
+        if amsgrad:   # the running maximum enters the denominator in var's place
+            v_new = out["max_var"] = np.maximum(as_f64(state["max_var"]), v_new)
         if form is None:
             m_hat = m_new / (1.0 - beta1 ** t)                     # guide:154
             v_hat = v_new / (1.0 - beta2 ** t)                     # guide:155
             w_new = w + lr / (np.sqrt(v_hat) + eps) * (-m_hat)     # guide:156
-            return w_new, {"mean": m_new, "var": v_new}
+            return w_new, out
         c1, c2 = _corrections(beta1, beta2, t, form, w)
         m_hat, v_hat = m_new / c1, v_new / c2
         if form == "eps_inside_root":
@@ -149,7 +164,7 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
             w_new = w - lr * (math.sqrt(c2) / c1) * m_new / (np.sqrt(v_new) + eps)
         else:
             w_new = w + lr / (np.sqrt(v_hat) + eps) * (-m_hat)
-        return w_new, {"mean": m_new, "var": v_new}
+        return w_new, out
 
     if form in (None, "lerp", "eps_inside_root", "wd_after_clip", "eps_corrected"):
         lr_t = lr * (math.sqrt(1.0 - beta2 ** t) / (1.0 - beta1 ** t))

@@ -19,6 +19,10 @@ Mapping: torch's ``lr`` = ``eta*lr`` (torch has no separate schedule multiplier:
 scale ``lr``), ``betas`` = ``(beta1, beta2)``, ``eps`` = ``epsilon``, ``weight_decay`` = ``wd``;
 slots ``mean`` = torch's ``exp_avg``, ``var`` = ``exp_avg_sq``. Torch's update with
 ``weight_decay = wd`` equals the guide's with ``wd' = lr*wd`` (up to rounding).
+
+AMSGrad (``amsgrad=True``, torch's flag): as in reference/adam.py, a third slot ``max_var``
+(torch's ``max_exp_avg_sq``), the running maximum of the uncorrected ``var``, takes ``var``'s
+place in the denominator; "guide" and "pytorch" only (MXNet's operator has none).
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ import math
 
 import numpy as np
 
-from ._util import (as_f64, check_convention, check_form, f32, formed_in, merge_hyper, power,
+from ._util import (as_f64, check_amsgrad, check_convention, check_form, f32, formed_in, merge_hyper, power,
                     python_clip)
 
 NAME = "adamw"
@@ -34,7 +38,10 @@ CONVENTIONS = ("mxnet", "guide", "pytorch")
 #: torch.optim.AdamW multiplies its decay by the learning rate: its own branch
 PYTORCH = "pytorch"
 STATE = ("mean", "var")
-HYPER = {"learning_rate": 0.001, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "eta": 1.0}
+#: with ``amsgrad``: the running maximum of ``var`` too
+STATE_AMSGRAD = ("mean", "var", "max_var")
+HYPER = {"learning_rate": 0.001, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "eta": 1.0,
+         "amsgrad": False}
 #: ``step(..., form=...)`` variants (as in reference/adam.py)
 FORMS = {
     "lerp": ("mxnet", "guide", "pytorch"),
@@ -47,9 +54,8 @@ def _hyper(hyper):
 
 
 def state_slots(**hyper) -> tuple:
-    """Always ``("mean", "var")``."""
-    _hyper(hyper)
-    return STATE
+    """``("mean", "var")``, and ``"max_var"`` with ``amsgrad``."""
+    return STATE_AMSGRAD if _hyper(hyper)["amsgrad"] else STATE
 
 
 def init_state(weight, **hyper) -> dict:
@@ -105,6 +111,7 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     form = check_form(form, FORMS, NAME, convention)
     h = _hyper(hyper)
     beta1, beta2, eps, eta = h["beta1"], h["beta2"], h["epsilon"], h["eta"]
+    amsgrad = check_amsgrad(h["amsgrad"], convention, NAME)
     w = as_f64(weight)
     gr = as_f64(grad)
     m = as_f64(state["mean"])
@@ -129,6 +136,9 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
         w = w * (1.0 - gamma * wd)
     m_new = m + (1.0 - beta1) * (g - m) if form == "lerp" else beta1 * m + (1.0 - beta1) * g
     v_new = beta2 * v + (1.0 - beta2) * g * g
+    out = {"mean": m_new, "var": v_new}
+    if amsgrad:   # the running maximum enters the denominator in var's place
+        v_new = out["max_var"] = np.maximum(as_f64(state["max_var"]), v_new)
     if form == "constants_in_dtype":
         bc1 = 1.0 - power(formed_in(beta1, w), t)
         bc2 = 1.0 - power(formed_in(beta2, w), t)
@@ -139,4 +149,4 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
         w_new = w - gamma * (m_new / bc1) / (np.sqrt(v_new) / root_bc2 + eps)
     else:
         w_new = w - eta * (lr * (m_new / bc1) / (np.sqrt(v_new / bc2) + eps) + wd * w)
-    return w_new, {"mean": m_new, "var": v_new}
+    return w_new, out

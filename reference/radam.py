@@ -16,8 +16,9 @@ Two conventions:
   code does (LiyuanLucasLiu/RAdam, radam.py: ``denom = exp_avg_sq.sqrt().add_(eps)``), so
   ``epsilon=0`` is line 11 exactly. The paper has no weight decay: ``wd`` enters as torch's.
 
-The two differ in the threshold only: at the one step where ``4 < rho_t <= 5`` (t = 5 for
-``beta2`` above about 0.77) the paper takes the rectified step and torch the momentum step.
+The two differ in the threshold only: at the steps where ``4 < rho_t <= 5`` the paper takes
+the rectified step and torch the momentum step (t = 5 alone for ``beta2`` above about 0.84;
+more steps below, and every step for ``0.6 < beta2 <= 2/3``, where only the paper rectifies).
 
 State: ``mean`` (the paper's ``m``, torch's ``exp_avg``, optax's ``mu``) and ``var`` (``v``,
 ``exp_avg_sq``, ``nu``).

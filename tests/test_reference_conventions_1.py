@@ -223,7 +223,8 @@ EXPECTED_HYPER = {  # checked against the registry by test_tables_cover_the_modu
     "rmsprop": {"learning_rate": 0.001, "gamma1": 0.9, "gamma2": 0.9, "epsilon": 1e-8,
                 "centered": False, "clip_weights": None},
     "adadelta": {"rho": 0.9, "epsilon": 1e-5},
-    "adam": {"learning_rate": 0.001, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8},
+    "adam": {"learning_rate": 0.001, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8,
+             "amsgrad": False},
     "adamax": {"learning_rate": 0.002, "beta1": 0.9, "beta2": 0.999, "epsilon": None},
 }
 

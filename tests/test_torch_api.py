@@ -157,6 +157,8 @@ def test_keywords_without_counterpart(name):
     rules = meaning.rules(klass, "mxnet")
     for key in ("nesterov", "amsgrad", "foreach", "dampening"):
         rule = rules.get(key, (None,))[0]
+        if rule is None and key in aliases.accepted_keywords(klass):
+            continue  # its own keyword of torch's spelling (Adam's amsgrad: tests/test_amsgrad.py)
         if rule is None:
             with pytest.raises(TypeError, match=f"no counterpart of '{key}'"):
                 tt.create(name, [param(name)], **{key: True})

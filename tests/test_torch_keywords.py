@@ -238,8 +238,11 @@ def test_torch_call_patterns():
                                          "toolkit.torch.NAG"):
         tt.SGD([_param()], 0.1, momentum=0.9, nesterov=True)
     tt.NAG([_param()], 0.1, momentum=0.9, nesterov=True)
-    with pytest.raises(ValueError, match="amsgrad=True is refused: MXNet 1.9.1 has no AMSGrad"):
+    # AMSGrad: torch's and the guide's conventions have it, MXNet's (Adam's default) does not
+    with pytest.raises(ValueError, match="amsgrad=True is refused under convention 'mxnet': "
+                                         "MXNet 1.9.1 has no AMSGrad"):
         tt.Adam([_param()], amsgrad=True)
+    assert tt.Adam([_param()], amsgrad=True, convention="pytorch").param_groups[0]["amsgrad"]
     with pytest.raises(ValueError, match="eps=1e-06 is refused: torch adds eps to the "
                                          "bias-corrected root"):
         tt.Adam([_param()], eps=1e-6)
@@ -264,11 +267,12 @@ def test_docs_table_is_the_codes():
 
 
 def test_rules_name_torch_facts():
-    """Every row of meaning.RULES and SHARED names a torch.optim class some spec names as its
-    namesake (or a PyTorch implementation a spec names as its peer), and a keyword of that
-    class's signature."""
+    """Every row of meaning.RULES, SHARED and SOME_CONVENTIONS names a torch.optim class some
+    spec names as its namesake (or a PyTorch implementation a spec names as its peer), and a
+    keyword of that class's signature."""
     namesakes = {meaning.namesake(s): s for s in specs().values() if meaning.namesake(s)}
-    for torch_name, key in list(meaning.RULES) + list(meaning.SHARED):
+    for torch_name, key in (list(meaning.RULES) + list(meaning.SHARED) +
+                            list(meaning.SOME_CONVENTIONS)):
         assert torch_name in namesakes, torch_name
         assert key in meaning.signature(namesakes[torch_name]), (torch_name, key)
 

@@ -133,7 +133,8 @@ def test_a_state_that_does_not_fit_is_an_error_and_changes_nothing():
     # a torch.optim state_dict of the namesake crosses (tests/test_torch_crossing.py); one of
     # another optimizer, or with what cannot continue here, does not
     foreign = torch.optim.Adam(params, lr=0.01, amsgrad=True).state_dict()
-    _unchanged(opt, params, lambda: opt.load_state_dict(foreign), "amsgrad=True cannot continue")
+    _unchanged(opt, params, lambda: opt.load_state_dict(foreign),
+               "amsgrad=True is refused under convention 'mxnet'")
     foreign = torch.optim.SGD(params, lr=0.01, momentum=0.9)
     for p, g in zip(params, grads(params, 0)):
         p.grad = g

@@ -12,10 +12,10 @@ import pytest
 
 from toolkit import Parameter, StaleGradientError, Trainer, lr_scheduler, optimizer
 from toolkit.backends import cpu
-from trainer_util import (CONFIGS, SHAPES, config_id, conventions, expected_calls, host_leaves,
+from trainer_util import (CASES, SHAPES, config_id, expected_calls, host_leaves,
                           shapes_for, twin_run)
 
-CASES = [(cfg, conv) for cfg in CONFIGS for conv in conventions(cfg[0])]
+
 
 
 def _ids(case):

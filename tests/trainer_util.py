@@ -29,6 +29,20 @@ def conventions(name):
     return tuple(spec_of(name).conventions)
 
 
+def _exists(cfg, conv):
+    """Whether the configuration exists under the convention (AMSGrad: not under "mxnet")."""
+    try:
+        optimizer.create(cfg[0], convention=conv, **cfg[1])
+    except ValueError:
+        return False
+    return True
+
+
+#: (configuration, convention) for each configuration of the specs under each convention that
+#: takes it
+CASES = [(cfg, conv) for cfg in CONFIGS for conv in conventions(cfg[0]) if _exists(cfg, conv)]
+
+
 def config_id(cfg):
     name, kw = cfg
     return name + "".join(f"-{k}={v}" for k, v in kw.items())

@@ -9,10 +9,7 @@ from numba import cuda
 from toolkit import Parameter, Trainer
 from toolkit.backends import arrays
 from toolkit.backends import cuda as cuda_backend
-from trainer_util import (CONFIGS, config_id, conventions, expected_calls, host_leaves,
-                          twin_run)
-
-CASES = [(cfg, conv) for cfg in CONFIGS for conv in conventions(cfg[0])]
+from trainer_util import CASES, config_id, expected_calls, host_leaves, twin_run
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{config_id(c)}-{v}" for c, v in CASES])

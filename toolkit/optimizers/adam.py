@@ -103,9 +103,19 @@ def mxnet_square_rule(f):
     return _mxnet_rule(f, True)
 
 
-@gradient.through('rescale')
-def guide_rule(f):
+def _guide_rule(f, amsgrad):
     grad_of = gradient.clipped_then_decayed(f)
+    maximum = torch_ops.maximum(f)
+
+    if amsgrad:  # a closure constant: the compiled rule takes the running maximum's slot
+        def amsgrad_rule(w, grad, m, v, vmax, hp):
+            p = GuideRow(*hp)
+            g = grad_of(grad, w, p.rescale, p.wd, p.clip_bound)
+            m = p.b1 * m + p.one_minus_b1 * g
+            v = p.b2 * v + p.one_minus_b2 * (g * g)
+            vmax = maximum(vmax, v)
+            return w - p.lr / (math.sqrt(vmax / p.bc2) + p.eps) * (m / p.bc1), m, v, vmax
+        return amsgrad_rule
 
     def rule(w, grad, m, v, hp):
         p = GuideRow(*hp)
@@ -113,6 +123,45 @@ def guide_rule(f):
         m = p.b1 * m + p.one_minus_b1 * g
         v = p.b2 * v + p.one_minus_b2 * (g * g)
         return w - p.lr / (math.sqrt(v / p.bc2) + p.eps) * (m / p.bc1), m, v
+    return rule
+
+
+@gradient.through('rescale')
+def guide_rule(f):
+    return _guide_rule(f, False)
+
+
+@gradient.through('rescale')
+def guide_amsgrad_rule(f):
+    """:func:`guide_rule` with AMSGrad: ``max_var = max(max_var, v)`` takes ``v``'s place in the
+    denominator (torch's ``torch.maximum``: NaN propagates)."""
+    return _guide_rule(f, True)
+
+
+def _pytorch_rule(f, amsgrad):
+    grad_of = torch_ops.gradient(f)
+    lerp = torch_ops.lerp(f)
+    square_avg = torch_ops.square_avg(f)
+    maximum = torch_ops.maximum(f)
+
+    if amsgrad:  # a closure constant: the compiled rule takes the running maximum's slot
+        def amsgrad_rule(w, grad, m, v, vmax, hp):
+            p = PytorchRow(*hp)
+            w = w * p.decay
+            g = grad_of(grad, w, p.rescale, p.wd, p.clip_bound)
+            m = lerp(m, g, p.one_minus_b1)
+            v = square_avg(v, g, p.b2, p.one_minus_b2)
+            vmax = maximum(vmax, v)
+            return w + (p.nss * m) / (math.sqrt(vmax) / p.bc2s + p.eps), m, v, vmax
+        return amsgrad_rule
+
+    def rule(w, grad, m, v, hp):
+        p = PytorchRow(*hp)
+        w = w * p.decay
+        g = grad_of(grad, w, p.rescale, p.wd, p.clip_bound)
+        m = lerp(m, g, p.one_minus_b1)
+        v = square_avg(v, g, p.b2, p.one_minus_b2)
+        return w + (p.nss * m) / (math.sqrt(v) / p.bc2s + p.eps), m, v
     return rule
 
 
@@ -129,18 +178,15 @@ def pytorch_rule(f):
         w = w + (-lr/(1 - beta1^t))*m / (sqrt(v)/sqrt(1 - beta2^t) + eps)
 
     (:mod:`.torch_ops`: the lerp and the sums rounded once, as torch's kernels round them)."""
-    grad_of = torch_ops.gradient(f)
-    lerp = torch_ops.lerp(f)
-    square_avg = torch_ops.square_avg(f)
+    return _pytorch_rule(f, False)
 
-    def rule(w, grad, m, v, hp):
-        p = PytorchRow(*hp)
-        w = w * p.decay
-        g = grad_of(grad, w, p.rescale, p.wd, p.clip_bound)
-        m = lerp(m, g, p.one_minus_b1)
-        v = square_avg(v, g, p.b2, p.one_minus_b2)
-        return w + (p.nss * m) / (math.sqrt(v) / p.bc2s + p.eps), m, v
-    return rule
+
+@gradient.through('rescale')
+def pytorch_amsgrad_rule(f):
+    """:func:`pytorch_rule` with ``amsgrad=True``: ``max_exp_avg_sq = torch.maximum(
+    max_exp_avg_sq, v)``, then ``sqrt(max_exp_avg_sq)/sqrt(1 - beta2^t) + eps`` as the
+    denominator (torch 2.13, ``_single_tensor_adam``)."""
+    return _pytorch_rule(f, True)
 
 
 def pytorch_row(constants, t, lr, decay, wd):
@@ -158,19 +204,29 @@ SPEC = Spec(
     name="adam", reference="reference.adam",
     conventions=("mxnet", "guide", "pytorch"), pytorch_form="lerp",
     pytorch="guide", torch="Adam",
-    torch_slots={"mean": "exp_avg", "var": "exp_avg_sq"},
+    torch_slots={"mean": "exp_avg", "var": "exp_avg_sq", "max_var": "max_exp_avg_sq"},
     space={"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999),
            "epsilon": Decades(-10, -2)},
+    flags={"amsgrad": False},
     usual={"beta1": USUAL_BETA1, "beta2": USUAL_BETA2, "epsilon": Decades(-8, -3)},
     variants=("hyper_f32", "hyper_f64", "constants_in_dtype", "lerp", "eps_inside_root",
               "eps_uncorrected", "eps_corrected", "wd_before_clip", "wd_after_clip",
               "no_bias_correction"),
     record={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-08}, record_ulps=1,
     layouts=({"learning_rate": 0.01},),
-    trainer=({},),
+    trainer=({}, {"amsgrad": True}),   # AMSGrad under the conventions that have it
     demo={"learning_rate": 0.01},
     bench=(BenchSetting("adam", {}, torch=("Adam", {}), quick=True),),
 )
+
+
+def check_amsgrad(opt):
+    """Refuse ``amsgrad=True`` under ``convention="mxnet"`` (Adam's and AdamW's check, run at
+    construction and after every assignment): MXNet 1.9.1 has no AMSGrad."""
+    if opt.amsgrad and opt.convention == "mxnet":
+        raise ValueError("amsgrad=True is refused under convention 'mxnet': MXNet 1.9.1 has no "
+                         "AMSGrad. Use convention='pytorch' (torch.optim's "
+                         f"{type(opt).__name__}(amsgrad=True)) or convention='guide'")
 
 
 class MomentConstants:
@@ -199,8 +255,12 @@ class Adam(MomentConstants, Optimizer):
     per-index update count. MXNet's epsilon is the guide's ``epsilon/sqrt(1-beta2^t)`` (31.6x
     larger at t=1 with beta2=0.999). State: ``(mean, var)``.
 
-    ``convention="pytorch"``: ``torch.optim.Adam(amsgrad=False)`` in torch's order of operations
+    ``convention="pytorch"``: ``torch.optim.Adam`` in torch's order of operations
     (:func:`pytorch_rule`; the reference's alias is "guide", the same update mathematically).
+
+    ``amsgrad=True`` (AMSGrad, Reddi et al. 2018; torch's flag; "guide" and "pytorch" only,
+    MXNet 1.9.1 has none): a third slot ``max_var``, the running maximum of ``var``, takes its
+    place in the denominator. State: ``(mean, var, max_var)`` then.
 
     Example::
 
@@ -215,16 +275,19 @@ class Adam(MomentConstants, Optimizer):
     spec = SPEC
 
     domains = {"beta1": unit(), "beta2": unit(), "epsilon": nonneg(),
-               "lazy_update": flag(strict=False, reference=False)}
+               "lazy_update": flag(strict=False, reference=False), "amsgrad": flag()}
 
     def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8,
-                 lazy_update=True, **kwargs):
+                 lazy_update=True, amsgrad=False, **kwargs):
         self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
-        self.lazy_update = lazy_update
+        self.lazy_update, self.amsgrad = lazy_update, amsgrad
         super().__init__(learning_rate=learning_rate, **kwargs)
 
+    def check_relations(self):
+        check_amsgrad(self)
+
     def state_slots(self):
-        return ("mean", "var")
+        return ("mean", "var", "max_var") if self.amsgrad else ("mean", "var")
 
     def row_sparse_mode(self, index):
         """MXNet's ``lazy_update``: "lazy" when set (the default), else "standard"."""
@@ -252,6 +315,8 @@ class Adam(MomentConstants, Optimizer):
             return (mxnet_square_rule if square else mxnet_rule,
                     tuple.__new__(MxnetRow, (r(lr_t), r(wd), *mxnet_tail)))
         if self.convention == "pytorch":
-            return pytorch_rule, pytorch_row(constants, t, lr, decay=1.0, wd=wd)
-        return guide_rule, GuideRow(lr=lr, wd=r(wd), **constants, bc1=1.0 - constants["b1"] ** t,
-                                    bc2=1.0 - constants["b2"] ** t)
+            return (pytorch_amsgrad_rule if self.amsgrad else pytorch_rule), \
+                pytorch_row(constants, t, lr, decay=1.0, wd=wd)
+        return (guide_amsgrad_rule if self.amsgrad else guide_rule), GuideRow(
+            lr=lr, wd=r(wd), **constants, bc1=1.0 - constants["b1"] ** t,
+            bc2=1.0 - constants["b2"] ** t)

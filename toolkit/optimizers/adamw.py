@@ -18,12 +18,12 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from . import adam, gradient
+from . import adam, gradient, torch_ops
 from .base import Optimizer, row_step
 from .registry import register
 from .spec_spaces import Decades, Interval, OneOf, USUAL_BETA1, USUAL_BETA2
 from .spec import BenchSetting, Spec
-from .validation import nonneg, unit
+from .validation import flag, nonneg, unit
 
 __all__ = ["AdamW"]
 
@@ -78,9 +78,20 @@ def mxnet_rule(f):
     return rule
 
 
-@gradient.through('rescale')
-def guide_rule(f):
+def _guide_rule(f, amsgrad):
     grad_of = gradient.rescaled(f)
+    maximum = torch_ops.maximum(f)
+
+    if amsgrad:  # a closure constant: the compiled rule takes the running maximum's slot
+        def amsgrad_rule(w, grad, m, v, vmax, hp):
+            p = GuideRow(*hp)
+            g = grad_of(grad, p.rescale, p.clip_bound)
+            m = p.b1 * m + p.one_minus_b1 * g
+            v = p.b2 * v + p.one_minus_b2 * (g * g)
+            vmax = maximum(vmax, v)
+            return (w - p.eta * (p.lr * (m / p.bc1) / (math.sqrt(vmax / p.bc2) + p.eps)
+                                 + p.wd * w), m, v, vmax)
+        return amsgrad_rule
 
     def rule(w, grad, m, v, hp):
         p = GuideRow(*hp)
@@ -92,18 +103,31 @@ def guide_rule(f):
     return rule
 
 
+@gradient.through('rescale')
+def guide_rule(f):
+    return _guide_rule(f, False)
+
+
+@gradient.through('rescale')
+def guide_amsgrad_rule(f):
+    """:func:`guide_rule` with AMSGrad: ``max_var = max(max_var, v)`` in ``v``'s place in the
+    denominator."""
+    return _guide_rule(f, True)
+
+
 SPEC = Spec(
     name="adamw", reference="reference.adamw",
     conventions=("mxnet", "guide", "pytorch"), pytorch_form="lerp",
     pytorch="pytorch", torch="AdamW",
-    torch_slots={"mean": "exp_avg", "var": "exp_avg_sq"},
+    torch_slots={"mean": "exp_avg", "var": "exp_avg_sq", "max_var": "max_exp_avg_sq"},
     space={"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999),
            "epsilon": Decades(-10, -2), "eta": OneOf(1.0, Interval(0.0, 1.0))},
+    flags={"amsgrad": False},
     usual={"beta1": USUAL_BETA1, "beta2": USUAL_BETA2, "epsilon": Decades(-8, -3)},
     variants=("hyper_f32", "hyper_f64", "constants_in_dtype", "lerp"),
     record={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-08, "eta": 0.5}, record_ulps=1,
     layouts=({"learning_rate": 0.01, "eta": 0.5},),
-    trainer=({"eta": 0.5},),
+    trainer=({"eta": 0.5}, {"amsgrad": True}),   # AMSGrad under the conventions that have it
     demo={"learning_rate": 0.01, "wd": 0.01},
     bench=(BenchSetting("adamw", {}, torch=("AdamW", {"weight_decay": 0.0}), quick=True),),
 )
@@ -127,6 +151,9 @@ class AdamW(adam.MomentConstants, Optimizer):
     ``convention="pytorch"``: ``torch.optim.AdamW(lr=eta*learning_rate, weight_decay=wd)``, the
     decay ``w*(1 - lr*wd)`` first (``adam.pytorch_rule``).
 
+    ``amsgrad=True`` (torch's flag; "guide" and "pytorch" only): a third slot ``max_var``, the
+    running maximum of ``var``, in its place in the denominator. State: ``(mean, var, max_var)``.
+
     Example::
 
         >>> import numpy as np
@@ -139,15 +166,20 @@ class AdamW(adam.MomentConstants, Optimizer):
 
     spec = SPEC
 
-    domains = {"beta1": unit(), "beta2": unit(), "epsilon": nonneg(), "eta": nonneg()}
+    domains = {"beta1": unit(), "beta2": unit(), "epsilon": nonneg(), "eta": nonneg(),
+               "amsgrad": flag()}
 
     def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, eta=1.0,
-                 **kwargs):
+                 amsgrad=False, **kwargs):
         self.beta1, self.beta2, self.epsilon, self.eta = beta1, beta2, epsilon, eta
+        self.amsgrad = amsgrad
         super().__init__(learning_rate=learning_rate, **kwargs)
 
+    def check_relations(self):
+        adam.check_amsgrad(self)
+
     def state_slots(self):
-        return ("mean", "var")
+        return ("mean", "var", "max_var") if self.amsgrad else ("mean", "var")
 
     def _clip_bound(self):
         # the operator clips whenever clip_gradient >= 0 and the optimizer passes None as -1
@@ -172,8 +204,8 @@ class AdamW(adam.MomentConstants, Optimizer):
         if self.convention == "pytorch":
             # torch.optim.AdamW: lr = eta*lr, the decay 1 - lr*wd (adam.pytorch_rule)
             gamma = constants["eta"] * lr
-            return adam.pytorch_rule, adam.pytorch_row(constants, t, gamma,
-                                                       decay=1.0 - gamma * wd, wd=0.0)
-        return guide_rule, GuideRow(lr=r(lr), wd=r(wd), **constants,
-                                    bc1=1.0 - constants["b1"] ** t,
-                                    bc2=1.0 - constants["b2"] ** t)
+            return (adam.pytorch_amsgrad_rule if self.amsgrad else adam.pytorch_rule), \
+                adam.pytorch_row(constants, t, gamma, decay=1.0 - gamma * wd, wd=0.0)
+        return (guide_amsgrad_rule if self.amsgrad else guide_rule), GuideRow(
+            lr=r(lr), wd=r(wd), **constants, bc1=1.0 - constants["b1"] ** t,
+            bc2=1.0 - constants["b2"] ** t)

@@ -123,6 +123,10 @@ class Spec:
         ``reference.noise``, keyed by a seed and the parameter index); ``toolkit.error_bounds`` and
         ``check`` compare it through those draws, the oracle's ``verify``/``identify`` (which
         run a user's implementation with its own draws) refuse it.
+        ``flags``: ``{constructor keyword: its off value}``, switches added to an optimizer after
+        its oracle's cases were fixed (Adam's ``amsgrad``): not drawn, held off (a case does
+        not hold them, so a user's ``make_step`` is not handed them and the cases of every seed
+        stay what they were) unless ``fixed`` sets them.
         ``case_steps``: the most steps a drawn case takes where a branch begins late (RAdam: 8,
         its rectified step begins at t = 5 or 6); 0: the oracle's usual count.
         ``usual``: the ranges people train with, for some of ``space``'s hyperparameters (Adam:
@@ -170,6 +174,7 @@ class Spec:
     half_state_lr: float | None = None
     half_state_reason: str = ""
     noise: bool = False
+    flags: Mapping[str, Any] = field(default_factory=dict)
     usual: Mapping[str, Space] = field(default_factory=dict)
     case_steps: int = 0
     variants: tuple = None
@@ -201,7 +206,7 @@ class Spec:
             raise TypeError(f"Spec {self.name!r}: variants must be a tuple of variant names "
                             f"(toolkit.oracle.variants.VARIANTS), got {self.variants!r}")
         object.__setattr__(self, "variants", tuple(self.variants))
-        for key in ("space", "fixed", "usual", "record", "demo", "torch_requires",
+        for key in ("space", "fixed", "flags", "usual", "record", "demo", "torch_requires",
                     "torch_flags", "torch_slots"):
             object.__setattr__(self, key, _frozen(getattr(self, key)))
         for key in ("layouts", "trainer"):

@@ -14,13 +14,14 @@ IEEE square root, as torch's fused CPU kernels and its CUDA kernels do (docs/con
   ``g.add(w, alpha=wd)`` when ``wd != 0`` (torch has neither ``rescale_grad`` nor
   ``clip_gradient``: at their defaults they change nothing);
 * :func:`lerp`: torch's ``start.lerp_(end, weight)``;
-* :func:`square_avg`: ``avg.mul_(beta).addcmul_(g, g, value=1 - beta)``.
+* :func:`square_avg`: ``avg.mul_(beta).addcmul_(g, g, value=1 - beta)``;
+* :func:`maximum`: ``torch.maximum(a, b)`` (AMSGrad's running maximum), NaN where either is.
 """
 from __future__ import annotations
 
 from ..backends.jit import fma, inlined
 
-__all__ = ["gradient", "lerp", "square_avg"]
+__all__ = ["gradient", "lerp", "square_avg", "maximum"]
 
 
 def gradient(f):
@@ -58,3 +59,13 @@ def square_avg(f):
     def square_avg_(avg, g, beta, omb):
         return fma(omb * g, g, avg * beta)
     return inlined(square_avg_)
+
+
+def maximum(f):
+    """``maximum(a, b)``, torch's ``torch.maximum``: the larger, and NaN where either is NaN
+    (Python's ``max`` would keep ``a`` against a NaN ``b``)."""
+    def maximum_(a, b):
+        if b > a or b != b:
+            return b
+        return a
+    return inlined(maximum_)

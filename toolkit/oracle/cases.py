@@ -135,22 +135,47 @@ def optimizer_class(name):
     return optimizer.registry().get(name)
 
 
-def constructible(klass, hyper):
+def _built(klass, hyper, convention=None):
+    """The refusal of ``klass(**hyper)`` (under ``convention`` where given), or None."""
+    try:
+        klass(**hyper) if convention is None else klass(convention=convention, **hyper)
+    except (ValueError, TypeError) as e:
+        return e
+    return None
+
+
+def _other_conventions(klass):
+    """The conventions ``klass`` implements beside its default (its spec's), in order."""
+    spec = getattr(klass, "spec", None)
+    return () if spec is None else tuple(spec.conventions[1:])
+
+
+def constructible(klass, hyper, convention=None):
     """Whether the optimizer's constructor accepts ``hyper`` (a drawn case with ``fixed``
-    values: a combination it refuses is not drawn)."""
+    values: a combination it refuses is not drawn): under ``convention`` where given, else
+    under some convention it implements (Adam's ``amsgrad`` only outside "mxnet")."""
     if klass is None:
         return True
-    try:
-        klass(**hyper)
-    except (ValueError, TypeError):
-        return False
-    return True
+    if convention is not None:
+        return _built(klass, hyper, convention) is None
+    return _built(klass, hyper) is None or any(
+        _built(klass, hyper, c) is None for c in _other_conventions(klass))
 
 
-def check_fixed(name, fixed):
+def refusing(klass, fixed, conventions):
+    """The conventions among ``conventions`` whose optimizer takes its defaults but refuses
+    ``fixed`` (Adam's ``amsgrad=True`` under "mxnet"): no reference of theirs is run."""
+    if klass is None or not fixed:
+        return ()
+    return tuple(c for c in conventions
+                 if not constructible(klass, fixed, c) and constructible(klass, {}, c))
+
+
+def check_fixed(name, fixed, convention=None):
     """``fixed`` as a dict, checked: known names (:func:`space.hyper_space`) and values the
-    optimizer's own constructor accepts, alone and together. A refused value is the
-    constructor's ValueError/TypeError, naming ``fixed[...]``."""
+    optimizer's own constructor accepts, alone and together, under ``convention`` where given
+    (else under some convention it implements). A refused value is the constructor's
+    ValueError/TypeError, naming ``fixed[...]`` (and the convention, where one was given)."""
     if fixed is None:
         return {}
     if not isinstance(fixed, dict):
@@ -159,17 +184,17 @@ def check_fixed(name, fixed):
     fixed = dict(fixed)
     _space.hyper_space(name, fixed)  # unknown names
     klass = optimizer_class(name)
-    if klass is None:
+    if klass is None or constructible(klass, fixed, convention):
         return fixed
-    try:
-        klass(**fixed)
-    except (ValueError, TypeError) as e:
-        for k, v in fixed.items():
-            try:
-                klass(**{k: v})
-            except (ValueError, TypeError) as alone:
-                raise type(alone)(f"fixed[{k!r}] = {v!r} is refused by "
-                                  f"{klass.__name__}: {alone}") from None
-        raise type(e)(f"fixed {fixed!r} is refused by {klass.__name__} (each value alone "
-                      f"is accepted): {e}") from None
-    return fixed
+    for k, v in fixed.items():
+        alone = _built(klass, {k: v}, convention)
+        if alone is not None:
+            # the convention named where another one takes the value (amsgrad under "mxnet")
+            under = f" under convention {convention!r}" if convention is not None and \
+                constructible(klass, {k: v}) else ""
+            raise type(alone)(f"fixed[{k!r}] = {v!r} is refused by "
+                              f"{klass.__name__}{under}: {alone}") from None
+    under = "" if convention is None else f" under convention {convention!r}"
+    e = _built(klass, fixed, convention)
+    raise type(e)(f"fixed {fixed!r} is refused by {klass.__name__}{under} (each value alone "
+                  f"is accepted): {e}") from None

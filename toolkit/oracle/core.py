@@ -58,7 +58,7 @@ def verify(make_step, optimizer, *, convention=None, fixed=None, dtype="float32"
         The precision of the inputs handed to the implementation and of the error bound.
     examples : int
         How many cases are drawn over the full domain (each a fresh ``make_step`` and 1
-        to 4 steps); the cases of ``examples=N`` are the first ``N`` of any larger count's
+        to 4 steps, up to 8 for RAdam: ``Spec.case_steps``); the cases of ``examples=N`` are the first ``N`` of any larger count's
         (:mod:`toolkit.oracle.cases`).
     seed : int or "random"
         The seed of the draw (default :data:`DEFAULT_SEED`: the same verdict every run);
@@ -103,7 +103,10 @@ def verify(make_step, optimizer, *, convention=None, fixed=None, dtype="float32"
         usual_examples = max(1, examples // 2)
     else:
         _cases.check_count("usual_examples", usual_examples, 1, " or None (examples // 2)")
-    fixed = _cases.check_fixed(ref.NAME, fixed)
+    fixed = _cases.check_fixed(ref.NAME, fixed, asked)
+    # a convention refusing a fixed value (Adam's amsgrad under "mxnet") explains nothing
+    refused = _cases.refusing(_cases.optimizer_class(ref.NAME), fixed, implemented)
+    implemented = tuple(c for c in implemented if c not in refused)
     impl = _user.Implementation(make_step, allow_wider, pinned=fixed, timeout=timeout,
                                 progress=progress)
     seed = resolve_seed(seed)

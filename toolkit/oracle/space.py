@@ -139,10 +139,11 @@ def hyper_space(name, fixed=None, domain="full", ranges=None):
     else:
         space.update(ranges)
     fixed = dict(fixed or {})
-    unknown = sorted(set(fixed) - set(space))
+    flags = _spec(name).flags  # not drawn, held off unless fixed (Spec.flags)
+    unknown = sorted(set(fixed) - set(space) - set(flags))
     if unknown:
         raise ValueError(f"fixed names unknown hyperparameter(s) {unknown} of {name!r}; known: "
-                         f"{sorted(space)}")
+                         f"{sorted(set(space) | set(flags))}")
     space.update({k: Just(v) for k, v in fixed.items()})
     return space
 

@@ -17,6 +17,7 @@ import warnings
 import torch
 
 from ..optimizers.registry import spec_of
+from ..optimizers import aliases
 from . import keywords, meaning
 
 __all__ = ["exported", "reimported", "for_torch", "without_torch_entries", "from_torch", "warn"]
@@ -128,6 +129,7 @@ def from_torch(opt, sd):
                          f"{len(opt.param_groups)}")
     notes = []
     groups, group_of = [], {}
+    own = aliases.accepted_keywords(klass)
     for gi, (saved, group) in enumerate(zip(saved_groups, opt.param_groups)):
         options = {k: v for k, v in group.items() if k != "params"}
         changed = set()
@@ -142,7 +144,10 @@ def from_torch(opt, sd):
                 continue
             rule = rules.get(key, (None,))[0]
             if rule is None:
-                continue  # a key of torch's this optimizer has no use for (decoupled_weight_decay)
+                if key in own and (torch_name, key) not in meaning.SHARED:
+                    options[key], changed = value, changed | {key}  # the same meaning (amsgrad)
+                continue  # else a key of torch's this optimizer has no use for, or another
+                # meaning of the same spelling (AdaGrad's eps)
             if isinstance(rule, meaning.OffOnly) and not meaning.equal(value, rule.off):
                 if rule.off is not None:
                     raise ValueError(f"{where}: param group {gi}: {key}={value!r} cannot "

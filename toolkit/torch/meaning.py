@@ -30,7 +30,8 @@ import torch
 from ..optimizers import aliases
 from ..optimizers.registry import spec_of
 
-__all__ = ["Same", "Converted", "OffOnly", "Moot", "RULES", "SHARED", "rules", "table",
+__all__ = ["Same", "Converted", "OffOnly", "Moot", "RULES", "SHARED", "SOME_CONVENTIONS",
+           "rules", "table",
            "equal", "torch_defaults", "positional", "namesake", "signature"]
 
 
@@ -190,7 +191,6 @@ _PLACEMENT = ("torch adds eps to the bias-corrected root sqrt(v/(1-beta2^t)); MX
 #: (docs/conventions.md), so most keys are the same there
 RULES = {  # checked against the registry by tests/test_torch_keywords.py::test_rules_name_torch_facts
     ("Adam", "eps"): {"mxnet": OffOnly(None, _PLACEMENT, "epsilon"), "*": Same(("epsilon",))},
-    ("Adam", "amsgrad"): {"*": OffOnly(False, "MXNet 1.9.1 has no AMSGrad")},
     ("Adam", "decoupled_weight_decay"): {"*": OffOnly(False, "decoupled decay is "
                                                              "toolkit.torch.AdamW")},
     ("AdamW", "weight_decay"): {"pytorch": Same(("wd",), torch_default=True), "*": Converted(
@@ -202,7 +202,6 @@ RULES = {  # checked against the registry by tests/test_torch_keywords.py::test_
                                               "epsilon= for MXNet's, or convention='guide'",
                                       "epsilon"),
                        "*": Same(("epsilon",))},
-    ("AdamW", "amsgrad"): {"*": OffOnly(False, "MXNet 1.9.1 has no AMSGrad")},
     ("Adamax", "eps"): {"pytorch": Same(("epsilon",)), "*": OffOnly(None, "torch adds eps to |g| inside the max; MXNet's "
                                            "Adamax has no epsilon (the guide's adds it to the "
                                            "denominator: epsilon= with convention='guide')",
@@ -244,13 +243,23 @@ RULES = {  # checked against the registry by tests/test_torch_keywords.py::test_
                                                              "paper's lambda) directly")},
 }
 
-#: ``(torch class, keyword) -> note`` where a torch keyword is also the MXNet keyword of the
-#: same spelling (an MXNet key, MXNet's meaning) and the two meanings differ
+#: ``(torch class, keyword) -> note`` where a torch keyword is also the optimizer's own keyword
+#: of the same spelling (an MXNet key, MXNet's meaning) and the two meanings differ: a torch
+#: state_dict's value of it is not taken (every other own keyword of torch's spelling means
+#: torch's, and crosses: Adam's ``amsgrad``, RAdam's ``decoupled_weight_decay``)
 SHARED = {  # checked against the registry by tests/test_torch_keywords.py::test_rules_name_torch_facts
     ("Adagrad", "eps"): "MXNet's eps, inside the root: sqrt(h + eps); torch's is outside, "
                         "sqrt(h) + eps",
     ("SGD", "momentum"): "MXNet's momentum: its buffer holds -lr*buf, so the two agree while "
                          "lr is constant and differ where it changes",
+}
+#: ``(torch class, keyword) -> note``: an own keyword of torch's spelling and meaning that some
+#: conventions refuse (docs/torch.md's table says so)
+SOME_CONVENTIONS = {  # checked against the registry by tests/test_torch_keywords.py::test_rules_name_torch_facts
+    ("Adam", "amsgrad"): "same, under conventions 'pytorch' and 'guide' (MXNet 1.9.1 has no "
+                         "AMSGrad: refused under 'mxnet')",
+    ("AdamW", "amsgrad"): "same, under conventions 'pytorch' and 'guide' (MXNet 1.9.1 has no "
+                          "AMSGrad: refused under 'mxnet')",
 }
 
 
@@ -368,6 +377,7 @@ def table(klass, convention=None):
         elif key == "lr":
             rows.append("| `lr` | same: `learning_rate` |")
         elif key in aliases.accepted_keywords(klass):
-            note = SHARED.get((spec.torch, key), "same")
-            rows.append(f"| `{key}` | MXNet's keyword of that name: {note} |")
+            note = SHARED.get((spec.torch, key)) or SOME_CONVENTIONS.get((spec.torch, key),
+                                                                          "same")
+            rows.append(f"| `{key}` | the optimizer's own keyword of that name: {note} |")
     return rows

@@ -67,6 +67,9 @@ def _check_identity(path, meta, trainer):
     mine, theirs = hyper(opt), meta["hyperparameters"]
     if not isinstance(theirs, dict):
         refuse(path, f"its hyperparameters are {type(theirs).__name__}, not a dict")
+    # a file saved before a flag was added (Adam's amsgrad) holds it off (Spec.flags)
+    spec = getattr(type(opt), "spec", None)
+    theirs = {**(dict(spec.flags) if spec is not None else {}), **theirs}
     if not _same(theirs, mine):
         diff = sorted(k for k in set(mine) | set(theirs)
                       if not _same(mine.get(k, ...), theirs.get(k, ...)))
