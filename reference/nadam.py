@@ -27,6 +27,11 @@ other modules' "pytorch" branches: they differ only when clipping is active and 
 What torch.optim.NAdam computes on CPU is ``form=("wd_after_clip", "lerp",
 "schedule_product_f32")`` with ``hyper_f32=False`` (its float32 ``mu_product`` is a finding the
 oracle explains, docs/conformance.md, not part of the convention).
+
+``decoupled_weight_decay`` (a HYPER key, False by default; torch's flag, NAdamW): the weight
+decays first, ``w = w*(1 - lr*wd)``, and no weight decay enters the gradient. Under "pytorch"
+only: MXNet's Nadam couples ``wd`` into the gradient, so ``convention="mxnet"`` with the flag on
+is a ValueError.
 """
 from __future__ import annotations
 
@@ -45,7 +50,7 @@ CONVENTIONS = ("mxnet", "pytorch")
 PYTORCH = "mxnet"
 STATE = ("m", "v")
 HYPER = {"learning_rate": 0.001, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8,
-         "schedule_decay": 0.004}
+         "schedule_decay": 0.004, "decoupled_weight_decay": False}
 #: ``step(..., form=...)`` variants (as in reference/adam.py), listed under "mxnet", which the
 #: pytorch convention runs: torch.optim.NAdam's lerp (``exp_avg.lerp_(grad, 1 - beta1)``) and
 #: float32 ``mu_product`` (torch/optim/nadam.py, torch 2.13); optax.nadam's bias corrections in
@@ -133,6 +138,10 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     the product's rounding bound to the next step).
     """
     forms = ()
+    if hyper.get("decoupled_weight_decay") and convention == "mxnet":
+        raise ValueError("nadam: decoupled_weight_decay=True is refused under convention 'mxnet' "
+                         "(MXNet's Nadam couples wd into the gradient); the 'pytorch' convention "
+                         "has it")
     if convention != "guide":          # "guide" is recognised, and refused below
         convention = check_convention(convention, CONVENTIONS, NAME, PYTORCH)
         forms = tuple(check_form(f, FORMS, NAME, convention)
@@ -155,6 +164,10 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     if not isinstance(m_schedule, Tracked):   # Tracked: carried by a form (see above)
         m_schedule = float(m_schedule)
 
+    if h["decoupled_weight_decay"]:   # torch's flag: the weight decays first, g has no wd
+        if wd:
+            w = w * (1.0 - lr * wd)
+        wd = 0.0
     if "wd_after_clip" in forms:
         g = pytorch_gradient(g, w, wd=wd, rescale_grad=rescale_grad,
                              clip_gradient=clip_gradient)

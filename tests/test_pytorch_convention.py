@@ -115,6 +115,9 @@ CASES = [  # checked against the registry by test_conventions_come_from_the_spec
                "schedule_decay": 0.01}, "NAdam",
      {"lr": 0.01, "weight_decay": 0.1, "betas": (0.6, 0.95), "eps": 1e-6,
       "momentum_decay": 0.01}, {"m": "exp_avg", "v": "exp_avg_sq"}),
+    ("nadam", {"learning_rate": 0.01, "wd": 0.5, "decoupled_weight_decay": True}, "NAdam",
+     {"lr": 0.01, "weight_decay": 0.5, "decoupled_weight_decay": True},
+     {"m": "exp_avg", "v": "exp_avg_sq"}),
 ]
 
 IDS = [f"{c[0]}-{i}" for i, c in enumerate(CASES)]

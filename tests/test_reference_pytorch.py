@@ -381,7 +381,8 @@ def _make_torch(torch, name, params, *, lr, wd, hyper, foreach):
         opt = o.NAdam(params, lr=lr, betas=(hyper.get("beta1", 0.9), hyper.get("beta2", 0.999)),
                       eps=hyper.get("epsilon", 1e-8), weight_decay=wd,
                       momentum_decay=hyper.get("schedule_decay", 0.004),
-                      decoupled_weight_decay=False, foreach=foreach)
+                      decoupled_weight_decay=hyper.get("decoupled_weight_decay", False),
+                      foreach=foreach)
         return opt, {"m": "exp_avg", "v": "exp_avg_sq", "m_schedule": "mu_product"}
     if name == "adamw":
         opt = o.AdamW(params, lr=lr * hyper.get("eta", 1.0),
@@ -436,6 +437,7 @@ TORCH_CASES = [  # checked against the registry by test_every_torch_optimizer_ha
     # MXNet's (the alias's) reading adds wd before clipping, torch's own branches after: with
     # clipping on, the alias is compared with wd = 0 (the two readings then coincide)
     ("nadam", dict(schedule_decay=0.004), 0.0, CHANGING, 0.5, 0.75),
+    ("nadam", dict(decoupled_weight_decay=True), 0.1, CHANGING, 1.0, None),
     ("adamw", dict(), 0.0, CONSTANT, 1.0, None),
     ("adamw", dict(beta1=0.8, beta2=0.9, epsilon=1e-3), 0.1, CHANGING, 1.0, None),
     ("adamw", dict(eta=0.5, epsilon=1e-6), 0.05, CHANGING, 0.5, 0.75),

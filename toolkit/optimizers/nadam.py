@@ -28,7 +28,7 @@ from .base import Optimizer
 from .registry import register
 from .spec_spaces import Decades, Interval, OneOf, USUAL_BETA1, USUAL_BETA2
 from .spec import BenchSetting, Spec
-from .validation import nonneg, unit
+from .validation import flag, nonneg, unit
 
 __all__ = ["Nadam"]
 
@@ -54,9 +54,10 @@ class Row(NamedTuple):
 class PytorchRow(NamedTuple):
     """The scalars of :func:`pytorch_rule` (torch.optim.NAdam), formed on the host in float64
     as torch forms them in Python floats."""
+    decay: float         #: 1 - lr*wd with decoupled_weight_decay (torch's NAdamW), else 1
     rescale: float       #: rescale_grad
     clip_bound: float    #: clip_gradient, negative for none
-    wd: float            #: torch's coupled weight decay
+    wd: float            #: torch's coupled weight decay (0 with decoupled_weight_decay)
     one_minus_b1: float  #: 1 - beta1, the weight of the first moment's lerp
     b2: float
     one_minus_b2: float  #: 1 - beta2
@@ -81,9 +82,10 @@ def mxnet_rule(f):
 
 def pytorch_rule(f):
     """torch.optim.NAdam's single-tensor update (torch 2.13, torch/optim/nadam.py,
-    ``_single_tensor_nadam``, ``decoupled_weight_decay=False``, the path it runs on CPU
-    tensors), in torch's order of operations::
+    ``_single_tensor_nadam``, the path it runs on CPU tensors), in torch's order of
+    operations::
 
+        w = w*(1 - lr*wd)                            (decoupled_weight_decay; else 1)
         g = clip(rs*grad, c) + wd*w                  (coupled, when wd != 0)
         m = m.lerp(g, 1 - beta1)
         v = v*beta2 + (1 - beta2)*g*g
@@ -100,6 +102,7 @@ def pytorch_rule(f):
 
     def rule(w, grad, m, v, hp):
         p = PytorchRow(*hp)
+        w = w * p.decay
         g = grad_of(grad, w, p.rescale, p.wd, p.clip_bound)
         m = lerp(m, g, p.one_minus_b1)
         v = square_avg(v, g, p.b2, p.one_minus_b2)
@@ -125,6 +128,7 @@ SPEC = Spec(
     torch_slots={"m": "exp_avg", "v": "exp_avg_sq"},
     space={"beta1": Interval(0.0, 0.99), "beta2": Interval(0.0, 0.9999),
            "epsilon": Decades(-10, -2), "schedule_decay": OneOf(0.004, Interval(0.0, 0.1))},
+    flags={"decoupled_weight_decay": False},
     # betas and epsilon as Adam's (Dozat 2016; MXNet, torch.optim.NAdam, optax: 0.9, 0.999,
     # 1e-8; Keras 1e-7); schedule_decay: 0.004 (Dozat, MXNet, torch's momentum_decay, Keras),
     # a decade around it at most
@@ -136,7 +140,8 @@ SPEC = Spec(
     record={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-08,
             "schedule_decay": 0.004}, record_ulps=1,
     layouts=({},),
-    trainer=({},),
+    # torch's NAdamW under the convention that has it
+    trainer=({}, {"decoupled_weight_decay": True}),
     demo={"learning_rate": 0.01},
     bench=(BenchSetting("nadam", {}, torch=("NAdam", {}), quick=True),),
 )
@@ -152,8 +157,10 @@ class Nadam(Optimizer):
     ``w = w - lr*((1-mu_t)*g/(1-m_schedule) + mu_{t+1}*m/(1-m_schedule*mu_{t+1})) /
     (sqrt(v/(1-beta2^t)) + epsilon)`` with ``g = clip(rs*grad + wd*w, c)``. State: ``(m, v)``.
 
-    ``convention="pytorch"``: ``torch.optim.NAdam(decoupled_weight_decay=False)`` in torch's
-    order of operations (:func:`pytorch_rule`), with torch's bookkeeping: the running product
+    ``convention="pytorch"``: ``torch.optim.NAdam`` in torch's order of operations
+    (:func:`pytorch_rule`; ``decoupled_weight_decay=True``, torch's NAdamW, decays the weight by
+    ``1 - lr*wd`` first and adds no ``wd*w`` to the gradient; refused under "mxnet", whose
+    Nadam couples it), with torch's bookkeeping: the running product
     is **one per index** (torch's per-parameter ``mu_product``, here ``opt.mu_product[index]``),
     held in float32 as torch holds it in its default dtype, float32, for any weight's dtype.
 
@@ -174,12 +181,13 @@ class Nadam(Optimizer):
     mxnet_kernel = False
 
     domains = {"beta1": unit(), "beta2": unit(), "epsilon": nonneg(),
-               "schedule_decay": nonneg()}
+               "schedule_decay": nonneg(), "decoupled_weight_decay": flag()}
 
     def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8,
-                 schedule_decay=0.004, **kwargs):
+                 schedule_decay=0.004, decoupled_weight_decay=False, **kwargs):
         self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
         self.schedule_decay = schedule_decay
+        self.decoupled_weight_decay = decoupled_weight_decay
         # the running product starts at 1 once (MXNet's __init__): not in check_relations,
         # which runs again after every later assignment (a Trainer sets rescale_grad each step)
         self.m_schedule = 1.0
@@ -189,6 +197,11 @@ class Nadam(Optimizer):
         super().__init__(learning_rate=learning_rate, **kwargs)
 
     def check_relations(self):
+        if self.decoupled_weight_decay and self.convention == "mxnet":
+            raise ValueError("decoupled_weight_decay=True is refused under convention 'mxnet': "
+                             "MXNet's Nadam couples wd into the gradient. Use "
+                             "convention='pytorch' (torch.optim.NAdam(decoupled_weight_decay="
+                             "True), NAdamW)")
         if self.convention == "guide":
             raise ValueError("convention='guide' is not available for Nadam: the guide's "
                              "equations need the gradient at two points per step; use "
@@ -263,9 +276,12 @@ class Nadam(Optimizer):
             mu_next = b1 * (1.0 - 0.5 * (0.96 ** ((t + 1) * sd)))
             product = f32_product(self.mu_product.get(index, 1.0), mu)
             product_next = product * mu_next
+            decoupled = self.decoupled_weight_decay and wd != 0
             yield Launch("rule", pytorch_rule, weight, grad, state,
-                         PytorchRow(rescale=self.rescale_grad, clip_bound=self._clip_bound(),
-                                    wd=wd, one_minus_b1=1.0 - b1, b2=b2, one_minus_b2=1.0 - b2,
+                         PytorchRow(decay=1.0 - lr * wd if decoupled else 1.0,
+                                    rescale=self.rescale_grad, clip_bound=self._clip_bound(),
+                                    wd=0.0 if self.decoupled_weight_decay else wd,
+                                    one_minus_b1=1.0 - b1, b2=b2, one_minus_b2=1.0 - b2,
                                     bc2=1.0 - b2 ** t,
                                     eps=self.epsilon,
                                     step_g=-lr * (1.0 - mu) / (1.0 - product),

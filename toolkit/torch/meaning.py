@@ -206,8 +206,6 @@ RULES = {  # checked against the registry by tests/test_torch_keywords.py::test_
                                            "Adamax has no epsilon (the guide's adds it to the "
                                            "denominator: epsilon= with convention='guide')",
                                     "epsilon")},
-    ("NAdam", "decoupled_weight_decay"): {"*": OffOnly(False, "MXNet's Nadam couples wd into "
-                                                              "the gradient")},
     ("Adagrad", "weight_decay"): {"pytorch": Same(("wd",)), "*": OffOnly(0, "torch adds weight_decay*w to the gradient "
                                                   "before the history; MXNet's AdaGrad adds "
                                                   "wd*w to the step after the division: give "
@@ -260,6 +258,8 @@ SOME_CONVENTIONS = {  # checked against the registry by tests/test_torch_keyword
                          "AMSGrad: refused under 'mxnet')",
     ("AdamW", "amsgrad"): "same, under conventions 'pytorch' and 'guide' (MXNet 1.9.1 has no "
                           "AMSGrad: refused under 'mxnet')",
+    ("NAdam", "decoupled_weight_decay"): "same, under convention 'pytorch' (MXNet's Nadam "
+                                         "couples wd into the gradient: refused under 'mxnet')",
 }
 
 
