@@ -45,6 +45,8 @@ THRESHOLD = {"pytorch": 5.0, "paper": 4.0}
 FORMS = {
     "lerp": ("pytorch",),
     "eps_corrected": ("pytorch", "paper"),
+    "eps_inside_root": ("pytorch", "paper"),
+    "no_bias_correction": ("pytorch", "paper"),
 }
 
 
@@ -111,6 +113,8 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
                        what the kernels' "pytorch" rule computes)
         eps_corrected  l = 1/(sqrt(v/(1 - beta2^t)) + eps)   (epsilon added to the
                        bias-corrected root, as optax.radam adds it)
+        eps_inside_root  l = sqrt(1 - beta2^t)/sqrt(v + eps)
+        no_bias_correction  m_hat = m and l = 1/(sqrt(v) + eps): neither moment corrected
 
     (The other threshold is the other convention, which the oracle names.)
     """
@@ -137,12 +141,19 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     # nears 1, and two accurate float64 evaluations of it differ in r_t's 12th digit)
     b1h, b2h = host_double(beta1, w), host_double(beta2, w)
     bc2 = 1.0 - host_power(b2h, t)
-    m_hat = m_new / handed_to(1.0 - host_power(b1h, t), w)              # line 8
+    if form == "no_bias_correction":
+        m_hat = m_new
+    else:
+        m_hat = m_new / handed_to(1.0 - host_power(b1h, t), w)          # line 8
     r = rectification(b2h, t, THRESHOLD[convention])                     # lines 9, 10, 12
     if r is None:
         return w - lr * m_hat, {"mean": m_new, "var": v_new}             # line 15
     if form == "eps_corrected":
         adaptive = 1.0 / (np.sqrt(v_new / handed_to(bc2, w)) + eps)
+    elif form == "eps_inside_root":
+        adaptive = handed_to(np.sqrt(bc2), w) / np.sqrt(v_new + eps)
+    elif form == "no_bias_correction":
+        adaptive = 1.0 / (np.sqrt(v_new) + eps)
     else:
         adaptive = handed_to(np.sqrt(bc2), w) / (np.sqrt(v_new) + eps)   # line 11
     return (w - lr * m_hat * handed_to(r, w) * adaptive,                 # line 13

@@ -233,7 +233,7 @@ def make_radam(convention, variant=None):
             m[...] = b1 * m + f(1.0 - beta1) * g
             v[...] = b2 * v + f(1.0 - beta2) * (g * g)
             bc2 = 1.0 - beta2 ** n
-            m_hat = m / f(1.0 - beta1 ** n)
+            m_hat = m if variant == "no_bias_correction" else m / f(1.0 - beta1 ** n)
             rho_inf = 2.0 / (1.0 - beta2) - 1.0
             rho = rho_inf - 2.0 * n * beta2 ** n / bc2
             if rho > threshold:
@@ -241,6 +241,10 @@ def make_radam(convention, variant=None):
                               ((rho_inf - 4) * (rho_inf - 2) * rho))
                 if variant == "eps_corrected":
                     adaptive = f(1) / (np.sqrt(v / f(bc2)) + eps)
+                elif variant == "eps_inside_root":
+                    adaptive = f(math.sqrt(bc2)) / np.sqrt(v + eps)
+                elif variant == "no_bias_correction":
+                    adaptive = f(1) / (np.sqrt(v) + eps)
                 else:
                     adaptive = f(math.sqrt(bc2)) / (np.sqrt(v) + eps)
                 w[...] = w - lr * m_hat * f(r) * adaptive
@@ -343,6 +347,11 @@ PLANTED = {  # checked against the registry by tests/test_oracle_variants_more.p
     ("radam", "eps_corrected"): ("pytorch", "float32",
                                  dict(learning_rate=0.1, beta2=0.999, epsilon=1e-3, **NO_CLIP),
                                  None),
+    ("radam", "eps_inside_root"): ("pytorch", "float32",
+                                   dict(learning_rate=0.1, beta2=0.999, epsilon=1e-3,
+                                        **NO_CLIP), None),
+    ("radam", "no_bias_correction"): ("pytorch", "float32",
+                                      dict(learning_rate=0.1, **NO_CLIP), None),
 }
 
 

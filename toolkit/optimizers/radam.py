@@ -119,12 +119,12 @@ SPEC = Spec(
     usual={"beta1": USUAL_BETA1, "beta2": USUAL_BETA2, "epsilon": Decades(-8, -3)},
     # the rectified step starts at t = 5 (paper) or 6 (torch): the oracle's cases run up to 8
     case_steps=8,
-    # the hyperparameters rounded to float32 and optax's epsilon (the other threshold is the
-    # other convention, which verify names). torch's lerp (pytorch_form) is no variant here: its
+    # the hyperparameters rounded to float32, optax's epsilon and two easy mistakes (the other
+    # threshold is the other convention, which verify names). torch's lerp (pytorch_form) is no variant here: its
     # rounding stays within the bound in both steps (the momentum step's weight has taken the
     # large gradient the lerp's error scales with; the rectified step, from beta2 > 0.77, keeps
     # that gradient in v and divides the error by it)
-    variants=("hyper_f32", "eps_corrected"),
+    variants=("hyper_f32", "eps_corrected", "eps_inside_root", "no_bias_correction"),
     record={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "decoupled_weight_decay": False},
     record_ulps=1,
     layouts=({},),
