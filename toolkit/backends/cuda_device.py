@@ -23,6 +23,9 @@ __all__ = ["SIMULATOR", "COMPILE_OPTIONS", "THREADS", "BLOCKS_PER_SM", "NUMBA_TY
            "launch_config", "block_cap"]
 
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+if SIMULATOR:  # a block's shared arrays made under a lock (cuda_simulator.py says why)
+    from . import cuda_simulator
+    cuda_simulator.install()
 
 #: The compile options of every CUDA kernel (the simulator ignores them).
 COMPILE_OPTIONS = dict(fastmath=False, cache=not SIMULATOR)
