@@ -1,5 +1,6 @@
-"""The addressed CPU kernels (toolkit.backends.addressed): one call over tensors at raw addresses
-equals run_segmented over a flat buffer holding the same tensors, bit for bit, for every
+"""The addressed CPU kernels (toolkit.backends.addressed): one call over tensors at raw addresses,
+and run_segmented over a flat buffer holding the same tensors (the same loop), equal the
+element-wise loop of each tensor alone, bit for bit, for every
 element-wise rule the registry's optimizers launch (found as the Trainer finds them: a step
 planned through a recorder), float32 and float64, sizes 0 and 1, skipped members (the serial
 kernel of every rule, the parallel one of a sample: ``PARALLEL``); the
@@ -168,16 +169,33 @@ def _bits(a):
     return a.view(np.uint8).tobytes()
 
 
+def _elementwise(factory, per_tensor, sizes, active, table, grads=None):
+    """Copies of ``per_tensor`` stepped tensor by tensor by the element-wise loop of one tensor
+    (``cpu.run_elementwise``, the loop ``update`` runs; a loop of its own), the active ones
+    with their rows (``grads``: the gradients to read instead, one per tensor)."""
+    out = [[a.copy() for a in arrs] for arrs in per_tensor]
+    for s, on in enumerate(active):
+        if on and sizes[s]:
+            arrs = out[s]
+            g = arrs[1] if grads is None else grads[s]
+            cpu.run_elementwise(factory, arrs[0], g, tuple(arrs[2:]), table[s, 1:].tolist())
+    return out
+
+
 @pytest.mark.parametrize("dtype, key", _cases(RULES))
 @settings(max_examples=scaled(12), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(members=_members())
 @example(members=EDGES)
-def test_addressed_equals_segmented_bit_for_bit(dtype, key, members):
+def test_addressed_and_flat_buffers_equal_the_elementwise_loop_bit_for_bit(dtype, key, members):
+    """The addressed loop over tensors anywhere (``run_rule_addressed``) and over flat buffers
+    holding them (``cpu.run_segmented``, the Trainer's call) equal the element-wise loop of
+    each tensor alone, bit for bit."""
     factory, n_state, _ = key
     sizes, active, seed = members
     sizes = _sizes_for(key, PARALLEL[dtype], sizes)
     per_tensor = _arrays(np.random.default_rng(seed), sizes, dtype, n_state)
     table = _table(RULES[dtype][key], active, dtype)
+    expected = _elementwise(factory, per_tensor, sizes, active, table)
     flats = [_flat(per_tensor, k, dtype) for k in range(2 + n_state)]
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     cpu.run_segmented(factory, flats[0], flats[1], tuple(flats[2:]), table,
@@ -185,7 +203,9 @@ def test_addressed_equals_segmented_bit_for_bit(dtype, key, members):
     addressed.run_rule_addressed(factory, dtype, _ptrs(per_tensor), np.array(sizes, np.int64),
                                  table)
     for k in range(2 + n_state):
-        assert _bits(_flat(per_tensor, k, dtype)) == _bits(flats[k]), (k, sizes, active)
+        want = _bits(_flat(expected, k, dtype))
+        assert _bits(_flat(per_tensor, k, dtype)) == want, (k, sizes, active)
+        assert _bits(flats[k]) == want, (k, sizes, active)
 
 
 MP_RULES = _launched("rule", np.float16, multi_precision=True)
@@ -202,9 +222,10 @@ def test_the_multi_precision_rules_are_found():
 @given(members=_members())
 @example(members=EDGES)
 def test_multi_precision_equals_the_trainers_float32_step_and_rounding(key, members):
-    """Float16 weight and gradient, float32 master and states: the master and states are
-    run_segmented's over the widened gradient, the weight is the new master rounded as the
-    Trainer's CPU path rounds it (to_half_into), bit for bit."""
+    """Float16 weight and gradient, float32 master and states: the master and states are the
+    element-wise loop's over the widened gradient, the weight is the new master rounded as the
+    Trainer's CPU path rounds it (to_half_into), bit for bit; the one-tensor multi-precision
+    step (``cpu.MirrorLauncher``, the same loop with one row) too."""
     factory, n_state, _ = key
     sizes, active, seed = members
     sizes = _sizes_for(key, MP_PARALLEL, sizes)
@@ -213,26 +234,32 @@ def test_multi_precision_equals_the_trainers_float32_step_and_rounding(key, memb
     grads16 = [arrs[1].astype(np.float16) for arrs in per_tensor]
     weights16 = [arrs[0].astype(np.float16) for arrs in per_tensor]
     table = _table(MP_RULES[key], active, np.float32)
-    flats = [_flat(per_tensor, k, np.float32) for k in range(2 + n_state)]
-    g16 = np.concatenate(grads16) if grads16 else np.zeros(0, np.float16)
-    w16 = np.concatenate(weights16) if weights16 else np.zeros(0, np.float16)
-    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    cpu.run_segmented(factory, flats[0], to_single(g16), tuple(flats[2:]), table,
-                      order.chunk_table(offsets))
-    expected16 = w16.copy()
+    expected = _elementwise(factory, per_tensor, sizes, active, table,
+                            grads=[to_single(g) for g in grads16])
+    expected16 = [w.copy() for w in weights16]
     for s, on in enumerate(active):
         if on:
-            a, b = offsets[s], offsets[s + 1]
-            to_half_into(expected16[a:b], flats[0][a:b])
+            to_half_into(expected16[s], expected[s][0])
+    one = [[a.copy() for a in arrs] for arrs in per_tensor]   # cpu.MirrorLauncher, per tensor
+    one16 = [w.copy() for w in weights16]
+    for s, on in enumerate(active):
+        if on and sizes[s]:
+            launcher = cpu.MirrorLauncher(one[s][0], one16[s])
+            launcher.run_rule(factory, one[s][0], grads16[s], tuple(one[s][2:]),
+                              table[s, 1:].tolist())
+            assert launcher.mirrored
     ptrs = np.array([[arrs[0].ctypes.data, g.ctypes.data]
                      + [x.ctypes.data for x in arrs[2:]] + [w.ctypes.data]
                      for arrs, g, w in zip(per_tensor, grads16, weights16)], np.int64)
     addressed.run_rule_addressed_mp(factory, ptrs.reshape(len(sizes), 3 + n_state),
                                     np.array(sizes, np.int64), table)
     for k in [0] + list(range(2, 2 + n_state)):
-        assert _bits(_flat(per_tensor, k, np.float32)) == _bits(flats[k]), (k, sizes, active)
-    got16 = np.concatenate(weights16) if weights16 else np.zeros(0, np.float16)
-    assert _bits(got16) == _bits(expected16)
+        want = _bits(_flat(expected, k, np.float32))
+        assert _bits(_flat(per_tensor, k, np.float32)) == want, (k, sizes, active)
+        assert _bits(_flat(one, k, np.float32)) == want, (k, sizes, active)
+    want16 = _bits(np.concatenate(expected16) if expected16 else np.zeros(0, np.float16))
+    for got in (weights16, one16):
+        assert _bits(np.concatenate(got) if got else np.zeros(0, np.float16)) == want16
 
 
 @pytest.mark.parametrize("dtype, key", _cases(NOISE))

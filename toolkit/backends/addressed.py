@@ -8,9 +8,11 @@ of 2000 tensors x 4 arrays cost 8 ms a step. The small intrinsic :func:`_address
 the kernel, where ``numba.carray`` makes it an array; numba has no public way to do that, so the
 intrinsic stays here, next to the only kernels that may use it.
 
-The loops, rows, chunks (:data:`toolkit.backends.order.CHUNK`) and compile policy
-(:mod:`toolkit.backends.jit`) are :func:`toolkit.backends.cpu.run_segmented`'s, so the results
-are the same, bit for bit, as over a flat buffer holding the same tensors. Every address is
+The same loops run a Trainer's flat buffers (:func:`toolkit.backends.cpu.run_segmented`, every
+row of ``ptrs`` the buffers' starts: :func:`starts`) and a multi-precision step of one tensor
+(``cpu.MirrorLauncher``); chunks are :data:`toolkit.backends.order.CHUNK`'s, the compile policy
+:mod:`toolkit.backends.jit`'s, and the results equal the element-wise loop's for each tensor
+alone, bit for bit. Every address is
 checked first by a compiled serial pass (:mod:`toolkit.backends.addressed_tables`): nothing is
 written when a check fails.
 
@@ -32,7 +34,8 @@ from . import jit
 from .addressed_tables import alignment, checked_tables, plan_chunks
 from .jit import COMPILE_OPTIONS, KERNELS, NUMBA_TYPES, by_value, cached, compile_kernel, inlined
 
-__all__ = ["run_rule_addressed", "run_rule_addressed_mp", "run_noise_addressed",
+__all__ = ["run_rule_addressed", "run_rule_addressed_mp", "run_noise_addressed", "starts",
+           "flat_buffers",
            "plan_rule_addressed", "plan_rule_addressed_mp", "Planned",
            "addressed_kernel", "addressed_mp_kernel", "addressed_noise_kernel", "plan_chunks"]
 
@@ -65,8 +68,9 @@ def _address(typingctx, address, offset, like):
 def _addressed_loop(rule, n_state, n_hyper):
     """The loop of a rule over the chunks of addressed tensors: ``ptrs[s]`` holds the addresses
     of tensor ``s``'s weight, gradient and states, ``table[s]`` its ``(active, *hp)`` row, and a
-    chunk ``(a, b, s)`` elements ``a`` to ``b`` of tensor ``s``. As ``cpu._segmented_loop``: the
-    hyperparameters a tuple once per chunk, the inner loop over arrays from 0 (it vectorises)."""
+    chunk ``(a, b, s)`` elements ``a`` to ``b`` of tensor ``s`` (of flat buffers, with every row
+    of ``ptrs`` their starts: :func:`starts`). The hyperparameters a tuple once per chunk, the
+    inner loop over arrays from 0 (it vectorises)."""
     if n_state == 0:
         def loop(ptrs, table, chunks):
             for c in prange(chunks.shape[0]):
@@ -125,8 +129,8 @@ def _addressed_loop(rule, n_state, n_hyper):
 def _addressed_mp_loop(rule, n_state, n_hyper, widen, narrow):
     """:func:`_addressed_loop` over a float32 master (column 0) with a float16 gradient
     (column 1) widened exactly on load and the float16 weight (the last column) written from the
-    new master rounded to nearest even, as ``cpu_precision._mp_loop``; the float16 arrays read
-    and written as their uint16 bits."""
+    new master rounded to nearest even (``half.single_to_half``); the float16 arrays read and
+    written as their uint16 bits."""
     if n_state == 0:
         def loop(ptrs, table, chunks):
             for c in prange(chunks.shape[0]):
@@ -293,6 +297,28 @@ def addressed_noise_kernel(factory, n_hyper: int, n_aux: int, dtype, parallel: b
 # --------------------------------------------------------------------------------------------
 # the calls
 # --------------------------------------------------------------------------------------------
+
+
+def starts(arrays, rows=1):
+    """int64 ``(rows, len(arrays))``, every row the start addresses of ``arrays`` (contiguous
+    numpy arrays): the ``ptrs`` of one tensor (``rows`` 1), or of flat buffers whose chunk rows
+    hold offsets into the buffers themselves (one row per segment, all alike), so that the
+    addressed loops also run a Trainer's flat buffers and a single tensor."""
+    return np.tile(np.array([a.ctypes.data for a in arrays], np.int64), (rows, 1))
+
+
+def flat_buffers(arrays, dtypes, what):
+    """Refuse (TypeError) anything but 1-D C-contiguous numpy arrays of one length with the
+    given dtypes: the addressed loops read raw addresses, so these checks are theirs, made
+    where compiled signatures made them before."""
+    n = arrays[0].shape[0] if arrays and getattr(arrays[0], "ndim", 0) == 1 else -1
+    for k, (a, dt) in enumerate(zip(arrays, dtypes)):
+        if not (type(a) is np.ndarray and a.ndim == 1 and a.flags.c_contiguous
+                and a.dtype == dt and a.shape[0] == n):
+            raise TypeError(
+                f"{what}: array {k} must be a 1-D C-contiguous {np.dtype(dt)} numpy array of "
+                f"{n} elements, got {getattr(a, 'dtype', type(a).__name__)} "
+                f"{getattr(a, 'shape', '')}")
 
 
 def run_rule_addressed(factory, dtype, ptrs, sizes, table):

@@ -31,9 +31,11 @@ from .cpu_noise import (NOISE_PARALLEL_THRESHOLD, noise_kernel, noise_mp_kernel,
                         noise_segmented_kernel, run_noise, run_noise_mp, run_noise_segmented)
 from .cpu_norms import (direction_kernel, direction_norms, lars_norms, norms_kernel,  # noqa: F401
                         run_direction, run_norms, tensor_direction_kernel, tensor_norms_kernel)
+from .addressed import addressed_kernel, addressed_mp_kernel, flat_buffers, starts
 from .cpu_elementwise import PreparedStep, elementwise_kernel, run_elementwise  # noqa: F401
-from .cpu_precision import mp_kernel, to_half_into, to_single  # noqa: F401
-from .jit import NUMBA_TYPES, cached, call_readonly, compile_kernel, inlined
+from .cpu_precision import to_half_into, to_single  # noqa: F401
+from .jit import KERNELS, NUMBA_TYPES, cached, call_readonly, compile_kernel, inlined
+from .order import CHUNK, single_chunks
 
 __all__ = ["elementwise_kernel", "run_elementwise", "PreparedStep", "lars_norms", "run_norms", "direction_norms",
            "run_direction", "Launcher", "LAUNCHER", "RowsLauncher", "rows_kernel"]
@@ -288,13 +290,17 @@ class MirrorLauncher(Launcher):
             return super().run_rule(factory, weight, self._widened(grad), states, hyper)
         w, g, states = self._flat(weight, grad, states)
         w16 = self._flat(self.weight16, self.weight16, ())[0]
-        hpa = np.array(hyper, np.float32)
-        kernel = mp_kernel(factory, len(states), hpa.shape[0],
-                           w.shape[0] >= jit.PARALLEL_THRESHOLD)
-        try:
-            kernel(w, g.view(np.uint16), *states, w16.view(np.uint16), hpa)
-        except TypeError:
-            call_readonly(kernel, w, g.view(np.uint16), *states, w16.view(np.uint16), hpa)
+        arrays = (w, g, *states, w16)
+        flat_buffers(arrays, [np.float32, np.float16] + [np.float32] * len(states)
+                     + [np.float16], "a multi-precision step")
+        table = np.empty((1, 1 + len(hyper)), np.float32)
+        table[0, 0] = 1
+        table[0, 1:] = hyper
+        chunks = single_chunks(w.shape[0], CHUNK)
+        parallel = w.shape[0] >= jit.PARALLEL_THRESHOLD and chunks.shape[0] > 1
+        # the addressed loop of one tensor: the same kernel as toolkit.torch's float16 step
+        addressed_mp_kernel(factory, len(states), len(hyper), parallel)(starts(arrays), table,
+                                                                         chunks)
         self.mirrored = True
 
     def run_rows(self, factory, weight, grad, history, rows, hyper):
@@ -326,81 +332,19 @@ class MirrorLauncher(Launcher):
         return lars_norms(weight, grad, cum, batch_scale)
 
 
-# --- segmented kernels: many tensors in one call (the Trainer's flat buffers) ---------------
-def _segmented_loop(rule, n_state, n_hyper):
-    """The loop of a rule over chunks; segment ``s`` reads its hyperparameters from row ``s`` of
-    ``table`` (column 0: 1 to update the segment, 0 to skip it; the rest: the rule's ``hp``),
-    made a tuple once per chunk so the inner loop keeps them in registers. The inner loop runs
-    over slices from 0, so its index is provably non-negative and it vectorises like the flat
-    loop (an index loaded from memory would keep numba's negative-index wraparound in it)."""
-    if n_state == 0:
-        def loop(w, g, table, chunks):
-            for c in prange(chunks.shape[0]):
-                s = chunks[c, 2]
-                if table[s, 0] != 0:
-                    hp = to_fixed_tuple(table[s, 1:], n_hyper)
-                    a, b = chunks[c, 0], chunks[c, 1]
-                    wc, gc = w[a:b], g[a:b]
-                    for i in range(wc.shape[0]):
-                        wc[i] = rule(wc[i], gc[i], hp)
-    elif n_state == 1:
-        def loop(w, g, s0, table, chunks):
-            for c in prange(chunks.shape[0]):
-                s = chunks[c, 2]
-                if table[s, 0] != 0:
-                    hp = to_fixed_tuple(table[s, 1:], n_hyper)
-                    a, b = chunks[c, 0], chunks[c, 1]
-                    wc, gc, x0 = w[a:b], g[a:b], s0[a:b]
-                    for i in range(wc.shape[0]):
-                        wc[i], x0[i] = rule(wc[i], gc[i], x0[i], hp)
-    elif n_state == 2:
-        def loop(w, g, s0, s1, table, chunks):
-            for c in prange(chunks.shape[0]):
-                s = chunks[c, 2]
-                if table[s, 0] != 0:
-                    hp = to_fixed_tuple(table[s, 1:], n_hyper)
-                    a, b = chunks[c, 0], chunks[c, 1]
-                    wc, gc, x0, x1 = w[a:b], g[a:b], s0[a:b], s1[a:b]
-                    for i in range(wc.shape[0]):
-                        wc[i], x0[i], x1[i] = rule(wc[i], gc[i], x0[i], x1[i], hp)
-    elif n_state == 3:
-        def loop(w, g, s0, s1, s2, table, chunks):
-            for c in prange(chunks.shape[0]):
-                s = chunks[c, 2]
-                if table[s, 0] != 0:
-                    hp = to_fixed_tuple(table[s, 1:], n_hyper)
-                    a, b = chunks[c, 0], chunks[c, 1]
-                    wc, gc, x0, x1, x2 = w[a:b], g[a:b], s0[a:b], s1[a:b], s2[a:b]
-                    for i in range(wc.shape[0]):
-                        wc[i], x0[i], x1[i], x2[i] = rule(wc[i], gc[i], x0[i], x1[i], x2[i], hp)
-    else:
-        raise ValueError(f"rules with {n_state} state arrays are not supported (0 to 3)")
-    return loop
-
-
-def segmented_kernel(factory, n_state: int, n_hyper: int, dtype, parallel: bool):
-    """The compiled segmented loop of ``factory``'s rule for ``dtype`` (cached per process)."""
-    dtype = np.dtype(dtype)
-    key = ("segmented", factory, n_state, n_hyper, dtype, bool(parallel))
-
-    def build():
-        nb = NUMBA_TYPES[dtype]
-        arr = nb[::1]
-        sig = types.void(arr, arr, *([arr] * n_state), nb[:, ::1], types.int64[:, ::1])
-        rule = inlined(factory(dtype.type))
-        kernel = compile_kernel(sig, parallel)(
-            _segmented_loop(rule, n_state, n_hyper))
-        return kernel
-    return cached(key, build)
-
-
+# --- segmented calls: many tensors in one call (the Trainer's flat buffers) -----------------
 def run_segmented(factory, weight, grad, states, table, chunks):
     """One call of ``factory``'s rule over 1-D C-contiguous flat buffers of one dtype holding
     many tensors: ``table`` the per-segment ``(active, *hp)`` rows in that dtype, ``chunks``
-    :func:`toolkit.backends.order.chunk_table` rows."""
+    :func:`toolkit.backends.order.chunk_table` rows. It runs the addressed loop
+    (:mod:`toolkit.backends.addressed`) with every segment's addresses the buffers' starts, the
+    chunk rows' offsets being the buffers' own: one compiled loop per rule for many tensors,
+    whether they lie in flat buffers (the Trainer) or anywhere (``toolkit.torch``)."""
+    arrays = (weight, grad, *states)
+    flat_buffers(arrays, [weight.dtype] * len(arrays), "run_segmented")
     parallel = weight.shape[0] >= jit.PARALLEL_THRESHOLD and chunks.shape[0] > 1
-    kernel = segmented_kernel(factory, len(states), table.shape[1] - 1, weight.dtype, parallel)
-    try:
-        kernel(weight, grad, *states, table, chunks)
-    except TypeError:
-        call_readonly(kernel, weight, grad, *states, table, chunks)
+    n_hyper = table.shape[1] - 1
+    kernel = KERNELS.get(("addressed", factory, len(states), n_hyper, weight.dtype, parallel))
+    if kernel is None:
+        kernel = addressed_kernel(factory, len(states), n_hyper, weight.dtype, parallel)
+    kernel(starts(arrays, table.shape[0]), table, chunks)

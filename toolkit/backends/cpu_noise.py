@@ -105,7 +105,8 @@ def run_noise_segmented(factory, weight, grad, table, keys, aux, offsets, chunks
 def noise_mp_kernel(factory, n_hyper, n_aux, parallel):
     """The multi-precision loop of a noise rule (cached): ``loop(w, g16, hp, key, aux, w16)``
     over a float32 master ``w``, the float16 gradient widened on load and the float16 weight
-    rounded from the new master on store (both as their uint16 bits, as :func:`mp_kernel`)."""
+    rounded from the new master on store (both as their uint16 bits, as
+    ``addressed.addressed_mp_kernel``)."""
     key_ = ("noise-mp", factory, n_hyper, n_aux, bool(parallel))
 
     def build():
