@@ -61,11 +61,15 @@ def _plan_loop(ptrs, sizes, table, align, chunk):
     return 0, 0, 0, total, out
 
 
-_plan = numba.njit(
-    [types.Tuple((types.int64, types.int64, types.int64, types.int64, types.int64[:, ::1]))(
-        types.int64[:, ::1], types.int64[::1], NUMBA_TYPES[dt][:, ::1], types.int64[::1],
-        types.int64) for dt in jit.DTYPES],
-    **COMPILE_OPTIONS)(_plan_loop)
+def _plan():
+    """The compiled :func:`_plan_loop` (float32 and float64 tables), compiled or loaded on first
+    use rather than on import: ``cpu`` imports this module, and a start-up that never plans an
+    addressed call loads nothing for it."""
+    return jit.cached("addressed-plan", lambda: numba.njit(
+        [types.Tuple((types.int64, types.int64, types.int64, types.int64, types.int64[:, ::1]))(
+            types.int64[:, ::1], types.int64[::1], NUMBA_TYPES[dt][:, ::1], types.int64[::1],
+            types.int64) for dt in jit.DTYPES],
+        **COMPILE_OPTIONS)(_plan_loop))
 
 
 def plan_chunks(ptrs, sizes, table, align, chunk=CHUNK):
@@ -75,7 +79,7 @@ def plan_chunks(ptrs, sizes, table, align, chunk=CHUNK):
     :func:`toolkit.backends.order.chunk_table` covers a flat buffer's segments. Raises
     ValueError, naming the row and the column, for a negative size, a null address of an
     active tensor of size > 0, or an address not a multiple of ``align[column]`` bytes."""
-    status, row, col, total, chunks = _plan(ptrs, sizes, table, align, chunk)
+    status, row, col, total, chunks = _plan()(ptrs, sizes, table, align, chunk)
     if status:
         where = f"sizes[{row}] = {sizes[row]}" if status == 1 else \
             f"ptrs[{row}, {col}] = {hex(int(ptrs[row, col]))}"
