@@ -10,7 +10,9 @@ tensor of 2^24 values. Every step sees gradients at new addresses, as with autog
 - ``addressed``: ``run_rule_addressed`` over numpy arrays, the address table's gradient column
   switched between the two sets (two prebuilt tables): the kernel call with its checks.
 - ``segmented``: ``cpu.run_segmented`` over flat buffers holding the same values (the
-  Trainer's kernel), the gradient buffer switched likewise.
+  Trainer's call), the gradient buffer switched likewise. Since 0a7b15e it runs the same
+  addressed loop over the buffers (one row of addresses per segment, all the buffers' starts):
+  the ratio compares two layouts of the same bytes, no longer two loops.
 - ``floor``: ``mxopt bench``'s floor kernel over the same number of bytes.
 - with torch installed (``/tmp/benchenv/bin/python`` here): ``torch_regrad``: the new gradient
   tensors assigned to ``.grad`` (what both torch steps below include); ``addressed_torch``: that,

@@ -409,3 +409,50 @@ def test_a_second_process_loads_the_addressed_kernels_from_the_cache(tmp_path):
     for part in ("addressed", "_plan_loop"):
         assert any(part in n for n in names), names
     assert any("loop.serial" in n for n in names) and any("loop.parallel" in n for n in names)
+
+
+def _halve(ftype):
+    def rule(w, g, hp):
+        return w - hp[0] * g
+    return rule
+
+
+def test_flat_buffers_are_checked_as_the_compiled_signatures_and_slices_checked_them():
+    """The addressed loop reads raw addresses, so run_segmented checks what the old segmented
+    loop's signature and slices did: a read-only weight is refused, a chunk row beyond the
+    buffers too (nothing written), a read-only gradient is only read."""
+    big = np.zeros(16, np.float32)
+    w, g = big[:10], np.ones(10, np.float32)
+    w[:] = 1
+    table = np.array([[1, 0.5]], np.float32)
+    with pytest.raises(ValueError, match="outside the buffers of 10"):
+        cpu.run_segmented(_halve, w, g, (), table, np.array([[0, 12, 0]], np.int64))
+    assert not big[10:].any() and (w == 1).all()
+    w.flags.writeable = False
+    with pytest.raises(TypeError, match="array 0 is read-only"):
+        cpu.run_segmented(_halve, w, g, (), table, np.array([[0, 10, 0]], np.int64))
+    w.flags.writeable = True
+    g.flags.writeable = False
+    cpu.run_segmented(_halve, w, g, (), table, np.array([[0, 10, 0]], np.int64))
+    assert (w == 0.5).all() and not big[10:].any()
+
+
+def test_a_multi_precision_step_takes_numpy_subclasses(tmp_path):
+    """A float16 weight or gradient that is a numpy subclass (a memmap) steps as a plain array
+    does (the one-tensor multi-precision step runs the addressed loop, which takes addresses)."""
+    rng = np.random.default_rng(3)
+    w0 = rng.standard_normal(100).astype(np.float16)
+    g0 = rng.standard_normal(100).astype(np.float16)
+    out = []
+    for sub in (False, True):
+        w, g = w0.copy(), g0.copy()
+        if sub:
+            w = np.memmap(tmp_path / "w.bin", np.float16, "w+", shape=(100,))
+            w[:] = w0
+            g = np.memmap(tmp_path / "g.bin", np.float16, "w+", shape=(100,))
+            g[:] = g0
+        opt = optimizer.create("adam", multi_precision=True, learning_rate=0.1)
+        state = opt.create_state_multi_precision(0, w)
+        opt.update_multi_precision(0, w, g, state)
+        out.append(np.array(w))
+    assert _bits(out[1]) == _bits(out[0])

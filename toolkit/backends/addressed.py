@@ -307,18 +307,27 @@ def starts(arrays, rows=1):
     return np.tile(np.array([a.ctypes.data for a in arrays], np.int64), (rows, 1))
 
 
-def flat_buffers(arrays, dtypes, what):
-    """Refuse (TypeError) anything but 1-D C-contiguous numpy arrays of one length with the
-    given dtypes: the addressed loops read raw addresses, so these checks are theirs, made
-    where compiled signatures made them before."""
+def flat_buffers(arrays, dtypes, what, read=(1,), chunks=None):
+    """Refuse anything but 1-D C-contiguous numpy arrays (subclasses too) of one length with the
+    given dtypes, each writeable but those at the indices ``read`` (the gradient's), and
+    ``chunks`` rows (``(start, end, segment)``) outside them: the addressed loops read raw
+    addresses, so these checks are theirs, made where compiled signatures and slices made them
+    before. TypeError for an array, ValueError for a chunk row."""
     n = arrays[0].shape[0] if arrays and getattr(arrays[0], "ndim", 0) == 1 else -1
     for k, (a, dt) in enumerate(zip(arrays, dtypes)):
-        if not (type(a) is np.ndarray and a.ndim == 1 and a.flags.c_contiguous
+        if not (isinstance(a, np.ndarray) and a.ndim == 1 and a.flags.c_contiguous
                 and a.dtype == dt and a.shape[0] == n):
             raise TypeError(
                 f"{what}: array {k} must be a 1-D C-contiguous {np.dtype(dt)} numpy array of "
-                f"{n} elements, got {getattr(a, 'dtype', type(a).__name__)} "
+                f"{n} elements, got {type(a).__name__} {getattr(a, 'dtype', '')} "
                 f"{getattr(a, 'shape', '')}")
+        if k not in read and not a.flags.writeable:
+            raise TypeError(f"{what}: array {k} is read-only; the step writes it")
+    if chunks is not None and chunks.shape[0] and (
+            int(chunks[:, 0].min()) < 0 or int(chunks[:, 1].max()) > n):
+        raise ValueError(f"{what}: a chunk row reaches outside the buffers of {n} elements "
+                         f"(starts from {int(chunks[:, 0].min())}, ends up to "
+                         f"{int(chunks[:, 1].max())})")
 
 
 def run_rule_addressed(factory, dtype, ptrs, sizes, table):

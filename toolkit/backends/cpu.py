@@ -13,7 +13,8 @@ promote the loop to float64: constants the rule needs are made by the factory as
 The rule is compiled with ``numba.njit(inline="always")`` into a loop over the flattened arrays,
 serial below :data:`PARALLEL_THRESHOLD` elements and ``prange`` above, lazily, once per (rule,
 dtype, serial/parallel), under :mod:`toolkit.backends.jit`'s compile policy and cache. This module
-holds the element-wise and segmented loops and the launchers, the CPU's executor
+holds the row loop, the segmented call (:func:`run_segmented`: the addressed loop of
+:mod:`toolkit.backends.addressed` over flat buffers) and the launchers, the CPU's executor
 (:class:`Launcher`, :class:`RowsLauncher`, :class:`MirrorLauncher`); it re-exports the
 public names of the other CPU kernel families (``cpu_elementwise``, ``cpu_norms``, ``cpu_noise``,
 ``cpu_precision``, ``rows``).
@@ -341,7 +342,7 @@ def run_segmented(factory, weight, grad, states, table, chunks):
     chunk rows' offsets being the buffers' own: one compiled loop per rule for many tensors,
     whether they lie in flat buffers (the Trainer) or anywhere (``toolkit.torch``)."""
     arrays = (weight, grad, *states)
-    flat_buffers(arrays, [weight.dtype] * len(arrays), "run_segmented")
+    flat_buffers(arrays, [weight.dtype] * len(arrays), "run_segmented", chunks=chunks)
     parallel = weight.shape[0] >= jit.PARALLEL_THRESHOLD and chunks.shape[0] > 1
     n_hyper = table.shape[1] - 1
     kernel = KERNELS.get(("addressed", factory, len(states), n_hyper, weight.dtype, parallel))

@@ -1,8 +1,10 @@
 """A fix to numba-cuda's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``), installed by
 :mod:`toolkit.backends.cuda_device` when the simulator runs.
 
-The simulator runs each CUDA thread of a block as a Python thread. A block's threads must share
-one array per ``cuda.shared.array`` call site; the simulator makes it on the first call, by
+The simulator runs each CUDA thread of a block as a Python thread, and the blocks of a launch
+one after another. A block's threads must share one array per ``cuda.shared.array`` call site
+(the simulator keeps one per call site for the whole launch, which its blocks reuse in turn);
+it makes the array on the first call, by
 looking the call site up in a dict and inserting a new ``numpy.empty`` array when it is absent,
 with no lock between the look-up and the insert (``FakeCUDAShared.array``, numba-cuda 0.30.4).
 When Python hands the interpreter to another thread of the block between the two, both threads
