@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import reference
+from torch_crossing import loaded_from_torch
 from toolkit import oracle, optimizer
 
 
@@ -162,13 +163,8 @@ def test_radams_decoupled_weight_decay_crosses_from_a_torch_state_dict():
     decoupled_weight_decay was dropped, and the next steps left torch's)."""
     torch = pytest.importorskip("torch")
     import toolkit.torch as tt
-    p = [torch.nn.Parameter(torch.linspace(-1, 1, 3, dtype=torch.float64))]
-    q = [torch.nn.Parameter(p[0].detach().clone())]
-    theirs = torch.optim.RAdam(p, lr=1e-2, weight_decay=0.1, decoupled_weight_decay=True)
-    p[0].grad = torch.ones(3, dtype=torch.float64)
-    theirs.step()
-    mine = tt.RAdam(q, lr=1e-2, weight_decay=0.1)
-    mine.load_state_dict(theirs.state_dict())
+    p, q, theirs, mine = loaded_from_torch(torch.optim.RAdam, tt.RAdam, weight_decay=0.1,
+                                           decoupled_weight_decay=True)
     assert mine.param_groups[0]["decoupled_weight_decay"] is True
     with torch.no_grad():
         q[0].copy_(p[0])

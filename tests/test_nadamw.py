@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import reference
+from torch_crossing import loaded_from_torch
 from toolkit import optimizer
 
 
@@ -48,13 +49,8 @@ def test_the_decay_is_the_weights_and_off_changes_nothing():
 def test_toolkit_torch_takes_it_and_a_torch_state_dict_carries_it():
     torch = pytest.importorskip("torch")
     import toolkit.torch as tt
-    p = [torch.nn.Parameter(torch.linspace(-1, 1, 3, dtype=torch.float64))]
-    q = [torch.nn.Parameter(p[0].detach().clone())]
-    theirs = torch.optim.NAdam(p, lr=1e-2, weight_decay=0.1, decoupled_weight_decay=True)
-    p[0].grad = torch.ones(3, dtype=torch.float64)
-    theirs.step()
-    mine = tt.NAdam(q, lr=1e-2, weight_decay=0.1)
-    mine.load_state_dict(theirs.state_dict())
+    p, q, theirs, mine = loaded_from_torch(torch.optim.NAdam, tt.NAdam, weight_decay=0.1,
+                                           decoupled_weight_decay=True)
     assert mine.param_groups[0]["decoupled_weight_decay"] is True
     # MXNet's Nadam cannot continue it
     with pytest.raises(ValueError, match="refused under convention 'mxnet'"):
