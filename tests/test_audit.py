@@ -421,7 +421,8 @@ def test_optax_audit_float32_and_float64(monkeypatch):
     algorithm (optax's trust ratio takes the norm of ``g + wd*w`` where MXNet's takes
     ``|g| + wd*|w|``), and ``adam``, ``adamw`` and ``nadam`` in float32, which fail (adam and
     nadam the usual domain) and are explained as the same equations with the step constants
-    (1 - beta^t) formed in float32 (docs/conformance.md, finding 6), and ``contrib.adopt`` in
+    (1 - beta^t) formed in float32 (docs/conformance.md, finding 6; ``adabelief`` the same,
+    finding 10), and ``contrib.adopt`` in
     float32, explained as its decays rounded to float32 (finding 8), and ``radam``, explained in
     float64 as epsilon on the bias-corrected root and in float32 another algorithm (its rho_t
     formed in float32, finding 9); float64 through the subprocess with JAX's x64 switch."""
@@ -451,10 +452,10 @@ def test_optax_audit_float32_and_float64(monkeypatch):
             else:
                 assert r.explanation.startswith("algorithm:"), r
         elif (r.label, r.dtype) in (("optax.adam", "float32"), ("optax.adamw", "float32"),
-                                    ("optax.nadam", "float32")):
+                                    ("optax.nadam", "float32"), ("optax.adabelief", "float32")):
             assert not r.passed and (r.usual if r.optimizer != "adamw" else r.full) > 1.0, r
-            assert r.closest == {"nadam": "mxnet", "adamw": "pytorch"}.get(r.optimizer,
-                                                                            "guide"), r
+            assert r.closest == {"nadam": "mxnet", "adamw": "pytorch",
+                                 "adabelief": "paper"}.get(r.optimizer, "guide"), r
             assert r.explanation.startswith("variant:") and "constants_in_dtype" in r.explanation
         else:
             assert r.passed, r

@@ -292,6 +292,48 @@ def make_nadam(variant=None):
     return make
 
 
+def make_adabelief(variant=None):
+    """AdaBelief (Zhuang et al. 2020, Algorithm 2, and the authors' options) in numpy, in the
+    weight's dtype, each constant formed in double and rounded to it once."""
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, beta1, beta2, epsilon,
+             weight_decouple, fixed_decay, rectify, degenerated_to_sgd):
+        w, t = w.copy(), [0]
+        m, s = np.zeros_like(w), np.zeros_like(w)
+        f = w.dtype.type
+        lr, wd_, rs, b1, b2, eps = (f(x) for x in (learning_rate, wd, rescale_grad, beta1,
+                                                    beta2, epsilon))
+
+        def step(g):
+            t[0] += 1
+            g = _clip(rs * g, None if clip_gradient is None else f(clip_gradient))
+            if weight_decouple:
+                w[...] = w * f(1.0 - (wd if fixed_decay else learning_rate * wd))
+            else:
+                g = g + wd_ * w
+            m_new = b1 * m + f(1.0 - beta1) * g
+            r = g - (m if variant == "residual_old_mean" else m_new)
+            s[...] = b2 * s + f(1.0 - beta2) * (r * r)
+            if variant != "eps_outside_s":
+                s[...] = s + eps
+            m[...] = m_new
+            bc1, bc2 = 1.0 - beta1 ** t[0], 1.0 - beta2 ** t[0]
+            rho_inf = 2.0 / (1.0 - beta2) - 1.0
+            rho_t = rho_inf - 2.0 * t[0] * beta2 ** t[0] / bc2
+            if variant == "constants_in_dtype":  # as optax forms them: in the weight's dtype
+                bc1, bc2 = f(1) - b1 ** t[0], f(1) - b2 ** t[0]
+            if not rectify:
+                w[...] = w - f(learning_rate / bc1) * m / (np.sqrt(s) / f(math.sqrt(bc2)) + eps)
+            elif rho_t >= 5.0:
+                r_t = math.sqrt((rho_t - 4) * (rho_t - 2) * rho_inf /
+                                ((rho_inf - 4) * (rho_inf - 2) * rho_t))
+                w[...] = w - f(learning_rate * r_t * math.sqrt(bc2) / bc1) * m / (np.sqrt(s) + eps)
+            elif degenerated_to_sgd:
+                w[...] = w - f(learning_rate / bc1) * m
+            return w
+        return step
+    return make
+
+
 #: the implementation each row plants its variant in: {(optimizer, convention): make(variant)}
 MAKERS = {  # checked against the registry by tests/test_oracle_variants_more.py::test_every_declared_variant_is_planted
     ("adamax", "guide"): make_adamax, ("adamax", "mxnet"): make_adamax_mxnet,
@@ -302,6 +344,7 @@ MAKERS = {  # checked against the registry by tests/test_oracle_variants_more.py
     ("ftml", "mxnet"): lambda v=None: make_ftml("mxnet", v),
     ("lion", "paper"): make_lion,
     ("adopt", "paper"): make_adopt,
+    ("adabelief", "paper"): make_adabelief,
     ("radam", "pytorch"): lambda v=None: make_radam("pytorch", v),
 }
 #: weight decay and clipping both on, so that their order shows
@@ -342,6 +385,17 @@ PLANTED = {  # checked against the registry by tests/test_oracle_variants_more.p
     ("adopt", "var_first"): ("paper", "float32", dict(learning_rate=0.1, **NO_CLIP), None),
     ("adopt", "decay_first_step"): ("paper", "float32",
                                     dict(learning_rate=0.1, wd=0.05, decouple=True), None),
+    # AdaBelief's two mistakes, in float32 as users write them: the old mean's deviation, and
+    # epsilon where Adam has it (a large epsilon, so that the one summed into s shows)
+    ("adabelief", "residual_old_mean"): ("paper", "float32", dict(learning_rate=0.1, **NO_CLIP),
+                                         None),
+    # 1 - beta2^t in float32 at beta2 = 0.9999 is off by 1e-4 relative (float32(beta2) - beta2
+    # over 1 - beta2): many bounds in the step
+    ("adabelief", "constants_in_dtype"): ("paper", "float32",
+                                          dict(learning_rate=0.1, beta2=0.9999, **NO_CLIP),
+                                          None),
+    ("adabelief", "eps_outside_s"): ("paper", "float32",
+                                     dict(learning_rate=0.1, epsilon=1e-3, **NO_CLIP), None),
     # epsilon near sqrt(v) from t = 6 on (the cases run up to 8 steps); the other threshold is
     # the other convention, which verify names (test_the_other_threshold_is_the_other_convention)
     ("radam", "eps_corrected"): ("pytorch", "float32",

@@ -9,6 +9,7 @@ built-in classes.
 """
 from .optimizers import (BenchSetting, Optimizer, Spec, create, register, registry, spec_of,
                          specs, unregister)
+from .optimizers.adabelief import AdaBelief
 from .optimizers.adadelta import AdaDelta
 from .optimizers.adagrad import AdaGrad
 from .optimizers.adam import Adam
@@ -38,6 +39,6 @@ __all__ = [  # checked against the registry by tests/test_public_api.py::test_op
            "Optimizer", "ElementwiseOptimizer", "Spec", "BenchSetting", "create", "register",
            "registry", "specs", "spec_of", "unregister",
            # the built-in optimizers' classes, by class name (in the registry's order)
-           "AdaDelta", "AdaGrad", "Adam", "Adamax", "AdamW", "ADOPT", "DCASGD", "FTML", "Ftrl",
+           "AdaBelief", "AdaDelta", "AdaGrad", "Adam", "Adamax", "AdamW", "ADOPT", "DCASGD", "FTML", "Ftrl",
            "GroupAdaGrad", "LAMB", "LARS", "LBSGD", "Lion", "Nadam", "NAG", "RAdam", "RMSProp", "SGD", "SGLD",
            "Signum", "FTRL"]

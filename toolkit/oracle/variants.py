@@ -93,6 +93,11 @@ VARIANTS = {v.name: v for v in (
                          "swapped)"),
     Variant("decay_first_step", "the decoupled weight decay applied on the first step too, "
                                 "where ADOPT only initialises its second moment"),
+    Variant("residual_old_mean", "the deviation squared into AdaBelief's second moment taken "
+                                 "from the mean before this step's gradient enters it, "
+                                 "(g - m_{t-1})^2, instead of (g - m_t)^2"),
+    Variant("eps_outside_s", "epsilon added only to the denominator, as Adam adds it, not to "
+                             "AdaBelief's second moment s at every step"),
     Variant("schedule_product_f32", "the running product of NAdam's momentum schedule held in "
                                     "float32 whatever the weight's precision, as "
                                     "torch.optim.NAdam keeps its mu_product in the default "

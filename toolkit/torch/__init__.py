@@ -42,6 +42,8 @@ def optimizer_class(klass):
     if made is None:
         made = type(klass.__name__, (TorchOptimizer,), {
             "toolkit_class": klass, "__module__": __name__,
+            # the defaults of the PyTorch implementation it follows, where they differ
+            "torch_defaults": meaning.peer_defaults(klass),
             "__qualname__": klass.__name__,
             "__doc__": (f"``torch.optim.Optimizer`` over ``toolkit.optimizer."
                         f"{klass.__name__}`` (docs/torch.md).\n\n{TorchOptimizer.__doc__}\n\n"

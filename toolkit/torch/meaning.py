@@ -32,7 +32,7 @@ from ..optimizers.registry import spec_of
 
 __all__ = ["Same", "Converted", "OffOnly", "Moot", "RULES", "SHARED", "SOME_CONVENTIONS",
            "rules", "table",
-           "equal", "torch_defaults", "positional", "namesake", "signature"]
+           "equal", "torch_defaults", "peer_defaults", "positional", "namesake", "signature"]
 
 
 def _number(value):
@@ -235,6 +235,12 @@ RULES = {  # checked against the registry by tests/test_torch_keywords.py::test_
         "`use_clipping = clip_lambda is not None`; the schedule must be the paper's "
         "`step**0.25` (a group keeps it as that string)",
         lambda value: ADOPT_SCHEDULE if _adopt_clipping(value) else None)},
+    # the authors' AdaBelief (the spec's torch_peer)
+    ("AdaBelief", "amsgrad"): {"*": OffOnly(False, "the toolkit's AdaBelief keeps no running "
+                                                   "maximum of its second moment (the authors' "
+                                                   "AMSGrad option)")},
+    ("AdaBelief", "print_change_log"): {"*": Moot(None, True, "the toolkit prints no change "
+                                                              "log")},
     ("Lion", "decoupled_weight_decay"): {"*": OffOnly(False, "lion-pytorch divides "
                                                              "weight_decay by the initial lr "
                                                              "then; give weight_decay (the "
@@ -277,6 +283,20 @@ def signature(spec):
     if spec.torch:
         return _torch_signature(spec.torch)
     return dict(spec.torch_peer.signature) if spec.torch_peer is not None else {}
+
+
+def peer_defaults(klass):
+    """``{keyword: default}`` of the PyTorch implementation ``toolkit.torch`` follows for
+    ``klass`` where torch.optim ships none (the spec's ``torch_peer``), for the constructor
+    keywords of ``klass`` of the same name whose default differs (AdaBelief's
+    ``weight_decouple`` and ``rectify``, on in the authors' code, off in the paper's
+    Algorithm 2); ``{}`` otherwise."""
+    spec = spec_of(klass)
+    if spec.torch or spec.torch_peer is None:
+        return {}
+    own = dict(aliases.constructor_parameters(klass))
+    return {k: v for k, v in spec.torch_peer.signature
+            if k in own and not equal(own[k], v)}
 
 
 def _torch_signature(torch_name):
@@ -368,6 +388,7 @@ def table(klass, convention=None):
     keywords that are MXNet keywords of the same spelling too."""
     spec = spec_of(klass)
     own = rules(klass, convention or spec.default_convention)
+    peer, own_defaults = peer_defaults(klass), dict(aliases.constructor_parameters(klass))
     rows = []
     for key in signature(spec) if namesake(spec) else own:
         if key in own:
@@ -379,5 +400,8 @@ def table(klass, convention=None):
         elif key in aliases.accepted_keywords(klass):
             note = SHARED.get((spec.torch, key)) or SOME_CONVENTIONS.get((spec.torch, key),
                                                                           "same")
+            if key in peer:
+                note += (f", default {peer[key]!r} as there (toolkit.optimizer."
+                         f"{klass.__name__}'s is {own_defaults[key]!r})")
             rows.append(f"| `{key}` | the optimizer's own keyword of that name: {note} |")
     return rows

@@ -8,7 +8,7 @@ b2``, ``epsilon`` = ``eps``, RMSProp's ``gamma1`` = ``decay`` and ``gamma2`` = `
 ``trust_coefficient``, Signum's ``momentum`` = ``beta``, AdamW's ``learning_rate`` =
 ``eta*learning_rate``, ``wd`` = ``weight_decay`` where optax has one (adamw, adadelta, lamb,
 lars, lion; pinned to 0 elsewhere: optax's sgd, adam, adagrad, rmsprop, adamax, nadam, radam,
-signum and contrib.adopt have no weight decay). Pinned: ``rescale_grad=1``, ``clip_gradient=None`` (optax chains
+signum, adabelief and contrib.adopt have no weight decay). Pinned: ``rescale_grad=1``, ``clip_gradient=None`` (optax chains
 ``clip`` separately), AdaGrad's ``initial_accumulator_value=0`` (MXNet's accumulator starts at
 0; optax's default 0.1 is another algorithm), RMSProp's ``clip_weights=None``, LAMB without
 trust-ratio bounds and with bias correction, and NAdam's ``schedule_decay=1e4``: optax's
@@ -74,6 +74,12 @@ TABLE = (  # checked against the registry by tests/test_audit.py::test_every_ada
     # optax.radam: no weight decay; rectified from rho_t >= 5, epsilon on the corrected root
     ("optax.radam", "radam", {"wd": 0.0, "decoupled_weight_decay": False},
      lambda o, lr, wd, h: o.radam(lr, b1=h["beta1"], b2=h["beta2"], eps=h["epsilon"])),
+    # optax.adabelief: Algorithm 2 without weight decay or rectification; its eps_root is the
+    # epsilon summed into s, its eps the one added to the root (both the paper's epsilon)
+    ("optax.adabelief", "adabelief", {"wd": 0.0, "weight_decouple": False, "fixed_decay": False,
+                                      "rectify": False, "degenerated_to_sgd": True},
+     lambda o, lr, wd, h: o.adabelief(lr, b1=h["beta1"], b2=h["beta2"], eps=h["epsilon"],
+                                      eps_root=h["epsilon"])),
     # optax.contrib.adopt: no weight decay; its clip is the paper's (t-1)^(1/4) (use_clipping)
     ("optax.contrib.adopt", "adopt", {"wd": 0.0, "decouple": False},
      lambda o, lr, wd, h: o.contrib.adopt(lr, b1=h["beta1"], b2=h["beta2"], eps=h["epsilon"],
