@@ -137,3 +137,10 @@ def test_toolkit_torch_equals_the_authors_code_in_float64(options):
         assert torch.equal(x, y)
         assert torch.equal(a.state[x]["exp_avg"], b.state[y]["exp_avg"])
         assert torch.equal(a.state[x]["exp_avg_var"], b.state[y]["exp_avg_var"])
+
+
+def test_amsgrad_is_refused_for_what_it_is():
+    """AdaBelief keeps no running maximum; the message says so (not that MXNet lacks it)."""
+    with pytest.raises(TypeError, match="AdaBelief takes no amsgrad: it keeps no running "
+                                        "maximum of a second moment"):
+        optimizer.create("adabelief", amsgrad=True)

@@ -17,10 +17,14 @@ import re
 
 import pytest
 
+from toolkit.optimizer import registry
+
 ROOT = os.path.join(os.path.dirname(__file__), "..")
-MODULES = ["toolkit.optimizers.sgd", "toolkit.optimizers.adam", "toolkit.optimizers.lbsgd",
-           "toolkit.optimizers.sgld", "toolkit.optimizers.lamb", "toolkit.trainer.parameter", "toolkit.trainer.trainer",
-           "toolkit.error_bounds", "toolkit.oracle", "reference.error_bound"]
+#: every built-in optimizer's module (each class docstring has an example), and these
+MODULES = sorted({k.__module__ for k in registry().values()
+                  if k.__module__.startswith("toolkit.optimizers.")}) + [
+    "toolkit.trainer.parameter", "toolkit.trainer.trainer", "toolkit.error_bounds",
+    "toolkit.oracle", "reference.error_bound"]
 #: docs pages whose ```python blocks run here, in order, in one namespace per page
 #: (docs/backends.md: its GPU examples run in tests/cuda/test_cuda_guide_examples.py)
 DOC_PAGES = sorted(p for p in glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True)

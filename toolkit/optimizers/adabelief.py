@@ -153,8 +153,8 @@ class AdaBelief(MomentConstants, Optimizer):
         >>> from toolkit import optimizer
         >>> opt = optimizer.create("adabelief", learning_rate=0.1)
         >>> w = np.zeros(2, np.float32); s = opt.create_state(0, w)
-        >>> opt.update(0, w, np.array([2.0, -3.0], np.float32), s); w   # -lr*sign(g) at t = 1
-        array([-0.1,  0.1], dtype=float32)
+        >>> opt.update(0, w, np.array([2.0, -3.0], np.float32), s); w   # -lr*sign(g)/beta1 at t = 1
+        array([-0.11111111,  0.1111111 ], dtype=float32)
     """
 
     spec = SPEC

@@ -58,7 +58,8 @@ TORCH_KEYWORDS = {
 _NO_EQUIVALENT = {
     "momentum": "it keeps no momentum buffer",
     "nesterov": "Nesterov momentum is the 'nag' optimizer: create('nag', momentum=...)",
-    "amsgrad": "MXNet 1.9.1 has no AMSGrad",
+    "amsgrad": "it keeps no running maximum of a second moment (AMSGrad is Adam's and AdamW's "
+               "amsgrad=True, under conventions 'pytorch' and 'guide')",
     "foreach": "every update here is one fused kernel call already",
     "fused": "every update here is one fused kernel call already",
     "maximize": "negate the gradient (or use rescale_grad=-1.0)",
