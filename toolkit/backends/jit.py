@@ -13,6 +13,7 @@ function pickles the same in every process, so a new process loads every kernel 
 """
 from __future__ import annotations
 
+import math
 import threading
 from fractions import Fraction
 import types as pytypes
@@ -155,8 +156,20 @@ def fma(a, b, c):
     ``llvm.fma``, a hardware FMA on x86-64 with FMA3 and on every CUDA GPU; called from Python
     (numba's CUDA simulator) it is computed exactly with :class:`fractions.Fraction` and rounded
     to float64 (correctly), then to a narrower numpy type if the operands are one (float32:
-    rounded twice, which the simulator's tests allow)."""
-    exact = float(Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c)))
+    rounded twice, which the simulator's tests allow). Infinities and NaNs give what IEEE's
+    fused operation gives (a finite product plus an infinite ``c`` is ``c``; an exact result
+    beyond float64's range is an infinity)."""
+    fa, fb, fc = float(a), float(b), float(c)
+    if not (math.isfinite(fa) and math.isfinite(fb)) or math.isnan(fc):
+        exact = fa * fb + fc        # an infinite or NaN product: as the fused operation
+    elif math.isinf(fc):
+        exact = fc                  # a finite product cannot cancel an infinity
+    else:
+        q = Fraction(fa) * Fraction(fb) + Fraction(fc)
+        try:
+            exact = float(q)
+        except OverflowError:
+            exact = math.inf if q > 0 else -math.inf
     kinds = [type(x) for x in (a, b, c) if isinstance(x, np.floating)]
     return np.result_type(*kinds).type(exact) if kinds else exact
 
