@@ -425,7 +425,8 @@ def test_optax_audit_float32_and_float64(monkeypatch):
     finding 10), and ``contrib.adopt`` in
     float32, explained as its decays rounded to float32 (finding 8), and ``radam``, explained in
     float64 as epsilon on the bias-corrected root and in float32 another algorithm (its rho_t
-    formed in float32, finding 9); float64 through the subprocess with JAX's x64 switch."""
+    formed in float32, finding 9), and ``rprop``, another algorithm (each update a step late,
+    finding 11); float64 through the subprocess with JAX's x64 switch."""
     monkeypatch.setattr(conformance, "WORKER_TIMEOUT", 600)
     # 6 examples (3 in the usual domain): the index-keyed search's usual cases at seed 0 reach
     # beta2 = 0.9999, where the float32 constants of adam, adamw and nadam fail, from 6
@@ -442,6 +443,11 @@ def test_optax_audit_float32_and_float64(monkeypatch):
             # docs/conformance.md, finding 8
             assert not r.passed and r.convention is None and r.closest == "paper", r
             assert r.explanation.startswith("variant:") and "hyper_f32" in r.explanation, r
+        elif r.label == "optax.rprop":
+            # each update applied a step late, the first step moving nothing
+            # (docs/conformance.md, finding 11)
+            assert not r.passed and r.convention is None and r.closest == "pytorch", r
+            assert r.explanation.startswith("algorithm:"), r
         elif r.label == "optax.radam":
             # epsilon on the bias-corrected root; in float32 rho_t formed in float32 too,
             # rectifying from t = 2 at beta2 = 0.9999 (docs/conformance.md, finding 9)

@@ -187,7 +187,7 @@ def test_prepared_steps_equal_fully_checked_ones_bit_for_bit(name, dtype, conven
     new one, against new arrays each step (every check, the launcher's path): the same bits,
     under every convention of the optimizer."""
     spec = optimizer.spec_of(name)
-    kw = dict(spec.record, convention=convention, wd=0.01)
+    kw = dict(spec.record, convention=convention, wd=spec.fixed.get("wd", 0.01))
     rng = np.random.default_rng(3)
     a, b = optimizer.create(name, **kw), optimizer.create(name, **kw)
     w = rng.standard_normal(shape).astype(dtype)

@@ -4,6 +4,7 @@ bugs with a worst case that points at the bug; ``identify`` names each conventio
 from __future__ import annotations
 
 import importlib.util
+import inspect
 
 import numpy as np
 import pytest
@@ -241,8 +242,11 @@ def torch_make(cls, to_torch, dtype):
 
     def make(w, learning_rate, wd, rescale_grad, clip_gradient, **own):
         p = torch.tensor(w, dtype=tdtype, requires_grad=True)
-        opt = getattr(torch.optim, cls)([p], lr=learning_rate, weight_decay=wd,
-                                        **to_torch(own))
+        klass = getattr(torch.optim, cls)
+        # Rprop takes no weight_decay (its spec fixes wd at 0)
+        decay = {"weight_decay": wd} if "weight_decay" in inspect.signature(klass).parameters \
+            else {}
+        opt = klass([p], lr=learning_rate, **decay, **to_torch(own))
 
         def step(g):
             g = _pre(np.asarray(g, np.float64), rescale_grad, clip_gradient)
@@ -284,6 +288,8 @@ TORCH_CASES = {  # checked against the registry by test_torch_cases_are_the_pyto
     "sgd": ("SGD", lambda h: {"momentum": h["momentum"]}, {}),
     "radam": ("RAdam", lambda h: {"betas": (h["beta1"], h["beta2"]), "eps": h["epsilon"],
                                   "decoupled_weight_decay": h["decoupled_weight_decay"]}, {}),
+    "rprop": ("Rprop", lambda h: {"etas": (h["etaminus"], h["etaplus"]),
+                                  "step_sizes": (h["step_size_min"], h["step_size_max"])}, {}),
 }
 #: optimizers whose update is PyTorch's but that oracle.verify does not run against torch.optim
 #: here (a known gap): their reference's pytorch branch is run against torch.optim in

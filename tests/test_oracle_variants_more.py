@@ -334,6 +334,39 @@ def make_adabelief(variant=None):
     return make
 
 
+def make_rprop(variant=None):
+    """torch.optim.Rprop's update in numpy, in the weight's dtype (each hyperparameter rounded
+    to it once, as torch fills its tensors)."""
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, etaminus, etaplus,
+             step_size_min, step_size_max):
+        w, t = w.copy(), [0]
+        prev, size = np.zeros_like(w), np.zeros_like(w)
+        f = w.dtype.type
+        rs, em, ep, lo, hi = (f(x) for x in (rescale_grad, etaminus, etaplus, step_size_min,
+                                             step_size_max))
+
+        def step(g):
+            t[0] += 1
+            g = _clip(rs * g, None if clip_gradient is None else f(clip_gradient))
+            if t[0] == 1:
+                size[...] = f(learning_rate)
+            s = np.sign(g * prev)
+            old = size.copy()
+            kept = size.copy() if variant == "unclamped_kept" else np.clip(size, lo, hi)
+            size[...] = np.where(s > 0, np.clip(size * ep, lo, hi),
+                                 np.where(s < 0, np.clip(size * em, lo, hi), kept))
+            changed = s < 0
+            if variant != "no_forget":
+                g = np.where(changed, f(0), g)
+            w[...] = w - size * np.sign(g)
+            if variant == "backtracking":
+                w[...] = w + np.where(changed, old * np.sign(prev), f(0))
+            prev[...] = g
+            return w
+        return step
+    return make
+
+
 #: the implementation each row plants its variant in: {(optimizer, convention): make(variant)}
 MAKERS = {  # checked against the registry by tests/test_oracle_variants_more.py::test_every_declared_variant_is_planted
     ("adamax", "guide"): make_adamax, ("adamax", "mxnet"): make_adamax_mxnet,
@@ -345,6 +378,7 @@ MAKERS = {  # checked against the registry by tests/test_oracle_variants_more.py
     ("lion", "paper"): make_lion,
     ("adopt", "paper"): make_adopt,
     ("adabelief", "paper"): make_adabelief,
+    ("rprop", "pytorch"): make_rprop,
     ("radam", "pytorch"): lambda v=None: make_radam("pytorch", v),
 }
 #: weight decay and clipping both on, so that their order shows
@@ -396,6 +430,13 @@ PLANTED = {  # checked against the registry by tests/test_oracle_variants_more.p
                                           None),
     ("adabelief", "eps_outside_s"): ("paper", "float32",
                                      dict(learning_rate=0.1, epsilon=1e-3, **NO_CLIP), None),
+    # Rprop's two known forms: the paper's weight-backtracking, and the gradient kept where its
+    # sign flipped
+    ("rprop", "backtracking"): ("pytorch", "float32", dict(learning_rate=0.1, **NO_CLIP), None),
+    ("rprop", "no_forget"): ("pytorch", "float32", dict(learning_rate=0.1, **NO_CLIP), None),
+    # a learning rate above step_size_max: torch's code clamps the first step size, the box not
+    ("rprop", "unclamped_kept"): ("pytorch", "float32",
+                                  dict(learning_rate=1.0, step_size_max=0.1, **NO_CLIP), None),
     # epsilon near sqrt(v) from t = 6 on (the cases run up to 8 steps); the other threshold is
     # the other convention, which verify names (test_the_other_threshold_is_the_other_convention)
     ("radam", "eps_corrected"): ("pytorch", "float32",

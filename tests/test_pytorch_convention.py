@@ -118,6 +118,12 @@ CASES = [  # checked against the registry by test_conventions_come_from_the_spec
     ("nadam", {"learning_rate": 0.01, "wd": 0.5, "decoupled_weight_decay": True}, "NAdam",
      {"lr": 0.01, "weight_decay": 0.5, "decoupled_weight_decay": True},
      {"m": "exp_avg", "v": "exp_avg_sq"}),
+    ("rprop", {"learning_rate": 0.01}, "Rprop", {"lr": 0.01},
+     {"prev": "prev", "step_size": "step_size"}),
+    ("rprop", {"learning_rate": 0.5, "etaminus": 0.3, "etaplus": 2.0, "step_size_min": 1e-3,
+               "step_size_max": 0.2}, "Rprop",
+     {"lr": 0.5, "etas": (0.3, 2.0), "step_sizes": (1e-3, 0.2)},
+     {"prev": "prev", "step_size": "step_size"}),
 ]
 
 IDS = [f"{c[0]}-{i}" for i, c in enumerate(CASES)]

@@ -216,6 +216,9 @@ DISTINGUISH = {  # checked against the registry by test_every_own_branch_has_a_d
     "adamw": dict(hyper=dict(eta=0.5), wd=0.1, lrs=[0.1, 0.02, 0.3], scales=[1.0] * 3),
     # torch rectifies from rho_t > 5, the paper from rho_t > 4: t = 5 at beta2 = 0.999
     "radam": dict(hyper=dict(), wd=0.0, lrs=[0.1] * 6, scales=[1.0] * 6),
+    # Rprop has no other convention to differ from: its branch runs on Tracked inputs (signs
+    # flipping between the drawn gradients)
+    "rprop": dict(hyper=dict(), wd=0.0, lrs=[0.1] * 4, scales=[1.0] * 4),
 }
 
 
@@ -396,6 +399,11 @@ def _make_torch(torch, name, params, *, lr, wd, hyper, foreach):
                       decoupled_weight_decay=hyper.get("decoupled_weight_decay", False),
                       foreach=foreach)
         return opt, {"mean": "exp_avg", "var": "exp_avg_sq"}
+    if name == "rprop":
+        opt = o.Rprop(params, lr=lr, etas=(hyper.get("etaminus", 0.5), hyper.get("etaplus", 1.2)),
+                      step_sizes=(hyper.get("step_size_min", 1e-6),
+                                  hyper.get("step_size_max", 50.0)), foreach=foreach)
+        return opt, {"prev": "prev", "step_size": "step_size"}
     raise AssertionError(name)
 
 
@@ -445,6 +453,10 @@ TORCH_CASES = [  # checked against the registry by test_every_torch_optimizer_ha
     ("radam", dict(), 0.0, CONSTANT, 1.0, None),
     ("radam", dict(beta1=0.8, beta2=0.9, epsilon=1e-3), 0.01, CHANGING, 1.0, None),
     ("radam", dict(decoupled_weight_decay=True), 0.1, CHANGING, 0.5, 0.75),
+    # torch reads lr on the first step only: a changing lr changes nothing after it
+    ("rprop", dict(), 0.0, CONSTANT, 1.0, None),
+    ("rprop", dict(etaminus=0.3, etaplus=2.0, step_size_min=1e-3, step_size_max=0.2), 0.0,
+     CHANGING, 0.5, 0.75),
 ]
 
 

@@ -66,7 +66,7 @@ EVERY_ROW = [  # checked against the registry by test_samples_cover_every_row_sp
     ("sgd", dict(lazy_update=False)), ("adam", dict(lazy_update=False)), ("rmsprop", {}),
     ("signum", {}), ("nadam", {}), ("nag", dict(momentum=0.9)), ("sgld", {}), ("ftml", {}),
     ("adamax", {}), ("adadelta", {}), ("dcasgd", {}), ("adamw", {}), ("lamb", {}), ("lion", {}),
-    ("adopt", {}), ("radam", {}), ("adabelief", {})]
+    ("adopt", {}), ("radam", {}), ("adabelief", {}), ("rprop", {})]
 
 
 def _mode(name, kw=None):
@@ -136,8 +136,9 @@ def test_standard_and_fallback_update_every_row(name, kw):
     g = RowSparse(rows, values, w.shape)
     conventions = optimizer.spec_of(name).conventions  # Nadam has no guide step, Lion "paper"
     convention = "guide" if "guide" in conventions else conventions[0]
-    a = optimizer.create(name, convention=convention, wd=0.05, **kw)
-    b = optimizer.create(name, convention=convention, wd=0.05, **kw)
+    wd = optimizer.spec_of(name).fixed.get("wd", 0.05)  # Rprop has no weight decay
+    a = optimizer.create(name, convention=convention, wd=wd, **kw)
+    b = optimizer.create(name, convention=convention, wd=wd, **kw)
     w2 = w.copy()
     sa, sb = a.create_state(0, w), b.create_state(0, w2)
     a.update(0, w, g, sa)

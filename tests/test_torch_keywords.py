@@ -46,8 +46,8 @@ def _rule(name, key):
 
 def _other_value(rule, current):
     """A value of a Same key other than ``current`` that is still valid."""
-    if isinstance(current, tuple):
-        return tuple(0.5 * v for v in current)
+    if isinstance(current, tuple):  # halved below 1, grown above (Rprop's etas: 0 < a < 1 < b)
+        return tuple(0.5 * v if v < 1 else 1.5 * v for v in current)
     if isinstance(current, bool):
         return not current
     return 0.05 if not current else current * 0.5

@@ -111,9 +111,10 @@ def _rule_of(name, kw, dtype):
     steady path records it."""
     o = create(name, **kw)
     w = np.ones(6, dtype)
+    wd = specs()[name].fixed.get("wd", 0.001)  # Rprop's and GroupAdaGrad's: 0
     calls = launches.collect(o.step_launches(0, w, np.ones(6, dtype),
                                              o.create_state_multi_precision(0, w), 1, 0.01,
-                                             0.001), cpu.LAUNCHER)
+                                             wd), cpu.LAUNCHER)
     assert len(calls) == 1 and calls[0].kind == "rule"
     return calls[0].factory
 

@@ -29,6 +29,7 @@ from .optimizers.nadam import Nadam
 from .optimizers.nag import NAG
 from .optimizers.radam import RAdam
 from .optimizers.rmsprop import RMSProp
+from .optimizers.rprop import Rprop
 from .optimizers.sgd import SGD
 from .optimizers.sgld import SGLD
 from .optimizers.signum import Signum
@@ -40,5 +41,5 @@ __all__ = [  # checked against the registry by tests/test_public_api.py::test_op
            "registry", "specs", "spec_of", "unregister",
            # the built-in optimizers' classes, by class name (in the registry's order)
            "AdaBelief", "AdaDelta", "AdaGrad", "Adam", "Adamax", "AdamW", "ADOPT", "DCASGD", "FTML", "Ftrl",
-           "GroupAdaGrad", "LAMB", "LARS", "LBSGD", "Lion", "Nadam", "NAG", "RAdam", "RMSProp", "SGD", "SGLD",
+           "GroupAdaGrad", "LAMB", "LARS", "LBSGD", "Lion", "Nadam", "NAG", "RAdam", "RMSProp", "Rprop", "SGD", "SGLD",
            "Signum", "FTRL"]

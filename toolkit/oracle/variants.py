@@ -98,6 +98,14 @@ VARIANTS = {v.name: v for v in (
                                  "(g - m_{t-1})^2, instead of (g - m_t)^2"),
     Variant("eps_outside_s", "epsilon added only to the denominator, as Adam adds it, not to "
                              "AdaBelief's second moment s at every step"),
+    Variant("backtracking", "Riedmiller and Braun's weight-backtracking: where the gradient's "
+                            "sign flipped, the weight also takes back its last step (torch's "
+                            "Rprop does not)"),
+    Variant("no_forget", "the gradient kept where its sign flipped, so that the weight steps "
+                         "against the new sign at once (torch's Rprop zeroes it and waits)"),
+    Variant("unclamped_kept", "the step size kept unclamped where no sign is seen (the "
+                              "gradient product 0), as torch's documentation box and optax "
+                              "keep it; torch's code clamps it at every step"),
     Variant("schedule_product_f32", "the running product of NAdam's momentum schedule held in "
                                     "float32 whatever the weight's precision, as "
                                     "torch.optim.NAdam keeps its mu_product in the default "

@@ -222,6 +222,8 @@ RULES = {  # checked against the registry by tests/test_torch_keywords.py::test_
                                                    "MXNet's AdaDelta subtracts wd*w from the "
                                                    "weight, without the learning rate: give wd="
                                                    " for MXNet's")},
+    ("Rprop", "etas"): {"*": Same(("etaminus", "etaplus"))},
+    ("Rprop", "step_sizes"): {"*": Same(("step_size_min", "step_size_max"))},
     ("SGD", "dampening"): {"*": OffOnly(0, "MXNet's momentum has no dampening")},
     ("SGD", "nesterov"): {"*": OffOnly(False, "Nesterov momentum is toolkit.torch.NAG")},
     # lion-pytorch's Lion (the spec's torch_peer)

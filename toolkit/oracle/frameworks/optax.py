@@ -80,6 +80,11 @@ TABLE = (  # checked against the registry by tests/test_audit.py::test_every_ada
                                       "rectify": False, "degenerated_to_sgd": True},
      lambda o, lr, wd, h: o.adabelief(lr, b1=h["beta1"], b2=h["beta2"], eps=h["epsilon"],
                                       eps_root=h["epsilon"])),
+    # optax.rprop: no weight decay (nor has Rprop); its step-size bounds are keywords
+    ("optax.rprop", "rprop", {},
+     lambda o, lr, wd, h: o.rprop(lr, eta_minus=h["etaminus"], eta_plus=h["etaplus"],
+                                  min_step_size=h["step_size_min"],
+                                  max_step_size=h["step_size_max"])),
     # optax.contrib.adopt: no weight decay; its clip is the paper's (t-1)^(1/4) (use_clipping)
     ("optax.contrib.adopt", "adopt", {"wd": 0.0, "decouple": False},
      lambda o, lr, wd, h: o.contrib.adopt(lr, b1=h["beta1"], b2=h["beta2"], eps=h["epsilon"],

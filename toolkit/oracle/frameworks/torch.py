@@ -7,7 +7,8 @@ MXNet's names -> torch's keywords (:data:`TRANSLATE`; docs/conventions.md, "The 
 convention"): ``learning_rate`` = ``lr``, ``wd`` = ``weight_decay`` (torch's coupled L2; AdamW's
 decoupled), ``(beta1, beta2)`` = ``betas``, ``epsilon``/``eps`` = ``eps``, RMSProp's ``gamma1`` =
 ``alpha`` and ``gamma2`` = ``momentum`` (centered), NAdam's ``schedule_decay`` =
-``momentum_decay``, AdamW's torch ``lr`` = ``eta*learning_rate``. torch has no ``rescale_grad``
+``momentum_decay``, Rprop's ``(etaminus, etaplus)`` = ``etas`` and ``(step_size_min,
+step_size_max)`` = ``step_sizes``, AdamW's torch ``lr`` = ``eta*learning_rate``. torch has no ``rescale_grad``
 or ``clip_gradient`` (pinned to 1 and None) nor RMSProp's ``clip_weights`` (None). torch runs as
 a user runs it: its default dtype is left alone (float32, in which torch keeps NAdam's
 ``mu_product``).
@@ -60,6 +61,10 @@ TRANSLATE = {  # checked against the registry by tests/test_audit.py::test_torch
                                  "decoupled_weight_decay": h["decoupled_weight_decay"]},
               (("", {"decoupled_weight_decay": False}),
                ("decoupled_weight_decay=True", {"decoupled_weight_decay": True}))),
+    # no weight decay (the spec fixes wd 0)
+    "rprop": (lambda lr, wd, h: {"lr": lr, "etas": (h["etaminus"], h["etaplus"]),
+                                 "step_sizes": (h["step_size_min"], h["step_size_max"])},
+              (("", {}),)),
 }
 
 
