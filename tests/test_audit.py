@@ -312,7 +312,7 @@ def _torch_adapters():
 @pytest.mark.parametrize("adapter", _torch_adapters(), ids=lambda a: a.label)
 def test_torch_adapters_pass_the_pytorch_convention(adapter):
     """Every adapter in float32 (and the default implementation in float64, but NAdam: see
-    below) computes torch's documented update: few examples, the full audit is mxopt audit.
+    below, and ASGD, whose float32 eta and mu are named) computes torch's documented update: few examples, the full audit is mxopt audit.
     Centered RMSprop with an ordinary gamma1 (its NaN for gamma1 -> 0 is a finding of its own,
     tests/test_oracle.py)."""
     fixed = dict(adapter.fixed)
@@ -323,6 +323,10 @@ def test_torch_adapters_pass_the_pytorch_convention(adapter):
             continue
         r = oracle.verify(adapter.make(dtype), adapter.optimizer, convention="pytorch",
                           fixed=fixed, dtype=dtype, examples=8)
+        if dtype == "float64" and adapter.optimizer == "asgd":
+            # eta and mu held in float32 (docs/conformance.md, finding 12): named
+            assert not r.passed and r.explanation.variant == "scalars_f32", r.summary
+            continue
         if not r.passed and r.explanation is not None and r.explanation.variant == "lerp":
             # torch's exp_avg.lerp_, docs/conformance.md's finding (torch.optim.Adam fails the
             # full domain at small beta1): the lerp's discriminating case (toolkit.oracle.

@@ -288,6 +288,7 @@ TORCH_CASES = {  # checked against the registry by test_torch_cases_are_the_pyto
     "sgd": ("SGD", lambda h: {"momentum": h["momentum"]}, {}),
     "radam": ("RAdam", lambda h: {"betas": (h["beta1"], h["beta2"]), "eps": h["epsilon"],
                                   "decoupled_weight_decay": h["decoupled_weight_decay"]}, {}),
+    "asgd": ("ASGD", lambda h: {"lambd": h["lambd"], "alpha": h["alpha"], "t0": h["t0"]}, {}),
     "rprop": ("Rprop", lambda h: {"etas": (h["etaminus"], h["etaplus"]),
                                   "step_sizes": (h["step_size_min"], h["step_size_max"])}, {}),
 }
@@ -317,7 +318,15 @@ def test_torch_optimizers_pass_as_pytorch(name, dtype):
     if (name, dtype) in LERP_CAUGHT:
         assert r.domains["usual"].passed and r.explanation.variant == "lerp", r.summary
         return
+    if (name, dtype) in SCALARS_F32_CAUGHT:
+        assert not r.passed and r.explanation.variant == "scalars_f32", r.summary
+        return
     assert r.passed, r.summary
+
+
+#: torch.optim.ASGD holds eta and mu in float32 (tensors of its default dtype) whatever the
+#: parameter's: a float64 step is off the equations by float32's rounding of eta, named
+SCALARS_F32_CAUGHT = {("asgd", "float64")}
 
 
 #: torch.optim.Adamax writes its first moment as a lerp: in float64 the lerp's discriminating

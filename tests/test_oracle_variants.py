@@ -185,7 +185,8 @@ def test_every_variant_is_declared_by_the_optimizer_it_is_planted_in():
     assert set(VARIANTS) - set(PLANTED) == {"schedule_product_f32", "momentum_first",
                                             "wd_coupled", "var_first", "decay_first_step",
                                             "residual_old_mean", "eps_outside_s",
-                                            "backtracking", "no_forget", "unclamped_kept"}
+                                            "backtracking", "no_forget", "unclamped_kept",
+                                            "scalars_f32", "no_decay"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -210,7 +211,8 @@ def test_every_variant_is_named_when_planted(variant):
 
 
 def test_rounding_variants_and_written_variants_read_differently():
-    rounding = {"hyper_f32", "hyper_f64", "constants_in_dtype", "lerp", "schedule_product_f32"}
+    rounding = {"hyper_f32", "hyper_f64", "constants_in_dtype", "lerp", "schedule_product_f32",
+                "scalars_f32"}
     assert {n for n, v in VARIANTS.items() if v.rounding} == rounding
 
 

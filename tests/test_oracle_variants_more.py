@@ -367,6 +367,33 @@ def make_rprop(variant=None):
     return make
 
 
+def make_asgd(variant=None):
+    """torch.optim.ASGD's update in numpy, in the weight's dtype, eta_t and mu_t formed in
+    double (held in float32 with ``scalars_f32``, as torch holds them) and rounded to it."""
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, lambd, alpha, t0):
+        w, t = w.copy(), [0]
+        ax = np.zeros_like(w)
+        f = w.dtype.type
+
+        def step(g):
+            t[0] += 1
+            s = float(t[0] - 1)
+            eta, mu = ((learning_rate, 1.0) if t[0] == 1 else
+                       (learning_rate / (1 + lambd * learning_rate * s) ** alpha,
+                        1 / max(1.0, s - t0)))
+            if variant == "scalars_f32":
+                eta, mu = float(np.float32(eta)), float(np.float32(mu))
+            g = _clip(f(rescale_grad) * g, None if clip_gradient is None else f(clip_gradient))
+            g = g + f(wd) * w
+            if variant != "no_decay":
+                w[...] = w * f(1 - lambd * eta)
+            w[...] = w - f(eta) * g
+            ax[...] = ax + (w - ax) * f(mu) if mu != 1.0 else w
+            return w
+        return step
+    return make
+
+
 #: the implementation each row plants its variant in: {(optimizer, convention): make(variant)}
 MAKERS = {  # checked against the registry by tests/test_oracle_variants_more.py::test_every_declared_variant_is_planted
     ("adamax", "guide"): make_adamax, ("adamax", "mxnet"): make_adamax_mxnet,
@@ -379,6 +406,7 @@ MAKERS = {  # checked against the registry by tests/test_oracle_variants_more.py
     ("adopt", "paper"): make_adopt,
     ("adabelief", "paper"): make_adabelief,
     ("rprop", "pytorch"): make_rprop,
+    ("asgd", "pytorch"): make_asgd,
     ("radam", "pytorch"): lambda v=None: make_radam("pytorch", v),
 }
 #: weight decay and clipping both on, so that their order shows
@@ -430,6 +458,11 @@ PLANTED = {  # checked against the registry by tests/test_oracle_variants_more.p
                                           None),
     ("adabelief", "eps_outside_s"): ("paper", "float32",
                                      dict(learning_rate=0.1, epsilon=1e-3, **NO_CLIP), None),
+    # ASGD: torch's float32 eta and mu, seen in float64 (in float32 they are the weight's own
+    # precision), and the weight's decay left out (a decay of about 1e-2 a step)
+    ("asgd", "scalars_f32"): ("pytorch", "float64", dict(learning_rate=0.1, **NO_CLIP), None),
+    ("asgd", "no_decay"): ("pytorch", "float32", dict(learning_rate=0.1, lambd=0.1, **NO_CLIP),
+                           None),
     # Rprop's two known forms: the paper's weight-backtracking, and the gradient kept where its
     # sign flipped
     ("rprop", "backtracking"): ("pytorch", "float32", dict(learning_rate=0.1, **NO_CLIP), None),

@@ -118,6 +118,9 @@ CASES = [  # checked against the registry by test_conventions_come_from_the_spec
     ("nadam", {"learning_rate": 0.01, "wd": 0.5, "decoupled_weight_decay": True}, "NAdam",
      {"lr": 0.01, "weight_decay": 0.5, "decoupled_weight_decay": True},
      {"m": "exp_avg", "v": "exp_avg_sq"}),
+    ("asgd", {"learning_rate": 0.05}, "ASGD", {"lr": 0.05}, {"ax": "ax"}),
+    ("asgd", {"learning_rate": 0.05, "lambd": 0.05, "alpha": 1.0, "t0": 2.0, "wd": 0.1}, "ASGD",
+     {"lr": 0.05, "lambd": 0.05, "alpha": 1.0, "t0": 2.0, "weight_decay": 0.1}, {"ax": "ax"}),
     ("rprop", {"learning_rate": 0.01}, "Rprop", {"lr": 0.01},
      {"prev": "prev", "step_size": "step_size"}),
     ("rprop", {"learning_rate": 0.5, "etaminus": 0.3, "etaplus": 2.0, "step_size_min": 1e-3,
@@ -268,7 +271,7 @@ def test_a_first_moment_lerp_with_a_tiny_beta_is_torchs(name, dtype):
 
 #: torch.optim classes whose foreach step is another order of operations than their single-tensor
 #: step (torch 2.13)
-FOREACH_ORDER_DIFFERS = ("NAdam", "RAdam")
+FOREACH_ORDER_DIFFERS = ("NAdam", "RAdam", "ASGD")
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
@@ -279,7 +282,8 @@ def test_torch_foreach_is_its_single_tensor_path(case, dtype):
     the kernels' equality above holds for torch's default path, and for its foreach path too
     but NAdam's: its foreach step is another order of operations (``sqrt(v)/sqrt(1 -
     beta2^t)``, one ``addcdiv`` per term with step sizes formed per parameter: NAdam here is
-    its single-tensor step, the one torch runs by default). (torch's ``fused=True`` CPU
+    its single-tensor step, the one torch runs by default; ASGD's foreach step folds its decay
+    into the gradient, ``w - eta*(g + lambd*w)``, and averages with a fused ``addcmul``). (torch's ``fused=True`` CPU
     kernels, for SGD, Adam, AdamW and Adagrad, are another order of operations too:
     docs/conventions.md, "pytorch".)"""
     name, kw, tname, tkw, slots = case

@@ -219,6 +219,8 @@ DISTINGUISH = {  # checked against the registry by test_every_own_branch_has_a_d
     # Rprop has no other convention to differ from: its branch runs on Tracked inputs (signs
     # flipping between the drawn gradients)
     "rprop": dict(hyper=dict(), wd=0.0, lrs=[0.1] * 4, scales=[1.0] * 4),
+    # ASGD has no other convention either: its branch runs on Tracked inputs (the averaging on)
+    "asgd": dict(hyper=dict(t0=1.0, lambd=0.01), wd=0.01, lrs=[0.1] * 4, scales=[1.0] * 4),
 }
 
 
@@ -404,6 +406,10 @@ def _make_torch(torch, name, params, *, lr, wd, hyper, foreach):
                       step_sizes=(hyper.get("step_size_min", 1e-6),
                                   hyper.get("step_size_max", 50.0)), foreach=foreach)
         return opt, {"prev": "prev", "step_size": "step_size"}
+    if name == "asgd":
+        opt = o.ASGD(params, lr=lr, lambd=hyper.get("lambd", 1e-4), alpha=hyper.get("alpha", 0.75),
+                     t0=hyper.get("t0", 1e6), weight_decay=wd, foreach=foreach)
+        return opt, {"ax": "ax"}
     raise AssertionError(name)
 
 
@@ -457,6 +463,10 @@ TORCH_CASES = [  # checked against the registry by test_every_torch_optimizer_ha
     ("rprop", dict(), 0.0, CONSTANT, 1.0, None),
     ("rprop", dict(etaminus=0.3, etaplus=2.0, step_size_min=1e-3, step_size_max=0.2), 0.0,
      CHANGING, 0.5, 0.75),
+    # a constant lr (torch forms eta_{t+1} with step t's lr; the reference with step t+1's):
+    # torch's eta and mu are float64 here (torch64 sets the default dtype)
+    ("asgd", dict(), 0.0, CONSTANT, 1.0, None),
+    ("asgd", dict(lambd=0.05, alpha=1.0, t0=2.0), 0.01, CONSTANT, 0.5, 0.75),
 ]
 
 

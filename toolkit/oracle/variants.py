@@ -106,6 +106,10 @@ VARIANTS = {v.name: v for v in (
     Variant("unclamped_kept", "the step size kept unclamped where no sign is seen (the "
                               "gradient product 0), as torch's documentation box and optax "
                               "keep it; torch's code clamps it at every step"),
+    Variant("scalars_f32", "ASGD's step size eta_t and averaging weight mu_t held in float32 "
+                           "whatever the weight's precision, as torch.optim.ASGD keeps them "
+                           "(tensors of torch's default dtype)", rounding=True),
+    Variant("no_decay", "ASGD's decay of the weight, w*(1 - lambd*eta_t), left out of the step"),
     Variant("schedule_product_f32", "the running product of NAdam's momentum schedule held in "
                                     "float32 whatever the weight's precision, as "
                                     "torch.optim.NAdam keeps its mu_product in the default "

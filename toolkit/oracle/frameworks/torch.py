@@ -61,6 +61,8 @@ TRANSLATE = {  # checked against the registry by tests/test_audit.py::test_torch
                                  "decoupled_weight_decay": h["decoupled_weight_decay"]},
               (("", {"decoupled_weight_decay": False}),
                ("decoupled_weight_decay=True", {"decoupled_weight_decay": True}))),
+    "asgd": (lambda lr, wd, h: {"lr": lr, "weight_decay": wd, "lambd": h["lambd"],
+                                "alpha": h["alpha"], "t0": h["t0"]}, (("", {}),)),
     # no weight decay (the spec fixes wd 0)
     "rprop": (lambda lr, wd, h: {"lr": lr, "etas": (h["etaminus"], h["etaplus"]),
                                  "step_sizes": (h["step_size_min"], h["step_size_max"])},
