@@ -174,7 +174,8 @@ def test_a_file_saved_with_mxnet_slot_names_still_loads():
 def test_tables_name_torch_facts():
     from toolkit.torch import meaning
     namesakes = {s.torch for s in specs().values() if s.torch}
-    for torch_name, key in list(crossing.SCALED) + list(crossing.HOST) + list(crossing.DERIVED):
+    derived = [(s.torch, key) for s in specs().values() for key in s.torch_derived]
+    for torch_name, key in list(crossing.SCALED) + list(crossing.HOST) + derived:
         assert torch_name in namesakes
         a = _model()
         opt = getattr(torch.optim, torch_name)(a.parameters(), lr=0.1, **(

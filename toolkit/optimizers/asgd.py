@@ -73,10 +73,20 @@ def schedule(t, lr, lambd, alpha, t0):
     return float(np.float32(eta)), float(np.float32(mu))
 
 
+def _torch_next(k):
+    """torch's per-parameter ``eta`` (``k = 0``) or ``mu`` (1) after step ``t``: those of step
+    ``t + 1``, from a param group's options (a ``toolkit.torch`` state_dict writes them)."""
+    def entry(group, t):
+        return schedule(int(t) + 1, float(group["lr"]), float(group["lambd"]),
+                        float(group["alpha"]), float(group["t0"]))[k]
+    return entry
+
+
 SPEC = Spec(
     name="asgd", reference="reference.asgd",
     conventions=("pytorch",), pytorch="pytorch", pytorch_form="scalars_f32", torch="ASGD",
     torch_slots={"ax": "ax"},
+    torch_derived={"eta": _torch_next(0), "mu": _torch_next(1)},
     # t0 small enough that the averaging begins within the oracle's steps, or torch's 1e6
     space={"lambd": OneOf(0.0, Decades(-6, -1)), "alpha": Interval(0.0, 1.0),
            "t0": OneOf(0.0, 1.0, 2.0, 1e6)},

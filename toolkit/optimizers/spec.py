@@ -111,6 +111,10 @@ class Spec:
         ``torch_slots``: ``{state slot: torch's name}`` for the slots that hold the same
         quantity as the ``torch`` class's state of that name (Adam: ``mean`` is
         ``exp_avg``); ``toolkit.torch`` shows and saves them under torch's name.
+        ``torch_derived``: ``{torch state entry: f(group options, step) -> float}``, the
+        per-parameter scalars the ``torch`` class keeps that are functions of the step count
+        and the hyperparameters (ASGD's ``eta`` and ``mu``): a ``toolkit.torch`` state_dict
+        writes them (float32 tensors, as torch keeps them) so that torch loads it.
     What the oracle draws
         ``space``: its own hyperparameters (MXNet's constructor names) as :class:`Space` s,
         aimed at branch points. ``fixed``: common hyperparameters it does not take freely, with
@@ -165,6 +169,7 @@ class Spec:
     torch_requires: Mapping[str, str] = field(default_factory=dict)
     torch_flags: Mapping[str, Any] = field(default_factory=dict)
     torch_slots: Mapping[str, str] = field(default_factory=dict)
+    torch_derived: Mapping[str, Callable] = field(default_factory=dict)
     space: Mapping[str, Space] = field(default_factory=dict)
     fixed: Mapping[str, Any] = field(default_factory=dict)
     fixed_reason: str = ""
@@ -207,7 +212,7 @@ class Spec:
                             f"(toolkit.oracle.variants.VARIANTS), got {self.variants!r}")
         object.__setattr__(self, "variants", tuple(self.variants))
         for key in ("space", "fixed", "flags", "usual", "record", "demo", "torch_requires",
-                    "torch_flags", "torch_slots"):
+                    "torch_flags", "torch_slots", "torch_derived"):
             object.__setattr__(self, key, _frozen(getattr(self, key)))
         for key in ("layouts", "trainer"):
             object.__setattr__(self, key, tuple(_frozen(c) for c in getattr(self, key)))

@@ -4,7 +4,7 @@
 :func:`for_torch` adds to a toolkit state_dict what the ``torch.optim`` namesake reads: ``step``
 as torch's float32 tensor, the entries MXNet keeps as another quantity (SGD's and centered
 RMSprop's ``momentum_buffer = -mom/lr``), NAdam's per-parameter ``mu_product``, ASGD's ``eta``
-and ``mu`` (functions of the step, :data:`DERIVED`), and a number for
+and ``mu`` (functions of the step, the spec's ``torch_derived``), and a number for
 every torch key a toolkit group holds as None. :func:`from_torch` converts the other way, its
 options through the keyword table (``meaning``; a number that means another update here is not
 taken, with a warning). The same quantities cross exactly; where the conventions differ, the
@@ -32,21 +32,6 @@ SCALED = {  # checked against the registry by tests/test_torch_crossing.py::test
 #: value for the group, or (a host value that is a list of ``[index, value]`` pairs: NAdam
 #: under "pytorch") one per parameter index, 1.0 for an index it does not hold
 HOST = {("NAdam", "mu_product"): "m_schedule"}  # checked against the registry by tests/test_torch_crossing.py::test_tables_name_torch_facts
-
-
-def _asgd_next(group, t):
-    """ASGD's ``(eta, mu)`` of step ``t + 1`` (what torch's state holds after step ``t``)."""
-    from ..optimizers.asgd import schedule
-    return schedule(int(t) + 1, float(group["lr"]), float(group["lambd"]),
-                    float(group["alpha"]), float(group["t0"]))
-
-
-#: ``(torch class, torch's per-parameter state entry) -> f(group, step)``: a float32 scalar
-#: torch keeps per parameter that the toolkit forms on the host from the step count
-DERIVED = {  # checked against the registry by tests/test_torch_crossing.py::test_tables_name_torch_facts
-    ("ASGD", "eta"): lambda group, t: _asgd_next(group, t)[0],
-    ("ASGD", "mu"): lambda group, t: _asgd_next(group, t)[1],
-}
 
 
 def _host_value(value, index):
@@ -107,8 +92,8 @@ def without_torch_entries(klass, entry, convention="mxnet"):
     the names ``opt.state`` shows (a file saved before they took torch's names, ``mean`` for
     ``exp_avg``, loads too)."""
     torch_name = _torch_name(klass)
-    added = set(_scaled(klass, convention)) | {key for (name, key) in (*HOST, *DERIVED)
-                                               if name == torch_name}
+    added = (set(_scaled(klass, convention)) | set(spec_of(klass).torch_derived)
+             | {key for (name, key) in HOST if name == torch_name})
     renamed = slot_names(klass, convention)
     return {renamed.get(k, k): v for k, v in entry.items() if k not in added}
 
@@ -127,8 +112,8 @@ def for_torch(klass, group, entry, host_data, index=None):
     for (name, key), host_key in HOST.items():
         if name == torch_name and host_key in host_data:
             out[key] = torch.tensor(float(_host_value(host_data[host_key], index)))
-    for (name, key), derive in DERIVED.items():
-        if name == torch_name and "step" in entry:
+    for key, derive in spec_of(klass).torch_derived.items():
+        if "step" in entry:
             out[key] = torch.tensor(derive(group, entry["step"]), dtype=torch.float32)
     return out
 
