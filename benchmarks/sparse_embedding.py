@@ -1,5 +1,6 @@
 """Benchmark: a lazy Adam update of 1 % of the rows of a 2^20 x 64 float32 embedding, against the
-dense update of the whole table (the same optimizer, the CPU backend).
+dense update of the whole table (the same optimizer, the CPU backend; ``--optimizer`` another
+lazy one, SparseAdam's included).
 
 A lazy update (``toolkit.RowSparse`` gradient) reads and writes only the rows present: weight,
 mean, variance and gradient of 10,486 rows (28 bytes per element: 18.8 MB), where the dense
@@ -9,7 +10,13 @@ read (absolute times on shared machines vary). Also shown: the lazy step's achie
 over the bytes it must move, and the dense update of only the gathered rows (numpy gather, dense
 kernel, scatter), which is what a user without a lazy kernel would write.
 
+With ``--optimizer sparseadam`` and torch installed, the same step of ``torch.optim.SparseAdam``
+and of ``toolkit.torch.SparseAdam`` on a torch embedding table with the same sparse COO gradient
+(coalesced, as an embedding's is after torch's ``coalesce``), interleaved with the others: what
+an ``nn.Embedding(sparse=True)`` user runs.
+
     python benchmarks/sparse_embedding.py [--rows 1048576] [--dim 64] [--fraction 0.01]
+                                          [--optimizer adam] [--out PATH]
 """
 from __future__ import annotations
 
@@ -38,6 +45,7 @@ def main(argv=None):
     ap.add_argument("--dim", type=int, default=64)
     ap.add_argument("--fraction", type=float, default=0.01)
     ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--optimizer", default="adam", help="a registry name with a lazy update")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "sparse_embedding_cpu.json"))
     args = ap.parse_args(argv)
 
@@ -53,9 +61,12 @@ def main(argv=None):
     dense_grad[rows] = values
     grad = RowSparse(rows, values, shape)
 
-    lazy = optimizer.create("adam", learning_rate=1e-3)
-    dense = optimizer.create("adam", learning_rate=1e-3)
-    gathered = optimizer.create("adam", learning_rate=1e-3)
+    name = args.optimizer
+    lazy = optimizer.create(name, learning_rate=1e-3)
+    if lazy.row_sparse_mode(0) != "lazy":
+        ap.error(f"{name} has no lazy update (row_sparse_mode {lazy.row_sparse_mode(0)!r})")
+    dense = optimizer.create(name, learning_rate=1e-3)
+    gathered = optimizer.create(name, learning_rate=1e-3)
     w_dense = w.copy()
     s_lazy, s_dense = lazy.create_state(0, w), dense.create_state(0, w_dense)
     s_gather = gathered.create_state(0, w[rows])
@@ -71,21 +82,22 @@ def main(argv=None):
         gathered.update(0, sub, values, s_gather)
         w[rows] = sub
 
-    for f in (step_lazy, step_dense, step_gathered):  # compile and warm up
+    steps = {"lazy": step_lazy, "dense": step_dense, "gather_update_scatter": step_gathered}
+    steps.update(_torch_steps(name, w, rows, values))
+    for f in steps.values():  # compile and warm up
         f()
-    times = {"lazy": [], "dense": [], "gather_update_scatter": []}
+    times = {k: [] for k in steps}
     for _ in range(args.repeats):
-        for name, f in (("lazy", step_lazy), ("dense", step_dense),
-                        ("gather_update_scatter", step_gathered)):
+        for key, f in steps.items():
             t0 = time.perf_counter()
             f()
-            times[name].append(time.perf_counter() - t0)
+            times[key].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) for k, v in times.items()}
     lazy_bytes = 28 * nnz * args.dim
     dense_bytes = 28 * args.rows * args.dim
     result = {
         "benchmark": "benchmarks/sparse_embedding.py",
-        "shape": list(shape), "rows_per_step": nnz, "dtype": "float32", "optimizer": "adam",
+        "shape": list(shape), "rows_per_step": nnz, "dtype": "float32", "optimizer": name,
         "median_s": med,
         "dense_over_lazy": med["dense"] / med["lazy"],
         "gather_over_lazy": med["gather_update_scatter"] / med["lazy"],
@@ -102,11 +114,47 @@ def main(argv=None):
     print(f"gather/update/scatter {med['gather_update_scatter'] * 1e3:9.3f} ms")
     print(f"dense / lazy = {result['dense_over_lazy']:.0f}x;  gather-update-scatter / lazy = "
           f"{result['gather_over_lazy']:.1f}x")
+    if "torch_optim" in med:
+        result["torch_optim_over_toolkit_torch"] = med["torch_optim"] / med["toolkit_torch"]
+        result["torch"] = _torch_version()
+        print(f"torch.optim.SparseAdam {med['torch_optim'] * 1e3:9.3f} ms;  toolkit.torch."
+              f"SparseAdam {med['toolkit_torch'] * 1e3:9.3f} ms  (torch / toolkit = "
+              f"{result['torch_optim_over_toolkit_torch']:.1f}x)")
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)
     print("wrote", os.path.relpath(args.out))
     return 0
+
+
+def _torch_version():
+    import torch
+    return str(torch.__version__)
+
+
+def _torch_steps(name, w, rows, values):
+    """``{"torch_optim": step, "toolkit_torch": step}`` for SparseAdam where torch is installed
+    (each on its own copy of the table, the same coalesced sparse gradient), else nothing."""
+    if name != "sparseadam":
+        return {}
+    try:
+        import torch
+    except ImportError:
+        print("torch is not installed: no torch.optim.SparseAdam row")
+        return {}
+    import toolkit.torch as tt
+    grad = torch.sparse_coo_tensor(torch.from_numpy(rows)[None], torch.from_numpy(values),
+                                   w.shape, check_invariants=True).coalesce()
+    out = {}
+    for key, make in (("torch_optim", torch.optim.SparseAdam), ("toolkit_torch", tt.SparseAdam)):
+        p = torch.nn.Parameter(torch.from_numpy(w.copy()))
+        opt = make([p], lr=1e-3)
+        p.grad = grad
+
+        def step(opt=opt):
+            opt.step()
+        out[key] = step
+    return out
 
 
 if __name__ == "__main__":

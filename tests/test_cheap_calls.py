@@ -97,7 +97,7 @@ SET_BETWEEN = [  # checked against the registry by test_every_optimizer_keeping_
     ("adamw", "beta2", 0.9), ("ftrl", "lamda1", 1e-4), ("ftrl", "beta", 3.0),
     ("signum", "wd_lh", 0.1), ("ftml", "beta1", 0.5), ("sgd", "rescale_grad", 3.0),
     ("sgd", "clip_gradient", 1e-4), ("adopt", "beta1", 0.5), ("adopt", "epsilon", 1.0),
-    ("radam", "beta1", 0.5), ("adabelief", "beta1", 0.5)]
+    ("radam", "beta1", 0.5), ("adabelief", "beta1", 0.5), ("sparseadam", "beta1", 0.5)]
 
 #: optimizers keeping constants that no case above can show: the step of ``_passed`` (a uniform
 #: weight and gradient) does not depend on the kept constants

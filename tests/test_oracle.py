@@ -11,6 +11,7 @@ import pytest
 
 from toolkit import oracle
 from toolkit.optimizer import specs
+from toolkit.oracle.frameworks.torch import gradient_for
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed (pip install "
@@ -250,7 +251,8 @@ def torch_make(cls, to_torch, dtype):
 
         def step(g):
             g = _pre(np.asarray(g, np.float64), rescale_grad, clip_gradient)
-            p.grad = torch.tensor(g, dtype=tdtype)
+            # SparseAdam takes sparse gradients only: every row present (gradient_for)
+            p.grad = gradient_for(cls, torch.tensor(g, dtype=tdtype))
             with torch.no_grad():
                 opt.step()
             return p.detach()  # a tensor: the oracle converts it
@@ -291,6 +293,8 @@ TORCH_CASES = {  # checked against the registry by test_torch_cases_are_the_pyto
     "asgd": ("ASGD", lambda h: {"lambd": h["lambd"], "alpha": h["alpha"], "t0": h["t0"]}, {}),
     "rprop": ("Rprop", lambda h: {"etas": (h["etaminus"], h["etaplus"]),
                                   "step_sizes": (h["step_size_min"], h["step_size_max"])}, {}),
+    "sparseadam": ("SparseAdam", lambda h: {"betas": (h["beta1"], h["beta2"]),
+                                            "eps": h["epsilon"]}, {}),
 }
 #: optimizers whose update is PyTorch's but that oracle.verify does not run against torch.optim
 #: here (a known gap): their reference's pytorch branch is run against torch.optim in

@@ -394,6 +394,32 @@ def make_asgd(variant=None):
     return make
 
 
+def make_sparseadam(variant=None):
+    """torch.optim.SparseAdam's update on a dense gradient (every row present) in numpy, in the
+    weight's dtype, the step size formed in double and rounded to it once (as torch does)."""
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, beta1, beta2, epsilon):
+        w, t = w.copy(), [0]
+        m, v = np.zeros_like(w), np.zeros_like(w)
+        f = w.dtype.type
+        c1, c2, eps = f(1.0 - beta1), f(1.0 - beta2), f(epsilon)
+
+        def step(g):
+            t[0] += 1
+            g = _clip(f(rescale_grad) * g, None if clip_gradient is None else f(clip_gradient))
+            m[...] = m + (g - m) * c1
+            v[...] = v + (g * g - v) * c2
+            bc1, bc2 = 1.0 - beta1 ** t[0], 1.0 - beta2 ** t[0]
+            if variant == "constants_in_dtype":  # the bias corrections in the weight's dtype
+                bc1, bc2 = f(1) - f(beta1) ** t[0], f(1) - f(beta2) ** t[0]
+            size = f(learning_rate * math.sqrt(bc2) / bc1) if variant != "constants_in_dtype" \
+                else f(learning_rate) * np.sqrt(bc2) / bc1
+            e = f(epsilon * math.sqrt(bc2)) if variant == "eps_corrected" else eps
+            w[...] = w - size * (m / (np.sqrt(v) + e))
+            return w
+        return step
+    return make
+
+
 #: the implementation each row plants its variant in: {(optimizer, convention): make(variant)}
 MAKERS = {  # checked against the registry by tests/test_oracle_variants_more.py::test_every_declared_variant_is_planted
     ("adamax", "guide"): make_adamax, ("adamax", "mxnet"): make_adamax_mxnet,
@@ -407,6 +433,7 @@ MAKERS = {  # checked against the registry by tests/test_oracle_variants_more.py
     ("adabelief", "paper"): make_adabelief,
     ("rprop", "pytorch"): make_rprop,
     ("asgd", "pytorch"): make_asgd,
+    ("sparseadam", "pytorch"): make_sparseadam,
     ("radam", "pytorch"): lambda v=None: make_radam("pytorch", v),
 }
 #: weight decay and clipping both on, so that their order shows
@@ -463,6 +490,13 @@ PLANTED = {  # checked against the registry by tests/test_oracle_variants_more.p
     ("asgd", "scalars_f32"): ("pytorch", "float64", dict(learning_rate=0.1, **NO_CLIP), None),
     ("asgd", "no_decay"): ("pytorch", "float32", dict(learning_rate=0.1, lambd=0.1, **NO_CLIP),
                            None),
+    # SparseAdam written from torch.optim.Adam's equations (epsilon on the corrected root: a
+    # large epsilon shows it), and its bias corrections in float32 at beta2 = 0.9999
+    ("sparseadam", "eps_corrected"): ("pytorch", "float32",
+                                      dict(learning_rate=0.1, epsilon=1e-3, **NO_CLIP), None),
+    ("sparseadam", "constants_in_dtype"): ("pytorch", "float32",
+                                           dict(learning_rate=0.1, beta2=0.9999, **NO_CLIP),
+                                           None),
     # Rprop's two known forms: the paper's weight-backtracking, and the gradient kept where its
     # sign flipped
     ("rprop", "backtracking"): ("pytorch", "float32", dict(learning_rate=0.1, **NO_CLIP), None),
@@ -694,3 +728,30 @@ def test_neighbours_sees_both_pieces_of_a_range_with_a_gap():
     assert neighbours(gap, 0.995) == (0.99, None) and neighbours(gap, -1.0) == (None, 0.0)
     assert neighbours(Decades(-8, -3), 1e-12) == (None, 1e-8)
     assert neighbours(OneOf(None, Decades(-3, 0)), 5.0) == (1.0, None)
+
+
+def _ignoring_preprocessing(make):
+    """``make`` (a ``make_step`` that applies rescale_grad and clip_gradient) as a user writes it
+    from torch's equations: handed the preprocessing, it never applies it."""
+    def make_step(w, rescale_grad, clip_gradient, **hyper):
+        return make(w, rescale_grad=1.0, clip_gradient=None, **hyper)
+    return make_step
+
+
+@pytest.mark.parametrize("examples", [3, 10, 100])
+@pytest.mark.parametrize("name", ["sparseadam", "rprop"])
+def test_a_gradient_taken_as_given_is_named_at_every_count(name, examples):
+    """A torch-style implementation (correct otherwise) that ignores the rescale_grad and
+    clip_gradient it is handed fails, and the explanation says so and how to fix it, at every
+    number of examples; applying them, or pinning them, passes."""
+    make = MAKERS[(name, "pytorch")]()
+    r = oracle.verify(_ignoring_preprocessing(make), name, dtype="float32", examples=examples)
+    assert not r.passed
+    assert (r.explanation.kind, r.explanation.variant, r.explanation.convention) == (
+        "variant", "gradient_as_given", "pytorch"), r.summary
+    assert "fixed={'rescale_grad': 1.0, 'clip_gradient': None}" in r.summary
+    pinned = oracle.verify(_ignoring_preprocessing(make), name, dtype="float32",
+                           examples=examples,
+                           fixed={"rescale_grad": 1.0, "clip_gradient": None})
+    assert pinned.passed, pinned.summary
+    assert oracle.verify(make, name, dtype="float32", examples=examples).passed

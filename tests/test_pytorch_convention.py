@@ -27,6 +27,7 @@ torch = pytest.importorskip("torch")
 from toolkit import optimizer  # noqa: E402
 from toolkit.optimizer import specs  # noqa: E402
 from toolkit.error_bounds import step_errors  # noqa: E402
+from toolkit.oracle.frameworks.torch import gradient_for  # noqa: E402
 
 
 class IEEESqrt(torch.overrides.TorchFunctionMode):
@@ -121,6 +122,11 @@ CASES = [  # checked against the registry by test_conventions_come_from_the_spec
     ("asgd", {"learning_rate": 0.05}, "ASGD", {"lr": 0.05}, {"ax": "ax"}),
     ("asgd", {"learning_rate": 0.05, "lambd": 0.05, "alpha": 1.0, "t0": 2.0, "wd": 0.1}, "ASGD",
      {"lr": 0.05, "lambd": 0.05, "alpha": 1.0, "t0": 2.0, "weight_decay": 0.1}, {"ax": "ax"}),
+    ("sparseadam", {"learning_rate": 0.01}, "SparseAdam", {"lr": 0.01},
+     {"mean": "exp_avg", "var": "exp_avg_sq"}),
+    ("sparseadam", {"learning_rate": 0.1, "beta1": 0.5, "beta2": 0.9, "epsilon": 1e-3},
+     "SparseAdam", {"lr": 0.1, "betas": (0.5, 0.9), "eps": 1e-3},
+     {"mean": "exp_avg", "var": "exp_avg_sq"}),
     ("rprop", {"learning_rate": 0.01}, "Rprop", {"lr": 0.01},
      {"prev": "prev", "step_size": "step_size"}),
     ("rprop", {"learning_rate": 0.5, "etaminus": 0.3, "etaplus": 2.0, "step_size_min": 1e-3,
@@ -143,12 +149,20 @@ def _data(dtype, seed, n=517):
     return w0, grads
 
 
+def single_tensor(tname):
+    """``{"foreach": False}`` (torch's single-tensor path) for a class that has the keyword;
+    nothing for one that has one path only (SparseAdam)."""
+    import inspect
+    return {"foreach": False} if "foreach" in inspect.signature(
+        getattr(torch.optim, tname)).parameters else {}
+
+
 def _torch_run(tname, tkw, w0, grads, slots):
     p = torch.nn.Parameter(torch.from_numpy(w0.copy()))
-    opt = getattr(torch.optim, tname)([p], foreach=False, **tkw)
+    opt = getattr(torch.optim, tname)([p], **single_tensor(tname), **tkw)
     out = []
     for g in grads:
-        p.grad = torch.from_numpy(g.copy())
+        p.grad = gradient_for(tname, torch.from_numpy(g.copy()))
         opt.step()
         st = opt.state[p]
         out.append((p.detach().numpy().copy(),
@@ -274,7 +288,11 @@ def test_a_first_moment_lerp_with_a_tiny_beta_is_torchs(name, dtype):
 FOREACH_ORDER_DIFFERS = ("NAdam", "RAdam", "ASGD")
 
 
-@pytest.mark.parametrize("case", CASES, ids=IDS)
+#: the cases whose torch class has a foreach path (SparseAdam has one path)
+FOREACH = [(c, i) for c, i in zip(CASES, IDS) if single_tensor(c[2])]
+
+
+@pytest.mark.parametrize("case", [c for c, _ in FOREACH], ids=[i for _, i in FOREACH])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_torch_foreach_is_its_single_tensor_path(case, dtype):
     """torch's default on CPU tensors (``foreach=None``) is its single-tensor path, and its

@@ -55,6 +55,7 @@ from reference import adadelta, nadam
 from reference._util import KNOWN_CONVENTIONS
 from reference.error_bound import Tracked, tiny
 from toolkit.optimizer import spec_of, specs
+from toolkit.oracle.frameworks.torch import gradient_for
 
 MODULES = tuple(reference.OPTIMIZERS.values())
 OWN = tuple(m for m in MODULES if m.PYTORCH == "pytorch")
@@ -221,6 +222,8 @@ DISTINGUISH = {  # checked against the registry by test_every_own_branch_has_a_d
     "rprop": dict(hyper=dict(), wd=0.0, lrs=[0.1] * 4, scales=[1.0] * 4),
     # ASGD has no other convention either: its branch runs on Tracked inputs (the averaging on)
     "asgd": dict(hyper=dict(t0=1.0, lambd=0.01), wd=0.01, lrs=[0.1] * 4, scales=[1.0] * 4),
+    # SparseAdam has no other convention either: its branch runs on Tracked inputs
+    "sparseadam": dict(hyper=dict(epsilon=1e-3), wd=0.0, lrs=[0.1] * 4, scales=[1.0] * 4),
 }
 
 
@@ -410,6 +413,11 @@ def _make_torch(torch, name, params, *, lr, wd, hyper, foreach):
         opt = o.ASGD(params, lr=lr, lambd=hyper.get("lambd", 1e-4), alpha=hyper.get("alpha", 0.75),
                      t0=hyper.get("t0", 1e6), weight_decay=wd, foreach=foreach)
         return opt, {"ax": "ax"}
+    if name == "sparseadam":  # one implementation (no foreach); sparse gradients (gradient_for)
+        opt = o.SparseAdam(params, lr=lr, betas=(hyper.get("beta1", 0.9),
+                                                 hyper.get("beta2", 0.999)),
+                           eps=hyper.get("epsilon", 1e-8))
+        return opt, {"mean": "exp_avg", "var": "exp_avg_sq"}
     raise AssertionError(name)
 
 
@@ -467,6 +475,9 @@ TORCH_CASES = [  # checked against the registry by test_every_torch_optimizer_ha
     # torch's eta and mu are float64 here (torch64 sets the default dtype)
     ("asgd", dict(), 0.0, CONSTANT, 1.0, None),
     ("asgd", dict(lambd=0.05, alpha=1.0, t0=2.0), 0.01, CONSTANT, 0.5, 0.75),
+    # every row present (the dense gradient as a sparse one), the learning rate changing
+    ("sparseadam", dict(), 0.0, CONSTANT, 1.0, None),
+    ("sparseadam", dict(beta1=0.8, beta2=0.9, epsilon=1e-3), 0.0, CHANGING, 0.5, 0.75),
 ]
 
 
@@ -507,7 +518,7 @@ def test_matches_torch_optim(torch64, case, foreach):
         # the convention's reading of rescale_grad and clip_gradient: torch is handed the
         # rescaled, clipped gradient (torch then adds its own weight decay)
         gt = rs * g if clip is None else np.clip(rs * g, -clip, clip)
-        p.grad = torch.tensor(gt, dtype=torch.float64)
+        p.grad = gradient_for(type(opt).__name__, torch.tensor(gt, dtype=torch.float64))
         for group in opt.param_groups:   # AdamW: torch's lr is eta*lr (reference/adamw.py)
             group["lr"] = lr * hyper.get("eta", 1.0) if name == "adamw" else lr
         opt.step()

@@ -60,7 +60,8 @@ def test_cpu_kernels_reproduce_mxnet(case):
 #: configurations stepped lazily (``row_sparse_mode``: only the rows present)
 LAZY = [  # checked against the registry by test_samples_cover_every_row_sparse_mode
     ("sgd", {}), ("sgd", dict(momentum=0.9)), ("adam", {}), ("adam", dict(clip_gradient=0.5)),
-    ("adagrad", dict(wd=0.0)), ("ftrl", {}), ("nag", {}), ("groupadagrad", dict(wd=0.0))]
+    ("adagrad", dict(wd=0.0)), ("ftrl", {}), ("nag", {}), ("groupadagrad", dict(wd=0.0)),
+    ("sparseadam", dict(wd=0.0))]
 #: configurations that update every row: the standard update and MXNet's dense fallback
 EVERY_ROW = [  # checked against the registry by test_samples_cover_every_row_sparse_mode
     ("sgd", dict(lazy_update=False)), ("adam", dict(lazy_update=False)), ("rmsprop", {}),
@@ -97,12 +98,22 @@ def _problem(dtype, order="C", shape=(37, 3, 2)):
     return w, rows, values
 
 
-@pytest.mark.parametrize("convention", ["mxnet", "guide"])
+def _lazy_runs():
+    """``(name, kw, convention)`` of every LAZY sample under MXNet's two conventions, or under
+    its own where it has neither (SparseAdam: "pytorch")."""
+    out = []
+    for name, kw in LAZY:
+        own = optimizer.spec_of(name).conventions
+        for convention in [c for c in own if c in ("mxnet", "guide")] or own:
+            out.append(pytest.param(name, kw, convention, id=f"{name}"
+                                    f"{'-' + next(iter(kw)) if kw else ''}-{convention}"))
+    return out
+
+
 @pytest.mark.parametrize("backend", ["cpu", "reference"])
 @pytest.mark.parametrize("dtype,order", [(np.float32, "C"), (np.float64, "C"),
                                          (np.float32, "F"), (np.float16, "C")])
-@pytest.mark.parametrize("name,kw", LAZY, ids=[f"{n}{'-' + next(iter(k)) if k else ''}"
-                                               for n, k in LAZY])
+@pytest.mark.parametrize("name,kw,convention", _lazy_runs())
 def test_lazy_update_is_dense_update_of_present_rows(name, kw, dtype, order, backend, convention):
     """Rows present: the dense update of those rows (same optimizer, same count, and the
     arithmetic of MXNet's sparse kernels where it differs from its dense ones: SGD without

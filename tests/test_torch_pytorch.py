@@ -12,16 +12,19 @@ torch = pytest.importorskip("torch", reason="toolkit.torch needs PyTorch")
 
 import toolkit.torch as tt  # noqa: E402
 from toolkit.optimizer import registry, specs  # noqa: E402
-from test_pytorch_convention import CASES, IDS, IEEESqrt, _data  # noqa: E402
+from toolkit.oracle.frameworks.torch import gradient_for  # noqa: E402
+from test_pytorch_convention import CASES, IDS, IEEESqrt, _data, single_tensor  # noqa: E402
 
 
-def _run(make, w0, grads):
+def _run(make, w0, grads, tname):
+    """Steps of ``make([p])``, each gradient as ``torch.optim.<tname>`` takes it (SparseAdam's
+    sparse, every row held: toolkit.torch takes it through its row-sparse path)."""
     p = torch.nn.Parameter(torch.from_numpy(w0.copy()))
     opt = make([p])
     out = []
     with IEEESqrt():
         for g in grads:
-            p.grad = torch.from_numpy(g.copy())
+            p.grad = gradient_for(tname, torch.from_numpy(g.copy()))
             opt.step()
             out.append((p.detach().numpy().copy(),
                         {k: v.detach().numpy().copy() for k, v in opt.state[p].items()
@@ -41,8 +44,9 @@ def test_convention_pytorch_with_torchs_own_keywords_is_torch_optim(case):
     # torch's spelling where it differs (Adagrad: torch's defaults too), else the namesake
     klass = getattr(tt, tname) if tname in SPELLED_AS else \
         tt.optimizer_class(registry()[name])
-    mine = _run(lambda ps: klass(ps, convention="pytorch", **tkw), w0, grads)
-    theirs = _run(lambda ps: getattr(torch.optim, tname)(ps, foreach=False, **tkw), w0, grads)
+    mine = _run(lambda ps: klass(ps, convention="pytorch", **tkw), w0, grads, tname)
+    theirs = _run(lambda ps: getattr(torch.optim, tname)(ps, **single_tensor(tname), **tkw),
+                  w0, grads, tname)
     for (w, s), (v, t) in zip(mine, theirs):
         assert w.tobytes() == v.tobytes()
         for key, value in t.items():
@@ -57,8 +61,9 @@ def test_torch_spelling_is_torchs_optimizer_with_torchs_defaults(name):
     tname = specs()[name].torch
     assert getattr(tt, tname) is not getattr(tt, registry()[name].__name__)
     w0, grads = _data(np.float64, 5)
-    mine = _run(lambda ps: getattr(tt, tname)(ps), w0, grads)
-    theirs = _run(lambda ps: getattr(torch.optim, tname)(ps, foreach=False), w0, grads)
+    mine = _run(lambda ps: getattr(tt, tname)(ps), w0, grads, tname)
+    theirs = _run(lambda ps: getattr(torch.optim, tname)(ps, **single_tensor(tname)), w0,
+                  grads, tname)
     for (w, _), (v, _) in zip(mine, theirs):
         assert w.tobytes() == v.tobytes()
     assert getattr(tt, tname)([torch.nn.Parameter(torch.zeros(2))]).param_groups[0][

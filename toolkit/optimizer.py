@@ -34,6 +34,7 @@ from .optimizers.rprop import Rprop
 from .optimizers.sgd import SGD
 from .optimizers.sgld import SGLD
 from .optimizers.signum import Signum
+from .optimizers.sparseadam import SparseAdam
 
 FTRL = Ftrl  # the guide's spelling
 
@@ -43,4 +44,4 @@ __all__ = [  # checked against the registry by tests/test_public_api.py::test_op
            # the built-in optimizers' classes, by class name (in the registry's order)
            "AdaBelief", "AdaDelta", "AdaGrad", "Adam", "Adamax", "AdamW", "ADOPT", "ASGD", "DCASGD", "FTML", "Ftrl",
            "GroupAdaGrad", "LAMB", "LARS", "LBSGD", "Lion", "Nadam", "NAG", "RAdam", "RMSProp", "Rprop", "SGD", "SGLD",
-           "Signum", "FTRL"]
+           "Signum", "SparseAdam", "FTRL"]

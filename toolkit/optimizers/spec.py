@@ -36,6 +36,8 @@ DEFAULT_CONVENTIONS = ("mxnet", "guide")
 #: float32 as MXNet's kernels take them, or kept in double precision where MXNet rounds them
 #: (toolkit.oracle.variants; every reference module takes both)
 PRECISION_VARIANTS = ("hyper_f32", "hyper_f64")
+#: how a torch.optim class keeps a parameter's ``step`` (``Spec.torch_step``)
+TORCH_STEPS = ("tensor", "int")
 
 
 def default_convention(klass):
@@ -115,6 +117,13 @@ class Spec:
         per-parameter scalars the ``torch`` class keeps that are functions of the step count
         and the hyperparameters (ASGD's ``eta`` and ``mu``): a ``toolkit.torch`` state_dict
         writes them (float32 tensors, as torch keeps them) so that torch loads it.
+        ``torch_step``: how the ``torch`` class keeps a parameter's ``step``: ``"tensor"``
+        (a 0-d float32 tensor, torch's usual) or ``"int"`` (a Python int: SparseAdam, whose
+        bias corrections ``beta**step`` would be float32 tensors from a tensor step);
+        ``opt.state[p]`` and a ``toolkit.torch`` state_dict show it so.
+        ``torch_sparse``: the ``torch`` class takes sparse gradients only (SparseAdam); the
+        audit and the tests hand it a dense gradient as a sparse one holding every row
+        (``toolkit.oracle.frameworks.torch.gradient_for``). ``toolkit.torch`` takes both.
     What the oracle draws
         ``space``: its own hyperparameters (MXNet's constructor names) as :class:`Space` s,
         aimed at branch points. ``fixed``: common hyperparameters it does not take freely, with
@@ -170,6 +179,8 @@ class Spec:
     torch_flags: Mapping[str, Any] = field(default_factory=dict)
     torch_slots: Mapping[str, str] = field(default_factory=dict)
     torch_derived: Mapping[str, Callable] = field(default_factory=dict)
+    torch_step: str = "tensor"
+    torch_sparse: bool = False
     space: Mapping[str, Space] = field(default_factory=dict)
     fixed: Mapping[str, Any] = field(default_factory=dict)
     fixed_reason: str = ""
@@ -211,6 +222,9 @@ class Spec:
             raise TypeError(f"Spec {self.name!r}: variants must be a tuple of variant names "
                             f"(toolkit.oracle.variants.VARIANTS), got {self.variants!r}")
         object.__setattr__(self, "variants", tuple(self.variants))
+        if self.torch_step not in TORCH_STEPS:
+            raise ValueError(f"Spec {self.name!r}: torch_step must be one of {TORCH_STEPS}, "
+                             f"got {self.torch_step!r}")
         for key in ("space", "fixed", "flags", "usual", "record", "demo", "torch_requires",
                     "torch_flags", "torch_slots", "torch_derived"):
             object.__setattr__(self, key, _frozen(getattr(self, key)))

@@ -362,4 +362,14 @@ INDICES = {'adabelief paper float16 usual': {'residual_old_mean': 0, 'eps_outsid
  'signum guide float32 usual': {},
  'signum guide float32 full': {},
  'signum guide float64 usual': {'hyper_f32': 0},
- 'signum guide float64 full': {'hyper_f32': 0}}
+ 'signum guide float64 full': {'hyper_f32': 0},
+ 'sparseadam pytorch float16 usual': {'constants_in_dtype': 93, 'eps_corrected': 5},
+ 'sparseadam pytorch float16 full': {'constants_in_dtype': 81, 'eps_corrected': 2},
+ 'sparseadam pytorch float32 usual': {'hyper_f32': 3,
+                                      'constants_in_dtype': 93,
+                                      'eps_corrected': 2},
+ 'sparseadam pytorch float32 full': {'hyper_f32': 19,
+                                     'constants_in_dtype': 19,
+                                     'eps_corrected': 1},
+ 'sparseadam pytorch float64 usual': {'hyper_f32': 2, 'eps_corrected': 2},
+ 'sparseadam pytorch float64 full': {'hyper_f32': 1, 'eps_corrected': 1}}

@@ -42,7 +42,9 @@ def explain(ref, convention, pytorch, implemented, dt, declared, seen, passes_un
     """The :class:`Explanation` of a failed run whose cases and user outputs are ``seen``:
     another convention it passes (``passes_under``, found by ``verify``); else the first
     declared variant (:mod:`toolkit.oracle.variants`) of the asked convention's equations, then
-    of another convention's, that every case agrees with; else another algorithm."""
+    of another convention's, that every case agrees with; else the asked convention with the
+    gradient taken as given (``GRADIENT_AS_GIVEN``: ``rescale_grad`` and ``clip_gradient``
+    never applied, where a failing case holds either); else another algorithm."""
     if passes_under is not None:
         return Explanation("convention", None, passes_under,
                            f"another convention: it passes the {passes_under!r} convention, "
@@ -62,6 +64,14 @@ def explain(ref, convention, pytorch, implemented, dt, declared, seen, passes_un
                     f", of the {c!r} convention's equations (pass convention={c!r})")
                 return Explanation("variant", v.name, c,
                                    f"{what} (variant {v.name}: {v.description}){where}", err)
+    given = _variants.GRADIENT_AS_GIVEN
+    if any(case.hyper.get("rescale_grad", 1.0) != 1.0 or case.hyper.get("clip_gradient")
+           is not None for case, _, _ in seen):
+        err = worst_under(ref, convention, dt, seen, variant=given)
+        if err <= 1.0:
+            return Explanation("variant", given.name, convention,
+                               f"the gradient taken as given (variant {given.name}: "
+                               f"{given.description})", err)
     others = other_conventions(convention, pytorch, implemented)
     known = (f"no known variant of the equations ({', '.join(dict.fromkeys(tried))})"
              if tried else "no known variant of the equations (its spec declares none)")

@@ -10,6 +10,11 @@ equations, which only the reference can write on its bound-tracked values
 (``reference.error_bound``), so it is the reference's ``step(..., form=name)``, listed in its
 ``FORMS``. The reference knows the form names only, not this registry.
 ``tests/test_oracle_variants.py`` checks that the specs and ``FORMS`` agree with :data:`VARIANTS`.
+
+:data:`GRADIENT_AS_GIVEN` is not a variant of any optimizer's equations but of the oracle's
+contract: an implementation that never applies the ``rescale_grad`` and ``clip_gradient`` it
+is handed (torch's optimizers have neither). No spec declares it and no discriminating case
+aims at it; every failed run is tried under it, last (``toolkit.oracle.explanation``).
 """
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Variant", "VARIANTS", "variants_of", "check_declared"]
+__all__ = ["Variant", "VARIANTS", "GRADIENT_AS_GIVEN", "variants_of", "check_declared"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,8 @@ class Variant:
             return convention in getattr(ref, "FORMS", {}).get(self.name, ())
         if "*mxnet" in self.around:
             return convention != "mxnet"
+        if "*" in self.around:
+            return True
         return convention in self.around
 
     def changes(self, hyper, ref):
@@ -50,6 +57,8 @@ class Variant:
             return dict(hyper), {"form": self.name}
         if self.name == "hyper_f32":
             return {k: _round32(v) for k, v in hyper.items()}, {}
+        if self.name == GRADIENT_AS_GIVEN.name:
+            return {**hyper, "rescale_grad": 1.0, "clip_gradient": None}, {}
         return dict(hyper), {"hyper_f32": False}  # hyper_f64
 
 
@@ -115,6 +124,17 @@ VARIANTS = {v.name: v for v in (
                                     "torch.optim.NAdam keeps its mu_product in the default "
                                     "dtype", rounding=True),
 )}
+
+
+#: the gradient taken as the implementation is handed it: ``rescale_grad`` and
+#: ``clip_gradient`` (MXNet's preprocessing, which the oracle hands to ``make_step``) not
+#: applied. Every convention, every optimizer; not in :data:`VARIANTS` (no spec declares it)
+GRADIENT_AS_GIVEN = Variant(
+    "gradient_as_given", "make_step is handed rescale_grad and clip_gradient (MXNet's) and "
+                         "must apply them, g = clip(rescale_grad*grad, clip_gradient), or the run "
+                         "must pin them: fixed={'rescale_grad': 1.0, 'clip_gradient': None} "
+                         "(mxopt verify --fixed rescale_grad=1 --fixed clip_gradient=None)",
+    in_reference=False, around=("*",))
 
 
 #: variants that are the convention's own equations in float64 (the reference forms its

@@ -15,7 +15,7 @@ from collections.abc import ItemsView, KeysView, ValuesView
 
 import torch
 
-__all__ = ["Binding", "TrackedState", "TrackedEntry", "CountedEntry", "address", "KEEP", "REBIND", "FRESH"]
+__all__ = ["Binding", "TrackedState", "TrackedEntry", "CountedEntry", "torch_step", "address", "KEEP", "REBIND", "FRESH"]
 
 #: what :meth:`Binding.check` found: the binding holds; the entry's values are to be taken
 #: into a fresh binding; the entry was emptied or deleted (a fresh state, as torch starts one)
@@ -90,17 +90,23 @@ class TrackedEntry(dict):
         return dict, (dict(self),)
 
 
+def torch_step(t, form):
+    """The count ``t`` as a ``torch.optim`` class keeps its ``step`` (``form``, its spec's
+    ``torch_step``): a 0-d float32 tensor (``"tensor"``), or a Python int (``"int"``)."""
+    return int(t) if form == "int" else torch.tensor(float(t), dtype=torch.float32)
+
+
 class CountedEntry(TrackedEntry):
     """The ``opt.state[p]`` of a parameter with toolkit state: a :class:`TrackedEntry` that
-    also shows ``"step"``, the parameter's count ``t`` as torch's 0-d float32 tensor (torch
-    keeps its step there), read from the optimizer at each read (``count()``; None where
+    also shows ``"step"``, the parameter's count ``t`` as torch keeps it there (``form``, the
+    spec's ``torch_step``: a 0-d float32 tensor, or SparseAdam's int; :func:`torch_step`), read from the optimizer at each read (``count()``; None where
     there is none). A ``"step"`` the user writes is a real key until the next step takes it
     (:meth:`written_step`); an emptied entry shows no step."""
-    __slots__ = ("_count",)
+    __slots__ = ("_count", "_form")
 
-    def __init__(self, counter, values, count):
+    def __init__(self, counter, values, count, form="tensor"):
         super().__init__(counter, values)
-        self._count = count
+        self._count, self._form = count, form
 
     def _shown(self):
         """The count shown as ``"step"``, or None (a real one written, or nothing to show)."""
@@ -109,7 +115,7 @@ class CountedEntry(TrackedEntry):
         return self._count()
 
     def rebound(self, counter):
-        return CountedEntry(counter, dict.items(self), self._count)
+        return CountedEntry(counter, dict.items(self), self._count, self._form)
 
     def __delitem__(self, key):
         if key == "step" and not dict.__contains__(self, "step") and self._shown() is not None:
@@ -130,7 +136,7 @@ class CountedEntry(TrackedEntry):
         if key == "step":
             t = self._shown()
             if t is not None:
-                return torch.tensor(float(t), dtype=torch.float32)
+                return torch_step(t, self._form)
         return dict.__getitem__(self, key)
 
     def get(self, key, default=None):
@@ -187,9 +193,10 @@ class TrackedState(defaultdict):
             return TrackedEntry(self._counter, value)
         return value
 
-    def counted(self, values, count):
-        """A :class:`CountedEntry` of ``values`` showing ``count()`` as its step."""
-        return CountedEntry(self._counter, values, count)
+    def counted(self, values, count, form="tensor"):
+        """A :class:`CountedEntry` of ``values`` showing ``count()`` as its step (in
+        ``form``: :func:`torch_step`)."""
+        return CountedEntry(self._counter, values, count, form)
 
     def __missing__(self, key):
         entry = TrackedEntry(self._counter)

@@ -2,7 +2,7 @@
 "Checkpoints from and to torch.optim").
 
 :func:`for_torch` adds to a toolkit state_dict what the ``torch.optim`` namesake reads: ``step``
-as torch's float32 tensor, the entries MXNet keeps as another quantity (SGD's and centered
+as torch keeps it (a float32 tensor; SparseAdam's int, the spec's ``torch_step``), the entries MXNet keeps as another quantity (SGD's and centered
 RMSprop's ``momentum_buffer = -mom/lr``), NAdam's per-parameter ``mu_product``, ASGD's ``eta``
 and ``mu`` (functions of the step, the spec's ``torch_derived``), and a number for
 every torch key a toolkit group holds as None. :func:`from_torch` converts the other way, its
@@ -19,7 +19,7 @@ import torch
 
 from ..optimizers.registry import spec_of
 from ..optimizers import aliases
-from . import keywords, meaning
+from . import binding, keywords, meaning
 
 __all__ = ["exported", "reimported", "for_torch", "without_torch_entries", "from_torch", "warn"]
 
@@ -105,7 +105,7 @@ def for_torch(klass, group, entry, host_data, index=None):
     torch_name = _torch_name(klass)
     out = dict(entry)
     if "step" in out:
-        out["step"] = torch.tensor(float(out["step"]))
+        out["step"] = binding.torch_step(out["step"], spec_of(klass).torch_step)
     for key, slot in _scaled(klass, group.get("convention")).items():
         if slot in out:
             out[key] = out[slot] / -float(group["lr"])

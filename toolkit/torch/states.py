@@ -11,6 +11,7 @@ import numbers
 
 import torch
 
+from ..optimizers.registry import spec_of
 from . import crossing
 from .binding import FRESH, REBIND, Binding, TrackedState, check_entry
 
@@ -173,7 +174,8 @@ class ParameterStates:
                 own.update((k, v) for k, v in source.items() if k not in named and k != "step")
         values = {**named, **own}
         state = self.state
-        self.state[p] = state.counted(values, lambda: self._count_of(p)) \
+        self.state[p] = state.counted(values, lambda: self._count_of(p),
+                                      spec_of(type(self).toolkit_class).torch_step) \
             if isinstance(state, TrackedState) else values
 
     def _count_of(self, p):

@@ -7,7 +7,7 @@ MXNet's names -> torch's keywords (:data:`TRANSLATE`; docs/conventions.md, "The 
 convention"): ``learning_rate`` = ``lr``, ``wd`` = ``weight_decay`` (torch's coupled L2; AdamW's
 decoupled), ``(beta1, beta2)`` = ``betas``, ``epsilon``/``eps`` = ``eps``, RMSProp's ``gamma1`` =
 ``alpha`` and ``gamma2`` = ``momentum`` (centered), NAdam's ``schedule_decay`` =
-``momentum_decay``, Rprop's ``(etaminus, etaplus)`` = ``etas`` and ``(step_size_min,
+``momentum_decay``, SparseAdam's gradient a sparse one holding every row, Rprop's ``(etaminus, etaplus)`` = ``etas`` and ``(step_size_min,
 step_size_max)`` = ``step_sizes``, AdamW's torch ``lr`` = ``eta*learning_rate``. torch has no ``rescale_grad``
 or ``clip_gradient`` (pinned to 1 and None) nor RMSProp's ``clip_weights`` (None). torch runs as
 a user runs it: its default dtype is left alone (float32, in which torch keeps NAdam's
@@ -64,10 +64,28 @@ TRANSLATE = {  # checked against the registry by tests/test_audit.py::test_torch
     "asgd": (lambda lr, wd, h: {"lr": lr, "weight_decay": wd, "lambd": h["lambd"],
                                 "alpha": h["alpha"], "t0": h["t0"]}, (("", {}),)),
     # no weight decay (the spec fixes wd 0)
+    "sparseadam": (lambda lr, wd, h: {"lr": lr, "betas": _betas(h), "eps": h["epsilon"]},
+                   (("", {}),)),
     "rprop": (lambda lr, wd, h: {"lr": lr, "etas": (h["etaminus"], h["etaplus"]),
                                  "step_sizes": (h["step_size_min"], h["step_size_max"])},
               (("", {}),)),
 }
+
+
+def gradient_for(cls, grad):
+    """``grad`` (a dense tensor) as ``torch.optim.<cls>`` takes a gradient: itself, or, for a
+    class that takes sparse gradients only (``Spec.torch_sparse``: SparseAdam), a sparse COO
+    tensor holding every row of it, exact zeros included (the update of every row, what the
+    toolkit's dense step is)."""
+    import torch
+    from ...optimizers.registry import specs
+    if not any(s.torch == cls and s.torch_sparse for s in specs().values()):
+        return grad
+    rows = torch.arange(grad.shape[0]).unsqueeze(0) if grad.dim() else None
+    if rows is None:
+        raise ValueError(f"torch.optim.{cls} takes sparse gradients: a 0-d one has no rows")
+    return torch.sparse_coo_tensor(rows, grad, tuple(grad.shape),
+                                   check_invariants=True).coalesce()
 
 
 def make_step_of(cls, kwargs, dtype, **implementation):
@@ -81,7 +99,7 @@ def make_step_of(cls, kwargs, dtype, **implementation):
         opt = getattr(torch.optim, cls)([p], **kwargs(learning_rate, wd, own), **implementation)
 
         def step(grad):
-            p.grad = torch.tensor(np.asarray(grad), dtype=tdtype)
+            p.grad = gradient_for(cls, torch.tensor(np.asarray(grad), dtype=tdtype))
             with torch.no_grad():
                 opt.step()
             return p.detach()
