@@ -755,3 +755,38 @@ def test_a_gradient_taken_as_given_is_named_at_every_count(name, examples):
                            fixed={"rescale_grad": 1.0, "clip_gradient": None})
     assert pinned.passed, pinned.summary
     assert oracle.verify(make, name, dtype="float32", examples=examples).passed
+
+
+def _clip_forgotten(make):
+    """``make`` as a user writes it who rescales the gradient but never clips it."""
+    def make_step(w, clip_gradient, **hyper):
+        return make(w, clip_gradient=None, **hyper)
+    return make_step
+
+
+@pytest.mark.parametrize("examples", [3, 30])
+def test_a_clip_forgotten_and_a_combined_mistake_are_named(examples):
+    """Clipping forgotten (the rescale applied) is named clip_not_applied; the preprocessing
+    forgotten by an implementation also written from torch.optim.Adam's equations is named
+    with both variants at once; an unrelated bug is not explained by either."""
+    make = MAKERS[("sparseadam", "pytorch")]
+    r = oracle.verify(_clip_forgotten(make()), "sparseadam", dtype="float32", examples=examples)
+    assert not r.passed and r.explanation.variant == "clip_not_applied", r.summary
+    r = oracle.verify(_ignoring_preprocessing(make("eps_corrected")), "sparseadam",
+                      dtype="float32", examples=examples)
+    assert not r.passed and r.explanation.variant == "gradient_as_given+eps_corrected", \
+        r.summary
+
+    def off_by_one(w, **hyper):  # the bias corrections of step t + 1
+        step = make()(w, **hyper)
+        first = [True]
+
+        def wrapped(g):
+            if first[0]:
+                first[0] = False
+                step(np.zeros_like(g))
+            return step(g)
+        return wrapped
+    r = oracle.verify(_ignoring_preprocessing(off_by_one), "sparseadam", dtype="float32",
+                      examples=examples)
+    assert not r.passed and r.explanation.kind == "algorithm", r.summary

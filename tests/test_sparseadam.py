@@ -197,3 +197,46 @@ def test_a_dense_gradient_is_every_row_where_torch_refuses_it():
     a.step()
     b.step()
     assert torch.equal(dense, sparse)
+
+
+def test_epsilon_zero_and_weight_decay_are_refused_as_torch_refuses_them():
+    """eps > 0, as torch.optim.SparseAdam checks (sqrt(v) + 0 divides by 0 on a row that saw
+    only zeros); weight_decay, a keyword torch's SparseAdam does not have, is refused with the
+    reason, not with MXNet's name for it."""
+    p = torch.nn.Parameter(torch.zeros(3, 2))
+    with pytest.raises(ValueError, match="epsilon"):
+        tt.SparseAdam([p], eps=0.0)
+    with pytest.raises(ValueError, match="epsilon"):
+        optimizer.create("sparseadam", epsilon=0.0)
+    with pytest.raises(TypeError, match="SparseAdam takes no weight_decay: SparseAdam has no "
+                                        "weight decay"):
+        tt.SparseAdam([p], weight_decay=0.1)
+    with pytest.raises(TypeError, match="takes no weight_decay"):
+        optimizer.create("sparseadam", weight_decay=0.1)
+
+
+def test_a_multi_precision_run_through_torch_continues_from_torchs_weights():
+    """float16 parameters with a float32 master (multi_precision=True): torch.optim.SparseAdam
+    carries the master copy in the state_dict without stepping it (and casts it to float16 on
+    loading); back in the toolkit, the run continues from torch's weights, the master made
+    afresh from them, not from the stale copy."""
+    dtype = torch.float16
+    batches = _batches(6, dtype)
+    a = Model(dtype)
+    mine = tt.SparseAdam(a.parameters(), lr=0.05, multi_precision=True)
+    _train(mine, a, batches[:2])
+    theirs = torch.optim.SparseAdam(a.parameters(), lr=0.05)
+    theirs.load_state_dict(_saved(mine.state_dict()))
+    _train(theirs, a, batches[2:4])
+    after_torch = a.emb.weight.detach().clone()
+    back = tt.SparseAdam(a.parameters(), lr=0.05, multi_precision=True)
+    back.load_state_dict(_saved(theirs.state_dict()))
+    master = back.state[a.emb.weight]["weight32"]
+    assert torch.equal(master, after_torch.float())
+    _train(back, a, batches[4:])
+    # only the rows the last two batches hold moved, from torch's weights
+    rows = torch.unique(torch.cat([b[0].flatten() for b in batches[4:]]))
+    untouched = torch.ones(40, dtype=torch.bool)
+    untouched[rows] = False
+    assert torch.equal(a.emb.weight[untouched], after_torch[untouched])
+    assert not torch.equal(a.emb.weight[rows], after_torch[rows])

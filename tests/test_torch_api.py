@@ -402,6 +402,34 @@ def test_sparse_gradient_without_a_lazy_update_is_an_error(name):
     assert bits(emb.weight) == w
 
 
+@pytest.mark.parametrize("rows,claimed,match", [
+    ([10], False, r"row 10, outside \[0, 10\)"), ([-1], False, "row -1, outside"),
+    ([3, 2], True, "not strictly increasing")])
+def test_a_bad_sparse_gradient_leaves_every_parameter_as_it_was(rows, claimed, match):
+    """A sparse gradient's rows are checked with the rest of the step: one outside the table,
+    or a tensor that claims to be coalesced with its rows out of order, is refused before the
+    parameters before it in the group are written (their weights, states and counts stay)."""
+    a = torch.nn.Parameter(torch.zeros(4, 2))
+    table = torch.nn.Parameter(torch.zeros(10, 2))
+    opt = tt.SparseAdam([a, table], lr=0.1)
+    a.grad = torch.sparse_coo_tensor(torch.tensor([[1]]), torch.ones(1, 2), (4, 2))
+    table.grad = torch.sparse_coo_tensor(torch.tensor([[4]]), torch.ones(1, 2), (10, 2))
+    opt.step()
+    before = [bits(a), bits(table)] + [{k: (v.clone() if isinstance(v, torch.Tensor) else v)
+                                        for k, v in opt.state[p].items()} for p in (a, table)]
+    a.grad = torch.sparse_coo_tensor(torch.tensor([[1]]), torch.ones(1, 2), (4, 2))
+    table.grad = torch.sparse_coo_tensor(torch.tensor([rows]), torch.ones(len(rows), 2),
+                                         (10, 2), is_coalesced=claimed)
+    with pytest.raises(ValueError, match=match):
+        opt.step()
+    assert [bits(a), bits(table)] == before[:2]
+    for p, was in zip((a, table), before[2:]):
+        assert opt.state[p]["step"] == was["step"] == 1
+        for k, v in was.items():
+            if isinstance(v, torch.Tensor):
+                assert torch.equal(opt.state[p][k], v), k
+
+
 # --- memory order, precision, maximize ---------------------------------------------------------
 def _elementwise(name):
     o = create(name, **opts(name))

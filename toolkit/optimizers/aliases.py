@@ -126,8 +126,12 @@ def _hint(klass, key, value, accepted):
         except (TypeError, ValueError):
             example = "beta1=0.9, beta2=0.999"
         return f"MXNet's names are beta1 and beta2, given separately: {cls}({example})"
+    spec = getattr(klass, "spec", None)
     for name in KEYWORD_ALIASES.get(key, ()):
         if name in accepted:
+            if spec is not None and name in spec.fixed and spec.fixed_reason:
+                # pinned by the optimizer (SparseAdam's and Rprop's wd 0): say why, not the name
+                return f"{cls} takes no {key}: {spec.fixed_reason}"
             return f"MXNet's name is {name}: {cls}({name}={value!r})"
     if key == "momentum" and "beta1" in accepted:
         return f"{cls} takes no momentum: its first moment's decay is beta1"

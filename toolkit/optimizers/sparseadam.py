@@ -23,7 +23,7 @@ from .base import Optimizer, row_step
 from .registry import register
 from .spec import BenchSetting, Spec
 from .spec_spaces import Decades, Interval, USUAL_BETA1, USUAL_BETA2
-from .validation import nonneg, unit
+from .validation import positive, unit
 
 __all__ = ["SparseAdam"]
 
@@ -109,7 +109,8 @@ class SparseAdam(MomentConstants, Optimizer):
 
     spec = SPEC
 
-    domains = {"beta1": unit(), "beta2": unit(), "epsilon": nonneg()}
+    # epsilon > 0, as torch.optim.SparseAdam checks (sqrt(v) + 0 is 0 where a row saw zeros)
+    domains = {"beta1": unit(), "beta2": unit(), "epsilon": positive()}
 
     def __init__(self, learning_rate=1e-3, beta1=0.9, beta2=0.999, epsilon=1e-8, **kwargs):
         self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon

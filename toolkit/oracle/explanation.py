@@ -43,8 +43,9 @@ def explain(ref, convention, pytorch, implemented, dt, declared, seen, passes_un
     another convention it passes (``passes_under``, found by ``verify``); else the first
     declared variant (:mod:`toolkit.oracle.variants`) of the asked convention's equations, then
     of another convention's, that every case agrees with; else the asked convention with the
-    gradient taken as given (``GRADIENT_AS_GIVEN``: ``rescale_grad`` and ``clip_gradient``
-    never applied, where a failing case holds either); else another algorithm."""
+    gradient's preprocessing not applied (``variants.CONTRACT``: ``rescale_grad`` and
+    ``clip_gradient``, or ``clip_gradient`` alone), alone or with one declared variant
+    (:func:`_contract`); else another algorithm."""
     if passes_under is not None:
         return Explanation("convention", None, passes_under,
                            f"another convention: it passes the {passes_under!r} convention, "
@@ -64,20 +65,39 @@ def explain(ref, convention, pytorch, implemented, dt, declared, seen, passes_un
                     f", of the {c!r} convention's equations (pass convention={c!r})")
                 return Explanation("variant", v.name, c,
                                    f"{what} (variant {v.name}: {v.description}){where}", err)
-    given = _variants.GRADIENT_AS_GIVEN
-    if any(case.hyper.get("rescale_grad", 1.0) != 1.0 or case.hyper.get("clip_gradient")
-           is not None for case, _, _ in seen):
-        err = worst_under(ref, convention, dt, seen, variant=given)
-        if err <= 1.0:
-            return Explanation("variant", given.name, convention,
-                               f"the gradient taken as given (variant {given.name}: "
-                               f"{given.description})", err)
+    contract = _contract(ref, convention, dt, declared, seen)
+    if contract is not None:
+        return contract
     others = other_conventions(convention, pytorch, implemented)
     known = (f"no known variant of the equations ({', '.join(dict.fromkeys(tried))})"
              if tried else "no known variant of the equations (its spec declares none)")
     return Explanation("algorithm", None, None,
                        f"another algorithm (or a bug): {known} and no other convention "
                        f"({', '.join(others) or 'none'}) passes the failing cases", max_error)
+
+
+def _contract(ref, convention, dt, declared, seen):
+    """The asked convention with the gradient's preprocessing not applied (the variants of
+    ``variants.CONTRACT``), alone, then with each declared variant of its equations at once,
+    where a case of the run holds what is not applied; None if none explains the run."""
+    clipped = any(case.hyper.get("clip_gradient") is not None for case, _, _ in seen)
+    rescaled = any(case.hyper.get("rescale_grad", 1.0) != 1.0 for case, _, _ in seen)
+    held = [v for v, holds in zip(_variants.CONTRACT, (clipped or rescaled, clipped)) if holds]
+    own = [v for v in declared if v.applies(ref, convention) and not (
+        v.name in _variants.SAME_IN_FLOAT64 and dt == np.float64)]
+    for contract in held:
+        for v in [None] + own:
+            tried = contract if v is None else _variants.Together(contract, v)
+            err = worst_under(ref, convention, dt, seen, variant=tried)
+            if err > 1.0:
+                continue
+            what = {"gradient_as_given": "the gradient taken as given",
+                    "clip_not_applied": "the gradient never clipped"}[contract.name]
+            text = f"{what} (variant {contract.name}: {contract.description})"
+            if v is not None:
+                text += f", and variant {v.name} ({v.description})"
+            return Explanation("variant", tried.name, convention, text, err)
+    return None
 
 
 def locate(impl, ref, convention, dt, record, fixed=None):

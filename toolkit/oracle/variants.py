@@ -11,10 +11,12 @@ equations, which only the reference can write on its bound-tracked values
 ``FORMS``. The reference knows the form names only, not this registry.
 ``tests/test_oracle_variants.py`` checks that the specs and ``FORMS`` agree with :data:`VARIANTS`.
 
-:data:`GRADIENT_AS_GIVEN` is not a variant of any optimizer's equations but of the oracle's
-contract: an implementation that never applies the ``rescale_grad`` and ``clip_gradient`` it
-is handed (torch's optimizers have neither). No spec declares it and no discriminating case
-aims at it; every failed run is tried under it, last (``toolkit.oracle.explanation``).
+The variants of :data:`CONTRACT` are not variants of any optimizer's equations but of the
+oracle's contract: an implementation that never applies the ``rescale_grad`` and
+``clip_gradient`` it is handed (torch's optimizers have neither: :data:`GRADIENT_AS_GIVEN`), or
+never clips (:data:`CLIP_NOT_APPLIED`). No spec declares them and no discriminating case aims
+at them; a failed run is tried under each, alone and then with each declared variant of the
+asked convention (:class:`Together`), last (``toolkit.oracle.explanation``).
 """
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Variant", "VARIANTS", "GRADIENT_AS_GIVEN", "variants_of", "check_declared"]
+__all__ = ["Variant", "VARIANTS", "GRADIENT_AS_GIVEN", "CLIP_NOT_APPLIED", "CONTRACT", "Together",
+           "variants_of", "check_declared"]
 
 
 @dataclass(frozen=True)
@@ -57,8 +60,10 @@ class Variant:
             return dict(hyper), {"form": self.name}
         if self.name == "hyper_f32":
             return {k: _round32(v) for k, v in hyper.items()}, {}
-        if self.name == GRADIENT_AS_GIVEN.name:
+        if self.name == "gradient_as_given":
             return {**hyper, "rescale_grad": 1.0, "clip_gradient": None}, {}
+        if self.name == "clip_not_applied":
+            return {**hyper, "clip_gradient": None}, {}
         return dict(hyper), {"hyper_f32": False}  # hyper_f64
 
 
@@ -130,11 +135,42 @@ VARIANTS = {v.name: v for v in (
 #: ``clip_gradient`` (MXNet's preprocessing, which the oracle hands to ``make_step``) not
 #: applied. Every convention, every optimizer; not in :data:`VARIANTS` (no spec declares it)
 GRADIENT_AS_GIVEN = Variant(
-    "gradient_as_given", "make_step is handed rescale_grad and clip_gradient (MXNet's) and "
-                         "must apply them, g = clip(rescale_grad*grad, clip_gradient), or the run "
-                         "must pin them: fixed={'rescale_grad': 1.0, 'clip_gradient': None} "
-                         "(mxopt verify --fixed rescale_grad=1 --fixed clip_gradient=None)",
+    "gradient_as_given", "make_step is handed MXNet's rescale_grad and clip_gradient and must "
+                         "apply them where the convention does (for torch's and the papers' "
+                         "optimizers g = clip(rescale_grad*grad, clip_gradient); the optimizer's "
+                         "docs page says where weight decay enters), or the run must pin them: "
+                         "fixed={'rescale_grad': 1.0, 'clip_gradient': None} (mxopt verify "
+                         "--fixed rescale_grad=1 --fixed clip_gradient=None)",
     in_reference=False, around=("*",))
+#: the gradient rescaled but never clipped: ``clip_gradient`` not applied (every convention,
+#: every optimizer; not in :data:`VARIANTS`)
+CLIP_NOT_APPLIED = Variant(
+    "clip_not_applied", "make_step is handed MXNet's clip_gradient and must clip the (rescaled) "
+                        "gradient to it where the convention does, or the run must pin it: "
+                        "fixed={'clip_gradient': None} (mxopt verify --fixed clip_gradient=None)",
+    in_reference=False, around=("*",))
+#: the variants of the oracle's contract, not of any optimizer's equations, in the order tried
+CONTRACT = (GRADIENT_AS_GIVEN, CLIP_NOT_APPLIED)
+
+
+@dataclass(frozen=True)
+class Together:
+    """Two variants at once: a contract variant (:data:`CONTRACT`) and a declared variant of the
+    equations; ``name`` is both names joined by ``+``."""
+    first: Variant
+    second: Variant
+
+    @property
+    def name(self):
+        """``"<first>+<second>"``."""
+        return f"{self.first.name}+{self.second.name}"
+
+    def changes(self, hyper, ref):
+        """The first variant's changes of the hyperparameters and step keywords, then the
+        second's on top of them."""
+        h, extra = self.first.changes(hyper, ref)
+        h, more = self.second.changes(h, ref)
+        return h, {**extra, **more}
 
 
 #: variants that are the convention's own equations in float64 (the reference forms its

@@ -278,7 +278,8 @@ class Binding:
             raise (ValueError if p.shape != self.shape else TypeError)(
                 f"{where} is now {_describe(p)}, but its optimizer state was made for "
                 f"{_describe_facts(self.dtype, self.shape, self.device)}: the step cannot go on "
-                "with that state (torch.optim's Adam-family refuses it too). Convert the state with "
+                "with that state (torch.optim's Adam family refuses it too; its Rprop and SparseAdam "
+                "step on with the old dtype's state). Convert the state with "
                 "opt.load_state_dict(opt.state_dict()), which casts it to the parameters' "
                 "dtype and device, or delete opt.state[p] to start it afresh")
         named = self.named

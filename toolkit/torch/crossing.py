@@ -197,6 +197,11 @@ def from_torch(opt, sd):
                     out["step"] = int(t)
                     steps.append(int(t))
                 continue
+            if key == "weight32":
+                # a toolkit master copy torch carried without stepping it (and, on loading,
+                # cast to the parameter's dtype): the parameter is the weight now; the load
+                # makes the master afresh from it (checkpoint.py)
+                continue
             scaled = _scaled(klass, options.get("convention")).get(key)
             host_key = HOST.get((torch_name, key))
             if scaled is not None:

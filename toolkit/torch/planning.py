@@ -21,6 +21,21 @@ _STRIDED = torch.strided
 _HALF = (torch.float16, torch.bfloat16)
 
 
+def _check_rows(where, rows, n):
+    """A ValueError, naming the row, unless the coalesced sparse gradient's ``rows`` lie in
+    ``[0, n)`` and increase strictly."""
+    if not rows.numel():
+        return
+    bad = rows[(rows < 0) | (rows >= n)]
+    if bad.numel():
+        raise ValueError(f"{where}: its sparse gradient holds row {int(bad[0])}, outside "
+                         f"[0, {n})")
+    if rows.numel() > 1 and not bool((rows[1:] > rows[:-1]).all()):
+        raise ValueError(f"{where}: its sparse gradient's rows are not strictly increasing "
+                         "although it is marked coalesced (is_coalesced=True); build it "
+                         "without is_coalesced, or call .coalesce() on an uncoalesced one")
+
+
 class _Member:
     """One parameter with a gradient in this step: its index, tensor, the arrays the update
     reads, and how it runs; ``new_state``: ``(toolkit state, named tensors, values)`` where
@@ -191,6 +206,11 @@ class StepPlans:
                     f"{where}: {type(inner).__name__} has no row-sparse update (MXNet makes the "
                     "gradient dense first); use a dense gradient (nn.Embedding(sparse=False)) "
                     "or an optimizer with a lazy update (docs/sparse.md)")
+            # its rows checked here, before any parameter of the step is written: duplicates
+            # summed (torch's coalesce), then in range and strictly increasing (a tensor built
+            # with is_coalesced=True is taken as it claims to be)
+            m.grad = grad = grad.coalesce()
+            _check_rows(where, grad.indices()[0], p.shape[0])
             m.sparse = True
             m.route = "each"
         elif grad.layout != torch.strided:
