@@ -40,7 +40,7 @@ HYPER = {"learning_rate": 1e-2, "etaminus": 0.5, "etaplus": 1.2, "step_size_min"
          "step_size_max": 50.0}
 #: known variants, ``step(..., form=...)`` (written out in :func:`step`'s docstring)
 FORMS = {"backtracking": ("pytorch",), "no_forget": ("pytorch",),
-         "unclamped_kept": ("pytorch",)}
+         "unclamped_kept": ("pytorch",), "lag": ("pytorch",)}
 
 
 def _hyper(hyper):
@@ -86,9 +86,18 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
         unclamped_kept  s = 0 (or NaN): the step size kept as it is, unclamped (torch's
                       documentation box and optax; torch's code clamps: they differ for a
                       learning rate outside the range, on the first step)
+        lag           the weight moves by the previous step's update, not this one's (none
+                      where this step's sign flipped), and this step's is kept for the next,
+                      in the state's ``update`` (0 where the sign flipped): the first step
+                      moves nothing (optax.rprop's scale_by_rprop, optax 0.2.8)
+
+    ``form`` may also be a tuple of these forms, applied together (optax.rprop is ``("lag",
+    "unclamped_kept")``).
     """
     check_convention(convention, CONVENTIONS, NAME, PYTORCH)
-    form = check_form(form, FORMS, NAME, convention)
+    forms = set(form) if isinstance(form, tuple) else {form}
+    for f in forms:
+        check_form(f, FORMS, NAME, convention)
     h = _hyper(hyper)
     if wd:
         raise ValueError(f"rprop has no weight decay (torch.optim.Rprop has none); got wd={wd!r}")
@@ -102,14 +111,21 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     product = g * prev
     grew = np.clip(size * h["etaplus"], lo, hi)
     shrank = np.clip(size * h["etaminus"], lo, hi)
-    kept = size if form == "unclamped_kept" else np.clip(size, lo, hi)
+    kept = size if "unclamped_kept" in forms else np.clip(size, lo, hi)
     # a NaN product compares neither way: kept, as torch's sign of NaN is 0
     size_new = np.where(product > 0, grew, np.where(product < 0, shrank, kept))
     changed = product < 0
-    if form != "no_forget":
+    if "no_forget" not in forms:
         g = np.where(changed, 0.0, g)
     # w - step_size*sign(g), with torch's sign (0 for NaN: the weight stays)
-    w_new = w - np.where(g > 0, size_new, np.where(g < 0, -size_new, 0.0 * size_new))
-    if form == "backtracking":
+    update = np.where(g > 0, size_new, np.where(g < 0, -size_new, 0.0 * size_new))
+    out = {"prev": g, "step_size": size_new}
+    if "lag" in forms:  # the last step's update moves the weight; this one's waits
+        last = state.get("update")
+        last = 0.0 * w if last is None else as_f64(last)
+        out["update"] = np.where(changed, 0.0 * update, update)
+        return w - np.where(changed, 0.0 * last, last), out
+    w_new = w - update
+    if "backtracking" in forms:
         w_new = w_new + np.where(changed, size * np.sign(prev), 0.0)
-    return w_new, {"prev": g, "step_size": size_new}
+    return w_new, out

@@ -14,6 +14,7 @@ installed): the optax audit in float32 and, through the subprocess, float64.
 """
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -123,6 +124,36 @@ def test_framework_names_and_refusals():
         oracle.audit([], examples=0)
     with pytest.raises(ValueError, match="seed must be an int >= 0"):
         oracle.audit([], seed=-1)
+
+
+#: the PyTorch implementations the specs name where torch.optim has none (Spec.torch_peer):
+#: framework -> (its PyPI package, the toolkit optimizer it is audited as)
+PEERS = {"lion_pytorch": ("lion-pytorch", "lion"), "torch_adopt": ("torch-adopt", "adopt"),
+         "adabelief_pytorch": ("adabelief-pytorch", "adabelief")}
+
+
+def test_every_torch_peer_has_a_framework():
+    """Each spec that names a PyTorch implementation (torch_peer) is audited through it."""
+    named = {n for n, s in optimizer.specs().items() if s.torch_peer is not None}
+    assert {opt for _, opt in PEERS.values()} == named
+    assert set(PEERS) <= set(frameworks.names())
+
+
+@pytest.mark.parametrize("name", sorted(PEERS))
+def test_a_torch_peer_passes_its_paper_convention(name):
+    """lion-pytorch's Lion, the authors' ADOPT and AdaBelief compute their papers' algorithms
+    in float32 and float64 (few examples; the recorded audit is docs/conformance.md). Not in
+    CI, which installs none of them."""
+    package, audited_as = PEERS[name]
+    fw = frameworks.get(name)
+    if not fw.available():
+        pytest.skip(f"{package} is not installed (pip install {package})")
+    report = oracle.audit([fw], examples=6, cases=6, progress=lambda line: None)
+    assert {(r.optimizer, r.dtype) for r in report.rows} == {
+        (audited_as, "float32"), (audited_as, "float64")}
+    for r in report.rows:
+        assert r.passed and r.convention == "paper", r
+    assert report.versions[fw.module] == importlib.metadata.version(package)
 
 
 # --------------------------------------------------------------------------------------------
@@ -429,8 +460,9 @@ def test_optax_audit_float32_and_float64(monkeypatch):
     finding 10), and ``contrib.adopt`` in
     float32, explained as its decays rounded to float32 (finding 8), and ``radam``, explained in
     float64 as epsilon on the bias-corrected root and in float32 another algorithm (its rho_t
-    formed in float32, finding 9), and ``rprop``, another algorithm (each update a step late,
-    finding 11); float64 through the subprocess with JAX's x64 switch."""
+    formed in float32, finding 9), and ``rprop``, explained as two variants at once (each update
+    a step late and the step size unclamped where no sign is seen, finding 11); float64 through
+    the subprocess with JAX's x64 switch."""
     monkeypatch.setattr(conformance, "WORKER_TIMEOUT", 600)
     # 6 examples (3 in the usual domain): the index-keyed search's usual cases at seed 0 reach
     # beta2 = 0.9999, where the float32 constants of adam, adamw and nadam fail, from 6
@@ -448,10 +480,11 @@ def test_optax_audit_float32_and_float64(monkeypatch):
             assert not r.passed and r.convention is None and r.closest == "paper", r
             assert r.explanation.startswith("variant:") and "hyper_f32" in r.explanation, r
         elif r.label == "optax.rprop":
-            # each update applied a step late, the first step moving nothing
-            # (docs/conformance.md, finding 11)
+            # each update applied a step late, the first step moving nothing, and the step
+            # size unclamped where no sign is seen: both at once (docs/conformance.md, 11)
             assert not r.passed and r.convention is None and r.closest == "pytorch", r
-            assert r.explanation.startswith("algorithm:"), r
+            assert r.explanation.startswith("variant:") and "unclamped_kept+lag" in \
+                r.explanation, r
         elif r.label == "optax.radam":
             # epsilon on the bias-corrected root; in float32 rho_t formed in float32 too,
             # rectifying from t = 2 at beta2 = 0.9999 (docs/conformance.md, finding 9)

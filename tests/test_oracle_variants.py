@@ -186,7 +186,7 @@ def test_every_variant_is_declared_by_the_optimizer_it_is_planted_in():
                                             "wd_coupled", "var_first", "decay_first_step",
                                             "residual_old_mean", "eps_outside_s",
                                             "backtracking", "no_forget", "unclamped_kept",
-                                            "scalars_f32", "no_decay"}
+                                            "lag", "scalars_f32", "no_decay"}
 
 
 # --------------------------------------------------------------------------------------------

@@ -336,11 +336,14 @@ def make_adabelief(variant=None):
 
 def make_rprop(variant=None):
     """torch.optim.Rprop's update in numpy, in the weight's dtype (each hyperparameter rounded
-    to it once, as torch fills its tensors)."""
+    to it once, as torch fills its tensors); ``variant`` one form or a tuple of them (optax's
+    rprop is ``("lag", "unclamped_kept")``)."""
+    forms = set(variant) if isinstance(variant, tuple) else {variant}
+
     def make(w, learning_rate, wd, rescale_grad, clip_gradient, etaminus, etaplus,
              step_size_min, step_size_max):
         w, t = w.copy(), [0]
-        prev, size = np.zeros_like(w), np.zeros_like(w)
+        prev, size, last = np.zeros_like(w), np.zeros_like(w), np.zeros_like(w)
         f = w.dtype.type
         rs, em, ep, lo, hi = (f(x) for x in (rescale_grad, etaminus, etaplus, step_size_min,
                                              step_size_max))
@@ -352,14 +355,18 @@ def make_rprop(variant=None):
                 size[...] = f(learning_rate)
             s = np.sign(g * prev)
             old = size.copy()
-            kept = size.copy() if variant == "unclamped_kept" else np.clip(size, lo, hi)
+            kept = size.copy() if "unclamped_kept" in forms else np.clip(size, lo, hi)
             size[...] = np.where(s > 0, np.clip(size * ep, lo, hi),
                                  np.where(s < 0, np.clip(size * em, lo, hi), kept))
             changed = s < 0
-            if variant != "no_forget":
+            if "no_forget" not in forms:
                 g = np.where(changed, f(0), g)
-            w[...] = w - size * np.sign(g)
-            if variant == "backtracking":
+            if "lag" in forms:  # the last step's update moves the weight; this one's waits
+                w[...] = w - np.where(changed, f(0), last)
+                last[...] = np.where(changed, f(0), size * np.sign(g))
+            else:
+                w[...] = w - size * np.sign(g)
+            if "backtracking" in forms:
                 w[...] = w + np.where(changed, old * np.sign(prev), f(0))
             prev[...] = g
             return w
@@ -501,6 +508,8 @@ PLANTED = {  # checked against the registry by tests/test_oracle_variants_more.p
     # sign flipped
     ("rprop", "backtracking"): ("pytorch", "float32", dict(learning_rate=0.1, **NO_CLIP), None),
     ("rprop", "no_forget"): ("pytorch", "float32", dict(learning_rate=0.1, **NO_CLIP), None),
+    # each update a step late (optax's): the first step moves nothing
+    ("rprop", "lag"): ("pytorch", "float32", dict(learning_rate=0.1, **NO_CLIP), None),
     # a learning rate above step_size_max: torch's code clamps the first step size, the box not
     ("rprop", "unclamped_kept"): ("pytorch", "float32",
                                   dict(learning_rate=1.0, step_size_max=0.1, **NO_CLIP), None),
@@ -790,3 +799,15 @@ def test_a_clip_forgotten_and_a_combined_mistake_are_named(examples):
     r = oracle.verify(_ignoring_preprocessing(off_by_one), "sparseadam", dtype="float32",
                       examples=examples)
     assert not r.passed and r.explanation.kind == "algorithm", r.summary
+
+
+@pytest.mark.parametrize("examples", [3, 30])
+def test_two_variants_at_once_are_named_together(examples):
+    """optax.rprop's form, each update a step late and the step size unclamped where no sign
+    is seen, fails and is named as both variants at once; each alone does not explain it."""
+    make = make_rprop(("lag", "unclamped_kept"))
+    r = oracle.verify(make, "rprop", dtype="float32", examples=examples, fixed=NO_CLIP)
+    assert not r.passed
+    assert (r.explanation.kind, r.explanation.variant) == ("variant",
+                                                           "unclamped_kept+lag"), r.summary
+    assert "two variants at once" in r.summary

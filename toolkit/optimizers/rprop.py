@@ -86,10 +86,10 @@ SPEC = Spec(
     # the paper's and torch's eta- 0.5 and eta+ 1.2, around which people stay
     usual={"etaminus": Interval(0.3, 0.7), "etaplus": Interval(1.1, 1.5)},
     fixed={"wd": 0.0}, fixed_reason="Rprop has no weight decay (torch.optim.Rprop has none)",
-    # the hyperparameters rounded to float32, and three known forms: Riedmiller and Braun's
-    # weight-backtracking, keeping the gradient where its sign changed, and torch's
-    # documentation box (no clamp where no sign is seen)
-    variants=("hyper_f32", "backtracking", "no_forget", "unclamped_kept"),
+    # the hyperparameters rounded to float32, and four known forms: Riedmiller and Braun's
+    # weight-backtracking, keeping the gradient where its sign changed, torch's documentation
+    # box (no clamp where no sign is seen), and each update applied a step late (optax's)
+    variants=("hyper_f32", "backtracking", "no_forget", "unclamped_kept", "lag"),
     record={"etaminus": 0.5, "etaplus": 1.2, "step_size_min": 1e-6, "step_size_max": 50.0},
     layouts=({},),
     trainer=({},),

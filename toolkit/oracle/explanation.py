@@ -45,7 +45,8 @@ def explain(ref, convention, pytorch, implemented, dt, declared, seen, passes_un
     of another convention's, that every case agrees with; else the asked convention with the
     gradient's preprocessing not applied (``variants.CONTRACT``: ``rescale_grad`` and
     ``clip_gradient``, or ``clip_gradient`` alone), alone or with one declared variant
-    (:func:`_contract`); else another algorithm."""
+    (:func:`_contract`); else two declared variants of the asked convention at once
+    (:func:`_pair`); else another algorithm."""
     if passes_under is not None:
         return Explanation("convention", None, passes_under,
                            f"another convention: it passes the {passes_under!r} convention, "
@@ -68,6 +69,9 @@ def explain(ref, convention, pytorch, implemented, dt, declared, seen, passes_un
     contract = _contract(ref, convention, dt, declared, seen)
     if contract is not None:
         return contract
+    pair = _pair(ref, convention, dt, declared, seen)
+    if pair is not None:
+        return pair
     others = other_conventions(convention, pytorch, implemented)
     known = (f"no known variant of the equations ({', '.join(dict.fromkeys(tried))})"
              if tried else "no known variant of the equations (its spec declares none)")
@@ -83,8 +87,7 @@ def _contract(ref, convention, dt, declared, seen):
     clipped = any(case.hyper.get("clip_gradient") is not None for case, _, _ in seen)
     rescaled = any(case.hyper.get("rescale_grad", 1.0) != 1.0 for case, _, _ in seen)
     held = [v for v, holds in zip(_variants.CONTRACT, (clipped or rescaled, clipped)) if holds]
-    own = [v for v in declared if v.applies(ref, convention) and not (
-        v.name in _variants.SAME_IN_FLOAT64 and dt == np.float64)]
+    own = _applicable(ref, convention, dt, declared)
     for contract in held:
         for v in [None] + own:
             tried = contract if v is None else _variants.Together(contract, v)
@@ -97,6 +100,32 @@ def _contract(ref, convention, dt, declared, seen):
             if v is not None:
                 text += f", and variant {v.name} ({v.description})"
             return Explanation("variant", tried.name, convention, text, err)
+    return None
+
+
+def _applicable(ref, convention, dt, declared):
+    """The declared variants that change the asked convention's equations at ``dt``."""
+    return [v for v in declared if v.applies(ref, convention) and not (
+        v.name in _variants.SAME_IN_FLOAT64 and dt == np.float64)]
+
+
+def _pair(ref, convention, dt, declared, seen):
+    """Two declared variants of the asked convention at once (``variants.Together``; two forms
+    of the reference's equations where its step takes a tuple of forms: a pair its module does
+    not take is skipped) that every case agrees with, in declaration order; None if none."""
+    own = _applicable(ref, convention, dt, declared)
+    for i, a in enumerate(own):
+        for b in own[i + 1:]:
+            both = _variants.Together(a, b)
+            try:
+                err = worst_under(ref, convention, dt, seen, variant=both)
+            except ValueError:  # the reference takes one form at a time
+                continue
+            if err <= 1.0:
+                return Explanation(
+                    "variant", both.name, convention,
+                    f"two variants at once ({both.name}): variant {a.name} ({a.description}) "
+                    f"and variant {b.name} ({b.description})", err)
     return None
 
 

@@ -21,7 +21,8 @@ __all__ = ["KINDS", "Explanation", "DomainVerdict", "VerifyReport", "IdentifyRep
 KINDS = ("convention", "variant", "algorithm")
 #: frameworks whose version a report records when the implementation has imported them (the
 #: audit's, :mod:`toolkit.oracle.frameworks`, among them: a test checks that)
-FRAMEWORKS = ("torch", "optax", "jax", "jaxlib", "tensorflow", "mxnet", "cupy")
+FRAMEWORKS = ("torch", "optax", "jax", "jaxlib", "tensorflow", "mxnet", "cupy", "lion_pytorch",
+              "adopt", "adabelief_pytorch")
 
 
 def versions():
@@ -34,10 +35,26 @@ def versions():
            "numpy": np.__version__}
     for name in FRAMEWORKS:
         module = sys.modules.get(name)
-        version = getattr(module, "__version__", None) if module is not None else None
+        if module is None:
+            continue
+        version = getattr(module, "__version__", None)
+        if version is None:  # a package without one (lion-pytorch): its distribution's
+            version = _distribution_version(name)
         if version is not None:
             out[name] = str(version)
     return out
+
+
+def _distribution_version(module):
+    """The installed version of the distribution that provides the top-level ``module``, or
+    None."""
+    import importlib.metadata as md
+    for dist in md.packages_distributions().get(module, ()):
+        try:
+            return md.version(dist)
+        except md.PackageNotFoundError:
+            continue
+    return None
 
 
 @dataclass(frozen=True)

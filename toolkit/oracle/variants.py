@@ -120,6 +120,9 @@ VARIANTS = {v.name: v for v in (
     Variant("unclamped_kept", "the step size kept unclamped where no sign is seen (the "
                               "gradient product 0), as torch's documentation box and optax "
                               "keep it; torch's code clamps it at every step"),
+    Variant("lag", "each update applied one step late: the weight moves by the previous step's "
+                   "update (none where this step's sign flips), so the first step moves "
+                   "nothing, as optax.rprop applies them"),
     Variant("scalars_f32", "ASGD's step size eta_t and averaging weight mu_t held in float32 "
                            "whatever the weight's precision, as torch.optim.ASGD keeps them "
                            "(tensors of torch's default dtype)", rounding=True),
@@ -155,8 +158,10 @@ CONTRACT = (GRADIENT_AS_GIVEN, CLIP_NOT_APPLIED)
 
 @dataclass(frozen=True)
 class Together:
-    """Two variants at once: a contract variant (:data:`CONTRACT`) and a declared variant of the
-    equations; ``name`` is both names joined by ``+``."""
+    """Two variants at once (a contract variant, :data:`CONTRACT`, and a declared one; or two
+    declared ones, each a form of the reference's equations: the step then takes both, as a
+    tuple, where its module takes a tuple of forms, else it raises a ValueError); ``name`` is
+    both names joined by ``+``."""
     first: Variant
     second: Variant
 
@@ -170,6 +175,8 @@ class Together:
         second's on top of them."""
         h, extra = self.first.changes(hyper, ref)
         h, more = self.second.changes(h, ref)
+        if "form" in extra and "form" in more:
+            more = {**more, "form": (extra["form"], more["form"])}
         return h, {**extra, **more}
 
 

@@ -89,14 +89,18 @@ def gradient_for(cls, grad):
 
 
 def make_step_of(cls, kwargs, dtype, **implementation):
-    """``make_step`` around ``torch.optim.<cls>`` in ``dtype``: ``kwargs(lr, wd, own)`` gives
-    its keywords; ``implementation`` is ``foreach=True`` or ``fused=True`` (or nothing)."""
+    """``make_step`` around ``torch.optim.<cls>`` (or ``cls`` itself, a torch optimizer class
+    of another package: ``toolkit.oracle.frameworks.peers``) in ``dtype``: ``kwargs(lr, wd,
+    own)`` gives its keywords; ``implementation`` is ``foreach=True`` or ``fused=True`` (or
+    nothing)."""
     import torch
     tdtype = getattr(torch, dtype)
+    klass = cls if isinstance(cls, type) else getattr(torch.optim, cls)
+    cls = klass.__name__
 
     def make_step(weight0, learning_rate, wd, rescale_grad, clip_gradient, **own):
         p = torch.tensor(np.asarray(weight0), dtype=tdtype, requires_grad=True)
-        opt = getattr(torch.optim, cls)([p], **kwargs(learning_rate, wd, own), **implementation)
+        opt = klass([p], **kwargs(learning_rate, wd, own), **implementation)
 
         def step(grad):
             p.grad = gradient_for(cls, torch.tensor(np.asarray(grad), dtype=tdtype))

@@ -1,0 +1,39 @@
+"""The PyTorch implementations the toolkit's specs name where torch.optim has no such optimizer
+(``Spec.torch_peer``: the authors' code or the most used one), for the audit: one framework
+module per package (``lion_pytorch``, ``torch_adopt``, ``adabelief_pytorch``), each built by
+:func:`framework` from the package's class, its keywords (MXNet's names -> the package's) and
+its configurations. Each runs its default path, in float32 and float64, as a user runs it; the
+hyperparameters none of them has (``rescale_grad``, ``clip_gradient``) are pinned."""
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+
+from . import Adapter, Framework
+from .torch import FIXED, make_step_of
+
+__all__ = ["framework"]
+
+
+def framework(name, module, package, optimizer, kwargs, configurations):
+    """The :class:`Framework` ``name`` for the class the spec of ``optimizer`` names
+    (``Spec.torch_peer.name``) in the importable ``module`` of the PyPI ``package``:
+    ``kwargs(lr, wd, own)`` its keywords, ``configurations`` ``(label, fixed)`` pairs."""
+
+    def adapters():
+        from ...optimizers.registry import spec_of
+        cls = spec_of(optimizer).torch_peer.name
+        klass = getattr(importlib.import_module(module), cls)
+        return [Adapter(label=f"{module}.{cls}({suffix})", optimizer=optimizer,
+                        make=lambda dtype, k=klass: make_step_of(k, kwargs, dtype),
+                        fixed={**FIXED, **fixed})
+                for suffix, fixed in configurations]
+
+    def versions():
+        """torch's and the package's, the latter under its module's name, as a verify report
+        records it (``toolkit.oracle.reports.versions``)."""
+        import torch
+        return {"torch": str(torch.__version__), module: importlib.metadata.version(package)}
+
+    return Framework(name=name, module=module, adapters=adapters, versions=versions,
+                     install=f"pip install {package} (with torch)")
