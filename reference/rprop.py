@@ -92,12 +92,15 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
                       moves nothing (optax.rprop's scale_by_rprop, optax 0.2.8)
 
     ``form`` may also be a tuple of these forms, applied together (optax.rprop is ``("lag",
-    "unclamped_kept")``).
+    "unclamped_kept")``); ``lag`` with ``backtracking`` is a ValueError.
     """
     check_convention(convention, CONVENTIONS, NAME, PYTORCH)
     forms = set(form) if isinstance(form, tuple) else {form}
     for f in forms:
         check_form(f, FORMS, NAME, convention)
+    if {"lag", "backtracking"} <= forms:
+        raise ValueError("rprop: forms 'lag' and 'backtracking' do not go together (taking "
+                         "back a step that has not been applied yet is no algorithm of record)")
     h = _hyper(hyper)
     if wd:
         raise ValueError(f"rprop has no weight decay (torch.optim.Rprop has none); got wd={wd!r}")

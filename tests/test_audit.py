@@ -156,6 +156,21 @@ def test_a_torch_peer_passes_its_paper_convention(name):
     assert report.versions[fw.module] == importlib.metadata.version(package)
 
 
+def test_a_users_module_of_a_peers_name_is_not_the_peer(tmp_path, monkeypatch):
+    """A user's adopt.py first on sys.path is not torch-adopt's adopt: its framework is not
+    available, and a verify report does not credit the user's module with torch-adopt's
+    version."""
+    (tmp_path / "adopt.py").write_text("ADOPT = None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(sys.modules, "adopt", None)  # whatever was there comes back after
+    del sys.modules["adopt"]
+    importlib.invalidate_caches()
+    assert not frameworks.get("torch_adopt").available()
+    import adopt  # the user's
+    assert adopt.__file__ == str(tmp_path / "adopt.py")
+    assert "adopt" not in oracle.versions()
+
+
 # --------------------------------------------------------------------------------------------
 # the machinery on a tiny numpy framework
 # --------------------------------------------------------------------------------------------

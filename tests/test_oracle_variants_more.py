@@ -748,8 +748,12 @@ def _ignoring_preprocessing(make):
 
 
 @pytest.mark.parametrize("examples", [3, 10, 100])
-@pytest.mark.parametrize("name", ["sparseadam", "rprop"])
-def test_a_gradient_taken_as_given_is_named_at_every_count(name, examples):
+@pytest.mark.parametrize("name,named,fix", [
+    ("sparseadam", "gradient_as_given", "fixed={'rescale_grad': 1.0, 'clip_gradient': None}"),
+    # Rprop's step sees the gradient's sign only: a rescale is invisible, so the narrower
+    # explanation, the clip not applied, is named (pinning it makes the run pass)
+    ("rprop", "clip_not_applied", "fixed={'clip_gradient': None}")])
+def test_a_gradient_taken_as_given_is_named_at_every_count(name, named, fix, examples):
     """A torch-style implementation (correct otherwise) that ignores the rescale_grad and
     clip_gradient it is handed fails, and the explanation says so and how to fix it, at every
     number of examples; applying them, or pinning them, passes."""
@@ -757,8 +761,8 @@ def test_a_gradient_taken_as_given_is_named_at_every_count(name, examples):
     r = oracle.verify(_ignoring_preprocessing(make), name, dtype="float32", examples=examples)
     assert not r.passed
     assert (r.explanation.kind, r.explanation.variant, r.explanation.convention) == (
-        "variant", "gradient_as_given", "pytorch"), r.summary
-    assert "fixed={'rescale_grad': 1.0, 'clip_gradient': None}" in r.summary
+        "variant", named, "pytorch"), r.summary
+    assert fix in r.summary
     pinned = oracle.verify(_ignoring_preprocessing(make), name, dtype="float32",
                            examples=examples,
                            fixed={"rescale_grad": 1.0, "clip_gradient": None})
@@ -811,3 +815,16 @@ def test_two_variants_at_once_are_named_together(examples):
     assert (r.explanation.kind, r.explanation.variant) == ("variant",
                                                            "unclamped_kept+lag"), r.summary
     assert "two variants at once" in r.summary
+
+
+@pytest.mark.parametrize("examples", [3, 30])
+def test_a_contract_variant_and_a_pair_at_once_are_named(examples):
+    """optax.rprop's form in an implementation that also ignores the preprocessing it is handed
+    is named with all three (the clip, Rprop's sign hiding the rescale); a pair the reference
+    does not take together (lag with backtracking) is skipped, not an error."""
+    make = _ignoring_preprocessing(make_rprop(("lag", "unclamped_kept")))
+    r = oracle.verify(make, "rprop", dtype="float32", examples=examples)
+    assert r.explanation.variant == "clip_not_applied+unclamped_kept+lag", r.summary
+    r = oracle.verify(make_rprop(("lag", "backtracking")), "rprop", dtype="float32",
+                      examples=examples, fixed=NO_CLIP)
+    assert not r.passed and r.explanation.kind == "algorithm", r.summary

@@ -43,10 +43,8 @@ def explain(ref, convention, pytorch, implemented, dt, declared, seen, passes_un
     another convention it passes (``passes_under``, found by ``verify``); else the first
     declared variant (:mod:`toolkit.oracle.variants`) of the asked convention's equations, then
     of another convention's, that every case agrees with; else the asked convention with the
-    gradient's preprocessing not applied (``variants.CONTRACT``: ``rescale_grad`` and
-    ``clip_gradient``, or ``clip_gradient`` alone), alone or with one declared variant
-    (:func:`_contract`); else two declared variants of the asked convention at once
-    (:func:`_pair`); else another algorithm."""
+    gradient's preprocessing not applied (``variants.CONTRACT``), or two declared variants at
+    once, or both (:func:`_combinations`); else another algorithm."""
     if passes_under is not None:
         return Explanation("convention", None, passes_under,
                            f"another convention: it passes the {passes_under!r} convention, "
@@ -66,12 +64,9 @@ def explain(ref, convention, pytorch, implemented, dt, declared, seen, passes_un
                     f", of the {c!r} convention's equations (pass convention={c!r})")
                 return Explanation("variant", v.name, c,
                                    f"{what} (variant {v.name}: {v.description}){where}", err)
-    contract = _contract(ref, convention, dt, declared, seen)
-    if contract is not None:
-        return contract
-    pair = _pair(ref, convention, dt, declared, seen)
-    if pair is not None:
-        return pair
+    found = _combinations(ref, convention, dt, declared, seen)
+    if found is not None:
+        return found
     others = other_conventions(convention, pytorch, implemented)
     known = (f"no known variant of the equations ({', '.join(dict.fromkeys(tried))})"
              if tried else "no known variant of the equations (its spec declares none)")
@@ -80,52 +75,59 @@ def explain(ref, convention, pytorch, implemented, dt, declared, seen, passes_un
                        f"({', '.join(others) or 'none'}) passes the failing cases", max_error)
 
 
-def _contract(ref, convention, dt, declared, seen):
-    """The asked convention with the gradient's preprocessing not applied (the variants of
-    ``variants.CONTRACT``), alone, then with each declared variant of its equations at once,
-    where a case of the run holds what is not applied; None if none explains the run."""
-    clipped = any(case.hyper.get("clip_gradient") is not None for case, _, _ in seen)
-    rescaled = any(case.hyper.get("rescale_grad", 1.0) != 1.0 for case, _, _ in seen)
-    held = [v for v, holds in zip(_variants.CONTRACT, (clipped or rescaled, clipped)) if holds]
-    own = _applicable(ref, convention, dt, declared)
-    for contract in held:
-        for v in [None] + own:
-            tried = contract if v is None else _variants.Together(contract, v)
-            err = worst_under(ref, convention, dt, seen, variant=tried)
-            if err > 1.0:
-                continue
-            what = {"gradient_as_given": "the gradient taken as given",
-                    "clip_not_applied": "the gradient never clipped"}[contract.name]
-            text = f"{what} (variant {contract.name}: {contract.description})"
-            if v is not None:
-                text += f", and variant {v.name} ({v.description})"
-            return Explanation("variant", tried.name, convention, text, err)
-    return None
-
-
 def _applicable(ref, convention, dt, declared):
     """The declared variants that change the asked convention's equations at ``dt``."""
     return [v for v in declared if v.applies(ref, convention) and not (
         v.name in _variants.SAME_IN_FLOAT64 and dt == np.float64)]
 
 
-def _pair(ref, convention, dt, declared, seen):
-    """Two declared variants of the asked convention at once (``variants.Together``; two forms
-    of the reference's equations where its step takes a tuple of forms: a pair its module does
-    not take is skipped) that every case agrees with, in declaration order; None if none."""
+#: how a contract variant reads in an explanation
+_CONTRACT_TEXT = {"gradient_as_given": "the gradient taken as given",
+                  "clip_not_applied": "the gradient never clipped"}
+
+
+def _parts(v):
+    """The single variants of ``v`` (a Variant, or a ``Together`` of them), in order."""
+    if isinstance(v, _variants.Together):
+        return _parts(v.first) + _parts(v.second)
+    return [v]
+
+
+def _text(candidate):
+    """The explanation's line for ``candidate``: a contract variant (what was not applied, and
+    the fix), with the declared ones it came with; or declared variants at once."""
+    parts = _parts(candidate)
+    head, rest = parts[0], parts[1:]
+    listed = " and ".join(f"variant {v.name} ({v.description})" for v in rest)
+    if head.name in _CONTRACT_TEXT:
+        text = f"{_CONTRACT_TEXT[head.name]} (variant {head.name}: {head.description})"
+        return text + (f", and {listed}" if rest else "")
+    return (f"{['', '', 'two', 'three'][len(parts)]} variants at once ({candidate.name}): "
+            f"variant {head.name} ({head.description}) and {listed}")
+
+
+def _combinations(ref, convention, dt, declared, seen):
+    """The explanation (or None) after the single variants, in the asked
+    convention: the gradient's preprocessing not applied (``variants.CONTRACT``, where a case
+    of the run holds what is not applied; never clipped first, the narrower), alone, then
+    with each declared variant; two declared variants at once (where the reference's step
+    takes a tuple of forms: a pair it does not take is skipped); each contract variant with
+    such a pair. The first that every case agrees with explains the run."""
+    clipped = any(case.hyper.get("clip_gradient") is not None for case, _, _ in seen)
+    rescaled = any(case.hyper.get("rescale_grad", 1.0) != 1.0 for case, _, _ in seen)
+    held = [v for v, holds in ((_variants.CLIP_NOT_APPLIED, clipped),
+                               (_variants.GRADIENT_AS_GIVEN, clipped or rescaled)) if holds]
     own = _applicable(ref, convention, dt, declared)
-    for i, a in enumerate(own):
-        for b in own[i + 1:]:
-            both = _variants.Together(a, b)
-            try:
-                err = worst_under(ref, convention, dt, seen, variant=both)
-            except ValueError:  # the reference takes one form at a time
-                continue
-            if err <= 1.0:
-                return Explanation(
-                    "variant", both.name, convention,
-                    f"two variants at once ({both.name}): variant {a.name} ({a.description}) "
-                    f"and variant {b.name} ({b.description})", err)
+    pairs = [_variants.Together(a, b) for i, a in enumerate(own) for b in own[i + 1:]]
+    candidates = (held + [_variants.Together(c, v) for v in own for c in held] + pairs +
+                  [_variants.Together(c, p) for p in pairs for c in held])
+    for candidate in candidates:
+        try:
+            err = worst_under(ref, convention, dt, seen, variant=candidate)
+        except ValueError:  # the reference takes one form at a time
+            continue
+        if err <= 1.0:
+            return Explanation("variant", candidate.name, convention, _text(candidate), err)
     return None
 
 

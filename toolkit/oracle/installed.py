@@ -12,12 +12,13 @@ user keeps beside their code: a user's ``reference.py`` (or ``toolkit.py``) firs
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.machinery
 import importlib.util
 import os
 import sys
 
-__all__ = ["OURS", "ensure_reference", "user_folder", "installed_path"]
+__all__ = ["OURS", "ensure_reference", "user_folder", "installed_path", "installed_by"]
 
 #: the top-level packages this distribution installs
 OURS = ("toolkit", "reference")
@@ -29,6 +30,23 @@ def installed_path(name):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../toolkit
     folder = os.path.join(os.path.dirname(root), name)
     return folder if os.path.isfile(os.path.join(folder, "__init__.py")) else None
+
+
+@functools.lru_cache(maxsize=None)
+def installed_by(path, distribution):
+    """Whether the file ``path`` (a module's ``__file__`` or spec origin) is one the installed
+    ``distribution`` (a PyPI name) holds: a user's ``adopt.py`` beside their code is not
+    torch-adopt's ``adopt``."""
+    import importlib.metadata as md
+    if not path:
+        return False
+    try:
+        files = md.distribution(distribution).files or ()
+    except md.PackageNotFoundError:
+        return False
+    target = os.path.realpath(path)
+    dist = md.distribution(distribution)
+    return any(os.path.realpath(dist.locate_file(f)) == target for f in files)
 
 
 def _is_ours(module, folder):

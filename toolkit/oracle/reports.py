@@ -7,6 +7,7 @@ them in.
 """
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from dataclasses import dataclass, field
@@ -45,16 +46,25 @@ def versions():
     return out
 
 
-def _distribution_version(module):
-    """The installed version of the distribution that provides the top-level ``module``, or
-    None."""
+def _distribution_version(name):
+    """The installed version of the distribution whose files hold the imported top-level module
+    ``name`` (not a user's module of the same name), or None."""
     import importlib.metadata as md
-    for dist in md.packages_distributions().get(module, ()):
-        try:
+
+    from .installed import installed_by
+    path = getattr(sys.modules.get(name), "__file__", None)
+    for dist in _distributions().get(name, ()):
+        if installed_by(path, dist):
             return md.version(dist)
-        except md.PackageNotFoundError:
-            continue
     return None
+
+
+@functools.lru_cache(maxsize=1)
+def _distributions():
+    """``importlib.metadata.packages_distributions()``, read once (it scans every installed
+    distribution)."""
+    import importlib.metadata as md
+    return md.packages_distributions()
 
 
 @dataclass(frozen=True)

@@ -45,17 +45,30 @@ class Framework:
     importable), ``adapters()`` (a list of :class:`Adapter`), ``versions()`` (``{package:
     version}``), ``env(dtype)`` (environment variables a dtype needs in a fresh process, or
     None: run in this one), ``install`` (how to install it, for the message when it is
-    missing)."""
+    missing), ``package``: the distribution that must provide ``module`` (a PyPI name; None:
+    any module of that name will do), so that a user's ``adopt.py`` is not taken for
+    torch-adopt's ``adopt``."""
     name: str
     module: str
     adapters: Callable[[], list]
     versions: Callable[[], dict]
     env: Callable[[str], dict | None] = in_process
     install: str = ""
+    package: str | None = None
 
     def available(self):
-        """Whether the framework is importable here (without importing it)."""
-        return importlib.util.find_spec(self.module) is not None
+        """Whether the framework is importable here (without importing it), from ``package``
+        where one is named."""
+        try:
+            spec = importlib.util.find_spec(self.module)
+        except (ImportError, ValueError):
+            return False
+        if spec is None:
+            return False
+        if self.package is None:
+            return True
+        from ..installed import installed_by
+        return installed_by(spec.origin, self.package)
 
 
 def names():

@@ -3,11 +3,15 @@
 module per package (``lion_pytorch``, ``torch_adopt``, ``adabelief_pytorch``), each built by
 :func:`framework` from the package's class, its keywords (MXNet's names -> the package's) and
 its configurations. Each runs its default path, in float32 and float64, as a user runs it; the
-hyperparameters none of them has (``rescale_grad``, ``clip_gradient``) are pinned."""
+hyperparameters none of them has (``rescale_grad``, ``clip_gradient``) are pinned. A module of
+that name that the package did not install (a user's ``adopt.py``) is not the framework
+(``Framework.package``)."""
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata
+import io
 
 from . import Adapter, Framework
 from .torch import FIXED, make_step_of
@@ -25,7 +29,7 @@ def framework(name, module, package, optimizer, kwargs, configurations):
         cls = spec_of(optimizer).torch_peer.name
         klass = getattr(importlib.import_module(module), cls)
         return [Adapter(label=f"{module}.{cls}({suffix})", optimizer=optimizer,
-                        make=lambda dtype, k=klass: make_step_of(k, kwargs, dtype),
+                        make=lambda dtype, k=klass: _quiet(make_step_of(k, kwargs, dtype)),
                         fixed={**FIXED, **fixed})
                 for suffix, fixed in configurations]
 
@@ -36,4 +40,14 @@ def framework(name, module, package, optimizer, kwargs, configurations):
         return {"torch": str(torch.__version__), module: importlib.metadata.version(package)}
 
     return Framework(name=name, module=module, adapters=adapters, versions=versions,
-                     install=f"pip install {package} (with torch)")
+                     install=f"pip install {package} (with torch)", package=package)
+
+
+def _quiet(make_step):
+    """``make_step`` with what the optimizer's constructor prints kept off stdout
+    (adabelief-pytorch 0.2.1 prints its options whatever ``print_change_log`` says), where the
+    audit writes its table."""
+    def quiet(*args, **kwargs):
+        with contextlib.redirect_stdout(io.StringIO()):
+            return make_step(*args, **kwargs)
+    return quiet

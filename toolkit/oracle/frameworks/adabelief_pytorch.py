@@ -2,8 +2,8 @@
 for the audit: ``lr``, ``betas = (beta1, beta2)``, ``eps`` = ``epsilon``, ``weight_decay`` =
 ``wd``, and the options ``weight_decouple``, ``fixed_decay``, ``rectify`` and
 ``degenerated_to_sgd`` as the oracle draws them (the paper's Algorithm 2 is all four at their
-off values; the authors' defaults turn on ``weight_decouple`` and ``rectify``); no change log
-printed."""
+off values; the authors' defaults turn on ``weight_decouple`` and ``rectify``); what its
+constructor prints is kept off the audit's output."""
 from __future__ import annotations
 
 from ._peers import framework

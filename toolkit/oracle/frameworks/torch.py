@@ -90,7 +90,7 @@ def gradient_for(cls, grad):
 
 def make_step_of(cls, kwargs, dtype, **implementation):
     """``make_step`` around ``torch.optim.<cls>`` (or ``cls`` itself, a torch optimizer class
-    of another package: ``toolkit.oracle.frameworks.peers``) in ``dtype``: ``kwargs(lr, wd,
+    of another package: ``toolkit.oracle.frameworks._peers``) in ``dtype``: ``kwargs(lr, wd,
     own)`` gives its keywords; ``implementation`` is ``foreach=True`` or ``fused=True`` (or
     nothing)."""
     import torch
