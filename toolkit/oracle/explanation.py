@@ -115,8 +115,9 @@ def _combinations(ref, convention, dt, declared, seen):
     such a pair. The first that every case agrees with explains the run."""
     clipped = any(case.hyper.get("clip_gradient") is not None for case, _, _ in seen)
     rescaled = any(case.hyper.get("rescale_grad", 1.0) != 1.0 for case, _, _ in seen)
-    held = [v for v, holds in ((_variants.CLIP_NOT_APPLIED, clipped),
-                               (_variants.GRADIENT_AS_GIVEN, clipped or rescaled)) if holds]
+    holds = {_variants.CLIP_NOT_APPLIED.name: clipped,
+             _variants.GRADIENT_AS_GIVEN.name: clipped or rescaled}
+    held = [v for v in _variants.CONTRACT if holds[v.name]]
     own = _applicable(ref, convention, dt, declared)
     pairs = [_variants.Together(a, b) for i, a in enumerate(own) for b in own[i + 1:]]
     candidates = (held + [_variants.Together(c, v) for v in own for c in held] + pairs +

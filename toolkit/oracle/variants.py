@@ -153,7 +153,7 @@ CLIP_NOT_APPLIED = Variant(
                         "fixed={'clip_gradient': None} (mxopt verify --fixed clip_gradient=None)",
     in_reference=False, around=("*",))
 #: the variants of the oracle's contract, not of any optimizer's equations, in the order tried
-CONTRACT = (GRADIENT_AS_GIVEN, CLIP_NOT_APPLIED)
+CONTRACT = (CLIP_NOT_APPLIED, GRADIENT_AS_GIVEN)
 
 
 @dataclass(frozen=True)
