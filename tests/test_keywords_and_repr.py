@@ -21,6 +21,9 @@ FOREIGN = [  # checked against the registry by test_foreign_cases_are_foreign_to
     ("sgd", {"nesterov": True}, "'nag'"),
     ("rmsprop", {"alpha": 0.95}, "gamma1=0.95"),
     ("lamb", {"lr": 0.1, "weight_decay": 0.01}, "learning_rate=0.1"),
+    ("rprop", {"etas": (0.3, 1.5)}, "etaminus=0.3, etaplus=1.5"),
+    ("rprop", {"step_sizes": (1e-5, 1.0)}, "step_size_min=1e-05, step_size_max=1.0"),
+    ("lion", {"betas": 0.9}, "beta1=0.9, beta2=0.99"),   # not a pair: Lion's defaults shown
 ]
 
 
@@ -106,10 +109,15 @@ def test_a_misspelt_keyword_names_the_nearest_one(name, kwargs, meant):
     assert meant in str(error.value)
 
 
-def test_a_keyword_far_from_every_name_gets_pythons_own_error():
+def test_a_keyword_far_from_every_name_lists_the_optimizers_keywords():
+    """No alias and no near name: the error names the class (not Optimizer.__init__) and the
+    keywords it takes."""
     with pytest.raises(TypeError) as error:
         optimizer.create("adam", colour="blue")
-    assert "did you mean" not in str(error.value)
+    message = str(error.value)
+    assert "did you mean" not in message
+    assert message.startswith("Adam() got an unexpected keyword argument 'colour'; its keywords:")
+    assert "beta1" in message and "learning_rate" in message
 
 
 def test_a_users_own_init_keeps_its_extra_keywords():

@@ -40,6 +40,13 @@ KEYWORD_ALIASES = {
     "learning_rate_schedule": ("lr_scheduler",),
 }
 
+#: torch's keywords that hold a pair of MXNet hyperparameters (given separately here)
+PAIRED = {
+    "betas": ("beta1", "beta2"),
+    "etas": ("etaminus", "etaplus"),              # Rprop's
+    "step_sizes": ("step_size_min", "step_size_max"),  # Rprop's
+}
+
 #: the ``torch.optim`` keywords that ``toolkit.torch`` accepts where an optimizer has their MXNet
 #: counterpart (:func:`torch_keywords`): PyTorch's name -> the MXNet keywords it means (``()``:
 #: only an optimizer keyword of the same name). Any other PyTorch keyword (``nesterov``,
@@ -119,13 +126,17 @@ def hint(klass, key, value):
 def _hint(klass, key, value, accepted):
     """The sentence that names what ``key`` means for ``klass``, or None."""
     cls = klass.__name__
-    if key == "betas" and {"beta1", "beta2"} <= accepted:
+    pair = PAIRED.get(key)
+    if pair is not None and set(pair) <= accepted:
+        defaults = dict(constructor_parameters(klass))
         try:
-            b1, b2 = value
-            example = f"beta1={b1!r}, beta2={b2!r}"
+            values = tuple(value)
+            if len(values) != 2:
+                raise ValueError
         except (TypeError, ValueError):
-            example = "beta1=0.9, beta2=0.999"
-        return f"MXNet's names are beta1 and beta2, given separately: {cls}({example})"
+            values = tuple(defaults[n] for n in pair)
+        example = ", ".join(f"{n}={v!r}" for n, v in zip(pair, values))
+        return f"MXNet's names are {pair[0]} and {pair[1]}, given separately: {cls}({example})"
     spec = getattr(klass, "spec", None)
     for name in KEYWORD_ALIASES.get(key, ()):
         if name in accepted:
@@ -165,12 +176,15 @@ def _keywords_known(klass):
 def check_keywords(klass, kwargs):
     """Raise a TypeError that names the MXNet keyword meant for the first keyword of ``kwargs``
     that ``klass`` does not accept and the table knows, or the one it takes that a misspelt
-    keyword is nearest to; return None otherwise (Python's own TypeError follows)."""
+    keyword is nearest to, or else its keywords where all are named parameters of the toolkit's
+    ``__init__`` s; return None otherwise (Python's own TypeError follows)."""
     accepted = accepted_keywords(klass)
     for key, value in kwargs.items():
         if key in accepted:
             continue
         hint = _hint(klass, key, value, accepted) or _misspelt(klass, key, value, accepted)
+        if hint is None and _keywords_known(klass):  # else Python's own TypeError follows
+            hint = f"its keywords: {', '.join(sorted(accepted))}"
         if hint is not None:
             raise TypeError(f"{klass.__name__}() got an unexpected keyword argument {key!r}; "
                             f"{hint}")
