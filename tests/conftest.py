@@ -28,3 +28,29 @@ def pytest_collection_finish(session):
     import gc
     gc.collect()
     gc.freeze()
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _toolkit_torch_create_in_train_mode(monkeypatch):
+    """The generic suites make ``toolkit.torch`` optimizers with ``toolkit.torch.create`` and
+    step them at once. An optimizer with the train/eval switch (Schedule-Free AdamW) starts in
+    eval mode and refuses to step until ``train()``, as its authors' does; a user's loop calls
+    ``optimizer.train()`` first, and so does ``create`` here. tests/test_adamwschedulefree.py
+    checks the refusal itself with the class made directly."""
+    import sys
+    tt = sys.modules.get("toolkit.torch")
+    if tt is None:
+        return
+    import functools
+    create = tt.create
+
+    @functools.wraps(create)
+    def create_in_train_mode(*args, **kwargs):
+        opt = create(*args, **kwargs)
+        if callable(getattr(opt, "train", None)):
+            opt.train()
+        return opt
+    monkeypatch.setattr(tt, "create", create_in_train_mode)

@@ -128,8 +128,10 @@ def test_framework_names_and_refusals():
 
 #: the PyTorch implementations the specs name where torch.optim has none (Spec.torch_peer):
 #: framework -> (its PyPI package, the toolkit optimizer it is audited as)
-PEERS = {"lion_pytorch": ("lion-pytorch", "lion"), "torch_adopt": ("torch-adopt", "adopt"),
-         "adabelief_pytorch": ("adabelief-pytorch", "adabelief")}
+PEERS = {  # checked against the registry by test_every_torch_peer_has_a_framework
+    "lion_pytorch": ("lion-pytorch", "lion"), "torch_adopt": ("torch-adopt", "adopt"),
+    "adabelief_pytorch": ("adabelief-pytorch", "adabelief"),
+    "schedulefree": ("schedulefree", "adamwschedulefree")}
 
 
 def test_every_torch_peer_has_a_framework():
@@ -141,7 +143,8 @@ def test_every_torch_peer_has_a_framework():
 
 @pytest.mark.parametrize("name", sorted(PEERS))
 def test_a_torch_peer_passes_its_paper_convention(name):
-    """lion-pytorch's Lion, the authors' ADOPT and AdaBelief compute their papers' algorithms
+    """lion-pytorch's Lion, the authors' ADOPT, AdaBelief and Schedule-Free AdamW (both its
+    classes: AdamWScheduleFree and AdamWScheduleFreePaper) compute their papers' algorithms
     in float32 and float64 (few examples; the recorded audit is docs/conformance.md). Not in
     CI, which installs none of them."""
     package, audited_as = PEERS[name]
@@ -476,7 +479,10 @@ def test_optax_audit_float32_and_float64(monkeypatch):
     float32, explained as its decays rounded to float32 (finding 8), and ``radam``, explained in
     float64 as epsilon on the bias-corrected root and in float32 another algorithm (its rho_t
     formed in float32, finding 9), and ``rprop``, explained as two variants at once (each update
-    a step late and the step size unclamped where no sign is seen, finding 11); float64 through
+    a step late and the step size unclamped where no sign is seen, finding 11), and
+    ``contrib.schedule_free_adamw``, explained in float64 as its warmup's learning rate a step
+    late and formed in float32 (variants ``warmup_lag+warmup_f32``), in float32 as the lag with
+    its bias correction formed in float32 (``constants_in_dtype+warmup_lag``); float64 through
     the subprocess with JAX's x64 switch."""
     monkeypatch.setattr(conformance, "WORKER_TIMEOUT", 600)
     # 6 examples (3 in the usual domain): the index-keyed search's usual cases at seed 0 reach
@@ -494,6 +500,15 @@ def test_optax_audit_float32_and_float64(monkeypatch):
             # docs/conformance.md, finding 8
             assert not r.passed and r.convention is None and r.closest == "paper", r
             assert r.explanation.startswith("variant:") and "hyper_f32" in r.explanation, r
+        elif r.label == "optax.contrib.schedule_free_adamw":
+            # its warmup's learning rate a step late in the step (the first step moves
+            # nothing) and, in float64, formed in float32; in float32 its bias correction
+            # 1 - beta2^t formed in float32 with the lag
+            assert not r.passed and r.convention is None and r.closest == "paper", r
+            assert r.explanation.startswith("variant:"), r
+            pair = {"float32": "constants_in_dtype+warmup_lag",
+                    "float64": "warmup_lag+warmup_f32"}[r.dtype]
+            assert f"two variants at once ({pair})" in r.explanation, r
         elif r.label == "optax.rprop":
             # each update applied a step late, the first step moving nothing, and the step
             # size unclamped where no sign is seen: both at once (docs/conformance.md, 11)

@@ -427,6 +427,55 @@ def make_sparseadam(variant=None):
     return make
 
 
+def make_adamwschedulefree(variant=None):
+    """Schedule-Free AdamW (Defazio et al. 2024, Algorithm 1; without ``lr_bias_correction``
+    the authors' later default) on the stored ``(y, z)`` in numpy, in the weight's dtype, each
+    host scalar (``gamma_t``, ``c``, ``1 - beta2^t``) formed in double and rounded to it once,
+    as torch takes Python floats. ``constants_in_dtype``: ``1 - beta2^t`` under the root formed
+    in the weight's dtype; ``warmup_lag``: optax's count, the step's learning rate from the
+    warmup at the count before this step's (formed in double as the others);
+    ``warmup_f32``: both warmup values formed in float32, as optax's schedule forms them."""
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, beta1, beta2, epsilon,
+             warmup_steps, r, weight_lr_power, lr_bias_correction):
+        y, t = w.copy(), [0]
+        z, v = w.copy(), np.zeros_like(w)
+        f = w.dtype.type
+        avg = {"lr_max": -1.0, "sum": 0.0}
+
+        def warm(k):
+            """lr*min(1, k/warmup_steps), as the reference forms it or (warmup_f32) as
+            optax's warmup_constant_schedule does, in float32."""
+            if variant == "warmup_f32":
+                h = np.float32
+                frac = h(1) - h(min(k, warmup_steps)) / h(warmup_steps)
+                return float(h(h(-learning_rate) * frac) + h(learning_rate))
+            return learning_rate * (k / warmup_steps if k <= warmup_steps else 1.0)
+
+        def step(g):
+            t[0] += 1
+            n = t[0]
+            g = _clip(f(rescale_grad) * g, None if clip_gradient is None else f(clip_gradient))
+            root = math.sqrt(1.0 - beta2 ** n) if lr_bias_correction else 1.0
+            sched = warm(n) if warmup_steps else learning_rate
+            lag = warm(n - 1) if warmup_steps and variant == "warmup_lag" else sched
+            gamma_avg, gamma = sched * root, lag * root
+            avg["lr_max"] = max(avg["lr_max"], gamma_avg)
+            weight = (n ** r) * (avg["lr_max"] ** weight_lr_power)
+            avg["sum"] += weight
+            c = weight / avg["sum"] if avg["sum"] != 0.0 else 0.0
+            v[...] = f(beta2) * v + f(1.0 - beta2) * (g * g)
+            bc2 = 1.0 if lr_bias_correction else 1.0 - beta2 ** n
+            if variant == "constants_in_dtype" and not lr_bias_correction:
+                bc2 = f(1) - f(beta2) ** n
+            u = g / (np.sqrt(v / f(bc2)) + f(epsilon))
+            u = u + f(wd) * y
+            y[...] = y + f(c) * (z - y) + f(gamma * (beta1 * (1.0 - c) - 1.0)) * u
+            z[...] = z - f(gamma) * u
+            return y
+        return step
+    return make
+
+
 #: the implementation each row plants its variant in: {(optimizer, convention): make(variant)}
 MAKERS = {  # checked against the registry by tests/test_oracle_variants_more.py::test_every_declared_variant_is_planted
     ("adamax", "guide"): make_adamax, ("adamax", "mxnet"): make_adamax_mxnet,
@@ -442,6 +491,7 @@ MAKERS = {  # checked against the registry by tests/test_oracle_variants_more.py
     ("asgd", "pytorch"): make_asgd,
     ("sparseadam", "pytorch"): make_sparseadam,
     ("radam", "pytorch"): lambda v=None: make_radam("pytorch", v),
+    ("adamwschedulefree", "paper"): make_adamwschedulefree,
 }
 #: weight decay and clipping both on, so that their order shows
 WD_CLIP = dict(learning_rate=0.1, wd=0.05, rescale_grad=1.0, clip_gradient=0.5)
@@ -523,6 +573,20 @@ PLANTED = {  # checked against the registry by tests/test_oracle_variants_more.p
                                         **NO_CLIP), None),
     ("radam", "no_bias_correction"): ("pytorch", "float32",
                                       dict(learning_rate=0.1, **NO_CLIP), None),
+    # Schedule-Free AdamW as optax computes it: 1 - beta2^t under the root in float32 (1e-4
+    # relative off at beta2 = 0.9999, from the first step), the warmup a step late (the
+    # first step moves nothing), and the warmup values in float32 (seen in float64: 0.1 is
+    # not a float32, so every step's learning rate is 1e-9 relative off)
+    ("adamwschedulefree", "constants_in_dtype"): ("paper", "float32",
+                                                  dict(learning_rate=0.1, beta2=0.9999,
+                                                       lr_bias_correction=False, **NO_CLIP),
+                                                  None),
+    ("adamwschedulefree", "warmup_lag"): ("paper", "float32",
+                                          dict(learning_rate=0.1, warmup_steps=3, **NO_CLIP),
+                                          None),
+    ("adamwschedulefree", "warmup_f32"): ("paper", "float64",
+                                          dict(learning_rate=0.1, warmup_steps=3, **NO_CLIP),
+                                          None),
 }
 
 

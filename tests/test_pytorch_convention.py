@@ -31,10 +31,19 @@ from toolkit.oracle.frameworks.torch import gradient_for  # noqa: E402
 
 
 class IEEESqrt(torch.overrides.TorchFunctionMode):
-    """torch with the correctly rounded square root (numpy's) in place of MKL's."""
+    """torch with the correctly rounded square root (numpy's) in place of MKL's, for a tensor
+    and for a list of them (``torch._foreach_sqrt``, the default path of the optimizers that
+    run ``foreach``: the authors' Schedule-Free AdamW)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func in (torch._foreach_sqrt, torch._foreach_sqrt_):
+            roots = [torch.from_numpy(np.sqrt(x.detach().numpy())) for x in args[0]]
+            if func is torch._foreach_sqrt_:
+                for x, r in zip(args[0], roots):
+                    x.copy_(r)
+                return None
+            return roots
         if func in (torch.Tensor.sqrt, torch.sqrt, torch.Tensor.sqrt_):
             x = args[0]
             r = torch.from_numpy(np.sqrt(x.detach().numpy()))

@@ -67,7 +67,8 @@ EVERY_ROW = [  # checked against the registry by test_samples_cover_every_row_sp
     ("sgd", dict(lazy_update=False)), ("adam", dict(lazy_update=False)), ("rmsprop", {}),
     ("signum", {}), ("nadam", {}), ("nag", dict(momentum=0.9)), ("sgld", {}), ("ftml", {}),
     ("adamax", {}), ("adadelta", {}), ("dcasgd", {}), ("adamw", {}), ("lamb", {}), ("lion", {}),
-    ("adopt", {}), ("radam", {}), ("adabelief", {}), ("rprop", {}), ("asgd", {})]
+    ("adopt", {}), ("radam", {}), ("adabelief", {}), ("rprop", {}), ("asgd", {}),
+    ("adamwschedulefree", {})]
 
 
 def _mode(name, kw=None):

@@ -252,6 +252,11 @@ def walk(seed, steps=40, log=None):
     else:
         params = _params(rng)
     opt = getattr(toolkit.torch, name)(params, **kwargs)
+    # the train/eval switch (Schedule-Free AdamW): in train mode, and moved to eval and back
+    # before some steps (a draw of its own walks only: the others' walks stay as they were)
+    switch = callable(getattr(opt, "train", None))
+    if switch:
+        opt.train()
     params = opt.param_groups[0]["params"]  # the group's own list, which the walk changes
     log = [] if log is None else log
     log.append(f"{name}({kwargs}) over {[tuple(p.shape) for p in params]}")
@@ -260,6 +265,10 @@ def walk(seed, steps=40, log=None):
         stepping = r < 0.55
         try:
             if stepping:
+                if switch and rng.random() < 0.3:
+                    log.append("eval, train")
+                    opt.eval()
+                    opt.train()
                 log.append("step")
                 _grads(params, rng)
                 opt.step()

@@ -15,6 +15,7 @@ from .optimizers.adagrad import AdaGrad
 from .optimizers.adam import Adam
 from .optimizers.adamax import Adamax
 from .optimizers.adamw import AdamW
+from .optimizers.adamwschedulefree import AdamWScheduleFree
 from .optimizers.adopt import ADOPT
 from .optimizers.asgd import ASGD
 from .optimizers.custom import ElementwiseOptimizer
@@ -42,6 +43,6 @@ __all__ = [  # checked against the registry by tests/test_public_api.py::test_op
            "Optimizer", "ElementwiseOptimizer", "Spec", "BenchSetting", "create", "register",
            "registry", "specs", "spec_of", "unregister",
            # the built-in optimizers' classes, by class name (in the registry's order)
-           "AdaBelief", "AdaDelta", "AdaGrad", "Adam", "Adamax", "AdamW", "ADOPT", "ASGD", "DCASGD", "FTML", "Ftrl",
+           "AdaBelief", "AdaDelta", "AdaGrad", "Adam", "Adamax", "AdamW", "AdamWScheduleFree", "ADOPT", "ASGD", "DCASGD", "FTML", "Ftrl",
            "GroupAdaGrad", "LAMB", "LARS", "LBSGD", "Lion", "Nadam", "NAG", "RAdam", "RMSProp", "Rprop", "SGD", "SGLD",
            "Signum", "SparseAdam", "FTRL"]

@@ -82,8 +82,8 @@ def _as_is(x):
 
 def scalar_only(kernel_step):
     """Mark a ``_kernel_step`` whose launch (rule and hyperparameters) is a function of
-    ``(t, lr, wd)`` and the optimizer's attributes only: it reads neither the index nor any
-    per-index bookkeeping, and writes nothing on the optimizer. A Trainer then plans such a step
+    ``(t, lr, wd)`` and the optimizer's attributes only (and an index's ``host_scalars``, which
+    planners hand to ``kernel_row``): it reads no other per-index bookkeeping, writes nothing. A Trainer then plans such a step
     once per distinct ``(t, lr, wd)`` of a group and gives every parameter with the same three
     the same hyperparameter row. A subclass that overrides ``_kernel_step`` is unmarked unless
     it marks its own."""
@@ -285,8 +285,8 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
                     if not retry:
                         raise
                 else:
-                    if prepared.run(rule, row, weight, grad, state):
-                        self._commit_count(index, t)
+                    if prepared.run(rule, row, weight, grad, state):  # row_step's: no
+                        self._commit_count(index, t)                 # host scalars
                         return None
                 warm.pop(id(weight), None)
         if skip_nonfinite is not False:
@@ -393,7 +393,7 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
             self._zip_state(state, states32, cpu.to_half_into)
         else:
             self._step(backend, index, weight, grad, state, t, lr, wd, launcher or cpu.LAUNCHER)
-        self._commit_count(index, t)
+        self._commit_step(index, t, lr)
 
     # --- row-sparse gradients (toolkit/optimizers/row_sparse.py) ------------------------------
     def row_sparse_mode(self, index):

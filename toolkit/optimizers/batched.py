@@ -30,7 +30,7 @@ import numpy as np
 
 from .bookkeeping import COMMIT, INT64_MAX, Bookkeeping, Counts, builtin_schedule, keeps_hooks
 
-__all__ = ["BatchedBookkeeping", "Kept", "StepScalars"]
+__all__ = ["BatchedBookkeeping", "HostScalars", "Kept", "StepScalars"]
 
 
 class StepScalars(NamedTuple):
@@ -39,6 +39,9 @@ class StepScalars(NamedTuple):
     t: np.ndarray    #: int64: each index's count after this step
     lr: np.ndarray   #: float64: learning rate with schedule and multiplier
     wd: np.ndarray   #: float64: weight decay with multiplier
+
+    #: the host scalars after the step (:class:`HostScalars`); None: the optimizer keeps none
+    host = None
 
     def distinct(self):
         """``(first, inverse)``: the position of the first index of each distinct
@@ -52,6 +55,50 @@ class StepScalars(NamedTuple):
         key = np.stack([self.t, lr_bits, wd_bits], axis=1)
         _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
         return first.tolist(), inverse.reshape(-1)
+
+    def subset(self, at):
+        """The scalars of the positions ``at`` (an index array or a slice), of the same kind
+        (one triple stays one)."""
+        return type(self)(self.t[at], self.lr[at], self.wd[at])
+
+    def row_kwargs(self, j):
+        """The keywords of ``kernel_row`` for position ``j`` beside ``(t, lr, wd)``: none
+        (:class:`HostScalars`: the index's host scalars)."""
+        return {}
+
+
+class HostScalars(StepScalars):
+    """:class:`StepScalars` of an optimizer that keeps per-index scalars on the host which
+    advance with each step and enter its row (``Optimizer.host_scalars``: Schedule-Free
+    AdamW's ``lr_max`` and ``weight_sum``), with ``host``: a float64 array, one row per index,
+    of those scalars *after* this step (as ``t`` is the count after it). A planner hands each
+    index's to ``kernel_row(..., host=...)`` (:meth:`row_kwargs`), tells indices apart by
+    them too (:meth:`distinct`), and commits them with the counts
+    (``commit_counts(indices, t, host)``)."""
+
+    def __new__(cls, t, lr, wd, host):
+        self = super().__new__(cls, t, lr, wd)
+        self.host = host
+        return self
+
+    def distinct(self):
+        host_bits = np.ascontiguousarray(self.host, np.float64).view(np.int64)
+        key = np.concatenate([np.stack([self.t, self.lr.view(np.int64),
+                                        self.wd.view(np.int64)], axis=1), host_bits], axis=1)
+        if (key == key[0]).all():
+            return [0], None
+        _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
+        return first.tolist(), inverse.reshape(-1)
+
+    def subset(self, at):
+        return HostScalars(self.t[at], self.lr[at], self.wd[at], self.host[at])
+
+    def row_kwargs(self, j):
+        return {"host": tuple(self.host[j].tolist())}
+
+    def _replace(self, **changes):  # the host scalars belong to these t and lr
+        raise TypeError("HostScalars cannot be changed: the host scalars are those of its "
+                        "t and lr")
 
 
 class Kept:
@@ -156,7 +203,43 @@ class BatchedBookkeeping(Bookkeeping):
     """:class:`~toolkit.optimizers.bookkeeping.Bookkeeping` with the steps of many indices at once
     (methods of ``Optimizer``)."""
 
+    #: names of the per-index scalars this optimizer keeps on the host, which advance with
+    #: each step and enter its row (Schedule-Free AdamW: ``("lr_max", "weight_sum")``); then
+    #: :meth:`step_scalars` gives :class:`HostScalars` (their values after the step, from
+    #: :meth:`host_next`), ``kernel_row`` takes an index's as ``host=`` and
+    #: :meth:`commit_counts` commits them (:meth:`commit_host`)
+    host_scalars = ()
+
+    def host_next(self, indices, t, lr):
+        """The host scalars (:attr:`host_scalars`) of each index of ``indices`` after its step
+        at count ``t[j]`` with learning rate ``lr[j]``: a float64 array ``(len(t), k)``.
+        Changes nothing. Implemented by an optimizer that declares host scalars."""
+        raise NotImplementedError(f"{type(self).__name__} declares no host scalars")
+
+    def commit_host(self, indices, host):
+        """Keep ``host`` (:meth:`host_next`'s rows) as the host scalars of ``indices``.
+        Implemented by an optimizer that declares host scalars."""
+        raise NotImplementedError(f"{type(self).__name__} declares no host scalars")
+
+    def _commit_step(self, index, t, lr):
+        """Commit one index's step at count ``t`` with learning rate ``lr``: its count, and
+        its host scalars after the step (:attr:`host_scalars`: :meth:`host_next`)."""
+        if self.host_scalars:
+            self.commit_host([index], self.host_next([index], np.array([t]), np.array([lr])))
+        self._commit_count(index, t)
+
     def step_scalars(self, indices, *, multipliers=None):
+        """The scalars of the next step of ``indices`` (:meth:`_count_scalars`); with
+        :attr:`host_scalars`, :class:`HostScalars` holding each index's host scalars after the
+        step too."""
+        scalars = self._count_scalars(indices, multipliers=multipliers)
+        if not self.host_scalars:
+            return scalars
+        idx = indices.values().tolist() if type(indices) is Kept else _as_list(indices)
+        return HostScalars(scalars.t, scalars.lr, scalars.wd,
+                           self.host_next(idx, scalars.t, scalars.lr))
+
+    def _count_scalars(self, indices, *, multipliers=None):
         """:class:`StepScalars` of the next step of every index of ``indices`` (ints, in
         increasing order for the array reads; in any other order, or with an index twice, the
         loop's numbers in the order given), as the per-index loop (``next_step`` of each, its count committed
@@ -352,10 +435,14 @@ class BatchedBookkeeping(Bookkeeping):
             self._index_update_count, self.num_update = saved
         return StepScalars(t, lr, wd)
 
-    def commit_counts(self, indices, t):
+    def commit_counts(self, indices, t, host=None):
         """Commit the counts ``t`` (from :meth:`step_scalars`) of a step of ``indices``, as
         the per-index loop commits them one by one: each index's count, and ``num_update`` the
-        largest count seen."""
+        largest count seen; ``host`` (a :class:`HostScalars`' ``host``), the host scalars
+        after the step (:meth:`commit_host`)."""
+        if host is not None:
+            self.commit_host(indices.values().tolist() if type(indices) is Kept else
+                             _as_list(indices), host)
         kept = indices if type(indices) is Kept else None
         if kept is not None:
             indices = kept._a

@@ -380,6 +380,13 @@ class Bookkeeping:
             return float(wd)
         return self.wd * 1.0  # no multipliers at all: _mult's 1.0 without the call
 
+    def has_stepped(self, index):
+        """Whether ``index`` has a count: it has stepped, or its count was restored (a states
+        file). A state made from the weight's values (Schedule-Free AdamW's ``z``, DCASGD's
+        ``w_prev``) is made again from a weight set before the first step
+        (``Trainer.data_changed``)."""
+        return index in self._index_update_count
+
     def _next_count(self, index):
         """``(t, num_update)`` after this index's next update, without committing them."""
         t = self._index_update_count.get(index, self.begin_num_update) + 1

@@ -71,13 +71,18 @@ class TorchPeer:
     keywords ``toolkit.torch`` takes: ``name`` (its class, ``"Lion"``), ``source`` (where it
     lives, with the version read: ``"lion_pytorch.Lion, lion-pytorch 0.2.5"``) and
     ``signature``, its keywords after ``params`` with their defaults, in order (``lr`` first;
-    those before any keyword-only one are positional, as there)."""
+    those before any keyword-only one are positional, as there); ``form``, the toolkit keywords
+    whose values make the toolkit's update that implementation's where its signature has no
+    such keyword (Schedule-Free AdamW's ``lr_bias_correction=False``: the authors'
+    ``AdamWScheduleFree`` keeps the bias correction inside the root), its defaults too."""
     name: str
     source: str
     signature: tuple = ()
+    form: tuple = ()
 
     def __post_init__(self):
         object.__setattr__(self, "signature", tuple((k, v) for k, v in self.signature))
+        object.__setattr__(self, "form", tuple((k, v) for k, v in self.form))
 
 
 @dataclass(frozen=True)

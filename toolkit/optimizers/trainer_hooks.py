@@ -66,7 +66,7 @@ class TrainerHooks:
         schedule, LBSGD's phase): the Trainer plans those index by index, in index order."""
         t, lr, wd = self._step_scalars(index)
         yield from launches.steps_of(self._kernel_step(index, weight, grad, state, t, lr, wd))
-        self._commit_count(index, t)
+        self._commit_step(index, t, lr)
 
     def plan_step(self, index, weight, grad, state, launcher):
         """:meth:`planned_step` run through ``launcher`` (a backend launcher)."""

@@ -131,6 +131,14 @@ VARIANTS = {v.name: v for v in (
                                     "float32 whatever the weight's precision, as "
                                     "torch.optim.NAdam keeps its mu_product in the default "
                                     "dtype", rounding=True),
+    Variant("warmup_lag", "Schedule-Free's step taken with the warmup's learning rate one step "
+                          "late, lr*min(1, (t-1)/warmup_steps), so that the first step moves "
+                          "nothing, while its averaging weights take lr*min(1, t/warmup_steps) "
+                          "(as optax.contrib.schedule_free_adamw counts its warmup)"),
+    Variant("warmup_f32", "Schedule-Free's warmup values, lr*min(1, t/warmup_steps) for the "
+                          "step and for its averaging weights, formed in float32 whatever the "
+                          "weight's precision (as optax's warmup_constant_schedule forms them; "
+                          "after the warmup, lr rounded to float32)"),
 )}
 
 

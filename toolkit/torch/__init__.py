@@ -27,6 +27,7 @@ from .. import optimizer as _optimizer
 from ..optimizers.registry import registry as _registry
 from ..optimizers.registry import specs as _specs
 from . import meaning
+from .modes import TrainEval
 from .optim import TorchOptimizer
 
 __all__ = ["TorchOptimizer", "create", "optimizer_class", "torch_optimizer_class"]
@@ -40,7 +41,11 @@ def optimizer_class(klass):
     registered ``toolkit.optimizer.Optimizer`` subclass), made once."""
     made = _CLASSES.get(klass)
     if made is None:
-        made = type(klass.__name__, (TorchOptimizer,), {
+        # an optimizer whose weight moves between two points (Schedule-Free AdamW) has the
+        # train()/eval() switch
+        moves = callable(getattr(klass, "to_eval", None)) and \
+            callable(getattr(klass, "to_train", None))
+        made = type(klass.__name__, (TrainEval, TorchOptimizer) if moves else (TorchOptimizer,), {
             "toolkit_class": klass, "__module__": __name__,
             # the defaults of the PyTorch implementation it follows, where they differ
             "torch_defaults": meaning.peer_defaults(klass),

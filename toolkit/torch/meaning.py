@@ -292,12 +292,13 @@ def peer_defaults(klass):
     ``klass`` where torch.optim ships none (the spec's ``torch_peer``), for the constructor
     keywords of ``klass`` of the same name whose default differs (AdaBelief's
     ``weight_decouple`` and ``rectify``, on in the authors' code, off in the paper's
-    Algorithm 2); ``{}`` otherwise."""
+    Algorithm 2), and the keywords of its ``form`` (Schedule-Free AdamW's
+    ``lr_bias_correction``); ``{}`` otherwise."""
     spec = spec_of(klass)
     if spec.torch or spec.torch_peer is None:
         return {}
     own = dict(aliases.constructor_parameters(klass))
-    return {k: v for k, v in spec.torch_peer.signature
+    return {k: v for k, v in spec.torch_peer.signature + spec.torch_peer.form
             if k in own and not equal(own[k], v)}
 
 

@@ -73,6 +73,9 @@ class TorchOptimizer(StepRuns, StepPlans, ParameterStates, Checkpoints, torch.op
     toolkit_class = None
     #: keywords a class takes when not given (torch's defaults of a torch-spelled class)
     torch_defaults = {}
+    #: param-group keys that are the group's state, not its options: they change between
+    #: steps without changing the update (the train/eval switch's ``train_mode``)
+    group_state_keys = ()
 
     def __init__(self, params, lr=_UNSET, *args, **kwargs):
         klass = type(self).toolkit_class
@@ -299,7 +302,8 @@ class TorchOptimizer(StepRuns, StepPlans, ParameterStates, Checkpoints, torch.op
                 if isinstance(group.get("lr"), torch.Tensor):
                     written.append((group, "lr", group["lr"]))
                     group["lr"] = _scalar(group["lr"], "lr", f"param group {gi}")
-                changed = {k for k, v in group.items() if k not in ("params", "param_names") and
+                changed = {k for k, v in group.items()
+                           if k not in ("params", "param_names", *self.group_state_keys) and
                            (k not in last or not (v is last[k] or _same(v, last[k])))}
                 torch_keys = keywords.torch_keys(klass, group)
                 if changed:
@@ -316,7 +320,8 @@ class TorchOptimizer(StepRuns, StepPlans, ParameterStates, Checkpoints, torch.op
                             f"param group {gi}'s lr was changed to {group['lr']!r}, but its "
                             "learning rate comes from the toolkit lr_scheduler; use one of them")
                 for key, value in group.items():
-                    if key in ("params", "param_names", "maximize", "initial_lr") or (
+                    if key in ("params", "param_names", "maximize", "initial_lr",
+                               *self.group_state_keys) or (
                             key in last and (value is last[key] or _same(value, last[key]))):
                         continue
                     if key == "lr" and self._scheduler is not None:

@@ -126,7 +126,8 @@ class StepPlans:
         first, inverse = scalars.distinct()
         if inverse is None:  # one triple (the common case): its row as the table's one row
             top = int(t[0])
-            factory, row = inner.kernel_row(top, float(lr[0]), float(wd[0]))
+            factory, row = inner.kernel_row(top, float(lr[0]), float(wd[0]),
+                                            **scalars.row_kwargs(0))
             if maximize:  # Python's negation: exact
                 row = negated_row(factory, getattr(type(row), "_fields", None), tuple(row))
                 if row is None:
@@ -135,7 +136,8 @@ class StepPlans:
         planned = []
         for j in first:
             j = int(j)
-            factory, row = inner.kernel_row(int(t[j]), float(lr[j]), float(wd[j]))
+            factory, row = inner.kernel_row(int(t[j]), float(lr[j]), float(wd[j]),
+                                            **scalars.row_kwargs(j))
             if planned and (factory is not planned[0][0] or len(row) != len(planned[0][1])):
                 return None
             planned.append((factory, tuple(row), getattr(type(row), "_fields", None)))

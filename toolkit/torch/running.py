@@ -13,7 +13,6 @@ import numpy as np
 import torch
 
 from ..backends import cpu
-from ..optimizers.batched import StepScalars
 from ..sparse import RowSparse
 from .rule_table import run_rule_table, run_rule_table_mp
 from .states import ordered
@@ -115,7 +114,7 @@ class StepRuns:
             group = self.param_groups[gi]
             if isinstance(members, SteadyStep):
                 inner.num_update = self._num_update
-                inner.commit_counts(members.steady.kept, scalars.t)
+                inner.commit_counts(members.steady.kept, scalars.t, scalars.host)
                 members.steady.run(members)
                 self._num_update = inner.num_update
                 continue
@@ -208,7 +207,7 @@ class StepRuns:
         work = []  # in order: a _TableRun per dtype, or a _SingleRun per member on its own
         for dtype, js in by_dtype.items():
             js = np.array(js)
-            planned = self._planned_table(StepScalars(t[js], lr[js], wd[js]), inner)
+            planned = self._planned_table(scalars.subset(js), inner)
             if planned is not None:
                 factory, rows, inverse, _ = planned
                 # bfloat16: a float32 table (the float32 master's rule)
@@ -220,10 +219,13 @@ class StepRuns:
                 work.append(_TableRun(factory, "bfloat16" if dtype == torch.bfloat16 else
                                       np_dtype, [tensors[j] for j in js.tolist()], table))
             else:  # not one rule call on the member's own arrays: each member on its own
+                if scalars.host is not None:  # pragma: no cover - one rule, one row length
+                    raise RuntimeError(f"{type(inner).__name__} keeps host scalars, committed "
+                                       "with the counts, but its rows are not one table")
                 for j in js.tolist():
                     work.append(_SingleRun(members[j], tensors[j], int(t[j]), float(lr[j]),
                                            float(wd[j])))
-        inner.commit_counts([m.index for m in members], t)
+        inner.commit_counts([m.index for m in members], t, scalars.host)
         for run in work:
             if isinstance(run, _TableRun):
                 if run.dtype == "bfloat16":

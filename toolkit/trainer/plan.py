@@ -141,7 +141,8 @@ class StepWork:
         opt = self.opt
         t, lr, wd = scalars
         first, inverse = scalars.distinct()
-        planned = [opt.kernel_row(int(t[j]), float(lr[j]), float(wd[j])) for j in first]
+        planned = [opt.kernel_row(int(t[j]), float(lr[j]), float(wd[j]), **scalars.row_kwargs(j))
+                   for j in first]
         factory, row0 = planned[0]
         # the rule's arrays: the weight, the gradient and opt.state_arrays of the state, at
         # their positions among the work arrays

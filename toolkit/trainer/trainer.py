@@ -15,7 +15,7 @@ from .. import optimizer as _optimizer
 from ..backends import arrays
 from ..optimizers.batched import Kept
 from . import compression as _compression, dist as _dist
-from .buffers import Group
+from .buffers import Group, state_leaves
 from .errors import ParamsError, StaleGradientError
 from .parameter import ParamDict, Parameter, holds_version
 from .updates import Updates
@@ -219,6 +219,7 @@ class Trainer(Updates):
         skipped are returned as a tuple and kept in :attr:`skipped` until the next step
         (docs/trainer.md, "Skipping non-finite gradients"). Without it this returns None."""
         guard = self._guard_flag(skip_nonfinite)
+        self._check_train_mode()
         self._set_rescale(batch_size)
         self._begin_guard(guard)
         if self._dist is not None:
@@ -238,6 +239,7 @@ class Trainer(Updates):
         """The update half of ``step`` (after ``allreduce_grads``); ``skip_nonfinite`` and
         the value returned: as ``step``'s (the decision reads the summed gradients)."""
         guard = self._guard_flag(skip_nonfinite)
+        self._check_train_mode()
         self._set_rescale(batch_size)
         self._begin_guard(guard)
         if self._dist is not None:
@@ -344,6 +346,7 @@ class Trainer(Updates):
         raises ``StaleGradientError`` for a stale gradient unless ``ignore_stale_grad``; with
         the non-finite guard of the ``step``/``update`` it runs under, skips what it skips.
         The distributed kvstore calls it once the ranks' gradients are summed."""
+        self._check_train_mode()
         self._update(ignore_stale_grad)
 
     def _set_rescale(self, batch_size):
@@ -412,12 +415,54 @@ class Trainer(Updates):
 
     def data_changed(self, param):
         """``Parameter.set_data`` calls it: a multi-precision parameter's float32 master
-        follows the new weight."""
+        follows the new weight, and the state of a parameter that has not stepped is made
+        again from it (a state that starts from the weight's values: Schedule-Free AdamW's
+        ``z``, DCASGD's ``w_prev``, as the optimizer alone makes it at the first update)."""
         where = [(g, k) for g in self._groups for k, (_, p) in enumerate(g.members) if p is param]
+        opt = self._optimizer
         for g, k in where:
+            index = g.members[k][0]
+            if not opt.has_stepped(index):
+                fresh = opt.create_state_multi_precision(index, param.data())
+                for dst, src in zip(state_leaves(g.member_state(k)), state_leaves(fresh)):
+                    arrays.copy_from_host(dst, arrays.to_host(src))
+                continue
             if g.mp:
                 master, _ = g.split_state(self._optimizer, g.views[k])
                 arrays.copy_from_host(master, np.asarray(arrays.to_host(param.data()), np.float32))
+
+    # --- a weight that moves between two points (Schedule-Free AdamW) -----------------------
+    def eval(self):
+        """Move every parameter to the point to evaluate and to save (the optimizer's
+        ``to_eval``: Schedule-Free AdamW's average ``x``); steps are refused until
+        :meth:`train`. A Trainer starts in train mode; a second ``eval()`` changes nothing.
+        The mode is the optimizer's ``eval_mode``, which a states file keeps: a Trainer that
+        loads one saved in eval mode is in eval mode, its weights to be set to the saved
+        ``x``, and :meth:`train` moves them back."""
+        self._switch(eval_mode=True)
+
+    def train(self):
+        """Move every parameter back to where the steps take gradients (the optimizer's
+        ``to_train``: Schedule-Free AdamW's ``y``) after :meth:`eval`."""
+        self._switch(eval_mode=False)
+
+    def _switch(self, eval_mode):
+        opt = self._optimizer
+        move = getattr(opt, "to_eval" if eval_mode else "to_train", None)
+        if not callable(move):
+            raise TypeError(f"{type(opt).__name__} has no train/eval switch: its weights are "
+                            "the point to evaluate at every step (Schedule-Free AdamW has one)")
+        with self._lock:
+            if opt.eval_mode is eval_mode:
+                return
+            for g in self._groups:  # element-wise: one move over each group's flat buffers
+                move(g.data, g.state)
+            opt.eval_mode = eval_mode
+
+    def _check_train_mode(self):
+        if getattr(self._optimizer, "eval_mode", False):
+            raise RuntimeError("this Trainer is in eval mode (its weights are the average x): "
+                               "call trainer.train() before the next step")
 
     # ---------------------------------------------------------------------------------------
     # states

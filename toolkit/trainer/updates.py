@@ -83,10 +83,10 @@ class Updates:
                 if not at.size:
                     continue
                 w = StepWork(g, opt)
-                w.plan_scalars(self._member_of[active[at]], active[at], type(scalars)(
-                    scalars.t[at], scalars.lr[at], scalars.wd[at]))  # one triple stays one
+                w.plan_scalars(self._member_of[active[at]], active[at],
+                               scalars.subset(at))  # one triple stays one
                 works.append(w)
-        opt.commit_counts(given, scalars.t)
+        opt.commit_counts(given, scalars.t, scalars.host)
         for w in works:
             self.last_step_launches += w.execute()
 

@@ -1,11 +1,11 @@
 """The PyTorch implementations the toolkit's specs name where torch.optim has no such optimizer
 (``Spec.torch_peer``: the authors' code or the most used one), for the audit: one framework
-module per package (``lion_pytorch``, ``torch_adopt``, ``adabelief_pytorch``), each built by
-:func:`framework` from the package's class, its keywords (MXNet's names -> the package's) and
-its configurations. Each runs its default path, in float32 and float64, as a user runs it; the
-hyperparameters none of them has (``rescale_grad``, ``clip_gradient``) are pinned. A module of
-that name that the package did not install (a user's ``adopt.py``) is not the framework
-(``Framework.package``)."""
+module per package (``lion_pytorch``, ``torch_adopt``, ``adabelief_pytorch``, ``schedulefree``),
+each built by :func:`framework` from the package's class (or classes), its keywords (MXNet's
+names -> the package's) and its configurations. Each runs its default path, in float32 and
+float64, as a user runs it; the hyperparameters none of them has (``rescale_grad``,
+``clip_gradient``) are pinned. A module of that name that the package did not install (a
+user's ``adopt.py``) is not the framework (``Framework.package``)."""
 from __future__ import annotations
 
 import contextlib
@@ -19,19 +19,29 @@ from .torch import FIXED, make_step_of
 __all__ = ["framework"]
 
 
-def framework(name, module, package, optimizer, kwargs, configurations):
+def framework(name, module, package, optimizer, kwargs, configurations, prepare=None):
     """The :class:`Framework` ``name`` for the class the spec of ``optimizer`` names
     (``Spec.torch_peer.name``) in the importable ``module`` of the PyPI ``package``:
-    ``kwargs(lr, wd, own)`` its keywords, ``configurations`` ``(label, fixed)`` pairs."""
+    ``kwargs(lr, wd, own)`` its keywords, ``configurations`` ``(label, fixed)`` pairs, or
+    ``(label, fixed, cls)`` triples where a configuration is another class of the same module
+    (the authors' ``AdamWScheduleFreePaper`` beside the spec's ``AdamWScheduleFree``: the same
+    keywords, ``fixed`` pinning the hyperparameter that tells the classes apart);
+    ``prepare(opt)`` what a user must call on a new optimizer before its first step (the
+    Schedule-Free optimizers' ``opt.train()``), or None."""
 
     def adapters():
         from ...optimizers.registry import spec_of
-        cls = spec_of(optimizer).torch_peer.name
-        klass = getattr(importlib.import_module(module), cls)
-        return [Adapter(label=f"{module}.{cls}({suffix})", optimizer=optimizer,
-                        make=lambda dtype, k=klass: _quiet(make_step_of(k, kwargs, dtype)),
-                        fixed={**FIXED, **fixed})
-                for suffix, fixed in configurations]
+        named = spec_of(optimizer).torch_peer.name
+        out = []
+        for suffix, fixed, *cls in configurations:
+            cls = cls[0] if cls else named
+            klass = getattr(importlib.import_module(module), cls)
+            out.append(Adapter(
+                label=f"{module}.{cls}({suffix})", optimizer=optimizer,
+                make=lambda dtype, k=klass: _quiet(make_step_of(k, kwargs, dtype,
+                                                                prepare=prepare)),
+                fixed={**FIXED, **fixed}))
+        return out
 
     def versions():
         """torch's and the package's, the latter under its module's name, as a verify report

@@ -7,15 +7,17 @@ b2``, ``epsilon`` = ``eps``, RMSProp's ``gamma1`` = ``decay`` and ``gamma2`` = `
 (centered), AdaDelta's ``rho``, AdaGrad's and LARS's ``eps``, LARS's ``eta`` =
 ``trust_coefficient``, Signum's ``momentum`` = ``beta``, AdamW's ``learning_rate`` =
 ``eta*learning_rate``, ``wd`` = ``weight_decay`` where optax has one (adamw, adadelta, lamb,
-lars, lion; pinned to 0 elsewhere: optax's sgd, adam, adagrad, rmsprop, adamax, nadam, radam,
-signum, adabelief and contrib.adopt have no weight decay). Pinned: ``rescale_grad=1``, ``clip_gradient=None`` (optax chains
+lars, lion, contrib.schedule_free_adamw; pinned to 0 elsewhere: optax's sgd, adam, adagrad,
+rmsprop, adamax, nadam, radam, signum, adabelief and contrib.adopt have no weight decay). Pinned: ``rescale_grad=1``, ``clip_gradient=None`` (optax chains
 ``clip`` separately), AdaGrad's ``initial_accumulator_value=0`` (MXNet's accumulator starts at
 0; optax's default 0.1 is another algorithm), RMSProp's ``clip_weights=None``, LAMB without
 trust-ratio bounds and with bias correction, and NAdam's ``schedule_decay=1e4``: optax's
 ``nadam`` is Dozat's update with a constant momentum ``mu_t = beta1``, which is MXNet's schedule
 ``beta1*(1 - 0.5*0.96^(t*schedule_decay))`` once ``0.96^schedule_decay`` is below float64's
-resolution. Hyperparameters are handed to optax as Python floats, as users do (JAX rounds them to
-the array's precision).
+resolution, and Schedule-Free AdamW's ``r=0`` and ``lr_bias_correction=False`` (optax's
+``schedule_free_adamw`` has no ``r`` and corrects ``v`` under the root; its ``warmup_steps`` is
+None for the toolkit's 0). Hyperparameters are handed to optax as Python floats, as users do
+(JAX rounds them to the array's precision).
 """
 from __future__ import annotations
 
@@ -89,6 +91,15 @@ TABLE = (  # checked against the registry by tests/test_audit.py::test_every_ada
     ("optax.contrib.adopt", "adopt", {"wd": 0.0, "decouple": False},
      lambda o, lr, wd, h: o.contrib.adopt(lr, b1=h["beta1"], b2=h["beta2"], eps=h["epsilon"],
                                           use_clipping=h["use_clipping"])),
+    # optax.contrib.schedule_free_adamw: the authors' AdamWScheduleFree (scale_by_rms's bias
+    # correction inside the root, lr_bias_correction=False), weight decay at y, no r (its
+    # averaging weight is max_lr**weight_lr_power alone); no warmup is warmup_steps=None (its
+    # docs ask a positive warmup_steps: 0 builds a schedule that is 0 at every step)
+    ("optax.contrib.schedule_free_adamw", "adamwschedulefree",
+     {"r": 0.0, "lr_bias_correction": False},
+     lambda o, lr, wd, h: o.contrib.schedule_free_adamw(
+         lr, warmup_steps=h["warmup_steps"] or None, b1=h["beta1"], b2=h["beta2"],
+         eps=h["epsilon"], weight_decay=wd, weight_lr_power=h["weight_lr_power"])),
 )
 
 

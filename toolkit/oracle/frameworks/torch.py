@@ -88,11 +88,13 @@ def gradient_for(cls, grad):
                                    check_invariants=True).coalesce()
 
 
-def make_step_of(cls, kwargs, dtype, **implementation):
+def make_step_of(cls, kwargs, dtype, prepare=None, **implementation):
     """``make_step`` around ``torch.optim.<cls>`` (or ``cls`` itself, a torch optimizer class
     of another package: ``toolkit.oracle.frameworks._peers``) in ``dtype``: ``kwargs(lr, wd,
     own)`` gives its keywords; ``implementation`` is ``foreach=True`` or ``fused=True`` (or
-    nothing)."""
+    nothing); ``prepare(opt)``, if given, is called once on the new optimizer before its first
+    step, as a user must call it (the Schedule-Free optimizers refuse to step until
+    ``opt.train()``)."""
     import torch
     tdtype = getattr(torch, dtype)
     klass = cls if isinstance(cls, type) else getattr(torch.optim, cls)
@@ -101,6 +103,8 @@ def make_step_of(cls, kwargs, dtype, **implementation):
     def make_step(weight0, learning_rate, wd, rescale_grad, clip_gradient, **own):
         p = torch.tensor(np.asarray(weight0), dtype=tdtype, requires_grad=True)
         opt = klass([p], **kwargs(learning_rate, wd, own), **implementation)
+        if prepare is not None:
+            prepare(opt)
 
         def step(grad):
             p.grad = gradient_for(cls, torch.tensor(np.asarray(grad), dtype=tdtype))
