@@ -105,6 +105,26 @@ def _warmup_f32(lr, k, warmup):
     return float(f(f(-lr) * frac) + f(lr))
 
 
+def scheduled(t, lr, lr_max, weight_sum, forms=(), **hyper):
+    """:func:`averaging` under the warmup forms of ``forms`` (``warmup_lag``, ``warmup_f32``:
+    :func:`step`'s docstring), the scalars of the step of the Schedule-Free family's
+    references (``reference.sgdschedulefree`` too)."""
+    h = _hyper(hyper)
+    if not (set(forms) & {"warmup_lag", "warmup_f32"} and h["warmup_steps"]):
+        return averaging(t, lr, lr_max, weight_sum, **hyper)
+    warmup, flat = h["warmup_steps"], {**hyper, "warmup_steps": 0}
+
+    def warm(k):  # lr*min(1, k/warmup), in float32 (warmup_f32) or as averaging forms it
+        if "warmup_f32" in forms:
+            return _warmup_f32(lr, k, warmup)
+        return lr * (k / warmup if k <= warmup else 1.0)
+
+    lag = t - 1 if "warmup_lag" in forms else t
+    gamma = averaging(t, warm(lag), lr_max, weight_sum, **flat)[0]
+    _, c, lr_max, weight_sum = averaging(t, warm(t), lr_max, weight_sum, **flat)
+    return gamma, c, lr_max, weight_sum
+
+
 def _normalised(g, v, t, beta2, eps, lr_bias_correction, like=None):
     """Line 9's ``g/(sqrt(v) + eps)``; without ``lr_bias_correction`` the implementation's
     later ``g/(sqrt(v/(1 - beta2^t)) + eps)``, with ``1 - beta2^t`` formed in the precision of
@@ -170,20 +190,8 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     z = as_f64(state["z"])
     v = as_f64(state["var"])
     g = python_clip(rescale_grad * as_f64(grad), clip_gradient)
-    gamma, c, lr_max, weight_sum = averaging(t, lr, state["lr_max"], state["weight_sum"],
-                                             **hyper)
-    if forms & {"warmup_lag", "warmup_f32"} and h["warmup_steps"]:
-        warmup, flat = h["warmup_steps"], {**hyper, "warmup_steps": 0}
-
-        def warm(k):  # lr*min(1, k/warmup), in float32 (warmup_f32) or as averaging forms it
-            if "warmup_f32" in forms:
-                return _warmup_f32(lr, k, warmup)
-            return lr * (k / warmup if k <= warmup else 1.0)
-
-        lag = t - 1 if "warmup_lag" in forms else t
-        gamma = averaging(t, warm(lag), state["lr_max"], state["weight_sum"], **flat)[0]
-        _, c, lr_max, weight_sum = averaging(t, warm(t), state["lr_max"],
-                                             state["weight_sum"], **flat)
+    gamma, c, lr_max, weight_sum = scheduled(t, lr, state["lr_max"], state["weight_sum"],
+                                             forms, **hyper)
     v_new = beta2 * v + (1.0 - beta2) * (g * g)                                # line 7
     u = _normalised(g, v_new, t, beta2, h["epsilon"], h["lr_bias_correction"],
                     like=y if "constants_in_dtype" in forms else None)

@@ -37,7 +37,9 @@ def _launched(kind, dtype, multi_precision=False):
     for name in sorted(optimizer.registry()):
         spec = optimizer.spec_of(name)
         for setting in spec.bench_settings():
-            for convention in spec.conventions:
+            # a setting that names its convention (NAdamW: "pytorch") is that convention's
+            for convention in [setting.kwargs.get("convention")] if \
+                    "convention" in setting.kwargs else spec.conventions:
                 for extra in ({}, {"wd": 0.01, "clip_gradient": 0.5}):
                     kw = dict(setting.kwargs, convention=convention, **extra)
                     kw.update(spec.fixed)  # what it does not take freely (GroupAdaGrad: wd 0)

@@ -143,7 +143,11 @@ SPEC = Spec(
     # torch's NAdamW under the convention that has it
     trainer=({}, {"decoupled_weight_decay": True}),
     demo={"learning_rate": 0.01},
-    bench=(BenchSetting("nadam", {}, torch=("NAdam", {}), quick=True),),
+    bench=(BenchSetting("nadam", {}, torch=("NAdam", {}), quick=True),
+           # torch's NAdamW under the convention that has it (its steps planned by host scalars)
+           BenchSetting("nadamw", {"convention": "pytorch", "decoupled_weight_decay": True,
+                                   "wd": 0.01},
+                        torch=("NAdam", {"decoupled_weight_decay": True, "weight_decay": 0.01}))),
 )
 
 
@@ -255,9 +259,7 @@ class Nadam(Optimizer):
         return {"m_schedule": self.m_schedule}
 
     def _reference_store_extra(self, index, new_state, weight):
-        if self.convention == "pytorch":
-            self.mu_product[index] = float(new_state["m_schedule"])
-        else:
+        if self.convention != "pytorch":  # "pytorch": committed with the count (host_next)
             self.m_schedule = float(new_state["m_schedule"])
 
     def _reference_call_kwargs(self, index, t):
@@ -268,26 +270,71 @@ class Nadam(Optimizer):
             kwargs["hyper_f32"] = False
         return kwargs
 
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
-        b1, b2, sd = self.beta1, self.beta2, self.schedule_decay
-        if self.convention == "pytorch":
-            # torch's host arithmetic in Python floats (torch/optim/nadam.py, in its order)
-            mu = b1 * (1.0 - 0.5 * (0.96 ** (t * sd)))
-            mu_next = b1 * (1.0 - 0.5 * (0.96 ** ((t + 1) * sd)))
-            product = f32_product(self.mu_product.get(index, 1.0), mu)
-            product_next = product * mu_next
-            decoupled = self.decoupled_weight_decay and wd != 0
-            yield Launch("rule", pytorch_rule, weight, grad, state,
-                         PytorchRow(decay=1.0 - lr * wd if decoupled else 1.0,
-                                    rescale=self.rescale_grad, clip_bound=self._clip_bound(),
-                                    wd=0.0 if self.decoupled_weight_decay else wd,
-                                    one_minus_b1=1.0 - b1, b2=b2, one_minus_b2=1.0 - b2,
-                                    bc2=1.0 - b2 ** t,
-                                    eps=self.epsilon,
-                                    step_g=-lr * (1.0 - mu) / (1.0 - product),
-                                    step_m=(-lr * mu_next) / (1.0 - product_next)))
+    @property
+    def host_scalars(self):
+        """Under "pytorch", torch's per-index ``mu_product`` (a float32 value, kept in a float),
+        which advances with each step and enters the row: the Trainer and ``toolkit.torch``
+        then plan NAdam's steps by distinct ``(t, lr, wd, mu_product)`` (``HostScalars``).
+        Under "mxnet" none: MXNet's one ``m_schedule`` is shared by all indices, multiplied in
+        the order they step, so each index is planned on its own."""
+        return ("mu_product",) if self.convention == "pytorch" else ()
+
+    @property
+    def plans_by_scalars(self):
+        return self.convention == "pytorch"
+
+    def _mu(self, t):
+        """``mu_t = beta1*(1 - 0.5*0.96^(t*schedule_decay))``, torch's and MXNet's, in float64."""
+        return self.beta1 * (1.0 - 0.5 * (0.96 ** (t * self.schedule_decay)))
+
+    def host_next(self, indices, t, lr):
+        """Each index's ``mu_product`` after its step at count ``t[j]`` (:func:`f32_product`,
+        torch's float32 ``mu_product *= mu``), once per distinct ``(t, mu_product)``."""
+        out, made = np.empty((len(indices), 1)), {}
+        for j, (index, tj) in enumerate(zip(indices, t.tolist())):
+            key = (tj, self.mu_product.get(index, 1.0))
+            after = made.get(key)
+            if after is None:
+                after = made[key] = f32_product(key[1], self._mu(tj))
+            out[j, 0] = after
+        return out
+
+    def commit_host(self, indices, host):
+        for index, (product,) in zip(indices, host.tolist()):
             self.mu_product[index] = product
-            return
+
+    def kernel_row(self, t, lr, wd, sparse=None, host=None):
+        """Under "pytorch", the row of a step at count ``t`` of an index whose ``mu_product``
+        after the step is ``host[0]`` (:meth:`host_next`): torch's host arithmetic in Python
+        floats (torch/optim/nadam.py, in its order)."""
+        if self.convention != "pytorch":
+            return super().kernel_row(t, lr, wd, sparse)
+        if host is None:
+            raise TypeError("Nadam.kernel_row under convention 'pytorch' needs host="
+                            "(mu_product,) after the step (host_next)")
+        (product,) = host
+        b1, b2 = self.beta1, self.beta2
+        mu, mu_next = self._mu(t), self._mu(t + 1)
+        product_next = product * mu_next
+        decoupled = self.decoupled_weight_decay and wd != 0
+        return pytorch_rule, PytorchRow(
+            decay=1.0 - lr * wd if decoupled else 1.0, rescale=self.rescale_grad,
+            clip_bound=self._clip_bound(), wd=0.0 if self.decoupled_weight_decay else wd,
+            one_minus_b1=1.0 - b1, b2=b2, one_minus_b2=1.0 - b2, bc2=1.0 - b2 ** t,
+            eps=self.epsilon, step_g=-lr * (1.0 - mu) / (1.0 - product),
+            step_m=(-lr * mu_next) / (1.0 - product_next))
+
+    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+        if self.convention == "pytorch":  # its row reads the index's mu_product only
+            after = self.host_next([index], np.array([t]), np.array([lr]))[0]
+            factory, row = self.kernel_row(t, lr, wd, host=tuple(after.tolist()))
+            return Launch("rule", factory, weight, grad, state, row)
+        return self._mxnet_step(weight, grad, state, t, lr, wd)
+
+    def _mxnet_step(self, weight, grad, state, t, lr, wd):
+        """MXNet's step, then its one running product (a generator: the product is kept once
+        the launch is taken)."""
+        b1, b2, sd = self.beta1, self.beta2, self.schedule_decay
         mu_t = b1 * (1.0 - 0.5 * 0.96 ** (t * sd))
         mu_t1 = b1 * (1.0 - 0.5 * 0.96 ** ((t + 1) * sd))
         m_schedule = self.m_schedule * mu_t

@@ -128,10 +128,11 @@ def from_torch(opt, sd):
         raise ValueError(f"{where}: this state_dict has no 'toolkit' entry, and "
                          f"{klass.__name__} has no torch.optim namesake (nor a PyTorch "
                          "implementation named in its spec) whose state_dict it could be")
-    if klass.host_scalars:  # Schedule-Free AdamW's lr_max and weight_sum, and its counts
+    held = [inner.host_scalars for inner in opt.toolkit_optimizers if inner.host_scalars]
+    if held and not spec_of(klass).torch:  # Schedule-Free AdamW's lr_max and weight_sum
         raise ValueError(f"{where}: this state_dict has no 'toolkit' entry: a {torch_name} "
                          f"state_dict of another implementation keeps its step count and "
-                         f"{' and '.join(klass.host_scalars)} per param group, "
+                         f"{' and '.join(held[0])} per param group, "
                          f"toolkit.torch.{klass.__name__} per parameter; it does not cross "
                          "(load a toolkit.torch state_dict, or start this optimizer fresh)")
     saved_groups = sd["param_groups"]
