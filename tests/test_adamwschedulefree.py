@@ -102,10 +102,7 @@ def test_a_weight_set_before_the_first_step_is_where_z_starts():
 
 torch = pytest.importorskip("torch")
 
-
-def _authors():
-    return pytest.importorskip("schedulefree", reason="the authors' schedulefree package is "
-                               "not installed (pip install schedulefree==1.4.1)")
+from schedulefree_loops import authors as _authors, loop as _loop  # noqa: E402
 
 
 @pytest.fixture
@@ -113,28 +110,6 @@ def ieee_sqrt():
     from test_pytorch_convention import IEEESqrt
     with IEEESqrt():
         yield
-
-
-def _loop(make, dtype, steps=9):
-    """A user's loop: ``train()`` before the steps, ``eval()`` to evaluate every third step and
-    at the end. The parameters and the losses evaluated."""
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(),
-                                torch.nn.Linear(8, 1)).to(dtype)
-    opt = make(model.parameters())
-    x, target = torch.randn(16, 4, dtype=dtype), torch.randn(16, 1, dtype=dtype)
-    losses = []
-    for step in range(steps):
-        opt.train()
-        opt.zero_grad()
-        ((model(x) - target) ** 2).mean().backward()
-        opt.step()
-        if step % 3 == 2:
-            opt.eval()
-            with torch.no_grad():
-                losses.append(((model(x) - target) ** 2).mean().item())
-    opt.eval()
-    return [p.detach().clone() for p in model.parameters()], losses
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])

@@ -131,29 +131,36 @@ def test_framework_names_and_refusals():
 PEERS = {  # checked against the registry by test_every_torch_peer_has_a_framework
     "lion_pytorch": ("lion-pytorch", "lion"), "torch_adopt": ("torch-adopt", "adopt"),
     "adabelief_pytorch": ("adabelief-pytorch", "adabelief"),
-    "schedulefree": ("schedulefree", "adamwschedulefree")}
+    "schedulefree": ("schedulefree", ("adamwschedulefree", "sgdschedulefree"))}
+
+
+def _audited_as(name):
+    """The registry names the framework ``name`` audits (PEERS: one, or a package's several)."""
+    audited = PEERS[name][1]
+    return (audited,) if isinstance(audited, str) else audited
 
 
 def test_every_torch_peer_has_a_framework():
     """Each spec that names a PyTorch implementation (torch_peer) is audited through it."""
     named = {n for n, s in optimizer.specs().items() if s.torch_peer is not None}
-    assert {opt for _, opt in PEERS.values()} == named
+    assert {opt for name in PEERS for opt in _audited_as(name)} == named
     assert set(PEERS) <= set(frameworks.names())
 
 
 @pytest.mark.parametrize("name", sorted(PEERS))
 def test_a_torch_peer_passes_its_paper_convention(name):
-    """lion-pytorch's Lion, the authors' ADOPT, AdaBelief and Schedule-Free AdamW (both its
-    classes: AdamWScheduleFree and AdamWScheduleFreePaper) compute their papers' algorithms
-    in float32 and float64 (few examples; the recorded audit is docs/conformance.md). Not in
-    CI, which installs none of them."""
-    package, audited_as = PEERS[name]
+    """lion-pytorch's Lion, the authors' ADOPT, AdaBelief, Schedule-Free AdamW (both its
+    classes: AdamWScheduleFree and AdamWScheduleFreePaper) and Schedule-Free SGD
+    (SGDScheduleFree, the same package's framework) compute their papers' algorithms in float32
+    and float64 (few examples; the recorded audit is docs/conformance.md). Not in CI, which
+    installs none of them."""
+    package = PEERS[name][0]
     fw = frameworks.get(name)
     if not fw.available():
         pytest.skip(f"{package} is not installed (pip install {package})")
     report = oracle.audit([fw], examples=6, cases=6, progress=lambda line: None)
     assert {(r.optimizer, r.dtype) for r in report.rows} == {
-        (audited_as, "float32"), (audited_as, "float64")}
+        (opt, dtype) for opt in _audited_as(name) for dtype in ("float32", "float64")}
     for r in report.rows:
         assert r.passed and r.convention == "paper", r
     assert report.versions[fw.module] == importlib.metadata.version(package)
@@ -482,8 +489,10 @@ def test_optax_audit_float32_and_float64(monkeypatch):
     a step late and the step size unclamped where no sign is seen, finding 11), and
     ``contrib.schedule_free_adamw``, explained in float64 as its warmup's learning rate a step
     late and formed in float32 (variants ``warmup_lag+warmup_f32``), in float32 as the lag with
-    its bias correction formed in float32 (``constants_in_dtype+warmup_lag``); float64 through
-    the subprocess with JAX's x64 switch."""
+    its bias correction formed in float32 (``constants_in_dtype+warmup_lag``), and
+    ``contrib.schedule_free_sgd``, the same warmup: in float64 ``warmup_lag+warmup_f32``, in
+    float32 (no bias correction; float32 is the warmup's own precision) the lag alone
+    (``warmup_lag``); float64 through the subprocess with JAX's x64 switch."""
     monkeypatch.setattr(conformance, "WORKER_TIMEOUT", 600)
     # 6 examples (3 in the usual domain): the index-keyed search's usual cases at seed 0 reach
     # beta2 = 0.9999, where the float32 constants of adam, adamw and nadam fail, from 6
@@ -509,6 +518,16 @@ def test_optax_audit_float32_and_float64(monkeypatch):
             pair = {"float32": "constants_in_dtype+warmup_lag",
                     "float64": "warmup_lag+warmup_f32"}[r.dtype]
             assert f"two variants at once ({pair})" in r.explanation, r
+        elif r.label == "optax.contrib.schedule_free_sgd":
+            # the same warmup as schedule_free_adamw's: a step late and, in float64, formed in
+            # float32; in float32 the lag alone (no bias correction to form in float32)
+            assert not r.passed and r.convention is None and r.closest == "paper", r
+            assert r.explanation.startswith("variant:"), r
+            if r.dtype == "float64":
+                assert "two variants at once (warmup_lag+warmup_f32)" in r.explanation, r
+            else:
+                assert "two variants at once" not in r.explanation, r
+                assert "(variant warmup_lag:" in r.explanation, r
         elif r.label == "optax.rprop":
             # each update applied a step late, the first step moving nothing, and the step
             # size unclamped where no sign is seen: both at once (docs/conformance.md, 11)

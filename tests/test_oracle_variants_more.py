@@ -476,6 +476,47 @@ def make_adamwschedulefree(variant=None):
     return make
 
 
+def make_sgdschedulefree(variant=None):
+    """Schedule-Free SGD (Defazio et al. 2024, equations (1)-(3), the authors'
+    ``SGDScheduleFree``) on the stored ``(y, z)`` in numpy, in the weight's dtype, each host
+    scalar (``gamma_t``, ``c``) formed in double and rounded to it once, as torch takes Python
+    floats. ``warmup_lag``: optax's count, the step's learning rate from the warmup at the count
+    before this step's (formed in double as the others); ``warmup_f32``: both warmup values
+    formed in float32, as optax's schedule forms them (make_adamwschedulefree's forms)."""
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, momentum, warmup_steps, r,
+             weight_lr_power):
+        y, t = w.copy(), [0]
+        z = w.copy()
+        f = w.dtype.type
+        avg = {"lr_max": -1.0, "sum": 0.0}
+
+        def warm(k):
+            """lr*min(1, k/warmup_steps), as the reference forms it or (warmup_f32) as
+            optax's warmup_constant_schedule does, in float32."""
+            if variant == "warmup_f32":
+                h = np.float32
+                frac = h(1) - h(min(k, warmup_steps)) / h(warmup_steps)
+                return float(h(h(-learning_rate) * frac) + h(learning_rate))
+            return learning_rate * (k / warmup_steps if k <= warmup_steps else 1.0)
+
+        def step(g):
+            t[0] += 1
+            n = t[0]
+            g = _clip(f(rescale_grad) * g, None if clip_gradient is None else f(clip_gradient))
+            gamma_avg = warm(n) if warmup_steps else learning_rate
+            gamma = warm(n - 1) if warmup_steps and variant == "warmup_lag" else gamma_avg
+            avg["lr_max"] = max(avg["lr_max"], gamma_avg)
+            weight = (n ** r) * (avg["lr_max"] ** weight_lr_power)
+            avg["sum"] += weight
+            c = weight / avg["sum"] if avg["sum"] != 0.0 else 0.0
+            u = g + f(wd) * y
+            y[...] = y + f(c) * (z - y) + f(gamma * (momentum * (1.0 - c) - 1.0)) * u
+            z[...] = z - f(gamma) * u
+            return y
+        return step
+    return make
+
+
 #: the implementation each row plants its variant in: {(optimizer, convention): make(variant)}
 MAKERS = {  # checked against the registry by tests/test_oracle_variants_more.py::test_every_declared_variant_is_planted
     ("adamax", "guide"): make_adamax, ("adamax", "mxnet"): make_adamax_mxnet,
@@ -492,6 +533,7 @@ MAKERS = {  # checked against the registry by tests/test_oracle_variants_more.py
     ("sparseadam", "pytorch"): make_sparseadam,
     ("radam", "pytorch"): lambda v=None: make_radam("pytorch", v),
     ("adamwschedulefree", "paper"): make_adamwschedulefree,
+    ("sgdschedulefree", "paper"): make_sgdschedulefree,
 }
 #: weight decay and clipping both on, so that their order shows
 WD_CLIP = dict(learning_rate=0.1, wd=0.05, rescale_grad=1.0, clip_gradient=0.5)
@@ -587,6 +629,13 @@ PLANTED = {  # checked against the registry by tests/test_oracle_variants_more.p
     ("adamwschedulefree", "warmup_f32"): ("paper", "float64",
                                           dict(learning_rate=0.1, warmup_steps=3, **NO_CLIP),
                                           None),
+    # Schedule-Free SGD as optax computes it: the same warmup forms (no bias correction)
+    ("sgdschedulefree", "warmup_lag"): ("paper", "float32",
+                                        dict(learning_rate=0.1, warmup_steps=3, **NO_CLIP),
+                                        None),
+    ("sgdschedulefree", "warmup_f32"): ("paper", "float64",
+                                        dict(learning_rate=0.1, warmup_steps=3, **NO_CLIP),
+                                        None),
 }
 
 

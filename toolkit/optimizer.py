@@ -33,6 +33,7 @@ from .optimizers.radam import RAdam
 from .optimizers.rmsprop import RMSProp
 from .optimizers.rprop import Rprop
 from .optimizers.sgd import SGD
+from .optimizers.sgdschedulefree import SGDScheduleFree
 from .optimizers.sgld import SGLD
 from .optimizers.signum import Signum
 from .optimizers.sparseadam import SparseAdam
@@ -44,5 +45,5 @@ __all__ = [  # checked against the registry by tests/test_public_api.py::test_op
            "registry", "specs", "spec_of", "unregister",
            # the built-in optimizers' classes, by class name (in the registry's order)
            "AdaBelief", "AdaDelta", "AdaGrad", "Adam", "Adamax", "AdamW", "AdamWScheduleFree", "ADOPT", "ASGD", "DCASGD", "FTML", "Ftrl",
-           "GroupAdaGrad", "LAMB", "LARS", "LBSGD", "Lion", "Nadam", "NAG", "RAdam", "RMSProp", "Rprop", "SGD", "SGLD",
+           "GroupAdaGrad", "LAMB", "LARS", "LBSGD", "Lion", "Nadam", "NAG", "RAdam", "RMSProp", "Rprop", "SGD", "SGDScheduleFree", "SGLD",
            "Signum", "SparseAdam", "FTRL"]

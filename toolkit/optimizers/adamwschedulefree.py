@@ -4,7 +4,7 @@ Algorithm 1; reference.adamwschedulefree, docs/optimizers/adamwschedulefree.md).
 paper (the one convention: MXNet never had it, torch.optim has none). The weight holds ``y``,
 the point the gradient is taken at; the state holds ``z`` and ``v``. With
 ``g = clip(rescale_grad*grad, c)`` and the host's float64 ``gamma_t`` and ``c = c_{t+1}``
-(:func:`averaging`)::
+(:func:`toolkit.optimizers.schedulefree.averaging`)::
 
     v = beta2*v + (1-beta2)*g*g
     u = g/(sqrt(v/bc2) + eps) + wd*y          (bc2 = 1 with lr_bias_correction, else 1-beta2^t)
@@ -21,19 +21,15 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-import numpy as np
-
-from ..backends import arrays
 from ..backends.jit import fma
-from ..backends.launches import Launch
 from . import gradient, torch_ops
-from .base import Optimizer, scalar_only
 from .registry import register
+from .schedulefree import ScheduleFree
 from .spec import BenchSetting, Spec, TorchPeer
 from .spec_spaces import Decades, Interval, OneOf
-from .validation import flag, integer, nonneg, unit
+from .validation import flag, nonneg, unit
 
-__all__ = ["AdamWScheduleFree", "averaging", "gamma", "weight"]
+__all__ = ["AdamWScheduleFree"]
 
 
 class Row(NamedTuple):
@@ -73,35 +69,6 @@ def paper_rule(f):
     return rule
 
 
-def gamma(t, lr, *, beta2, warmup_steps, lr_bias_correction, **_):
-    """The learning rate ``gamma_t`` of step ``t`` in float64, as the authors' ``step`` forms
-    it from its group's ``lr`` and ``k = t - 1``: the warmup ``(k+1)/warmup_steps`` while
-    ``k < warmup_steps``, then ``sqrt(1 - beta2^(k+1))`` with ``lr_bias_correction``."""
-    k = t - 1
-    sched = (k + 1) / warmup_steps if k < warmup_steps else 1.0
-    if lr_bias_correction:
-        return lr * sched * math.sqrt(1.0 - beta2 ** (k + 1))
-    return lr * sched
-
-
-def weight(t, lr_max, *, r, weight_lr_power, **_):
-    """The weight of step ``t``'s ``z`` in the average, ``(k+1)^r * lr_max^weight_lr_power``
-    (``k + 1 = t``, an int to the power ``r`` as there); ``c_{t+1}`` is it over the sum of
-    the weights so far."""
-    return (t ** r) * (lr_max ** weight_lr_power)
-
-
-def averaging(t, lr, lr_max, weight_sum, **hyper):
-    """``(lr_max, weight_sum)`` after step ``t``: ``lr_max = max(gamma_t, lr_max)``, the
-    sum plus :func:`weight` (the authors' order)."""
-    lr_max = max(gamma(t, lr, **hyper), lr_max)
-    return lr_max, weight_sum + weight(t, lr_max, **hyper)
-
-
-#: ``(lr_max, weight_sum)`` of an index that has not stepped (the authors' initial group values)
-FRESH = (-1.0, 0.0)
-
-
 SPEC = Spec(
     name="adamwschedulefree", reference="reference.adamwschedulefree",
     conventions=("paper",), pytorch=None, torch=None,
@@ -133,7 +100,7 @@ SPEC = Spec(
 
 
 @register
-class AdamWScheduleFree(Optimizer):
+class AdamWScheduleFree(ScheduleFree):
     """Schedule-Free AdamW (Defazio et al. 2024, Algorithm 1), under its one convention
     ``"paper"``. The weight is ``y``, where the gradient is taken; the state is ``(z, var)``,
     ``z`` starting as a copy of the weight. Each step::
@@ -171,145 +138,29 @@ class AdamWScheduleFree(Optimizer):
     spec = SPEC
 
     domains = {"beta1": unit(), "beta2": unit(), "epsilon": nonneg(),
-               "warmup_steps": integer(0), "r": nonneg(), "weight_lr_power": nonneg(),
                "lr_bias_correction": flag()}
 
     def __init__(self, learning_rate=0.0025, beta1=0.9, beta2=0.999, epsilon=1e-8,
                  warmup_steps=0, r=0.0, weight_lr_power=2.0, lr_bias_correction=True,
                  **kwargs):
         self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
-        self.warmup_steps, self.r, self.weight_lr_power = warmup_steps, r, weight_lr_power
         self.lr_bias_correction = lr_bias_correction
-        #: index -> ``(lr_max, weight_sum)`` after its last step (float64; an index not yet
-        #: stepped starts at :data:`FRESH`)
-        self.averaging = {}
-        #: whether the parameters of the Trainer that steps this optimizer are at the average
-        #: ``x`` (``Trainer.eval()``) rather than at ``y``; kept in its states file
-        self.eval_mode = False
-        super().__init__(learning_rate=learning_rate, **kwargs)
+        super().__init__(warmup_steps=warmup_steps, r=r, weight_lr_power=weight_lr_power,
+                         learning_rate=learning_rate, **kwargs)
 
     def state_slots(self):
         return ("z", "var")
 
-    def _init_slot(self, name, weight):
-        # z_1 = x_1 (Algorithm 1, line 2): a copy of the weight, of its kind, device and order
-        return arrays.copy(weight) if name == "z" else arrays.zeros_like(weight)
-
-    # --- the averaging weights, kept on the host ---------------------------------------------
-    def host_state(self):
-        """``{"averaging": [[index, lr_max, weight_sum], ...], "eval_mode": bool}``: the
-        averaging of the indices that have stepped, in index order, and the Trainer's mode."""
-        order = sorted(self.averaging, key=lambda k: (isinstance(k, str), k))
-        return {"averaging": [[k, *self.averaging[k]] for k in order],
-                "eval_mode": self.eval_mode}, {}
-
-    def check_host_state(self, data, host_arrays):
-        got = data.get("averaging") if isinstance(data, dict) else None
-        per_index = {}
-        ok = isinstance(data, dict) and set(data) == {"averaging", "eval_mode"} and \
-            not host_arrays and isinstance(got, list) and type(data["eval_mode"]) is bool
-        for entry in got if ok else ():
-            if not (isinstance(entry, (list, tuple)) and len(entry) == 3 and
-                    type(entry[0]) in (int, str) and entry[0] not in per_index and
-                    all(isinstance(x, float) and math.isfinite(x) for x in entry[1:]) and
-                    entry[2] >= 0.0):
-                ok = False
-                break
-            per_index[entry[0]] = (entry[1], entry[2])
-        if not ok:
-            raise ValueError("Schedule-Free AdamW's host state must be averaging, a list of "
-                             "[index, lr_max, weight_sum] (each index once, finite floats, the "
-                             f"sum >= 0), and eval_mode, a bool; got {data}")
-
-        def commit():
-            self.averaging, self.eval_mode = per_index, data["eval_mode"]
-        return commit
-
     def _hyper(self):
-        return dict(beta2=self.beta2, warmup_steps=self.warmup_steps, r=self.r,
-                    weight_lr_power=self.weight_lr_power,
+        return dict(super()._hyper(), beta2=self.beta2,
                     lr_bias_correction=self.lr_bias_correction)
-
-    def _reference_extra(self, index, weight=None):
-        lr_max, weight_sum = self.averaging.get(index, FRESH)
-        return {"lr_max": lr_max, "weight_sum": weight_sum}
-
-    def _reference_store_extra(self, index, new_state, weight):
-        pass  # the host scalars are committed with the count, on every backend (host_next)
-
-    host_scalars = ("lr_max", "weight_sum")
-
-    def host_next(self, indices, t, lr):
-        """Each index's ``(lr_max, weight_sum)`` after its step at count ``t[j]`` with
-        learning rate ``lr[j]`` (:func:`averaging`, once per distinct ``(t, lr, lr_max,
-        weight_sum)``)."""
-        hyper, out, made = self._hyper(), np.empty((len(indices), 2)), {}
-        for j, (index, tj, lrj) in enumerate(zip(indices, t.tolist(), lr.tolist())):
-            key = (tj, lrj, self.averaging.get(index, FRESH))
-            after = made.get(key)
-            if after is None:
-                after = made[key] = averaging(tj, lrj, *key[2], **hyper)
-            out[j] = after
-        return out
-
-    def commit_host(self, indices, host):
-        for index, (lr_max, weight_sum) in zip(indices, host.tolist()):
-            self.averaging[index] = (lr_max, weight_sum)
-
-    @scalar_only  # its row reads the index's host scalars only, which planners hand it
-    def _kernel_step(self, index, weight, grad, state, t, lr, wd):
-        after = averaging(t, lr, *self.averaging.get(index, FRESH), **self._hyper())
-        factory, row = self.kernel_row(t, lr, wd, host=after)
-        return Launch("rule", factory, weight, grad, self.state_arrays(state), row)
 
     def kernel_row(self, t, lr, wd, sparse=None, host=None):
         """The row of a step at count ``t`` of an index whose ``(lr_max, weight_sum)`` after
-        the step are ``host`` (:meth:`host_next`)."""
-        if host is None:
-            raise TypeError("AdamWScheduleFree.kernel_row needs host=(lr_max, weight_sum) "
-                            "after the step (host_next): its averaging weight depends on the "
-                            "index's learning rates so far")
-        lr_max, weight_sum = host
-        b1, b2, hyper = self.beta1, self.beta2, self._hyper()
-        g = gamma(t, lr, **hyper)
-        w = weight(t, lr_max, **hyper)
-        c = w / weight_sum if weight_sum != 0.0 else 0.0  # the authors' ZeroDivisionError: 0
+        the step are ``host`` (``host_next``)."""
+        g, c = self._averaged(t, lr, host)
+        b1, b2 = self.beta1, self.beta2
         return paper_rule, Row(
             rescale=self.rescale_grad, clip_bound=self._clip_bound(), b2=b2,
             one_minus_b2=1.0 - b2, bc2=1.0 if self.lr_bias_correction else 1.0 - b2 ** t,
             eps=self.epsilon, wd=wd, c=c, y_step=g * (b1 * (1.0 - c) - 1.0), neg_lr=-g)
-
-    # --- train and eval ------------------------------------------------------------------------
-    def to_eval(self, weight, state):
-        """Move ``weight`` (``y``, the point the steps take gradients at) to the average ``x``
-        in place: ``y + (1 - 1/beta1)*(z - y)``, the authors' ``p.lerp_(z, 1 - 1/beta1)``,
-        formed in float64 and rounded once to the weight's dtype (a multi-precision state: its
-        float32 master, and the weight from it). Needs ``beta1 > 0`` (with ``beta1 = 0``,
-        ``y = z`` and no average is kept)."""
-        if self.beta1 == 0.0:
-            raise ValueError("to_eval needs beta1 > 0: with beta1 = 0 the weight is z itself "
-                             "and no average x is kept (the authors' eval() divides by beta1)")
-        self._move(weight, state, 1.0 - 1.0 / self.beta1)
-
-    def to_train(self, weight, state):
-        """Move ``weight`` from the average ``x`` back to ``y`` in place:
-        ``x + (1 - beta1)*(z - x)``, the authors' ``p.lerp_(z, 1 - beta1)`` (rounded as
-        :meth:`to_eval`)."""
-        self._move(weight, state, 1.0 - self.beta1)
-
-    def _move(self, weight, state, fraction):
-        if state is None:
-            return
-        master = None
-        if self.uses_master(weight):
-            master, state = self.split_master(state)
-        z = state[0]
-        for target in (master, weight) if master is not None else (weight,):
-            host = arrays.to_host(target)
-            moved = host.astype(np.float64)
-            moved += fraction * (arrays.to_host(z).astype(np.float64) - moved)
-            arrays.copy_from_host(target, moved.astype(host.dtype))
-            if master is not None:  # the weight is the master's rounding
-                arrays.copy_from_host(weight, moved.astype(np.float32).astype(
-                    arrays.to_host(weight).dtype))
-                break

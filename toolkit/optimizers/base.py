@@ -82,11 +82,10 @@ def _as_is(x):
 
 def scalar_only(kernel_step):
     """Mark a ``_kernel_step`` whose launch (rule and hyperparameters) is a function of
-    ``(t, lr, wd)`` and the optimizer's attributes only (and an index's ``host_scalars``, which
-    planners hand to ``kernel_row``): it reads no other per-index bookkeeping, writes nothing. A Trainer then plans such a step
-    once per distinct ``(t, lr, wd)`` of a group and gives every parameter with the same three
-    the same hyperparameter row. A subclass that overrides ``_kernel_step`` is unmarked unless
-    it marks its own."""
+    ``(t, lr, wd)`` and the optimizer's attributes only (and an index's ``host_scalars``, handed
+    to ``kernel_row``): it reads no other per-index bookkeeping, writes nothing. A Trainer plans
+    it once per distinct ``(t, lr, wd)`` of a group, one row for each. A subclass that
+    overrides ``_kernel_step`` is unmarked unless it marks its own."""
     _SCALAR_ONLY_STEPS.add(kernel_step)
     return kernel_step
 

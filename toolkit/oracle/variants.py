@@ -134,7 +134,8 @@ VARIANTS = {v.name: v for v in (
     Variant("warmup_lag", "Schedule-Free's step taken with the warmup's learning rate one step "
                           "late, lr*min(1, (t-1)/warmup_steps), so that the first step moves "
                           "nothing, while its averaging weights take lr*min(1, t/warmup_steps) "
-                          "(as optax.contrib.schedule_free_adamw counts its warmup)"),
+                          "(as optax.contrib's schedule_free_adamw and schedule_free_sgd count "
+                          "their warmup)"),
     Variant("warmup_f32", "Schedule-Free's warmup values, lr*min(1, t/warmup_steps) for the "
                           "step and for its averaging weights, formed in float32 whatever the "
                           "weight's precision (as optax's warmup_constant_schedule forms them; "

@@ -9,9 +9,10 @@ gradient summed over the batch (the Trainer divides by ``batch_size``, as Gluon'
 Each optimizer trains through a ``toolkit.Trainer`` for ``--epochs`` epochs and reports its final
 training loss, test accuracy and times; "first step" is a warm-up step on a throw-away model
 that includes the JIT compilation of its kernels. An optimizer with a train/eval switch
-(Schedule-Free AdamW) is tested in eval mode (``Trainer.eval()``: at the average of its iterates),
-its training loss is that of the steps (at its gradient points). A PNG of the loss curves is written to the
-working directory (or ``--out DIR``). Needs the ``demo`` extra (scikit-learn, matplotlib, rich).
+(Schedule-Free AdamW, SGD) is tested in eval mode (``Trainer.eval()``: at the average of its
+iterates), its training loss is that of the steps (at its gradient points). A PNG of the loss
+curves is written to the working directory (or ``--out DIR``). Needs the ``demo`` extra
+(scikit-learn, matplotlib, rich).
 """
 from __future__ import annotations
 
@@ -104,7 +105,7 @@ def train(name, params_kw, train_set, test_set, epochs, batch, device, progress=
         if progress is not None:
             progress.advance(task)
     if callable(getattr(trainer.optimizer, "to_eval", None)):
-        trainer.eval()  # Schedule-Free AdamW: tested at the average x, trained at y
+        trainer.eval()  # Schedule-Free: tested at the average x, trained at y
     wh, bh = arrays.to_host(w.data()), arrays.to_host(b.data()).reshape(-1)
     accuracy = float(np.mean(np.argmax(xt @ wh.T + bh, axis=1) == yt))
     return losses, accuracy

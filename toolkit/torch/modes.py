@@ -1,13 +1,14 @@
 """``train()`` and ``eval()`` of a ``toolkit.torch`` optimizer whose weight moves between two
-points (Schedule-Free AdamW: the steps take gradients at ``y``, one evaluates the average
-``x``), as the authors' ``schedulefree`` optimizers have them.
+points (Schedule-Free AdamW and SGD: the steps take gradients at ``y``, one evaluates the
+average ``x``), as the authors' ``schedulefree`` optimizers have them.
 
 :func:`toolkit.torch.optimizer_class` adds :class:`TrainEval` to the class of every toolkit
 optimizer that has ``to_eval`` and ``to_train``. Each param group keeps ``train_mode``
 (False when made, as the authors'); ``step()`` refuses a group that is not in train mode,
 ``eval()`` moves each parameter that has state from ``y`` to ``x`` with the authors' operation
-(``p.lerp_(z, 1 - 1/beta1)``) and ``train()`` back (``p.lerp_(z, 1 - beta1)``), so the
-numbers are theirs, bit for bit.
+(``p.lerp_(z, 1 - 1/b)``, ``b`` the class's ``interpolation``: AdamW's ``beta1``, SGD's
+``momentum``) and ``train()`` back (``p.lerp_(z, 1 - b)``), so the numbers are theirs, bit for
+bit.
 """
 from __future__ import annotations
 
@@ -16,9 +17,13 @@ import torch
 __all__ = ["TrainEval"]
 
 
-def _beta1(group):
-    betas = group.get("betas")
-    return float(betas[0]) if betas is not None else float(group["beta1"])
+def _interpolation(klass, group):
+    """The group's interpolation weight ``b`` of ``y = (1-b)*z + b*x``: the toolkit class's
+    ``interpolation`` option (AdamW's ``beta1``, torch's ``betas[0]``; SGD's ``momentum``)."""
+    name = klass.interpolation
+    if name == "beta1" and group.get("betas") is not None:
+        return float(group["betas"][0])
+    return float(group[name])
 
 
 class TrainEval:
@@ -60,11 +65,12 @@ class TrainEval:
         for gi, group in enumerate(self.param_groups):
             if group.get("train_mode", False) is train:
                 continue
-            beta1 = _beta1(group)
-            if not train and beta1 == 0.0:
-                raise ValueError("eval() needs beta1 > 0: with beta1 = 0 the weight is z "
-                                 "itself and no average x is kept")
-            fraction = 1.0 - beta1 if train else 1.0 - 1.0 / beta1
+            klass = type(self).toolkit_class
+            b = _interpolation(klass, group)
+            if not train and b == 0.0:
+                raise ValueError(f"eval() needs {klass.interpolation} > 0: with 0 the weight is "
+                                 "z itself and no average x is kept")
+            fraction = 1.0 - b if train else 1.0 - 1.0 / b
             todo = []
             for j, p in enumerate(group["params"]):
                 state = self.state[p] if p in self.state else None

@@ -431,7 +431,7 @@ class Trainer(Updates):
                 master, _ = g.split_state(self._optimizer, g.views[k])
                 arrays.copy_from_host(master, np.asarray(arrays.to_host(param.data()), np.float32))
 
-    # --- a weight that moves between two points (Schedule-Free AdamW) -----------------------
+    # --- a weight that moves between two points (Schedule-Free AdamW, SGD) ------------------
     def eval(self):
         """Move every parameter to the point to evaluate and to save (the optimizer's
         ``to_eval``: Schedule-Free AdamW's average ``x``); steps are refused until
@@ -451,7 +451,8 @@ class Trainer(Updates):
         move = getattr(opt, "to_eval" if eval_mode else "to_train", None)
         if not callable(move):
             raise TypeError(f"{type(opt).__name__} has no train/eval switch: its weights are "
-                            "the point to evaluate at every step (Schedule-Free AdamW has one)")
+                            "the point to evaluate at every step (Schedule-Free AdamW and SGD "
+                            "have one)")
         with self._lock:
             if opt.eval_mode is eval_mode:
                 return

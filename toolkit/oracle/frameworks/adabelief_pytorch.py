@@ -6,13 +6,14 @@ off values; the authors' defaults turn on ``weight_decouple`` and ``rectify``); 
 constructor prints is kept off the audit's output."""
 from __future__ import annotations
 
-from ._peers import framework
+from ._peers import Peer, framework
 
 FRAMEWORK = framework(
-    "adabelief_pytorch", "adabelief_pytorch", "adabelief-pytorch", "adabelief",
-    lambda lr, wd, h: {"lr": lr, "betas": (h["beta1"], h["beta2"]), "eps": h["epsilon"],
-                       "weight_decay": wd, "weight_decouple": h["weight_decouple"],
-                       "fixed_decay": h["fixed_decay"], "rectify": h["rectify"],
-                       "degenerated_to_sgd": h["degenerated_to_sgd"],
-                       "print_change_log": False},
-    (("", {}),))
+    "adabelief_pytorch", "adabelief_pytorch", "adabelief-pytorch",
+    Peer("adabelief",
+         lambda lr, wd, h: {"lr": lr, "betas": (h["beta1"], h["beta2"]), "eps": h["epsilon"],
+                            "weight_decay": wd, "weight_decouple": h["weight_decouple"],
+                            "fixed_decay": h["fixed_decay"], "rectify": h["rectify"],
+                            "degenerated_to_sgd": h["degenerated_to_sgd"],
+                            "print_change_log": False},
+         (("", {}),)))

@@ -7,17 +7,19 @@ b2``, ``epsilon`` = ``eps``, RMSProp's ``gamma1`` = ``decay`` and ``gamma2`` = `
 (centered), AdaDelta's ``rho``, AdaGrad's and LARS's ``eps``, LARS's ``eta`` =
 ``trust_coefficient``, Signum's ``momentum`` = ``beta``, AdamW's ``learning_rate`` =
 ``eta*learning_rate``, ``wd`` = ``weight_decay`` where optax has one (adamw, adadelta, lamb,
-lars, lion, contrib.schedule_free_adamw; pinned to 0 elsewhere: optax's sgd, adam, adagrad,
-rmsprop, adamax, nadam, radam, signum, adabelief and contrib.adopt have no weight decay). Pinned: ``rescale_grad=1``, ``clip_gradient=None`` (optax chains
-``clip`` separately), AdaGrad's ``initial_accumulator_value=0`` (MXNet's accumulator starts at
-0; optax's default 0.1 is another algorithm), RMSProp's ``clip_weights=None``, LAMB without
-trust-ratio bounds and with bias correction, and NAdam's ``schedule_decay=1e4``: optax's
-``nadam`` is Dozat's update with a constant momentum ``mu_t = beta1``, which is MXNet's schedule
-``beta1*(1 - 0.5*0.96^(t*schedule_decay))`` once ``0.96^schedule_decay`` is below float64's
-resolution, and Schedule-Free AdamW's ``r=0`` and ``lr_bias_correction=False`` (optax's
-``schedule_free_adamw`` has no ``r`` and corrects ``v`` under the root; its ``warmup_steps`` is
-None for the toolkit's 0). Hyperparameters are handed to optax as Python floats, as users do
-(JAX rounds them to the array's precision).
+lars, lion, contrib.schedule_free_adamw, contrib.schedule_free_sgd; pinned to 0 elsewhere:
+optax's sgd, adam, adagrad, rmsprop, adamax, nadam, radam, signum, adabelief and contrib.adopt
+have no weight decay). Pinned: ``rescale_grad=1``, ``clip_gradient=None`` (optax chains ``clip``
+separately), AdaGrad's ``initial_accumulator_value=0`` (MXNet's accumulator starts at 0; optax's
+default 0.1 is another algorithm), RMSProp's ``clip_weights=None``, LAMB without trust-ratio
+bounds and with bias correction, and NAdam's ``schedule_decay=1e4``: optax's ``nadam`` is
+Dozat's update with a constant momentum ``mu_t = beta1``, which is MXNet's schedule ``beta1*(1 -
+0.5*0.96^(t*schedule_decay))`` once ``0.96^schedule_decay`` is below float64's resolution,
+Schedule-Free AdamW's ``r=0`` and ``lr_bias_correction=False`` (optax's ``schedule_free_adamw``
+has no ``r`` and corrects ``v`` under the root), and Schedule-Free SGD's ``r=0``
+(``schedule_free_sgd``, whose ``b1`` is the toolkit's ``momentum``); their ``warmup_steps`` is
+None for the toolkit's 0. Hyperparameters are handed to optax as Python floats, as users do (JAX
+rounds them to the array's precision).
 """
 from __future__ import annotations
 
@@ -100,6 +102,13 @@ TABLE = (  # checked against the registry by tests/test_audit.py::test_every_ada
      lambda o, lr, wd, h: o.contrib.schedule_free_adamw(
          lr, warmup_steps=h["warmup_steps"] or None, b1=h["beta1"], b2=h["beta2"],
          eps=h["epsilon"], weight_decay=wd, weight_lr_power=h["weight_lr_power"])),
+    # optax.contrib.schedule_free_sgd: the authors' SGDScheduleFree (optax's sgd inside
+    # schedule_free, b1 the interpolation's momentum), weight decay added to the gradient at y
+    # (add_decayed_weights before sgd), no r; warmup_steps None for none, as for AdamW's row
+    ("optax.contrib.schedule_free_sgd", "sgdschedulefree", {"r": 0.0},
+     lambda o, lr, wd, h: o.contrib.schedule_free_sgd(
+         lr, warmup_steps=h["warmup_steps"] or None, b1=h["momentum"], weight_decay=wd,
+         weight_lr_power=h["weight_lr_power"])),
 )
 
 

@@ -4,7 +4,7 @@ for the audit: ``lr``, ``betas = (beta1, beta2)``, ``eps`` = ``epsilon``, ``weig
 without); its default path."""
 from __future__ import annotations
 
-from ._peers import framework
+from ._peers import Peer, framework
 
 
 def _schedule(step):
@@ -13,8 +13,9 @@ def _schedule(step):
 
 
 FRAMEWORK = framework(
-    "torch_adopt", "adopt", "torch-adopt", "adopt",
-    lambda lr, wd, h: {"lr": lr, "betas": (h["beta1"], h["beta2"]), "eps": h["epsilon"],
-                       "weight_decay": wd, "decouple": h["decouple"],
-                       "clip_lambda": _schedule if h["use_clipping"] else None},
-    (("", {}),))
+    "torch_adopt", "adopt", "torch-adopt",
+    Peer("adopt",
+         lambda lr, wd, h: {"lr": lr, "betas": (h["beta1"], h["beta2"]), "eps": h["epsilon"],
+                            "weight_decay": wd, "decouple": h["decouple"],
+                            "clip_lambda": _schedule if h["use_clipping"] else None},
+         (("", {}),)))
