@@ -42,6 +42,28 @@ def test_momentum_must_be_positive():
         optimizer.create("sgdschedulefree", momentum=0.0)
 
 
+@pytest.mark.parametrize("name, kw", [("sgdschedulefree", {}), ("adamwschedulefree", {}),
+                                      ("nadam", {"convention": "pytorch"})])
+def test_an_index_given_twice_steps_twice_in_the_host_scalars(name, kw):
+    """``step_scalars`` of an index given twice: the second step's host scalars follow from
+    the first's, as two updates of the index one after the other leave them."""
+    batch = optimizer.create(name, learning_rate=0.1, warmup_steps=2, **kw) \
+        if "schedulefree" in name else optimizer.create(name, learning_rate=0.1, **kw)
+    one_by_one = optimizer.create(name, learning_rate=0.1, warmup_steps=2, **kw) \
+        if "schedulefree" in name else optimizer.create(name, learning_rate=0.1, **kw)
+    scalars = batch.step_scalars([0, 0])
+    w = np.ones(3)
+    s = one_by_one.create_state(0, w)
+    after = []
+    for _ in range(2):
+        one_by_one.update(0, w, np.ones(3), s)
+        after.append(one_by_one.host_state()[0])
+    batch.commit_counts([0, 0], scalars.t, scalars.host)
+    assert scalars.t.tolist() == [1, 2]
+    assert batch.host_state()[0] == after[1]
+    assert scalars.host[0].tolist() != scalars.host[1].tolist()
+
+
 torch = pytest.importorskip("torch")
 
 from schedulefree_loops import authors as _authors, loop as _loop  # noqa: E402
@@ -85,3 +107,4 @@ def test_toolkit_optimizer_equals_the_authors_bit_for_bit(dtype, hyper):
     assert opt.averaging[0] == (group["lr_max"], group["weight_sum"])
     assert np.array_equal(w, p.detach().numpy())
     assert np.array_equal(s, theirs.state[p]["z"].numpy())
+

@@ -289,14 +289,15 @@ class Nadam(Optimizer):
 
     def host_next(self, indices, t, lr):
         """Each index's ``mu_product`` after its step at count ``t[j]`` (:func:`f32_product`,
-        torch's float32 ``mu_product *= mu``), once per distinct ``(t, mu_product)``."""
-        out, made = np.empty((len(indices), 1)), {}
+        torch's float32 ``mu_product *= mu``), once per distinct ``(t, mu_product)``; an index
+        given twice takes its second step from its first, as the per-index loop would."""
+        out, made, seen = np.empty((len(indices), 1)), {}, {}
         for j, (index, tj) in enumerate(zip(indices, t.tolist())):
-            key = (tj, self.mu_product.get(index, 1.0))
+            key = (tj, seen[index] if index in seen else self.mu_product.get(index, 1.0))
             after = made.get(key)
             if after is None:
                 after = made[key] = f32_product(key[1], self._mu(tj))
-            out[j, 0] = after
+            out[j, 0] = seen[index] = after
         return out
 
     def commit_host(self, indices, host):

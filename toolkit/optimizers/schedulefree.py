@@ -121,14 +121,15 @@ class ScheduleFree(Optimizer):
     def host_next(self, indices, t, lr):
         """Each index's ``(lr_max, weight_sum)`` after its step at count ``t[j]`` with
         learning rate ``lr[j]`` (:func:`averaging`, once per distinct ``(t, lr, lr_max,
-        weight_sum)``)."""
-        hyper, out, made = self._hyper(), np.empty((len(indices), 2)), {}
+        weight_sum)``); an index given twice takes its second step from its first, as the
+        per-index loop would."""
+        hyper, out, made, seen = self._hyper(), np.empty((len(indices), 2)), {}, {}
         for j, (index, tj, lrj) in enumerate(zip(indices, t.tolist(), lr.tolist())):
-            key = (tj, lrj, self.averaging.get(index, FRESH))
+            key = (tj, lrj, seen.get(index) or self.averaging.get(index, FRESH))
             after = made.get(key)
             if after is None:
                 after = made[key] = averaging(tj, lrj, *key[2], **hyper)
-            out[j] = after
+            out[j] = seen[index] = after
         return out
 
     def commit_host(self, indices, host):
