@@ -427,42 +427,52 @@ def make_sparseadam(variant=None):
     return make
 
 
+def _schedule_free_averaging(variant, learning_rate, warmup_steps, r, weight_lr_power):
+    """A Schedule-Free implementation's host scalars: ``scalars(n, root) -> (gamma, c)`` for
+    step ``n``, ``root`` the bias correction in the learning rate (1 without), in double, the
+    averaging kept between calls. ``warmup_lag``: optax's count, the step's learning rate from
+    the warmup at the count before this step's (formed in double as the others);
+    ``warmup_f32``: both warmup values formed in float32, as optax's schedule forms them."""
+    avg = {"lr_max": -1.0, "sum": 0.0}
+
+    def warm(k):
+        """lr*min(1, k/warmup_steps), as the reference forms it or (warmup_f32) as optax's
+        warmup_constant_schedule does, in float32."""
+        if variant == "warmup_f32":
+            h = np.float32
+            frac = h(1) - h(min(k, warmup_steps)) / h(warmup_steps)
+            return float(h(h(-learning_rate) * frac) + h(learning_rate))
+        return learning_rate * (k / warmup_steps if k <= warmup_steps else 1.0)
+
+    def scalars(n, root=1.0):
+        sched = warm(n) if warmup_steps else learning_rate
+        lag = warm(n - 1) if warmup_steps and variant == "warmup_lag" else sched
+        avg["lr_max"] = max(avg["lr_max"], sched * root)
+        weight = (n ** r) * (avg["lr_max"] ** weight_lr_power)
+        avg["sum"] += weight
+        return lag * root, (weight / avg["sum"] if avg["sum"] != 0.0 else 0.0)
+    return scalars
+
+
 def make_adamwschedulefree(variant=None):
     """Schedule-Free AdamW (Defazio et al. 2024, Algorithm 1; without ``lr_bias_correction``
     the authors' later default) on the stored ``(y, z)`` in numpy, in the weight's dtype, each
     host scalar (``gamma_t``, ``c``, ``1 - beta2^t``) formed in double and rounded to it once,
     as torch takes Python floats. ``constants_in_dtype``: ``1 - beta2^t`` under the root formed
-    in the weight's dtype; ``warmup_lag``: optax's count, the step's learning rate from the
-    warmup at the count before this step's (formed in double as the others);
-    ``warmup_f32``: both warmup values formed in float32, as optax's schedule forms them."""
+    in the weight's dtype; ``warmup_lag``, ``warmup_f32``: :func:`_schedule_free_averaging`."""
     def make(w, learning_rate, wd, rescale_grad, clip_gradient, beta1, beta2, epsilon,
              warmup_steps, r, weight_lr_power, lr_bias_correction):
         y, t = w.copy(), [0]
         z, v = w.copy(), np.zeros_like(w)
         f = w.dtype.type
-        avg = {"lr_max": -1.0, "sum": 0.0}
-
-        def warm(k):
-            """lr*min(1, k/warmup_steps), as the reference forms it or (warmup_f32) as
-            optax's warmup_constant_schedule does, in float32."""
-            if variant == "warmup_f32":
-                h = np.float32
-                frac = h(1) - h(min(k, warmup_steps)) / h(warmup_steps)
-                return float(h(h(-learning_rate) * frac) + h(learning_rate))
-            return learning_rate * (k / warmup_steps if k <= warmup_steps else 1.0)
+        scalars = _schedule_free_averaging(variant, learning_rate, warmup_steps, r,
+                                           weight_lr_power)
 
         def step(g):
             t[0] += 1
             n = t[0]
             g = _clip(f(rescale_grad) * g, None if clip_gradient is None else f(clip_gradient))
-            root = math.sqrt(1.0 - beta2 ** n) if lr_bias_correction else 1.0
-            sched = warm(n) if warmup_steps else learning_rate
-            lag = warm(n - 1) if warmup_steps and variant == "warmup_lag" else sched
-            gamma_avg, gamma = sched * root, lag * root
-            avg["lr_max"] = max(avg["lr_max"], gamma_avg)
-            weight = (n ** r) * (avg["lr_max"] ** weight_lr_power)
-            avg["sum"] += weight
-            c = weight / avg["sum"] if avg["sum"] != 0.0 else 0.0
+            gamma, c = scalars(n, math.sqrt(1.0 - beta2 ** n) if lr_bias_correction else 1.0)
             v[...] = f(beta2) * v + f(1.0 - beta2) * (g * g)
             bc2 = 1.0 if lr_bias_correction else 1.0 - beta2 ** n
             if variant == "constants_in_dtype" and not lr_bias_correction:
@@ -480,35 +490,19 @@ def make_sgdschedulefree(variant=None):
     """Schedule-Free SGD (Defazio et al. 2024, equations (1)-(3), the authors'
     ``SGDScheduleFree``) on the stored ``(y, z)`` in numpy, in the weight's dtype, each host
     scalar (``gamma_t``, ``c``) formed in double and rounded to it once, as torch takes Python
-    floats. ``warmup_lag``: optax's count, the step's learning rate from the warmup at the count
-    before this step's (formed in double as the others); ``warmup_f32``: both warmup values
-    formed in float32, as optax's schedule forms them (make_adamwschedulefree's forms)."""
+    floats; ``warmup_lag``, ``warmup_f32``: :func:`_schedule_free_averaging`."""
     def make(w, learning_rate, wd, rescale_grad, clip_gradient, momentum, warmup_steps, r,
              weight_lr_power):
         y, t = w.copy(), [0]
         z = w.copy()
         f = w.dtype.type
-        avg = {"lr_max": -1.0, "sum": 0.0}
-
-        def warm(k):
-            """lr*min(1, k/warmup_steps), as the reference forms it or (warmup_f32) as
-            optax's warmup_constant_schedule does, in float32."""
-            if variant == "warmup_f32":
-                h = np.float32
-                frac = h(1) - h(min(k, warmup_steps)) / h(warmup_steps)
-                return float(h(h(-learning_rate) * frac) + h(learning_rate))
-            return learning_rate * (k / warmup_steps if k <= warmup_steps else 1.0)
+        scalars = _schedule_free_averaging(variant, learning_rate, warmup_steps, r,
+                                           weight_lr_power)
 
         def step(g):
             t[0] += 1
-            n = t[0]
             g = _clip(f(rescale_grad) * g, None if clip_gradient is None else f(clip_gradient))
-            gamma_avg = warm(n) if warmup_steps else learning_rate
-            gamma = warm(n - 1) if warmup_steps and variant == "warmup_lag" else gamma_avg
-            avg["lr_max"] = max(avg["lr_max"], gamma_avg)
-            weight = (n ** r) * (avg["lr_max"] ** weight_lr_power)
-            avg["sum"] += weight
-            c = weight / avg["sum"] if avg["sum"] != 0.0 else 0.0
+            gamma, c = scalars(t[0])
             u = g + f(wd) * y
             y[...] = y + f(c) * (z - y) + f(gamma * (momentum * (1.0 - c) - 1.0)) * u
             z[...] = z - f(gamma) * u
