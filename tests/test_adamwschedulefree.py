@@ -289,3 +289,11 @@ def test_a_trainer_resumed_from_an_eval_mode_save_trains_from_y(tmp_path):
             p.set_grad(g)
             tr.step(1)
     assert np.array_equal(a.data(), b.data())
+
+
+def test_a_torch_momentum_keyword_names_beta1_as_the_interpolation():
+    """torch's ``momentum`` on Schedule-Free AdamW is refused naming ``beta1`` for what it is
+    here, the interpolation of ``y`` (not a first moment's decay: there is none)."""
+    import toolkit.torch as tt
+    with pytest.raises(TypeError, match=r"its momentum is beta1, the interpolation"):
+        tt.AdamWScheduleFree([torch.nn.Parameter(torch.ones(2))], momentum=0.9)

@@ -145,6 +145,9 @@ def _hint(klass, key, value, accepted):
                 return f"{cls} takes no {key}: {spec.fixed_reason}"
             return f"MXNet's name is {name}: {cls}({name}={value!r})"
     if key == "momentum" and "beta1" in accepted:
+        if getattr(klass, "interpolation", None) == "beta1":  # Schedule-Free AdamW
+            return (f"{cls} takes no momentum: its momentum is beta1, the interpolation "
+                    "y = (1 - beta1)*z + beta1*x")
         return f"{cls} takes no momentum: its first moment's decay is beta1"
     if key in _NO_EQUIVALENT:
         return f"{cls} takes no {key}: {_NO_EQUIVALENT[key]}"
