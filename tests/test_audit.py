@@ -492,7 +492,10 @@ def test_optax_audit_float32_and_float64(monkeypatch):
     its bias correction formed in float32 (``constants_in_dtype+warmup_lag``), and
     ``contrib.schedule_free_sgd``, the same warmup: in float64 ``warmup_lag+warmup_f32``, in
     float32 (no bias correction; float32 is the warmup's own precision) the lag alone
-    (``warmup_lag``); float64 through the subprocess with JAX's x64 switch."""
+    (``warmup_lag``), and ``adafactor``, in float32 the paper's statistics unfactored on every
+    weight the oracle draws with its step ``lr`` uncapped (``unfactored+no_relative_step``), in
+    float64 another algorithm (a float64 weight comes back float32, finding 15);
+    float64 through the subprocess with JAX's x64 switch."""
     monkeypatch.setattr(conformance, "WORKER_TIMEOUT", 600)
     # 6 examples (3 in the usual domain): the index-keyed search's usual cases at seed 0 reach
     # beta2 = 0.9999, where the float32 constants of adam, adamw and nadam fail, from 6
@@ -528,6 +531,16 @@ def test_optax_audit_float32_and_float64(monkeypatch):
             else:
                 assert "two variants at once" not in r.explanation, r
                 assert "(variant warmup_lag:" in r.explanation, r
+        elif r.label == "optax.adafactor":
+            # the paper's statistics, but no weight the oracle draws is factored (optax factors
+            # dimensions of 128 and more) and its step is lr itself, not min(lr, 1/sqrt(t))
+            assert not r.passed and r.convention is None, r
+            if r.dtype == "float32":
+                assert r.closest == "paper", r
+                assert "two variants at once (unfactored+no_relative_step)" in r.explanation, r
+            else:  # a float64 weight comes back float32 (its decay is a float32 array,
+                # optax/_src/factorized.py: t = jnp.array(i + 1, jnp.float32))
+                assert r.explanation.startswith("algorithm:"), r
         elif r.label == "optax.rprop":
             # each update applied a step late, the first step moving nothing, and the step
             # size unclamped where no sign is seen: both at once (docs/conformance.md, 11)

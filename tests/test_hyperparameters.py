@@ -26,6 +26,10 @@ def _bad_values(domain):
         return ["no such choice"]
     if domain.kind == "flag":
         return ["yes"] if domain.strict else []
+    if domain.kind == "real":  # a real between bounds (Adafactor's beta2_decay <= 0)
+        return [float("nan"), float("inf"), "0.1"] + \
+            ([domain.minimum - 1.0] if domain.minimum is not None else []) + \
+            ([domain.maximum + 1.0] if domain.maximum is not None else [])
     return [3.0]   # "callable"
 
 

@@ -295,6 +295,9 @@ TORCH_CASES = {  # checked against the registry by test_torch_cases_are_the_pyto
                                   "step_sizes": (h["step_size_min"], h["step_size_max"])}, {}),
     "sparseadam": ("SparseAdam", lambda h: {"betas": (h["beta1"], h["beta2"]),
                                             "eps": h["epsilon"]}, {}),
+    "adafactor": ("Adafactor", lambda h: {"beta2_decay": h["beta2_decay"],
+                                          "eps": (h["epsilon1"], h["epsilon2"]),
+                                          "d": h["clip_threshold"]}, {}),
 }
 #: optimizers whose update is PyTorch's but that oracle.verify does not run against torch.optim
 #: here (a known gap): their reference's pytorch branch is run against torch.optim in

@@ -512,6 +512,51 @@ def make_sgdschedulefree(variant=None):
 
 
 #: the implementation each row plants its variant in: {(optimizer, convention): make(variant)}
+def make_adafactor(variant=None):
+    """torch.optim.Adafactor's update (reference/adafactor.py, "pytorch") in numpy, in the
+    weight's dtype (the norms in float64), a matrix's second moment factored over its last two
+    dimensions; ``alpha``, ``rho_t`` and ``t^beta2_decay`` in double, as torch forms them."""
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, beta2_decay, epsilon1,
+             epsilon2, clip_threshold):
+        w, t = w.copy(), [0]
+        f = w.dtype.type
+        factored = w.ndim >= 2 and variant != "unfactored"
+        if factored:
+            r = np.zeros(w.shape[:-1] + (1,), w.dtype)
+            c = np.zeros(w.shape[:-2] + (1, w.shape[-1]), w.dtype)
+        else:
+            v = np.zeros_like(w)
+
+        def rms(x):
+            return math.sqrt(float(np.sum(np.square(x, dtype=np.float64)))) / math.sqrt(x.size)
+
+        def step(g):
+            t[0] += 1
+            n = t[0]
+            g = _clip(f(rescale_grad) * g, None if clip_gradient is None else f(clip_gradient))
+            omb = f(float(n) ** beta2_decay)
+            rho = learning_rate if variant == "no_relative_step" else \
+                min(learning_rate, 1.0 / math.sqrt(n))
+            alpha = max(epsilon2, rms(w)) * rho
+            if wd:
+                w[...] = w * f(1.0 - learning_rate * wd)
+            if variant == "rms_after_decay":
+                alpha = max(epsilon2, rms(w)) * rho
+            if factored:
+                r[...] = r + omb * (np.mean(g * g, axis=-1, keepdims=True) - r)
+                c[...] = c + omb * (np.mean(g * g, axis=-2, keepdims=True) - c)
+                var = r * c / np.maximum(np.mean(r, axis=-2, keepdims=True), f(epsilon1))
+            else:
+                v[...] = v + omb * (g * g - v)
+                var = v
+            u = g / np.sqrt(np.maximum(var, f(epsilon1 * epsilon1)))
+            d = math.inf if variant == "no_update_clipping" else clip_threshold
+            w[...] = w - f(alpha / max(1.0, rms(u) / d)) * u
+            return w
+        return step
+    return make
+
+
 MAKERS = {  # checked against the registry by tests/test_oracle_variants_more.py::test_every_declared_variant_is_planted
     ("adamax", "guide"): make_adamax, ("adamax", "mxnet"): make_adamax_mxnet,
     ("nadam", "mxnet"): make_nadam,
@@ -528,6 +573,7 @@ MAKERS = {  # checked against the registry by tests/test_oracle_variants_more.py
     ("radam", "pytorch"): lambda v=None: make_radam("pytorch", v),
     ("adamwschedulefree", "paper"): make_adamwschedulefree,
     ("sgdschedulefree", "paper"): make_sgdschedulefree,
+    ("adafactor", "pytorch"): make_adafactor,
 }
 #: weight decay and clipping both on, so that their order shows
 WD_CLIP = dict(learning_rate=0.1, wd=0.05, rescale_grad=1.0, clip_gradient=0.5)
@@ -629,6 +675,22 @@ PLANTED = {  # checked against the registry by tests/test_oracle_variants_more.p
                                         None),
     ("sgdschedulefree", "warmup_f32"): ("paper", "float64",
                                         dict(learning_rate=0.1, warmup_steps=3, **NO_CLIP),
+                                        None),
+    # Adafactor's three mistakes, in float32 as users write them: a matrix's second moment kept
+    # whole (most drawn weights are matrices), the relative step from the decayed weight (a
+    # decay of 10% a step), the update not clipped (a large epsilon2 and an unclipped d of 1)
+    ("adafactor", "unfactored"): ("pytorch", "float32", dict(learning_rate=0.1, **NO_CLIP),
+                                  None),
+    ("adafactor", "rms_after_decay"): ("pytorch", "float32",
+                                       dict(learning_rate=1.0, wd=0.1, epsilon2=1e-8,
+                                            rescale_grad=1.0, clip_gradient=None), None),
+    ("adafactor", "no_update_clipping"): ("pytorch", "float32",
+                                          dict(learning_rate=0.1, clip_threshold=1.0,
+                                               **NO_CLIP), None),
+    # optax's step: a learning rate of 1 is capped at 1/sqrt(t) from the second step (a d of
+    # 10 that never clips: an unclipped update of RMS sqrt(t) would read the same)
+    ("adafactor", "no_relative_step"): ("pytorch", "float32",
+                                        dict(learning_rate=1.0, clip_threshold=10.0, **NO_CLIP),
                                         None),
 }
 

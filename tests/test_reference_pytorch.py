@@ -224,6 +224,9 @@ DISTINGUISH = {  # checked against the registry by test_every_own_branch_has_a_d
     "asgd": dict(hyper=dict(t0=1.0, lambd=0.01), wd=0.01, lrs=[0.1] * 4, scales=[1.0] * 4),
     # SparseAdam has no other convention either: its branch runs on Tracked inputs
     "sparseadam": dict(hyper=dict(epsilon=1e-3), wd=0.0, lrs=[0.1] * 4, scales=[1.0] * 4),
+    # torch's statistics are means clamped at eps1, the paper's sums of g^2 + eps1: they part
+    # once eps1 is comparable to the squares
+    "adafactor": dict(hyper=dict(epsilon1=0.1), wd=0.0, lrs=[0.1] * 3, scales=[1.0] * 3),
 }
 
 
@@ -413,6 +416,13 @@ def _make_torch(torch, name, params, *, lr, wd, hyper, foreach):
         opt = o.ASGD(params, lr=lr, lambd=hyper.get("lambd", 1e-4), alpha=hyper.get("alpha", 0.75),
                      t0=hyper.get("t0", 1e6), weight_decay=wd, foreach=foreach)
         return opt, {"ax": "ax"}
+    if name == "adafactor":
+        opt = o.Adafactor(params, lr=lr, beta2_decay=hyper.get("beta2_decay", -0.8),
+                          eps=(hyper.get("epsilon1"), hyper.get("epsilon2", 1e-3)),
+                          d=hyper.get("clip_threshold", 1.0), weight_decay=wd, foreach=foreach)
+        if params[0].dim() > 1:  # a matrix: factored
+            return opt, {"row_var": "row_var", "col_var": "col_var"}
+        return opt, {"variance": "variance"}
     if name == "sparseadam":  # one implementation (no foreach); sparse gradients (gradient_for)
         opt = o.SparseAdam(params, lr=lr, betas=(hyper.get("beta1", 0.9),
                                                  hyper.get("beta2", 0.999)),
@@ -475,6 +485,10 @@ TORCH_CASES = [  # checked against the registry by test_every_torch_optimizer_ha
     # torch's eta and mu are float64 here (torch64 sets the default dtype)
     ("asgd", dict(), 0.0, CONSTANT, 1.0, None),
     ("asgd", dict(lambd=0.05, alpha=1.0, t0=2.0), 0.01, CONSTANT, 0.5, 0.75),
+    # a matrix (5 x 7): factored; torch's relative step caps at lr, so a changing lr moves it
+    ("adafactor", dict(), 0.0, CONSTANT, 1.0, None),
+    ("adafactor", dict(beta2_decay=-0.5, epsilon1=1e-3, epsilon2=1e-2, clip_threshold=2.0), 0.1,
+     CHANGING, 0.5, 0.75),
     # every row present (the dense gradient as a sparse one), the learning rate changing
     ("sparseadam", dict(), 0.0, CONSTANT, 1.0, None),
     ("sparseadam", dict(beta1=0.8, beta2=0.9, epsilon=1e-3), 0.0, CHANGING, 0.5, 0.75),

@@ -68,7 +68,7 @@ EVERY_ROW = [  # checked against the registry by test_samples_cover_every_row_sp
     ("signum", {}), ("nadam", {}), ("nag", dict(momentum=0.9)), ("sgld", {}), ("ftml", {}),
     ("adamax", {}), ("adadelta", {}), ("dcasgd", {}), ("adamw", {}), ("lamb", {}), ("lion", {}),
     ("adopt", {}), ("radam", {}), ("adabelief", {}), ("rprop", {}), ("asgd", {}),
-    ("adamwschedulefree", {}), ("sgdschedulefree", {})]
+    ("adamwschedulefree", {}), ("sgdschedulefree", {}), ("adafactor", {})]
 
 
 def _mode(name, kw=None):

@@ -136,8 +136,9 @@ def test_torch_names_equal_mxnet_names(name):
         torch_kw["weight_decay"] = mx.pop("wd")
     if "betas" in same and "beta1" in mx and "beta2" in mx:
         torch_kw["betas"] = (mx.pop("beta1"), mx.pop("beta2"))
-    if "eps" in same and same["eps"][0] in mx:
-        torch_kw["eps"] = mx.pop(same["eps"][0])
+    if "eps" in same and all(n in mx for n in same["eps"]):  # Adafactor's is a pair
+        values = tuple(mx.pop(n) for n in same["eps"])
+        torch_kw["eps"] = values if len(values) > 1 else values[0]
     a = tt.create(name, [param(name)], **opts(name, learning_rate=0.05, wd=0.01))
     b = tt.create(name, [param(name)], **mx, **torch_kw)
     strip = lambda g: {k: v for k, v in g.items() if k != "params"}  # noqa: E731

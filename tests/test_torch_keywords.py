@@ -50,6 +50,8 @@ def _other_value(rule, current):
         return tuple(0.5 * v if v < 1 else 1.5 * v for v in current)
     if isinstance(current, bool):
         return not current
+    if current is not None and current >= 1:  # grown (Adafactor's d: at least 1)
+        return current * 2.0
     return 0.05 if not current else current * 0.5
 
 

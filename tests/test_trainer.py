@@ -190,10 +190,13 @@ def test_trainer_step_equals_per_parameter_updates_bit_for_bit(case, dtype, mp, 
     (name, kw), conv = case
     from toolkit.backends import rows
     calls = []
-    real = cpu.run_segmented, cpu.run_noise_segmented, rows.run_cpu_segmented
+    real = (cpu.run_segmented, cpu.run_noise_segmented, rows.run_cpu_segmented,
+            cpu.run_factored_segmented)
     monkeypatch.setattr(cpu, "run_segmented", lambda *a: (calls.append(1), real[0](*a)))
     monkeypatch.setattr(cpu, "run_noise_segmented", lambda *a: (calls.append(1), real[1](*a)))
     monkeypatch.setattr(rows, "run_cpu_segmented", lambda *a: (calls.append(1), real[2](*a)))
+    monkeypatch.setattr(cpu, "run_factored_segmented",
+                        lambda *a: (calls.append(1), real[3](*a)))
     trainer, params, twin, _ = twin_run(name, kw, conv, dtype, mp)
     for p, (w, s) in zip(params, twin):
         assert np.array_equal(p.data(), w), p.name

@@ -65,12 +65,13 @@ def expected_calls(name, kw, convention):
     LBSGD with batch_scale (MXNet's accumulation): after the skip, p2 finishes its batch while
     the others start a new one; members in different phases run different rules, one call each,
     so the last step makes no segmented call and one call per member (docs/trainer.md).
-    GroupAdaGrad (a row rule, its history laid out per row) runs one segmented call too."""
+    GroupAdaGrad (a row rule, its history laid out per row) runs one segmented call too, and so
+    does Adafactor (a factored step: its statistics, sums and update are passes of one call)."""
     if name == "lbsgd" and kw.get("batch_scale", 1) > 1 and convention == "mxnet":
         return 2, len(SHAPES)
     first_pass = spec_of(name).first_pass_reads(optimizer.create(name, convention=convention,
                                                                  **kw))
-    return 3, 1 + (first_pass > 0)
+    return 3, 1 + (first_pass > 0 and not spec_of(name).tensor)
 
 
 def twin_run(name, kw, convention, dtype="float32", mp=False, steps=3, device="cpu",

@@ -191,7 +191,8 @@ def reference_call(opt, index, weight, grad, state, step, dtype):
     return ref.step(track(weight.astype(np.float64), dtype),
                     track(grad.astype(np.float64), dtype), st, t=step.t, lr=step.lr,
                     wd=step.wd, rescale_grad=opt.rescale_grad, clip_gradient=opt.clip_gradient,
-                    convention=opt.convention, **opt.reference_hyper(), **step.reference_kwargs)
+                    convention=opt.convention, **opt.reference_hyper_for(dtype),
+                    **step.reference_kwargs)
 
 
 def _copy_state(state):
@@ -269,7 +270,7 @@ def trajectory_errors(opt, index, weight, grads, state):
         def oracle_step(w, st):
             return ref.step(w, g_ref, {**extra, **st}, t=step.t, lr=step.lr, wd=step.wd,
                             rescale_grad=opt.rescale_grad, clip_gradient=opt.clip_gradient,
-                            convention=opt.convention, **opt.reference_hyper(),
+                            convention=opt.convention, **opt.reference_hyper_for(dtype),
                             **step.reference_kwargs)
         w_ref, st_new = oracle_step(w_ref, st_ref)
         st_ref = {k: v for k, v in st_new.items()}

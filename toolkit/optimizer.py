@@ -30,6 +30,7 @@ from .optimizers.lion import Lion
 from .optimizers.nadam import Nadam
 from .optimizers.nag import NAG
 from .optimizers.radam import RAdam
+from .optimizers.adafactor import Adafactor
 from .optimizers.rmsprop import RMSProp
 from .optimizers.rprop import Rprop
 from .optimizers.sgd import SGD
@@ -44,6 +45,6 @@ __all__ = [  # checked against the registry by tests/test_public_api.py::test_op
            "Optimizer", "ElementwiseOptimizer", "Spec", "BenchSetting", "create", "register",
            "registry", "specs", "spec_of", "unregister",
            # the built-in optimizers' classes, by class name (in the registry's order)
-           "AdaBelief", "AdaDelta", "AdaGrad", "Adam", "Adamax", "AdamW", "AdamWScheduleFree", "ADOPT", "ASGD", "DCASGD", "FTML", "Ftrl",
+           "AdaBelief", "AdaDelta", "Adafactor", "AdaGrad", "Adam", "Adamax", "AdamW", "AdamWScheduleFree", "ADOPT", "ASGD", "DCASGD", "FTML", "Ftrl",
            "GroupAdaGrad", "LAMB", "LARS", "LBSGD", "Lion", "Nadam", "NAG", "RAdam", "RMSProp", "Rprop", "SGD", "SGDScheduleFree", "SGLD",
            "Signum", "SparseAdam", "FTRL"]

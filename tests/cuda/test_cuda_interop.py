@@ -19,9 +19,9 @@ pytestmark = pytest.mark.skipif(SIMULATOR, reason="CuPy and PyTorch need a real 
                                                   "simulator has no foreign device arrays")
 HAS_CUPY = importlib.util.find_spec("cupy") is not None
 HAS_TORCH = importlib.util.find_spec("torch") is not None
-#: every registered optimizer with a reference, in its record configuration (every state
-#: slot and branch on: ``Spec.record``)
-NAMES = list(optimizer.specs(oracle=True))
+#: every registered optimizer with a reference and CUDA kernels (``Spec.cuda``), in its record
+#: configuration (every state slot and branch on: ``Spec.record``)
+NAMES = [n for n, s in optimizer.specs(oracle=True).items() if s.cuda]
 
 
 

@@ -9,10 +9,17 @@ from numba import cuda
 from toolkit import Parameter, Trainer
 from toolkit.backends import arrays
 from toolkit.backends import cuda as cuda_backend
+from toolkit.optimizer import spec_of
 from trainer_util import CASES, config_id, expected_calls, host_leaves, twin_run
 
 
-@pytest.mark.parametrize("case", CASES, ids=[f"{config_id(c)}-{v}" for c, v in CASES])
+#: the configurations whose optimizer has CUDA kernels (``Spec.cuda``; Adafactor's refusal:
+#: tests/cuda/test_cuda_cpu_only.py)
+CUDA_CASES = [(c, v) for c, v in CASES if spec_of(c[0]).cuda]
+
+
+@pytest.mark.parametrize("case", CUDA_CASES,
+                         ids=[f"{config_id(c)}-{v}" for c, v in CUDA_CASES])
 @pytest.mark.parametrize("dtype,mp", [("float32", False), ("float16", True), ("float16", False)])
 def test_cuda_trainer_step_equals_per_parameter_cuda_updates(case, dtype, mp, monkeypatch):
     (name, kw), conv = case

@@ -20,10 +20,14 @@ from numba import cuda
 from optim_db import DB, EXAMPLES, arrays_over_decades
 from toolkit.oracle import space
 from toolkit import optimizer
+from toolkit.optimizer import spec_of
 from toolkit.error_bounds import finite_score, step_errors, trajectory_errors
 
 DTYPES = ("float16-mp", "float16", "float32", "float64")
-CASES = [(info, conv, dtype) for info in DB for conv in info.conventions for dtype in DTYPES]
+#: the optimizers with CUDA kernels (``Spec.cuda``; Adafactor's refusal:
+#: tests/cuda/test_cuda_cpu_only.py)
+CASES = [(info, conv, dtype) for info in DB if spec_of(info.name).cuda
+         for conv in info.conventions for dtype in DTYPES]
 CUDA_EXAMPLES = max(EXAMPLES // 2, 3)
 
 

@@ -34,6 +34,7 @@ from .cpu_norms import (direction_kernel, direction_norms, lars_norms, norms_ker
                         run_direction, run_norms, tensor_direction_kernel, tensor_norms_kernel)
 from .addressed import addressed_kernel, addressed_mp_kernel, flat_buffers, starts
 from .cpu_elementwise import PreparedStep, elementwise_kernel, run_elementwise  # noqa: F401
+from .cpu_factored import run_factored, run_segmented as run_factored_segmented
 from .cpu_precision import to_half_into, to_single  # noqa: F401
 from .jit import KERNELS, NUMBA_TYPES, cached, call_readonly, compile_kernel, inlined
 from .order import CHUNK, single_chunks
@@ -143,6 +144,20 @@ class Launcher:
         row_kernels.run_cpu(factory, weight, g, history, rows, hyper)
 
     @staticmethod
+    def run_factored(factory, weight, grad, states, hyper):
+        """A factored step (:mod:`toolkit.backends.cpu_factored`) in place, in C order: a
+        weight or state array in another memory order is stepped in a C-ordered copy, copied
+        back; a gradient of another dtype or order is converted first."""
+        g = grad if grad.dtype == weight.dtype and grad.flags.c_contiguous else \
+            np.ascontiguousarray(grad, dtype=weight.dtype)
+        given = (weight, *states)
+        work = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in given]
+        run_factored(factory, work[0], g, tuple(work[1:]), hyper)
+        for a, b in zip(given, work):
+            if a is not b:
+                a[...] = b
+
+    @staticmethod
     def zeros_like(a, dtype=None):
         return np.zeros_like(a, dtype=dtype)
 
@@ -170,6 +185,8 @@ class Launcher:
             row_kernels.run_cpu_segmented(factory, w, grad, states[0], table, group.rows_layout())
         elif kind == "noise":
             run_noise_segmented(factory, w, grad, table, keys, aux, group.offsets, group.chunks)
+        elif kind == "factored":
+            run_factored_segmented(factory, w, grad, states, table, group.factored_layout())
         else:
             run_segmented(factory, w, grad, states, table,
                           group.chunks if chunks is None else chunks)
@@ -263,6 +280,9 @@ class RowsLauncher(Launcher):
     def direction_norms(self, first, weight, grad, states):
         raise NotImplementedError("a direction pass (LAMB) has no lazy row-sparse form")
 
+    def run_factored(self, factory, weight, grad, states, hyper):
+        raise NotImplementedError("a factored step (Adafactor) has no lazy row-sparse form")
+
 
 class MirrorLauncher(Launcher):
     """The CPU launcher of a multi-precision step (float16 weight, float32 master): the rule
@@ -327,6 +347,10 @@ class MirrorLauncher(Launcher):
         run_noise_mp(factory, weight.reshape(-1), np.ascontiguousarray(grad).reshape(-1),
                      w16.reshape(-1), hyper, key, aux)
         self.mirrored = True
+
+    def run_factored(self, factory, weight, grad, states, hyper):
+        """A factored step on the widened gradient (the caller rounds the weight after)."""
+        return super().run_factored(factory, weight, self._widened(grad), states, hyper)
 
     def lars_norms(self, weight, grad, cum, batch_scale):
         """LARS norms of the master and the float16 gradient (widened on load, no copy)."""

@@ -126,6 +126,12 @@ def dense_from_rows(values, rows, shape):
     return out
 
 
+#: why a factored step (Adafactor's) does not run on a CUDA array
+NO_FACTORED = ("a factored step (Adafactor) runs on the CPU backend only: its kernels "
+               "(toolkit.backends.cpu_factored) have no CUDA form yet; step numpy arrays or CPU "
+               "tensors (nothing was written)")
+
+
 class Launcher:
     """Runs one optimizer step's rules on the CUDA backend.
 
@@ -201,6 +207,12 @@ class Launcher:
     def zeros_like(self, a, dtype=None):
         return arrays.zeros_like(a, dtype)
 
+    @staticmethod
+    def run_factored(factory, weight, grad, states, hyper):
+        """A factored step (Adafactor) is refused before anything is written: its kernels are
+        the CPU's (``toolkit.backends.cpu_factored``)."""
+        raise NotImplementedError(NO_FACTORED)
+
     def lars_norms(self, weight, grad, cum, batch_scale):
         self._no_lazy_form("LARS norms")
         return self.in_device(lars_norms, self._describe(weight, "weight"),
@@ -226,6 +238,8 @@ class Launcher:
         d = arrays.describe
         w, g, states = d(flats[0]), d(flats[1]), [d(a) for a in flats[2:]]
         mirror = self._mirror_for(w)
+        if kind == "factored":
+            raise NotImplementedError(NO_FACTORED)
         if kind == "rows":
             self.in_device(cuda_rows.run_segmented, factory, w, g, states[0], table,
                            group.uploads[0], group.rows_layout(), stream=self.stream,

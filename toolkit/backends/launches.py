@@ -12,24 +12,25 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["KINDS", "Launch", "Norms", "Directions", "rule", "noise", "row_rule", "steps_of", "drive", "run",
-           "collect", "run_launch", "answer"]
+__all__ = ["KINDS", "Launch", "Norms", "Directions", "rule", "noise", "row_rule", "factored",
+           "steps_of", "drive", "run", "collect", "run_launch", "answer"]
 
 
 #: the kinds of launch a backend runs
-KINDS = ("rule", "noise", "rows")
+KINDS = ("rule", "noise", "rows", "factored")
 
 
 class Launch(NamedTuple):
     """One kernel call: ``kind`` "rule" (an element-wise rule), "noise" (one drawing a normal
-    per element) or "rows" (a row rule, ``toolkit.backends.rows``); another kind is refused
-    where it is run."""
+    per element), "rows" (a row rule, ``toolkit.backends.rows``) or "factored" (a whole step
+    over a weight's matrices, their row and column statistics and its own sums,
+    ``toolkit.backends.cpu_factored``: Adafactor); another kind is refused where it is run."""
     kind: str
     factory: object       #: the rule factory
     weight: object
     grad: object
     states: tuple         #: the state arrays ("rows": the per-row history alone)
-    hyper: tuple          #: the rule's row of hyperparameters
+    hyper: tuple          #: the rule's row of hyperparameters ("factored": float64)
     key: object = None    #: "noise": the stream key of the draws
     aux: tuple = ()       #: "noise": the float64 scalars beside the row
     rows: object = None   #: "rows": the gradient's rows (None: the launcher's, or every row)
@@ -67,6 +68,12 @@ def row_rule(factory, weight, grad, history, rows, hyper):
     """The launch of a row rule: gradient row ``k`` updates weight and history row ``rows[k]``
     (``rows`` None: the launcher's rows, else row ``k``)."""
     return Launch("rows", factory, weight, grad, (history,), hyper, rows=rows)
+
+
+def factored(factory, weight, grad, states, hyper):
+    """The launch of a factored step over ``weight`` (its shape says which of ``states``, the
+    row, column and whole statistics, it reads), ``hyper`` its float64 row."""
+    return Launch("factored", factory, weight, grad, tuple(states), hyper)
 
 
 def _checked(launch):
@@ -127,6 +134,9 @@ def run_launch(launch, launcher):
     elif launch.kind == "noise":
         launcher.run_noise_rule(launch.factory, launch.weight, launch.grad, launch.hyper,
                                 launch.key, launch.aux)
+    elif launch.kind == "factored":
+        launcher.run_factored(launch.factory, launch.weight, launch.grad, launch.states,
+                              launch.hyper)
     else:
         launcher.run_rows(launch.factory, launch.weight, launch.grad, launch.states[0],
                           launch.rows, launch.hyper)

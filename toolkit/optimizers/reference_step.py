@@ -34,6 +34,12 @@ class ReferenceStep:
         ``Optimizer.reference_hyper`` derives them from the class's ``domains``)."""
         return {}
 
+    def reference_hyper_for(self, dtype):
+        """:meth:`reference_hyper` for a step on weights of ``dtype``: the same, but where a
+        hyperparameter's default depends on the weight's dtype (Adafactor's ``epsilon1=None``,
+        torch's ``finfo(dtype).eps``), which the float64 oracle cannot know."""
+        return self.reference_hyper()
+
     def _reference_extra(self, index, weight=None):
         """Bookkeeping the reference keeps in its state dict beside the state arrays (Nadam's
         m_schedule, LBSGD's accumulator and call count): scalars, and host arrays."""
@@ -79,7 +85,7 @@ class ReferenceStep:
         w_new, st_new = ref.step(weight.astype(np.float64), grad.astype(np.float64), st, t=t,
                                  lr=lr, wd=wd, rescale_grad=self.rescale_grad,
                                  clip_gradient=self.clip_gradient, convention=self.convention,
-                                 **self.reference_hyper(), **kwargs)
+                                 **self.reference_hyper_for(weight.dtype), **kwargs)
         weight[...] = w_new
         for name, a in zip(slots, state_arrays):
             a[...] = st_new[name]

@@ -133,7 +133,9 @@ class Spec:
         ``space``: its own hyperparameters (MXNet's constructor names) as :class:`Space` s,
         aimed at branch points. ``fixed``: common hyperparameters it does not take freely, with
         ``fixed_reason`` (GroupAdaGrad: wd 0). ``matrix``: its weights are 2-D (one accumulator
-        per row). ``dependent``: ``hyper -> hyper``, fixes values that only make sense together.
+        per row). ``tensor``: its update depends on the weight's rank (Adafactor factors
+        the last two dimensions of a weight of rank 2 or more): its weights are drawn as
+        vectors, matrices and stacks of matrices. ``dependent``: ``hyper -> hyper``, fixes values that only make sense together.
         ``uses_lr``: whether the learning rate enters the update (AdaDelta: no).
         ``half_state_lr``: the least learning rate a float16 *state* (no master copy) needs to
         stay in range, with ``half_state_reason`` (FTRL/FTML: the state grows like w/lr).
@@ -163,9 +165,15 @@ class Spec:
         ``trainer``: the Trainer tests' configurations. ``demo``: ``mxopt demo``'s settings, and
         ``full_data_gradient`` (SGLD: its noise is calibrated to the whole data set's gradient).
         ``bench``: the rows of ``mxopt bench``.
+    Backends
+        ``cuda``: its kernels have a CUDA form (False: Adafactor's factored step runs on the CPU
+        only, and a CUDA array is refused with NotImplementedError before anything is written;
+        the CUDA tests and benchmarks leave it out).
     Traffic model (``mxopt bench``'s floor)
         ``first_pass``: arrays besides the gradient a first pass reads per element (per-tensor
         norms, LAMB's direction), an int or ``f(optimizer, buffers) -> int``.
+        ``gradient_passes``: whole passes over an array of the gradient's size besides those
+        (Adafactor's: its direction written in its first pass and read in its last, 2).
         ``traffic_buffers``: how many of the optimizer's ``host_buffers()`` (arrays shaped like
         the weight kept outside ``state``) one step reads and writes per element, an int or
         ``f(optimizer) -> int``; None: all of them (LBSGD: none with ``batch_scale`` 1, where
@@ -190,6 +198,7 @@ class Spec:
     fixed: Mapping[str, Any] = field(default_factory=dict)
     fixed_reason: str = ""
     matrix: bool = False
+    tensor: bool = False
     dependent: Callable[[dict], dict] | None = None
     uses_lr: bool = True
     half_state_lr: float | None = None
@@ -206,7 +215,9 @@ class Spec:
     demo: Mapping = field(default_factory=dict)
     full_data_gradient: bool = False
     bench: tuple = ()
+    cuda: bool = True
     first_pass: int | Callable = 0
+    gradient_passes: int = 0
     traffic_buffers: int | Callable | None = None
     docs: str | None = None
 

@@ -102,18 +102,36 @@ class OneOf(Space):
 class Shapes(Space):
     """Weight shapes of 1 to ``max_size`` elements: vectors ``(n,)``, or with ``matrix`` 2-D
     ``(rows, cols)``, 1 to 4 rows of 1 to ``max_size // rows`` columns (GroupAdaGrad's weights:
-    one accumulator per row)."""
+    one accumulator per row), or with ``tensor`` each of a vector, such a matrix and a stack
+    ``(b, rows, cols)`` of 1 to 3 of them, equally likely (Adafactor factors the last two
+    dimensions)."""
     max_size: int
     matrix: bool = False
+    tensor: bool = False
 
     def strategy(self):
         from hypothesis import strategies as st
+        if self.tensor:
+            def stack(b):
+                return Shapes(max(1, self.max_size // b), matrix=True).strategy().map(
+                    lambda rc: (b,) + rc)
+            return st.one_of(st.integers(1, self.max_size).map(lambda n: (n,)),
+                             Shapes(self.max_size, matrix=True).strategy(),
+                             st.integers(1, min(3, self.max_size)).flatmap(stack))
         if not self.matrix:
             return st.integers(1, self.max_size).map(lambda n: (n,))
         return st.integers(1, min(4, self.max_size)).flatmap(
             lambda r: st.integers(1, max(1, self.max_size // r)).map(lambda c: (r, c)))
 
     def sample(self, rng):
+        if self.tensor:
+            rank = int(rng.integers(1, 4))
+            if rank == 1:
+                return Shapes(self.max_size).sample(rng)
+            if rank == 2:
+                return Shapes(self.max_size, matrix=True).sample(rng)
+            b = int(rng.integers(1, min(3, self.max_size) + 1))
+            return (b,) + Shapes(max(1, self.max_size // b), matrix=True).sample(rng)
         if not self.matrix:
             return (int(rng.integers(1, self.max_size + 1)),)
         r = int(rng.integers(1, min(4, self.max_size) + 1))

@@ -18,7 +18,8 @@ import sys
 import numpy as np
 
 __all__ = ["Domain", "AliasAttribute", "alias_attribute", "nonneg", "positive", "unit", "integer", "choice", "flag", "callable_or_none",
-           "check_nonneg", "check_positive", "check_unit", "check_int", "check_choice"]
+           "real", "check_nonneg", "check_positive", "check_unit", "check_int", "check_choice",
+           "check_real"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -60,6 +61,16 @@ def check_positive(name, x):
     x = _real(name, x)
     if x <= 0:
         raise ValueError(f"{name} must be > 0, got {x!r}")
+    return x
+
+
+def check_real(name, x, minimum=None, maximum=None):
+    """A finite real in ``[minimum, maximum]`` (None: no bound on that side)."""
+    x = _real(name, x)
+    if minimum is not None and x < minimum:
+        raise ValueError(f"{name} must be >= {minimum!r}, got {x!r}")
+    if maximum is not None and x > maximum:
+        raise ValueError(f"{name} must be <= {maximum!r}, got {x!r}")
     return x
 
 
@@ -107,7 +118,8 @@ def _check_callable(name, x):
 class Domain:
     """The values one hyperparameter may take.
 
-    ``kind`` is one of ``"nonneg"`` (a finite real >= 0), ``"positive"`` (> 0), ``"unit"``
+    ``kind`` is one of ``"nonneg"`` (a finite real >= 0), ``"positive"`` (> 0), ``"real"`` (a
+    finite real between ``minimum`` and ``maximum``, either None for no bound), ``"unit"``
     ([0, 1), or [0, 1] when ``closed``), ``"int"`` (an integer >= ``minimum``, and <=
     ``maximum`` where one is given), ``"choice"``
     (one of ``choices``), ``"flag"`` (a bool; ``strict`` refuses anything but a bool, else any
@@ -184,6 +196,15 @@ class Domain:
             out += [(v, TypeError) for v in ("0.5",) + (("0.9",) if kind == "unit" else ())]
             if self.none is None:
                 out.append((None, TypeError))
+        elif kind == "real":
+            if self.minimum is not None:
+                out.append((self.minimum - 1.0, ValueError))
+            if self.maximum is not None:
+                out.append((self.maximum + 1.0, ValueError))
+            out += [(v, ValueError) for v in (nan, inf, -inf)]
+            out.append(("0.5", TypeError))
+            if self.none is None:
+                out.append((None, TypeError))
         elif kind == "int":
             low = self.minimum - 1
             out += [(v, ValueError) for v in dict.fromkeys((low, min(low, -1)))]
@@ -218,6 +239,7 @@ _CHECKS = {
     "nonneg": lambda d, name, x: check_nonneg(name, x),
     "positive": lambda d, name, x: check_positive(name, x),
     "unit": lambda d, name, x: check_unit(name, x, closed=d.closed),
+    "real": lambda d, name, x: check_real(name, x, d.minimum, d.maximum),
     "int": lambda d, name, x: check_int(name, x, d.minimum, d.maximum),
     "choice": lambda d, name, x: check_choice(name, x, d.choices),
     "flag": lambda d, name, x: _check_flag(name, x, d.strict),
@@ -233,6 +255,11 @@ def nonneg(**kw):
 def positive(**kw):
     """A finite real > 0."""
     return Domain("positive", **kw)
+
+
+def real(*, minimum=None, maximum=None, **kw):
+    """A finite real in ``[minimum, maximum]`` (None: unbounded on that side)."""
+    return Domain("real", minimum=minimum, maximum=maximum, **kw)
 
 
 def unit(*, closed=False, **kw):

@@ -69,15 +69,17 @@ def common_space(name):
 
 def shape_space(name, max_size):
     """The weight shapes drawn for optimizer ``name``: :class:`Shapes` of at most
-    ``max_size`` elements, 2-D for the :data:`MATRIX` optimizers."""
-    return Shapes(max_size, _spec(name).matrix)
+    ``max_size`` elements, 2-D for the :data:`MATRIX` optimizers, of ranks 1 to 3 for those
+    whose update depends on the rank (``Spec.tensor``)."""
+    spec = _spec(name)
+    return Shapes(max_size, spec.matrix, spec.tensor)
 
 
 def weight_shape(name, size):
     """The fixed weight shape of ``size`` elements for optimizer ``name`` (recorded inputs):
-    ``(size,)``, or for a :data:`MATRIX` optimizer two rows of ``size // 2`` (one row when
-    ``size`` is odd)."""
-    if not _spec(name).matrix:
+    ``(size,)``, or for a :data:`MATRIX` optimizer (and a ``Spec.tensor`` one, whose factored
+    path a matrix takes) two rows of ``size // 2`` (one row when ``size`` is odd)."""
+    if not (_spec(name).matrix or _spec(name).tensor):
         return (size,)
     rows = 2 if size >= 2 and size % 2 == 0 else 1
     return (rows, size // rows)

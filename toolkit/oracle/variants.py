@@ -131,6 +131,16 @@ VARIANTS = {v.name: v for v in (
                                     "float32 whatever the weight's precision, as "
                                     "torch.optim.NAdam keeps its mu_product in the default "
                                     "dtype", rounding=True),
+    Variant("unfactored", "Adafactor's second moment kept whole for a matrix too (Algorithm 5 "
+                          "for every weight: RMSProp with Adafactor's decay schedule), not "
+                          "factored into row and column statistics"),
+    Variant("rms_after_decay", "Adafactor's relative step scaled by the RMS of the weight after "
+                               "the weight decay, not before it"),
+    Variant("no_update_clipping", "Adafactor's update not clipped: u not divided by "
+                                  "max(1, RMS(u)/d)"),
+    Variant("no_relative_step", "Adafactor's step scaled by the learning rate itself, "
+                                "rho_t = lr, without the relative step's cap 1/sqrt(t) (as "
+                                "optax.adafactor scales it)"),
     Variant("warmup_lag", "Schedule-Free's step taken with the warmup's learning rate one step "
                           "late, lr*min(1, (t-1)/warmup_steps), so that the first step moves "
                           "nothing, while its averaging weights take lr*min(1, t/warmup_steps) "

@@ -160,9 +160,14 @@ def main(argv=None):
                  f"choose from {sorted(known)}")
     if args.backend == "cuda":
         from ..backends import cuda_available
+        from ..optimizers.registry import spec_of
         ok, why = cuda_available()
         if not ok:
             ap.exit(2, f"--backend cuda: {why}\n")
+        cpu_only = [n for n in names if not spec_of(n).cuda]
+        if cpu_only and args.optimizers != ap.get_default("optimizers"):
+            ap.error(f"--backend cuda: {cpu_only} run on the CPU backend only (no CUDA kernels)")
+        names = [n for n in names if n not in cpu_only]
     try:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn

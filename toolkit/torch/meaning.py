@@ -222,6 +222,8 @@ RULES = {  # checked against the registry by tests/test_torch_keywords.py::test_
                                                    "MXNet's AdaDelta subtracts wd*w from the "
                                                    "weight, without the learning rate: give wd="
                                                    " for MXNet's")},
+    ("Adafactor", "eps"): {"*": Same(("epsilon1", "epsilon2"))},
+    ("Adafactor", "d"): {"*": Same(("clip_threshold",))},
     ("Rprop", "etas"): {"*": Same(("etaminus", "etaplus"))},
     ("Rprop", "step_sizes"): {"*": Same(("step_size_min", "step_size_max"))},
     ("SGD", "dampening"): {"*": OffOnly(0, "MXNet's momentum has no dampening")},

@@ -31,6 +31,13 @@ def _written_step(value, index, inner):
     return begin + t if t else None
 
 
+def _used(named):
+    """The ``(name, array)`` pairs of the slots a weight uses: a slot of no elements (Adafactor
+    keeps ``variance`` empty for a matrix, ``row_var`` and ``col_var`` for a vector) is not
+    shown, as torch's namesake keeps no entry for it."""
+    return [(n, a) for n, a in named if a.size != 0 or len(a.shape) != 1]
+
+
 def memory_order(p):
     """None for a contiguous tensor; else the permutation of its dimensions that lists them in
     memory order (``p.permute(perm)`` is contiguous: channels_last's ``(0, 2, 3, 1)``), or a
@@ -206,7 +213,7 @@ class ParameterStates:
             names = self._names(inner, inner_state)
             named = {"weight32": master}
             named.update((n, torch.from_numpy(a)) for n, a in
-                         zip(names, inner.state_arrays(inner_state)))
+                         _used(zip(names, inner.state_arrays(inner_state))))
             named = {n: unordered(a, perm) if a.shape == w.shape else a
                      for n, a in named.items()}
             return ("bfloat16", master.numpy(), inner_state), named
@@ -235,7 +242,7 @@ class ParameterStates:
         if inner.uses_master(w):
             master, state = inner.split_master(state)
             out["weight32"] = master
-        out.update(zip(self._names(inner, state), inner.state_arrays(state)))
+        out.update(_used(zip(self._names(inner, state), inner.state_arrays(state))))
         return out
 
     def _held_views(self, p):

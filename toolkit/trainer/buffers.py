@@ -212,6 +212,15 @@ class Group:
             rl = self._rows_layout = GroupRows(self.offsets, [p.shape for _, p in self.members])
         return rl
 
+    def factored_layout(self):
+        """The segments and work tables of a factored step over this group
+        (``factored_layout.FactoredLayout``), made on first use."""
+        fl = self.__dict__.get("_factored_layout")
+        if fl is None:
+            from ..backends.factored_layout import FactoredLayout
+            fl = self._factored_layout = FactoredLayout([p.shape for _, p in self.members])
+        return fl
+
     def split_state(self, optimizer, state):
         """``(master, inner)`` of a multi-precision state structure, else ``(None, state)``."""
         if self.mp:

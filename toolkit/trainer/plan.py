@@ -303,6 +303,16 @@ class StepWork:
             history = like_weight.pop(2) if len(like_weight) == 3 else None
             if history is None or not np.array_equal(history[0], g.rows_layout().row_offsets):
                 return False
+        if kind == "factored":  # the row, column and vector statistics, laid out per member
+            if len(like_weight) != 5:
+                return False
+            fl = g.factored_layout()
+            for lay, col in zip(like_weight[2:], (4, 5, 6)):
+                size = (fl.r_size, fl.c_size, fl.v_size)[col - 4]
+                offsets = np.append(fl.seg[:, col], size)
+                if lay is None or not np.array_equal(lay[0], offsets):
+                    return False
+            like_weight = like_weight[:2]
         return all(lay is None or np.array_equal(lay[0], g.offsets) for lay in like_weight)
 
     def _compute_dtype(self):
@@ -311,7 +321,9 @@ class StepWork:
     def _run_segmented(self, kind, factory, flats, rows):
         n = len(self.g.members)
         first = next(iter(rows.values()))
-        table = np.zeros((n, 1 + len(first.hyper)), self._compute_dtype())
+        # a factored step's rows are float64 (each value rounded where its rule rounds it)
+        table = np.zeros((n, 1 + len(first.hyper)),
+                         np.float64 if kind == "factored" else self._compute_dtype())
         ks = list(rows)
         table[ks, 0] = 1
         # one conversion of all rows: each float64 rounded to the dtype, as a single call does

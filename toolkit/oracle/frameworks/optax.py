@@ -18,7 +18,8 @@ Dozat's update with a constant momentum ``mu_t = beta1``, which is MXNet's sched
 Schedule-Free AdamW's ``r=0`` and ``lr_bias_correction=False`` (optax's ``schedule_free_adamw``
 has no ``r`` and corrects ``v`` under the root), and Schedule-Free SGD's ``r=0``
 (``schedule_free_sgd``, whose ``b1`` is the toolkit's ``momentum``); their ``warmup_steps`` is
-None for the toolkit's 0. Hyperparameters are handed to optax as Python floats, as users do (JAX
+None for the toolkit's 0; Adafactor's ``epsilon2=1e-3`` (optax's parameter scale has that floor)
+and ``wd=0`` (optax's ``weight_decay_rate`` is not multiplied by the learning rate). Hyperparameters are handed to optax as Python floats, as users do (JAX
 rounds them to the array's precision).
 """
 from __future__ import annotations
@@ -109,6 +110,14 @@ TABLE = (  # checked against the registry by tests/test_audit.py::test_every_ada
      lambda o, lr, wd, h: o.contrib.schedule_free_sgd(
          lr, warmup_steps=h["warmup_steps"] or None, b1=h["momentum"], weight_decay=wd,
          weight_lr_power=h["weight_lr_power"])),
+    # optax.adafactor: Algorithms 4 and 5's statistics (epsilon added to g^2, the paper's
+    # "paper" convention) but factored only where both of a weight's two largest dimensions are
+    # >= min_dim_size_to_factor (128: no weight the oracle draws), the step lr*max(1e-3,
+    # RMS(w)) without the relative step's cap; its weight decay (not times lr) pinned off
+    ("optax.adafactor", "adafactor", {"wd": 0.0, "epsilon2": 1e-3},
+     lambda o, lr, wd, h: o.adafactor(lr, decay_rate=-h["beta2_decay"],
+                                      clipping_threshold=h["clip_threshold"],
+                                      eps=h["epsilon1"])),
 )
 
 

@@ -61,6 +61,10 @@ TRANSLATE = {  # checked against the registry by tests/test_audit.py::test_torch
                                  "decoupled_weight_decay": h["decoupled_weight_decay"]},
               (("", {"decoupled_weight_decay": False}),
                ("decoupled_weight_decay=True", {"decoupled_weight_decay": True}))),
+    "adafactor": (lambda lr, wd, h: {"lr": lr, "weight_decay": wd,
+                                     "beta2_decay": h["beta2_decay"],
+                                     "eps": (h["epsilon1"], h["epsilon2"]),
+                                     "d": h["clip_threshold"]}, (("", {}),)),
     "asgd": (lambda lr, wd, h: {"lr": lr, "weight_decay": wd, "lambd": h["lambd"],
                                 "alpha": h["alpha"], "t0": h["t0"]}, (("", {}),)),
     # no weight decay (the spec fixes wd 0)

@@ -79,8 +79,8 @@ class Traffic(NamedTuple):
     #: ``buffers_moved``)
     first_reads: int     #: a first pass reading the grad and this many of the rw arrays (0: no
     #: first pass): the spec's ``first_pass_reads`` (per-tensor norms, LAMB's direction)
-    bytes: int           #: bytes per element: grad read, rw arrays, float16 weight written, and
-    #: the first pass
+    bytes: int           #: bytes per element: grad read, rw arrays, float16 weight written, the
+    #: first pass and the spec's ``gradient_passes``
 
     @property
     def norm_pass(self):
@@ -100,11 +100,15 @@ def traffic(setting, half):
     rw = 1 + slots + buffers
     first = spec.first_pass_reads(opt, buffers)
     gsize = 2 if half else 4
-    nbytes = gsize + 8 * rw + (2 if half else 0) + ((4 * first + gsize) if first else 0)
+    nbytes = gsize + 8 * rw + (2 if half else 0) + ((4 * first + gsize) if first else 0) + \
+        gsize * spec.gradient_passes
     return Traffic(rw, first, nbytes)
 
 
 def weight_shape(setting, n):
     """The weight's shape for ``n`` elements: a matrix of :data:`ROW_COLS` columns where the
-    spec says its weights are matrices (one accumulator per row), else flat."""
-    return (n // ROW_COLS, ROW_COLS) if spec_of_setting(setting).matrix else (n,)
+    spec says its weights are matrices (one accumulator per row) or its update depends on the
+    rank (``Spec.tensor``), else flat."""
+    spec = spec_of_setting(setting)
+    # (a spec whose update depends on the rank, Adafactor's, steps the matrix: its factored path)
+    return (n // ROW_COLS, ROW_COLS) if spec.matrix or spec.tensor else (n,)

@@ -15,7 +15,8 @@ from . import peers
 from .cases import base_arrays, cpu_case, cuda_case
 from .resnet import many_tensor_shapes, resnet50_shapes, trainer_case
 from .torch_case import TORCH_CASE_OPTIONS, TORCH_CASES, torch_case
-from .settings import CHEAP, DEFAULT_SIZES, DTYPES, HEADLINE, all_settings, traffic
+from .settings import (CHEAP, DEFAULT_SIZES, DTYPES, HEADLINE, all_settings, spec_of_setting,
+                       traffic)
 from .timing import device_sync, measure, paired
 
 __all__ = ["run_suite", "default_out", "machine_info", "loadavg", "TARGETS", "TORCH_TARGET",
@@ -226,6 +227,12 @@ def _run_suite(device, settings, sizes, dtypes, repeats, batch_ms, resnet, resne
         raise RuntimeError("toolkit.backends.jit.COMPILE_OPTIONS not found: cannot turn the "
                            "kernel cache off")
     settings = list(all_settings() if settings is None else settings)
+    if device == "cuda":  # an optimizer whose kernels are the CPU's only (Adafactor) is left out
+        cpu_only = [s for s in settings if not spec_of_setting(s).cuda]
+        if cpu_only:
+            console.print(f"[yellow]left out on cuda (CPU kernels only): "
+                          f"{', '.join(s.label for s in cpu_only)}[/yellow]")
+        settings = [s for s in settings if spec_of_setting(s).cuda]
     sizes = list(DEFAULT_SIZES[device] if sizes is None else sizes)
     torch, why_no_torch = (peers.import_torch() if use_torch
                            else (None, "not used (--no-torch)"))

@@ -1,0 +1,205 @@
+"""The factored kernel kind (``toolkit.backends.cpu_factored``, its work and orders
+``toolkit.backends.factored_layout``): its reduction orders, bit for bit
+against numpy written from the documented orders, through a probe rule that writes each sum
+where it can be read (the rows', the columns', the matrices' denominators, the whole tensor's
+sums of ``w^2`` and ``u^2``); above one chunk (2^20 elements) too, where torch's single-row order
+stops and the chunks' sums are added in order; and one segmented call over many weights equal
+to each weight's own call."""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from toolkit.backends import cpu_factored as cf
+from toolkit.backends import factored_layout as fl
+
+CHUNK = fl.CHUNK
+#: (running sums, elements of a chunk of the whole-tensor sums) per dtype
+ORDER = {np.float64: (4, fl.CHUNK), np.float32: (64, fl.CHUNK32)}
+#: what the probe's update writes into every weight element
+WRITES_SW, WRITES_SU, WRITES_DEN = 0.0, 1.0, 2.0
+
+
+def probe(f):
+    """A factored rule that hands the kernel's sums back: the row and column statistics are
+    their sums of squares, a vector's moment its gradient, ``u`` the gradient (or, with mode
+    ``WRITES_DEN``, its matrix's denominator), and the update writes ``sum w^2``, ``sum u^2``
+    or ``u`` by the row's mode."""
+    def prep(g, hp):
+        return g
+
+    def stat(s, x0, count, hp):
+        return f(s)
+
+    def moment(old, st, hp):
+        return st
+
+    def vstat(g, hp):
+        return g
+
+    def den(s, n, hp):
+        return f(s)
+
+    def estimate(r, c, d, hp):
+        return d
+
+    def direction(g, v, hp):
+        return v if hp[0] == 2.0 else g
+
+    def scales(sw, w0, su, u0, numel, hp):
+        return sw, su
+
+    def apply(w, u, decay, k, hp):
+        if hp[0] == 0.0:
+            return f(decay)
+        if hp[0] == 1.0:
+            return f(k)
+        return u
+    return cf.FactoredRule(prep, stat, moment, vstat, den, estimate, direction, scales, apply)
+
+
+# --- the documented orders, in numpy --------------------------------------------------------
+def fma(a, b, c):
+    return float(Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c)))
+
+
+def row_order(x, lanes=4):
+    """A row's sum of squares in float64: element k of the first len - len % lanes into running
+    sum k % lanes (s + x*x, two roundings), the sums added left to right, then fma(x, x, s) for
+    the rest."""
+    x = np.asarray(x, np.float64).reshape(-1)
+    full = x.size - x.size % lanes
+    sums = [float(np.cumsum(x[j:full:lanes] ** 2)[-1]) if full else 0.0 for j in range(lanes)]
+    s = sums[0]
+    for t in sums[1:]:
+        s = s + t
+    for v in x[full:]:
+        s = fma(v, v, s)
+    return s
+
+
+def cascade(x):
+    """torch's cascade_sum of a contiguous float64 row (aten/src/ATen/native/cpu/SumKernel.cpp):
+    4-wide vectors, four partials of interleaved vectors with four levels of carries every
+    2^max(4, ceil(log2(k))//4) of them, the leftover vectors into partial 0, the partials added
+    left to right; then 0 + the scalar tail, then + each lane."""
+    x = [float(v) for v in np.asarray(x, np.float64).reshape(-1)]
+    if len(x) < 4:
+        s = 0.0
+        for v in x:
+            s = s + v
+        return 0.0 + s
+    vecs = [np.array(x[4 * i:4 * i + 4]) for i in range(len(x) // 4)]
+    k = len(vecs) // 4
+    power = max(4, (1 if k <= 2 else (k - 1).bit_length()) // 4)
+    step = 1 << power
+    acc = [[np.zeros(4) for _ in range(4)] for _ in range(4)]  # [level][partial]
+    i = 0
+    while i + step <= k:
+        for _ in range(step):
+            for j in range(4):
+                acc[0][j] = acc[0][j] + vecs[4 * i + j]
+            i += 1
+        for lev in range(1, 4):
+            for j in range(4):
+                acc[lev][j] = acc[lev][j] + acc[lev - 1][j]
+                acc[lev - 1][j] = np.zeros(4)
+            if i & ((step - 1) << (lev * power)):
+                break
+    while i < k:
+        for j in range(4):
+            acc[0][j] = acc[0][j] + vecs[4 * i + j]
+        i += 1
+    for lev in range(1, 4):
+        for j in range(4):
+            acc[0][j] = acc[0][j] + acc[lev][j]
+    for v in vecs[4 * k:]:
+        acc[0][0] = acc[0][0] + v
+    p = ((acc[0][0] + acc[0][1]) + acc[0][2]) + acc[0][3]
+    s = 0.0
+    for v in x[len(vecs) * 4:]:
+        s = s + v
+    for v in p:
+        s = s + float(v)
+    return 0.0 + s
+
+
+def whole_order(x, m, lanes=4, chunk=CHUNK):
+    """The whole tensor's sum: chunks of whole rows of m (at most ``chunk`` elements), each in
+    the row order, added in order."""
+    x = np.asarray(x, np.float64).reshape(-1)
+    per = max(1, chunk // max(m, 1)) * max(m, 1)
+    parts = [row_order(x[a:a + per], lanes) for a in range(0, x.size, per)]
+    s = parts[0]
+    for p in parts[1:]:
+        s = s + p
+    return s
+
+
+def run(shape, mode, w, g):
+    lay = fl.layout_of(tuple(shape))
+    r, c, v = (np.zeros(k, w.dtype) for k in (lay.r_size, lay.c_size, lay.v_size))
+    w = w.copy()
+    table = np.array([[1.0, mode]])
+    cf.run_segmented(probe, w.reshape(-1), g.reshape(-1), (r, c, v), table, lay)
+    return w, r, c, v
+
+
+#: above one float64 chunk, cascade carries (300 rows), one column, one row, tiny matrices
+#: (stepped many at once), a vector above one float64 chunk, 1 x 1 matrices
+SHAPES = [(1100, 1000), (3, 300, 7), (2, 5, 1), (1, 9), (7, 3), (5, 3, 2), (4097,), (CHUNK + 5,),
+          (3,), (70000, 1, 1)]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_the_sums_are_the_documented_orders(shape, dtype):
+    """float64: torch's orders (4 running sums, chunks of 2^20); float32: the same orders with
+    64 running sums and chunks of 2^16, in float64, each sum rounded to float32 once where the
+    probe stores it."""
+    lanes, chunk = ORDER[dtype]
+    rng = np.random.default_rng(sum(shape))
+    w = (rng.standard_normal(shape) * 10.0 ** rng.uniform(-3, 3, shape)).astype(dtype)
+    g = (rng.standard_normal(shape) * 10.0 ** rng.uniform(-3, 3, shape)).astype(dtype)
+    B, n, m = fl.shape_of(shape)
+    out, r, c, v = run(shape, WRITES_SW, w, g)
+    assert np.all(out == dtype(whole_order(w, m, lanes, chunk)))
+    out, *_ = run(shape, WRITES_SU, w, g)
+    assert np.all(out == dtype(whole_order(g, m, lanes, chunk)))
+    if m == 0:
+        assert np.array_equal(v, g.reshape(-1))
+        return
+    mats = g.reshape(B, n, m).astype(np.float64)
+    assert np.array_equal(r, np.array([row_order(row, lanes) for row in mats.reshape(-1, m)],
+                                      dtype))
+    if m == 1:
+        cols = [row_order(mat[:, 0], lanes) for mat in mats]
+    else:
+        cols = np.cumsum(mats * mats, axis=1)[:, -1, :].reshape(-1)
+    assert np.array_equal(c, np.asarray(cols, dtype))
+    out, *_ = run(shape, WRITES_DEN, w, g)
+    dens = np.array([cascade(rows) for rows in r.reshape(B, n)], dtype)
+    assert np.array_equal(out.reshape(B, n * m), np.repeat(dens, n * m).reshape(B, n * m))
+
+
+def test_one_segmented_call_equals_each_weight_alone():
+    shapes = [(6, 5), (2, 3, 4), (7,), (), (1, 9), (300, 7)]
+    rng = np.random.default_rng(3)
+    ws = [np.asarray(rng.standard_normal(s)) for s in shapes]
+    gs = [np.asarray(rng.standard_normal(s)) for s in shapes]
+    lay = fl.FactoredLayout(shapes)
+    for mode in (WRITES_SW, WRITES_SU, WRITES_DEN):
+        w = np.concatenate([a.reshape(-1) for a in ws])
+        g = np.concatenate([a.reshape(-1) for a in gs])
+        states = (np.zeros(lay.r_size), np.zeros(lay.c_size), np.zeros(lay.v_size))
+        table = np.tile([1.0, mode], (len(shapes), 1))
+        table[3, 0] = 0.0  # the scalar is inactive: left as it is
+        cf.run_segmented(probe, w, g, states, table, lay)
+        start = 0
+        for k, (shape, w0, g0) in enumerate(zip(shapes, ws, gs)):
+            size = w0.size
+            alone = w0.reshape(-1) if k == 3 else run(shape, mode, w0, g0)[0].reshape(-1)
+            assert np.array_equal(w[start:start + size], alone), (mode, shape)
+            start += size
