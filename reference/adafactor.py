@@ -45,7 +45,6 @@ same three slots.
 """
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
@@ -127,7 +126,7 @@ def estimate(row, col, convention="paper", eps1=0.0):
 
 def _rms(x):
     """``RMS(x) = sqrt(sum(x^2)/size)``, as torch forms it: ``|x|/sqrt(size)``."""
-    return np.sqrt(np.sum(x * x)) / math.sqrt(max(int(np.size(value_of(x))), 1))
+    return np.sqrt(np.sum(x * x)) / float(max(int(np.size(value_of(x))), 1)) ** 0.5
 
 
 def value_of(x):
@@ -162,7 +161,7 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     whole = "unfactored" in forms or not factored(shape)
     # the host's double-precision constants, handed to the weight's precision
     omb = handed_to(host_double(float(t) ** decay, w), w)           # 1 - beta2hat_t
-    rho = min(float(lr), 1.0 / math.sqrt(t))                        # relative step, section 8
+    rho = min(float(lr), 1.0 / float(t) ** 0.5)                     # relative step, section 8
     if "no_relative_step" in forms:
         rho = float(lr)
     alpha = np.maximum(eps2, _rms(w)) * rho                          # Algorithm 4, line 2

@@ -149,3 +149,27 @@ def test_epsilon1_none_is_the_dtypes_eps():
     assert opt.epsilon1_for(np.float64) == float(np.finfo(np.float64).eps)
     assert optimizer.create("adafactor", convention="paper").epsilon1_for(np.float32) == 1e-30
     assert optimizer.create("adafactor", epsilon1=1e-5).epsilon1_for(np.float64) == 1e-5
+
+
+@pytest.mark.parametrize("t0, lr, shape", [(11270, 1e-2, (5, 7)), (5578, 1.0, (5, 7)),
+                                           (3, 1e-2, (5579,)), (3, 1e-2, (3, 2793))])
+def test_torchs_powers_not_square_roots(t0, lr, shape):
+    """torch forms ``1/step**0.5`` and ``numel()**0.5`` with ``pow``, one ulp from ``sqrt`` at
+    some counts (11271, 5579) and sizes (5579 elements): the toolkit forms them so too (found
+    by review: torch's state at step 11270, one step more)."""
+    import toolkit.torch as tt
+    rng = np.random.default_rng(5)
+    w0 = torch.from_numpy(rng.standard_normal(shape))
+    g = torch.from_numpy(rng.standard_normal(shape))
+    pa, pb = torch.nn.Parameter(w0.clone()), torch.nn.Parameter(w0.clone())
+    a, b = torch.optim.Adafactor([pa], lr=lr), tt.Adafactor([pb], lr=lr)
+    pa.grad = g.clone()
+    a.step()
+    a.state[pa]["step"].fill_(t0)
+    b.load_state_dict(a.state_dict())  # torch's state, at count t0
+    pb.data.copy_(pa.data)
+    for _ in range(2):
+        pa.grad, pb.grad = g.clone(), g.clone()
+        a.step()
+        b.step()
+    assert torch.equal(pa, pb)

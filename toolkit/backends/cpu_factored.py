@@ -28,7 +28,8 @@ from numba import prange, types
 from numba.np.unsafe.ndarray import to_fixed_tuple
 
 from . import jit
-from .factored_layout import LANES, LANES_OF, LARGE, VECTOR, layout_of
+from .cpu_factored_sums import CASCADE, lanes_of, plain
+from .factored_layout import LANES_OF, LARGE, VECTOR, layout_of
 from .jit import NUMBA_TYPES, cached, compile_kernel, fma, inlined
 
 __all__ = ["FactoredRule", "factored_kernel", "run_factored", "run_segmented"]
@@ -55,104 +56,17 @@ class FactoredRule(NamedTuple):
     apply: object
 
 
-@inlined
-def _add_four(acc, x, base):
-    """Vectors ``j`` = 0..3 of 4 at ``x[base:]`` into partial ``j`` of level 0."""
-    for j in range(4):
-        for k in range(LANES):
-            acc[0, j, k] = acc[0, j, k] + np.float64(x[base + j * LANES + k])
-
-
-def _cascade(x, a, count):
-    """``sum x[a:a+count]`` in float64 as torch's ``cascade_sum`` adds a contiguous row
-    (aten/src/ATen/native/cpu/SumKernel.cpp): 4-wide vectors summed four at a time (element
-    ``k`` of vector ``4i + j`` into lane ``k`` of partial ``j``) with four levels of pairwise
-    carries once there are 16 or more of each (``multi_row_sum``), the vectors left over into
-    partial 0, the partials added left to right; then ``0 +`` the scalar tail in order, the
-    four lanes in order. Fewer than 4 elements: the same over scalars."""
-    if count < LANES:
-        s = 0.0
-        for k in range(count):
-            s = s + np.float64(x[a + k])
-        return 0.0 + s
-    nvec = count // LANES
-    size = nvec // 4
-    levels = 4
-    c = 1
-    while (1 << c) < size:
-        c += 1
-    power = max(4, (c if size > 2 else 1) // levels)
-    step = 1 << power
-    mask = step - 1
-    acc = np.zeros((levels, 4, LANES))
-    i = 0
-    while i + step <= size:
-        for _ in range(step):
-            _add_four(acc, x, a + 4 * i * LANES)
-            i += 1
-        for lev in range(1, levels):
-            for j in range(4):
-                for k in range(LANES):
-                    acc[lev, j, k] = acc[lev, j, k] + acc[lev - 1, j, k]
-                    acc[lev - 1, j, k] = 0.0
-            if (i & (mask << (lev * power))) != 0:
-                break
-    while i < size:
-        _add_four(acc, x, a + 4 * i * LANES)
-        i += 1
-    for lev in range(1, levels):
-        for j in range(4):
-            for k in range(LANES):
-                acc[0, j, k] = acc[0, j, k] + acc[lev, j, k]
-    for v in range(size * 4, nvec):   # the vectors left over: into partial 0
-        for k in range(LANES):
-            acc[0, 0, k] = acc[0, 0, k] + np.float64(x[a + v * LANES + k])
-    for j in range(1, 4):
-        for k in range(LANES):
-            acc[0, 0, k] = acc[0, 0, k] + acc[0, j, k]
-    s = 0.0
-    for k in range(nvec * LANES, count):
-        s = s + np.float64(x[a + k])
-    for k in range(LANES):
-        s = s + acc[0, 0, k]
-    return 0.0 + s
-
-
-def _lanes_of(prep, lanes):
-    """``lanes_sum(x, a, count, hp)``: ``sum prep(x[a:a+count])^2`` in the row order (module
-    docstring) with ``lanes`` running sums: element ``k`` of the first ``count - count % lanes``
-    into sum ``k % lanes`` (``s + x*x``), the sums added left to right, ``fma(x, x, s)`` for
-    the rest."""
-    def lanes_sum(x, a, count, hp):
-        y = x[a:a + count]  # a view of its own: the loops vectorise (offsets into x do not)
-        full = count - count % lanes
-        acc = np.zeros(lanes)
-        for k in range(0, full, lanes):
-            for j in range(lanes):
-                v = np.float64(prep(y[k + j], hp))
-                acc[j] = acc[j] + v * v
-        s = acc[0]
-        for j in range(1, lanes):
-            s = s + acc[j]
-        for k in range(full, count):
-            v = np.float64(prep(y[k], hp))
-            s = fma(v, v, s)
-        return s
-    return inlined(lanes_sum)
-
-
-def _plain(x, hp):
-    return x
-
-
-def _loop(rule, n_hyper, lanes):
+def _passes(rule, n_hyper, lanes):
+    """The passes of a factored step, each a plain function compiled on its own (on first use,
+    by :func:`factored_kernel`): a step compiles only the passes its segments need, each far
+    faster to compile than one function holding them all (measured: 28 s serial, 65 s
+    parallel for the one function, float32)."""
     prep, stat, moment, vstat, den_of, estimate, direction, scales, apply = rule
-    row_sum = _lanes_of(prep, lanes)
-    flat_sum = _lanes_of(inlined(_plain), lanes)
-    cascade = inlined(_cascade)
+    row_sum = lanes_of(prep, lanes)
+    flat_sum = lanes_of(plain, lanes)
+    cascade = CASCADE  # (a function of its own, not inlined: compiled once, not per pass)
 
-    def step(w, g, r, c, v, u, seg, elems, tiny, blocks, rows, cols, sums, flat, table, dens):
-        den = np.empty(dens, w.dtype)
+    def elems_pass(g, r, c, v, u, seg, elems, table):
         # 1. statistics and the direction u (into u): vectors and one-element matrices, element
         # by element
         for k in prange(elems.shape[0]):
@@ -183,6 +97,8 @@ def _loop(rule, n_hyper, lanes):
                 for e in range(z - a):
                     d = den_of(0.0 + np.float64(rk[e]), 1, hp)
                     uk[e] = direction(prep(gk[e], hp), estimate(rk[e], ck[e], d, hp), hp)
+
+    def tiny_pass(g, r, c, u, seg, tiny, table):
         # tiny matrices (fewer than 4 rows and columns), many at once: position p of matrix
         # bb gathered in G[p, bb], so that every line below is a loop over bb that vectorises;
         # each row and column is all "tail" in the row order (fma after fma), each column of
@@ -268,14 +184,15 @@ def _loop(rule, n_hyper, lanes):
                 Cj = C[j]
                 for bb in range(nb):
                     ck[bb * m + j] = Cj[bb]
+
+    def blocks_pass(g, r, c, u, seg, blocks, table):
         # small matrices, one at a time: rows, columns, denominator, then u
         for k in prange(blocks.shape[0]):
             s = blocks[k, 0]
             if table[s, 0] == 0.0:
                 continue
             hp = to_fixed_tuple(table[s, 1:], n_hyper)
-            wo, n, m, ro, co, do = seg[s, 0], seg[s, 2], seg[s, 3], seg[s, 4], seg[s, 5], \
-                seg[s, 7]
+            wo, n, m, ro, co = seg[s, 0], seg[s, 2], seg[s, 3], seg[s, 4], seg[s, 5]
             acc = np.zeros(m)
             for b in range(blocks[k, 1], blocks[k, 2]):
                 e0 = wo + b * n * m
@@ -294,13 +211,14 @@ def _loop(rule, n_hyper, lanes):
                     c[co + b * m + j] = moment(c[co + b * m + j], stat(
                         t, prep(g[e0 + j], hp), n, hp), hp)
                 d = den_of(cascade(r, ro + b * n, n), n, hp)
-                den[do + b] = d
                 for i in range(n):
                     rq = r[ro + b * n + i]
                     a = e0 + i * m
                     for j in range(m):
                         u[a + j] = direction(prep(g[a + j], hp),
                                              estimate(rq, c[co + b * m + j], d, hp), hp)
+
+    def rows_pass(g, r, seg, rows, table):
         # large matrices: rows, then blocks of columns, then each matrix's denominator
         for k in prange(rows.shape[0]):
             s = rows[k, 0]
@@ -312,6 +230,8 @@ def _loop(rule, n_hyper, lanes):
                 a = wo + q * m
                 r[ro + q] = moment(r[ro + q], stat(row_sum(g, a, m, hp), prep(g[a], hp), m, hp),
                                    hp)
+
+    def cols_pass(g, c, seg, cols, table):
         for k in prange(cols.shape[0]):
             s = cols[k, 0]
             if table[s, 0] == 0.0:
@@ -336,6 +256,8 @@ def _loop(rule, n_hyper, lanes):
             for j in range(j0, j1):
                 c[co + b * m + j] = moment(c[co + b * m + j], stat(
                     acc[j - j0], prep(g[e0 + j], hp), n, hp), hp)
+
+    def dens_pass(r, seg, table, den):
         for s in range(seg.shape[0]):
             if seg[s, 8] != LARGE or table[s, 0] == 0.0:
                 continue
@@ -343,6 +265,8 @@ def _loop(rule, n_hyper, lanes):
             n, ro, do = seg[s, 2], seg[s, 4], seg[s, 7]
             for b in range(seg[s, 1]):
                 den[do + b] = den_of(cascade(r, ro + b * n, n), n, hp)
+
+    def dirs_pass(g, r, c, u, seg, rows, table, den):
         for k in prange(rows.shape[0]):
             s = rows[k, 0]
             if table[s, 0] == 0.0:
@@ -356,8 +280,9 @@ def _loop(rule, n_hyper, lanes):
                 gq, uq, cq = g[a:a + m], u[a:a + m], c[cb:cb + m]
                 for j in range(m):
                     uq[j] = direction(prep(gq[j], hp), estimate(rq, cq[j], d, hp), hp)
+
+    def sums_pass(w, u, seg, sums, table, part):
         # 2. the whole tensors' sums of w^2 and u^2, chunk by chunk
-        part = np.zeros((sums.shape[0], 2))
         for k in prange(sums.shape[0]):
             s = sums[k, 0]
             if table[s, 0] == 0.0:
@@ -367,7 +292,8 @@ def _loop(rule, n_hyper, lanes):
             count = sums[k, 2] - sums[k, 1]
             part[k, 0] = flat_sum(w, a, count, hp)
             part[k, 1] = flat_sum(u, a, count, hp)
-        coef = np.zeros((seg.shape[0], 2))
+
+    def coef_pass(w, u, seg, sums, table, part, coef):
         k = 0
         while k < sums.shape[0]:
             s = sums[k, 0]
@@ -382,6 +308,8 @@ def _loop(rule, n_hyper, lanes):
             hp = to_fixed_tuple(table[s, 1:], n_hyper)
             wo, B, n, m = seg[s, 0], seg[s, 1], seg[s, 2], seg[s, 3]
             coef[s, 0], coef[s, 1] = scales(sw, w[wo], su, u[wo], B * n * max(m, 1), hp)
+
+    def apply_pass(w, u, seg, flat, table, coef):
         # 3. the update
         for k in prange(flat.shape[0]):
             s = flat[k, 0]
@@ -394,24 +322,36 @@ def _loop(rule, n_hyper, lanes):
             for e in range(z - a):
                 wk[e] = apply(wk[e], uk[e], decay, kk, hp)
 
-    return step
+
+    return {"elems": elems_pass, "tiny": tiny_pass, "blocks": blocks_pass, "rows": rows_pass,
+            "cols": cols_pass, "dens": dens_pass, "dirs": dirs_pass, "sums": sums_pass,
+            "coef": coef_pass, "apply": apply_pass}
 
 
-def factored_kernel(factory, n_hyper: int, dtype, parallel: bool):
-    """The compiled factored step of ``factory``'s rule for ``dtype`` (cached per process):
-    ``(w, g, r, c, v, u, seg, elems, tiny, blocks, rows, cols, sums, flat, table, dens)`` over the
-    segments of a :class:`FactoredLayout`, ``u`` a scratch array like ``w``, ``table`` one
-    float64 ``(active, *hp)`` row per segment."""
+#: each pass's argument types, by name (``a``: an array of the weight's dtype, ``i``: a work
+#: table, ``h``: the float64 rows, ``f``: a float64 matrix, ``d``: a vector of the dtype)
+_SIGNATURES = {"elems": "aaaaaiih", "tiny": "aaaaiih", "blocks": "aaaaiih", "rows": "aaiih",
+               "cols": "aaiih", "dens": "aihd", "dirs": "aaaaiihd", "sums": "aaiihf",
+               "coef": "aaiihff", "apply": "aaiihf"}
+#: passes that loop over one segment at a time on one thread (no parallel variant)
+_SERIAL = ("dens", "coef")
+
+
+def factored_kernel(factory, name, n_hyper: int, dtype, parallel: bool):
+    """The compiled pass ``name`` (:data:`_SIGNATURES`) of ``factory``'s rule for ``dtype``
+    (cached per process, compiled on first use)."""
     dtype = np.dtype(dtype)
-    key = ("factored", factory, n_hyper, dtype, bool(parallel))
+    parallel = bool(parallel) and name not in _SERIAL
+    key = ("factored", name, factory, n_hyper, dtype, parallel)
 
     def build():
         arr = NUMBA_TYPES[dtype][::1]
-        ints = types.int64[:, ::1]
-        sig = types.void(arr, arr, arr, arr, arr, arr, types.int64[:, ::1], ints, ints, ints,
-                         ints, ints, ints, ints, types.float64[:, ::1], types.int64)
+        kinds = {"a": arr, "d": arr, "i": types.int64[:, ::1], "h": types.float64[:, ::1],
+                 "f": types.float64[:, ::1]}
+        sig = types.void(*(kinds[k] for k in _SIGNATURES[name]))
         rule = FactoredRule(*(inlined(fn) for fn in factory(dtype.type)))
-        return compile_kernel(sig, parallel)(_loop(rule, n_hyper, LANES_OF[dtype]))
+        fn = _passes(rule, n_hyper, LANES_OF[dtype])[name]
+        return compile_kernel(sig, parallel)(fn)
     return cached(key, build)
 
 
@@ -439,20 +379,41 @@ def _scratch(size, dtype):
 
 
 def run_segmented(factory, weight, grad, states, table, layout):
-    """One factored call over flat C-contiguous buffers: ``weight`` and ``grad`` holding the
-    segments of ``layout`` (a :class:`FactoredLayout`) end to end, ``states`` the flat row,
-    column and vector statistics laid out as it says, ``table`` one float64
-    ``(active, *hp)`` row per segment."""
+    """One factored step over flat C-contiguous buffers: ``weight`` and ``grad`` holding the
+    segments of ``layout`` (a :class:`~toolkit.backends.factored_layout.FactoredLayout`) end to
+    end, ``states`` the flat row, column and vector statistics laid out as it says, ``table``
+    one float64 ``(active, *hp)`` row per segment. Runs the passes whose work tables are not
+    empty, in order."""
     if layout.size == 0:
         return
     dtype = weight.dtype
     parallel = layout.size >= jit.PARALLEL_THRESHOLD
-    kernel = factored_kernel(factory, table.shape[1] - 1, dtype, parallel)
+    table = np.ascontiguousarray(table, np.float64)
+    nh = table.shape[1] - 1
     r, c, v = (a if a.size else _empty(dtype) for a in states)
-    kernel(weight, grad, r, c, v, _scratch(layout.size, dtype), layout.seg, layout.elems,
-           layout.tiny, layout.blocks, layout.rows, layout.cols, layout.sums_of(dtype),
-           layout.flat,
-           np.ascontiguousarray(table, np.float64), layout.dens)
+    u = _scratch(layout.size, dtype)
+    seg = layout.seg
+
+    def run(name, *args):
+        factored_kernel(factory, name, nh, dtype, parallel)(*args)
+    if layout.elems.shape[0]:
+        run("elems", grad, r, c, v, u, seg, layout.elems, table)
+    if layout.tiny.shape[0]:
+        run("tiny", grad, r, c, u, seg, layout.tiny, table)
+    if layout.blocks.shape[0]:
+        run("blocks", grad, r, c, u, seg, layout.blocks, table)
+    if layout.rows.shape[0]:
+        den = np.empty(max(layout.dens, 1), dtype)
+        run("rows", grad, r, seg, layout.rows, table)
+        run("cols", grad, c, seg, layout.cols, table)
+        run("dens", r, seg, table, den)
+        run("dirs", grad, r, c, u, seg, layout.rows, table, den)
+    sums = layout.sums_of(dtype)
+    part = np.zeros((sums.shape[0], 2))
+    coef = np.zeros((seg.shape[0], 2))
+    run("sums", weight, u, seg, sums, table, part)
+    run("coef", weight, u, seg, sums, table, part, coef)
+    run("apply", weight, u, seg, layout.flat, table, coef)
 
 
 def run_factored(factory, weight, grad, states, hyper):

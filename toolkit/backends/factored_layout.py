@@ -13,7 +13,7 @@ Every sum has a fixed order that no thread count changes. In float64 it is the o
 * a column of a matrix with more than one column (``dim=-2``): ``s + x*x`` down the rows (one
   column: the row order);
 * the row statistics of a matrix (``mean(dim=-2)``): torch's ``cascade_sum`` of 4-wide vectors
-  (``cpu_factored._cascade``);
+  (``cpu_factored_sums.CASCADE``);
 * a whole tensor in chunks of :data:`CHUNK` elements (whole rows), each as a row, the chunks'
   sums then added in order: one chunk below ``CHUNK``, where the sums are torch's.
 

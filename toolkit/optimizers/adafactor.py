@@ -55,6 +55,8 @@ class AdafactorRow(NamedTuple):
     rho: float         #: min(lr, 1/sqrt(t))
     d: float           #: the clipping threshold
     decay: float       #: 1 - lr*wd
+    root: float        #: numel**0.5, formed on the host as torch forms it (pow: numba would
+    #: take x**0.5 for sqrt, one ulp away at some sizes, 5579 elements among them)
 
 
 def _norm_of(f):
@@ -88,7 +90,7 @@ def _scales_of(f):
 
     def scales(sw, w0, su, u0, numel, hp):
         p = AdafactorRow(*hp)
-        root = math.sqrt(wide(numel))
+        root = p.root
         rms = wide(norm(sw, w0, numel)) / root
         alpha = (rms if rms > p.eps2 else p.eps2) * p.rho
         x = wide(norm(su, u0, numel)) / (root * p.d)
@@ -289,18 +291,22 @@ class Adafactor(Optimizer):
         return {**self.reference_hyper(), "epsilon1": self.epsilon1_for(dtype)}
 
     # --- the step ---------------------------------------------------------------------------
-    def factored_row(self, t, lr, wd, dtype):
-        """``(factory, row)`` of a step at count ``t`` with ``lr`` and ``wd`` on weights of
-        ``dtype`` (the float64 :class:`AdafactorRow`)."""
+    def factored_row(self, t, lr, wd, dtype, numel):
+        """``(factory, row)`` of a step at count ``t`` with ``lr`` and ``wd`` on a weight of
+        ``numel`` elements of ``dtype`` (the float64 :class:`AdafactorRow`)."""
         eps1 = self.epsilon1_for(dtype)
         omb = float(t) ** self.beta2_decay
         c = self.clip_gradient
         return _RULES[self.convention], AdafactorRow(
             rescale=self.rescale_grad, clip_bound=-1.0 if c is None else c, omb=omb,
             beta=1.0 - omb, eps1=eps1, eps1sq=eps1 * eps1, eps2=self.epsilon2,
-            rho=min(lr, 1.0 / math.sqrt(t)), d=self.clip_threshold, decay=1.0 - lr * wd)
+            # torch's 1/(step**0.5): pow, one ulp from sqrt at some counts (t = 5579, 11271)
+            rho=min(lr, 1.0 / (float(t) ** 0.5)), d=self.clip_threshold, decay=1.0 - lr * wd,
+            root=float(numel) ** 0.5)
 
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         # epsilon1=None takes the dtype the kernel computes in (float32 for float16 weights)
-        factory, row = self.factored_row(t, lr, wd, arrays.describe(weight).dtype)
+        d = arrays.describe(weight)
+        numel = int(np.prod(d.shape, dtype=np.int64))
+        factory, row = self.factored_row(t, lr, wd, d.dtype, numel)
         return launches.factored(factory, weight, grad, self.state_arrays(state), row)
