@@ -94,12 +94,23 @@ def is_builtin(name):
     return klass is not None and klass.__module__.startswith("toolkit.optimizers.")
 
 
+def launch_kind(opt):
+    """The kind of the first launch of ``opt``'s step on a 3 x 4 float32 weight
+    (``toolkit.backends.launches``)."""
+    from toolkit.backends import cpu, launches
+    w = np.ones((3, 4), np.float32)
+    state = opt.create_state(0, w)
+    step = opt._kernel_step(0, w, np.ones_like(w), state, 1, 0.1, 0.0)
+    return launches.collect(step, cpu.LAUNCHER)[0].kind
+
+
 def step_kinds(name, kw=None):
-    """The paths a step of ``optimizer.create(name, **kw)`` takes, read from its class and its
-    spec: ``"<n> states"`` (``state_slots()``), ``"noise"`` (``Spec.noise``), ``"first pass"``
-    (``Spec.first_pass_reads``: per-tensor norms or LAMB's direction), ``"row rule"`` (a state
-    not shaped like the weight), and ``"kernel"`` or ``"python op"`` (MXNet's kind,
-    ``mxnet_kernel``). A test that samples configurations checks that they cover the kinds it
+    """The paths a step of ``optimizer.create(name, **kw)`` takes, read from its class, its
+    spec and its launch: ``"<n> states"`` (``state_slots()``), ``"noise"`` (``Spec.noise``),
+    ``"first pass"`` (``Spec.first_pass_reads``: per-tensor norms or LAMB's direction),
+    ``"factored"`` and ``"matrix"`` (launches of those kinds: Adafactor's, Muon's), ``"row
+    rule"`` (another state not shaped like the weight), and ``"kernel"`` or ``"python op"``
+    (MXNet's kind, ``mxnet_kernel``). A test that samples configurations checks that they cover the kinds it
     means to, so a sample needs no edit when an optimizer is added."""
     opt = create(name, **(kw or {}))
     spec, klass = spec_of(name), type(opt)
@@ -108,7 +119,10 @@ def step_kinds(name, kw=None):
         kinds.add("noise")
     if spec.first_pass_reads(opt):
         kinds.add("first pass")
-    if not klass.state_like_weight:
+    kind = launch_kind(opt)
+    if kind in ("factored", "matrix"):
+        kinds.add(kind)
+    elif not klass.state_like_weight:
         kinds.add("row rule")
     return frozenset(kinds)
 

@@ -368,7 +368,8 @@ def _torch_adapters():
 @pytest.mark.parametrize("adapter", _torch_adapters(), ids=lambda a: a.label)
 def test_torch_adapters_pass_the_pytorch_convention(adapter):
     """Every adapter in float32 (and the default implementation in float64, but NAdam: see
-    below, and ASGD, whose float32 eta and mu are named) computes torch's documented update: few examples, the full audit is mxopt audit.
+    below, ASGD, whose float32 eta and mu are named, and Muon, whose bfloat16 iteration is)
+    computes torch's documented update: few examples, the full audit is mxopt audit.
     Centered RMSprop with an ordinary gamma1 (its NaN for gamma1 -> 0 is a finding of its own,
     tests/test_oracle.py)."""
     fixed = dict(adapter.fixed)
@@ -382,6 +383,11 @@ def test_torch_adapters_pass_the_pytorch_convention(adapter):
         if dtype == "float64" and adapter.optimizer == "asgd":
             # eta and mu held in float32 (docs/conformance.md, finding 12): named
             assert not r.passed and r.explanation.variant == "scalars_f32", r.summary
+            continue
+        if adapter.optimizer == "muon":
+            # torch runs Muon's Newton-Schulz iteration in bfloat16 whatever the weight's dtype
+            # (docs/conformance.md, finding 16): named as the variant
+            assert not r.passed and r.explanation.variant == "bfloat16", r.summary
             continue
         if not r.passed and r.explanation is not None and r.explanation.variant == "lerp":
             # torch's exp_avg.lerp_, docs/conformance.md's finding (torch.optim.Adam fails the
@@ -494,7 +500,9 @@ def test_optax_audit_float32_and_float64(monkeypatch):
     float32 (no bias correction; float32 is the warmup's own precision) the lag alone
     (``warmup_lag``), and ``adafactor``, in float32 the paper's statistics unfactored on every
     weight the oracle draws with its step ``lr`` uncapped (``unfactored+no_relative_step``), in
-    float64 another algorithm (a float64 weight comes back float32, finding 15);
+    float64 another algorithm (a float64 weight comes back float32, finding 15), and
+    ``contrib.muon``, another algorithm (Adam's bias correction in its Nesterov mix, no shape
+    scaling of its step; finding 16);
     float64 through the subprocess with JAX's x64 switch."""
     monkeypatch.setattr(conformance, "WORKER_TIMEOUT", 600)
     # 6 examples (3 in the usual domain): the index-keyed search's usual cases at seed 0 reach
@@ -541,6 +549,11 @@ def test_optax_audit_float32_and_float64(monkeypatch):
             else:  # a float64 weight comes back float32 (its decay is a float32 array,
                 # optax/_src/factorized.py: t = jnp.array(i + 1, jnp.float32))
                 assert r.explanation.startswith("algorithm:"), r
+        elif r.label == "optax.contrib.muon":
+            # its momentum bias-corrected as Adam's, which changes the Nesterov mix, and its
+            # step lr*O unscaled by the matrix's shape (docs/conformance.md, finding 16)
+            assert not r.passed and r.convention is None, r
+            assert r.explanation.startswith("algorithm:"), r
         elif r.label == "optax.rprop":
             # each update applied a step late, the first step moving nothing, and the step
             # size unclamped where no sign is seen: both at once (docs/conformance.md, 11)

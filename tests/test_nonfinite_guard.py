@@ -75,7 +75,7 @@ def test_finite_segments_one_flag_per_segment(dtype):
 GUARDED = [  # checked against the registry by test_samples_cover_every_kind_of_step
     ("sgd", {"momentum": 0.9}), ("adam", {}), ("nadam", {}), ("ftml", {}),
     ("lbsgd", {"momentum": 0.9, "warmup_strategy": "lars"}), ("sgld", {}), ("lamb", {}),
-    ("ftrl", {}), ("groupadagrad", {}),
+    ("ftrl", {}), ("groupadagrad", {}), ("adafactor", {}), ("muon", {}),
     ("nadam", {"convention": "pytorch"})]   # its products per index (a dict on the optimizer)
 
 
@@ -193,7 +193,8 @@ SHAPES = [(3, 4), (order.CHUNK + 9, 2), (5, 1), (2, 7), (40, 3)]   # one spans s
 TRAINER = [  # checked against the registry by test_samples_cover_every_kind_of_step
     ("sgd", {"momentum": 0.9}), ("adam", {}), ("nadam", {}), ("sgld", {}),
     ("lbsgd", {"momentum": 0.9, "warmup_strategy": "lars"}), ("lamb", {}),
-    ("groupadagrad", {"eps": 1e-3}), ("ftrl", {}), ("ftml", {})]
+    ("groupadagrad", {"eps": 1e-3}), ("ftrl", {}), ("ftml", {}), ("adafactor", {}),
+    ("muon", {})]
 
 
 def test_samples_cover_every_kind_of_step():

@@ -298,6 +298,10 @@ TORCH_CASES = {  # checked against the registry by test_torch_cases_are_the_pyto
     "adafactor": ("Adafactor", lambda h: {"beta2_decay": h["beta2_decay"],
                                           "eps": (h["epsilon1"], h["epsilon2"]),
                                           "d": h["clip_threshold"]}, {}),
+    "muon": ("Muon", lambda h: {"momentum": h["momentum"], "nesterov": h["nesterov"],
+                                "ns_coefficients": tuple(h["ns_coefficients"]),
+                                "eps": h["epsilon"], "ns_steps": h["ns_steps"],
+                                "adjust_lr_fn": h["adjust_lr"]}, {}),
 }
 #: optimizers whose update is PyTorch's but that oracle.verify does not run against torch.optim
 #: here (a known gap): their reference's pytorch branch is run against torch.optim in
@@ -328,7 +332,15 @@ def test_torch_optimizers_pass_as_pytorch(name, dtype):
     if (name, dtype) in SCALARS_F32_CAUGHT:
         assert not r.passed and r.explanation.variant == "scalars_f32", r.summary
         return
+    if name in BFLOAT16_CAUGHT:
+        assert not r.passed and r.explanation.variant == "bfloat16", r.summary
+        return
     assert r.passed, r.summary
+
+
+#: torch.optim.Muon runs its Newton-Schulz iteration in bfloat16 whatever the parameter's dtype:
+#: far beyond both dtypes' bounds, named (docs/conformance.md, finding 16)
+BFLOAT16_CAUGHT = {"muon"}
 
 
 #: torch.optim.ASGD holds eta and mu in float32 (tensors of its default dtype) whatever the

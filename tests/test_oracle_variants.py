@@ -179,7 +179,7 @@ def test_a_reference_form_is_checked_against_its_convention():
 
 def test_every_variant_is_declared_by_the_optimizer_it_is_planted_in():
     # Adam declares every variant but NAdam's, Lion's, ADOPT's, RAdam's, AdaBelief's,
-    # Rprop's, ASGD's, Schedule-Free AdamW's and Adafactor's own
+    # Rprop's, ASGD's, Schedule-Free AdamW's, Adafactor's and Muon's own
     # (planted in tests/test_oracle_variants_more.py)
     assert set(spec_of(PLANTED_IN).variants) == set(PLANTED)
     assert set(VARIANTS) - set(PLANTED) == {"schedule_product_f32", "momentum_first",
@@ -188,7 +188,8 @@ def test_every_variant_is_declared_by_the_optimizer_it_is_planted_in():
                                             "backtracking", "no_forget", "unclamped_kept",
                                             "lag", "scalars_f32", "no_decay", "warmup_lag",
                                             "warmup_f32", "unfactored", "rms_after_decay",
-                                            "no_update_clipping", "no_relative_step"}
+                                            "no_update_clipping", "no_relative_step",
+                                            "bfloat16"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -214,7 +215,7 @@ def test_every_variant_is_named_when_planted(variant):
 
 def test_rounding_variants_and_written_variants_read_differently():
     rounding = {"hyper_f32", "hyper_f64", "constants_in_dtype", "lerp", "schedule_product_f32",
-                "scalars_f32"}
+                "scalars_f32", "bfloat16"}
     assert {n for n, v in VARIANTS.items() if v.rounding} == rounding
 
 

@@ -557,6 +557,43 @@ def make_adafactor(variant=None):
     return make
 
 
+def make_muon(variant=None):
+    """torch.optim.Muon's update (reference/muon.py, "pytorch") in numpy, in the weight's dtype
+    (the norm in float64); ``variant="bfloat16"``: its iteration in bfloat16, as torch runs it
+    (each product accumulated in float32 and rounded once, ``reference.muon.bf16``)."""
+    from reference.muon import bf16
+
+    def make(w, learning_rate, wd, rescale_grad, clip_gradient, momentum, nesterov,
+             ns_coefficients, epsilon, ns_steps, adjust_lr):
+        w = w.copy()
+        f = w.dtype.type
+        buf = np.zeros_like(w)
+        n, m = w.shape
+        scale = 0.2 * math.sqrt(max(n, m)) if adjust_lr == "match_rms_adamw" else \
+            math.sqrt(max(1, n / m))
+        rnd = (lambda x: bf16(x).astype(np.float32)) if variant == "bfloat16" else \
+            (lambda x: x)
+
+        def step(g):
+            g = _clip(f(rescale_grad) * g, None if clip_gradient is None else f(clip_gradient))
+            buf[...] = buf + f(1.0 - momentum) * (g - buf)
+            u = g + f(momentum) * (buf - g) if nesterov else buf.copy()
+            X = rnd(u.astype(np.float32) if variant == "bfloat16" else u)
+            X = X.T if n > m else X
+            norm = rnd(np.float64(math.sqrt(float(np.sum(np.square(X, dtype=np.float64))))))
+            X = rnd(X / X.dtype.type(max(norm, epsilon)))
+            a, b, c = (X.dtype.type(k) for k in ns_coefficients)
+            for _ in range(ns_steps):
+                A = rnd(X @ X.T)
+                B = rnd(b * A + c * (A @ A))
+                X = rnd(a * X + B @ X)
+            X = X.T if n > m else X
+            w[...] = w * f(1.0 - learning_rate * wd) - f(learning_rate * scale) * X.astype(f)
+            return w
+        return step
+    return make
+
+
 MAKERS = {  # checked against the registry by tests/test_oracle_variants_more.py::test_every_declared_variant_is_planted
     ("adamax", "guide"): make_adamax, ("adamax", "mxnet"): make_adamax_mxnet,
     ("nadam", "mxnet"): make_nadam,
@@ -574,6 +611,7 @@ MAKERS = {  # checked against the registry by tests/test_oracle_variants_more.py
     ("adamwschedulefree", "paper"): make_adamwschedulefree,
     ("sgdschedulefree", "paper"): make_sgdschedulefree,
     ("adafactor", "pytorch"): make_adafactor,
+    ("muon", "pytorch"): make_muon,
 }
 #: weight decay and clipping both on, so that their order shows
 WD_CLIP = dict(learning_rate=0.1, wd=0.05, rescale_grad=1.0, clip_gradient=0.5)
@@ -689,6 +727,8 @@ PLANTED = {  # checked against the registry by tests/test_oracle_variants_more.p
                                                **NO_CLIP), None),
     # optax's step: a learning rate of 1 is capped at 1/sqrt(t) from the second step (a d of
     # 10 that never clips: an unclipped update of RMS sqrt(t) would read the same)
+    # torch's iteration in bfloat16 (its 8 bits show on every matrix the oracle draws)
+    ("muon", "bfloat16"): ("pytorch", "float32", dict(learning_rate=0.1, **NO_CLIP), None),
     ("adafactor", "no_relative_step"): ("pytorch", "float32",
                                         dict(learning_rate=1.0, clip_threshold=10.0, **NO_CLIP),
                                         None),

@@ -47,10 +47,11 @@ def _same(a, b):
 
 
 #: one tensor: a rule with 0, 1, 2 and 3 states, a noise rule, a first pass (LAMB's direction),
-#: MXNet's kernels and Python ops: every kind of dense step (optim_db.step_kinds)
+#: MXNet's kernels and Python ops, a factored and a matrix step (Adafactor's, Muon's: 16
+#: columns): every kind of dense step (optim_db.step_kinds)
 DENSE = [  # checked against the registry by test_samples_cover_their_kinds_of_step
     ("sgd", {"momentum": 0.9}), ("adam", {}), ("ftrl", {}), ("sgld", {}), ("lbsgd", {}),
-    ("lamb", {}), ("ftml", {})]
+    ("lamb", {}), ("ftml", {}), ("adafactor", {}), ("muon", {})]
 #: float16 gradients widened on load: an element-wise rule, a noise rule, LARS's norms and
 #: LAMB's direction pass
 MULTI_PRECISION = [  # checked against the registry by test_samples_cover_their_kinds_of_step
@@ -76,8 +77,9 @@ def test_samples_cover_their_kinds_of_step():
 @pytest.mark.parametrize("n", [64, 1 << 16])
 @pytest.mark.parametrize("name,kw", DENSE, ids=[name for name, _ in DENSE])
 def test_dense_readonly_gradient_steps_as_writable(name, kw, n):
+    shape = (n // 16, 16) if optimizer.spec_of(name).matrix else (n,)
     for dtype in (np.float32, np.float64):
-        _same(_steps(name, (n,), dtype, False, **kw), _steps(name, (n,), dtype, True, **kw))
+        _same(_steps(name, shape, dtype, False, **kw), _steps(name, shape, dtype, True, **kw))
 
 
 @pytest.mark.parametrize("name,kw", MULTI_PRECISION, ids=[name for name, _ in MULTI_PRECISION])

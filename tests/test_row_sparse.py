@@ -68,7 +68,7 @@ EVERY_ROW = [  # checked against the registry by test_samples_cover_every_row_sp
     ("signum", {}), ("nadam", {}), ("nag", dict(momentum=0.9)), ("sgld", {}), ("ftml", {}),
     ("adamax", {}), ("adadelta", {}), ("dcasgd", {}), ("adamw", {}), ("lamb", {}), ("lion", {}),
     ("adopt", {}), ("radam", {}), ("adabelief", {}), ("rprop", {}), ("asgd", {}),
-    ("adamwschedulefree", {}), ("sgdschedulefree", {}), ("adafactor", {})]
+    ("adamwschedulefree", {}), ("sgdschedulefree", {}), ("adafactor", {}), ("muon", {})]
 
 
 def _mode(name, kw=None):
@@ -145,6 +145,8 @@ def test_standard_and_fallback_update_every_row(name, kw):
     """Not lazy: every row is updated as by the dense gradient (equal to the dense update under
     "guide", whose arithmetic has no sparse variant, and for the fallbacks)."""
     w, rows, values = _problem(np.float64)
+    if optimizer.spec_of(name).matrix:  # Muon's weights are matrices: the rows flattened
+        w, values = w.reshape(w.shape[0], -1), values.reshape(values.shape[0], -1)
     g = RowSparse(rows, values, w.shape)
     conventions = optimizer.spec_of(name).conventions  # Nadam has no guide step, Lion "paper"
     convention = "guide" if "guide" in conventions else conventions[0]

@@ -21,9 +21,12 @@ from toolkit.torch import crossing  # noqa: E402
 PAIRS = [(n, specs()[n].torch) for n in sorted(specs()) if specs()[n].torch]
 
 
-def _model():
+def _model(name=None):
+    """A linear layer; without its bias for an optimizer of matrices only (Muon: torch's
+    refuses a 1-D parameter too)."""
     torch.manual_seed(0)
-    return torch.nn.Linear(4, 3).double()
+    bias = name is None or not specs()[name].matrix
+    return torch.nn.Linear(4, 3, bias=bias).double()
 
 
 X = torch.randn(8, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
@@ -66,12 +69,12 @@ def _toolkit(name, params, **kw):
 def test_a_torch_checkpoint_loads_and_the_run_goes_on(name, torch_name):
     """torch.optim's state_dict into the namesake: each state is torch's (by name; SGD's
     buffer as MXNet's -lr*buf), the counts are torch's steps, and the run steps on."""
-    a = _model()
+    a = _model(name)
     nesterov = {"nesterov": True} if specs()[name].torch_flags.get("nesterov") else {}
     theirs = getattr(torch.optim, torch_name)(a.parameters(), **_torch_kwargs(name),
                                               **nesterov)
     _train(a, theirs, 3)
-    b = _model()
+    b = _model(name)
     b.load_state_dict(a.state_dict())
     mine = _toolkit(name, b.parameters())
     with warnings.catch_warnings():
@@ -93,11 +96,11 @@ def test_a_torch_checkpoint_loads_and_the_run_goes_on(name, torch_name):
 
 @pytest.mark.parametrize("name,torch_name", PAIRS)
 def test_a_toolkit_checkpoint_loads_into_torch_optim(name, torch_name):
-    a = _model()
+    a = _model(name)
     lr = _torch_kwargs(name)["lr"]
     mine = _toolkit(name, a.parameters(), lr=lr)
     _train(a, mine, 3)
-    b = _model()
+    b = _model(name)
     nesterov = {"nesterov": True} if specs()[name].torch_flags.get("nesterov") else {}
     theirs = getattr(torch.optim, torch_name)(b.parameters(), **{
         **_torch_kwargs(name), "lr": 0.123}, **nesterov)

@@ -44,8 +44,12 @@ def _rule(name, key):
     return meaning.rules(registry()[name], "mxnet")[key][0]
 
 
-def _other_value(rule, current):
-    """A value of a Same key other than ``current`` that is still valid."""
+def _other_value(rule, current, klass):
+    """A value of a Same key other than ``current`` that is still valid (for a choice, the next
+    one: Muon's ``adjust_lr_fn``)."""
+    domain = klass.hyperparameter_domains().get(rule.names[0])
+    if domain is not None and domain.kind == "choice":
+        return next(c for c in domain.choices if c != current)
     if isinstance(current, tuple):  # halved below 1, grown above (Rprop's etas: 0 < a < 1 < b)
         return tuple(0.5 * v if v < 1 else 1.5 * v for v in current)
     if isinstance(current, bool):
@@ -72,12 +76,12 @@ def test_each_torch_keyword_row(name, key):
         # refusal at the step, nothing changed
         p.grad = _grad(p, 0)
         before = p.detach().clone()
-        group[key] = _other_value(rule, group[key])
+        group[key] = _other_value(rule, group[key], klass)
         with pytest.raises(ValueError, match=rule.names[0]):
             opt.step()
         assert torch.equal(p.detach(), before)
     elif isinstance(rule, meaning.Same):
-        new = _other_value(rule, group[key])
+        new = _other_value(rule, group[key], klass)
         mx = rule.to_mxnet(key, new)
         p.grad = _grad(p, 0)
         opt.step()

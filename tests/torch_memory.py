@@ -124,8 +124,11 @@ def _optimizer(rng):
 REFUSALS = (TypeError, ValueError)
 
 
-def _params(rng, dtype=torch.float32):
-    shapes = [(4, 5), (4,), (2, 3, 2, 2), (6,)]
+def _params(rng, dtype=torch.float32, matrix=False):
+    """2 to 4 parameters; with ``matrix`` (an optimizer of matrices only, ``Spec.matrix``:
+    torch.optim.Muon refuses anything else as it is given one, and so does the toolkit's) 2-D
+    ones of the same sizes."""
+    shapes = [(4, 5), (4, 1), (2, 12), (6, 1)] if matrix else [(4, 5), (4,), (2, 3, 2, 2), (6,)]
     return [torch.nn.Parameter(torch.randn(*s).to(dtype)) for s in shapes[:rng.randint(2, 4)]]
 
 
@@ -246,11 +249,12 @@ def walk(seed, steps=40, log=None):
     rng = random.Random(seed)
     torch.manual_seed(seed)
     name, kwargs = _optimizer(rng)
+    matrix = getattr(toolkit.torch, name).toolkit_class.spec.matrix
     if seed % 4 == 3:
-        params = _params(rng, torch.bfloat16)
+        params = _params(rng, torch.bfloat16, matrix)
         kwargs = {**kwargs, "multi_precision": True}
     else:
-        params = _params(rng)
+        params = _params(rng, matrix=matrix)
     opt = getattr(toolkit.torch, name)(params, **kwargs)
     # the train/eval switch (Schedule-Free AdamW): in train mode, and moved to eval and back
     # before some steps (a draw of its own walks only: the others' walks stay as they were)

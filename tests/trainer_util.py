@@ -4,8 +4,9 @@ from __future__ import annotations
 import numpy as np
 
 from toolkit import Parameter, Trainer, optimizer
-from toolkit.backends import arrays
+from toolkit.backends import arrays, launches
 from toolkit.optimizer import spec_of, specs
+from optim_db import launch_kind
 
 SHAPES = [(3, 4), (5,), (2, 2, 3), (1,), (7,)]
 #: the parameters of an optimizer that takes matrices only (GroupAdaGrad: one history value per
@@ -65,12 +66,16 @@ def expected_calls(name, kw, convention):
     LBSGD with batch_scale (MXNet's accumulation): after the skip, p2 finishes its batch while
     the others start a new one; members in different phases run different rules, one call each,
     so the last step makes no segmented call and one call per member (docs/trainer.md).
+    Muon's matrix step (a launch kind outside ``launches.SEGMENTED``: its products are per
+    matrix) makes no segmented call either: one launch per member.
     GroupAdaGrad (a row rule, its history laid out per row) runs one segmented call too, and so
     does Adafactor (a factored step: its statistics, sums and update are passes of one call)."""
     if name == "lbsgd" and kw.get("batch_scale", 1) > 1 and convention == "mxnet":
         return 2, len(SHAPES)
-    first_pass = spec_of(name).first_pass_reads(optimizer.create(name, convention=convention,
-                                                                 **kw))
+    opt = optimizer.create(name, convention=convention, **kw)
+    if launch_kind(opt) not in launches.SEGMENTED:
+        return 0, len(shapes_for(name))
+    first_pass = spec_of(name).first_pass_reads(opt)
     return 3, 1 + (first_pass > 0 and not spec_of(name).tensor)
 
 

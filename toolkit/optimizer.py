@@ -27,6 +27,7 @@ from .optimizers.lamb import LAMB
 from .optimizers.lars import LARS
 from .optimizers.lbsgd import LBSGD
 from .optimizers.lion import Lion
+from .optimizers.muon import Muon
 from .optimizers.nadam import Nadam
 from .optimizers.nag import NAG
 from .optimizers.radam import RAdam
@@ -46,5 +47,5 @@ __all__ = [  # checked against the registry by tests/test_public_api.py::test_op
            "registry", "specs", "spec_of", "unregister",
            # the built-in optimizers' classes, by class name (in the registry's order)
            "AdaBelief", "AdaDelta", "Adafactor", "AdaGrad", "Adam", "Adamax", "AdamW", "AdamWScheduleFree", "ADOPT", "ASGD", "DCASGD", "FTML", "Ftrl",
-           "GroupAdaGrad", "LAMB", "LARS", "LBSGD", "Lion", "Nadam", "NAG", "RAdam", "RMSProp", "Rprop", "SGD", "SGDScheduleFree", "SGLD",
+           "GroupAdaGrad", "LAMB", "LARS", "LBSGD", "Lion", "Muon", "Nadam", "NAG", "RAdam", "RMSProp", "Rprop", "SGD", "SGDScheduleFree", "SGLD",
            "Signum", "SparseAdam", "FTRL"]

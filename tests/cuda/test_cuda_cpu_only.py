@@ -1,5 +1,5 @@
-"""Optimizers whose kernels have no CUDA form (``Spec.cuda`` False: Adafactor's factored step)
-refuse CUDA arrays with NotImplementedError before anything is written, through
+"""Optimizers whose kernels have no CUDA form (``Spec.cuda`` False: Adafactor's factored step,
+Muon's matrix step) refuse CUDA arrays with NotImplementedError before anything is written, through
 ``toolkit.optimizer`` and through a Trainer whose parameters live on the GPU."""
 from __future__ import annotations
 
@@ -13,13 +13,19 @@ from toolkit.optimizer import specs
 CPU_ONLY = sorted(name for name, spec in specs().items() if not spec.cuda)
 
 
+def _matrix(name, shape):
+    """``shape``, as a column for an optimizer of matrices only (Muon refuses a vector first)."""
+    return shape + (1,) if specs()[name].matrix and len(shape) == 1 else shape
+
+
 def test_the_cpu_only_optimizers_are_known():
-    assert CPU_ONLY == ["adafactor"]
+    assert CPU_ONLY == ["adafactor", "muon"]
 
 
 @pytest.mark.parametrize("name", CPU_ONLY)
 @pytest.mark.parametrize("shape", [(3, 4), (5,)])
 def test_a_cuda_array_is_refused_and_nothing_written(name, shape):
+    shape = _matrix(name, shape)
     rng = np.random.default_rng(0)
     w_host = rng.standard_normal(shape).astype(np.float32)
     w, g = cuda.to_device(w_host), cuda.to_device(np.ones(shape, np.float32))
@@ -36,7 +42,7 @@ def test_a_cuda_array_is_refused_and_nothing_written(name, shape):
 @pytest.mark.parametrize("name", CPU_ONLY)
 def test_a_trainer_on_the_gpu_refuses_the_step_and_writes_nothing(name):
     rng = np.random.default_rng(1)
-    init = [rng.standard_normal(s).astype(np.float32) for s in ((3, 4), (4,))]
+    init = [rng.standard_normal(_matrix(name, s)).astype(np.float32) for s in ((3, 4), (4,))]
     params = [Parameter(f"p{i}", init=a, device="cuda") for i, a in enumerate(init)]
     trainer = Trainer(params, name)
     for p in params:

@@ -35,6 +35,7 @@ from .cpu_norms import (direction_kernel, direction_norms, lars_norms, norms_ker
 from .addressed import addressed_kernel, addressed_mp_kernel, flat_buffers, starts
 from .cpu_elementwise import PreparedStep, elementwise_kernel, run_elementwise  # noqa: F401
 from .cpu_factored import run_factored, run_segmented as run_factored_segmented
+from .cpu_matrix import run_matrix
 from .cpu_precision import to_half_into, to_single  # noqa: F401
 from .jit import KERNELS, NUMBA_TYPES, cached, call_readonly, compile_kernel, inlined
 from .order import CHUNK, single_chunks
@@ -147,12 +148,27 @@ class Launcher:
     def run_factored(factory, weight, grad, states, hyper):
         """A factored step (:mod:`toolkit.backends.cpu_factored`) in place, in C order: a
         weight or state array in another memory order is stepped in a C-ordered copy, copied
-        back; a gradient of another dtype or order is converted first."""
+        back; a gradient of another dtype or order, or a read-only one (its passes take
+        writable arrays), is converted first."""
+        g = grad if grad.dtype == weight.dtype and grad.flags.c_contiguous and \
+            grad.flags.writeable else np.array(grad, dtype=weight.dtype, order="C")
+        given = (weight, *states)
+        work = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in given]
+        run_factored(factory, work[0], g, tuple(work[1:]), hyper)
+        for a, b in zip(given, work):
+            if a is not b:
+                a[...] = b
+
+    @staticmethod
+    def run_matrix(factory, weight, grad, states, hyper):
+        """A matrix step (:mod:`toolkit.backends.cpu_matrix`) in place, in C order: a weight or
+        state array in another memory order is stepped in a C-ordered copy, copied back; a
+        gradient of another dtype or order is converted first."""
         g = grad if grad.dtype == weight.dtype and grad.flags.c_contiguous else \
             np.ascontiguousarray(grad, dtype=weight.dtype)
         given = (weight, *states)
         work = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in given]
-        run_factored(factory, work[0], g, tuple(work[1:]), hyper)
+        run_matrix(factory, work[0], g, work[1], hyper)
         for a, b in zip(given, work):
             if a is not b:
                 a[...] = b

@@ -131,6 +131,11 @@ NO_FACTORED = ("a factored step (Adafactor) runs on the CPU backend only: its ke
                "(toolkit.backends.cpu_factored) have no CUDA form yet; step numpy arrays or CPU "
                "tensors (nothing was written)")
 
+#: why a matrix step (Muon's) does not run on a CUDA array
+NO_MATRIX = ("a matrix step (Muon) runs on the CPU backend only: its kernels "
+             "(toolkit.backends.cpu_matrix) have no CUDA form yet; step numpy arrays or CPU "
+             "tensors (nothing was written)")
+
 
 class Launcher:
     """Runs one optimizer step's rules on the CUDA backend.
@@ -213,6 +218,12 @@ class Launcher:
         the CPU's (``toolkit.backends.cpu_factored``)."""
         raise NotImplementedError(NO_FACTORED)
 
+    @staticmethod
+    def run_matrix(factory, weight, grad, states, hyper):
+        """A matrix step (Muon) is refused before anything is written: its kernels are the
+        CPU's (``toolkit.backends.cpu_matrix``)."""
+        raise NotImplementedError(NO_MATRIX)
+
     def lars_norms(self, weight, grad, cum, batch_scale):
         self._no_lazy_form("LARS norms")
         return self.in_device(lars_norms, self._describe(weight, "weight"),
@@ -240,6 +251,8 @@ class Launcher:
         mirror = self._mirror_for(w)
         if kind == "factored":
             raise NotImplementedError(NO_FACTORED)
+        if kind == "matrix":
+            raise NotImplementedError(NO_MATRIX)
         if kind == "rows":
             self.in_device(cuda_rows.run_segmented, factory, w, g, states[0], table,
                            group.uploads[0], group.rows_layout(), stream=self.stream,

@@ -13,24 +13,29 @@ from __future__ import annotations
 from typing import NamedTuple
 
 __all__ = ["KINDS", "Launch", "Norms", "Directions", "rule", "noise", "row_rule", "factored",
-           "steps_of", "drive", "run", "collect", "run_launch", "answer"]
+           "matrix", "SEGMENTED", "steps_of", "drive", "run", "collect", "run_launch", "answer"]
 
 
 #: the kinds of launch a backend runs
-KINDS = ("rule", "noise", "rows", "factored")
+KINDS = ("rule", "noise", "rows", "factored", "matrix")
+#: the kinds a backend also runs over a Trainer group's flat buffers in one segmented call
+#: (a "matrix" step runs per weight: its products are per matrix anyway)
+SEGMENTED = ("rule", "noise", "rows", "factored")
 
 
 class Launch(NamedTuple):
     """One kernel call: ``kind`` "rule" (an element-wise rule), "noise" (one drawing a normal
     per element), "rows" (a row rule, ``toolkit.backends.rows``) or "factored" (a whole step
     over a weight's matrices, their row and column statistics and its own sums,
-    ``toolkit.backends.cpu_factored``: Adafactor); another kind is refused where it is run."""
+    ``toolkit.backends.cpu_factored``: Adafactor) or "matrix" (a 2-D weight's direction
+    orthogonalised through matrix products, ``toolkit.backends.cpu_matrix``: Muon); another kind
+    is refused where it is run."""
     kind: str
     factory: object       #: the rule factory
     weight: object
     grad: object
     states: tuple         #: the state arrays ("rows": the per-row history alone)
-    hyper: tuple          #: the rule's row of hyperparameters ("factored": float64)
+    hyper: tuple          #: the rule's row of hyperparameters ("factored", "matrix": float64)
     key: object = None    #: "noise": the stream key of the draws
     aux: tuple = ()       #: "noise": the float64 scalars beside the row
     rows: object = None   #: "rows": the gradient's rows (None: the launcher's, or every row)
@@ -74,6 +79,12 @@ def factored(factory, weight, grad, states, hyper):
     """The launch of a factored step over ``weight`` (its shape says which of ``states``, the
     row, column and whole statistics, it reads), ``hyper`` its float64 row."""
     return Launch("factored", factory, weight, grad, tuple(states), hyper)
+
+
+def matrix(factory, weight, grad, states, hyper):
+    """The launch of a matrix step over the 2-D ``weight`` and its ``states`` (the momentum
+    buffer), ``hyper`` its float64 row (``toolkit.backends.cpu_matrix``)."""
+    return Launch("matrix", factory, weight, grad, tuple(states), hyper)
 
 
 def _checked(launch):
@@ -137,6 +148,9 @@ def run_launch(launch, launcher):
     elif launch.kind == "factored":
         launcher.run_factored(launch.factory, launch.weight, launch.grad, launch.states,
                               launch.hyper)
+    elif launch.kind == "matrix":
+        launcher.run_matrix(launch.factory, launch.weight, launch.grad, launch.states,
+                            launch.hyper)
     else:
         launcher.run_rows(launch.factory, launch.weight, launch.grad, launch.states[0],
                           launch.rows, launch.hyper)

@@ -151,6 +151,11 @@ class ArrayChecks:
         if isinstance(index, bool) or not isinstance(index, (numbers.Integral, str)):
             raise TypeError(f"index must be an int (or a str name), got {type(index).__name__}")
 
+    def check_shape(self, shape):
+        """Refuse a weight of ``shape`` this optimizer never steps (a ValueError naming it),
+        before any state exists: ``toolkit.torch`` calls it as a parameter joins a group, as
+        ``torch.optim.Muon`` refuses a parameter that is not 2-D there. Nothing by default."""
+
     def _check_weight(self, weight):
         """The described weight, after the weight checks of the array contract."""
         w = arrays.describe(weight, "weight")

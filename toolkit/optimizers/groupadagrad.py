@@ -130,12 +130,15 @@ class GroupAdaGrad(Optimizer):
         return "lazy"
 
     # --- the weight is a matrix, the history one column -------------------------------------
-    def _check_weight(self, weight):
-        w = super()._check_weight(weight)
-        if len(w.shape) != 2:
+    def check_shape(self, shape):
+        if len(shape) != 2:
             raise ValueError(f"GroupAdaGrad needs a 2-D weight (rows x columns: one history "
                              f"value per row; MXNet 1.9.1 asserts it), got weight of shape "
-                             f"{w.shape}")
+                             f"{tuple(shape)}")
+
+    def _check_weight(self, weight):
+        w = super()._check_weight(weight)
+        self.check_shape(w.shape)
         return w
 
     def _slot_template(self, name, weight):

@@ -22,6 +22,8 @@ def jsonable(value):
         return value
     if isinstance(value, np.generic):
         return value.item()
+    if isinstance(value, tuple):  # Muon's ns_coefficients
+        return [jsonable(v) for v in value]
     if callable(value):
         kind = type(value).__module__ + "." + type(value).__qualname__
         text = repr(value)

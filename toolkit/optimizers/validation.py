@@ -17,9 +17,9 @@ import sys
 
 import numpy as np
 
-__all__ = ["Domain", "AliasAttribute", "alias_attribute", "nonneg", "positive", "unit", "integer", "choice", "flag", "callable_or_none",
+__all__ = ["Domain", "AliasAttribute", "alias_attribute", "nonneg", "positive", "unit", "integer", "choice", "reals", "flag", "callable_or_none",
            "real", "check_nonneg", "check_positive", "check_unit", "check_int", "check_choice",
-           "check_real"]
+           "check_real", "check_reals"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -100,6 +100,15 @@ def check_choice(name, x, choices):
     return x
 
 
+def check_reals(name, x, length):
+    """``x`` as a tuple of ``length`` finite reals (Muon's ``ns_coefficients``)."""
+    if isinstance(x, (str, bytes)) or not hasattr(x, "__len__"):
+        raise TypeError(f"{name} must be a sequence of {length} numbers, got {x!r}")
+    if len(x) != length:
+        raise ValueError(f"{name} must be {length} numbers, got {len(x)}: {tuple(x)!r}")
+    return tuple(_real(name, v) for v in x)
+
+
 def _check_flag(name, x, strict):
     if strict and not isinstance(x, (bool, np.bool_)):
         raise TypeError(f"{name} must be a bool, got {x!r}")
@@ -122,7 +131,8 @@ class Domain:
     finite real between ``minimum`` and ``maximum``, either None for no bound), ``"unit"``
     ([0, 1), or [0, 1] when ``closed``), ``"int"`` (an integer >= ``minimum``, and <=
     ``maximum`` where one is given), ``"choice"``
-    (one of ``choices``), ``"flag"`` (a bool; ``strict`` refuses anything but a bool, else any
+    (one of ``choices``), ``"reals"`` (a sequence of ``minimum`` finite reals, kept as a
+    tuple of floats), ``"flag"`` (a bool; ``strict`` refuses anything but a bool, else any
     value is taken for its truth), ``"callable"`` (a callable or None). ``none`` also admits
     None: True, or a hint that error messages give (``"use None to disable clipping"``);
     ``keyword`` is the constructor's name for it where the attribute is named otherwise
@@ -219,6 +229,12 @@ class Domain:
             candidates = ["bogus"] + [c.swapcase() for c in text[:1]] + [None]
             out += [(v, ValueError) for v in candidates
                     if v not in members and not (v is None and self.none is not None)]
+        elif kind == "reals":
+            n = self.minimum
+            out += [((1.0,) * (n + 1), ValueError), ((float("nan"),) * n, ValueError),
+                    ("abc", TypeError), (1.0, TypeError)]
+            if self.none is None:
+                out.append((None, TypeError))
         elif kind == "flag" and self.strict:
             out += [(v, TypeError) for v in (1, "yes")]
         elif kind == "callable":
@@ -242,6 +258,7 @@ _CHECKS = {
     "real": lambda d, name, x: check_real(name, x, d.minimum, d.maximum),
     "int": lambda d, name, x: check_int(name, x, d.minimum, d.maximum),
     "choice": lambda d, name, x: check_choice(name, x, d.choices),
+    "reals": lambda d, name, x: check_reals(name, x, d.minimum),
     "flag": lambda d, name, x: _check_flag(name, x, d.strict),
     "callable": lambda d, name, x: _check_callable(name, x),
 }
@@ -275,6 +292,11 @@ def integer(minimum, **kw):
 def choice(choices, **kw):
     """One of ``choices``."""
     return Domain("choice", choices=choices, **kw)
+
+
+def reals(length, **kw):
+    """A sequence of ``length`` finite reals, kept as a tuple of floats."""
+    return Domain("reals", minimum=length, **kw)
 
 
 def flag(*, strict=True, **kw):

@@ -141,6 +141,10 @@ VARIANTS = {v.name: v for v in (
     Variant("no_relative_step", "Adafactor's step scaled by the learning rate itself, "
                                 "rho_t = lr, without the relative step's cap 1/sqrt(t) (as "
                                 "optax.adafactor scales it)"),
+    Variant("bfloat16", "Muon's Newton-Schulz iteration run in bfloat16 (its input, norm, "
+                        "division and each matrix product rounded to bfloat16, as "
+                        "torch.optim.Muon and the post run it), not in the weight's precision",
+            rounding=True),
     Variant("warmup_lag", "Schedule-Free's step taken with the warmup's learning rate one step "
                           "late, lr*min(1, (t-1)/warmup_steps), so that the first step moves "
                           "nothing, while its averaging weights take lr*min(1, t/warmup_steps) "

@@ -224,6 +224,9 @@ RULES = {  # checked against the registry by tests/test_torch_keywords.py::test_
                                                    " for MXNet's")},
     ("Adafactor", "eps"): {"*": Same(("epsilon1", "epsilon2"))},
     ("Adafactor", "d"): {"*": Same(("clip_threshold",))},
+    # torch's default weight_decay 0.1 is Muon's decoupled wd (w*(1 - lr*wd)), as the toolkit's
+    ("Muon", "weight_decay"): {"*": Same(("wd",), torch_default=True)},
+    ("Muon", "adjust_lr_fn"): {"*": Same(("adjust_lr",))},
     ("Rprop", "etas"): {"*": Same(("etaminus", "etaplus"))},
     ("Rprop", "step_sizes"): {"*": Same(("step_size_min", "step_size_max"))},
     ("SGD", "dampening"): {"*": OffOnly(0, "MXNet's momentum has no dampening")},

@@ -177,8 +177,9 @@ class TorchOptimizer(StepRuns, StepPlans, ParameterStates, Checkpoints, torch.op
                 else:
                     continue
             value = _plain(value)
-            if value is None or isinstance(value, (bool, numbers.Real, str)):
-                defaults[key] = value
+            if value is None or isinstance(value, (bool, numbers.Real, str)) or (
+                    type(value) is tuple and all(isinstance(v, numbers.Real) for v in value)):
+                defaults[key] = value  # (a tuple: Muon's ns_coefficients)
         return defaults
 
     def _build(self, opts, scheduler_lr=None):
@@ -219,7 +220,13 @@ class TorchOptimizer(StepRuns, StepPlans, ParameterStates, Checkpoints, torch.op
         keywords.settle(klass, merged, set(opts) - {"lr"} | ({"lr"} & set(param_group)),
                         sources, where="add_param_group", scheduled=self._scheduler is not None)
         inner = self._build(merged)
-        group = {"params": param_group["params"]}
+        params = param_group["params"]
+        if not isinstance(params, set):  # (torch.optim refuses a set by name)
+            params = [params] if isinstance(params, torch.Tensor) else list(params)
+            for p in params:  # Muon: 2-D parameters only, refused here as torch refuses them
+                if isinstance(p, torch.Tensor):
+                    inner.check_shape(tuple(p.shape))
+        group = {"params": params}
         if "param_names" in param_group:
             group["param_names"] = param_group["param_names"]
         group.update(merged)

@@ -269,6 +269,8 @@ class StepWork:
         if len(calls) != len(self.members) or len({c.kind for c in calls}) != 1:
             return None
         kind, factory = calls[0].kind, calls[0].factory
+        if kind not in launches.SEGMENTED:  # a matrix step: one launch per weight
+            return None
         layout = None
         rows = {}
         for k in sorted(self.members):

@@ -118,6 +118,14 @@ TABLE = (  # checked against the registry by tests/test_audit.py::test_every_ada
      lambda o, lr, wd, h: o.adafactor(lr, decay_rate=-h["beta2_decay"],
                                       clipping_threshold=h["clip_threshold"],
                                       eps=h["epsilon1"])),
+    # optax.contrib.muon: its momentum an EMA with Adam's bias correction (which the
+    # iteration's normalisation removes, but not from the Nesterov mix), |X|_F + eps (the
+    # "paper" convention's), the step lr*O with no shape scaling; its weight decay decoupled
+    # (add_decayed_weights before the learning rate), as the toolkit's wd
+    ("optax.contrib.muon", "muon", {"adjust_lr": None},
+     lambda o, lr, wd, h: o.contrib.muon(
+         lr, ns_coeffs=tuple(h["ns_coefficients"]), ns_steps=h["ns_steps"],
+         beta=h["momentum"], eps=h["epsilon"], weight_decay=wd, nesterov=h["nesterov"])),
 )
 
 

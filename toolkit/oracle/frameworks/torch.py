@@ -7,7 +7,7 @@ MXNet's names -> torch's keywords (:data:`TRANSLATE`; docs/conventions.md, "The 
 convention"): ``learning_rate`` = ``lr``, ``wd`` = ``weight_decay`` (torch's coupled L2; AdamW's
 decoupled), ``(beta1, beta2)`` = ``betas``, ``epsilon``/``eps`` = ``eps``, RMSProp's ``gamma1`` =
 ``alpha`` and ``gamma2`` = ``momentum`` (centered), NAdam's ``schedule_decay`` =
-``momentum_decay``, SparseAdam's gradient a sparse one holding every row, Rprop's ``(etaminus, etaplus)`` = ``etas`` and ``(step_size_min,
+``momentum_decay``, Muon's ``adjust_lr`` = ``adjust_lr_fn``, SparseAdam's gradient a sparse one holding every row, Rprop's ``(etaminus, etaplus)`` = ``etas`` and ``(step_size_min,
 step_size_max)`` = ``step_sizes``, AdamW's torch ``lr`` = ``eta*learning_rate``. torch has no ``rescale_grad``
 or ``clip_gradient`` (pinned to 1 and None) nor RMSProp's ``clip_weights`` (None). torch runs as
 a user runs it: its default dtype is left alone (float32, in which torch keeps NAdam's
@@ -65,6 +65,12 @@ TRANSLATE = {  # checked against the registry by tests/test_audit.py::test_torch
                                      "beta2_decay": h["beta2_decay"],
                                      "eps": (h["epsilon1"], h["epsilon2"]),
                                      "d": h["clip_threshold"]}, (("", {}),)),
+    # torch's weight_decay is Muon's decoupled wd (w*(1 - lr*wd)), as the toolkit's
+    "muon": (lambda lr, wd, h: {"lr": lr, "weight_decay": wd, "momentum": h["momentum"],
+                                "nesterov": h["nesterov"],
+                                "ns_coefficients": tuple(h["ns_coefficients"]),
+                                "eps": h["epsilon"], "ns_steps": h["ns_steps"],
+                                "adjust_lr_fn": h["adjust_lr"]}, (("", {}),)),
     "asgd": (lambda lr, wd, h: {"lr": lr, "weight_decay": wd, "lambd": h["lambd"],
                                 "alpha": h["alpha"], "t0": h["t0"]}, (("", {}),)),
     # no weight decay (the spec fixes wd 0)
