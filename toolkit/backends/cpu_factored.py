@@ -9,7 +9,8 @@ One call steps every segment of a :class:`~toolkit.backends.factored_layout.Fact
 1. statistics and direction: each row's and column's sum of squares of the gradient, the row
    and column statistics (a vector's moment) updated from them, each matrix's denominator, and
    the unclipped direction ``u`` written to a scratch array like the weight (reused: a thread's
-   own, kept);
+   own, kept); the tiny matrices' passes (a convolution's 3 x 3 kernels among them) are
+   :mod:`toolkit.backends.cpu_factored_tiny`'s;
 2. sums: ``sum w^2`` and ``sum u^2`` of each weight, chunk by chunk, then its two scalars;
 3. apply: ``w`` decayed and moved by ``k*u``.
 
@@ -28,6 +29,7 @@ from numba import prange, types
 from numba.np.unsafe.ndarray import to_fixed_tuple
 
 from . import jit
+from .cpu_factored_tiny import tiny_pass_of, tiny33_pass_of
 from .cpu_factored_sums import CASCADE, lanes_of, plain
 from .factored_layout import LANES_OF, LARGE, VECTOR, layout_of
 from .jit import NUMBA_TYPES, cached, compile_kernel, fma, inlined
@@ -97,93 +99,6 @@ def _passes(rule, n_hyper, lanes):
                 for e in range(z - a):
                     d = den_of(0.0 + np.float64(rk[e]), 1, hp)
                     uk[e] = direction(prep(gk[e], hp), estimate(rk[e], ck[e], d, hp), hp)
-
-    def tiny_pass(g, r, c, u, seg, tiny, table):
-        # tiny matrices (fewer than 4 rows and columns), many at once: position p of matrix
-        # bb gathered in G[p, bb], so that every line below is a loop over bb that vectorises;
-        # each row and column is all "tail" in the row order (fma after fma), each column of
-        # several down the rows, each mean of fewer than 4 a plain running sum
-        for k in prange(tiny.shape[0]):
-            s = tiny[k, 0]
-            if table[s, 0] == 0.0:
-                continue
-            hp = to_fixed_tuple(table[s, 1:], n_hyper)
-            wo, n, m, ro, co = seg[s, 0], seg[s, 2], seg[s, 3], seg[s, 4], seg[s, 5]
-            b0, b1 = tiny[k, 1], tiny[k, 2]
-            nb, nm = b1 - b0, n * m
-            gk = g[wo + b0 * nm:wo + b1 * nm]
-            G = np.empty((nm, nb), gk.dtype)
-            for p in range(nm):  # (strided loads, contiguous stores: they vectorise)
-                Gp = G[p]
-                for bb in range(nb):
-                    Gp[bb] = prep(gk[bb * nm + p], hp)
-            rk, ck = r[ro + b0 * n:ro + b1 * n], c[co + b0 * m:co + b1 * m]
-            R = np.empty((n, nb), gk.dtype)
-            C = np.empty((m, nb), gk.dtype)
-            for i in range(n):  # the statistics gathered too, updated in place below
-                Ri = R[i]
-                for bb in range(nb):
-                    Ri[bb] = rk[bb * n + i]
-            for j in range(m):
-                Cj = C[j]
-                for bb in range(nb):
-                    Cj[bb] = ck[bb * m + j]
-            S = np.zeros(nb)
-            for i in range(n):
-                for bb in range(nb):
-                    S[bb] = 0.0
-                for j in range(m):
-                    Gp = G[i * m + j]
-                    for bb in range(nb):
-                        x = np.float64(Gp[bb])
-                        S[bb] = fma(x, x, S[bb])
-                Ri, G0 = R[i], G[i * m]
-                for bb in range(nb):
-                    Ri[bb] = moment(Ri[bb], stat(S[bb], G0[bb], m, hp), hp)
-            for j in range(m):
-                for bb in range(nb):
-                    S[bb] = 0.0
-                for i in range(n):
-                    Gp = G[i * m + j]
-                    if m == 1:
-                        for bb in range(nb):
-                            x = np.float64(Gp[bb])
-                            S[bb] = fma(x, x, S[bb])
-                    else:
-                        for bb in range(nb):
-                            x = np.float64(Gp[bb])
-                            S[bb] = S[bb] + x * x
-                Cj, Gj = C[j], G[j]
-                for bb in range(nb):
-                    Cj[bb] = moment(Cj[bb], stat(S[bb], Gj[bb], n, hp), hp)
-            for bb in range(nb):
-                S[bb] = 0.0
-            for i in range(n):
-                Ri = R[i]
-                for bb in range(nb):
-                    S[bb] = S[bb] + np.float64(Ri[bb])
-            D = np.empty(nb, gk.dtype)
-            for bb in range(nb):
-                D[bb] = den_of(0.0 + S[bb], n, hp)
-            for i in range(n):
-                Ri = R[i]
-                for j in range(m):
-                    Gp, Cj = G[i * m + j], C[j]
-                    for bb in range(nb):  # the direction, back in G
-                        Gp[bb] = direction(Gp[bb], estimate(Ri[bb], Cj[bb], D[bb], hp), hp)
-            uk = u[wo + b0 * nm:wo + b1 * nm]
-            for p in range(nm):
-                Gp = G[p]
-                for bb in range(nb):
-                    uk[bb * nm + p] = Gp[bb]
-            for i in range(n):
-                Ri = R[i]
-                for bb in range(nb):
-                    rk[bb * n + i] = Ri[bb]
-            for j in range(m):
-                Cj = C[j]
-                for bb in range(nb):
-                    ck[bb * m + j] = Cj[bb]
 
     def blocks_pass(g, r, c, u, seg, blocks, table):
         # small matrices, one at a time: rows, columns, denominator, then u
@@ -323,15 +238,16 @@ def _passes(rule, n_hyper, lanes):
                 wk[e] = apply(wk[e], uk[e], decay, kk, hp)
 
 
-    return {"elems": elems_pass, "tiny": tiny_pass, "blocks": blocks_pass, "rows": rows_pass,
+    return {"elems": elems_pass, "tiny": tiny_pass_of(rule, n_hyper),
+            "tiny33": tiny33_pass_of(rule, n_hyper), "blocks": blocks_pass, "rows": rows_pass,
             "cols": cols_pass, "dens": dens_pass, "dirs": dirs_pass, "sums": sums_pass,
             "coef": coef_pass, "apply": apply_pass}
 
 
 #: each pass's argument types, by name (``a``: an array of the weight's dtype, ``i``: a work
 #: table, ``h``: the float64 rows, ``f``: a float64 matrix, ``d``: a vector of the dtype)
-_SIGNATURES = {"elems": "aaaaaiih", "tiny": "aaaaiih", "blocks": "aaaaiih", "rows": "aaiih",
-               "cols": "aaiih", "dens": "aihd", "dirs": "aaaaiihd", "sums": "aaiihf",
+_SIGNATURES = {"elems": "aaaaaiih", "tiny": "aaaaiih", "tiny33": "aaaaiih", "blocks": "aaaaiih",
+               "rows": "aaiih", "cols": "aaiih", "dens": "aihd", "dirs": "aaaaiihd", "sums": "aaiihf",
                "coef": "aaiihff", "apply": "aaiihf"}
 #: passes that loop over one segment at a time on one thread (no parallel variant)
 _SERIAL = ("dens", "coef")
@@ -400,6 +316,8 @@ def run_segmented(factory, weight, grad, states, table, layout):
         run("elems", grad, r, c, v, u, seg, layout.elems, table)
     if layout.tiny.shape[0]:
         run("tiny", grad, r, c, u, seg, layout.tiny, table)
+    if layout.tiny33.shape[0]:
+        run("tiny33", grad, r, c, u, seg, layout.tiny33, table)
     if layout.blocks.shape[0]:
         run("blocks", grad, r, c, u, seg, layout.blocks, table)
     if layout.rows.shape[0]:
