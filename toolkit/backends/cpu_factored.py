@@ -30,7 +30,7 @@ from numba.np.unsafe.ndarray import to_fixed_tuple
 
 from . import jit
 from .cpu_factored_tiny import tiny_pass_of, tiny33_pass_of
-from .cpu_factored_sums import CASCADE, lanes_of, plain
+from .cpu_factored_sums import CASCADE, lanes_of, pair_of
 from .factored_layout import LANES_OF, LARGE, VECTOR, layout_of
 from .jit import NUMBA_TYPES, cached, compile_kernel, fma, inlined
 
@@ -65,7 +65,7 @@ def _passes(rule, n_hyper, lanes):
     parallel for the one function, float32)."""
     prep, stat, moment, vstat, den_of, estimate, direction, scales, apply = rule
     row_sum = lanes_of(prep, lanes)
-    flat_sum = lanes_of(plain, lanes)
+    pair_sum = pair_of(lanes)
     cascade = CASCADE  # (a function of its own, not inlined: compiled once, not per pass)
 
     def elems_pass(g, r, c, v, u, seg, elems, table):
@@ -204,11 +204,9 @@ def _passes(rule, n_hyper, lanes):
             s = sums[k, 0]
             if table[s, 0] == 0.0:
                 continue
-            hp = to_fixed_tuple(table[s, 1:], n_hyper)
             a = seg[s, 0] + sums[k, 1]
             count = sums[k, 2] - sums[k, 1]
-            part[k, 0] = flat_sum(w, a, count, hp)
-            part[k, 1] = flat_sum(u, a, count, hp)
+            part[k, 0], part[k, 1] = pair_sum(w, u, a, count)
 
     def coef_pass(w, u, seg, sums, table, part, coef):
         k = 0
