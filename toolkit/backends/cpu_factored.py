@@ -310,22 +310,25 @@ def run_segmented(factory, weight, grad, states, table, layout):
     u = _scratch(layout.size, dtype)
     seg = layout.seg
 
-    def run(name, *args):
-        factored_kernel(factory, name, nh, dtype, parallel)(*args)
+    def run(name, *args, work=None):
+        # a pass of the first over few elements runs on one thread (a parallel loop's start
+        # costs more than it saves; on a busy machine it waits for a thread, 6-8 ms measured)
+        par = parallel and (work is None or layout.work[work] >= jit.PARALLEL_THRESHOLD)
+        factored_kernel(factory, name, nh, dtype, par)(*args)
     if layout.elems.shape[0]:
-        run("elems", grad, r, c, v, u, seg, layout.elems, table)
+        run("elems", grad, r, c, v, u, seg, layout.elems, table, work="elems")
     if layout.tiny.shape[0]:
-        run("tiny", grad, r, c, u, seg, layout.tiny, table)
+        run("tiny", grad, r, c, u, seg, layout.tiny, table, work="tiny")
     if layout.tiny33.shape[0]:
-        run("tiny33", grad, r, c, u, seg, layout.tiny33, table)
+        run("tiny33", grad, r, c, u, seg, layout.tiny33, table, work="tiny33")
     if layout.blocks.shape[0]:
-        run("blocks", grad, r, c, u, seg, layout.blocks, table)
+        run("blocks", grad, r, c, u, seg, layout.blocks, table, work="blocks")
     if layout.rows.shape[0]:
         den = np.empty(max(layout.dens, 1), dtype)
-        run("rows", grad, r, seg, layout.rows, table)
-        run("cols", grad, c, seg, layout.cols, table)
+        run("rows", grad, r, seg, layout.rows, table, work="rows")
+        run("cols", grad, c, seg, layout.cols, table, work="rows")
         run("dens", r, seg, table, den)
-        run("dirs", grad, r, c, u, seg, layout.rows, table, den)
+        run("dirs", grad, r, c, u, seg, layout.rows, table, den, work="rows")
     sums = layout.sums_of(dtype)
     part = np.zeros((sums.shape[0], 2))
     coef = np.zeros((seg.shape[0], 2))

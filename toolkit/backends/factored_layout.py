@@ -67,7 +67,8 @@ class FactoredLayout:
     ranges and ``cols`` the column ranges (inside one matrix) of the large ones; ``sums`` the
     chunks of every segment's whole-tensor sums (whole rows, at most :data:`CHUNK` elements,
     as element ranges; ``sums32`` in chunks of :data:`CHUNK32`, for float32); ``flat`` every
-    segment's element ranges (the update). ``r_size``,
+    segment's element ranges (the update); ``work`` the elements of each of the first pass's
+    tables. ``r_size``,
     ``c_size``, ``v_size``: each statistics buffer's length; ``size`` the weights'."""
 
     def __init__(self, shapes):
@@ -120,6 +121,14 @@ class FactoredLayout:
         self.elems, self.tiny, self.tiny33, self.blocks, self.rows, self.cols = map(
             table, (elems, tiny, tiny33, blocks, rows, cols))
         self.sums, self.sums32, self.flat = table(sums), table(sums32), table(flat)
+        #: the elements each pass of the first steps (by the name of its work table; "rows"
+        #: for the large matrices' four): a pass runs on one thread below
+        #: ``jit.PARALLEL_THRESHOLD`` of them, as a whole call does
+        self.work = {"elems": sum(z - a for _, a, z in elems),
+                     "tiny": sum((z - a) * int(np.prod(segs[s][2:4])) for s, a, z in tiny),
+                     "tiny33": sum((z - a) * 9 for _, a, z in tiny33),
+                     "blocks": sum((z - a) * int(np.prod(segs[s][2:4])) for s, a, z in blocks),
+                     "rows": sum((z - a) * segs[s][3] for s, a, z in rows)}
 
     def sums_of(self, dtype):
         """The chunks of the whole-tensor sums for weights of ``dtype``: :data:`CHUNK`
