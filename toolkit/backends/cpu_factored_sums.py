@@ -108,7 +108,15 @@ def pair_of(lanes):
     """``pair_sum(x, y, a, count)``: ``sum x[a:a+count]^2`` and ``sum y[a:a+count]^2`` in the
     order of :func:`lanes_of` (``prep`` the identity), the two in one loop (their running sums
     side by side, each sum's order its own): a whole tensor's sums of ``w^2`` and ``u^2``, in
-    0.8x the time of one loop after the other (measured serial, float32)."""
+    0.8x the time of one loop after the other (measured serial, float32). With few running
+    sums (float64's 4) one loop after the other, which took 0.7x the time of one loop."""
+    if lanes < 16:
+        flat = lanes_of(plain, lanes)
+
+        def two_sums(x, y, a, count):
+            return flat(x, a, count, 0.0), flat(y, a, count, 0.0)
+        return inlined(two_sums)
+
     def pair_sum(x, y, a, count):
         xs, ys = x[a:a + count], y[a:a + count]  # views: the loops vectorise
         full = count - count % lanes
