@@ -135,44 +135,43 @@ def _passes(rule, n_hyper, lanes):
                         u[a + j] = direction(prep(g[a + j], hp),
                                              estimate(rq, c[co + b * m + j], d, hp), hp)
 
-    def rows_pass(g, r, seg, rows, table):
-        # large matrices: rows, then blocks of columns, then each matrix's denominator
-        for k in prange(rows.shape[0]):
-            s = rows[k, 0]
-            if table[s, 0] == 0.0:
-                continue
-            hp = to_fixed_tuple(table[s, 1:], n_hyper)
-            wo, m, ro = seg[s, 0], seg[s, 3], seg[s, 4]
-            for q in range(rows[k, 1], rows[k, 2]):
-                a = wo + q * m
-                r[ro + q] = moment(r[ro + q], stat(row_sum(g, a, m, hp), prep(g[a], hp), m, hp),
-                                   hp)
-
-    def cols_pass(g, c, seg, cols, table):
-        for k in prange(cols.shape[0]):
-            s = cols[k, 0]
-            if table[s, 0] == 0.0:
-                continue
-            hp = to_fixed_tuple(table[s, 1:], n_hyper)
-            wo, n, m, co = seg[s, 0], seg[s, 2], seg[s, 3], seg[s, 5]
-            q0, q1 = cols[k, 1], cols[k, 2]
-            b = q0 // m
-            j0, j1 = q0 - b * m, q1 - b * m
-            e0 = wo + b * n * m
-            if m == 1:
-                c[co + q0] = moment(c[co + q0], stat(row_sum(g, e0, n, hp), prep(g[e0], hp),
-                                                     n, hp), hp)
-                continue
-            acc = np.zeros(j1 - j0)
-            for i in range(n):
-                a = e0 + i * m
-                gi = g[a + j0:a + j1]
-                for j in range(j1 - j0):
-                    x = np.float64(prep(gi[j], hp))
-                    acc[j] = acc[j] + x * x
-            for j in range(j0, j1):
-                c[co + b * m + j] = moment(c[co + b * m + j], stat(
-                    acc[j - j0], prep(g[e0 + j], hp), n, hp), hp)
+    def rowcols_pass(g, r, c, seg, rows, cols, table):
+        # large matrices: rows and blocks of columns (one parallel loop over both tables: they
+        # write different statistics), then each matrix's denominator
+        nr = rows.shape[0]
+        for k in prange(nr + cols.shape[0]):
+            if k < nr:
+                s = rows[k, 0]
+                if table[s, 0] != 0.0:
+                    hp = to_fixed_tuple(table[s, 1:], n_hyper)
+                    wo, m, ro = seg[s, 0], seg[s, 3], seg[s, 4]
+                    for q in range(rows[k, 1], rows[k, 2]):
+                        a = wo + q * m
+                        r[ro + q] = moment(r[ro + q], stat(row_sum(g, a, m, hp), prep(g[a], hp),
+                                                           m, hp), hp)
+            else:
+                s = cols[k - nr, 0]
+                if table[s, 0] != 0.0:
+                    hp = to_fixed_tuple(table[s, 1:], n_hyper)
+                    wo, n, m, co = seg[s, 0], seg[s, 2], seg[s, 3], seg[s, 5]
+                    q0, q1 = cols[k - nr, 1], cols[k - nr, 2]
+                    b = q0 // m
+                    j0, j1 = q0 - b * m, q1 - b * m
+                    e0 = wo + b * n * m
+                    if m == 1:
+                        c[co + q0] = moment(c[co + q0], stat(row_sum(g, e0, n, hp),
+                                                             prep(g[e0], hp), n, hp), hp)
+                    else:
+                        acc = np.zeros(j1 - j0)
+                        for i in range(n):
+                            a = e0 + i * m
+                            gi = g[a + j0:a + j1]
+                            for j in range(j1 - j0):
+                                x = np.float64(prep(gi[j], hp))
+                                acc[j] = acc[j] + x * x
+                        for j in range(j0, j1):
+                            c[co + b * m + j] = moment(c[co + b * m + j], stat(
+                                acc[j - j0], prep(g[e0 + j], hp), n, hp), hp)
 
     def dens_pass(r, seg, table, den):
         for s in range(seg.shape[0]):
@@ -239,15 +238,15 @@ def _passes(rule, n_hyper, lanes):
 
 
     return {"elems": elems_pass, "tiny": tiny_pass_of(rule, n_hyper),
-            "tiny33": tiny33_pass_of(rule, n_hyper), "blocks": blocks_pass, "rows": rows_pass,
-            "cols": cols_pass, "dens": dens_pass, "dirs": dirs_pass, "sums": sums_pass,
+            "tiny33": tiny33_pass_of(rule, n_hyper), "blocks": blocks_pass,
+            "rowcols": rowcols_pass, "dens": dens_pass, "dirs": dirs_pass, "sums": sums_pass,
             "coef": coef_pass, "apply": apply_pass}
 
 
 #: each pass's argument types, by name (``a``: an array of the weight's dtype, ``i``: a work
 #: table, ``h``: the float64 rows, ``f``: a float64 matrix, ``d``: a vector of the dtype)
 _SIGNATURES = {"elems": "aaaaaiih", "tiny": "aaaaiih", "tiny33": "aaaaiih", "blocks": "aaaaiih",
-               "rows": "aaiih", "cols": "aaiih", "dens": "aihd", "dirs": "aaaaiihd", "sums": "aaiihf",
+               "rowcols": "aaaiiih", "dens": "aihd", "dirs": "aaaaiihd", "sums": "aaiihf",
                "coef": "aaiihff", "apply": "aaiihf"}
 #: passes that loop over one segment at a time on one thread (no parallel variant)
 _SERIAL = ("dens", "coef")
@@ -325,8 +324,7 @@ def run_segmented(factory, weight, grad, states, table, layout):
         run("blocks", grad, r, c, u, seg, layout.blocks, table, work="blocks")
     if layout.rows.shape[0]:
         den = np.empty(max(layout.dens, 1), dtype)
-        run("rows", grad, r, seg, layout.rows, table, work="rows")
-        run("cols", grad, c, seg, layout.cols, table, work="rows")
+        run("rowcols", grad, r, c, seg, layout.rows, layout.cols, table, work="rows")
         run("dens", r, seg, table, den)
         run("dirs", grad, r, c, u, seg, layout.rows, table, den, work="rows")
     sums = layout.sums_of(dtype)
