@@ -208,3 +208,40 @@ def test_one_segmented_call_equals_each_weight_alone():
             alone = w0.reshape(-1) if k == 3 else run(shape, mode, w0, g0)[0].reshape(-1)
             assert np.array_equal(w[start:start + size], alone), (mode, shape)
             start += size
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=lambda x: x.__name__)
+def test_the_3x3_pass_equals_the_tiny_pass(dtype):
+    """The 3 x 3 matrices' own pass (``cpu_factored_tiny.tiny33_pass_of``: whole blocks
+    transposed by vector shuffles, a tail after them) steps them bit for bit as the pass of
+    every tiny shape does, serial and parallel, for both of Adafactor's rules and the probe."""
+    from toolkit.optimizers.adafactor import Adafactor, paper_rule, pytorch_rule
+    shapes = [(40, 3, 3), (5, 3, 3), (3, 3), (2000, 3, 3), (2, 4, 3, 3)]
+    lay = fl.FactoredLayout(shapes)
+    assert lay.tiny.shape[0] == 0 and lay.tiny33.shape[0] > len(shapes)
+    per = fl.WORK // 9
+    every = np.array([(s, a, min(B, a + per)) for s, (_, B, *_) in enumerate(lay.seg)
+                      for a in range(0, B, per)], np.int64)  # the tiny pass's own work items
+    rng = np.random.default_rng(9)
+    g = (rng.standard_normal(lay.size) * 10.0 ** rng.uniform(-4, 2, lay.size)).astype(dtype)
+    g[::29] = 0.0
+    r0, c0 = (rng.uniform(0, 2, size).astype(dtype) for size in (lay.r_size, lay.c_size))
+    r0[::11] = 0.0
+    for convention, rule in (("pytorch", pytorch_rule), ("paper", paper_rule), (None, probe)):
+        if convention is None:
+            table = np.tile([1.0, WRITES_SU], (len(shapes), 1))
+        else:
+            opt = Adafactor(convention=convention, clip_gradient=0.5, rescale_grad=0.75)
+            table = np.array([(1.0, *opt.factored_row(4, 1e-2, 0.0, dtype, int(np.prod(s)))[1])
+                              for s in shapes])
+        table[1, 0] = 0.0  # an inactive weight: left as it is
+        nh = table.shape[1] - 1
+        for parallel in (False, True) if convention == "pytorch" else (False,):
+            outs = []
+            for name, work in (("tiny", every), ("tiny33", lay.tiny33)):
+                r, c, u = r0.copy(), c0.copy(), np.zeros(lay.size, dtype)
+                cf.factored_kernel(rule, name, nh, dtype, parallel)(g, r, c, u, lay.seg, work,
+                                                                    table)
+                outs.append((u, r, c))
+            for a, b in zip(*outs):
+                assert a.tobytes() == b.tobytes(), (convention, parallel)

@@ -9,7 +9,8 @@ One call steps every segment of a :class:`~toolkit.backends.factored_layout.Fact
 1. statistics and direction: each row's and column's sum of squares of the gradient, the row
    and column statistics (a vector's moment) updated from them, each matrix's denominator, and
    the unclipped direction ``u`` written to a scratch array like the weight (reused: a thread's
-   own, kept);
+   own, kept); the tiny matrices' passes (a convolution's 3 x 3 kernels among them) are
+   :mod:`toolkit.backends.cpu_factored_tiny`'s;
 2. sums: ``sum w^2`` and ``sum u^2`` of each weight, chunk by chunk, then its two scalars;
 3. apply: ``w`` decayed and moved by ``k*u``.
 
@@ -28,7 +29,8 @@ from numba import prange, types
 from numba.np.unsafe.ndarray import to_fixed_tuple
 
 from . import jit
-from .cpu_factored_sums import CASCADE, lanes_of, plain
+from .cpu_factored_tiny import tiny_pass_of, tiny33_pass_of
+from .cpu_factored_sums import CASCADE, lanes_of, pair_of
 from .factored_layout import LANES_OF, LARGE, VECTOR, layout_of
 from .jit import NUMBA_TYPES, cached, compile_kernel, fma, inlined
 
@@ -63,7 +65,7 @@ def _passes(rule, n_hyper, lanes):
     parallel for the one function, float32)."""
     prep, stat, moment, vstat, den_of, estimate, direction, scales, apply = rule
     row_sum = lanes_of(prep, lanes)
-    flat_sum = lanes_of(plain, lanes)
+    pair_sum = pair_of(lanes)
     cascade = CASCADE  # (a function of its own, not inlined: compiled once, not per pass)
 
     def elems_pass(g, r, c, v, u, seg, elems, table):
@@ -85,105 +87,20 @@ def _passes(rule, n_hyper, lanes):
                     vk[e] = ve
                     uk[e] = direction(x, ve, hp)
             else:  # B matrices of 1 x 1: a row, a column and a mean of one element each
-                # (two loops, each writing few arrays: LLVM vectorises a loop only while the
-                # runtime checks that its arrays do not overlap stay few)
+                # (one loop writing three arrays: LLVM vectorises it, with the runtime checks
+                # that they do not overlap; two loops, the statistics then u, took 1.1-1.3x
+                # as long)
                 rk, ck = r[ro + a:ro + z], c[co + a:co + z]
                 for e in range(z - a):
                     x = prep(gk[e], hp)
                     xx = np.float64(x)
                     st = stat(xx * xx, x, 1, hp)
-                    rk[e] = moment(rk[e], st, hp)
-                    ck[e] = moment(ck[e], st, hp)
-                for e in range(z - a):
-                    d = den_of(0.0 + np.float64(rk[e]), 1, hp)
-                    uk[e] = direction(prep(gk[e], hp), estimate(rk[e], ck[e], d, hp), hp)
-
-    def tiny_pass(g, r, c, u, seg, tiny, table):
-        # tiny matrices (fewer than 4 rows and columns), many at once: position p of matrix
-        # bb gathered in G[p, bb], so that every line below is a loop over bb that vectorises;
-        # each row and column is all "tail" in the row order (fma after fma), each column of
-        # several down the rows, each mean of fewer than 4 a plain running sum
-        for k in prange(tiny.shape[0]):
-            s = tiny[k, 0]
-            if table[s, 0] == 0.0:
-                continue
-            hp = to_fixed_tuple(table[s, 1:], n_hyper)
-            wo, n, m, ro, co = seg[s, 0], seg[s, 2], seg[s, 3], seg[s, 4], seg[s, 5]
-            b0, b1 = tiny[k, 1], tiny[k, 2]
-            nb, nm = b1 - b0, n * m
-            gk = g[wo + b0 * nm:wo + b1 * nm]
-            G = np.empty((nm, nb), gk.dtype)
-            for p in range(nm):  # (strided loads, contiguous stores: they vectorise)
-                Gp = G[p]
-                for bb in range(nb):
-                    Gp[bb] = prep(gk[bb * nm + p], hp)
-            rk, ck = r[ro + b0 * n:ro + b1 * n], c[co + b0 * m:co + b1 * m]
-            R = np.empty((n, nb), gk.dtype)
-            C = np.empty((m, nb), gk.dtype)
-            for i in range(n):  # the statistics gathered too, updated in place below
-                Ri = R[i]
-                for bb in range(nb):
-                    Ri[bb] = rk[bb * n + i]
-            for j in range(m):
-                Cj = C[j]
-                for bb in range(nb):
-                    Cj[bb] = ck[bb * m + j]
-            S = np.zeros(nb)
-            for i in range(n):
-                for bb in range(nb):
-                    S[bb] = 0.0
-                for j in range(m):
-                    Gp = G[i * m + j]
-                    for bb in range(nb):
-                        x = np.float64(Gp[bb])
-                        S[bb] = fma(x, x, S[bb])
-                Ri, G0 = R[i], G[i * m]
-                for bb in range(nb):
-                    Ri[bb] = moment(Ri[bb], stat(S[bb], G0[bb], m, hp), hp)
-            for j in range(m):
-                for bb in range(nb):
-                    S[bb] = 0.0
-                for i in range(n):
-                    Gp = G[i * m + j]
-                    if m == 1:
-                        for bb in range(nb):
-                            x = np.float64(Gp[bb])
-                            S[bb] = fma(x, x, S[bb])
-                    else:
-                        for bb in range(nb):
-                            x = np.float64(Gp[bb])
-                            S[bb] = S[bb] + x * x
-                Cj, Gj = C[j], G[j]
-                for bb in range(nb):
-                    Cj[bb] = moment(Cj[bb], stat(S[bb], Gj[bb], n, hp), hp)
-            for bb in range(nb):
-                S[bb] = 0.0
-            for i in range(n):
-                Ri = R[i]
-                for bb in range(nb):
-                    S[bb] = S[bb] + np.float64(Ri[bb])
-            D = np.empty(nb, gk.dtype)
-            for bb in range(nb):
-                D[bb] = den_of(0.0 + S[bb], n, hp)
-            for i in range(n):
-                Ri = R[i]
-                for j in range(m):
-                    Gp, Cj = G[i * m + j], C[j]
-                    for bb in range(nb):  # the direction, back in G
-                        Gp[bb] = direction(Gp[bb], estimate(Ri[bb], Cj[bb], D[bb], hp), hp)
-            uk = u[wo + b0 * nm:wo + b1 * nm]
-            for p in range(nm):
-                Gp = G[p]
-                for bb in range(nb):
-                    uk[bb * nm + p] = Gp[bb]
-            for i in range(n):
-                Ri = R[i]
-                for bb in range(nb):
-                    rk[bb * n + i] = Ri[bb]
-            for j in range(m):
-                Cj = C[j]
-                for bb in range(nb):
-                    ck[bb * m + j] = Cj[bb]
+                    re = moment(rk[e], st, hp)
+                    ce = moment(ck[e], st, hp)
+                    rk[e] = re
+                    ck[e] = ce
+                    uk[e] = direction(x, estimate(re, ce, den_of(0.0 + np.float64(re), 1, hp),
+                                                  hp), hp)
 
     def blocks_pass(g, r, c, u, seg, blocks, table):
         # small matrices, one at a time: rows, columns, denominator, then u
@@ -218,44 +135,43 @@ def _passes(rule, n_hyper, lanes):
                         u[a + j] = direction(prep(g[a + j], hp),
                                              estimate(rq, c[co + b * m + j], d, hp), hp)
 
-    def rows_pass(g, r, seg, rows, table):
-        # large matrices: rows, then blocks of columns, then each matrix's denominator
-        for k in prange(rows.shape[0]):
-            s = rows[k, 0]
-            if table[s, 0] == 0.0:
-                continue
-            hp = to_fixed_tuple(table[s, 1:], n_hyper)
-            wo, m, ro = seg[s, 0], seg[s, 3], seg[s, 4]
-            for q in range(rows[k, 1], rows[k, 2]):
-                a = wo + q * m
-                r[ro + q] = moment(r[ro + q], stat(row_sum(g, a, m, hp), prep(g[a], hp), m, hp),
-                                   hp)
-
-    def cols_pass(g, c, seg, cols, table):
-        for k in prange(cols.shape[0]):
-            s = cols[k, 0]
-            if table[s, 0] == 0.0:
-                continue
-            hp = to_fixed_tuple(table[s, 1:], n_hyper)
-            wo, n, m, co = seg[s, 0], seg[s, 2], seg[s, 3], seg[s, 5]
-            q0, q1 = cols[k, 1], cols[k, 2]
-            b = q0 // m
-            j0, j1 = q0 - b * m, q1 - b * m
-            e0 = wo + b * n * m
-            if m == 1:
-                c[co + q0] = moment(c[co + q0], stat(row_sum(g, e0, n, hp), prep(g[e0], hp),
-                                                     n, hp), hp)
-                continue
-            acc = np.zeros(j1 - j0)
-            for i in range(n):
-                a = e0 + i * m
-                gi = g[a + j0:a + j1]
-                for j in range(j1 - j0):
-                    x = np.float64(prep(gi[j], hp))
-                    acc[j] = acc[j] + x * x
-            for j in range(j0, j1):
-                c[co + b * m + j] = moment(c[co + b * m + j], stat(
-                    acc[j - j0], prep(g[e0 + j], hp), n, hp), hp)
+    def rowcols_pass(g, r, c, seg, rows, cols, table):
+        # large matrices: rows and blocks of columns (one parallel loop over both tables: they
+        # write different statistics), then each matrix's denominator
+        nr = rows.shape[0]
+        for k in prange(nr + cols.shape[0]):
+            if k < nr:
+                s = rows[k, 0]
+                if table[s, 0] != 0.0:
+                    hp = to_fixed_tuple(table[s, 1:], n_hyper)
+                    wo, m, ro = seg[s, 0], seg[s, 3], seg[s, 4]
+                    for q in range(rows[k, 1], rows[k, 2]):
+                        a = wo + q * m
+                        r[ro + q] = moment(r[ro + q], stat(row_sum(g, a, m, hp), prep(g[a], hp),
+                                                           m, hp), hp)
+            else:
+                s = cols[k - nr, 0]
+                if table[s, 0] != 0.0:
+                    hp = to_fixed_tuple(table[s, 1:], n_hyper)
+                    wo, n, m, co = seg[s, 0], seg[s, 2], seg[s, 3], seg[s, 5]
+                    q0, q1 = cols[k - nr, 1], cols[k - nr, 2]
+                    b = q0 // m
+                    j0, j1 = q0 - b * m, q1 - b * m
+                    e0 = wo + b * n * m
+                    if m == 1:
+                        c[co + q0] = moment(c[co + q0], stat(row_sum(g, e0, n, hp),
+                                                             prep(g[e0], hp), n, hp), hp)
+                    else:
+                        acc = np.zeros(j1 - j0)
+                        for i in range(n):
+                            a = e0 + i * m
+                            gi = g[a + j0:a + j1]
+                            for j in range(j1 - j0):
+                                x = np.float64(prep(gi[j], hp))
+                                acc[j] = acc[j] + x * x
+                        for j in range(j0, j1):
+                            c[co + b * m + j] = moment(c[co + b * m + j], stat(
+                                acc[j - j0], prep(g[e0 + j], hp), n, hp), hp)
 
     def dens_pass(r, seg, table, den):
         for s in range(seg.shape[0]):
@@ -287,11 +203,9 @@ def _passes(rule, n_hyper, lanes):
             s = sums[k, 0]
             if table[s, 0] == 0.0:
                 continue
-            hp = to_fixed_tuple(table[s, 1:], n_hyper)
             a = seg[s, 0] + sums[k, 1]
             count = sums[k, 2] - sums[k, 1]
-            part[k, 0] = flat_sum(w, a, count, hp)
-            part[k, 1] = flat_sum(u, a, count, hp)
+            part[k, 0], part[k, 1] = pair_sum(w, u, a, count)
 
     def coef_pass(w, u, seg, sums, table, part, coef):
         k = 0
@@ -323,15 +237,16 @@ def _passes(rule, n_hyper, lanes):
                 wk[e] = apply(wk[e], uk[e], decay, kk, hp)
 
 
-    return {"elems": elems_pass, "tiny": tiny_pass, "blocks": blocks_pass, "rows": rows_pass,
-            "cols": cols_pass, "dens": dens_pass, "dirs": dirs_pass, "sums": sums_pass,
+    return {"elems": elems_pass, "tiny": tiny_pass_of(rule, n_hyper),
+            "tiny33": tiny33_pass_of(rule, n_hyper), "blocks": blocks_pass,
+            "rowcols": rowcols_pass, "dens": dens_pass, "dirs": dirs_pass, "sums": sums_pass,
             "coef": coef_pass, "apply": apply_pass}
 
 
 #: each pass's argument types, by name (``a``: an array of the weight's dtype, ``i``: a work
 #: table, ``h``: the float64 rows, ``f``: a float64 matrix, ``d``: a vector of the dtype)
-_SIGNATURES = {"elems": "aaaaaiih", "tiny": "aaaaiih", "blocks": "aaaaiih", "rows": "aaiih",
-               "cols": "aaiih", "dens": "aihd", "dirs": "aaaaiihd", "sums": "aaiihf",
+_SIGNATURES = {"elems": "aaaaaiih", "tiny": "aaaaiih", "tiny33": "aaaaiih", "blocks": "aaaaiih",
+               "rowcols": "aaaiiih", "dens": "aihd", "dirs": "aaaaiihd", "sums": "aaiihf",
                "coef": "aaiihff", "apply": "aaiihf"}
 #: passes that loop over one segment at a time on one thread (no parallel variant)
 _SERIAL = ("dens", "coef")
@@ -394,20 +309,24 @@ def run_segmented(factory, weight, grad, states, table, layout):
     u = _scratch(layout.size, dtype)
     seg = layout.seg
 
-    def run(name, *args):
-        factored_kernel(factory, name, nh, dtype, parallel)(*args)
+    def run(name, *args, work=None):
+        # a pass of the first over few elements runs on one thread (a parallel loop's start
+        # costs more than it saves; on a busy machine it waits for a thread, 6-8 ms measured)
+        par = parallel and (work is None or layout.work[work] >= jit.PARALLEL_THRESHOLD)
+        factored_kernel(factory, name, nh, dtype, par)(*args)
     if layout.elems.shape[0]:
-        run("elems", grad, r, c, v, u, seg, layout.elems, table)
+        run("elems", grad, r, c, v, u, seg, layout.elems, table, work="elems")
     if layout.tiny.shape[0]:
-        run("tiny", grad, r, c, u, seg, layout.tiny, table)
+        run("tiny", grad, r, c, u, seg, layout.tiny, table, work="tiny")
+    if layout.tiny33.shape[0]:
+        run("tiny33", grad, r, c, u, seg, layout.tiny33, table, work="tiny33")
     if layout.blocks.shape[0]:
-        run("blocks", grad, r, c, u, seg, layout.blocks, table)
+        run("blocks", grad, r, c, u, seg, layout.blocks, table, work="blocks")
     if layout.rows.shape[0]:
         den = np.empty(max(layout.dens, 1), dtype)
-        run("rows", grad, r, seg, layout.rows, table)
-        run("cols", grad, c, seg, layout.cols, table)
+        run("rowcols", grad, r, c, seg, layout.rows, layout.cols, table, work="rows")
         run("dens", r, seg, table, den)
-        run("dirs", grad, r, c, u, seg, layout.rows, table, den)
+        run("dirs", grad, r, c, u, seg, layout.rows, table, den, work="rows")
     sums = layout.sums_of(dtype)
     part = np.zeros((sums.shape[0], 2))
     coef = np.zeros((seg.shape[0], 2))

@@ -62,12 +62,13 @@ class FactoredLayout:
     denominators start (``dens`` of them in all), and its kind (:data:`VECTOR`,
     :data:`SINGLE`, :data:`TINY`, :data:`BLOCKS`, :data:`LARGE`). The work tables, ``(K, 3)`` rows
     ``(segment, first, end)`` in segment order: ``elems`` the element ranges of the vectors and
-    one-element matrices; ``tiny`` and ``blocks`` the matrix ranges of the tiny and the small
-    matrices; ``rows`` the row
+    one-element matrices; ``tiny33``, ``tiny`` and ``blocks`` the matrix ranges of the 3 x 3,
+    the other tiny and the small matrices; ``rows`` the row
     ranges and ``cols`` the column ranges (inside one matrix) of the large ones; ``sums`` the
     chunks of every segment's whole-tensor sums (whole rows, at most :data:`CHUNK` elements,
     as element ranges; ``sums32`` in chunks of :data:`CHUNK32`, for float32); ``flat`` every
-    segment's element ranges (the update). ``r_size``,
+    segment's element ranges (the update); ``work`` the elements of each of the first pass's
+    tables. ``r_size``,
     ``c_size``, ``v_size``: each statistics buffer's length; ``size`` the weights'."""
 
     def __init__(self, shapes):
@@ -91,12 +92,15 @@ class FactoredLayout:
 
         def each(s, count, per):
             return [(s, a, min(count, a + per)) for a in range(0, count, per)]
-        elems, tiny, blocks, rows, cols, sums, sums32, flat = [], [], [], [], [], [], [], []
+        elems, tiny, tiny33, blocks, rows, cols = [], [], [], [], [], []
+        sums, sums32, flat = [], [], []
         for s, (_, B, n, m, *_, kind) in enumerate(segs):
             if sizes[s] == 0:  # an empty weight: nothing to step
                 continue
             if kind in (VECTOR, SINGLE):
                 elems += each(s, sizes[s], WORK)
+            elif kind == TINY and n == m == 3:  # whole blocks of 16 (cpu_factored_tiny)
+                tiny33 += each(s, B, WORK // 9 // 16 * 16)
             elif kind == TINY:
                 tiny += each(s, B, max(1, WORK // (n * m)))
             elif kind == BLOCKS:
@@ -114,9 +118,17 @@ class FactoredLayout:
 
         def table(rows_):
             return np.array(rows_, np.int64).reshape(-1, 3)
-        self.elems, self.tiny, self.blocks, self.rows, self.cols = map(
-            table, (elems, tiny, blocks, rows, cols))
+        self.elems, self.tiny, self.tiny33, self.blocks, self.rows, self.cols = map(
+            table, (elems, tiny, tiny33, blocks, rows, cols))
         self.sums, self.sums32, self.flat = table(sums), table(sums32), table(flat)
+        #: the elements each pass of the first steps (by the name of its work table; "rows"
+        #: for the large matrices' four): a pass runs on one thread below
+        #: ``jit.PARALLEL_THRESHOLD`` of them, as a whole call does
+        self.work = {"elems": sum(z - a for _, a, z in elems),
+                     "tiny": sum((z - a) * int(np.prod(segs[s][2:4])) for s, a, z in tiny),
+                     "tiny33": sum((z - a) * 9 for _, a, z in tiny33),
+                     "blocks": sum((z - a) * int(np.prod(segs[s][2:4])) for s, a, z in blocks),
+                     "rows": sum((z - a) * segs[s][3] for s, a, z in rows)}
 
     def sums_of(self, dtype):
         """The chunks of the whole-tensor sums for weights of ``dtype``: :data:`CHUNK`
