@@ -222,12 +222,14 @@ def float32_newton_schulz(G, coefficients=ref.NS_COEFFICIENTS, steps=5, eps=1e-7
 @pytest.mark.parametrize("seed", range(4))
 def test_the_tracked_bound_holds_for_a_float32_iteration(shape, seed):
     """On Tracked inputs the iteration returns the float64 value with the normwise bound of
-    ``newton_schulz_bound``; a float32 iteration (BLAS products) lies within it (measured:
-    1e-6 to 1e-2 of it: rigorous, first order, and loose by the worst-case constants), and so
-    does one of a float32 input rounded once more (the input's own error, ``d_0``)."""
+    ``newton_schulz_bound``; a float32 iteration (BLAS products) lies within it (measured on
+    the oracle's small matrices: up to 0.09 of it with 5 steps, 0.5 with none; far less on
+    larger ones: rigorous, first order, and loose by the worst-case constants)."""
     from reference.error_bound import track
     rng = np.random.default_rng(seed)
-    G = rng.normal(size=shape) * 10.0 ** rng.uniform(-3, 3)
+    # a float32 input: the bound is for the iteration of the values it is given (Tracked
+    # inputs are exact), so they are float32's
+    G = (rng.normal(size=shape) * 10.0 ** rng.uniform(-3, 3)).astype(np.float32).astype(float)
     T = ref.newton_schulz(track(G, np.float32))
     np.testing.assert_array_equal(T.value, ref.newton_schulz(G))
     assert np.all(T.err == T.err.flat[0]) and not T.tie.any()

@@ -8,7 +8,8 @@ One call steps one weight ``W`` (``n x m``) in place:
    a scratch matrix ``X``, and the float64 sum of ``x^2`` in a fixed order (chunks of 2^16
    elements, each summed serially, the chunks' sums added in order: the same on any number of
    threads);
-2. ``X = X / max(|X|_F, eps)`` (``clamp``) or ``X / (|X|_F + eps)``, the norm rounded once;
+2. ``X = X / max(|X|_F, eps)`` (``clamp``) or ``X / (|X|_F + eps)``, the norm and its clamp in
+   float64, each quotient rounded to the dtype;
 3. ``steps`` iterations, on the small Gram matrix's side (``n <= m``: ``A = X X^T``,
    ``X = M X``; else ``A = X^T X``, ``X = X M``, the same thing transposed, without moving
    ``X``), with ``M = a I + b A + c A A`` formed in one compiled pass over the small matrices:
@@ -26,6 +27,7 @@ iteration's ``a, b, c, eps, steps, clamp`` by name besides what the rule reads.
 """
 from __future__ import annotations
 
+import math
 import threading
 from typing import NamedTuple
 
@@ -149,7 +151,11 @@ def run_matrix(factory, weight, grad, buf, hyper):
     f = dtype.type
     n, m = weight.shape
     size = n * m
-    parallel = size >= jit.PARALLEL_THRESHOLD
+    # the compiled passes run on one thread at every size: between two BLAS calls a parallel
+    # loop waits for threads that BLAS's spinning pool holds (measured at 768 x 768: the
+    # polynomial's pass 4.8 ms parallel, 0.04 ms serial), and serially they stay a small part
+    # of a step bound by its products (a pass over n*m elements against products of n*m*k)
+    parallel = False
     row = np.asarray(tuple(hyper), np.float64)
     nh = row.shape[0]
     x = _scratch("x", size, dtype)
@@ -162,20 +168,23 @@ def run_matrix(factory, weight, grad, buf, hyper):
             moment(g1, b1, x, row, partial)
         except TypeError:  # a read-only gradient (only read): its read-only variant
             jit.call_readonly(moment, g1, b1, x, row, partial)
-    norm = f(np.sqrt(sum(partial.tolist())))  # the chunks' sums, in order
-    eps = f(hyper.eps)
+    # the norm in float64 (the chunks' sums, in order), clamped there: a float32 update whose
+    # norm lies beyond float32's range is still divided by it (rounded to the dtype, its
+    # quotient would be u/inf = 0), each quotient rounded once to the dtype
+    norm = math.sqrt(sum(partial.tolist()))
+    eps = float(hyper.eps)
     if hyper.clamp:
         if norm < eps:  # max(|X|, eps); a NaN norm stays NaN (torch's clamp)
             norm = eps
     else:
-        norm = f(norm + eps)
+        norm = norm + eps
     X, Y = x.reshape(n, m), y.reshape(n, m)
-    np.divide(X, norm, out=X)
+    np.divide(X, np.float64(norm), out=X, casting="same_kind")
     a, b, c = f(hyper.a), f(hyper.b), f(hyper.c)
     k = min(n, m)
     A = _scratch("A", k * k, dtype).reshape(k, k)
     B = _scratch("B", k * k, dtype).reshape(k, k)
-    polynomial = _polynomial_kernel(dtype, k * k >= jit.PARALLEL_THRESHOLD)
+    polynomial = _polynomial_kernel(dtype, parallel)
     wide = n <= m
     for _ in range(int(hyper.steps)):
         if wide:

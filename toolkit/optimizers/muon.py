@@ -107,7 +107,8 @@ def adjusted_lr(lr, adjust_lr, shape):
     rows, cols = shape
     if adjust_lr == "match_rms_adamw":
         return lr * (0.2 * math.sqrt(max(rows, cols)))
-    return lr * math.sqrt(max(1, rows / cols))
+    # a weight of no columns has nothing to step (torch divides by zero there)
+    return lr * math.sqrt(max(1, rows / cols)) if cols else lr
 
 
 SPEC = Spec(
@@ -123,6 +124,8 @@ SPEC = Spec(
     usual={"momentum": Interval(0.9, 0.99), "ns_coefficients": OneOf(NS_COEFFICIENTS),
            "ns_steps": OneOf(5)},
     matrix=True,
+    # the oracle's usual 8 elements give a Gram matrix of 2 x 2 at most and few tall shapes
+    case_size=36,
     # the hyperparameters rounded to float32 (as a float32 torch run takes them) and the
     # iteration in bfloat16, as torch and the post run it (reference.muon.FORMS)
     variants=("hyper_f32", "bfloat16"),
@@ -164,10 +167,10 @@ class Muon(Optimizer):
 
         >>> import numpy as np
         >>> from toolkit import optimizer
-        >>> opt = optimizer.create("muon", learning_rate=0.1, ns_steps=0)
+        >>> opt = optimizer.create("muon", learning_rate=0.5, momentum=0.0, ns_steps=0)
         >>> w = np.zeros((1, 2), np.float32); s = opt.create_state(0, w)
         >>> opt.update(0, w, np.array([[3.0, 4.0]], np.float32), s); w
-        array([[-0.06, -0.08]], dtype=float32)
+        array([[-0.3, -0.4]], dtype=float32)
     """
 
     spec = SPEC

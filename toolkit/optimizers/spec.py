@@ -149,6 +149,9 @@ class Spec:
         stay what they were) unless ``fixed`` sets them.
         ``case_steps``: the most steps a drawn case takes where a branch begins late (RAdam: 8,
         its rectified step begins at t = 5 or 6); 0: the oracle's usual count.
+        ``case_size``: the most elements a drawn weight takes where the oracle's usual few do
+        not show the update (Muon: 36, matrices of up to 6 rows: its Gram matrix reaches 6 x 6
+        and tall matrices of many ratios are drawn); 0: the usual size.
         ``usual``: the ranges people train with, for some of ``space``'s hyperparameters (Adam:
         beta1 in [0.5, 0.99]); the oracle's usual domain draws those from here and every other
         one from ``space`` and the common space (their whole range is usual), and its full
@@ -207,6 +210,7 @@ class Spec:
     flags: Mapping[str, Any] = field(default_factory=dict)
     usual: Mapping[str, Space] = field(default_factory=dict)
     case_steps: int = 0
+    case_size: int = 0
     variants: tuple = None
     record: Mapping = field(default_factory=dict)
     record_ulps: int = 0

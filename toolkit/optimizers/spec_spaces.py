@@ -101,13 +101,14 @@ class OneOf(Space):
 @dataclass(frozen=True)
 class Shapes(Space):
     """Weight shapes of 1 to ``max_size`` elements: vectors ``(n,)``, or with ``matrix`` 2-D
-    ``(rows, cols)``, 1 to 4 rows of 1 to ``max_size // rows`` columns (GroupAdaGrad's weights:
-    one accumulator per row), or with ``tensor`` each of a vector, such a matrix and a stack
-    ``(b, rows, cols)`` of 1 to 3 of them, equally likely (Adafactor factors the last two
-    dimensions)."""
+    ``(rows, cols)``, 1 to ``rows`` (4) rows of 1 to ``max_size // rows`` columns
+    (GroupAdaGrad's weights: one accumulator per row), or with ``tensor`` each of a vector,
+    such a matrix and a stack ``(b, rows, cols)`` of 1 to 3 of them, equally likely (Adafactor
+    factors the last two dimensions)."""
     max_size: int
     matrix: bool = False
     tensor: bool = False
+    rows: int = 4
 
     def strategy(self):
         from hypothesis import strategies as st
@@ -120,7 +121,7 @@ class Shapes(Space):
                              st.integers(1, min(3, self.max_size)).flatmap(stack))
         if not self.matrix:
             return st.integers(1, self.max_size).map(lambda n: (n,))
-        return st.integers(1, min(4, self.max_size)).flatmap(
+        return st.integers(1, min(self.rows, self.max_size)).flatmap(
             lambda r: st.integers(1, max(1, self.max_size // r)).map(lambda c: (r, c)))
 
     def sample(self, rng):
@@ -134,7 +135,7 @@ class Shapes(Space):
             return (b,) + Shapes(max(1, self.max_size // b), matrix=True).sample(rng)
         if not self.matrix:
             return (int(rng.integers(1, self.max_size + 1)),)
-        r = int(rng.integers(1, min(4, self.max_size) + 1))
+        r = int(rng.integers(1, min(self.rows, self.max_size) + 1))
         return (r, int(rng.integers(1, max(1, self.max_size // r) + 1)))
 
 

@@ -141,7 +141,10 @@ def _case_text(r):
     if r.failure:
         return f"it raised: {r.failure}".replace("\n", " ")
     c = r.case or {}
-    hyper = ", ".join(f"{k}={v!r}" for k, v in (c.get("hyperparameters") or {}).items())
+    # a sequence (Muon's ns_coefficients) as the tuple it was given, whether it comes from this
+    # process or back from JSON (a list): the recorded table and its JSON read the same
+    hyper = ", ".join(f"{k}={tuple(v) if isinstance(v, list) else v!r}"
+                      for k, v in (c.get("hyperparameters") or {}).items())
     return (f"step {c.get('step')}, element {c.get('element')}: expected {c.get('expected')!r}, "
             f"got {c.get('got')!r}; {hyper}")
 

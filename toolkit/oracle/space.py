@@ -9,6 +9,8 @@ specs.
 """
 from __future__ import annotations
 
+import math
+
 import numbers
 from collections.abc import Mapping
 
@@ -70,8 +72,12 @@ def common_space(name):
 def shape_space(name, max_size):
     """The weight shapes drawn for optimizer ``name``: :class:`Shapes` of at most
     ``max_size`` elements, 2-D for the :data:`MATRIX` optimizers, of ranks 1 to 3 for those
-    whose update depends on the rank (``Spec.tensor``)."""
+    whose update depends on the rank (``Spec.tensor``); a spec's ``case_size`` replaces
+    ``max_size`` where it is larger, its matrices then up to ``isqrt(case_size)`` rows."""
     spec = _spec(name)
+    if spec.case_size > max_size:
+        return Shapes(spec.case_size, spec.matrix, spec.tensor,
+                      rows=max(4, math.isqrt(spec.case_size)))
     return Shapes(max_size, spec.matrix, spec.tensor)
 
 
