@@ -33,13 +33,26 @@ dequantize, update in float32 and quantize again with the same block size
 
 **bfloat16** (:func:`bfloat16`): a float32 value rounded to the nearest bfloat16 (ties to even),
 as torch converts: float64 values are rounded to float32 first.
+
+**A step with held states** (:func:`step`): a state slot of ``state_dtype`` ("float32",
+"bfloat16" or "int8") holds what :func:`hold` makes of the float32 values a kernel computed;
+the values it holds (:func:`values`, exact) enter the optimizer's float64 step, and each new
+slot is held again from its value rounded to float32. On Tracked values (the oracle's error
+bounds) :func:`hold` also says which elements a rounding within their bound could hold
+otherwise (:func:`flips`): a bfloat16 value within its bound of a rounding boundary, a code
+within its bound of a midpoint, or a block whose maximum is itself uncertain. A kernel's held
+state is then compared code for code, the flips found and counted, not tolerated wholesale.
 """
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["BLOCK", "SIGNED", "UNSIGNED", "SIGNED_BITS", "UNSIGNED_BITS", "code_map",
-           "midpoints", "quantize", "dequantize", "bfloat16", "blocks_of"]
+__all__ = ["BLOCK", "SIGNED", "UNSIGNED", "SIGNED_BITS", "UNSIGNED_BITS", "STATE_DTYPES",
+           "code_map", "midpoints", "quantize", "dequantize", "bfloat16", "blocks_of", "hold",
+           "values", "flips", "step"]
+
+#: what a state slot may be held in
+STATE_DTYPES = ("float32", "bfloat16", "int8")
 
 #: elements per block: bitsandbytes' 8-bit optimizers' (backends/cpu/ops.py, blocksize = 256)
 BLOCK = 256
@@ -179,3 +192,91 @@ def bfloat16(x):
     bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
     out = bits.astype(np.uint32).view(np.float32)
     return np.where(np.isnan(f), np.float32(np.nan), out)
+
+
+def _value_err(x):
+    """``(value, err)`` of a Tracked or plain array (duck-typed: this module imports no
+    error_bound, whose Tracked it reads by its fields)."""
+    if hasattr(x, "value") and hasattr(x, "err"):
+        return np.asarray(x.value, np.float64), np.asarray(x.err, np.float64)
+    v = np.asarray(x, np.float64)
+    return v, np.zeros(v.shape)
+
+
+def hold(x, state_dtype, signed=True, block=BLOCK):
+    """What a slot of ``state_dtype`` holds for the values ``x`` (plain or Tracked), rounded to
+    float32 first as a kernel computes them: float32 values ("float32", "bfloat16": bfloat16
+    values as float32) or ``(codes, absmax)`` ("int8")."""
+    v, _ = _value_err(x)
+    f = v.astype(np.float32)
+    if state_dtype == "float32":
+        return f
+    if state_dtype == "bfloat16":
+        return bfloat16(f)
+    if state_dtype == "int8":
+        return quantize(f, signed, block)
+    raise ValueError(f"state_dtype must be one of {STATE_DTYPES}, got {state_dtype!r}")
+
+
+def values(held, state_dtype, signed=True, block=BLOCK):
+    """The float64 values a held slot stands for, exactly."""
+    if state_dtype == "int8":
+        return dequantize(*held, signed, block).astype(np.float64)
+    return np.asarray(held, np.float32).astype(np.float64)
+
+
+def flips(x, state_dtype, signed=True, block=BLOCK, scale=1.0):
+    """Per element of the Tracked (or plain) ``x``: whether a value within its error bound could
+    be held otherwise than ``x``'s own value is (module docstring). Rounding to bfloat16 and
+    finding a code are monotone, so that is whether the two ends of the interval are held
+    differently (a code's interval widened by its block maximum's own bound); ``scale``
+    multiplies the bound (the checks' safety factor). All False for float32 (its rounding is
+    the bound's own) and for a plain array."""
+    v, e = _value_err(x)
+    e = scale * e
+    if state_dtype not in STATE_DTYPES:
+        raise ValueError(f"state_dtype must be one of {STATE_DTYPES}, got {state_dtype!r}")
+    if state_dtype == "float32" or not np.any(e > 0):
+        return np.zeros(v.shape, bool)
+    with np.errstate(invalid="ignore", over="ignore"):
+        if state_dtype == "bfloat16":
+            lo, hi = bfloat16(v - e), bfloat16(v + e)
+            return ~((lo == hi) | np.isnan(v))
+        shape = v.shape
+        flat_v, flat_e = v.reshape(-1), e.reshape(-1)
+        n = flat_v.size
+        nb = blocks_of(n, block)
+        pv, pe = np.zeros(nb * block), np.zeros(nb * block)
+        pv[:n], pe[:n] = flat_v, flat_e
+        pv, pe = pv.reshape(nb, block), pe.reshape(nb, block)
+        top = np.max(np.abs(pv), axis=1)
+        # the block's maximum may be another element's, or its own shifted within its bound
+        top_err = np.max(np.where(np.abs(pv) + pe >= top[:, None], pe, 0.0), axis=1)
+        s = pv / top[:, None]
+        s_err = (pe + np.abs(s) * top_err[:, None]) / np.maximum(top - top_err, 0.0)[:, None]
+        mids = midpoints(code_map(signed)).astype(np.float64)
+        lo = np.searchsorted(mids, np.clip(s - s_err, -1, 1), side="left")
+        hi = np.searchsorted(mids, np.clip(s + s_err, -1, 1), side="left")
+        out = (lo != hi) | ~np.isfinite(s_err)
+        out &= (top > 0)[:, None]
+    return out.reshape(-1)[:n].reshape(shape)
+
+
+def step(module, weight, grad, held, *, state_dtype, signs, block=BLOCK, scale=1.0, **kwargs):
+    """One step of the reference ``module`` (``reference.<name>``) whose state slots are held
+    in ``state_dtype``: ``held`` maps each slot to what :func:`hold` made of it, ``signs`` each
+    slot to whether its values take either sign (a first moment: the signed map) or none (a
+    second moment: the unsigned one). The held values enter ``module.step`` exactly (as
+    float64, or Tracked where ``weight`` is); ``kwargs`` are its own. Returns ``(weight,
+    new_held, new_values, flipped)``: the new held slots, the float64 (or Tracked) values they
+    were held from, and per slot :func:`flips` (the bound times ``scale``)."""
+    track = getattr(weight, "_new", None)
+    state = {}
+    for name, h in held.items():
+        x = values(h, state_dtype, signs[name], block)
+        state[name] = weight._new(x, 0.0, False) if track is not None else x
+    w, new = module.step(weight, grad, state, **kwargs)
+    out_held = {k: hold(v, state_dtype, signs[k], block) for k, v in new.items() if k in signs}
+    flipped = {k: flips(v, state_dtype, signs[k], block, scale) for k, v in new.items()
+               if k in signs}
+    return w, out_held, new, flipped
