@@ -47,6 +47,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .error_bound import Tracked
+
 __all__ = ["BLOCK", "SIGNED", "UNSIGNED", "SIGNED_BITS", "UNSIGNED_BITS", "STATE_DTYPES",
            "code_map", "midpoints", "quantize", "dequantize", "bfloat16", "blocks_of", "hold",
            "values", "flips", "step"]
@@ -195,9 +197,8 @@ def bfloat16(x):
 
 
 def _value_err(x):
-    """``(value, err)`` of a Tracked or plain array (duck-typed: this module imports no
-    error_bound, whose Tracked it reads by its fields)."""
-    if hasattr(x, "value") and hasattr(x, "err"):
+    """``(value, err)`` of a Tracked or plain array."""
+    if isinstance(x, Tracked):
         return np.asarray(x.value, np.float64), np.asarray(x.err, np.float64)
     v = np.asarray(x, np.float64)
     return v, np.zeros(v.shape)
@@ -270,11 +271,13 @@ def step(module, weight, grad, held, *, state_dtype, signs, block=BLOCK, scale=1
     float64, or Tracked where ``weight`` is); ``kwargs`` are its own. Returns ``(weight,
     new_held, new_values, flipped)``: the new held slots, the float64 (or Tracked) values they
     were held from, and per slot :func:`flips` (the bound times ``scale``)."""
-    track = getattr(weight, "_new", None)
     state = {}
     for name, h in held.items():
         x = values(h, state_dtype, signs[name], block)
-        state[name] = weight._new(x, 0.0, False) if track is not None else x
+        # the held values are exact inputs of the step: Tracked with no error where the
+        # weight is Tracked
+        state[name] = Tracked(x, u=weight.u, tiny=weight.tiny) if isinstance(weight, Tracked) \
+            else x
     w, new = module.step(weight, grad, state, **kwargs)
     out_held = {k: hold(v, state_dtype, signs[k], block) for k, v in new.items() if k in signs}
     flipped = {k: flips(v, state_dtype, signs[k], block, scale) for k, v in new.items()
