@@ -100,7 +100,7 @@ def launch_kind(opt):
     from toolkit.backends import cpu, launches
     w = np.ones((3, 4), np.float32)
     state = opt.create_state(0, w)
-    step = opt._kernel_step(0, w, np.ones_like(w), state, 1, 0.1, 0.0)
+    step = opt.step_launches(0, w, np.ones_like(w), state, 1, 0.1, 0.0)
     return launches.collect(step, cpu.LAUNCHER)[0].kind
 
 

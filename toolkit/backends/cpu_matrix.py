@@ -38,7 +38,7 @@ from numba.np.unsafe.ndarray import to_fixed_tuple
 from . import jit
 from .jit import NUMBA_TYPES, cached, compile_kernel
 
-__all__ = ["MatrixRule", "run_matrix", "CHUNK"]
+__all__ = ["MatrixRule", "run_matrix", "compiled_pass", "polynomial_kernel", "CHUNK"]
 
 #: elements per chunk of the moment pass's sum of squares (its order: module docstring)
 CHUNK = 1 << 16
@@ -100,8 +100,9 @@ def _polynomial(B, A, a, b, c):
         Bi[i] = Bi[i] + a
 
 
-def _compiled(factory, name, n_hyper, dtype, parallel):
-    """The compiled pass ``name`` ("moment", "apply") of ``factory``'s rule for ``dtype``."""
+def compiled_pass(factory, name, n_hyper, dtype, parallel=False):
+    """The compiled pass ``name`` ("moment", "apply") of ``factory``'s rule for ``dtype``
+    (cached per process; ``benchmarks/muon_cpu.py`` times them alone)."""
     dtype = np.dtype(dtype)
     key = ("matrix", name, factory, n_hyper, dtype, bool(parallel))
 
@@ -118,7 +119,8 @@ def _compiled(factory, name, n_hyper, dtype, parallel):
     return cached(key, build)
 
 
-def _polynomial_kernel(dtype, parallel):
+def polynomial_kernel(dtype, parallel=False):
+    """The compiled pass ``B = a I + b A + c B`` over a Gram matrix of ``dtype``."""
     dtype = np.dtype(dtype)
 
     def build():
@@ -163,7 +165,7 @@ def run_matrix(factory, weight, grad, buf, hyper):
     partial = np.zeros(max(1, (size + CHUNK - 1) // CHUNK))
     w1, g1, b1 = weight.reshape(-1), grad.reshape(-1), buf.reshape(-1)
     if size:
-        moment = _compiled(factory, "moment", nh, dtype, parallel)
+        moment = compiled_pass(factory, "moment", nh, dtype, parallel)
         try:
             moment(g1, b1, x, row, partial)
         except TypeError:  # a read-only gradient (only read): its read-only variant
@@ -184,7 +186,7 @@ def run_matrix(factory, weight, grad, buf, hyper):
     k = min(n, m)
     A = _scratch("A", k * k, dtype).reshape(k, k)
     B = _scratch("B", k * k, dtype).reshape(k, k)
-    polynomial = _polynomial_kernel(dtype, parallel)
+    polynomial = polynomial_kernel(dtype, parallel)
     wide = n <= m
     for _ in range(int(hyper.steps)):
         if wide:
@@ -199,4 +201,4 @@ def run_matrix(factory, weight, grad, buf, hyper):
             np.matmul(X, B, out=Y)
         X, Y = Y, X
     if size:
-        _compiled(factory, "apply", nh, dtype, parallel)(w1, X.reshape(-1), row)
+        compiled_pass(factory, "apply", nh, dtype, parallel)(w1, X.reshape(-1), row)
