@@ -1,0 +1,371 @@
+"""The CPU kernels of an element-wise rule whose state slots are held in low precision
+(:mod:`.lowbit`): each slot a plain array of the weight's dtype, a bfloat16 array or a
+:class:`~.lowbit.Quantized` 8-bit slot, in any mix (:func:`run_held`).
+
+One pass over memory, block by block (:data:`~.lowbit.BLOCK` elements): load each slot (a code
+as ``qmap[code] * absmax`` in float32, a bfloat16 widened; both exact, then converted to the
+weight's dtype), run the rule element by element, write the weight, a plain slot and a
+bfloat16 slot (rounded to float32, then to bfloat16: to nearest, or stochastically with a
+``key``) at once, and keep an 8-bit slot's new float32 values in a small buffer with their
+largest magnitude; then quantize the buffer (the table encoder of :func:`.lowbit.encoder`)
+and write the block's codes and scale. The same codes and scales as
+:func:`.lowbit.quantize` of the new values rounded to float32, always.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import prange, types
+from numba.np.unsafe.ndarray import to_fixed_tuple
+
+from . import jit
+from .bfloat16 import bfloat16_to_single
+from .jit import KERNELS, NUMBA_TYPES, by_value, cached, call_readonly, compile_kernel, inlined
+from .lowbit import BFLOAT16, BLOCK, LOW_BITS, ONE_BITS, SIGNED, UNSIGNED, Quantized, \
+    blocks_of, encoder
+
+__all__ = ["run_held", "held_kernel", "slot_kind", "encode_kernel", "CHUNK_BLOCKS"]
+
+#: blocks per iteration of the parallel loop (each allocates its scratch buffers once)
+CHUNK_BLOCKS = 64
+
+_F32, _U32, _U64 = np.float32, np.uint32, np.uint64
+_ABS, _NAN_BITS = _U32(0x7FFFFFFF), _U32(0x7FC00000)
+_INF_BITS = _U32(0x7F800000)
+_LOW, _ONE_MAG = _U32(LOW_BITS), _U32(ONE_BITS)
+_TINY = _F32(1e-38)
+_GAMMA = _U64(0x9E3779B97F4A7C15)
+_C1, _C2 = _U64(0xBF58476D1CE4E5B9), _U64(0x94D049BB133111EB)
+_S30, _S27, _S31 = _U64(30), _U64(27), _U64(31)
+_NONE = np.zeros(0, np.float32)   # the absmax argument of a slot that has none (never read)
+
+
+def _mix(x):
+    """SplitMix64's finaliser (wrapping uint64), the counter-based generator of the noise."""
+    x = x + _GAMMA
+    x = (x ^ (x >> _S30)) * _C1
+    x = (x ^ (x >> _S27)) * _C2
+    return x ^ (x >> _S31)
+
+
+def _narrow(v):
+    """float32 ``v`` rounded to the nearest bfloat16 (ties to even), its bits; a NaN is
+    ``0xFFFF``: :func:`.bfloat16.single_to_bfloat16`'s result, with the NaN case or-ed in
+    instead of selected (a select there kept the held loop from vectorising)."""
+    f = _F32(v).view(_U32)
+    rounded = (f + _U32(0x7FFF) + ((f >> _U32(16)) & _U32(1))) >> _U32(16)
+    nan = _U32((f & _ABS) > _INF_BITS)
+    return np.uint16(rounded | (nan * _U32(0xFFFF)))
+
+
+def slot_kind(slot, dtype):
+    """The kind of a state slot for a weight of ``dtype``: "plain", "bfloat16", "signed" or
+    "unsigned" (8-bit, by the identity of its map); a ValueError for anything else."""
+    if isinstance(slot, Quantized):
+        if slot.qmap is SIGNED:
+            return "signed"
+        if slot.qmap is UNSIGNED:
+            return "unsigned"
+        raise ValueError("a Quantized slot's qmap must be toolkit.backends.lowbit.SIGNED or "
+                         "UNSIGNED (the map object itself)")
+    if type(slot) is np.ndarray:
+        if slot.dtype == dtype:
+            return "plain"
+        if slot.dtype == BFLOAT16:
+            return "bfloat16"
+    raise ValueError(f"a state slot must be a numpy array of the weight's dtype ({dtype}), of "
+                     f"bfloat16, or a Quantized; got {type(slot).__name__}"
+                     + (f" of {slot.dtype}" if isinstance(slot, np.ndarray) else ""))
+
+
+def _block_encoder(qmap):
+    """``encode(codes, buf, r)``: ``codes[j]`` = the code of ``buf[j] * r`` clipped to
+    [-1, 1], for ``j < codes.shape[0]``, by :func:`.lowbit.encoder`'s tables (exact: see
+    there), branch-free so that the loop vectorises; a NaN gives 255."""
+    enc = encoder(qmap)
+    base, thr, k_max = enc.base, enc.thr, enc.thr.shape[0]
+    shift, cells = _U32(enc.shift), _U32(enc.cells)
+
+    def encode(codes, buf, r):
+        for j in range(codes.shape[0]):
+            s = buf[j] * r
+            u = _F32(s).view(_U32)
+            mag = min(max(u & _ABS, _LOW), _ONE_MAG)
+            cell = ((mag - _LOW) >> shift) + (u >> _U32(31)) * cells
+            code = base[cell]
+            for k in range(k_max):
+                code += np.int32(s > thr[k, cell])
+            codes[j] = np.uint8(255) if s != s else np.uint8(code)
+    return encode
+
+
+def _slot_functions(kind, ftype, index, stochastic):
+    """``(scale, target, load, store, finish)`` of one slot (plain Python, inlined in the
+    loop), over its slice ``data`` of one block: ``scale(absmax, b)`` the block's scale,
+    ``target(data, buf)`` the array the element loop stores into (an 8-bit slot's float32
+    buffer, else the slot), ``load(x, sc)`` the value of a stored ``x`` in ``ftype``,
+    ``store(y, c)`` what to store of the new value ``y`` (``c``: the element's counter in the
+    random stream), ``finish(data, absmax, b, buf)`` quantizes an 8-bit slot's block.
+    The element loop passes these functions scalars only: an array argument of an inlined
+    function there costs a reference count update per element (a call, which keeps the loop
+    from vectorising)."""
+    def no_scale(absmax, b):
+        return _F32(0)
+
+    def no_finish(data, absmax, b, buf):
+        return
+
+    def the_slot(data, buf):
+        return data
+
+    if kind == "plain":
+        def load(x, sc):
+            return x
+
+        def store(y, c):
+            return y
+        return no_scale, the_slot, load, store, no_finish
+    if kind == "bfloat16":
+        widen = inlined(by_value(bfloat16_to_single))
+        narrow = inlined(by_value(_narrow))
+        mix = inlined(by_value(_mix))
+        shift = _U64(16 * index)
+
+        def load(x, sc):
+            return ftype(widen(x))
+
+        if stochastic:
+            def store(y, c):
+                u = _F32(y).view(_U32)
+                r = _U32((mix(c) >> shift) & _U64(0xFFFF))
+                nan = _U32((u & _ABS) > _INF_BITS)   # or-ed in: a select kept it scalar
+                return np.uint16(((u + r) >> _U32(16)) | (nan * _U32(0xFFFF)))
+        else:
+            def store(y, c):
+                return narrow(_F32(y))
+        return no_scale, the_slot, load, store, no_finish
+    qmap = SIGNED if kind == "signed" else UNSIGNED
+    encode = inlined(_block_encoder(qmap))
+
+    def scale(absmax, b):
+        return absmax[b]
+
+    def the_buffer(data, buf):
+        return buf
+
+    def load(x, sc):
+        return ftype(qmap[x] * sc)
+
+    def store(y, c):
+        return _F32(y)
+
+    def finish(data, absmax, b, buf):
+        m = _U32(0)   # the largest magnitude's bits (a NaN's above every number's)
+        for j in range(data.shape[0]):
+            m = max(m, _F32(buf[j]).view(_U32) & _ABS)
+        amax = _U32(_NAN_BITS if m > _INF_BITS else m).view(_F32)
+        absmax[b] = amax
+        r = _F32(1) / (_TINY if amax < _TINY else amax)   # a NaN maximum stays NaN
+        encode(data, buf, r)
+    return scale, the_buffer, load, store, finish
+
+
+def _loop(rule, slots, n_hyper):
+    """The loop over blocks of a rule with ``len(slots)`` held slots (``prange`` is ``range``
+    when serial); each chunk of :data:`CHUNK_BLOCKS` blocks has its own scratch buffers. The
+    inner loop runs over a block's slices from 0 (an index known non-negative: no wraparound
+    select, so that it vectorises)."""
+    n_state = len(slots)
+    if n_state == 1:
+        (sc0, tg0, ld0, st0, fi0), = slots
+
+        def loop(w, g, d0, a0, hpa, key):
+            hp = to_fixed_tuple(hpa, n_hyper)
+            n = w.shape[0]
+            nb = (n + BLOCK - 1) // BLOCK
+            for c in prange((nb + CHUNK_BLOCKS - 1) // CHUNK_BLOCKS):
+                b0 = np.empty(BLOCK, np.float32)
+                for b in range(c * CHUNK_BLOCKS, min(c * CHUNK_BLOCKS + CHUNK_BLOCKS, nb)):
+                    lo = b * BLOCK
+                    hi = min(lo + BLOCK, n)
+                    wb, gb, e0 = w[lo:hi], g[lo:hi], d0[lo:hi]
+                    s0, o0 = sc0(a0, b), tg0(e0, b0)
+                    ctr = key + _U64(lo)
+                    for j in range(hi - lo):
+                        wb[j], y0 = rule(wb[j], gb[j], ld0(e0[j], s0), hp)
+                        o0[j] = st0(y0, ctr + _U64(j))
+                    fi0(e0, a0, b, b0)
+    elif n_state == 2:
+        (sc0, tg0, ld0, st0, fi0), (sc1, tg1, ld1, st1, fi1) = slots
+
+        def loop(w, g, d0, a0, d1, a1, hpa, key):
+            hp = to_fixed_tuple(hpa, n_hyper)
+            n = w.shape[0]
+            nb = (n + BLOCK - 1) // BLOCK
+            for c in prange((nb + CHUNK_BLOCKS - 1) // CHUNK_BLOCKS):
+                b0 = np.empty(BLOCK, np.float32)
+                b1 = np.empty(BLOCK, np.float32)
+                for b in range(c * CHUNK_BLOCKS, min(c * CHUNK_BLOCKS + CHUNK_BLOCKS, nb)):
+                    lo = b * BLOCK
+                    hi = min(lo + BLOCK, n)
+                    wb, gb, e0, e1 = w[lo:hi], g[lo:hi], d0[lo:hi], d1[lo:hi]
+                    s0, s1 = sc0(a0, b), sc1(a1, b)
+                    o0, o1 = tg0(e0, b0), tg1(e1, b1)
+                    ctr = key + _U64(lo)
+                    for j in range(hi - lo):
+                        wb[j], y0, y1 = rule(wb[j], gb[j], ld0(e0[j], s0), ld1(e1[j], s1), hp)
+                        o0[j] = st0(y0, ctr + _U64(j))
+                        o1[j] = st1(y1, ctr + _U64(j))
+                    fi0(e0, a0, b, b0)
+                    fi1(e1, a1, b, b1)
+    elif n_state == 3:
+        (sc0, tg0, ld0, st0, fi0), (sc1, tg1, ld1, st1, fi1), (sc2, tg2, ld2, st2, fi2) = slots
+
+        def loop(w, g, d0, a0, d1, a1, d2, a2, hpa, key):
+            hp = to_fixed_tuple(hpa, n_hyper)
+            n = w.shape[0]
+            nb = (n + BLOCK - 1) // BLOCK
+            for c in prange((nb + CHUNK_BLOCKS - 1) // CHUNK_BLOCKS):
+                b0 = np.empty(BLOCK, np.float32)
+                b1 = np.empty(BLOCK, np.float32)
+                b2 = np.empty(BLOCK, np.float32)
+                for b in range(c * CHUNK_BLOCKS, min(c * CHUNK_BLOCKS + CHUNK_BLOCKS, nb)):
+                    lo = b * BLOCK
+                    hi = min(lo + BLOCK, n)
+                    wb, gb = w[lo:hi], g[lo:hi]
+                    e0, e1, e2 = d0[lo:hi], d1[lo:hi], d2[lo:hi]
+                    s0, s1, s2 = sc0(a0, b), sc1(a1, b), sc2(a2, b)
+                    o0, o1, o2 = tg0(e0, b0), tg1(e1, b1), tg2(e2, b2)
+                    ctr = key + _U64(lo)
+                    for j in range(hi - lo):
+                        wb[j], y0, y1, y2 = rule(wb[j], gb[j], ld0(e0[j], s0), ld1(e1[j], s1),
+                                                 ld2(e2[j], s2), hp)
+                        o0[j] = st0(y0, ctr + _U64(j))
+                        o1[j] = st1(y1, ctr + _U64(j))
+                        o2[j] = st2(y2, ctr + _U64(j))
+                    fi0(e0, a0, b, b0)
+                    fi1(e1, a1, b, b1)
+                    fi2(e2, a2, b, b2)
+    else:
+        raise ValueError(f"a held step takes rules with 1 to 3 state slots, not {n_state}")
+    return loop
+
+
+_DATA_TYPES = {"bfloat16": types.uint16[::1], "signed": types.uint8[::1],
+               "unsigned": types.uint8[::1]}
+
+
+def held_kernel(factory, kinds, n_hyper, dtype, parallel, stochastic=False):
+    """The compiled loop of ``factory``'s rule for ``dtype`` with slots of ``kinds`` (cached
+    per process): ``loop(w, g, data0, absmax0, ..., hpa, key)``."""
+    dtype = np.dtype(dtype)
+    kinds = tuple(kinds)
+    key = ("held", factory, kinds, n_hyper, dtype, bool(parallel), bool(stochastic))
+
+    def build():
+        nb = NUMBA_TYPES[dtype]
+        rule = inlined(factory(dtype.type))
+        slots = [tuple(inlined(f) for f in _slot_functions(k, dtype.type, j, stochastic))
+                 for j, k in enumerate(kinds)]
+        args = []
+        for k in kinds:
+            args += [_DATA_TYPES.get(k, nb[::1]), types.float32[::1]]
+        sig = types.void(nb[::1], nb[::1], *args, nb[::1], types.uint64)
+        return compile_kernel(sig, parallel)(_loop(rule, slots, n_hyper))
+    return cached(key, build)
+
+
+def _flat(a, n, what):
+    """``a`` as a 1-D view of ``n`` elements, refused unless C-contiguous and writeable."""
+    if a.size != n or not a.flags.c_contiguous:
+        raise ValueError(f"{what} must be C-contiguous with {n} elements (the weight's), got "
+                         f"shape {a.shape}" + ("" if a.flags.c_contiguous else ", strided"))
+    if not a.flags.writeable:
+        raise ValueError(f"{what} must be writeable")
+    return a.reshape(-1)
+
+
+def _arguments(weight, grad, states, key):
+    """The kernel's arrays of a held step, every check made first (nothing written yet):
+    ``(kinds, arrays)``."""
+    if type(weight) is not np.ndarray or weight.dtype not in jit.DTYPES:
+        raise ValueError("weight must be a numpy array of float32 or float64")
+    if weight.ndim != 1 or not weight.flags.c_contiguous or not weight.flags.writeable:
+        raise ValueError("weight must be 1-D, C-contiguous and writeable")
+    n, dtype = weight.shape[0], weight.dtype
+    if (type(grad) is not np.ndarray or grad.dtype != dtype or grad.shape != (n,)
+            or not grad.flags.c_contiguous):
+        raise ValueError(f"grad must be a 1-D C-contiguous {dtype} array of {n} elements")
+    if not isinstance(states, (tuple, list)) or not 1 <= len(states) <= 3:
+        raise ValueError("states must be a tuple of 1 to 3 state slots")
+    if key is not None and (int(key) != key or not 0 <= key < 2 ** 64):
+        raise ValueError(f"key must be None or an integer in [0, 2**64), got {key!r}")
+    kinds, arrays, written = [], [], [weight]
+    for j, slot in enumerate(states):
+        kind = slot_kind(slot, dtype)
+        kinds.append(kind)
+        if isinstance(slot, Quantized):
+            codes, absmax = slot.codes, slot.absmax
+            if type(codes) is not np.ndarray or codes.dtype != np.uint8:
+                raise ValueError(f"states[{j}].codes must be a uint8 numpy array")
+            if (type(absmax) is not np.ndarray or absmax.dtype != np.float32
+                    or absmax.shape != (blocks_of(n),)):
+                raise ValueError(f"states[{j}].absmax must be a float32 numpy array of shape "
+                                 f"({blocks_of(n)},)")
+            data = _flat(codes, n, f"states[{j}].codes")
+            scales = _flat(absmax, absmax.size, f"states[{j}].absmax")
+            written += [data, scales]
+        else:
+            data = _flat(slot, n, f"states[{j}]")
+            if kind == "bfloat16":
+                data = data.view(np.uint16)
+            scales = _NONE
+            written.append(data)
+        arrays += [data, scales]
+    for i, a in enumerate(written):
+        for b in written[i + 1:]:
+            if np.may_share_memory(a, b):
+                raise ValueError("the weight and the state slots must not share memory")
+    return tuple(kinds), arrays
+
+
+def run_held(factory, weight, grad, states, hyper, key=None):
+    """Run ``factory``'s rule in place over a 1-D C-contiguous float32/float64 ``weight`` and
+    ``grad`` with ``states`` (a tuple of 1 to 3 slots, each a plain array of the weight's
+    dtype, a bfloat16 array or a :class:`~.lowbit.Quantized`, in the rule's order);
+    ``hyper``: Python floats, rounded to the weight's dtype. ``key``: None rounds bfloat16
+    slots to nearest; an integer (``toolkit.backends.noise.stream_key(seed, stream, step)``)
+    rounds them stochastically with :func:`.lowbit.rounding_bits` of slot ``j`` for
+    ``states[j]``. Refuses (ValueError, writing nothing) a slot of another kind, dtype, size
+    or layout, a read-only or overlapping one, or a map that is not SIGNED or UNSIGNED."""
+    kinds, arrays = _arguments(weight, grad, states, key)
+    dtype = weight.dtype
+    hpa = np.array(hyper, dtype)
+    parallel = weight.shape[0] >= jit.PARALLEL_THRESHOLD
+    stochastic = key is not None and "bfloat16" in kinds
+    kernel = KERNELS.get(("held", factory, kinds, hpa.shape[0], dtype, parallel, stochastic))
+    if kernel is None:
+        kernel = held_kernel(factory, kinds, hpa.shape[0], dtype, parallel, stochastic)
+    args = (weight, grad, *arrays, hpa, np.uint64(0 if key is None else int(key)))
+    try:
+        kernel(*args)
+    except TypeError:
+        call_readonly(kernel, *args)
+
+
+def encode_kernel(qmap, parallel=False):
+    """The kernels' encoder alone, compiled: ``encode(s, codes)`` writes the code of each
+    float32 ``s`` (in [-1, 1], or NaN) into uint8 ``codes``; for the tests' proof and the
+    benchmark's cycle count."""
+    kind = slot_kind(Quantized(None, None, qmap), None)
+
+    def build():
+        encode = inlined(_block_encoder(qmap))
+
+        def run(s, codes):
+            n = s.shape[0]
+            for c in prange((n + BLOCK - 1) // BLOCK):
+                lo = c * BLOCK
+                encode(codes[lo:min(lo + BLOCK, n)], s[lo:], _F32(1))
+        sig = types.void(types.float32[::1], types.uint8[::1])
+        return compile_kernel(sig, parallel)(run)
+    return cached(("held-encoder", kind, bool(parallel)), build)
