@@ -195,7 +195,7 @@ class Encoder(NamedTuple):
     """The tables of the encoder of one code map (:func:`encoder`)."""
     shift: int          #: 23 - mantissa bits: ``cell = (clamped |s| bits - LOW_BITS) >> shift``
     cells: int          #: cells per sign; the index of a negative ``s``'s cell adds ``cells``
-    base: np.ndarray    #: uint8, per cell: the code of the cell's lowest value
+    base: np.ndarray    #: int32 (32-bit gathers), per cell: the code of its lowest value
     thr: np.ndarray     #: float32 (K, 2*cells): ``mid[base + j]`` (+inf beyond the last)
 
 
@@ -224,7 +224,7 @@ def _encoder(signed, bits):
     padded = np.concatenate([mid, np.full(k + 1, np.inf, np.float32)])
     thr = np.stack([padded[base + j] for j in range(k)]) if k else np.zeros((0, 2 * cells),
                                                                               np.float32)
-    base, thr = base.astype(np.uint8), np.ascontiguousarray(thr, np.float32)
+    base, thr = base.astype(np.int32), np.ascontiguousarray(thr, np.float32)
     base.flags.writeable = thr.flags.writeable = False
     return Encoder(shift, cells, base, thr)
 
