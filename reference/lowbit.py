@@ -263,15 +263,17 @@ def flips(x, state_dtype, signed=True, block=BLOCK, scale=1.0):
     return out.reshape(-1)[:n].reshape(shape)
 
 
-def step(module, weight, grad, held, *, state_dtype, signs, block=BLOCK, scale=1.0, **kwargs):
+def step(module, weight, grad, held, *, state_dtype, signs, block=BLOCK, scale=1.0, extra=None,
+         **kwargs):
     """One step of the reference ``module`` (``reference.<name>``) whose state slots are held
     in ``state_dtype``: ``held`` maps each slot to what :func:`hold` made of it, ``signs`` each
     slot to whether its values take either sign (a first moment: the signed map) or none (a
     second moment: the unsigned one). The held values enter ``module.step`` exactly (as
     float64, or Tracked where ``weight`` is); ``kwargs`` are its own. Returns ``(weight,
     new_held, new_values, flipped)``: the new held slots, the float64 (or Tracked) values they
-    were held from, and per slot :func:`flips` (the bound times ``scale``)."""
-    state = {}
+    were held from, and per slot :func:`flips` (the bound times ``scale``). ``extra``: more of
+    the state dict that is not held (a schedule's running product), passed as it is."""
+    state = dict(extra or {})
     for name, h in held.items():
         x = values(h, state_dtype, signs[name], block)
         # the held values are exact inputs of the step: Tracked with no error where the

@@ -258,12 +258,12 @@ def test_refusals_write_nothing():
     v = lowbit.quantize(np.abs(rng.standard_normal(n)), lowbit.UNSIGNED)
     before = [a.copy() for a in (w, m.codes, m.absmax, v.codes, v.absmax)]
     bad = [
-        ((w, g, (m._replace(qmap=lowbit.SIGNED.copy()), v)), "SIGNED or UNSIGNED"),
+        ((w, g, (m.replace(qmap=lowbit.SIGNED.copy()), v)), "SIGNED or UNSIGNED"),
         ((w, g, (m, np.zeros(n, np.float64))), "state slot"),
         ((w, g.astype(np.float64), (m, v)), "grad"),
         ((w[::2], g[::2], (m, v)), "weight"),
-        ((w, g, (m._replace(codes=m.codes[:-1]), v)), "elements"),
-        ((w, g, (m._replace(absmax=m.absmax[:-1]), v)), "absmax"),
+        ((w, g, (m.replace(codes=m.codes[:-1]), v)), "elements"),
+        ((w, g, (m.replace(absmax=m.absmax[:-1]), v)), "absmax"),
         ((w, g, (m, m)), "share memory"),
         ((w, g, (m, np.zeros(n, np.float16))), "state slot"),
         ((w, g, (m, v, m, v)), "1 to 3"),
@@ -271,7 +271,7 @@ def test_refusals_write_nothing():
     ]
     ro = m.codes.copy()
     ro.flags.writeable = False
-    bad.append(((w, g, (m._replace(codes=ro), v)), "writeable"))
+    bad.append(((w, g, (m.replace(codes=ro), v)), "writeable"))
     for args, match in bad:
         with pytest.raises(ValueError, match=match):
             cpu_lowbit.run_held(factory, *args, hyper)

@@ -12,7 +12,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PUBLIC = ["toolkit", "toolkit.optimizer", "toolkit.lr_scheduler", "toolkit.oracle",
           "toolkit.oracle.space", "toolkit.oracle.variants", "toolkit.oracle.conformance",
-          "toolkit.oracle.frameworks", "toolkit.error_bounds", "toolkit.trainer",
+          "toolkit.oracle.frameworks", "toolkit.error_bounds", "toolkit.held_bounds",
+          "toolkit.trainer",
           "toolkit.backends", "toolkit.backends.arrays", "toolkit.backends.launches", "reference", "reference.error_bound",
           "reference.noise"]
 API = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")

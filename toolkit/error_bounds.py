@@ -154,13 +154,13 @@ def compare(outputs: dict, refs: dict, storage=None, skip=None) -> dict:
     return {k: normalised_error(outputs[k], refs[k], storage, skip.get(k)) for k in refs}
 
 
-def _tracked_extra(extra, dtype):
+def tracked_extra(extra, dtype):
     """The reference's bookkeeping with its arrays tracked (exact inputs of the step)."""
     return {k: (track(np.asarray(v, np.float64), dtype) if isinstance(v, np.ndarray) else v)
             for k, v in extra.items()}
 
 
-def _reference_of(opt):
+def reference_of(opt):
     """The oracle module of toolkit optimizer ``opt`` (the one its spec names: a plug-in's may
     live outside the ``reference`` package)."""
     ref = opt.reference_module()
@@ -184,10 +184,10 @@ def reference_call(opt, index, weight, grad, state, step, dtype):
     """Run the oracle for the step ``step`` (``opt.next_step(index, weight)``) of toolkit
     optimizer ``opt`` on Tracked copies of its inputs. ``state`` is the toolkit state before the
     step. Returns ``(w_ref, state_ref_dict)``."""
-    ref = _reference_of(opt)
+    ref = reference_of(opt)
     st = {name: track(np.asarray(a, dtype=np.float64), dtype)
           for name, a in zip(opt.state_slots(), opt.state_arrays(state))}
-    st.update(_tracked_extra(step.reference_state, dtype))
+    st.update(tracked_extra(step.reference_state, dtype))
     return ref.step(track(weight.astype(np.float64), dtype),
                     track(grad.astype(np.float64), dtype), st, t=step.t, lr=step.lr,
                     wd=step.wd, rescale_grad=opt.rescale_grad, clip_gradient=opt.clip_gradient,
@@ -259,12 +259,12 @@ def trajectory_errors(opt, index, weight, grads, state):
     st_ref = {n: track(to_host(a).astype(np.float64), dtype)
               for n, a in zip(slots, opt.state_arrays(state))}
     worst: dict = {}
-    ref = _reference_of(opt)
+    ref = reference_of(opt)
     shadow = None  # (weight, state) of the trajectory with the overflowed values moved further
     for grad in grads:
         step = opt.next_step(index, w_host)
         # the oracle's own bookkeeping (from its previous step) wins over the optimizer's
-        extra = _tracked_extra(step.reference_state, dtype)
+        extra = tracked_extra(step.reference_state, dtype)
         g_ref = track(to_host(grad).astype(np.float64), dtype)
 
         def oracle_step(w, st):

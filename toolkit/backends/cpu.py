@@ -124,7 +124,19 @@ class Launcher:
                 tuple(s.reshape(-1, order=order) for s in states))
 
     def run_rule(self, factory, weight, grad, states, hyper):
-        """Run a per-element rule over ``weight``, ``grad`` and ``states`` in place."""
+        """Run a per-element rule over ``weight``, ``grad`` and ``states`` in place; states
+        held in another precision (``state_dtype``: bfloat16 arrays, int8 ``Quantized``
+        slots) through ``toolkit.backends.cpu_lowbit``."""
+        dtype = weight.dtype
+        for s in states:
+            if type(s) is not np.ndarray or s.dtype != dtype:
+                from . import cpu_lowbit
+                w, g, flat = self._flat(weight, grad, [
+                    s if type(s) is np.ndarray else s.codes for s in states])
+                held = tuple(f if type(s) is np.ndarray else type(s)(f, s.absmax, s.qmap)
+                             for f, s in zip(flat, states))
+                cpu_lowbit.run_held(factory, w, g, held, hyper)
+                return
         if weight.ndim == 1 and grad.flags.c_contiguous:  # flat already: _flat's own shortcut
             run_elementwise(factory, weight, grad, tuple(states), hyper)
             return

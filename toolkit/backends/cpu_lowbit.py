@@ -1,6 +1,7 @@
 """The CPU kernels of an element-wise rule whose state slots are held in low precision
-(:mod:`.lowbit`): each slot a plain array of the weight's dtype, a bfloat16 array or a
-:class:`~.lowbit.Quantized` 8-bit slot, in any mix (:func:`run_held`).
+(:mod:`.lowbit`): each slot a plain array of the weight's dtype, a float32 array (of a float64
+weight), a bfloat16 array or a :class:`~.lowbit.Quantized` 8-bit slot, in any mix
+(:func:`run_held`).
 
 One pass over memory, block by block (:data:`~.lowbit.BLOCK` elements): load each slot (a code
 as ``qmap[code] * absmax`` in float32, a bfloat16 widened; both exact, then converted to the
@@ -58,8 +59,9 @@ def _narrow(v):
 
 
 def slot_kind(slot, dtype):
-    """The kind of a state slot for a weight of ``dtype``: "plain", "bfloat16", "signed" or
-    "unsigned" (8-bit, by the identity of its map); a ValueError for anything else."""
+    """The kind of a state slot for a weight of ``dtype``: "plain", "bfloat16", "single" (a
+    float32 slot of a float64 weight), "signed" or "unsigned" (8-bit, by the identity of its
+    map); a ValueError for anything else."""
     if isinstance(slot, Quantized):
         if slot.qmap is SIGNED:
             return "signed"
@@ -72,6 +74,8 @@ def slot_kind(slot, dtype):
             return "plain"
         if slot.dtype == BFLOAT16:
             return "bfloat16"
+        if slot.dtype == np.float32 and dtype == np.float64:
+            return "single"
     raise ValueError(f"a state slot must be a numpy array of the weight's dtype ({dtype}), of "
                      f"bfloat16, or a Quantized; got {type(slot).__name__}"
                      + (f" of {slot.dtype}" if isinstance(slot, np.ndarray) else ""))
@@ -123,6 +127,13 @@ def _slot_functions(kind, ftype, index, stochastic):
 
         def store(y, c):
             return y
+        return no_scale, the_slot, load, store, no_finish
+    if kind == "single":  # widened exactly on load, rounded to float32 on store
+        def load(x, sc):
+            return ftype(x)
+
+        def store(y, c):
+            return _F32(y)
         return no_scale, the_slot, load, store, no_finish
     if kind == "bfloat16":
         widen = inlined(by_value(bfloat16_to_single))
@@ -250,8 +261,8 @@ def _loop(rule, slots, n_hyper):
     return loop
 
 
-_DATA_TYPES = {"bfloat16": types.uint16[::1], "signed": types.uint8[::1],
-               "unsigned": types.uint8[::1]}
+_DATA_TYPES = {"bfloat16": types.uint16[::1], "single": types.float32[::1],
+               "signed": types.uint8[::1], "unsigned": types.uint8[::1]}
 
 
 def held_kernel(factory, kinds, n_hyper, dtype, parallel, stochastic=False):
@@ -331,7 +342,8 @@ def _arguments(weight, grad, states, key):
 def run_held(factory, weight, grad, states, hyper, key=None):
     """Run ``factory``'s rule in place over a 1-D C-contiguous float32/float64 ``weight`` and
     ``grad`` with ``states`` (a tuple of 1 to 3 slots, each a plain array of the weight's
-    dtype, a bfloat16 array or a :class:`~.lowbit.Quantized`, in the rule's order);
+    dtype, a float32 array of a float64 weight, a bfloat16 array or a
+    :class:`~.lowbit.Quantized`, in the rule's order);
     ``hyper``: Python floats, rounded to the weight's dtype. ``key``: None rounds bfloat16
     slots to nearest; an integer (``toolkit.backends.noise.stream_key(seed, stream, step)``)
     rounds them stochastically with :func:`.lowbit.rounding_bits` of slot ``j`` for

@@ -27,8 +27,8 @@ import ml_dtypes
 import numpy as np
 
 __all__ = ["BLOCK", "BFLOAT16", "SIGNED", "UNSIGNED", "Quantized", "Encoder", "blocks_of",
-           "midpoints", "quantize", "dequantize", "encoder", "encode", "rounding_bits",
-           "bfloat16_stochastic"]
+           "midpoints", "quantize", "dequantize", "to_bfloat16", "encoder", "encode",
+           "rounding_bits", "bfloat16_stochastic"]
 
 #: elements per block of an 8-bit slot (bitsandbytes' 8-bit optimizers' block size)
 BLOCK = 256
@@ -121,12 +121,39 @@ SIGNED = _frozen(SIGNED_BITS)
 UNSIGNED = _frozen(UNSIGNED_BITS)
 
 
-class Quantized(NamedTuple):
+class Quantized:
     """A state slot held in 8 bits (module docstring): ``codes[i]`` stands for
-    ``qmap[codes[i]] * absmax[i // BLOCK]`` (float32)."""
-    codes: np.ndarray   #: uint8, one per element, of the slot's shape (C order)
-    absmax: np.ndarray  #: float32, shape ``(blocks_of(codes.size),)``: each block's max |x|
-    qmap: np.ndarray    #: the code map: :data:`SIGNED` or :data:`UNSIGNED` (by identity)
+    ``qmap[codes[i]] * absmax[i // BLOCK]`` (float32).
+
+    Not a tuple: an optimizer's state is an array or a tuple of arrays, and a one-slot state
+    (SGD's momentum) is the slot itself, so a slot must not read as a tuple of three. Its fields
+    are fixed once made (the arrays themselves are written in place by a step);
+    :meth:`replace` makes another with some changed."""
+
+    __slots__ = ("codes", "absmax", "qmap")
+
+    def __init__(self, codes, absmax, qmap):
+        object.__setattr__(self, "codes", codes)     #: uint8, of the slot's shape (C order)
+        object.__setattr__(self, "absmax", absmax)   #: float32 ``(blocks_of(codes.size),)``
+        object.__setattr__(self, "qmap", qmap)       #: :data:`SIGNED` or :data:`UNSIGNED`
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"Quantized.{name} is fixed once made; use replace({name}=...)")
+
+    def replace(self, **changes):
+        """A Quantized with the fields in ``changes`` replaced (the arrays not copied)."""
+        fields = {f: getattr(self, f) for f in self.__slots__}
+        unknown = set(changes) - set(fields)
+        if unknown:
+            raise TypeError(f"Quantized has no field {sorted(unknown)[0]!r}")
+        return Quantized(**{**fields, **changes})
+
+    def __repr__(self):
+        which = "SIGNED" if self.qmap is SIGNED else "UNSIGNED" if self.qmap is UNSIGNED \
+            else "another map"
+        shape = getattr(self.codes, "shape", None)
+        return f"Quantized(codes of shape {shape}, {getattr(self.absmax, 'size', '?')} " \
+               f"block maxima, {which})"
 
 
 def blocks_of(n):
@@ -290,3 +317,14 @@ def bfloat16_stochastic(x, key, slot):
     out = ((u + rounding_bits(key, f.size, slot)) >> np.uint32(16)).astype(np.uint16)
     out[np.isnan(f)] = 0xFFFF
     return out
+
+
+def to_bfloat16(x):
+    """``x`` rounded to float32, then to the nearest bfloat16 (ties to even), as an array of
+    :data:`BFLOAT16` of ``x``'s shape; a NaN is ``0xFFFF``, as the kernels store it (where
+    ``ml_dtypes``' conversion keeps the NaN's sign and payload)."""
+    f = np.asarray(x).astype(np.float32)
+    u = f.view(np.uint32).astype(np.uint64)
+    bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    bits[np.isnan(f)] = 0xFFFF
+    return bits.view(BFLOAT16)

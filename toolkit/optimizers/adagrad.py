@@ -97,6 +97,7 @@ def pytorch_rule(f):
 
 SPEC = Spec(
     name="adagrad", reference="reference.adagrad",
+    moments={"history": "unsigned"},
     conventions=("mxnet", "guide", "pytorch"),
     pytorch="pytorch", torch="Adagrad",
     torch_slots={"history": "sum"},

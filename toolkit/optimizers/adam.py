@@ -202,6 +202,7 @@ def pytorch_row(constants, t, lr, decay, wd):
 
 SPEC = Spec(
     name="adam", reference="reference.adam",
+    moments={"mean": "signed", "var": "unsigned", "max_var": "unsigned"},
     conventions=("mxnet", "guide", "pytorch"), pytorch_form="lerp",
     pytorch="guide", torch="Adam",
     torch_slots={"mean": "exp_avg", "var": "exp_avg_sq", "max_var": "max_exp_avg_sq"},

@@ -120,6 +120,7 @@ def pytorch_rule(f):
 
 SPEC = Spec(
     name="adamax", reference="reference.adamax",
+    moments={"mean": "signed", "u": "unsigned"},
     conventions=("mxnet", "guide", "pytorch"), pytorch_form="lerp",
     pytorch="pytorch", torch="Adamax",
     torch_slots={"mean": "exp_avg", "u": "exp_inf"},

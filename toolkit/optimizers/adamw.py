@@ -117,6 +117,7 @@ def guide_amsgrad_rule(f):
 
 SPEC = Spec(
     name="adamw", reference="reference.adamw",
+    moments={"mean": "signed", "var": "unsigned", "max_var": "unsigned"},
     conventions=("mxnet", "guide", "pytorch"), pytorch_form="lerp",
     pytorch="pytorch", torch="AdamW",
     torch_slots={"mean": "exp_avg", "var": "exp_avg_sq", "max_var": "max_exp_avg_sq"},

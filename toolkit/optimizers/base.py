@@ -11,7 +11,9 @@ and the float32 rounding helpers of the rules. The rest is in mixins, one respon
 * :class:`~toolkit.optimizers.nonfinite.NonFiniteGuard`: ``skip_nonfinite``;
 * :class:`~toolkit.optimizers.reference_step.ReferenceStep`: the reference backend's hooks;
 * :class:`~toolkit.optimizers.row_sparse.RowSparseSteps`: ``RowSparse`` gradients;
-* :class:`~toolkit.optimizers.trainer_hooks.TrainerHooks`: the Trainer's seams.
+* :class:`~toolkit.optimizers.trainer_hooks.TrainerHooks`: the Trainer's seams;
+* :class:`~toolkit.optimizers.held.HeldStates`: moments held below float32 (``state_dtype``);
+* :class:`~toolkit.optimizers.backend_choice.BackendChoice`: the backend of a step.
 """
 from __future__ import annotations
 
@@ -22,15 +24,17 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..backends import arrays, cpu, launches
+from ..backends import cpu, launches
 from ..backends.cpu_elementwise import PreparedStep
 from ..backends.launches import Launch
 from . import aliases as _aliases
+from .backend_choice import BackendChoice
 from .batched import BatchedBookkeeping, StepScalars
 from .bookkeeping import Counts
 from .checks import ArrayChecks, Slot
 from .hyperparameters import Hyperparameters, install_checked_attributes
 from .nonfinite import NonFiniteGuard
+from .held import STATE_DTYPES, STATE_ROUNDINGS, HeldStates
 from .precision import MultiPrecision
 from .reference_step import ReferenceStep
 from .row_sparse import RUNNING as SPARSE_STEPS_RUNNING
@@ -69,7 +73,8 @@ _F32 = struct.Struct("=f")  # standard size: OverflowError beyond float32's rang
 def _round_f32(x):
     """``x`` rounded to float32, as a Python float: the C conversion numpy's ``float32(x)``
     makes (-0.0 keeps its sign), through ``struct`` (a third of numpy's time), which refuses
-    what lies beyond float32's range where numpy gives an infinity."""
+    what lies beyond float32's range where numpy gives an infinity. Here, beside ``update``:
+    a warm step calls it, and enters few files (tests/test_call_count.py)."""
     try:
         return _F32.unpack(_F32.pack(x))[0]
     except OverflowError:
@@ -109,8 +114,8 @@ class StepInputs(NamedTuple):
     reference_kwargs: dict   #: extra keyword arguments of ``reference.<name>.step``
 
 
-class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, ReferenceStep,
-                RowSparseSteps, TrainerHooks, BatchedBookkeeping):
+class Optimizer(Hyperparameters, HeldStates, ArrayChecks, MultiPrecision, NonFiniteGuard,
+                ReferenceStep, RowSparseSteps, TrainerHooks, BatchedBookkeeping, BackendChoice):
     """Base class of all optimizers (MXNet 1.9.1's ``mxnet.optimizer.Optimizer``).
 
     Parameters
@@ -147,6 +152,11 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
         optimizer MXNet never had (``docs/conventions.md``). None: the optimizer's default, its
         spec's first convention ("mxnet" for MXNet's family and for an optimizer without a
         spec).
+    state_dtype : {None, "float32", "bfloat16", "int8"}, default None
+        How the element-wise moments (``spec.moments``) are held: None, the weight's dtype;
+        else float32, bfloat16 or 8-bit blockwise codes (:mod:`~toolkit.optimizers.held`).
+    state_rounding : {"nearest", "stochastic"}, default "nearest"
+        How a new moment is rounded into a bfloat16 slot.
     """
 
     #: this optimizer's :class:`~toolkit.optimizers.spec.Spec`, declared beside the class
@@ -179,6 +189,8 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
         "multi_precision": flag(),
         "convention": choice(CONVENTIONS),
         "backend": choice(BACKENDS, numeric=False),
+        "state_dtype": choice(STATE_DTYPES),          # toolkit.optimizers.held
+        "state_rounding": choice(STATE_ROUNDINGS),
     }
 
     def _state_layout_key(self):
@@ -206,7 +218,8 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
 
     def __init__(self, rescale_grad=1.0, param_idx2name=None, wd=0.0, clip_gradient=None,
                  learning_rate=None, lr_scheduler=None, sym=None, begin_num_update=0,
-                 multi_precision=False, param_dict=None, backend="auto", convention=None):
+                 multi_precision=False, param_dict=None, backend="auto", convention=None,
+                 state_dtype=None, state_rounding="nearest"):
         self.rescale_grad = rescale_grad    # each a checked attribute (``domains``)
         self.wd = wd
         self.clip_gradient = clip_gradient
@@ -217,6 +230,7 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
             raise ValueError("sym (symbolic graphs) is not supported; pass param_idx2name instead")
         self.begin_num_update = begin_num_update
         self.multi_precision = multi_precision
+        self.state_dtype, self.state_rounding = state_dtype, state_rounding
         self.backend = backend
         self.convention = default_convention(type(self)) if convention is None else convention
         if param_idx2name is None:
@@ -246,6 +260,7 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
         self.set_wd_mult({})
         self.check_relations()
         self._check_convention()
+        self.check_state_dtype()
         self._constructed = True
 
     # --- update ----------------------------------------------------------------------------
@@ -322,6 +337,7 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
                 and all(getattr(cls, m) is getattr(Optimizer, m) for m in _BYPASSED)
         leaves = self._numpy_leaves(state)
         if not fits or backend != "cpu" or type(weight) is not np.ndarray or \
+                self.state_dtype is not None or \
                 any(m in self.__dict__ for m in _BYPASSED + ("_kernel_step",)) or \
                 type(grad) is not np.ndarray or weight.dtype not in _KERNEL_DTYPES or \
                 leaves is None or any(a is None for a in leaves) or \
@@ -428,31 +444,6 @@ class Optimizer(Hyperparameters, ArrayChecks, MultiPrecision, NonFiniteGuard, Re
         raise NotImplementedError(f"{type(self).__name__} has no kernel: override `update`, or "
                                   "derive it from ElementwiseOptimizer and give it a `rule` "
                                   "(docs/custom-optimizer.md)")
-
-    # --- backend choice ----------------------------------------------------------------------
-    def _resolve_backend(self, w):
-        """The backend for a step on the described weight ``w``; an error, before anything is
-        written, when the arrays and the requested backend do not fit together."""
-        device = w.kind == arrays.DEVICE
-        if self.backend == "auto":
-            backend = "cuda" if device else "cpu"
-        else:
-            backend = self.backend
-        if backend == "cuda":
-            from ..backends import cuda_available
-            ok, why = cuda_available()
-            if not ok:
-                raise RuntimeError(f"backend='cuda' cannot run: {why}" + (
-                    "" if device else "; use backend='cpu' for numpy arrays"))
-            if not device:
-                raise TypeError("backend='cuda' updates CUDA arrays in place, but the weight is a "
-                                "numpy.ndarray (host memory); pass device arrays (numba, CuPy "
-                                "or PyTorch CUDA) or use backend='cpu'")
-        elif device:
-            raise TypeError(f"backend={self.backend!r} runs on numpy arrays, but the weight is "
-                            f"{arrays.kind_name(w)}; use backend='cuda' or 'auto' for device "
-                            "arrays")
-        return backend
 
     # --- helpers for subclasses ----------------------------------------------------------------
 

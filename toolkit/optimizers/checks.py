@@ -69,7 +69,7 @@ class ArrayChecks:
         template. A subclass that makes its template otherwise (``create_state_template`` or
         ``_slot_template``) overrides this in the same class, or the template is built and
         compared (:meth:`_template_key_applies`)."""
-        return self.state_slots(), self._tuple_state()
+        return self.state_slots(), self._tuple_state(), self.state_dtype
 
     def _template_key_applies(self):
         """Whether :meth:`_template_key` speaks for this class's template: it is defined in
@@ -181,12 +181,13 @@ class ArrayChecks:
         # shaped: then it is built every time
         cacheable = type(self)._slot_template is ArrayChecks._slot_template
         if cacheable:
-            key = (weight.shape, weight.dtype, slots, tupled)
+            key = (weight.shape, weight.dtype, slots, tupled, self.state_dtype)
             cache = self.__dict__.setdefault("_templates", {})
             hit = cache.get(key)
             if hit is not None:
                 return hit
-        items = tuple(Slot(name, *self._slot_template(name, weight)) for name in slots)
+        # a slot of the default rule, or one held low (``held.HeldStates._make_slot``)
+        items = tuple(self._make_slot(name, weight) for name in slots)
         template = items[0] if len(items) == 1 and not tupled else items
         if cacheable:
             if len(cache) > 64:
@@ -214,9 +215,9 @@ class ArrayChecks:
                                 f"state; expected None, got {type(state).__name__}")
             return []
         if isinstance(template, Slot):
-            d = self._check_array(template.label, state, template.shape, template.dtype, w)
-            self._check_no_alias([(template.label, d)], others)
-            return [d]
+            ds = self._check_slot(template, state, w)
+            self._check_no_alias([(template.label, d) for d in ds], others)
+            return ds
 
         def names():
             return tuple(s.name if s is not None else "None" for s in template)
@@ -230,13 +231,21 @@ class ArrayChecks:
                     raise TypeError(f"state must be a tuple {names()}: expected None, got an "
                                     f"array")
                 continue
-            d = self._check_array(slot.label, a, slot.shape, slot.dtype, w)
-            for _, b in seen:
-                if arrays.overlaps(d, b):
-                    raise ValueError(f"{slot.label} shares memory with another state array")
-            seen.append((slot.label, d))
+            for d in self._check_slot(slot, a, w):
+                for _, b in seen:
+                    if arrays.overlaps(d, b):
+                        raise ValueError(f"{slot.label} shares memory with another state array")
+                seen.append((slot.label, d))
         self._check_no_alias(seen, others)
         return [d for _, d in seen]
+
+    def _check_slot(self, slot, a, w):
+        """The descriptions of slot ``slot``'s arrays in ``a`` (one array, or an int8 slot's
+        codes and block maxima: ``held.HeldSlot.check``), checked."""
+        check = getattr(slot, "check", None)
+        if check is not None:
+            return check(a, w)
+        return [self._check_array(slot.label, a, slot.shape, slot.dtype, w)]
 
     @staticmethod
     def _check_no_alias(state_descs, others):
@@ -261,7 +270,8 @@ class ArrayChecks:
         slots = self.state_slots()
         if not slots:
             return None
-        new = tuple(self._init_slot(name, weight) for name in slots)
+        new = tuple(self._held_slot(name, weight, self._init_slot(name, weight))
+                    for name in slots)
         return new[0] if len(new) == 1 and not self._tuple_state() else new
 
     def state_made(self):

@@ -144,6 +144,7 @@ class Hyperparameters:
             self._follow_begin_num_update(old)
         self.check_relations()
         self._check_convention()
+        self.check_state_dtype()
 
     def _check_convention(self):
         """Refuse a convention this optimizer's kernels do not implement (its spec's

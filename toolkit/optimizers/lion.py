@@ -53,6 +53,7 @@ def paper_rule(f):
 
 SPEC = Spec(
     name="lion", reference="reference.lion",
+    moments={"mean": "signed"},
     conventions=("paper",), pytorch=None, torch=None,
     # lion-pytorch 0.2.5 (lucidrains), lion_pytorch/lion_pytorch.py, Lion.__init__
     torch_peer=TorchPeer("Lion", "lion_pytorch.Lion (lion-pytorch 0.2.5)", (

@@ -120,6 +120,7 @@ def f32_product(a, b):
 
 SPEC = Spec(
     name="nadam", reference="reference.nadam",
+    moments={"m": "signed", "v": "unsigned"},
     conventions=("mxnet", "pytorch"),
     # the kernels' "pytorch" (torch's single-tensor step) is the reference's equations in these
     # three forms at once (reference.nadam; with hyper_f32=False: Nadam._reference_call_kwargs)

@@ -69,6 +69,7 @@ def guide_rule(f):
 
 SPEC = Spec(
     name="nag", reference="reference.nag",
+    moments={"mom": "signed"},
     conventions=("mxnet", "guide", "pytorch"),
     pytorch="pytorch", torch="SGD", torch_flags={"nesterov": True},
     space={"momentum": MOMENTUM},

@@ -27,9 +27,17 @@ class MultiPrecision:
         """
         if self.uses_master(weight):
             self._check_weight(weight)
+            self._refuse_held_master()
             w32 = arrays.astype(weight, np.float32)
             return (w32, self.create_state(index, w32))
         return self.create_state(index, weight)
+
+    def _refuse_held_master(self):
+        if self.state_dtype is not None:
+            raise NotImplementedError(
+                f"state_dtype={self.state_dtype!r} with a float32 master copy of a float16 "
+                "weight is not implemented: step a float32 weight, or use multi_precision "
+                "without state_dtype")
 
     def uses_master(self, weight):
         """Whether ``weight`` is stepped through a float32 master copy (float16 with
@@ -62,6 +70,7 @@ class MultiPrecision:
             return self.update(index, weight, grad, state, stream=stream)
         self._check_index(index)
         w = self._check_weight(weight)
+        self._refuse_held_master()
         backend = self._resolve_backend(w)
         g = self._check_grad(w, grad)
         master, m, inner, known = self._check_master_state(state, w, g)

@@ -79,7 +79,8 @@ class ReferenceStep:
         # schedule a second time: a schedule of the user's own is read once per update)
         extra = dict(self._reference_extra(index, weight))
         kwargs = dict(self._reference_call_kwargs(index, t))
-        st = {name: np.asarray(a, dtype=np.float64) for name, a in zip(slots, state_arrays)}
+        # a held slot (state_dtype) enters as the values it stands for, exactly
+        st = {name: self.slot_values(a) for name, a in zip(slots, state_arrays)}
         st.update({k: (np.asarray(v, np.float64) if isinstance(v, np.ndarray) else v)
                    for k, v in extra.items()})
         w_new, st_new = ref.step(weight.astype(np.float64), grad.astype(np.float64), st, t=t,
@@ -88,5 +89,5 @@ class ReferenceStep:
                                  **self.reference_hyper_for(weight.dtype), **kwargs)
         weight[...] = w_new
         for name, a in zip(slots, state_arrays):
-            a[...] = st_new[name]
+            self.store_values(a, st_new[name])
         self._reference_store_extra(index, st_new, weight)

@@ -182,6 +182,7 @@ _UNSET = object()
 
 SPEC = Spec(
     name="rmsprop", reference="reference.rmsprop",
+    moments={"n": "unsigned", "g": "signed", "delta": "signed"},
     conventions=("mxnet", "guide", "pytorch"), pytorch_form="lerp",
     pytorch="pytorch", torch="RMSprop", torch_requires={"momentum": "centered"},
     torch_slots={"n": "square_avg", "g": "grad_avg"},

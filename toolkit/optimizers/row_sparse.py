@@ -127,6 +127,11 @@ class RowSparseSteps:
         if mode not in MODES:  # pragma: no cover - a subclass bug
             raise ValueError(f"row_sparse_mode returned {mode!r}, expected one of {MODES}")
         dense_update = self.update_multi_precision if multi_precision else self.update
+        if mode != "dense" and self.holds_low(w):
+            raise NotImplementedError(
+                f"a row-sparse gradient steps {mode} rows, but state_dtype="
+                f"{self.state_dtype!r} holds blocks of many rows: pass grad.to_dense(), or "
+                f"state_dtype=None")
         if mode == "dense":
             return dense_update(index, weight, grad.to_dense(), state, stream=stream)
         if mode == "standard":

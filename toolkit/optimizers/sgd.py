@@ -220,6 +220,7 @@ def pytorch_plan(has_momentum, nesterov, first, lr, wd, rs, c, momentum):
 
 SPEC = Spec(
     name="sgd", reference="reference.sgd",
+    moments={"mom": "signed"},
     conventions=("mxnet", "guide", "pytorch"),
     pytorch="pytorch", torch="SGD",
     space={"momentum": MOMENTUM},

@@ -110,6 +110,7 @@ def _wd_lh_needs_momentum(hyper):
 
 SPEC = Spec(
     name="signum", reference="reference.signum",
+    moments={"mom": "signed"},
     pytorch=None, torch=None,
     space={"momentum": MOMENTUM, "wd_lh": OneOf(0.0, Decades(-4, -1))},
     # momentum 0.9 (Bernstein et al. 2018; MXNet's Signum and optax.signum default) or 0

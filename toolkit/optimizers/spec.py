@@ -168,6 +168,11 @@ class Spec:
         ``trainer``: the Trainer tests' configurations. ``demo``: ``mxopt demo``'s settings, and
         ``full_data_gradient`` (SGLD: its noise is calibrated to the whole data set's gradient).
         ``bench``: the rows of ``mxopt bench``.
+    State
+        ``moments``: slot name -> "signed" (a first moment, either sign) or "unsigned" (a second
+        moment, never negative), for the element-wise moments ``state_dtype`` may hold in
+        bfloat16 or 8-bit codes (:mod:`toolkit.optimizers.held`; the sign picks the code map).
+        Empty: ``state_dtype`` is refused.
     Backends
         ``cuda``: its kernels have a CUDA form (False: Adafactor's factored step runs on the CPU
         only, and a CUDA array is refused with NotImplementedError before anything is written;
@@ -219,6 +224,7 @@ class Spec:
     demo: Mapping = field(default_factory=dict)
     full_data_gradient: bool = False
     bench: tuple = ()
+    moments: Mapping[str, str] = field(default_factory=dict)
     cuda: bool = True
     first_pass: int | Callable = 0
     gradient_passes: int = 0
@@ -246,11 +252,15 @@ class Spec:
             raise ValueError(f"Spec {self.name!r}: torch_step must be one of {TORCH_STEPS}, "
                              f"got {self.torch_step!r}")
         for key in ("space", "fixed", "flags", "usual", "record", "demo", "torch_requires",
-                    "torch_flags", "torch_slots", "torch_derived"):
+                    "torch_flags", "torch_slots", "torch_derived", "moments"):
             object.__setattr__(self, key, _frozen(getattr(self, key)))
         for key in ("layouts", "trainer"):
             object.__setattr__(self, key, tuple(_frozen(c) for c in getattr(self, key)))
         object.__setattr__(self, "bench", tuple(self.bench))
+        bad = {k: v for k, v in self.moments.items() if v not in ("signed", "unsigned")}
+        if bad:
+            raise ValueError(f"Spec {self.name!r}: moments maps a slot to 'signed' or "
+                             f"'unsigned', got {bad}")
         if self.docs is None and self.reference is not None:
             object.__setattr__(self, "docs", f"docs/optimizers/{self.name}.md")
 

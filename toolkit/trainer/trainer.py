@@ -76,6 +76,11 @@ class Trainer(Updates):
         else:
             raise TypeError(f"optimizer must be a registry name or an Optimizer instance, got "
                             f"{type(optimizer).__name__}")
+        if getattr(opt, "state_dtype", None) is not None:
+            raise NotImplementedError(
+                f"state_dtype={opt.state_dtype!r} in a Trainer is not implemented yet (its flat "
+                "buffers would cut blocks across parameters): step each parameter with "
+                "optimizer.update, or use state_dtype=None")
         dist_type = _dist.kvstore_type(kvstore)  # refuses async and unknown dist types
         if dist_type is None and kvstore not in KVSTORES:
             raise ValueError(f"kvstore must be one of {KVSTORES} (one process) or "

@@ -1,0 +1,204 @@
+"""Optimizer states held below the weight's precision (``state_dtype``, ``state_rounding``).
+
+An optimizer whose spec names its element-wise moments (``Spec.moments``: each slot's sign,
+"signed" for a first moment, "unsigned" for a second) may keep those slots in
+
+* ``"float32"``: float32 arrays, whatever the weight's dtype;
+* ``"bfloat16"``: arrays of ``ml_dtypes.bfloat16`` (``toolkit.backends.lowbit.BFLOAT16``),
+  each new value rounded to float32, then to the nearest bfloat16 (ties to even);
+* ``"int8"``: a :class:`~toolkit.backends.lowbit.Quantized` per slot: uint8 codes of the
+  weight's shape and one float32 absolute maximum per block of 256 elements (C order), the
+  code map bitsandbytes 0.50.2 uses (signed for a first moment, unsigned for a second). A
+  weight of fewer than :data:`INT8_MIN_SIZE` elements keeps its default state (as
+  bitsandbytes keeps small tensors in float32).
+
+``None`` (the default) is the rule of every other state: the weight's dtype. Slots the spec
+does not name (none today) stay as they are. Counts and every step constant stay on the host
+in float64: nothing low-precision counts steps.
+
+A held slot enters the step as the float32 value it stands for (exactly) and is held again from
+the step's new value; ``reference.lowbit`` defines this, and the kernels
+(``toolkit.backends.cpu_lowbit``) are checked against it code for code. The CPU backend and the
+reference backend run it; the CUDA backend, row-sparse gradients, float16 weights and the
+Trainer refuse it (a clear error before anything is written).
+
+``Optimizer`` derives from :class:`HeldStates`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..backends import arrays
+from .checks import Slot
+
+__all__ = ["HeldStates", "HeldSlot", "STATE_DTYPES", "STATE_ROUNDINGS", "INT8_MIN_SIZE"]
+
+#: what ``state_dtype`` takes
+STATE_DTYPES = (None, "float32", "bfloat16", "int8")
+#: what ``state_rounding`` takes ("stochastic": bfloat16 only)
+STATE_ROUNDINGS = ("nearest", "stochastic")
+#: the fewest elements a weight has for its moments to be held in int8 (bitsandbytes'
+#: ``min_8bit_size``, 4096, as of 0.50.2): below, the default state, whose bytes are few
+INT8_MIN_SIZE = 4096
+
+_WEIGHT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _check_weight_holds(kind, weight, numpy):
+    """Refuse a weight whose moments ``state_dtype=kind`` cannot hold (``numpy``: whether it
+    is a numpy array)."""
+    if not numpy:
+        raise TypeError(f"state_dtype={kind!r} holds the states of numpy weights on the CPU; "
+                        f"the weight is a {type(weight).__name__} (CUDA has no such kernels "
+                        "yet)")
+    if np.dtype(weight.dtype) not in _WEIGHT_DTYPES:
+        raise TypeError(f"state_dtype={kind!r} steps float32 and float64 weights; the weight "
+                        f"is {np.dtype(weight.dtype)} (for float16 weights use "
+                        "multi_precision=True without state_dtype)")
+
+
+def _lowbit():
+    from ..backends import lowbit
+    return lowbit
+
+
+class HeldSlot(Slot):
+    """The template of an int8 slot: a ``Quantized`` of the weight's ``shape`` whose map is
+    the ``signed`` one or the unsigned one."""
+
+    __slots__ = ("signed",)
+
+    def __init__(self, name, shape, signed):
+        super().__init__(name, shape, np.uint8)
+        self.signed = bool(signed)
+
+    def __eq__(self, other):
+        return isinstance(other, HeldSlot) and super().__eq__(other) and \
+            self.signed == other.signed
+
+    def __hash__(self):
+        return hash((self.name, self.shape, self.signed, "int8"))
+
+    def check(self, q, w):
+        """``q`` against this template and the described weight ``w`` (numpy, C order); the
+        descriptions of its two arrays."""
+        lowbit = _lowbit()
+        if type(q) is not lowbit.Quantized:
+            raise TypeError(f"{self.label} must be a toolkit.backends.lowbit.Quantized (codes, "
+                            f"absmax, qmap), as create_state makes with state_dtype='int8'; "
+                            f"got {type(q).__name__}")
+        want = lowbit.SIGNED if self.signed else lowbit.UNSIGNED
+        if q.qmap is not want and not (isinstance(q.qmap, np.ndarray) and
+                                       q.qmap.dtype == np.float32 and
+                                       np.array_equal(q.qmap, want)):
+            raise ValueError(f"{self.label}.qmap is not the "
+                             f"{'signed' if self.signed else 'unsigned'} dynamic map "
+                             "(toolkit.backends.lowbit."
+                             f"{'SIGNED' if self.signed else 'UNSIGNED'})")
+        if w.library != "numpy" or not w.c_contiguous:
+            raise ValueError(f"{self.label}: int8 states step numpy weights in C order (blocks "
+                             "are cut from the C-ordered elements)")
+        codes = arrays.describe(q.codes, f"{self.label}.codes")
+        arrays.check_state_array(f"{self.label}.codes", codes, self.shape, np.uint8, w)
+        scales = arrays.describe(q.absmax, f"{self.label}.absmax")
+        n_blocks = lowbit.blocks_of(int(np.prod(self.shape, dtype=np.int64)))
+        if scales.shape != (n_blocks,) or scales.dtype != np.float32:
+            raise ValueError(f"{self.label}.absmax must be float32 of shape ({n_blocks},), one "
+                             f"per block of {lowbit.BLOCK}; got {scales.dtype} {scales.shape}")
+        if scales.readonly or not scales.c_contiguous:
+            raise ValueError(f"{self.label}.absmax must be writeable and contiguous")
+        return [codes, scales]
+
+
+class HeldStates:
+    """``state_dtype`` and ``state_rounding`` (methods of ``Optimizer``, whose ``domains``
+    check the two)."""
+
+    def moment_signs(self):
+        """Slot name -> signed (True) for the moments this optimizer may hold low."""
+        spec = type(self).spec
+        moments = {} if spec is None else spec.moments
+        return {name: sign == "signed" for name, sign in moments.items()}
+
+    def check_state_dtype(self):
+        """Refuse a ``state_dtype`` or ``state_rounding`` this optimizer cannot take (run with
+        the other relations' checks)."""
+        if self.state_dtype is not None and not self.moment_signs():
+            raise ValueError(
+                f"state_dtype={self.state_dtype!r}: {type(self).__name__} has no element-wise "
+                "moments to hold in lower precision (the optimizers that do: "
+                f"{', '.join(held_optimizers())})")
+        if self.state_rounding == "stochastic" and self.state_dtype != "bfloat16":
+            raise ValueError("state_rounding='stochastic' rounds bfloat16 states; "
+                             f"state_dtype is {self.state_dtype!r}")
+        if self.state_rounding == "stochastic":
+            raise NotImplementedError("state_rounding='stochastic' is not implemented yet: "
+                                      "bfloat16 states round to nearest (state_rounding="
+                                      "'nearest')")
+
+    def held_dtype(self, name, weight):
+        """How slot ``name`` of ``weight`` (anything with ``shape``, ``size`` and ``dtype``) is
+        held: None (the default rule), "float32", "bfloat16" or "int8"."""
+        sd = self.state_dtype
+        if sd is None or name not in self.moment_signs():
+            return None
+        if sd == "int8" and int(np.prod(weight.shape, dtype=np.int64)) < INT8_MIN_SIZE:
+            return None
+        return sd
+
+    def holds_low(self, weight):
+        """Whether any slot of ``weight``'s state is held otherwise than by the default rule."""
+        return any(self.held_dtype(n, weight) is not None for n in self.state_slots())
+
+    def _make_slot(self, name, weight):
+        kind = self.held_dtype(name, weight)
+        if kind is not None:
+            _check_weight_holds(kind, weight, getattr(weight, "library", "numpy") == "numpy")
+        if kind == "int8":
+            return HeldSlot(name, weight.shape, self.moment_signs()[name])
+        if kind == "float32":
+            return Slot(name, weight.shape, np.float32)
+        if kind == "bfloat16":
+            return Slot(name, weight.shape, _lowbit().BFLOAT16)
+        return Slot(name, *self._slot_template(name, weight))
+
+    def _held_slot(self, name, weight, plain):
+        """The slot ``name`` made from its default-rule array ``plain`` (its initial values)."""
+        kind = self.held_dtype(name, weight)
+        if kind is None:
+            return plain
+        _check_weight_holds(kind, weight, type(weight) is np.ndarray)
+        lowbit = _lowbit()
+        values = np.asarray(plain, np.float32)
+        if kind == "int8":
+            return lowbit.quantize(values, lowbit.SIGNED if self.moment_signs()[name]
+                                   else lowbit.UNSIGNED)
+        if kind == "bfloat16":
+            return lowbit.to_bfloat16(values)
+        return values.copy()
+
+    def slot_values(self, state_array):
+        """The float64 values a state array (held or not) stands for, exactly."""
+        lowbit = _lowbit()
+        if type(state_array) is lowbit.Quantized:
+            return lowbit.dequantize(state_array).astype(np.float64)
+        return np.asarray(state_array).astype(np.float64)
+
+    def store_values(self, state_array, values):
+        """Write ``values`` (float64) into a state array as a kernel holds them: rounded to
+        float32 first for a held one."""
+        lowbit = _lowbit()
+        if type(state_array) is lowbit.Quantized:
+            q = lowbit.quantize(np.asarray(values).astype(np.float32), state_array.qmap)
+            state_array.codes[...] = q.codes
+            state_array.absmax[...] = q.absmax
+        elif state_array.dtype == lowbit.BFLOAT16:
+            state_array[...] = lowbit.to_bfloat16(np.asarray(values).astype(np.float32))
+        else:  # float32 or the weight's dtype: one rounding, as numpy's assignment makes
+            state_array[...] = values
+
+
+def held_optimizers():
+    """The registry names whose spec names moments that ``state_dtype`` holds."""
+    from .registry import specs
+    return tuple(name for name, s in specs().items() if s.moments)
