@@ -7,6 +7,10 @@ the worst. The plot has one panel per optimizer (docs/accuracy.md).
 
     python -m toolkit accuracy [--cases N] [--only NAMES] [--backend cpu|cuda] [--dtype D]
                                [--seed INT|random] [--json] [--plot PATH | --no-plot] [--quiet]
+    python -m toolkit accuracy --state-dtype int8 [--state-dtype bfloat16] [--steps N] ...
+
+The second form measures what low-precision optimizer states cost instead
+(:mod:`toolkit.tools.drift`).
 
 Exit codes of :func:`main`: ``0`` every worst <= 1; ``1`` some worst > 1 (or a case raised);
 ``2`` usage error (unknown optimizer or dtype, an unavailable backend asked for, a bad count,
@@ -379,10 +383,19 @@ def main(argv=None) -> int:
     p.add_argument("--no-plot", action="store_true", help="write no plot (default: a plot)")
     p.add_argument("--quiet", action="store_true",
                    help="no progress bar (default: a progress bar)")
+    p.add_argument("--state-dtype", action="append", choices=("bfloat16", "int8"),
+                   help="instead: the drift of trajectories with the moments held in this "
+                        "dtype from float64's, beside float32 states (repeatable; "
+                        "toolkit/tools/drift.py)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="steps of each trajectory with --state-dtype (default 2000)")
     try:
         args = p.parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
+    if args.state_dtype or args.steps is not None:
+        from .drift import run_drift
+        return run_drift(p, args, argv)
     import importlib.util
     missing = [m for m in (["rich"] if not args.json else []) +
                (["matplotlib"] if not args.no_plot else [])
