@@ -386,7 +386,7 @@ def main(argv=None) -> int:
     p.add_argument("--state-dtype", action="append", choices=("bfloat16", "int8"),
                    help="instead: the drift of trajectories with the moments held in this "
                         "dtype from float64's, beside float32 states (repeatable; "
-                        "toolkit/tools/drift.py)")
+                        "toolkit/tools/drift.py; default: none, the kernels' errors)")
     p.add_argument("--steps", type=int, default=None,
                    help="steps of each trajectory with --state-dtype (default 2000)")
     try:
