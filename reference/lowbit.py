@@ -48,9 +48,11 @@ from __future__ import annotations
 import numpy as np
 
 from .error_bound import Tracked
+from .noise import splitmix64
 
 __all__ = ["BLOCK", "SIGNED", "UNSIGNED", "SIGNED_BITS", "UNSIGNED_BITS", "STATE_DTYPES",
-           "code_map", "midpoints", "quantize", "dequantize", "bfloat16", "blocks_of", "hold",
+           "code_map", "midpoints", "quantize", "dequantize", "bfloat16", "rounding_bits",
+           "blocks_of", "hold",
            "values", "flips", "step"]
 
 #: what a state slot may be held in
@@ -186,14 +188,31 @@ def dequantize(codes, absmax, signed, block=BLOCK):
     return (code_map(signed)[flat] * scale).astype(np.float32).reshape(codes.shape)
 
 
-def bfloat16(x):
-    """``x`` rounded to float32, then to the nearest bfloat16 (ties to even), as float32 values
-    (a NaN stays a NaN, an infinity an infinity)."""
+def bfloat16(x, bits=None):
+    """``x`` rounded to float32, then to bfloat16, as float32 values (a NaN stays a NaN, an
+    infinity an infinity): to the nearest (ties to even), or, given ``bits`` (16 random bits
+    per element, :func:`rounding_bits`), stochastically: the float32 bits plus ``bits``, cut to
+    the high half (Zamirai et al. 2020, "Revisiting BFloat16 Training": a value rounds up with
+    probability its distance from the bfloat16 below over the gap)."""
     f = np.asarray(x, np.float64).astype(np.float32)
-    bits = f.view(np.uint32).astype(np.uint64)
-    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
-    out = bits.astype(np.uint32).view(np.float32)
+    u = f.view(np.uint32).astype(np.uint64)
+    if bits is None:
+        u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    else:
+        u = ((u + np.asarray(bits, np.uint64).reshape(f.shape)) >> 16) << 16
+    out = u.astype(np.uint32).view(np.float32)
     return np.where(np.isnan(f), np.float32(np.nan), out)
+
+
+def rounding_bits(key, n, slot):
+    """The 16 random bits (as uint64) that round element ``i`` of state slot ``slot`` (its
+    position among the step's state arrays, 0 to 2) stochastically: bits ``16*slot`` up of
+    ``splitmix64(key + i)``, ``key`` a ``reference.noise.stream_key(seed, stream, step)`` (the
+    counter-based generator of SGLD's noise: every backend draws the same)."""
+    i = np.arange(int(n), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        h = splitmix64(np.uint64(int(key) & 0xFFFFFFFFFFFFFFFF) + i)
+    return (h >> np.uint64(16 * int(slot))) & np.uint64(0xFFFF)
 
 
 def _value_err(x):
@@ -204,16 +223,17 @@ def _value_err(x):
     return v, np.zeros(v.shape)
 
 
-def hold(x, state_dtype, signed=True, block=BLOCK):
+def hold(x, state_dtype, signed=True, block=BLOCK, bits=None):
     """What a slot of ``state_dtype`` holds for the values ``x`` (plain or Tracked), rounded to
     float32 first as a kernel computes them: float32 values ("float32", "bfloat16": bfloat16
-    values as float32) or ``(codes, absmax)`` ("int8")."""
+    values as float32, stochastically rounded with ``bits``) or ``(codes, absmax)``
+    ("int8")."""
     v, _ = _value_err(x)
     f = v.astype(np.float32)
     if state_dtype == "float32":
         return f
     if state_dtype == "bfloat16":
-        return bfloat16(f)
+        return bfloat16(f, bits)
     if state_dtype == "int8":
         return quantize(f, signed, block)
     raise ValueError(f"state_dtype must be one of {STATE_DTYPES}, got {state_dtype!r}")
@@ -226,13 +246,14 @@ def values(held, state_dtype, signed=True, block=BLOCK):
     return np.asarray(held, np.float32).astype(np.float64)
 
 
-def flips(x, state_dtype, signed=True, block=BLOCK, scale=1.0):
+def flips(x, state_dtype, signed=True, block=BLOCK, scale=1.0, bits=None):
     """Per element of the Tracked (or plain) ``x``: whether a value within its error bound could
     be held otherwise than ``x``'s own value is (module docstring). Rounding to bfloat16 and
     finding a code are monotone, so that is whether the two ends of the interval are held
     differently (a code's interval widened by its block maximum's own bound); ``scale``
-    multiplies the bound (the checks' safety factor). All False for float32 (its rounding is
-    the bound's own) and for a plain array."""
+    multiplies the bound (the checks' safety factor); ``bits``: a stochastic rounding's (for a
+    fixed draw it is monotone too). All False for float32 (its rounding is the bound's own) and
+    for a plain array."""
     v, e = _value_err(x)
     e = scale * e
     if state_dtype not in STATE_DTYPES:
@@ -241,7 +262,7 @@ def flips(x, state_dtype, signed=True, block=BLOCK, scale=1.0):
         return np.zeros(v.shape, bool)
     with np.errstate(invalid="ignore", over="ignore"):
         if state_dtype == "bfloat16":
-            lo, hi = bfloat16(v - e), bfloat16(v + e)
+            lo, hi = bfloat16(v - e, bits), bfloat16(v + e, bits)
             return ~((lo == hi) | np.isnan(v))
         shape = v.shape
         flat_v, flat_e = v.reshape(-1), e.reshape(-1)
@@ -264,7 +285,7 @@ def flips(x, state_dtype, signed=True, block=BLOCK, scale=1.0):
 
 
 def step(module, weight, grad, held, *, state_dtype, signs, block=BLOCK, scale=1.0, extra=None,
-         **kwargs):
+         bits=None, **kwargs):
     """One step of the reference ``module`` (``reference.<name>``) whose state slots are held
     in ``state_dtype``: ``held`` maps each slot to what :func:`hold` made of it, ``signs`` each
     slot to whether its values take either sign (a first moment: the signed map) or none (a
@@ -272,7 +293,9 @@ def step(module, weight, grad, held, *, state_dtype, signs, block=BLOCK, scale=1
     float64, or Tracked where ``weight`` is); ``kwargs`` are its own. Returns ``(weight,
     new_held, new_values, flipped)``: the new held slots, the float64 (or Tracked) values they
     were held from, and per slot :func:`flips` (the bound times ``scale``). ``extra``: more of
-    the state dict that is not held (a schedule's running product), passed as it is."""
+    the state dict that is not held (a schedule's running product), passed as it is;
+    ``bits``: per slot, the random bits of a stochastic rounding to bfloat16
+    (:func:`rounding_bits`), None to the nearest."""
     state = dict(extra or {})
     for name, h in held.items():
         x = values(h, state_dtype, signs[name], block)
@@ -281,7 +304,9 @@ def step(module, weight, grad, held, *, state_dtype, signs, block=BLOCK, scale=1
         state[name] = Tracked(x, u=weight.u, tiny=weight.tiny) if isinstance(weight, Tracked) \
             else x
     w, new = module.step(weight, grad, state, **kwargs)
-    out_held = {k: hold(v, state_dtype, signs[k], block) for k, v in new.items() if k in signs}
-    flipped = {k: flips(v, state_dtype, signs[k], block, scale) for k, v in new.items()
-               if k in signs}
+    bits = bits or {}
+    out_held = {k: hold(v, state_dtype, signs[k], block, bits.get(k)) for k, v in new.items()
+                if k in signs}
+    flipped = {k: flips(v, state_dtype, signs[k], block, scale, bits.get(k))
+               for k, v in new.items() if k in signs}
     return w, out_held, new, flipped

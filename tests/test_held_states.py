@@ -67,9 +67,9 @@ def _grads(rng, steps, dtype):
     return out
 
 
-def _check_steps(name, convention, kw, state_dtype, dtype, steps=3, seed=0):
+def _check_steps(name, convention, kw, state_dtype, dtype, steps=3, seed=0, **held):
     rng = np.random.default_rng(seed)
-    opt = create(name, convention=convention, state_dtype=state_dtype, **kw)
+    opt = create(name, convention=convention, state_dtype=state_dtype, **held, **kw)
     w = rng.standard_normal(SHAPE).astype(dtype)
     state = opt.create_state(0, w)
     exempt = checked = 0
@@ -103,6 +103,41 @@ def test_bfloat16_steps_are_the_oracles_value_for_value(name):
     assert exempt <= 0.05 * checked, (exempt, checked)
 
 
+@pytest.mark.parametrize("name", ["adam", "sgd", "rmsprop"])
+def test_stochastically_rounded_bfloat16_steps_are_the_oracles(name):
+    """``state_rounding="stochastic"``: the oracle rounds with the same random bits
+    (``reference.lowbit.rounding_bits`` of the step's key, slot by slot) and agrees value for
+    value but for counted possible flips, as to nearest."""
+    name, convention, kw = next(c for c in CASES if c[0] == name)
+    exempt, checked = _check_steps(name, convention, kw, "bfloat16", np.float32,
+                                   state_rounding="stochastic", state_seed=11)
+    assert exempt <= 0.05 * checked, (exempt, checked)
+
+
+def test_stochastic_rounding_is_reproducible_from_its_seed_and_unbiased():
+    """The same seed, index and step round alike; another seed or index otherwise; and the
+    rounding is unbiased: a momentum of a constant gradient held stochastically averages to
+    the float32 one where to-nearest rounding is stuck a constant away."""
+    def run(seed, index, rounding="stochastic", steps=1):
+        opt = create("sgd", momentum=0.5, learning_rate=0.1, state_dtype="bfloat16",
+                     state_rounding=rounding, state_seed=seed)
+        w = np.zeros(SHAPE, np.float32)
+        mom = opt.create_state(index, w)
+        for _ in range(steps):
+            opt.update(index, w, np.ones(SHAPE, np.float32), mom)
+        return held_form(mom)
+    a, b = run(5, 0), run(5, 0)
+    assert np.array_equal(a, b)
+    assert not np.array_equal(a, run(6, 0)) and not np.array_equal(a, run(5, 1))
+    # the new momentum -lr*g = float32(-0.1) lies between two bfloat16 values, 0.8 of the way
+    # from the smaller magnitude: to nearest always the larger one
+    exact = np.float64(np.float32(-0.1))
+    nearest, stochastic = run(5, 0, "nearest"), a
+    assert np.unique(nearest).size == 1 and np.unique(stochastic).size == 2
+    assert abs(stochastic.astype(np.float64).mean() - exact) < \
+        0.1 * abs(nearest.astype(np.float64).mean() - exact)
+
+
 @pytest.mark.parametrize("state_dtype", ["int8", "bfloat16", "float32"])
 @pytest.mark.parametrize("name", ["adam", "rmsprop"])
 def test_float64_weights_hold_their_moments_from_float32(name, state_dtype):
@@ -112,24 +147,30 @@ def test_float64_weights_hold_their_moments_from_float32(name, state_dtype):
     _check_steps(name, spec.conventions[0], kw, state_dtype, np.float64)
 
 
-@pytest.mark.parametrize("state_dtype", ["int8", "bfloat16"])
+@pytest.mark.parametrize("state_dtype", ["int8", "bfloat16", "stochastic"])
 def test_the_reference_backend_is_reference_lowbit(state_dtype):
     """backend="reference" holds the oracle's float64 moments as ``reference.lowbit.hold``
     holds them, exactly."""
     from reference import adam
     rng = np.random.default_rng(3)
+    stochastic = state_dtype == "stochastic"
+    if stochastic:
+        state_dtype = "bfloat16"
     opt = create("adam", convention="guide", state_dtype=state_dtype, backend="reference",
-                 learning_rate=0.01)
+                 learning_rate=0.01, state_rounding="stochastic" if stochastic else "nearest")
     w = rng.standard_normal(SHAPE).astype(np.float32)
     state = opt.create_state(0, w)
     signs = {"mean": True, "var": False}
     held = {k: held_form(s) for k, s in zip(("mean", "var"), state)}
     w_ref = w.astype(np.float64)
     for t, g in enumerate(_grads(rng, 3, np.float32), start=1):
+        key = opt.rounding_key(0, t)
+        bits = None if key is None else {k: ref_lowbit.rounding_bits(key, w.size, j)
+                                         for j, k in enumerate(signs)}
         out, held, _, _ = ref_lowbit.step(adam, w_ref.astype(np.float32).astype(np.float64),
                                           g.astype(np.float64), held,
                                           state_dtype=state_dtype, signs=signs, t=t, lr=0.01,
-                                          convention="guide")
+                                          convention="guide", bits=bits)
         opt.update(0, w, g, state)
         w_ref = out
         assert np.array_equal(w, out.astype(np.float32))
@@ -200,6 +241,8 @@ def test_what_cannot_hold_its_states_low_says_so():
         create("adam", state_dtype="float16")
     with pytest.raises(ValueError, match="rounds bfloat16 states"):
         create("adam", state_dtype="int8", state_rounding="stochastic")
+    with pytest.raises(ValueError, match="state_seed"):
+        create("adam", state_dtype="bfloat16", state_rounding="stochastic", state_seed=-1)
     opt = create("adam", state_dtype="int8")
     opt.create_state(0, np.zeros(SHAPE, np.float32))
     with pytest.raises(ValueError, match="state_dtype cannot change"):
@@ -211,3 +254,15 @@ def test_what_cannot_hold_its_states_low_says_so():
         mp.create_state_multi_precision(0, np.zeros(SHAPE, np.float16))
     with pytest.raises(TypeError, match="float32 and float64 weights"):
         create("adam", state_dtype="bfloat16").create_state(0, np.zeros(SHAPE, np.float16))
+
+
+def test_a_0d_weight_holds_its_moments_in_bfloat16():
+    """A scalar weight (0-d) with bfloat16 moments: made and stepped like any other, against
+    the oracle (int8 keeps its default state: one element is below the int8 size)."""
+    opt = create("adam", state_dtype="bfloat16", learning_rate=0.1)
+    w = np.array(0.5, np.float32)
+    state = opt.create_state(0, w)
+    assert state[0].shape == () and state[0].dtype == lowbit.BFLOAT16
+    for g in (0.25, -3.0, 1e-3):
+        errors = held_step_errors(opt, 0, w, np.array(g, np.float32), state)
+        assert all(worst <= 1.0 for worst, _, _ in errors.values()), errors

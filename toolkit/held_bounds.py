@@ -68,10 +68,14 @@ def held_step_errors(opt, index, weight, grad, state):
              for n, a in zip(slots, arrays_) if kinds[n] is None}
     step = opt.next_step(index, weight)
     extra = {**tracked_extra(step.reference_state, dtype), **plain}
+    key = opt.rounding_key(index, step.t)  # a stochastic rounding's: the same bits as the kernel
+    bits = None if key is None else {n: ref_lowbit.rounding_bits(key, weight.size, j)
+                                     for j, n in enumerate(slots) if n in held}
     w_in, g_in = weight.astype(np.float64), np.asarray(grad).astype(np.float64)
     w_ref, ref_held, new, flipped = ref_lowbit.step(
         ref, track(w_in, dtype), track(g_in, dtype), held, state_dtype=state_dtype,
-        signs={n: signs[n] for n in held}, scale=SAFETY, extra=extra, t=step.t, lr=step.lr,
+        signs={n: signs[n] for n in held}, scale=SAFETY, extra=extra, bits=bits, t=step.t,
+        lr=step.lr,
         wd=step.wd, rescale_grad=opt.rescale_grad, clip_gradient=opt.clip_gradient,
         convention=opt.convention, **opt.reference_hyper_for(dtype), **step.reference_kwargs)
     opt.update(index, weight, grad, state)

@@ -123,10 +123,11 @@ class Launcher:
         return (weight.reshape(-1, order=order), g.reshape(-1, order=order),
                 tuple(s.reshape(-1, order=order) for s in states))
 
-    def run_rule(self, factory, weight, grad, states, hyper):
+    def run_rule(self, factory, weight, grad, states, hyper, key=None):
         """Run a per-element rule over ``weight``, ``grad`` and ``states`` in place; states
         held in another precision (``state_dtype``: bfloat16 arrays, int8 ``Quantized``
-        slots) through ``toolkit.backends.cpu_lowbit``."""
+        slots) through ``toolkit.backends.cpu_lowbit``, bfloat16 ones rounded stochastically
+        with ``key`` where one is given."""
         dtype = weight.dtype
         for s in states:
             if type(s) is not np.ndarray or s.dtype != dtype:
@@ -135,7 +136,7 @@ class Launcher:
                     s if type(s) is np.ndarray else s.codes for s in states])
                 held = tuple(f if type(s) is np.ndarray else type(s)(f, s.absmax, s.qmap)
                              for f, s in zip(flat, states))
-                cpu_lowbit.run_held(factory, w, g, held, hyper)
+                cpu_lowbit.run_held(factory, w, g, held, hyper, key)
                 return
         if weight.ndim == 1 and grad.flags.c_contiguous:  # flat already: _flat's own shortcut
             run_elementwise(factory, weight, grad, tuple(states), hyper)

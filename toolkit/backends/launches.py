@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 __all__ = ["KINDS", "Launch", "Norms", "Directions", "rule", "noise", "row_rule", "factored",
-           "matrix", "SEGMENTED", "steps_of", "drive", "run", "collect", "run_launch", "answer"]
+           "matrix", "SEGMENTED", "steps_of", "drive", "run", "collect", "run_launch", "answer",
+           "keyed"]
 
 
 #: the kinds of launch a backend runs
@@ -36,7 +37,8 @@ class Launch(NamedTuple):
     grad: object
     states: tuple         #: the state arrays ("rows": the per-row history alone)
     hyper: tuple          #: the rule's row of hyperparameters ("factored", "matrix": float64)
-    key: object = None    #: "noise": the stream key of the draws
+    key: object = None    #: "noise": the stream key of the draws; "rule": of a stochastic
+    #: rounding of low-precision states (None: to nearest)
     aux: tuple = ()       #: "noise": the float64 scalars beside the row
     rows: object = None   #: "rows": the gradient's rows (None: the launcher's, or every row)
 
@@ -85,6 +87,34 @@ def matrix(factory, weight, grad, states, hyper):
     """The launch of a matrix step over the 2-D ``weight`` and its ``states`` (the momentum
     buffer), ``hyper`` its float64 row (``toolkit.backends.cpu_matrix``)."""
     return Launch("matrix", factory, weight, grad, tuple(states), hyper)
+
+
+def keyed(step, key):
+    """The kernel step ``step`` with ``key`` on each "rule" launch (the key of a stochastic
+    rounding of low-precision states, ``Optimizer.state_rounding``); its requests' answers
+    passed on."""
+    if type(step) is Launch:
+        return _with_key(step, key)
+    if getattr(step, "send", None) is None:
+        raise _not_a_step(step)
+    return _keyed(step, key)
+
+
+def _with_key(launch, key):
+    if launch.kind != "rule":
+        return launch
+    return Launch(launch.kind, launch.factory, launch.weight, launch.grad, launch.states,
+                  launch.hyper, key, launch.aux, launch.rows)
+
+
+def _keyed(step, key):
+    reply = None
+    while True:
+        try:
+            item = step.send(reply)
+        except StopIteration:
+            return
+        reply = yield (_with_key(item, key) if type(item) is Launch else item)
 
 
 def _checked(launch):
@@ -141,7 +171,12 @@ def drive(step, launch, answer_request):
 def run_launch(launch, launcher):
     """Run one :class:`Launch` through ``launcher``."""
     if launch.kind == "rule":
-        launcher.run_rule(launch.factory, launch.weight, launch.grad, launch.states, launch.hyper)
+        if launch.key is None:
+            launcher.run_rule(launch.factory, launch.weight, launch.grad, launch.states,
+                              launch.hyper)
+        else:  # a stochastic rounding's key (state_rounding): the CPU launcher's keyword
+            launcher.run_rule(launch.factory, launch.weight, launch.grad, launch.states,
+                              launch.hyper, key=launch.key)
     elif launch.kind == "noise":
         launcher.run_noise_rule(launch.factory, launch.weight, launch.grad, launch.hyper,
                                 launch.key, launch.aux)

@@ -324,7 +324,7 @@ def to_bfloat16(x):
     :data:`BFLOAT16` of ``x``'s shape; a NaN is ``0xFFFF``, as the kernels store it (where
     ``ml_dtypes``' conversion keeps the NaN's sign and payload)."""
     f = np.asarray(x).astype(np.float32)
-    u = f.view(np.uint32).astype(np.uint64)
+    u = f.reshape(-1).view(np.uint32).astype(np.uint64)  # 1-D: a 0-d array's sums are scalars
     bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-    bits[np.isnan(f)] = 0xFFFF
-    return bits.view(BFLOAT16)
+    bits[np.isnan(f.reshape(-1))] = 0xFFFF
+    return bits.view(BFLOAT16).reshape(f.shape)

@@ -156,7 +156,8 @@ class Optimizer(Hyperparameters, HeldStates, ArrayChecks, MultiPrecision, NonFin
         How the element-wise moments (``spec.moments``) are held: None, the weight's dtype;
         else float32, bfloat16 or 8-bit blockwise codes (:mod:`~toolkit.optimizers.held`).
     state_rounding : {"nearest", "stochastic"}, default "nearest"
-        How a new moment is rounded into a bfloat16 slot.
+        How a new moment is rounded into a bfloat16 slot; ``state_seed`` (default 0) seeds the
+        stochastic rounding (reproducible per index and step, as SGLD's noise).
     """
 
     #: this optimizer's :class:`~toolkit.optimizers.spec.Spec`, declared beside the class
@@ -191,6 +192,7 @@ class Optimizer(Hyperparameters, HeldStates, ArrayChecks, MultiPrecision, NonFin
         "backend": choice(BACKENDS, numeric=False),
         "state_dtype": choice(STATE_DTYPES),          # toolkit.optimizers.held
         "state_rounding": choice(STATE_ROUNDINGS),
+        "state_seed": integer(0, maximum=2 ** 64 - 1),
     }
 
     def _state_layout_key(self):
@@ -219,7 +221,7 @@ class Optimizer(Hyperparameters, HeldStates, ArrayChecks, MultiPrecision, NonFin
     def __init__(self, rescale_grad=1.0, param_idx2name=None, wd=0.0, clip_gradient=None,
                  learning_rate=None, lr_scheduler=None, sym=None, begin_num_update=0,
                  multi_precision=False, param_dict=None, backend="auto", convention=None,
-                 state_dtype=None, state_rounding="nearest"):
+                 state_dtype=None, state_rounding="nearest", state_seed=0):
         self.rescale_grad = rescale_grad    # each a checked attribute (``domains``)
         self.wd = wd
         self.clip_gradient = clip_gradient
@@ -231,6 +233,7 @@ class Optimizer(Hyperparameters, HeldStates, ArrayChecks, MultiPrecision, NonFin
         self.begin_num_update = begin_num_update
         self.multi_precision = multi_precision
         self.state_dtype, self.state_rounding = state_dtype, state_rounding
+        self.state_seed = state_seed
         self.backend = backend
         self.convention = default_convention(type(self)) if convention is None else convention
         if param_idx2name is None:
@@ -426,7 +429,8 @@ class Optimizer(Hyperparameters, HeldStates, ArrayChecks, MultiPrecision, NonFin
         if backend == "reference":
             self._reference_step(index, weight, grad, state, t, lr, wd)
         else:
-            launches.run(self._kernel_step(index, weight, grad, state, t, lr, wd), launcher)
+            launches.run(self.keyed(index, t, self._kernel_step(index, weight, grad, state, t,
+                                                                lr, wd)), launcher)
 
     def kernel_row(self, t, lr, wd, sparse=None):
         """``(factory, row)``: the rule and the hyperparameter row of a step at count ``t``

@@ -131,10 +131,24 @@ class HeldStates:
         if self.state_rounding == "stochastic" and self.state_dtype != "bfloat16":
             raise ValueError("state_rounding='stochastic' rounds bfloat16 states; "
                              f"state_dtype is {self.state_dtype!r}")
-        if self.state_rounding == "stochastic":
-            raise NotImplementedError("state_rounding='stochastic' is not implemented yet: "
-                                      "bfloat16 states round to nearest (state_rounding="
-                                      "'nearest')")
+
+    def rounding_key(self, index, t):
+        """The key of the stochastic rounding of step ``t`` of ``index``'s bfloat16 moments
+        (``toolkit.backends.noise.stream_key(state_seed, stream_of(index), t)``, SGLD's
+        generator), or None when they round to nearest."""
+        if self.state_rounding != "stochastic":
+            return None
+        from ..backends.noise import stream_key, stream_of
+        return stream_key(self.state_seed, stream_of(index), t)
+
+    def keyed(self, index, t, step):
+        """The kernel step ``step`` of ``index`` at count ``t`` with the rounding key on its
+        element-wise launches (``Launch.key``) where the moments round stochastically; else
+        ``step`` itself."""
+        if self.state_rounding != "stochastic":
+            return step
+        from ..backends import launches
+        return launches.keyed(step, self.rounding_key(index, t))
 
     def held_dtype(self, name, weight):
         """How slot ``name`` of ``weight`` (anything with ``shape``, ``size`` and ``dtype``) is
@@ -184,16 +198,19 @@ class HeldStates:
             return lowbit.dequantize(state_array).astype(np.float64)
         return np.asarray(state_array).astype(np.float64)
 
-    def store_values(self, state_array, values):
+    def store_values(self, state_array, values, key=None, slot=0):
         """Write ``values`` (float64) into a state array as a kernel holds them: rounded to
-        float32 first for a held one."""
+        float32 first for a held one; a bfloat16 one stochastically with the rounding key
+        ``key`` (:meth:`rounding_key`), ``slot`` its position among the step's state arrays."""
         lowbit = _lowbit()
         if type(state_array) is lowbit.Quantized:
             q = lowbit.quantize(np.asarray(values).astype(np.float32), state_array.qmap)
             state_array.codes[...] = q.codes
             state_array.absmax[...] = q.absmax
         elif state_array.dtype == lowbit.BFLOAT16:
-            state_array[...] = lowbit.to_bfloat16(np.asarray(values).astype(np.float32))
+            x = np.asarray(values).astype(np.float32)
+            state_array[...] = lowbit.to_bfloat16(x) if key is None else \
+                lowbit.bfloat16_stochastic(x, key, slot).view(lowbit.BFLOAT16).reshape(x.shape)
         else:  # float32 or the weight's dtype: one rounding, as numpy's assignment makes
             state_array[...] = values
 

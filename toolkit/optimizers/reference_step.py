@@ -88,6 +88,7 @@ class ReferenceStep:
                                  clip_gradient=self.clip_gradient, convention=self.convention,
                                  **self.reference_hyper_for(weight.dtype), **kwargs)
         weight[...] = w_new
-        for name, a in zip(slots, state_arrays):
-            self.store_values(a, st_new[name])
+        key = self.rounding_key(index, t)
+        for j, (name, a) in enumerate(zip(slots, state_arrays)):
+            self.store_values(a, st_new[name], key, j)
         self._reference_store_extra(index, st_new, weight)

@@ -52,12 +52,12 @@ class TrainerHooks:
         a generator of them and of the requests their rows read; nothing runs until it is
         driven, and nothing is committed (the caller commits the counts of the whole step
         with :meth:`commit_counts`)."""
-        return self._kernel_step(index, weight, grad, state, t, lr, wd)
+        return self.keyed(index, t, self._kernel_step(index, weight, grad, state, t, lr, wd))
 
     def launch_step(self, index, weight, grad, state, t, lr, wd, launcher):
         """:meth:`step_launches` run through ``launcher`` (a backend launcher), on arrays the
         caller has validated."""
-        launches.run(self._kernel_step(index, weight, grad, state, t, lr, wd), launcher)
+        launches.run(self.step_launches(index, weight, grad, state, t, lr, wd), launcher)
 
     def planned_step(self, index, weight, grad, state):
         """One kernel step of ``index`` with its own scalars, as a generator of launches and
@@ -65,7 +65,7 @@ class TrainerHooks:
         committed when it ends. For a step whose host code reads per-index state (Nadam's
         schedule, LBSGD's phase): the Trainer plans those index by index, in index order."""
         t, lr, wd = self._step_scalars(index)
-        yield from launches.steps_of(self._kernel_step(index, weight, grad, state, t, lr, wd))
+        yield from launches.steps_of(self.step_launches(index, weight, grad, state, t, lr, wd))
         self._commit_step(index, t, lr)
 
     def plan_step(self, index, weight, grad, state, launcher):
