@@ -25,7 +25,8 @@ from ..backends import arrays, lowbit
 from . import states_held as held
 from .buffers import state_leaves
 
-__all__ = ["FORMAT", "VERSION", "HELD_VERSION", "READS", "SEAL", "MAX_COUNT", "checksum", "scheduler_config",
+__all__ = ["FORMAT", "VERSION", "HELD_VERSION", "READS", "SEAL", "MAX_COUNT", "checksum",
+           "scheduler_config",
            "scheduler_meta", "hyper", "state_members", "collect", "refuse"]
 
 FORMAT = "mxopt-toolkit trainer states"
