@@ -247,8 +247,16 @@ def test_what_cannot_hold_its_states_low_says_so():
     opt.create_state(0, np.zeros(SHAPE, np.float32))
     with pytest.raises(ValueError, match="state_dtype cannot change"):
         opt.state_dtype = "bfloat16"
-    with pytest.raises(NotImplementedError, match="Trainer"):
-        Trainer([Parameter("w", shape=(4,))], "adam", {"state_dtype": "int8"})
+    # a Trainer holds them on the CPU, for float32 and float64 weights, in one process
+    with pytest.raises(TypeError, match="parameter 'h' is float16"):
+        Trainer([Parameter("w", shape=(4,)), Parameter("h", shape=(4,), dtype="float16")],
+                "adam", {"state_dtype": "int8"})
+    with pytest.raises(NotImplementedError, match="distributed kvstore"):
+        Trainer([Parameter("w", shape=(4,))], "adam", {"state_dtype": "bfloat16"},
+                kvstore="dist_sync")
+    with pytest.raises(NotImplementedError, match="row-sparse"):
+        Trainer([Parameter("w", shape=(4,), grad_stype="row_sparse")], "adam",
+                {"state_dtype": "bfloat16"})
     mp = create("adam", state_dtype="bfloat16", multi_precision=True)
     with pytest.raises(NotImplementedError, match="master copy"):
         mp.create_state_multi_precision(0, np.zeros(SHAPE, np.float16))

@@ -19,8 +19,9 @@ in float64: nothing low-precision counts steps.
 A held slot enters the step as the float32 value it stands for (exactly) and is held again from
 the step's new value; ``reference.lowbit`` defines this, and the kernels
 (``toolkit.backends.cpu_lowbit``) are checked against it code for code. The CPU backend and the
-reference backend run it; the CUDA backend, row-sparse gradients, float16 weights and the
-Trainer refuse it (a clear error before anything is written).
+reference backend run it, and the Trainer on the CPU (``toolkit.trainer.held``); the CUDA
+backend, row-sparse gradients and float16 weights refuse it (a clear error before anything is
+written).
 
 ``Optimizer`` derives from :class:`HeldStates`.
 """

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..backends import arrays, order
+from .held import per_member
 
 __all__ = ["Group", "map_state", "planned_rows", "state_leaves"]
 
@@ -66,7 +67,13 @@ class Group:
         #: to end (GroupAdaGrad's ``(rows, 1)`` history: each member's state is made for its
         #: own weight and copied into one flat buffer per state array)
         self._layouts: dict = {}
-        if optimizer.state_like_weight:
+        #: whether each member's state is its own (``toolkit.trainer.held``: moments held low,
+        #: made per member so that no block straddles two parameters); then ``state`` is None
+        #: and ``views[k]`` is member ``k``'s state
+        self.held = per_member(optimizer, members)
+        if self.held:
+            self.state = None
+        elif optimizer.state_like_weight:
             self.state = optimizer.create_state_multi_precision(0, self.data)
             for a in state_leaves(self.state):
                 if arrays.describe(a).shape != (self.size,):
@@ -90,7 +97,9 @@ class Group:
         self.views = []
         for k, (index, p) in enumerate(members):
             p.adopt(self.view(k, self.data), self.view(k, self.grad))
-            self.views.append(map_state(self.state, lambda a, k=k: self.view(k, a)))
+            self.views.append(optimizer.create_state_multi_precision(index, self.view(
+                k, self.data)) if self.held else map_state(self.state,
+                                                           lambda a, k=k: self.view(k, a)))
         for name, flat in self.host_flats.items():
             for k, (index, _) in enumerate(members):
                 optimizer.bind_host_buffer(name, index, self.view(k, flat))

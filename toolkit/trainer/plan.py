@@ -107,6 +107,8 @@ class StepWork:
     def member(self, k):
         """``(weight, grad, state)`` views of member ``k`` for the optimizer's planning."""
         _, wv, gv, sv = self._views_of(k)
+        if self.g.held:  # its own state (``toolkit.trainer.held``), not a view of flat buffers
+            sv = self.g.member_state(k)
         self.members[k] = (wv, gv, sv)
         self.calls_from[k] = len(self.calls)
         return wv, gv, sv
@@ -137,7 +139,8 @@ class StepWork:
         wd)``, told apart by their bits. When they are one rule over the group's flat weight,
         gradient and state buffers, every member takes the row of its ``(t, lr, wd)`` and
         :meth:`execute` runs one segmented call from that table (made with numpy, no Python
-        work per member); else every member is planned on its own."""
+        work per member); else (a group whose states are per member among them) every member
+        is planned on its own."""
         opt = self.opt
         t, lr, wd = scalars
         first, inverse = scalars.distinct()
@@ -148,7 +151,7 @@ class StepWork:
         # their positions among the work arrays
         position = {id(a): 2 + j for j, a in enumerate(state_leaves(self.s))}
         states = [position.get(id(a)) for a in opt.state_arrays(self.s)]
-        layout = None if None in states else (0, 1, *states)
+        layout = None if None in states or self.g.held else (0, 1, *states)
         if layout is not None and self._fits("rule", layout) and all(
                 f is factory and len(row) == len(row0) for f, row in planned):
             rows, inverse = planned_rows([tuple(row) for _, row in planned], inverse)

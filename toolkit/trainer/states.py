@@ -20,10 +20,11 @@ import zipfile
 import numpy as np
 
 from .states_check import load
-from .states_format import FORMAT, MAX_COUNT, READS, SEAL, VERSION, checksum, collect  # noqa: F401
+from .states_format import (FORMAT, HELD_VERSION, MAX_COUNT, READS, SEAL, VERSION,  # noqa: F401
+                            checksum, collect)
 from .states_read import Bounds, read_bytes
 
-__all__ = ["save", "load", "read_bytes", "FORMAT", "VERSION", "READS"]
+__all__ = ["save", "load", "read_bytes", "FORMAT", "VERSION", "HELD_VERSION", "READS"]
 
 _TMP_MARK = ".mxopt-tmp-"
 #: the longest end of a temporary's name after the mark: ``<pid>-<12 hex digits>``

@@ -7,7 +7,9 @@ from __future__ import annotations
 import copy
 
 from ..backends import arrays
+from ..optimizers.held import STATE_DTYPES
 from ..optimizers.validation import check_nonneg
+from . import states_held
 from .states_format import MAX_COUNT, hyper, refuse, scheduler_config, state_members
 from .states_read import Bounds, read_states
 
@@ -21,8 +23,10 @@ _KEYS = {
         "num_update", "index_update_count", "scheduler", "host_state", "params"},
 }
 _KEYS[2] = _KEYS[1]
+_KEYS[3] = _KEYS[2] | {"state_dtype"}  # moments held low (states_held)
 _PARAM_KEYS = {"index", "name", "shape", "dtype", "state"}
 _SCHED_KEYS = {1: {"type", "state"}, 2: {"type", "config", "state"}}
+_SCHED_KEYS[3] = _SCHED_KEYS[2]
 
 
 def _same(a, b):
@@ -78,9 +82,31 @@ def _check_identity(path, meta, trainer):
                       f"{ {k: mine.get(k) for k in diff} })")
 
 
-def _check_params(path, meta, trainer, bounds, loaded=None):
-    """The parameter entries (and, given ``loaded``, the state arrays) against this trainer's;
-    returns ``[(state leaf, array)]`` to copy (empty without ``loaded``)."""
+def _state_dtype(path, meta, trainer, bounds, convert):
+    """The ``state_dtype`` the file was saved with (None before version 3), checked against
+    this trainer's optimizer's: equal, or (``convert``) one its moments convert from."""
+    mine = trainer.optimizer.state_dtype
+    theirs = meta["state_dtype"] if meta["version"] >= 3 else None
+    if meta["version"] >= 3 and (type(theirs) is not str or theirs not in STATE_DTYPES):
+        refuse(path, f"its state_dtype is {str(theirs)[:100]!r}; a version 3 file names one of "
+                      f"{[sd for sd in STATE_DTYPES if sd]}")
+    if theirs == mine:
+        return theirs
+    if not convert:
+        refuse(path, f"it was saved with state_dtype={theirs!r}, this trainer's optimizer holds "
+                      f"state_dtype={mine!r} (to convert the file's moments, pass "
+                      "convert_states=True)")
+    if bounds.forms(theirs) is None:
+        refuse(path, f"its moments (state_dtype={theirs!r}) cannot be converted to this "
+                      f"optimizer's state_dtype={mine!r}")
+    return theirs
+
+
+def _check_params(path, meta, trainer, bounds, loaded=None, convert=False):
+    """The parameter entries (and, given ``loaded``, the state arrays) against this trainer's
+    (held as the file's ``state_dtype`` holds them); returns ``[(state leaf, its form in the
+    file, member name)]`` to copy (empty without ``loaded``)."""
+    forms = bounds.forms(_state_dtype(path, meta, trainer, bounds, convert))
     entries = meta["params"]
     if not isinstance(entries, list):
         refuse(path, f"its params are {type(entries).__name__}, not a list")
@@ -109,35 +135,43 @@ def _check_params(path, meta, trainer, bounds, loaded=None):
                           f"{len(e['state']) if isinstance(e['state'], list) else e['state']!r}"
                           " in the file")
         for j, (leaf, s) in enumerate(zip(leaves, e["state"])):
-            shape, dtype = bounds.state[f"state/{i}/{j}"]
-            a = None if loaded is None else loaded.get(f"state/{i}/{j}")
-            if not isinstance(s, dict) or set(s) != {"shape", "dtype"} or \
-                    not _same(s["dtype"], dtype.name) or \
-                    _entry_shape(path, f"state {j} of {p.name!r}", s["shape"]) != shape or \
-                    (loaded is not None and (a is None or a.shape != shape or a.dtype != dtype)):
-                refuse(path, f"state array {j} of parameter {p.name!r} does not match "
-                              f"(here {dtype}{shape}, file "
-                              f"{None if a is None else (a.dtype, a.shape)}, described as "
-                              f"{str(s)[:200]})")
-            targets.append((leaf, a))
+            form, name = forms[(i, j)], f"state/{i}/{j}"
+            want = states_held.entry(form)
+            for m, (shape, dtype) in states_held.members(name, form).items():
+                a = None if loaded is None else loaded.get(m)
+                if not isinstance(s, dict) or not _same(s, want) or (loaded is not None and (
+                        a is None or a.shape != shape or a.dtype != dtype)):
+                    refuse(path, f"state array {j} of parameter {p.name!r} does not match "
+                                  f"(here {want}, member {m!r}: {dtype}{shape}, file "
+                                  f"{None if a is None else (a.dtype, a.shape)}, described as "
+                                  f"{str(s)[:200]})")
+            targets.append((leaf, form, name))
     if by_index:
         refuse(path, f"it holds parameters this trainer does not have: "
                       f"{sorted(by_index)[:20]}")
     if loaded is None:
         return targets
-    extra = sorted(n for n in loaded if n.startswith("state/") and n not in bounds.state)
+    expected = bounds.expected(meta["state_dtype"] if meta["version"] >= 3 else None)
+    extra = sorted(n for n in loaded if n.startswith("state/") and n not in expected)
     if extra:
         refuse(path, f"it holds state arrays this trainer does not have: {extra[:20]}")
     return targets
 
 
-def _check_meta(path, meta, loaded, trainer, bounds):
+def _check_meta(path, meta, loaded, trainer, bounds, convert=False):
     """Every field of ``meta`` checked for type and domain and against ``trainer``; returns
-    ``(targets, counts, num_update, lr, scheduler_state, commit_host)``."""
+    ``(copies, counts, num_update, lr, scheduler_state, commit_host)`` (``copies``: ``[(live
+    array, host array)]``, a converted slot's values already held as this trainer holds them)."""
     opt = trainer.optimizer
     version = meta["version"]
     _check_identity(path, meta, trainer)
-    targets = _check_params(path, meta, trainer, bounds, loaded)
+    targets = _check_params(path, meta, trainer, bounds, loaded, convert)
+    copies = []
+    for leaf, form, name in targets:  # held slots: their values, then (convert) held anew
+        why = states_held.check_values(form, loaded, name)
+        if why is not None:
+            refuse(path, why)
+        copies.extend(states_held.copies(leaf, form, loaded, name))
     # --- counts and learning rate ---------------------------------------------------------
     begin = opt.begin_num_update
     num_update = _count(path, "num_update", meta["num_update"], begin)
@@ -199,23 +233,25 @@ def _check_meta(path, meta, loaded, trainer, bounds):
         commit_host = opt.check_host_state(host, host_arrays)
     except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as exc:
         refuse(path, f"its optimizer state is invalid ({type(exc).__name__}: {exc})")
-    return targets, counts, num_update, lr, sched_state, commit_host
+    return copies, counts, num_update, lr, sched_state, commit_host
 
 
-def load(trainer, path, raw=None):
+def load(trainer, path, raw=None, convert=False):
     """Load the states file ``path`` (a path or a binary file object; or its bytes ``raw``,
     read elsewhere) into ``trainer``; ``ValueError`` (the trainer unchanged) for any file it
-    does not accept."""
+    does not accept. ``convert``: a file saved with another ``state_dtype`` has its moments
+    held as this trainer's optimizer holds them (``states_held.copies``)."""
     with trainer.step_lock:  # no step runs between the checks and the commit
-        bounds = Bounds(trainer)
+        bounds = Bounds(trainer, convert)
         meta, loaded = read_states(path, raw, bounds,
                              lambda meta: (_check_identity(path, meta, trainer),
-                                           _check_params(path, meta, trainer, bounds)))
-        targets, counts, num_update, lr, sched_state, commit_host = _check_meta(
-            path, meta, loaded, trainer, bounds)
+                                           _check_params(path, meta, trainer, bounds,
+                                                         convert=convert)))
+        copies, counts, num_update, lr, sched_state, commit_host = _check_meta(
+            path, meta, loaded, trainer, bounds, convert)
         # --- commit: everything has been checked ---------------------------------------------
         opt = trainer.optimizer
-        for leaf, a in targets:
+        for leaf, a in copies:
             arrays.copy_from_host(leaf, a)
         opt.restore_counts(counts, num_update)
         opt.lr = float(lr)

@@ -8,6 +8,10 @@ array and of the rest of the metadata), ``state/<index>/<k>`` (the leaves of
 ``create_state_multi_precision``, the float32 master copy included), ``host/<name>`` (LBSGD's
 accumulators), and a zip comment holding the SHA-256 of every byte before it, so a flipped bit
 is caught before the zip is parsed. Version 1 (no scheduler configuration) is still read.
+Version 3 is version 2 with moments held low (``state_dtype``): the metadata names the
+optimizer's ``state_dtype``, and each held slot is stored as it is held (``states_held``: a
+bfloat16 slot's bits, an int8 slot's codes and ``state/<index>/<k>/absmax``, its map named).
+An optimizer without ``state_dtype`` writes version 2, byte for byte as before.
 """
 from __future__ import annotations
 
@@ -17,17 +21,21 @@ import os
 
 import numpy as np
 
-from ..backends import arrays
+from ..backends import arrays, lowbit
+from . import states_held as held
 from .buffers import state_leaves
 
-__all__ = ["FORMAT", "VERSION", "READS", "SEAL", "MAX_COUNT", "checksum", "scheduler_config",
+__all__ = ["FORMAT", "VERSION", "HELD_VERSION", "READS", "SEAL", "MAX_COUNT", "checksum",
+           "scheduler_config",
            "scheduler_meta", "hyper", "state_members", "collect", "refuse"]
 
 FORMAT = "mxopt-toolkit trainer states"
-#: the version this toolkit writes
+#: the version this toolkit writes for an optimizer without ``state_dtype``
 VERSION = 2
+#: the version it writes for one with ``state_dtype`` (held slots, ``state_dtype`` named)
+HELD_VERSION = 3
 #: the versions it reads (1: no scheduler configuration)
-READS = (1, 2)
+READS = (1, 2, 3)
 #: the zip archive comment, the file's last bytes: the SHA-256 (hex) of every byte before it
 SEAL = 64
 #: counts above this are refused (they are exact integers in float64, and fit every kernel's t)
@@ -86,7 +94,8 @@ def collect(trainer, copies=True):
     arrs = {}
     params = []
     members = state_members(trainer)
-    if copies and any(arrays.describe(leaf).kind != arrays.HOST for _, _, leaves in members
+    if copies and any(type(leaf) is not lowbit.Quantized and  # held slots live on the host
+                      arrays.describe(leaf).kind != arrays.HOST for _, _, leaves in members
                       for leaf in leaves):
         from numba import cuda  # a step's kernels may run on another thread's stream: wait
         cuda.synchronize()
@@ -94,11 +103,9 @@ def collect(trainer, copies=True):
         entry = {"index": i, "name": p.name, "shape": list(p.shape), "dtype": p.dtype.name,
                  "state": []}
         for j, leaf in enumerate(leaves):
-            d = arrays.describe(leaf)
-            # np.array, not np.ascontiguousarray: that one makes a 0-d array 1-d
-            arrs[f"state/{i}/{j}"] = (np.array(arrays.to_host(leaf), order="C", copy=True)
-                                      if copies else leaf)
-            entry["state"].append({"shape": list(d.shape), "dtype": np.dtype(d.dtype).name})
+            # a plain array as in version 2; a held slot as it is held (states_held)
+            arrs.update(held.stored(f"state/{i}/{j}", leaf, copies))
+            entry["state"].append(held.entry(held.form_of(leaf)))
         params.append(entry)
     extra, extra_arrays = opt.host_state()
     extra = json.loads(json.dumps(extra))  # a copy, as JSON will give it back
@@ -106,7 +113,7 @@ def collect(trainer, copies=True):
         arrs[f"host/{name}"] = (np.array(arrays.to_host(a), order="C", copy=True)
                                 if copies else a)
     meta = {
-        "format": FORMAT, "version": VERSION,
+        "format": FORMAT, "version": VERSION if opt.state_dtype is None else HELD_VERSION,
         "optimizer": type(opt).__name__.lower(), "convention": opt.convention,
         "hyperparameters": hyper(opt), "learning_rate": opt.lr,
         "num_update": opt.num_update,
@@ -115,6 +122,8 @@ def collect(trainer, copies=True):
         "scheduler": json.loads(json.dumps(scheduler_meta(opt))), "host_state": extra,
         "params": params,
     }
+    if opt.state_dtype is not None:
+        meta["state_dtype"] = opt.state_dtype
     return meta, arrs
 
 

@@ -18,6 +18,8 @@ import zipfile
 import numpy as np
 
 from ..backends import arrays
+from ..optimizers.held import STATE_DTYPES
+from . import states_held
 from .states_format import FORMAT, READS, SEAL, checksum, collect, refuse, state_members
 
 __all__ = ["Bounds", "read_bytes", "read_states"]
@@ -40,18 +42,30 @@ _NAMED_EXTRA = 16
 # ------------------------------------------------------------------------------------------
 class Bounds:
     """What this trainer expects of a states file, from its own arrays: each state member's
-    exact size, the largest host-side array and metadata; the whole file's size."""
+    exact size, the largest host-side array and metadata; the whole file's size. With
+    ``convert`` (``load_states(..., convert_states=True)``), a file whose moments are held
+    otherwise (another ``state_dtype``, ``states_held.forms``) is within the bounds too."""
 
-    def __init__(self, trainer):
+    def __init__(self, trainer, convert=False):
         meta, live = collect(trainer, copies=False)
         members = state_members(trainer)
-        self.state = {}  # member name -> (shape, dtype)
-        sizes = []
-        for i, p, leaves in members:
-            sizes.append(int(np.prod(p.shape, dtype=np.int64)))
-            for j, leaf in enumerate(leaves):
-                d = arrays.describe(leaf)
-                self.state[f"state/{i}/{j}"] = (tuple(d.shape), np.dtype(d.dtype))
+        opt = trainer.optimizer
+        #: state_dtype -> {(index, slot): states_held.Form} (None: not convertible)
+        self._forms = {}
+        self._members, self._opt = members, opt
+        own = self.forms(opt.state_dtype)
+        self.state = {}  # member name -> (shape, dtype), as this trainer holds its state
+        for (i, j), form in own.items():
+            self.state.update(states_held.members(f"state/{i}/{j}", form))
+        #: member name -> the most bytes it may hold (every layout a load may convert from)
+        self._limits = {n: int(np.prod(s, dtype=np.int64)) * d.itemsize
+                        for n, (s, d) in self.state.items()}
+        for sd in (STATE_DTYPES if convert else ()):
+            for (i, j), form in (self.forms(sd) or {}).items():
+                for n, (s, d) in states_held.members(f"state/{i}/{j}", form).items():
+                    size = int(np.prod(s, dtype=np.int64)) * d.itemsize
+                    self._limits[n] = max(self._limits.get(n, 0), size)
+        sizes = [int(np.prod(p.shape, dtype=np.int64)) for _, p, _ in members]
         # host-side arrays: the optimizer's ``host_buffers()`` (LBSGD's accumulators), one per
         # name and parameter, each shaped like its parameter (at most 8-byte elements), and
         # whatever it holds now; none for an optimizer that keeps none
@@ -66,13 +80,12 @@ class Bounds:
             + self.host_count * _MEMBER_OVERHEAD
         own = len(json.dumps(meta, sort_keys=True).encode("utf-8")) + 200  # + the checksum
         self.meta = 2 * own + 65536 + 256 * len(members)
-        state_bytes = sum(int(np.prod(s, dtype=np.int64)) * d.itemsize
-                          for s, d in self.state.values())
-        self.file = (state_bytes + len(self.state) * _MEMBER_OVERHEAD
+        state_bytes = sum(self._limits.values())
+        self.file = (state_bytes + len(self._limits) * _MEMBER_OVERHEAD
                      + host_total + self.meta + _MEMBER_OVERHEAD
                      + _ARCHIVE_OVERHEAD)
         #: the most members a file may hold (state arrays, host arrays, the metadata)
-        self.members = len(self.state) + self.host_count + 1
+        self.members = len(self._limits) + self.host_count + 1
         #: the most entries (and bytes) of a zip central directory that zipfile is let parse:
         #: the members, and a few more, so that a member this trainer has no use for is named
         #: (``_NAMED_EXTRA``) before the member count is refused
@@ -84,12 +97,37 @@ class Bounds:
         trainer expects no such member."""
         if name == "meta":
             return self.meta + _NPY_HEADER_MAX
-        if name in self.state:
-            shape, dtype = self.state[name]
-            return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize + _NPY_HEADER_MAX
+        if name in self._limits:
+            return self._limits[name] + _NPY_HEADER_MAX
         if name.startswith("host/") and len(name) > 5 and self.host_count:
             return self.host_each
         return None
+
+
+    def forms(self, state_dtype):
+        """``{(index, slot): states_held.Form}`` of this trainer's state slots as a file
+        saved with ``state_dtype`` holds them; None when they cannot be converted."""
+        if state_dtype not in self._forms:
+            out = {}
+            for i, p, leaves in self._members:
+                fs = states_held.forms(self._opt, p, leaves, state_dtype)
+                if fs is None:
+                    out = None
+                    break
+                out.update(((i, j), f) for j, f in enumerate(fs))
+            self._forms[state_dtype] = out
+        return self._forms[state_dtype]
+
+    def expected(self, state_dtype):
+        """``{member name: (shape, dtype)}`` of the state members of a file saved with
+        ``state_dtype`` (None when this trainer's slots cannot be converted from it)."""
+        forms = self.forms(state_dtype)
+        if forms is None:
+            return None
+        out = {}
+        for (i, j), form in forms.items():
+            out.update(states_held.members(f"state/{i}/{j}", form))
+        return out
 
 
 def read_bytes(trainer, source):
@@ -191,8 +229,8 @@ def _check_directory(path, raw, bounds):
     return entries
 
 
-_MEMBER_NAME = re.compile(r"(meta|state/(0|[1-9]\d{0,8})/(0|[1-9]\d{0,3})|host/[A-Za-z0-9_]{1,64})"
-                          r"\.npy\Z")
+_MEMBER_NAME = re.compile(r"(meta|state/(0|[1-9]\d{0,8})/(0|[1-9]\d{0,3})(/absmax)?|"
+                          r"host/[A-Za-z0-9_]{1,64})\.npy\Z")
 
 
 def _array(path, raw, info, limit):

@@ -14,8 +14,8 @@ import numpy as np
 from .. import optimizer as _optimizer
 from ..backends import arrays
 from ..optimizers.batched import Kept
-from . import compression as _compression, dist as _dist
-from .buffers import Group, state_leaves
+from . import compression as _compression, dist as _dist, held as _held
+from .buffers import Group
 from .errors import ParamsError, StaleGradientError
 from .parameter import ParamDict, Parameter, holds_version
 from .updates import Updates
@@ -76,15 +76,11 @@ class Trainer(Updates):
         else:
             raise TypeError(f"optimizer must be a registry name or an Optimizer instance, got "
                             f"{type(optimizer).__name__}")
-        if getattr(opt, "state_dtype", None) is not None:
-            raise NotImplementedError(
-                f"state_dtype={opt.state_dtype!r} in a Trainer is not implemented yet (its flat "
-                "buffers would cut blocks across parameters): step each parameter with "
-                "optimizer.update, or use state_dtype=None")
         dist_type = _dist.kvstore_type(kvstore)  # refuses async and unknown dist types
         if dist_type is None and kvstore not in KVSTORES:
             raise ValueError(f"kvstore must be one of {KVSTORES} (one process) or "
                              f"{_dist.SYNC[:2]} (distributed), got {kvstore!r}")
+        _held.refuse_unsupported(opt, self._params, dist_type is not None)  # state_dtype
         if compression_params is not None and dist_type is None:
             raise ValueError("compression_params needs a distributed kvstore ('dist_sync' or "
                              "'dist_device_sync'); pass None for one process")
@@ -429,7 +425,8 @@ class Trainer(Updates):
             index = g.members[k][0]
             if not opt.has_stepped(index):
                 fresh = opt.create_state_multi_precision(index, param.data())
-                for dst, src in zip(state_leaves(g.member_state(k)), state_leaves(fresh)):
+                for dst, src in zip(_held.state_arrays(g.member_state(k)),
+                                    _held.state_arrays(fresh)):
                     arrays.copy_from_host(dst, arrays.to_host(src))
                 continue
             if g.mp:
@@ -482,12 +479,15 @@ class Trainer(Updates):
         from .states import save
         save(self, path)
 
-    def load_states(self, path):
+    def load_states(self, path, *, convert_states=False):
         """Restore the state saved by ``save_states`` from ``path`` (a path or a binary file
         object); a damaged, foreign, mismatched or malformed file is refused with ``ValueError``
         and the trainer is left exactly as it was (``docs/trainer.md``, "What a states file is
-        checked for"). Distributed: every rank loads rank 0's file."""
+        checked for"). ``convert_states=True``: a file saved with another ``state_dtype`` has
+        its moments held as this optimizer holds them (docs/trainer.md, "Held states").
+        Distributed: every rank loads rank 0's file (no conversion)."""
+        _held.check_convert(convert_states, self._dist is not None)
         if self._dist is not None:
             return self._dist.load_states(path)
         from .states import load
-        load(self, path)
+        load(self, path, convert=convert_states)
