@@ -34,7 +34,10 @@ OPTIMIZERS = [("adam", {}), ("adamw", {}), ("sgd", {"momentum": 0.9}),
               ("rmsprop", {"centered": True, "momentum": 0.9}), ("nadam", {})]
 #: (float64 weights take the same path; tests/test_held_states.py steps them against the oracle)
 CASES = [(name, kw, sd, "float32") for name, kw in OPTIMIZERS[:4]
-         for sd in ("int8", "bfloat16")] + [("nadam", {}, "int8", "float32")]
+         for sd in ("int8", "bfloat16")] + [("nadam", {}, "int8", "float32")] + [
+    # stochastic rounding: the key of each member's index and step, as its own update's
+    ("adam", {"state_rounding": "stochastic", "state_seed": 7}, "bfloat16", "float32"),
+    ("nadam", {"state_rounding": "stochastic"}, "bfloat16", "float32")]
 
 
 def _leaves_equal(a, b):
@@ -46,7 +49,7 @@ def _leaves_equal(a, b):
 
 
 @pytest.mark.parametrize("name,kw,state_dtype,dtype", CASES,
-                         ids=[f"{c[0]}-{c[2]}-{c[3]}" for c in CASES])
+                         ids=[f"{c[0]}-{c[2]}-{c[3]}-{len(c[1])}" for c in CASES])
 def test_a_step_equals_per_parameter_updates_bit_for_bit_and_code_for_code(name, kw,
                                                                            state_dtype, dtype):
     """Four steps: all fresh; p2 stale (ignore_stale_grad); p1's gradient NaN
