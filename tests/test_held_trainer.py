@@ -30,7 +30,8 @@ LR_MULT = (1.0, 1.25, 1.0, 1.5, 1.25)
 WD_MULT = (0.0, 0.5, 1.0, 0.5, 0.0)
 #: optimizer x settings: the vectorised plan (Adam, AdamW, SGD, RMSProp) and the per-member
 #: kernel plan (Nadam, whose step reads its schedule)
-OPTIMIZERS = [("adam", {}), ("adamw", {}), ("sgd", {"momentum": 0.9}),
+OPTIMIZERS = [  # checked against the registry by test_the_sample_takes_both_plans
+    ("adam", {}), ("adamw", {}), ("sgd", {"momentum": 0.9}),
               ("rmsprop", {"centered": True, "momentum": 0.9}), ("nadam", {})]
 #: (float64 weights take the same path; tests/test_held_states.py steps them against the oracle)
 CASES = [(name, kw, sd, "float32") for name, kw in OPTIMIZERS[:4]
@@ -215,7 +216,7 @@ def _golden_trainer(name, kw, dtype="float32"):
 
 
 #: SHA-256 of the files the writer of 2f42bdd (before held states) wrote for these trainers
-GOLDEN = [
+GOLDEN = [  # checked against the registry by test_the_golden_trainers_write_every_member_kind
     ("adam", lambda: {"learning_rate": 0.1, "lr_scheduler": lr_scheduler.FactorScheduler(
         step=2, factor=0.5, base_lr=0.1)}, "float32",
      "a916836c1f8d37dcee08ee764341b65e12ef7e1db18045997c5cdcb5f5a70231"),
@@ -455,3 +456,22 @@ def test_the_fuzz_reaches_loads_of_held_files():
     assert _check(_pack(arrs, meta)) == "loaded"
     assert json.loads(json.dumps(meta))["version"] == 3
     assert states.HELD_VERSION == 3 and states.VERSION == 2
+
+
+def test_the_sample_takes_both_plans():
+    """OPTIMIZERS: optimizers whose moments are held, taking both of the Trainer's plans (the
+    vectorised one of a step from (t, lr, wd) alone, and the per-member kernel one)."""
+    made = [optimizer.create(name, **kw) for name, kw in OPTIMIZERS]
+    assert all(optimizer.spec_of(o).moments for o in made)
+    assert {o.plans_by_scalars for o in made} == {True, False}
+
+
+def test_the_golden_trainers_write_every_member_kind():
+    """GOLDEN: files with a scheduler, a float32 master copy, host buffers (LBSGD's
+    accumulator) and host state (Nadam's schedule): every kind of member a version 2 file
+    holds."""
+    made = [(optimizer.create(name, **kw()), dtype) for name, kw, dtype, _ in GOLDEN]
+    assert any(o.lr_scheduler is not None for o, _ in made)
+    assert any(o.multi_precision and dtype == "float16" for o, dtype in made)
+    assert any(o.host_buffers() for o, _ in made)
+    assert any(o.host_state() for o, _ in made)
