@@ -100,6 +100,25 @@ def test_the_table_encoder_is_searchsorted(signed):
     assert enc.thr.shape == (1, 2 * enc.cells)
 
 
+@pytest.mark.parametrize("signed", [True, False])
+def test_the_packed_encoder_is_searchsorted(signed):
+    """The proof of :func:`lowbit.packed` (the kernels' encoder, one lookup a code): its
+    cells are the table encoder's (every cell's ends, every midpoint and its neighbours prove
+    it as above), and its numpy form gives ``searchsorted`` there and on every float32 whose
+    high 16 bits are a midpoint's (all 65,536 low halves: the compare of the low halves is
+    the whole argument), 255 for NaN; the compiled encoder is checked in the test above."""
+    qmap = MAPS[signed]
+    table = lowbit.packed(qmap)
+    mid = lowbit.midpoints(qmap)
+    assert table.dtype == np.uint32 and not table.flags.writeable
+    high = np.unique(mid.view(np.uint32) >> 16).astype(np.uint32)
+    low = np.arange(1 << 16, dtype=np.uint32)
+    cells = ((high[:, None] << np.uint32(16)) | low).reshape(-1).view(np.float32)
+    for s in (_proof_points(lowbit.encoder(qmap), qmap), cells):
+        want = np.where(np.isnan(s), 255, np.searchsorted(mid, s, side="left"))
+        assert np.array_equal(lowbit.encode_packed(s, table), want)
+
+
 # --------------------------------------------------------------------------------------------
 # run_held against the composition: widen, float kernel, round or quantize with the oracle
 # --------------------------------------------------------------------------------------------
