@@ -28,7 +28,7 @@ import numpy as np
 
 __all__ = ["BLOCK", "BFLOAT16", "SIGNED", "UNSIGNED", "Quantized", "Encoder", "blocks_of",
            "midpoints", "quantize", "dequantize", "to_bfloat16", "encoder", "encode", "packed",
-           "encode_packed",
+           "encode_packed", "PACKED_CELLS", "NAN_CELL",
            "rounding_bits", "bfloat16_stochastic"]
 
 #: elements per block of an 8-bit slot (bitsandbytes' 8-bit optimizers' block size)
@@ -275,6 +275,10 @@ def encoder(qmap, bits=DEFAULT_BITS):
 
 #: the packed encoder's compare value for a cell without a threshold inside it (never exceeded)
 NO_THRESHOLD = 0xFFFF
+#: cells of the packed encoder per sign (7 mantissa bits: the high halves of LOW_BITS to ONE_BITS)
+PACKED_CELLS = ((ONE_BITS - LOW_BITS) >> 16) + 1
+#: the packed encoder's cell of a NaN (after both signs' cells): code 255
+NAN_CELL = 2 * PACKED_CELLS
 
 
 @functools.lru_cache(maxsize=None)
@@ -293,6 +297,7 @@ def _packed(signed):
     low = t & 0xFFFF
     cmp = np.where(inside, np.where(neg, NO_THRESHOLD - low, low), NO_THRESHOLD)
     table = ((enc.base.astype(np.int64) << 16) | cmp).astype(np.uint32)
+    table = np.append(table, np.uint32(255 << 16 | NO_THRESHOLD))   # NAN_CELL: code 255
     table.flags.writeable = False
     return table
 
@@ -308,7 +313,8 @@ def packed(qmap):
     above all its members gets :data:`NO_THRESHOLD`, which no ``x`` exceeds. So ``code =
     base + (x > t)``, the same code as :func:`encoder`'s (a threshold never lies below its
     cell: ``base`` counts the midpoints below the cell's lowest value). Cell 0 of either sign
-    holds the clamped magnitudes below :data:`LOW_BITS`; no threshold lies in it (checked)."""
+    holds the clamped magnitudes below :data:`LOW_BITS`; no threshold lies in it (checked).
+    A NaN takes the extra cell :data:`NAN_CELL` (code 255, no threshold)."""
     _check_map(qmap)
     return _packed(qmap is SIGNED)
 
@@ -320,10 +326,11 @@ def encode_packed(s, table):
     u = s.view(np.uint32).astype(np.int64)
     mag = np.clip(u & 0x7FFFFFFF, LOW_BITS, ONE_BITS)
     neg = u >> 31
-    cell = (mag >> 16) - (LOW_BITS >> 16) + neg * (((ONE_BITS - LOW_BITS) >> 16) + 1)
+    cell = (mag >> 16) - (LOW_BITS >> 16) + neg * PACKED_CELLS
+    cell[np.isnan(s)] = NAN_CELL
     x = (mag & 0xFFFF) ^ (neg * 0xFFFF)
     e = table[cell].astype(np.int64)
-    return np.where(np.isnan(s), 255, (e >> 16) + (x > (e & 0xFFFF)))
+    return (e >> 16) + (x > (e & 0xFFFF))
 
 
 def encode(s, enc):
