@@ -136,14 +136,14 @@ def _slot_functions(kind, ftype, index, stochastic):
     """``(scale, target, prepare, load, store, finish, encode)`` of one slot (plain Python,
     inlined in the loop), over its slice ``data`` of one block: ``scale(absmax, b)`` the
     block's scale, ``target(data, buf)`` the array the element loop stores into (an 8-bit
-    slot's float32 buffer, else the slot), ``prepare(data, buf)`` decodes an 8-bit slot's block into its
-    buffer, ``load(x, sc)`` the value in ``ftype`` of the target's ``x``,
+    slot's float32 buffer, else the slot), ``prepare(data, buf)`` decodes an 8-bit slot's
+    block into its buffer, ``load(x, sc)`` the value in ``ftype`` of the target's ``x``,
     ``store(y, c)`` what to store of the new value ``y`` (``c``: the element's counter in the
     random stream), ``finish(absmax, b, buf, n)`` writes an 8-bit slot's block maximum of
     its ``n`` values and returns the reciprocal scale ``r``, ``encode(data, buf, r, cells)``
     its codes (:func:`_block_encoder`; ``cells``: uint32 scratch). Each is inlined in the loop
     itself: an inlined function calling another inlined one is typed again at every level
-    (the encoder inside ``finish`` made an int8 kernel's compile 4.5 s of CPU, flat 3.1 s).
+    (the encoder inside ``finish`` made an int8 kernel's compile 4.5 s of CPU, flat 3.0 s).
     The element loop passes these functions scalars only: an array argument of an inlined
     function there costs a reference count update per element (a call, which keeps the loop
     from vectorising)."""
