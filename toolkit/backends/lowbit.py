@@ -283,8 +283,10 @@ NAN_CELL = 2 * PACKED_CELLS
 
 @functools.lru_cache(maxsize=None)
 def _packed(signed):
+    """:func:`packed`'s table, built from :func:`encoder`'s and checked against its argument."""
     enc = _encoder(signed, DEFAULT_BITS)
-    assert enc.shift == 16 and enc.thr.shape[0] == 1, "a cell is the high half of |s|, K = 1"
+    if enc.shift != 16 or enc.thr.shape[0] != 1:
+        raise AssertionError("the packed encoder needs cells of 16 bits and K = 1")
     c = np.arange(2 * enc.cells, dtype=np.int64)
     neg = c >= enc.cells
     high = c % enc.cells + (LOW_BITS >> 16)            # the high 16 bits of the cell's |s|
@@ -292,7 +294,9 @@ def _packed(signed):
     inside = ((t & 0x7FFFFFFF) >> 16 == high) & ((t >> 31) == neg) & np.isfinite(enc.thr[0])
     # outside, the threshold is above every member (code(hi) = base): s > t is never true
     above = np.where(neg, (t >> 31 == 0) | ((t & 0x7FFFFFFF) >> 16 < high), t >> 16 > high)
-    if not np.all(inside | above | ~np.isfinite(enc.thr[0])) or np.any(inside[[0, enc.cells]]):
+    # the clamped cells (below LOW_BITS, at ONE_BITS) must have no threshold inside
+    clamped = [0, enc.cells - 1, enc.cells, 2 * enc.cells - 1]
+    if not np.all(inside | above | ~np.isfinite(enc.thr[0])) or np.any(inside[clamped]):
         raise AssertionError("the packed encoder's argument does not hold for this map")
     low = t & 0xFFFF
     cmp = np.where(inside, np.where(neg, NO_THRESHOLD - low, low), NO_THRESHOLD)
@@ -313,7 +317,8 @@ def packed(qmap):
     above all its members gets :data:`NO_THRESHOLD`, which no ``x`` exceeds. So ``code =
     base + (x > t)``, the same code as :func:`encoder`'s (a threshold never lies below its
     cell: ``base`` counts the midpoints below the cell's lowest value). Cell 0 of either sign
-    holds the clamped magnitudes below :data:`LOW_BITS`; no threshold lies in it (checked).
+    holds the clamped magnitudes below :data:`LOW_BITS`, the last those at or above
+    :data:`ONE_BITS`; no threshold lies in either (checked).
     A NaN takes the extra cell :data:`NAN_CELL` (code 255, no threshold)."""
     _check_map(qmap)
     return _packed(qmap is SIGNED)
