@@ -310,3 +310,17 @@ def test_a_read_only_gradient_is_taken():
     want_w, want = _expected(factory, w, g, held, hyper, signs, np.float32)
     cpu_lowbit.run_held(factory, w, g, tuple(held), hyper)
     assert _same(w, want_w) and _same(held[0].codes, want[0].codes)
+
+
+def test_held_kernels_pickle_by_name_for_the_disk_cache():
+    """numba's on-disk cache keys a kernel by the pickled bytes of its closure: an intrinsic or
+    a dispatcher in it (reached from the slot functions, pickled by value) pickles a
+    per-process id, and every process then compiled the int8 kernels again (an intrinsic
+    called directly by the encoder did). The table lookup is a plain function with an
+    overload, pickled by name (the same kernel as the composition test's: no compile)."""
+    from numba.core.serialize import dumps
+    factory, hyper, _ = RULES["mxnet"]
+    kernel = cpu_lowbit.held_kernel(factory, ("signed", "unsigned"), len(hyper), np.float32,
+                                    False)
+    blob = dumps(tuple(c.cell_contents for c in kernel.py_func.__closure__))
+    assert b"_Intrinsic" not in blob and b"Dispatcher" not in blob

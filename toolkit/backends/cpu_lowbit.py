@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import prange, types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 from numba.np.unsafe.ndarray import to_fixed_tuple
 
 from . import jit
@@ -52,13 +52,19 @@ def _mix(x):
     return x ^ (x >> _S31)
 
 
-@intrinsic
-def _lookup(typingctx, table, index):
+def _lookup(table, index):
     """``table[index]`` (a 1-D contiguous array, a non-negative integer index, unchecked) as a
-    scalar load: an atomic "monotonic" load, a plain ``mov`` on x86-64 that LLVM's loop
-    vectoriser leaves alone. A vectorised table lookup is a hardware gather, which on this
-    CPU (AMD Zen 5) costs 0.57 ns an element against 0.22 for scalar loads (measured: the
-    decode and the encoder's lookup, benchmarks/results/README.md)."""
+    scalar load: compiled, an atomic "monotonic" load (:func:`_scalar_load`), a plain ``mov``
+    on x86-64 that LLVM's loop vectoriser leaves alone. A vectorised table lookup is a
+    hardware gather, which on this CPU (AMD Zen 5) costs 0.57 ns an element against 0.22 for
+    scalar loads (the decode and the encoder's lookup, benchmarks/results/README.md). A plain
+    function with an overload, as :func:`.jit.fma`: a kernel's closure reaches it by name,
+    where an intrinsic would pickle a per-process id into the on-disk cache key."""
+    return table[index]
+
+
+@intrinsic
+def _scalar_load(typingctx, table, index):
     if not (isinstance(table, types.Array) and isinstance(index, types.Integer)):
         return None
 
@@ -68,6 +74,12 @@ def _lookup(typingctx, table, index):
         ptr = builder.gep(ary.data, [i])
         return builder.load_atomic(ptr, "monotonic", table.dtype.bitwidth // 8)
     return table.dtype(table, index), codegen
+
+
+@overload(_lookup, jit_options={}, inline="always")
+def _lookup_overload(table, index):
+    if isinstance(table, types.Array) and isinstance(index, types.Integer):
+        return lambda table, index: _scalar_load(table, index)
 
 
 def _narrow(v):
