@@ -100,6 +100,25 @@ def test_the_table_encoder_is_searchsorted(signed):
     assert enc.thr.shape == (1, 2 * enc.cells)
 
 
+@pytest.mark.parametrize("signed", [True, False])
+def test_the_packed_encoder_is_searchsorted(signed):
+    """The proof of :func:`lowbit.packed` (the kernels' encoder, one lookup a code): its
+    cells are the table encoder's (every cell's ends, every midpoint and its neighbours prove
+    it as above), and its numpy form gives ``searchsorted`` there and on every float32 whose
+    high 16 bits are a midpoint's (all 65,536 low halves: the compare of the low halves is
+    the whole argument), 255 for NaN; the compiled encoder is checked in the test above."""
+    qmap = MAPS[signed]
+    table = lowbit.packed(qmap)
+    mid = lowbit.midpoints(qmap)
+    assert table.dtype == np.uint32 and not table.flags.writeable
+    high = np.unique(mid.view(np.uint32) >> 16).astype(np.uint32)
+    low = np.arange(1 << 16, dtype=np.uint32)
+    cells = ((high[:, None] << np.uint32(16)) | low).reshape(-1).view(np.float32)
+    for s in (_proof_points(lowbit.encoder(qmap), qmap), cells):
+        want = np.where(np.isnan(s), 255, np.searchsorted(mid, s, side="left"))
+        assert np.array_equal(lowbit.encode_packed(s, table), want)
+
+
 # --------------------------------------------------------------------------------------------
 # run_held against the composition: widen, float kernel, round or quantize with the oracle
 # --------------------------------------------------------------------------------------------
@@ -291,3 +310,17 @@ def test_a_read_only_gradient_is_taken():
     want_w, want = _expected(factory, w, g, held, hyper, signs, np.float32)
     cpu_lowbit.run_held(factory, w, g, tuple(held), hyper)
     assert _same(w, want_w) and _same(held[0].codes, want[0].codes)
+
+
+def test_held_kernels_pickle_by_name_for_the_disk_cache():
+    """numba's on-disk cache keys a kernel by the pickled bytes of its closure: an intrinsic or
+    a dispatcher in it (reached from the slot functions, pickled by value) pickles a
+    per-process id, and every process then compiled the int8 kernels again (an intrinsic
+    called directly by the encoder did). The table lookup is a plain function with an
+    overload, pickled by name (the same kernel as the composition test's: no compile)."""
+    from numba.core.serialize import dumps
+    factory, hyper, _ = RULES["mxnet"]
+    kernel = cpu_lowbit.held_kernel(factory, ("signed", "unsigned"), len(hyper), np.float32,
+                                    False)
+    blob = dumps(tuple(c.cell_contents for c in kernel.py_func.__closure__))
+    assert b"_Intrinsic" not in blob and b"Dispatcher" not in blob

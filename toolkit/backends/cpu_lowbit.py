@@ -8,21 +8,25 @@ as ``qmap[code] * absmax`` in float32, a bfloat16 widened; both exact, then conv
 weight's dtype), run the rule element by element, write the weight, a plain slot and a
 bfloat16 slot (rounded to float32, then to bfloat16: to nearest, or stochastically with a
 ``key``) at once, and keep an 8-bit slot's new float32 values in a small buffer with their
-largest magnitude; then quantize the buffer (the table encoder of :func:`.lowbit.encoder`)
-and write the block's codes and scale. The same codes and scales as
-:func:`.lowbit.quantize` of the new values rounded to float32, always.
+largest magnitude; then quantize the buffer (the packed table encoder of
+:func:`.lowbit.packed`) and write the block's codes and scale. An 8-bit slot's block is
+decoded into its buffer first, and its table lookups (decode and encode) are scalar loads in
+loops of their own (:func:`_lookup`): vectorised, they were hardware gathers, slower here.
+The same codes and scales as :func:`.lowbit.quantize` of the new values rounded to float32,
+always.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import prange, types
+from numba.extending import intrinsic, overload
 from numba.np.unsafe.ndarray import to_fixed_tuple
 
 from . import jit
 from .bfloat16 import bfloat16_to_single
 from .jit import KERNELS, NUMBA_TYPES, by_value, cached, call_readonly, compile_kernel, inlined
 from .lowbit import BFLOAT16, BLOCK, LOW_BITS, ONE_BITS, SIGNED, UNSIGNED, Quantized, \
-    blocks_of, encoder
+    NAN_CELL, PACKED_CELLS, blocks_of, packed
 
 __all__ = ["run_held", "held_kernel", "slot_kind", "encode_kernel", "CHUNK_BLOCKS"]
 
@@ -46,6 +50,36 @@ def _mix(x):
     x = (x ^ (x >> _S30)) * _C1
     x = (x ^ (x >> _S27)) * _C2
     return x ^ (x >> _S31)
+
+
+def _lookup(table, index):
+    """``table[index]`` (a 1-D contiguous array, a non-negative integer index, unchecked) as a
+    scalar load: compiled, an atomic "monotonic" load (:func:`_scalar_load`), a plain ``mov``
+    on x86-64 that LLVM's loop vectoriser leaves alone. A vectorised table lookup is a
+    hardware gather, which on this CPU (AMD Zen 5) costs 0.57 ns an element against 0.22 for
+    scalar loads (the decode and the encoder's lookup, benchmarks/results/README.md). A plain
+    function with an overload, as :func:`.jit.fma`: a kernel's closure reaches it by name,
+    where an intrinsic would pickle a per-process id into the on-disk cache key."""
+    return table[index]
+
+
+@intrinsic
+def _scalar_load(typingctx, table, index):
+    if not (isinstance(table, types.Array) and isinstance(index, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        i = context.cast(builder, args[1], signature.args[1], types.intp)
+        ptr = builder.gep(ary.data, [i])
+        return builder.load_atomic(ptr, "monotonic", table.dtype.bitwidth // 8)
+    return table.dtype(table, index), codegen
+
+
+@overload(_lookup, jit_options={}, inline="always")
+def _lookup_overload(table, index):
+    if isinstance(table, types.Array) and isinstance(index, types.Integer):
+        return lambda table, index: _scalar_load(table, index)
 
 
 def _narrow(v):
@@ -82,40 +116,59 @@ def slot_kind(slot, dtype):
 
 
 def _block_encoder(qmap):
-    """``encode(codes, buf, r)``: ``codes[j]`` = the code of ``buf[j] * r`` clipped to
-    [-1, 1], for ``j < codes.shape[0]``, by :func:`.lowbit.encoder`'s tables (exact: see
-    there), branch-free so that the loop vectorises; a NaN gives 255."""
-    enc = encoder(qmap)
-    base, thr, k_max = enc.base, enc.thr, enc.thr.shape[0]
-    shift, cells = _U32(enc.shift), _U32(enc.cells)
+    """``encode(codes, buf, r, cells)``: ``codes[j]`` = the code of ``buf[j] * r`` clipped to
+    [-1, 1], for ``j < codes.shape[0]``, by :func:`.lowbit.packed`'s table (exact: see
+    there); a NaN gives 255 (its own cell). Three passes over the block (``cells``: uint32
+    scratch of ``2 * BLOCK``): each element's cell and compare value packed in one word
+    (vectorised), the table lookups (scalar loads, :func:`_lookup`), the compares and codes
+    (vectorised). In one loop LLVM made the lookup a hardware gather (0.57 ns an element
+    against 0.22 for scalar loads); a scalar pass that also compared took 0.67 ns in all."""
+    table = packed(qmap)
+    n_cells, low_high, nan_cell = _U32(PACKED_CELLS), _U32(LOW_BITS >> 16), _U32(NAN_CELL)
+    s13, s16, s31, half, mask = _U32(13), _U32(16), _U32(31), _U32(0xFFFF), _U32(0x1FFF)
 
-    def encode(codes, buf, r):
-        for j in range(codes.shape[0]):
+    def encode(codes, buf, r, cells):
+        m = codes.shape[0]
+        for j in range(m):
             s = buf[j] * r
             u = _F32(s).view(_U32)
             mag = min(max(u & _ABS, _LOW), _ONE_MAG)
-            cell = ((mag - _LOW) >> shift) + (u >> _U32(31)) * cells
-            code = base[cell]
-            for k in range(k_max):
-                code += np.int32(s > thr[k, cell])
-            codes[j] = np.uint8(255) if s != s else np.uint8(code)
+            cell = (mag >> s16) - low_high + (u >> s31) * n_cells
+            x = (mag & half) ^ (half * (u >> s31))
+            cells[j] = (x << s13) | (nan_cell if s != s else cell)
+        for j in range(m):
+            cells[j + BLOCK] = _lookup(table, cells[j] & mask)
+        for j in range(m):
+            e = cells[j + BLOCK]
+            codes[j] = np.uint8((e >> s16) + ((cells[j] >> s13) > (e & half)))
     return encode
 
 
 def _slot_functions(kind, ftype, index, stochastic):
-    """``(scale, target, load, store, finish)`` of one slot (plain Python, inlined in the
-    loop), over its slice ``data`` of one block: ``scale(absmax, b)`` the block's scale,
-    ``target(data, buf)`` the array the element loop stores into (an 8-bit slot's float32
-    buffer, else the slot), ``load(x, sc)`` the value of a stored ``x`` in ``ftype``,
+    """``(scale, target, prepare, load, store, finish, encode)`` of one slot (plain Python,
+    inlined in the loop), over its slice ``data`` of one block: ``scale(absmax, b)`` the
+    block's scale, ``target(data, buf)`` the array the element loop stores into (an 8-bit
+    slot's float32 buffer, else the slot), ``prepare(data, buf)`` decodes an 8-bit slot's
+    block into its buffer, ``load(x, sc)`` the value in ``ftype`` of the target's ``x``,
     ``store(y, c)`` what to store of the new value ``y`` (``c``: the element's counter in the
-    random stream), ``finish(data, absmax, b, buf)`` quantizes an 8-bit slot's block.
+    random stream), ``finish(absmax, b, buf, n)`` writes an 8-bit slot's block maximum of
+    its ``n`` values and returns the reciprocal scale ``r``, ``encode(data, buf, r, cells)``
+    its codes (:func:`_block_encoder`; ``cells``: uint32 scratch). Each is inlined in the loop
+    itself: an inlined function calling another inlined one is typed again at every level
+    (the encoder inside ``finish`` made an int8 kernel's compile 4.5 s of CPU, flat 3.0 s).
     The element loop passes these functions scalars only: an array argument of an inlined
     function there costs a reference count update per element (a call, which keeps the loop
     from vectorising)."""
     def no_scale(absmax, b):
         return _F32(0)
 
-    def no_finish(data, absmax, b, buf):
+    def no_finish(absmax, b, buf, n):
+        return _F32(0)
+
+    def no_encode(data, buf, r, cells):
+        return
+
+    def no_prepare(data, buf):
         return
 
     def the_slot(data, buf):
@@ -127,14 +180,14 @@ def _slot_functions(kind, ftype, index, stochastic):
 
         def store(y, c):
             return y
-        return no_scale, the_slot, load, store, no_finish
+        return no_scale, the_slot, no_prepare, load, store, no_finish, no_encode
     if kind == "single":  # widened exactly on load, rounded to float32 on store
         def load(x, sc):
             return ftype(x)
 
         def store(y, c):
             return _F32(y)
-        return no_scale, the_slot, load, store, no_finish
+        return no_scale, the_slot, no_prepare, load, store, no_finish, no_encode
     if kind == "bfloat16":
         widen = inlined(by_value(bfloat16_to_single))
         narrow = inlined(by_value(_narrow))
@@ -153,31 +206,32 @@ def _slot_functions(kind, ftype, index, stochastic):
         else:
             def store(y, c):
                 return narrow(_F32(y))
-        return no_scale, the_slot, load, store, no_finish
+        return no_scale, the_slot, no_prepare, load, store, no_finish, no_encode
     qmap = SIGNED if kind == "signed" else UNSIGNED
-    encode = inlined(_block_encoder(qmap))
-
     def scale(absmax, b):
         return absmax[b]
 
     def the_buffer(data, buf):
         return buf
 
+    def prepare(data, buf):   # scalar loads (a gather in the element loop costs more)
+        for j in range(data.shape[0]):
+            buf[j] = _lookup(qmap, data[j])
+
     def load(x, sc):
-        return ftype(qmap[x] * sc)
+        return ftype(x * sc)
 
     def store(y, c):
         return _F32(y)
 
-    def finish(data, absmax, b, buf):
+    def finish(absmax, b, buf, n):
         m = _U32(0)   # the largest magnitude's bits (a NaN's above every number's)
-        for j in range(data.shape[0]):
+        for j in range(n):
             m = max(m, _F32(buf[j]).view(_U32) & _ABS)
         amax = _U32(_NAN_BITS if m > _INF_BITS else m).view(_F32)
         absmax[b] = amax
-        r = _F32(1) / (_TINY if amax < _TINY else amax)   # a NaN maximum stays NaN
-        encode(data, buf, r)
-    return scale, the_buffer, load, store, finish
+        return _F32(1) / (_TINY if amax < _TINY else amax)   # a NaN maximum stays NaN
+    return scale, the_buffer, prepare, load, store, finish, _block_encoder(qmap)
 
 
 def _loop(rule, slots, n_hyper):
@@ -187,7 +241,7 @@ def _loop(rule, slots, n_hyper):
     select, so that it vectorises)."""
     n_state = len(slots)
     if n_state == 1:
-        (sc0, tg0, ld0, st0, fi0), = slots
+        (sc0, tg0, pr0, ld0, st0, fi0, en0), = slots
 
         def loop(w, g, d0, a0, hpa, key):
             hp = to_fixed_tuple(hpa, n_hyper)
@@ -195,18 +249,20 @@ def _loop(rule, slots, n_hyper):
             nb = (n + BLOCK - 1) // BLOCK
             for c in prange((nb + CHUNK_BLOCKS - 1) // CHUNK_BLOCKS):
                 b0 = np.empty(BLOCK, np.float32)
+                cs = np.empty(2 * BLOCK, np.uint32)
                 for b in range(c * CHUNK_BLOCKS, min(c * CHUNK_BLOCKS + CHUNK_BLOCKS, nb)):
                     lo = b * BLOCK
                     hi = min(lo + BLOCK, n)
                     wb, gb, e0 = w[lo:hi], g[lo:hi], d0[lo:hi]
                     s0, o0 = sc0(a0, b), tg0(e0, b0)
+                    pr0(e0, b0)
                     ctr = key + _U64(lo)
                     for j in range(hi - lo):
-                        wb[j], y0 = rule(wb[j], gb[j], ld0(e0[j], s0), hp)
+                        wb[j], y0 = rule(wb[j], gb[j], ld0(o0[j], s0), hp)
                         o0[j] = st0(y0, ctr + _U64(j))
-                    fi0(e0, a0, b, b0)
+                    en0(e0, b0, fi0(a0, b, b0, hi - lo), cs)
     elif n_state == 2:
-        (sc0, tg0, ld0, st0, fi0), (sc1, tg1, ld1, st1, fi1) = slots
+        (sc0, tg0, pr0, ld0, st0, fi0, en0), (sc1, tg1, pr1, ld1, st1, fi1, en1) = slots
 
         def loop(w, g, d0, a0, d1, a1, hpa, key):
             hp = to_fixed_tuple(hpa, n_hyper)
@@ -214,6 +270,7 @@ def _loop(rule, slots, n_hyper):
             nb = (n + BLOCK - 1) // BLOCK
             for c in prange((nb + CHUNK_BLOCKS - 1) // CHUNK_BLOCKS):
                 b0 = np.empty(BLOCK, np.float32)
+                cs = np.empty(2 * BLOCK, np.uint32)
                 b1 = np.empty(BLOCK, np.float32)
                 for b in range(c * CHUNK_BLOCKS, min(c * CHUNK_BLOCKS + CHUNK_BLOCKS, nb)):
                     lo = b * BLOCK
@@ -221,15 +278,18 @@ def _loop(rule, slots, n_hyper):
                     wb, gb, e0, e1 = w[lo:hi], g[lo:hi], d0[lo:hi], d1[lo:hi]
                     s0, s1 = sc0(a0, b), sc1(a1, b)
                     o0, o1 = tg0(e0, b0), tg1(e1, b1)
+                    pr0(e0, b0)
+                    pr1(e1, b1)
                     ctr = key + _U64(lo)
                     for j in range(hi - lo):
-                        wb[j], y0, y1 = rule(wb[j], gb[j], ld0(e0[j], s0), ld1(e1[j], s1), hp)
+                        wb[j], y0, y1 = rule(wb[j], gb[j], ld0(o0[j], s0), ld1(o1[j], s1), hp)
                         o0[j] = st0(y0, ctr + _U64(j))
                         o1[j] = st1(y1, ctr + _U64(j))
-                    fi0(e0, a0, b, b0)
-                    fi1(e1, a1, b, b1)
+                    en0(e0, b0, fi0(a0, b, b0, hi - lo), cs)
+                    en1(e1, b1, fi1(a1, b, b1, hi - lo), cs)
     elif n_state == 3:
-        (sc0, tg0, ld0, st0, fi0), (sc1, tg1, ld1, st1, fi1), (sc2, tg2, ld2, st2, fi2) = slots
+        ((sc0, tg0, pr0, ld0, st0, fi0, en0), (sc1, tg1, pr1, ld1, st1, fi1, en1),
+         (sc2, tg2, pr2, ld2, st2, fi2, en2)) = slots
 
         def loop(w, g, d0, a0, d1, a1, d2, a2, hpa, key):
             hp = to_fixed_tuple(hpa, n_hyper)
@@ -237,6 +297,7 @@ def _loop(rule, slots, n_hyper):
             nb = (n + BLOCK - 1) // BLOCK
             for c in prange((nb + CHUNK_BLOCKS - 1) // CHUNK_BLOCKS):
                 b0 = np.empty(BLOCK, np.float32)
+                cs = np.empty(2 * BLOCK, np.uint32)
                 b1 = np.empty(BLOCK, np.float32)
                 b2 = np.empty(BLOCK, np.float32)
                 for b in range(c * CHUNK_BLOCKS, min(c * CHUNK_BLOCKS + CHUNK_BLOCKS, nb)):
@@ -246,16 +307,19 @@ def _loop(rule, slots, n_hyper):
                     e0, e1, e2 = d0[lo:hi], d1[lo:hi], d2[lo:hi]
                     s0, s1, s2 = sc0(a0, b), sc1(a1, b), sc2(a2, b)
                     o0, o1, o2 = tg0(e0, b0), tg1(e1, b1), tg2(e2, b2)
+                    pr0(e0, b0)
+                    pr1(e1, b1)
+                    pr2(e2, b2)
                     ctr = key + _U64(lo)
                     for j in range(hi - lo):
-                        wb[j], y0, y1, y2 = rule(wb[j], gb[j], ld0(e0[j], s0), ld1(e1[j], s1),
-                                                 ld2(e2[j], s2), hp)
+                        wb[j], y0, y1, y2 = rule(wb[j], gb[j], ld0(o0[j], s0), ld1(o1[j], s1),
+                                                 ld2(o2[j], s2), hp)
                         o0[j] = st0(y0, ctr + _U64(j))
                         o1[j] = st1(y1, ctr + _U64(j))
                         o2[j] = st2(y2, ctr + _U64(j))
-                    fi0(e0, a0, b, b0)
-                    fi1(e1, a1, b, b1)
-                    fi2(e2, a2, b, b2)
+                    en0(e0, b0, fi0(a0, b, b0, hi - lo), cs)
+                    en1(e1, b1, fi1(a1, b, b1, hi - lo), cs)
+                    en2(e2, b2, fi2(a2, b, b2, hi - lo), cs)
     else:
         raise ValueError(f"a held step takes rules with 1 to 3 state slots, not {n_state}")
     return loop
@@ -375,9 +439,12 @@ def encode_kernel(qmap, parallel=False):
 
         def run(s, codes):
             n = s.shape[0]
-            for c in prange((n + BLOCK - 1) // BLOCK):
-                lo = c * BLOCK
-                encode(codes[lo:min(lo + BLOCK, n)], s[lo:], _F32(1))
+            nb = (n + BLOCK - 1) // BLOCK
+            for c in prange((nb + CHUNK_BLOCKS - 1) // CHUNK_BLOCKS):
+                cells = np.empty(2 * BLOCK, np.uint32)
+                for b in range(c * CHUNK_BLOCKS, min(c * CHUNK_BLOCKS + CHUNK_BLOCKS, nb)):
+                    lo = b * BLOCK
+                    encode(codes[lo:min(lo + BLOCK, n)], s[lo:], _F32(1), cells)
         sig = types.void(types.float32[::1], types.uint8[::1])
         return compile_kernel(sig, parallel)(run)
     return cached(("held-encoder", kind, bool(parallel)), build)

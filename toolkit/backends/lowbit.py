@@ -27,7 +27,8 @@ import ml_dtypes
 import numpy as np
 
 __all__ = ["BLOCK", "BFLOAT16", "SIGNED", "UNSIGNED", "Quantized", "Encoder", "blocks_of",
-           "midpoints", "quantize", "dequantize", "to_bfloat16", "encoder", "encode",
+           "midpoints", "quantize", "dequantize", "to_bfloat16", "encoder", "encode", "packed",
+           "encode_packed", "PACKED_CELLS", "NAN_CELL",
            "rounding_bits", "bfloat16_stochastic"]
 
 #: elements per block of an 8-bit slot (bitsandbytes' 8-bit optimizers' block size)
@@ -270,6 +271,71 @@ def encoder(qmap, bits=DEFAULT_BITS):
     tables, not assumed). A NaN compares false everywhere; the kernel selects 255 for it."""
     _check_map(qmap)
     return _encoder(qmap is SIGNED, int(bits))
+
+
+#: the packed encoder's compare value for a cell without a threshold inside it (never exceeded)
+NO_THRESHOLD = 0xFFFF
+#: cells of the packed encoder per sign (7 mantissa bits: the high halves of LOW_BITS to ONE_BITS)
+PACKED_CELLS = ((ONE_BITS - LOW_BITS) >> 16) + 1
+#: the packed encoder's cell of a NaN (after both signs' cells): code 255
+NAN_CELL = 2 * PACKED_CELLS
+
+
+@functools.lru_cache(maxsize=None)
+def _packed(signed):
+    """:func:`packed`'s table, built from :func:`encoder`'s and checked against its argument."""
+    enc = _encoder(signed, DEFAULT_BITS)
+    if enc.shift != 16 or enc.thr.shape[0] != 1:
+        raise AssertionError("the packed encoder needs cells of 16 bits and K = 1")
+    c = np.arange(2 * enc.cells, dtype=np.int64)
+    neg = c >= enc.cells
+    high = c % enc.cells + (LOW_BITS >> 16)            # the high 16 bits of the cell's |s|
+    t = enc.thr[0].view(np.uint32).astype(np.int64)
+    inside = ((t & 0x7FFFFFFF) >> 16 == high) & ((t >> 31) == neg) & np.isfinite(enc.thr[0])
+    # outside, the threshold is above every member (code(hi) = base): s > t is never true
+    above = np.where(neg, (t >> 31 == 0) | ((t & 0x7FFFFFFF) >> 16 < high), t >> 16 > high)
+    # the clamped cells (below LOW_BITS, at ONE_BITS) must have no threshold inside
+    clamped = [0, enc.cells - 1, enc.cells, 2 * enc.cells - 1]
+    if not np.all(inside | above | ~np.isfinite(enc.thr[0])) or np.any(inside[clamped]):
+        raise AssertionError("the packed encoder's argument does not hold for this map")
+    low = t & 0xFFFF
+    cmp = np.where(inside, np.where(neg, NO_THRESHOLD - low, low), NO_THRESHOLD)
+    table = ((enc.base.astype(np.int64) << 16) | cmp).astype(np.uint32)
+    table = np.append(table, np.uint32(255 << 16 | NO_THRESHOLD))   # NAN_CELL: code 255
+    table.flags.writeable = False
+    return table
+
+
+def packed(qmap):
+    """The encoder of :func:`encoder` (7 mantissa bits, K = 1) in one uint32 word per cell:
+    ``base << 16 | t``, so that a kernel makes one table lookup, not two.
+
+    With 7 mantissa bits a cell is the high 16 bits of the clamped ``|s|`` (and the sign),
+    and a threshold inside the cell shares them, so ``s > thr`` compares the low 16 bits:
+    ``x = low16(|s|)`` (positive ``s``) or ``0xFFFF - low16(|s|)`` (negative: ``s > thr``
+    when ``|s| < |thr|``) against ``t = x`` of the threshold; a cell whose threshold lies
+    above all its members gets :data:`NO_THRESHOLD`, which no ``x`` exceeds. So ``code =
+    base + (x > t)``, the same code as :func:`encoder`'s (a threshold never lies below its
+    cell: ``base`` counts the midpoints below the cell's lowest value). Cell 0 of either sign
+    holds the clamped magnitudes below :data:`LOW_BITS`, the last those at or above
+    :data:`ONE_BITS`; no threshold lies in either (checked).
+    A NaN takes the extra cell :data:`NAN_CELL` (code 255, no threshold)."""
+    _check_map(qmap)
+    return _packed(qmap is SIGNED)
+
+
+def encode_packed(s, table):
+    """:func:`packed`'s encoder in numpy on float32 ``s`` (the compiled one's source of truth in
+    the tests): codes as int64, 255 for a NaN."""
+    s = np.asarray(s, np.float32)
+    u = s.view(np.uint32).astype(np.int64)
+    mag = np.clip(u & 0x7FFFFFFF, LOW_BITS, ONE_BITS)
+    neg = u >> 31
+    cell = (mag >> 16) - (LOW_BITS >> 16) + neg * PACKED_CELLS
+    cell[np.isnan(s)] = NAN_CELL
+    x = (mag & 0xFFFF) ^ (neg * 0xFFFF)
+    e = table[cell].astype(np.int64)
+    return (e >> 16) + (x > (e & 0xFFFF))
 
 
 def encode(s, enc):
