@@ -7,6 +7,8 @@ exactly; the state's form; the refusals, each before anything is written.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -52,6 +54,13 @@ def _cases():
 
 
 CASES = _cases()
+#: the int8 cases a run takes: every optimizer and convention in the ``thorough`` hypothesis
+#: profile; in CI (its time is budgeted: an int8 kernel compiles in about 3 s) each
+#: optimizer's first convention and every one of Adam's (the held kernel adds the same loads,
+#: stores and blocks to every rule; a rule itself is proven per convention elsewhere)
+THOROUGH = os.environ.get("TOOLKIT_HYPOTHESIS_PROFILE", "ci") == "thorough"
+INT8_CASES = CASES if THOROUGH else [
+    c for c in CASES if c[0] == "adam" or c[1] == HELD[c[0]].conventions[0]]
 
 
 def _grads(rng, steps, dtype):
@@ -82,8 +91,8 @@ def _check_steps(name, convention, kw, state_dtype, dtype, steps=3, seed=0, **he
     return exempt, checked
 
 
-@pytest.mark.parametrize("name,convention,kw", CASES,
-                         ids=[f"{n}-{c}" for n, c, _ in CASES])
+@pytest.mark.parametrize("name,convention,kw", INT8_CASES,
+                         ids=[f"{n}-{c}" for n, c, _ in INT8_CASES])
 def test_int8_steps_are_the_oracles_code_for_code(name, convention, kw):
     """float32 weights, every held optimizer and convention: the weight within the bound,
     every code the oracle's but for counted possible flips, and those rare (measured: at most 1
@@ -103,7 +112,7 @@ def test_bfloat16_steps_are_the_oracles_value_for_value(name):
     assert exempt <= 0.05 * checked, (exempt, checked)
 
 
-@pytest.mark.parametrize("name", ["adam", "sgd", "rmsprop"])
+@pytest.mark.parametrize("name", ["adam", "rmsprop"])  # 2 and 3 slots (1: SGD's, below)
 def test_stochastically_rounded_bfloat16_steps_are_the_oracles(name):
     """``state_rounding="stochastic"``: the oracle rounds with the same random bits
     (``reference.lowbit.rounding_bits`` of the step's key, slot by slot) and agrees value for
@@ -138,8 +147,8 @@ def test_stochastic_rounding_is_reproducible_from_its_seed_and_unbiased():
         0.1 * abs(nearest.astype(np.float64).mean() - exact)
 
 
-@pytest.mark.parametrize("state_dtype", ["int8", "bfloat16", "float32"])
-@pytest.mark.parametrize("name", ["adam", "rmsprop"])
+@pytest.mark.parametrize("name,state_dtype", [("rmsprop", "int8"), ("rmsprop", "float32"),
+                                              ("adam", "bfloat16")])
 def test_float64_weights_hold_their_moments_from_float32(name, state_dtype):
     """A float64 weight's held moments are its float64 values rounded to float32, then held."""
     spec = HELD[name]
