@@ -302,3 +302,26 @@ def test_toolkit_torch_refuses_held_states_before_any_state():
     with pytest.raises(NotImplementedError, match="toolkit.torch does not hold states"):
         opt.step()
     assert torch.equal(m.weight, before) and not opt.state
+
+
+def test_copied_and_pickled_int8_states_step_as_the_originals():
+    """``copy.deepcopy`` and pickle of an int8 state (a user's checkpoint): independent arrays,
+    the map the module's own object, and the next step the same as the original's."""
+    import copy
+    import pickle
+    opt = create("adam", state_dtype="int8")
+    w = np.random.default_rng(2).standard_normal(SHAPE).astype(np.float32)
+    g = np.full(SHAPE, 0.1, np.float32)
+    state = opt.create_state(0, w)
+    opt.update(0, w, g, state)
+    results = []
+    for copied in (copy.deepcopy(state), pickle.loads(pickle.dumps(state)), state):
+        assert copied[0].qmap is lowbit.SIGNED and copied[1].qmap is lowbit.UNSIGNED
+        assert copied is state or not np.shares_memory(copied[0].codes, state[0].codes)
+        w2 = w.copy()
+        create("adam", state_dtype="int8").update(0, w2, g, copied)
+        results.append((w2, held_form(copied[0]), held_form(copied[1])))
+    for r in results[:2]:
+        assert np.array_equal(r[0], results[2][0])
+        assert all(np.array_equal(a, b) for x, y in zip(r[1:], results[2][1:])
+                   for a, b in zip(x, y))

@@ -141,6 +141,13 @@ class Quantized:
     def __setattr__(self, name, value):
         raise AttributeError(f"Quantized.{name} is fixed once made; use replace({name}=...)")
 
+    def __reduce__(self):
+        """Copies and pickles (``copy.deepcopy``, a checkpoint) restore the map by name, so a
+        copy's ``qmap`` is :data:`SIGNED` or :data:`UNSIGNED` itself, as the kernels take it."""
+        name = "SIGNED" if self.qmap is SIGNED else "UNSIGNED" if self.qmap is UNSIGNED \
+            else None
+        return _restored, (self.codes, self.absmax, self.qmap if name is None else name)
+
     def replace(self, **changes):
         """A Quantized with the fields in ``changes`` replaced (the arrays not copied)."""
         fields = {f: getattr(self, f) for f in self.__slots__}
@@ -155,6 +162,13 @@ class Quantized:
         shape = getattr(self.codes, "shape", None)
         return f"Quantized(codes of shape {shape}, {getattr(self.absmax, 'size', '?')} " \
                f"block maxima, {which})"
+
+
+def _restored(codes, absmax, qmap):
+    """A :class:`Quantized` from its pickled fields, a named map made the module's own."""
+    if isinstance(qmap, str):
+        qmap = {"SIGNED": SIGNED, "UNSIGNED": UNSIGNED}[qmap]
+    return Quantized(codes, absmax, qmap)
 
 
 def blocks_of(n):
