@@ -3,7 +3,8 @@ layout, with tensors and plain Python values only (``torch.load(..., weights_onl
 
 ::
 
-    {"state": {index: {"step": t, "<slot>": tensor, ..., "weight32": tensor}},
+    {"state": {index: {"step": t, "<slot>": tensor, ..., "weight32": tensor}},  # (an int8
+                                     # slot: <slot>_codes, <slot>_absmax, <slot>_qmap)
      "param_groups": [{"lr": ..., "wd": ..., ..., "params": [index, ...]}],
      "toolkit": {"format": 1, "optimizer": "adam", "num_update": n,
                  "host": [{"data": {...}, "arrays": {name: tensor}}],  # one per group
@@ -22,7 +23,7 @@ import numpy as np
 import torch
 
 from ..optimizers.registry import spec_of
-from . import crossing, keywords
+from . import crossing, held, keywords
 
 __all__ = ["Checkpoints"]
 
@@ -72,15 +73,19 @@ class Checkpoints:
                 out = result
         return out
 
-    def load_state_dict(self, state_dict):
+    def load_state_dict(self, state_dict, *, convert_states=False):
         """Load what :meth:`state_dict` gave (for the same parameters); a state that does not
-        fit is a ValueError/TypeError with this optimizer unchanged."""
+        fit is a ValueError/TypeError with this optimizer unchanged. The saved groups' options
+        are taken, as torch takes them; with ``convert_states=True`` each group keeps its own
+        ``state_dtype``, ``state_rounding`` and ``state_seed``, and the saved moments are
+        converted to the form it holds them in (float32 to int8 and back: docs/state-dtype.md,
+        "Checkpoints"). A ``torch.optim`` state_dict's moments are converted so always."""
         self._follow_groups()
         for hook in self._optimizer_load_state_dict_pre_hooks.values():  # torch's hooks
             result = hook(self, state_dict)
             if result is not None:
                 state_dict = result
-        self._unpack(state_dict)
+        self._unpack(state_dict, convert_states)
         self._steady.clear()  # the state tensors may be new ones
         self._order, self._ids = self._param_order()  # the counts are keyed as loaded
         for hook in self._optimizer_load_state_dict_post_hooks.values():
@@ -105,6 +110,8 @@ class Checkpoints:
                     entry["step"] = int(counts[index])
                 if p in self._bindings:
                     entry.update(dict.items(self.state[p]))  # not the step it shows
+                    entry.update(held.maps(self._held_slots(
+                        inner, self._bindings[p].toolkit_state, p)))
                 if entry:
                     state[index] = crossing.for_torch(klass, group, entry, host_data, index)
                 ids.append(index)
@@ -140,14 +147,16 @@ class Checkpoints:
         return {k: crossing.without_torch_entries(klass, v, convention.get(k))
                 if isinstance(v, dict) else v for k, v in state.items()}
 
-    def _unpack(self, sd):
-        """``self.load_state_dict(sd)``: everything checked first, then committed."""
+    def _unpack(self, sd, convert_states=False):
+        """``self.load_state_dict(sd, convert_states=...)``: everything checked first, then
+        committed."""
         klass = type(self).toolkit_class
         if not isinstance(sd, dict) or not {"state", "param_groups"} <= set(sd):
             _fail("expected a dict with 'state' and 'param_groups' (what state_dict() gives)",
                   TypeError)
         meta = sd.get("toolkit")
         notes = []
+        convert = bool(convert_states) or meta is None
         if meta is None:  # a torch.optim state_dict of the namesake
             try:
                 sd, notes = crossing.from_torch(self, sd)
@@ -199,6 +208,8 @@ class Checkpoints:
                       f"parameters, this optimizer's {len(group['params'])}")
             options = crossing.reimported(
                 klass, {k: v for k, v in saved.items() if k not in ("params", "param_names")})
+            if convert_states:  # the group's own, the saved moments converted to it
+                options.update((k, group[k]) for k in keywords.HELD_KEYS if k in group)
             missing = sorted(k for k in group_keys if k not in options)
             if missing:
                 _fail(f"param group {gi} lacks the options {missing}")
@@ -256,6 +267,11 @@ class Checkpoints:
                 arrays["weight32"] = p.detach().float()
             elif "weight32" in arrays and "weight32" not in named:
                 del arrays["weight32"]
+            try:  # held moments: checked field by field, converted where asked
+                arrays = held.loaded(self._held_slots(inner, toolkit_state, p), arrays, p,
+                                     convert, f"parameter {k}")
+            except (TypeError, ValueError) as e:
+                _fail(str(e), type(e))
             if not set(named) <= set(arrays):  # other keys are the user's, kept as they are
                 _fail(f"parameter {k}'s state holds {sorted(arrays)}; with these options "
                       f"{klass.__name__} keeps {sorted(named)} for it")

@@ -21,7 +21,11 @@ from ..optimizers.spec import default_convention
 from . import meaning
 
 __all__ = ["OPTIMIZER_LEVEL", "group_keys", "normalise", "attribute_of", "torch_keys",
-           "settle", "convention_of", "torch_default_lr", "with_defaults", "MISSING"]
+           "settle", "convention_of", "torch_default_lr", "with_defaults", "MISSING", "HELD_KEYS"]
+
+#: the group keys of how moments are held (``toolkit.optimizers.held``): a group keeps its own
+#: when it loads a state_dict with ``convert_states=True``
+HELD_KEYS = ("state_dtype", "state_rounding", "state_seed")
 
 #: keywords that belong to the whole optimizer, not to a param group
 OPTIMIZER_LEVEL = ("lr_scheduler", "begin_num_update")

@@ -56,16 +56,6 @@ def _followed(spec):
     return f"torch.optim.{spec.torch}" if spec.torch else spec.torch_peer.source
 
 
-def _refuse_held(state_dtype):
-    """``state_dtype`` (moments held in bfloat16 or int8, ``toolkit.optimizers.held``) is not
-    taken here yet: refused where a group's options are made or changed, before any state."""
-    if state_dtype is not None:
-        raise NotImplementedError(
-            f"state_dtype={state_dtype!r}: toolkit.torch does not hold states below the "
-            "parameter's dtype yet; use toolkit.optimizer's update or toolkit.Trainer "
-            "(docs/state-dtype.md), or state_dtype=None")
-
-
 class TorchOptimizer(StepRuns, StepPlans, ParameterStates, Checkpoints, torch.optim.Optimizer):
     """A ``torch.optim.Optimizer`` whose update is the toolkit optimizer ``toolkit_class``
     (generated per registered optimizer: ``toolkit.torch.Adam``...).
@@ -208,7 +198,6 @@ class TorchOptimizer(StepRuns, StepPlans, ParameterStates, Checkpoints, torch.op
             kw["learning_rate"] = self._scheduler.base_lr
         if not isinstance(opts.get("maximize", False), bool):
             raise TypeError(f"maximize must be a bool, got {opts['maximize']!r}")
-        _refuse_held(kw.get("state_dtype"))
         return klass(lr_scheduler=self._scheduler, begin_num_update=self._begin, **kw)
 
     def add_param_group(self, param_group):
@@ -348,8 +337,6 @@ class TorchOptimizer(StepRuns, StepPlans, ParameterStates, Checkpoints, torch.op
                         continue  # a key of the user's own (torch allows them), or a torch key
                         # settled into MXNet's above
                     attr = keywords.attribute_of(klass, key)
-                    if attr == "state_dtype":
-                        _refuse_held(value)
                     if attr is None:
                         raise ValueError(
                             f"param group {gi}: {key} cannot change after the group is made "

@@ -222,8 +222,14 @@ class StepPlans:
             raise ValueError(f"{where}: gradient shape {tuple(grad.shape)} differs from the "
                              f"parameter's {tuple(p.shape)}")
         if p.device.type == "cuda" or p.dtype == torch.float16 or (
-                p.dtype == torch.bfloat16 and not p.is_contiguous()):
-            m.route = "each"  # (a contiguous bfloat16 CPU weight: the addressed bfloat16 kernel)
+                p.dtype == torch.bfloat16 and not p.is_contiguous()) or inner.holds_low(p):
+            # (a contiguous bfloat16 CPU weight: the addressed bfloat16 kernel; moments held in
+            # bfloat16 or int8: the inner optimizer's own update, which runs the held kernel)
+            m.route = "each"
+        if m.sparse and inner.holds_low(p):
+            raise TypeError(f"{where}: a sparse gradient with state_dtype="
+                            f"{inner.state_dtype!r}: held moments step dense gradients only; "
+                            "use a dense gradient, or state_dtype=None for this group")
         if p.device.type == "cuda" and not p.is_contiguous():
             raise ValueError(f"{where} is not contiguous (strides {p.stride()}); on CUDA "
                              "toolkit.torch updates contiguous parameters only")

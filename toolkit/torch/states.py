@@ -2,8 +2,9 @@
 of :class:`toolkit.torch.optim.TorchOptimizer`): made in the weight's memory order, bound
 (:class:`~toolkit.torch.binding.Binding`) and shown in ``opt.state``; kept with its parameter
 and count when parameters move in ``param_groups`` or ``opt.state`` is changed; made again over
-the copied tensors of ``copy.deepcopy`` and pickle. :func:`memory_order`, :func:`ordered` and
-:func:`unordered` put a tensor into its weight's memory order and back.
+the copied tensors of ``copy.deepcopy`` and pickle. Moments held in bfloat16 or int8
+(``state_dtype``) are shown as :mod:`toolkit.torch.held` says. :func:`memory_order`,
+:func:`ordered` and :func:`unordered` (:mod:`toolkit.torch.order`) are importable here too.
 """
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import numbers
 import torch
 
 from ..optimizers.registry import spec_of
-from . import crossing
+from ..backends import lowbit
+from . import crossing, held
 from .binding import FRESH, REBIND, Binding, TrackedState, check_entry
+from .order import memory_order, ordered, unordered
 
 __all__ = ["ParameterStates", "memory_order", "ordered", "unordered"]
 
@@ -34,39 +37,10 @@ def _written_step(value, index, inner):
 def _used(named):
     """The ``(name, array)`` pairs of the slots a weight uses: a slot of no elements (Adafactor
     keeps ``variance`` empty for a matrix, ``row_var`` and ``col_var`` for a vector) is not
-    shown, as torch's namesake keeps no entry for it."""
-    return [(n, a) for n, a in named if a.size != 0 or len(a.shape) != 1]
-
-
-def memory_order(p):
-    """None for a contiguous tensor; else the permutation of its dimensions that lists them in
-    memory order (``p.permute(perm)`` is contiguous: channels_last's ``(0, 2, 3, 1)``), or a
-    ValueError where there is none (a tensor with gaps or overlaps)."""
-    if p.is_contiguous():
-        return None
-    perm = tuple(sorted(range(p.dim()), key=lambda d: (-p.stride(d), -p.shape[d])))
-    if not p.permute(perm).is_contiguous():
-        raise ValueError(f"a parameter with strides {p.stride()} and shape {tuple(p.shape)} is "
-                         "not dense in memory (gaps or overlaps); pass contiguous parameters")
-    return perm
-
-
-def ordered(t, perm):
-    """``t`` with its dimensions in memory order (the permutation ``perm`` of its weight);
-    a gradient not in that order is copied into it."""
-    if perm is not None:
-        t = t.permute(perm)
-    return t if t.is_contiguous() else t.contiguous()
-
-
-def unordered(t, perm):
-    """A tensor made in memory order (``ordered``) seen in its weight's logical shape."""
-    if perm is None:
-        return t
-    inverse = [0] * len(perm)
-    for k, d in enumerate(perm):
-        inverse[d] = k
-    return t.permute(inverse)
+    shown, as torch's namesake keeps no entry for it. An int8 slot (``lowbit.Quantized``) is
+    never empty (it holds 4096 elements or more)."""
+    return [(n, a) for n, a in named
+            if type(a) is lowbit.Quantized or a.size != 0 or len(a.shape) != 1]
 
 
 class ParameterStates:
@@ -212,14 +186,13 @@ class ParameterStates:
             inner_state = inner.create_state(index, master.numpy())
             names = self._names(inner, inner_state)
             named = {"weight32": master}
-            named.update((n, torch.from_numpy(a)) for n, a in
-                         _used(zip(names, inner.state_arrays(inner_state))))
+            named.update(held.tensors(dict(_used(zip(names, inner.state_arrays(inner_state))))))
             named = {n: unordered(a, perm) if a.shape == w.shape else a
                      for n, a in named.items()}
             return ("bfloat16", master.numpy(), inner_state), named
         wn = w.numpy()
         state = inner.create_state_multi_precision(index, wn)
-        named = {n: torch.from_numpy(a) for n, a in self._named(inner, state, wn).items()}
+        named = held.tensors(self._named(inner, state, wn))
         named = {n: unordered(a, perm) if a.shape == w.shape else a for n, a in named.items()}
         return state, named
 
@@ -244,6 +217,23 @@ class ParameterStates:
             out["weight32"] = master
         out.update(_used(zip(self._names(inner, state), inner.state_arrays(state))))
         return out
+
+    def _held_slots(self, inner, toolkit_state, p):
+        """The ``(name, array)`` pairs of the moments (the slots ``state_dtype`` may hold) of
+        ``toolkit_state``, CPU parameter ``p``'s (bound, or made by :meth:`_new_state`); none for
+        an optimizer without such moments or a CUDA parameter."""
+        signs = inner.moment_signs()
+        if not signs or p.device.type != "cpu":
+            return []
+        if type(toolkit_state) is tuple and toolkit_state and isinstance(toolkit_state[0], str):
+            toolkit_state = toolkit_state[2]  # ("bfloat16", master, the inner state)
+        elif inner.uses_master(p.detach().numpy()):
+            toolkit_state = inner.split_master(toolkit_state)[1]
+        slots, arrays = inner.state_slots(), inner.state_arrays(toolkit_state)
+        if len(slots) != len(arrays):
+            return []
+        names = self._names(inner, toolkit_state)
+        return [(n, a) for n, s, a in zip(names, slots, arrays) if s in signs]
 
     def _held_views(self, p):
         """``p``'s weight and state tensors in the rule's order as the last general step kept

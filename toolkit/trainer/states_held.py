@@ -133,7 +133,8 @@ def check_values(form, loaded, name):
         bad = ~(np.isfinite(scales) & (scales >= 0))
     if bad.any():
         k = int(np.flatnonzero(bad)[0])
-        return f"block maximum {k} of {name} is {scales[k]!r}; block maxima are finite and >= 0"
+        return (f"block maximum {k} of {name} is {float(scales[k])!r}; block maxima are finite "
+                "and >= 0")
     return None
 
 

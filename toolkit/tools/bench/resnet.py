@@ -47,12 +47,13 @@ def many_tensor_shapes(count=2000, size=1024):
     return [(size,)] * count
 
 
-def make_trainer(device, shapes, rng):
-    """The Trainer (Adam) over ``shapes`` with gradients in place, and its step."""
+def make_trainer(device, shapes, rng, **options):
+    """The Trainer (Adam) over ``shapes`` with gradients in place, and its step; ``options``:
+    more of Adam's keywords (``state_dtype="int8"``)."""
     from ... import Parameter, Trainer
     params = [Parameter(f"p{i:03d}", init=rng.standard_normal(s).astype(np.float32) * 0.01,
                         device=device) for i, s in enumerate(shapes)]
-    trainer = Trainer(params, "adam", {"learning_rate": 1e-3})
+    trainer = Trainer(params, "adam", {"learning_rate": 1e-3, **options})
     for p in params:
         p.set_grad(rng.standard_normal(p.shape).astype(np.float32))
 

@@ -1,0 +1,347 @@
+"""``state_dtype`` in ``toolkit.torch`` (docs/state-dtype.md, "toolkit.torch"): a step equals
+``toolkit.optimizer``'s update with the same held states, bit for bit and code for code
+(int8, bfloat16 to nearest and stochastic; a channels_last weight, a bfloat16 weight with its
+float32 master); ``opt.state[p]`` shows the held arrays themselves; ``state_dict()`` carries
+codes, block maxima and map, loads with ``weights_only=True`` and continues bit for bit; a bad
+map, non-finite block maxima or codes of the wrong length are refused with nothing changed;
+``convert_states=True`` converts float32 moments to int8 and back; a ``torch.optim`` state_dict
+loads into held states; what cannot be held is refused before anything is written."""
+from __future__ import annotations
+
+import copy
+import io
+import pickle
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch not installed")
+import toolkit.torch as tt  # noqa: E402
+from toolkit import optimizer  # noqa: E402
+from toolkit.backends import lowbit  # noqa: E402
+
+#: (registry name, MXNet keywords, state_dtype, state_rounding): each optimizer held in the
+#: kernels' three forms at least once
+CASES = [
+    ("adam", dict(learning_rate=0.01, wd=0.01), "int8", "nearest"),
+    ("adam", dict(learning_rate=0.01), "bfloat16", "stochastic"),
+    ("adamw", dict(learning_rate=0.01, wd=0.1, convention="pytorch"), "bfloat16", "nearest"),
+    ("sgd", dict(learning_rate=0.1, momentum=0.9), "int8", "nearest"),
+    ("rmsprop", dict(learning_rate=0.01, centered=True), "int8", "nearest"),
+    ("lion", dict(learning_rate=0.001, wd=0.1), "int8", "nearest"),
+]
+
+
+def _params(seed=0):
+    """A matrix of 8192 elements (int8 blocks), a vector of 100 (below INT8_MIN_SIZE: the
+    default state) and a channels_last 4-d weight of 8192 (blocks cut in memory order)."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.nn.Parameter(torch.randn(64, 128, generator=g)),
+            torch.nn.Parameter(torch.randn(100, generator=g)),
+            torch.nn.Parameter(torch.randn(8, 16, 8, 8, generator=g).to(
+                memory_format=torch.channels_last))]
+
+
+def _grads(params, step):
+    g = torch.Generator().manual_seed(1000 + step)
+    return [torch.randn(p.shape, generator=g).to(memory_format=torch.channels_last)
+            if p.dim() == 4 else torch.randn(p.shape, generator=g) for p in params]
+
+
+def _memory(t):
+    """A tensor's elements in memory order as a C-ordered numpy array (a copy)."""
+    if t.dim() == 4 and not t.is_contiguous():
+        t = t.permute(0, 2, 3, 1)
+    return t.detach().contiguous().numpy().copy()
+
+
+def _train(opt, params, steps, start=0):
+    for s in range(start, start + steps):
+        for p, g in zip(params, _grads(params, s)):
+            p.grad = g
+        opt.step()
+
+
+def _saved(sd):
+    buf = io.BytesIO()
+    torch.save(sd, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=True)
+
+
+@pytest.mark.parametrize("name,kw,state_dtype,rounding", CASES,
+                         ids=[f"{c[0]}-{c[2]}-{c[3]}" for c in CASES])
+def test_steps_equal_the_optimizers_update(name, kw, state_dtype, rounding):
+    params = _params()
+    held = dict(state_dtype=state_dtype, state_rounding=rounding, state_seed=7)
+    opt = tt.create(name, params, **kw, **held)
+    ref = optimizer.create(name, **kw, **held)
+    weights = [_memory(p) for p in params]
+    states = [ref.create_state(k, w) for k, w in enumerate(weights)]
+    for s in range(4):
+        for k, g in enumerate(_grads(params, s)):
+            ref.update(k, weights[k], _memory(g), states[k])
+        _train(opt, params, 1, start=s)
+    for k, p in enumerate(params):
+        assert _memory(p).tobytes() == weights[k].tobytes(), f"weight {k}"
+        bound = opt._bindings[p].toolkit_state
+        for mine, theirs in zip(ref.state_arrays(bound), ref.state_arrays(states[k])):
+            if type(theirs) is lowbit.Quantized:
+                assert np.array_equal(mine.codes, theirs.codes)
+                assert mine.absmax.tobytes() == theirs.absmax.tobytes()
+            else:
+                assert np.asarray(mine).tobytes() == np.asarray(theirs).tobytes()
+
+
+def test_opt_state_shows_the_held_arrays():
+    params = _params()
+    opt = tt.Adam(params, lr=0.01, state_dtype="int8")
+    _train(opt, params, 2)
+    big, small, cl = (opt.state[p] for p in params)
+    assert sorted(big) == ["exp_avg_absmax", "exp_avg_codes", "exp_avg_sq_absmax",
+                           "exp_avg_sq_codes", "step"]
+    assert big["exp_avg_codes"].dtype == torch.uint8 and big["exp_avg_codes"].shape == (64, 128)
+    assert big["exp_avg_absmax"].dtype == torch.float32 and big["exp_avg_absmax"].shape == (32,)
+    assert sorted(small) == ["exp_avg", "exp_avg_sq", "step"]  # 100 elements: float32
+    assert small["exp_avg"].dtype == torch.float32
+    # channels_last: the codes are shown in the weight's logical shape and strides
+    assert cl["exp_avg_codes"].shape == params[2].shape
+    assert cl["exp_avg_codes"].stride() == params[2].stride()
+    # views of what the kernel steps: the codes it holds are the ones shown
+    q = opt._bindings[params[0]].toolkit_state[0]
+    assert big["exp_avg_codes"].data_ptr() == q.codes.ctypes.data
+    assert big["exp_avg_absmax"].data_ptr() == q.absmax.ctypes.data
+    bf = tt.Adam(_params(), lr=0.01, state_dtype="bfloat16")
+    _train(bf, bf.param_groups[0]["params"], 1)
+    assert bf.state[bf.param_groups[0]["params"][0]]["exp_avg"].dtype == torch.bfloat16
+
+
+def test_bfloat16_weights_step_through_their_master():
+    g0 = torch.Generator().manual_seed(3)
+    p = torch.nn.Parameter(torch.randn(64, 96, generator=g0).bfloat16())
+    opt = tt.Adam([p], lr=0.01, multi_precision=True, state_dtype="int8")
+    ref = optimizer.Adam(learning_rate=0.01, state_dtype="int8")
+    master = p.detach().float().numpy().copy()
+    state = ref.create_state(0, master)
+    for s in range(3):
+        g = torch.randn(p.shape, generator=g0).bfloat16()
+        p.grad = g
+        opt.step()
+        ref.update(0, master, g.float().numpy(), state)
+    assert opt.state[p]["weight32"].numpy().tobytes() == master.tobytes()
+    assert torch.equal(p.detach(), torch.from_numpy(master).bfloat16())
+    assert np.array_equal(opt.state[p]["exp_avg_codes"].numpy(), state[0].codes)
+
+
+@pytest.mark.parametrize("state_dtype", ["int8", "bfloat16"])
+def test_state_dict_round_trip_continues_bit_for_bit(state_dtype):
+    params = _params()
+    opt = tt.Adam(params, lr=0.01, state_dtype=state_dtype)
+    _train(opt, params, 3)
+    sd = _saved(opt.state_dict())
+    if state_dtype == "int8":
+        assert sorted(sd["state"][0]) == ["exp_avg_absmax", "exp_avg_codes", "exp_avg_qmap",
+                                          "exp_avg_sq_absmax", "exp_avg_sq_codes",
+                                          "exp_avg_sq_qmap", "step"]
+        assert sd["state"][0]["exp_avg_qmap"].numpy().tobytes() == lowbit.SIGNED.tobytes()
+        assert sd["state"][0]["exp_avg_sq_qmap"].numpy().tobytes() == lowbit.UNSIGNED.tobytes()
+    copies = []
+    for how in ("load", "deepcopy", "pickle"):
+        mine = [torch.nn.Parameter(p.detach().clone()) for p in params]
+        if how == "load":
+            other = tt.Adam(mine, lr=0.01, state_dtype=state_dtype)
+            other.load_state_dict(sd)
+        else:
+            other = copy.deepcopy(opt) if how == "deepcopy" else pickle.loads(pickle.dumps(opt))
+            mine = other.param_groups[0]["params"]
+        copies.append((other, mine))
+    _train(opt, params, 3, start=3)
+    for other, mine in copies:
+        _train(other, mine, 3, start=3)
+        for p, q in zip(params, mine):
+            assert p.detach().numpy().tobytes() == q.detach().numpy().tobytes()
+            for key, value in opt.state[p].items():
+                assert torch.equal(value, other.state[q][key]), key
+
+
+def _corrupt(entry, how):
+    if how == "a map of one value changed":
+        entry["exp_avg_qmap"] = entry["exp_avg_qmap"].clone()
+        entry["exp_avg_qmap"][100] += 1e-6
+    elif how == "the signed map for the second moment's":
+        entry["exp_avg_sq_qmap"] = entry["exp_avg_qmap"]
+    elif how == "a NaN block maximum":
+        entry["exp_avg_absmax"] = entry["exp_avg_absmax"].clone()
+        entry["exp_avg_absmax"][5] = float("nan")
+    elif how == "a negative block maximum":
+        entry["exp_avg_sq_absmax"] = -entry["exp_avg_sq_absmax"]
+    elif how == "codes of the wrong length":
+        entry["exp_avg_codes"] = entry["exp_avg_codes"].flatten()[:-1]
+    elif how == "float32 codes":
+        entry["exp_avg_codes"] = entry["exp_avg_codes"].float()
+    elif how == "block maxima of the wrong count":
+        entry["exp_avg_absmax"] = entry["exp_avg_absmax"][:-1]
+    elif how == "no map":
+        del entry["exp_avg_qmap"]
+    elif how == "no block maxima":
+        del entry["exp_avg_sq_absmax"]
+    else:  # pragma: no cover
+        raise AssertionError(how)
+
+
+CORRUPTIONS = [("a map of one value changed", "not a code map"),
+               ("the signed map for the second moment's", "convert_states=True"),
+               ("a NaN block maximum", "block maximum 5 of exp_avg is nan"),
+               ("a negative block maximum", "block maxima are finite and >= 0"),
+               ("codes of the wrong length", "uint8 of the parameter's shape"),
+               ("float32 codes", "uint8 of the parameter's shape"),
+               ("block maxima of the wrong count", "float32 of shape (32,)"),
+               ("no map", "without 'exp_avg_qmap'"),
+               ("no block maxima", "without 'exp_avg_sq_absmax'")]
+
+
+@pytest.mark.parametrize("how,message", CORRUPTIONS, ids=[c[0] for c in CORRUPTIONS])
+def test_a_bad_held_state_is_refused_with_nothing_changed(how, message):
+    params = _params()
+    opt = tt.Adam(params, lr=0.01, state_dtype="int8")
+    _train(opt, params, 2)
+    before = _saved(opt.state_dict())
+    bad = _saved(opt.state_dict())
+    _corrupt(bad["state"][0], how)
+    with pytest.raises((ValueError, TypeError), match=message.replace("(", r"\(").replace(
+            ")", r"\)")):
+        opt.load_state_dict(bad)
+    after = opt.state_dict()
+    for k, entry in before["state"].items():
+        for key, value in entry.items():
+            assert torch.equal(torch.as_tensor(value), torch.as_tensor(after["state"][k][key]))
+
+
+def test_float32_moments_convert_to_int8_and_back():
+    params = _params()
+    f32 = tt.Adam(params, lr=0.01)
+    _train(f32, params, 3)
+    mine = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    i8 = tt.Adam(mine, lr=0.01, state_dtype="int8")
+    i8.load_state_dict(f32.state_dict(), convert_states=True)
+    assert i8.param_groups[0]["state_dtype"] == "int8"  # the group keeps its own
+    for p, q in zip(params, mine):
+        for slot, qmap in (("exp_avg", lowbit.SIGNED), ("exp_avg_sq", lowbit.UNSIGNED)):
+            if p.numel() < 4096:
+                assert torch.equal(i8.state[q][slot], f32.state[p][slot])
+                continue
+            want = lowbit.quantize(_memory(f32.state[p][slot]), qmap)
+            assert np.array_equal(_memory(i8.state[q][slot + "_codes"]), want.codes)
+            assert i8.state[q][slot + "_absmax"].numpy().tobytes() == want.absmax.tobytes()
+    # and back: the int8 moments' exact values, in float32
+    back = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    again = tt.Adam(back, lr=0.01)
+    again.load_state_dict(i8.state_dict(), convert_states=True)
+    assert again.param_groups[0]["state_dtype"] is None
+    for q, r in zip(mine, back):
+        if q.numel() < 4096:
+            continue
+        for slot, qmap in (("exp_avg", lowbit.SIGNED), ("exp_avg_sq", lowbit.UNSIGNED)):
+            held = lowbit.Quantized(_memory(i8.state[q][slot + "_codes"]),
+                                    i8.state[q][slot + "_absmax"].numpy(), qmap)
+            assert _memory(again.state[r][slot]).tobytes() == lowbit.dequantize(held).tobytes()
+    # without convert_states the saved options are taken, as torch takes them
+    again.load_state_dict(i8.state_dict())
+    assert again.param_groups[0]["state_dtype"] == "int8"
+    assert "exp_avg_codes" in again.state[back[0]]
+
+
+def test_moments_saved_otherwise_than_the_options_say_are_refused_unless_converted():
+    params = _params()
+    f32 = tt.Adam(params, lr=0.01)
+    _train(f32, params, 1)
+    sd = f32.state_dict()
+    sd["param_groups"][0]["state_dtype"] = "int8"
+    with pytest.raises(ValueError, match="saved as a float tensor; this optimizer holds it as "
+                                         r"int8 \(signed map\).*convert_states=True"):
+        f32.load_state_dict(sd)
+    assert f32.param_groups[0]["state_dtype"] is None
+    # a float tensor of another dtype (bfloat16 included) is cast, as torch casts a state
+    sd = f32.state_dict()
+    sd["state"][0]["exp_avg"] = sd["state"][0]["exp_avg"].bfloat16()
+    f32.load_state_dict(sd)
+    assert torch.equal(f32.state[params[0]]["exp_avg"], sd["state"][0]["exp_avg"].float())
+
+
+def test_a_torch_optim_state_dict_loads_into_held_states_and_back():
+    params = _params()
+    theirs = [torch.nn.Parameter(p.detach().clone().contiguous()) for p in params[:2]]
+    ref = torch.optim.Adam(theirs, lr=0.01)
+    for p, g in zip(theirs, _grads(theirs, 0)):
+        p.grad = g
+    ref.step()
+    mine = [torch.nn.Parameter(p.detach().clone()) for p in theirs]
+    i8 = tt.Adam(mine, lr=0.01, state_dtype="int8", convention="pytorch")
+    i8.load_state_dict(ref.state_dict())
+    want = lowbit.quantize(ref.state[theirs[0]]["exp_avg"].numpy(), lowbit.SIGNED)
+    assert np.array_equal(i8.state[mine[0]]["exp_avg_codes"].numpy(), want.codes)
+    bf = tt.Adam(mine, lr=0.01, state_dtype="bfloat16", convention="pytorch")
+    bf.load_state_dict(ref.state_dict())
+    assert torch.equal(bf.state[mine[0]]["exp_avg"],
+                       ref.state[theirs[0]]["exp_avg"].bfloat16())
+    # a bfloat16-state state_dict loads into torch.optim: the moments widened exactly
+    back = torch.optim.Adam(theirs, lr=0.01)
+    back.load_state_dict(bf.state_dict())
+    assert torch.equal(back.state[theirs[0]]["exp_avg"],
+                       bf.state[mine[0]]["exp_avg"].float())
+
+
+def test_what_cannot_be_held_is_refused_before_anything_is_written():
+    params = _params()
+    emb = torch.nn.Parameter(torch.randn(64, 80))
+    opt = tt.Adam([params[0], emb], lr=0.01, state_dtype="int8")
+    params[0].grad = torch.randn(64, 128)
+    emb.grad = torch.sparse_coo_tensor(torch.tensor([[1, 3]]), torch.randn(2, 80), (64, 80),
+                                       check_invariants=True)
+    before = params[0].detach().clone()
+    with pytest.raises(TypeError, match="sparse gradient with state_dtype='int8'"):
+        opt.step()
+    assert torch.equal(params[0].detach(), before) and not opt.state
+    half = torch.nn.Parameter(torch.randn(64, 80).half())
+    opt = tt.Adam([params[0], half], lr=0.01, state_dtype="int8", multi_precision=True)
+    half.grad = torch.randn(64, 80).half()
+    with pytest.raises(NotImplementedError, match="float16"):
+        opt.step()
+    assert torch.equal(params[0].detach(), before) and not opt.state
+    with pytest.raises(ValueError, match="no element-wise moments"):
+        tt.Adadelta(params, state_dtype="int8")
+
+
+def test_a_group_changes_state_dtype_before_its_first_step_only():
+    params = _params()
+    opt = tt.Adam(params[:1], lr=0.01)
+    opt.param_groups[0]["state_dtype"] = "bfloat16"  # no state yet: taken
+    opt.add_param_group({"params": params[1:], "state_dtype": "int8"})
+    _train(opt, params, 1)
+    assert opt.state[params[0]]["exp_avg"].dtype == torch.bfloat16
+    assert "exp_avg_codes" in opt.state[params[2]]
+    opt.param_groups[0]["state_dtype"] = "int8"
+    with pytest.raises(ValueError, match="state_dtype cannot change from 'bfloat16' to 'int8' "
+                                         "once the group's parameters have state"):
+        _train(opt, params, 1, start=1)
+    assert opt.param_groups[0]["state_dtype"] == "int8"  # the user's edit stays, refused
+
+
+def test_model_double_after_a_step_goes_on_through_load_state_dict():
+    params = _params()[:1]
+    opt = tt.Adam(params, lr=0.01, state_dtype="int8")
+    _train(opt, params, 2)
+    params[0].data = params[0].data.double()
+    params[0].grad = torch.randn(64, 128, dtype=torch.float64)
+    with pytest.raises(TypeError, match="load_state_dict"):
+        opt.step()
+    opt.load_state_dict(opt.state_dict())  # int8 moments step float64 weights as they are
+    ref = optimizer.Adam(learning_rate=0.01, state_dtype="int8")
+    w = params[0].detach().numpy().copy()
+    q = opt._bindings[params[0]].toolkit_state
+    state = tuple(lowbit.Quantized(s.codes.copy(), s.absmax.copy(), s.qmap) for s in q)
+    ref.restore_counts({0: 2}, 2)
+    g = params[0].grad.numpy().copy()
+    opt.step()
+    ref.update(0, w, g, state)
+    assert params[0].detach().numpy().tobytes() == w.tobytes()
