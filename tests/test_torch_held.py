@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import io
+import os
 import pickle
 
 import numpy as np
@@ -345,3 +346,42 @@ def test_model_double_after_a_step_goes_on_through_load_state_dict():
     opt.step()
     ref.update(0, w, g, state)
     assert params[0].detach().numpy().tobytes() == w.tobytes()
+
+
+def test_zero_redundancy_optimizer_consolidates_int8_states(tmp_path):
+    """Two gloo processes (``tests/torch_zero.py``), bounded in time: the consolidated state
+    holds each int8 slot's codes, block maxima and map; loaded into a fresh
+    ZeroRedundancyOptimizer, both ranks continue bit for bit; the map is taken with the codes
+    and leaves the local optimizer's state."""
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(here), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, os.path.join(here, "torch_zero.py"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=240, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = sorted(line for line in done.stdout.splitlines() if line.startswith("rank "))
+    slots = ["exp_avg_absmax", "exp_avg_codes", "exp_avg_sq_absmax", "exp_avg_sq_codes"]
+    assert lines == [
+        "rank 0 equal True keys " + ",".join(sorted(slots + ["exp_avg_qmap", "exp_avg_sq_qmap",
+                                                             "step"])),
+        "rank 1 equal True keys " + ",".join(sorted((slots + ["step"]) * 2))], done.stdout
+
+
+def test_a_wrong_map_written_into_opt_state_is_refused():
+    params = _params()[:1]
+    opt = tt.Adam(params, lr=0.01, state_dtype="int8")
+    _train(opt, params, 1)
+    before = params[0].detach().clone()
+    for fresh in (False, True):  # beside the bound codes, or with codes of its own
+        entry = {k: v.clone() if fresh else v for k, v in opt.state[params[0]].items()}
+        entry["exp_avg_sq_qmap"] = torch.from_numpy(lowbit.SIGNED.copy())
+        opt.state[params[0]] = entry
+        with pytest.raises(ValueError, match="'exp_avg_sq_qmap' is not the unsigned map"):
+            _train(opt, params, 1, start=1)
+        assert torch.equal(params[0].detach(), before)
+    entry["exp_avg_sq_qmap"] = torch.from_numpy(lowbit.UNSIGNED.copy())
+    opt.state[params[0]] = entry
+    _train(opt, params, 1, start=1)  # the right map: taken, and gone from the entry
+    assert "exp_avg_sq_qmap" not in opt.state[params[0]]

@@ -23,7 +23,8 @@ from ..backends import lowbit
 from ..trainer import states_held
 from .order import memory_order, ordered, unordered
 
-__all__ = ["CODES", "ABSMAX", "QMAP", "tensors", "maps", "loaded"]
+__all__ = ["CODES", "ABSMAX", "QMAP", "tensors", "maps", "map_keys", "check_maps",
+           "loaded"]
 
 #: the suffixes of an int8 slot's keys: its codes, its block maxima, its map (state_dict only)
 CODES, ABSMAX, QMAP = "_codes", "_absmax", "_qmap"
@@ -51,6 +52,36 @@ def maps(slots):
     values of each one's map, a copy."""
     return {n + QMAP: torch.from_numpy(np.array(a.qmap, np.float32))
             for n, a in slots if type(a) is lowbit.Quantized}
+
+
+def map_keys(named):
+    """The keys of the maps of the int8 slots among ``named`` (the keys ``opt.state`` shows)."""
+    return {k[:-len(CODES)] + QMAP for k in named if k.endswith(CODES)}
+
+
+def check_maps(slots, entry, where):
+    """The keys of the int8 maps ``entry`` (an ``opt.state`` entry a user or
+    ``ZeroRedundancyOptimizer.load_state_dict`` filled) holds for the int8 slots among
+    ``slots``, each checked to be that slot's map bit for bit (a ValueError naming ``where``);
+    the step takes them, and they leave the entry when its state is bound."""
+    keys = []
+    for n, a in slots:
+        if type(a) is lowbit.Quantized and n + QMAP in entry:
+            if _signed(_tensor(entry, n + QMAP, where)) is not (a.qmap is lowbit.SIGNED):
+                raise ValueError(f"{where}'s state {n + QMAP!r} is not the "
+                                 f"{'signed' if a.qmap is lowbit.SIGNED else 'unsigned'} map "
+                                 f"this optimizer holds {n!r} with, bit for bit")
+            keys.append(n + QMAP)
+    return keys
+
+
+def _signed(qmap):
+    """True or False for the signed or unsigned map (a tensor of its values, bit for bit),
+    else None."""
+    bits = qmap.numpy().view(np.uint32) if qmap.dtype == torch.float32 and \
+        tuple(qmap.shape) == (256,) else None
+    return next((s for s, m in _MAPS
+                 if bits is not None and np.array_equal(bits, m.view(np.uint32))), None)
 
 
 def _tensor(entry, key, where, host=True):
@@ -103,11 +134,7 @@ def _saved(entry, n, shape, where):
         raise ValueError(f"{where}'s state {n + ABSMAX!r} is {tuple(absmax.shape)} "
                          f"{absmax.dtype}; it must be float32 of shape ({blocks},), one block "
                          f"maximum per {lowbit.BLOCK} codes")
-    qmap = _tensor(entry, n + QMAP, where)
-    bits = qmap.numpy().view(np.uint32) if qmap.dtype == torch.float32 and \
-        tuple(qmap.shape) == (256,) else None
-    signed = next((s for s, m in _MAPS
-                   if bits is not None and np.array_equal(bits, m.view(np.uint32))), None)
+    signed = _signed(_tensor(entry, n + QMAP, where))
     if signed is None:
         raise ValueError(f"{where}'s state {n + QMAP!r} is not a code map the toolkit holds "
                          "int8 states with (toolkit.backends.lowbit.SIGNED or UNSIGNED, "

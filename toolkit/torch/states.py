@@ -135,7 +135,11 @@ class ParameterStates:
         if verdict is FRESH or verdict is REBIND:
             toolkit_state, named = self._new_state(m.index, p, inner)
             values = check_entry(entry, named, where) if entry else None
+            if entry:  # an int8 slot's map that came with its codes: checked, then taken
+                held.check_maps(self._held_slots(inner, toolkit_state, p), entry, where)
             m.new_state = (toolkit_state, named, values)
+        elif any(k.endswith(held.QMAP) for k in entry):  # a map written beside the bound codes
+            held.check_maps(self._held_slots(inner, binding.toolkit_state, p), entry, where)
 
     def _install(self, p, toolkit_state, named, values=None):
         """Bind ``p`` to a new toolkit state (``named``: its tensors by slot name), taking
@@ -150,9 +154,11 @@ class ParameterStates:
         # the user's own keys in the entry (or in ``values``) stay, as torch.optim keeps them;
         # no step reads them
         own = {}
+        maps = held.map_keys(named)  # (taken with the codes: not the user's)
         for source in (self.state.get(p), values):
             if source:
-                own.update((k, v) for k, v in source.items() if k not in named and k != "step")
+                own.update((k, v) for k, v in source.items()
+                           if k not in named and k != "step" and k not in maps)
         values = {**named, **own}
         state = self.state
         self.state[p] = state.counted(values, lambda: self._count_of(p),
