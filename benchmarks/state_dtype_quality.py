@@ -10,9 +10,13 @@ settings) trains for
 per seed, its moments held as float32 (``state_dtype=None``), bfloat16 (to nearest and
 stochastically rounded) and int8, through ``optimizer.update`` per parameter; three seeds. It
 reports the final training loss and the test accuracy (mean and spread over the seeds) beside
-float32's, writes a JSON file and a plot of the loss curves.
+float32's, writes a JSON file and a plot of the loss curves. With ``--through torch`` the same
+model is a ``torch.nn.Sequential`` whose gradients torch's autograd computes, stepped by
+``toolkit.torch`` (``toolkit.torch.create(name, model.parameters(), state_dtype=...)``), from
+the same initial weights and batches; its files are named ``state_dtype_quality_torch.*``.
 
     python benchmarks/state_dtype_quality.py [--epochs 30] [--seeds 3] [--only NAMES] [--out DIR]
+                                             [--through numpy|torch]
 """
 from __future__ import annotations
 
@@ -90,7 +94,41 @@ def train(name, states, seed, epochs, data):
     return curve, float(np.mean(np.argmax(logits, axis=1) == yt))
 
 
-def plot(results, path, epochs):
+def train_torch(name, states, seed, epochs, data):
+    """:func:`train` with the model in torch (autograd's gradients) and ``toolkit.torch``'s
+    step."""
+    import torch
+    import toolkit.torch as tt
+    (x, y), (xt, yt) = data
+    state_dtype, rounding = STATES[states]
+    w1, b1, w2, b2 = (torch.from_numpy(a) for a in init(seed, x.shape[1]))
+    model = torch.nn.Sequential(torch.nn.Linear(x.shape[1], HIDDEN), torch.nn.ReLU(),
+                                torch.nn.Linear(HIDDEN, 10))
+    with torch.no_grad():
+        for param, value in zip(model.parameters(), (w1, b1, w2, b2)):
+            param.copy_(value)
+    opt = tt.create(name, model.parameters(), state_dtype=state_dtype,
+                    state_rounding=rounding, state_seed=seed, **dict(spec_of(name).demo))
+    xs, ys = torch.from_numpy(x), torch.from_numpy(y.astype(np.int64))
+    rng = np.random.default_rng(1000 + seed)
+    curve = []
+    for _ in range(epochs):
+        order = torch.from_numpy(rng.permutation(len(y)))
+        total = 0.0
+        for start in range(0, len(y), 64):
+            idx = order[start:start + 64]
+            loss = torch.nn.functional.cross_entropy(model(xs[idx]), ys[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += float(loss.detach()) * len(idx)
+        curve.append(total / len(y))
+    with torch.no_grad():
+        pred = model(torch.from_numpy(xt)).argmax(1).numpy()
+    return curve, float(np.mean(pred == yt))
+
+
+def plot(results, path, epochs, through="numpy"):
     names = list(results)
     import matplotlib
     matplotlib.use("Agg")
@@ -114,8 +152,9 @@ def plot(results, path, epochs):
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7, title="states (test accuracy)", title_fontsize=7)
     axes[0].set_ylabel("training loss (mean cross-entropy)", fontsize=8)
-    fig.suptitle("MLP 64-256-10 on digits: the moments held in float32, bfloat16 (to nearest, "
-                 "stochastic) and int8 (mean of the seeds, range shaded)", fontsize=9)
+    how = "toolkit.torch, autograd" if through == "torch" else "optimizer.update"
+    fig.suptitle(f"MLP 64-256-10 on digits ({how}): the moments held in float32, bfloat16 (to "
+                 "nearest, stochastic) and int8 (mean of the seeds, range shaded)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -130,14 +169,19 @@ def main(argv=None):
                          "state_dtype holds)")
     ap.add_argument("--out", default=os.path.join(HERE, "results"),
                     help="directory of the JSON and the plot (default benchmarks/results)")
+    ap.add_argument("--through", choices=("numpy", "torch"), default="numpy",
+                    help="numpy: hand-written gradients, optimizer.update (the default); "
+                         "torch: torch's autograd, toolkit.torch's step")
     args = ap.parse_args(argv)
+    run = train_torch if args.through == "torch" else train
+    stem = "state_dtype_quality" + ("_torch" if args.through == "torch" else "")
     data = load_digits(0)
     names = args.only.split(",") if args.only else held_names()
     results = {}
     for name in names:
         results[name] = {}
         for label in STATES:
-            runs = [train(name, label, seed, args.epochs, data) for seed in range(args.seeds)]
+            runs = [run(name, label, seed, args.epochs, data) for seed in range(args.seeds)]
             results[name][label] = {"curves": [r[0] for r in runs],
                                     "final_loss": [r[0][-1] for r in runs],
                                     "accuracy": [r[1] for r in runs]}
@@ -149,14 +193,15 @@ def main(argv=None):
             print(f"{name:10} {label:12} {fl.mean():12.5f} +- {fl.std():.5f} "
                   f"{acc.mean():14.2%} +- {acc.std():.2%}")
     os.makedirs(args.out, exist_ok=True)
-    doc = {"model": f"MLP 64-{HIDDEN}-10, ReLU, softmax cross-entropy", "epochs": args.epochs,
+    doc = {"model": f"MLP 64-{HIDDEN}-10, ReLU, softmax cross-entropy",
+           "through": args.through, "epochs": args.epochs,
            "batch": 64, "seeds": args.seeds, "settings": {n: dict(spec_of(n).demo)
                                                           for n in names},
            "results": results}
-    with open(os.path.join(args.out, "state_dtype_quality.json"), "w") as f:
+    with open(os.path.join(args.out, stem + ".json"), "w") as f:
         json.dump(doc, f, indent=1)
-    plot(results, os.path.join(args.out, "state_dtype_quality.png"), args.epochs)
-    print(f"wrote {os.path.join(args.out, 'state_dtype_quality.json')} and .png")
+    plot(results, os.path.join(args.out, stem + ".png"), args.epochs, args.through)
+    print(f"wrote {os.path.join(args.out, stem + '.json')} and .png")
 
 
 if __name__ == "__main__":

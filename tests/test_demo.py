@@ -58,3 +58,18 @@ def test_demo_writes_its_plot_to_out_and_says_where(tmp_path, capsys, monkeypatc
     demo.main(["--epochs", "1", "--optimizers", "sgd"])  # default: the working directory
     assert (tmp_path / "mxopt-demo-loss.png").exists()
     assert str(tmp_path / "mxopt-demo-loss.png") in " ".join(capsys.readouterr().out.split())
+
+
+def test_demo_holds_moments_in_bfloat16_for_those_that_have_them(tmp_path, capsys):
+    code = demo.main(["--epochs", "12", "--optimizers", "adam,lion", "--state-dtype",
+                      "bfloat16", "--state-rounding", "stochastic", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "moments held in bfloat16 (rounded stochastic)" in " ".join(out.split())
+    with pytest.raises(SystemExit):  # FTRL has no moments to hold: refused by name
+        demo.main(["--optimizers", "adam,ftrl", "--state-dtype", "int8"])
+    assert "['ftrl'] have no moments to hold" in capsys.readouterr().err
+    code = demo.main(["--epochs", "1", "--optimizers", "sgd", "--state-dtype", "int8",
+                      "--out", str(tmp_path)])
+    assert "below 4096, so its moments stay float32" in " ".join(
+        capsys.readouterr().out.split())

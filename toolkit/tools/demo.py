@@ -12,7 +12,11 @@ that includes the JIT compilation of its kernels. An optimizer with a train/eval
 (Schedule-Free AdamW, SGD) is tested in eval mode (``Trainer.eval()``: at the average of its
 iterates), its training loss is that of the steps (at its gradient points). A PNG of the loss
 curves is written to the working directory (or ``--out DIR``). Needs the ``demo`` extra
-(scikit-learn, matplotlib, rich).
+(scikit-learn, matplotlib, rich). ``--state-dtype bfloat16`` (or ``int8``) trains the
+optimizers whose moments ``state_dtype`` holds with their moments so (docs/state-dtype.md); the
+model's 640-element weight is below int8's 4096 elements, so ``int8`` keeps its moments in
+float32 and says so (``benchmarks/state_dtype_quality.py`` trains an MLP whose first layer is
+held in int8).
 """
 from __future__ import annotations
 
@@ -152,12 +156,33 @@ def main(argv=None):
     ap.add_argument("--plot", default="mxopt-demo-loss.png",
                     help="file name of the PNG of the loss curves, in --out (default: "
                          "%(default)s)")
+    ap.add_argument("--state-dtype", choices=("bfloat16", "int8"), default=None,
+                    help="hold the moments of the optimizers that have them in bfloat16 or int8 "
+                         "(docs/state-dtype.md); only those optimizers train (default: none, "
+                         "each optimizer's own rule)")
+    ap.add_argument("--state-rounding", choices=("nearest", "stochastic"), default="nearest",
+                    help="how bfloat16 moments are rounded (default: %(default)s)")
     args = ap.parse_args(argv)
     names = [n.strip().lower() for n in args.optimizers.split(",") if n.strip()]
     unknown = [n for n in names if n not in known]
     if unknown:
         ap.error(f"unknown optimizer(s) {unknown} (or without demo settings in its spec); "
                  f"choose from {sorted(known)}")
+    held = {}
+    if args.state_rounding != "nearest" and args.state_dtype != "bfloat16":
+        ap.error("--state-rounding stochastic rounds bfloat16 moments: give --state-dtype "
+                 "bfloat16")
+    if args.state_dtype is not None:
+        from ..optimizers.held import held_optimizers
+        if args.backend == "cuda":
+            ap.error("--state-dtype: moments are held on the CPU only (no CUDA kernels yet)")
+        can = held_optimizers()
+        cannot = [n for n in names if n not in can]
+        if cannot and args.optimizers != ap.get_default("optimizers"):
+            ap.error(f"--state-dtype: {cannot} have no moments to hold; those that do: "
+                     f"{', '.join(can)}")
+        names = [n for n in names if n in can]
+        held = {"state_dtype": args.state_dtype, "state_rounding": args.state_rounding}
     if args.backend == "cuda":
         from ..backends import cuda_available
         from ..optimizers.registry import spec_of
@@ -179,6 +204,15 @@ def main(argv=None):
     console.print(f"softmax regression on scikit-learn digits: {len(train_set[1])} training and "
                   f"{len(test_set[1])} test images, {args.epochs} epochs, batch "
                   f"{args.batch_size}, backend {args.backend}")
+    if held:
+        console.print(f"moments held in {args.state_dtype}" + (
+            f" (rounded {args.state_rounding})" if args.state_dtype == "bfloat16" else ""))
+    if args.state_dtype == "int8":
+        from ..optimizers.held import INT8_MIN_SIZE
+        console.print(f"--state-dtype int8: the weight has {10 * train_set[0].shape[1]} "
+                      f"elements, below {INT8_MIN_SIZE}, so its moments stay float32 (as "
+                      "bitsandbytes keeps small tensors); benchmarks/state_dtype_quality.py "
+                      "trains an MLP whose first layer is held in int8")
     curves, seconds, first = {}, {}, {}
     warm_up = tuple(part[:args.batch_size] for part in train_set)  # one batch: one step
     with Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(),
@@ -186,11 +220,12 @@ def main(argv=None):
         for name in names:
             task = progress.add_task(name, total=args.epochs)
             t0 = time.perf_counter()  # one step on a throw-away model: compiles the kernels
-            train(name, known[name], warm_up, test_set, 1, args.batch_size, args.backend)
+            train(name, {**known[name], **held}, warm_up, test_set, 1, args.batch_size,
+                  args.backend)
             first[name] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            curves[name] = train(name, known[name], train_set, test_set, args.epochs,
-                                 args.batch_size, args.backend, progress, task)
+            curves[name] = train(name, {**known[name], **held}, train_set, test_set,
+                                 args.epochs, args.batch_size, args.backend, progress, task)
             seconds[name] = time.perf_counter() - t0
     table = Table(title="final training loss and test accuracy")
     for col in ("optimizer", "settings", "first loss", "final loss", "test accuracy",
