@@ -79,7 +79,7 @@ class Checkpoints:
         are taken, as torch takes them; with ``convert_states=True`` each group keeps its own
         ``state_dtype``, ``state_rounding`` and ``state_seed``, and the saved moments are
         converted to the form it holds them in (float32 to int8 and back: docs/state-dtype.md,
-        "Checkpoints"). A ``torch.optim`` state_dict's moments are converted so always."""
+        "In toolkit.torch"). A ``torch.optim`` state_dict's moments are converted so always."""
         self._follow_groups()
         for hook in self._optimizer_load_state_dict_pre_hooks.values():  # torch's hooks
             result = hook(self, state_dict)
