@@ -385,3 +385,63 @@ def test_a_wrong_map_written_into_opt_state_is_refused():
     opt.state[params[0]] = entry
     _train(opt, params, 1, start=1)  # the right map: taken, and gone from the entry
     assert "exp_avg_sq_qmap" not in opt.state[params[0]]
+
+
+def _bitsandbytes_entry(p, step, seed):
+    """A parameter's state as bitsandbytes 0.50.2's Adam8bit keeps it in a state_dict (the
+    layout: its quantized moments under ``__bnb_optimizer_quant_state__``), made with the
+    toolkit's own quantizer from random moments."""
+    g = torch.Generator().manual_seed(seed)
+    m, v = torch.randn(p.shape, generator=g) * 0.1, torch.rand(p.shape, generator=g) * 1e-3
+    if p.numel() < 4096:  # bitsandbytes keeps small tensors' moments in float32
+        held = {"state1": m, "state2": v}
+    else:
+        qm = lowbit.quantize(m.numpy(), lowbit.SIGNED)
+        qv = lowbit.quantize(v.numpy(), lowbit.UNSIGNED)
+        held = {"state1": torch.from_numpy(qm.codes), "absmax1": torch.from_numpy(qm.absmax),
+                "qmap1": torch.from_numpy(lowbit.SIGNED.copy()),
+                "state2": torch.from_numpy(qv.codes), "absmax2": torch.from_numpy(qv.absmax),
+                "qmap2": torch.from_numpy(lowbit.UNSIGNED.copy())}
+    return {"step": step, "__bnb_optimizer_quant_state__": held}
+
+
+def test_a_bitsandbytes_state_dict_loads_as_it_is_held():
+    """bitsandbytes' 8-bit Adam state_dict (its layout, built here so that the test needs no
+    bitsandbytes) loads into int8 states code for code, and into float32 moments as the
+    values its codes stand for; a state quantized per tensor is refused by name."""
+    params = _params()[:2]
+    entries = {k: _bitsandbytes_entry(p, 3, k) for k, p in enumerate(params)}
+    sd = {"state": entries, "param_groups": [{"lr": 0.001, "betas": (0.9, 0.999), "eps": 1e-8,
+                                              "weight_decay": 0, "params": [0, 1]}]}
+    i8 = tt.Adam(params, lr=0.001, state_dtype="int8", convention="pytorch")
+    i8.load_state_dict(sd)
+    held = entries[0]["__bnb_optimizer_quant_state__"]
+    assert torch.equal(i8.state[params[0]]["exp_avg_codes"], held["state1"])
+    assert torch.equal(i8.state[params[0]]["exp_avg_sq_absmax"], held["absmax2"])
+    assert torch.equal(i8.state[params[1]]["exp_avg"],
+                       entries[1]["__bnb_optimizer_quant_state__"]["state1"])
+    assert int(i8.state[params[0]]["step"]) == 3
+    f32 = tt.Adam(params, lr=0.001, convention="pytorch")
+    f32.load_state_dict(sd)
+    want = lowbit.dequantize(lowbit.Quantized(held["state2"].numpy(), held["absmax2"].numpy(),
+                                              lowbit.UNSIGNED))
+    assert f32.state[params[0]]["exp_avg_sq"].numpy().tobytes() == want.tobytes()
+    del held["absmax1"]  # (bitsandbytes' block_wise=False keeps one scale, "max1")
+    with pytest.raises(ValueError, match="block_wise=False"):
+        i8.load_state_dict(sd)
+
+
+def test_bitsandbytes_own_adam8bit_state_dict_loads_code_for_code():
+    bnb = pytest.importorskip("bitsandbytes", reason="bitsandbytes not installed")
+    params = _params()[:2]
+    theirs = bnb.optim.Adam8bit(params, lr=0.001)
+    _train(theirs, params, 2)
+    mine = tt.Adam(params, lr=0.001, state_dtype="int8", convention="pytorch")
+    mine.load_state_dict(theirs.state_dict())
+    for p in params:
+        s = theirs.state[p]
+        if p.numel() >= 4096:
+            assert torch.equal(mine.state[p]["exp_avg_codes"], s["state1"])
+            assert torch.equal(mine.state[p]["exp_avg_sq_absmax"], s["absmax2"])
+        else:
+            assert torch.equal(mine.state[p]["exp_avg"], s["state1"])

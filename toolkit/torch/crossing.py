@@ -20,6 +20,7 @@ import torch
 from ..optimizers.registry import spec_of
 from ..optimizers import aliases
 from . import binding, keywords, meaning
+from .held import from_bitsandbytes
 
 __all__ = ["exported", "reimported", "for_torch", "without_torch_entries", "from_torch", "warn"]
 
@@ -194,6 +195,9 @@ def from_torch(opt, sd):
             raise ValueError(f"{where}: it holds state for parameter {k!r} that no param "
                              "group holds")
         gi, options = group_of[k]
+        moments = slot_names(klass, options.get("convention"))
+        entry = from_bitsandbytes([moments.get(s, s) for s in spec_of(klass).moments], entry,
+                                  f"{where}: parameter {k}")
         out = {}
         for key, value in entry.items():
             if key == "step":

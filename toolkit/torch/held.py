@@ -24,12 +24,17 @@ from ..trainer import states_held
 from .order import memory_order, ordered, unordered
 
 __all__ = ["CODES", "ABSMAX", "QMAP", "tensors", "maps", "map_keys", "check_maps",
-           "loaded"]
+           "loaded", "from_bitsandbytes", "BITSANDBYTES_KEY"]
 
 #: the suffixes of an int8 slot's keys: its codes, its block maxima, its map (state_dict only)
 CODES, ABSMAX, QMAP = "_codes", "_absmax", "_qmap"
 
 _MAPS = ((True, lowbit.SIGNED), (False, lowbit.UNSIGNED))
+
+#: the key under which bitsandbytes' 8-bit optimizers (0.50.2) keep a parameter's state in
+#: their state_dict: ``state1``, ``state2`` (uint8 codes, or float32 below ``min_8bit_size``),
+#: ``absmax1``, ``absmax2``, ``qmap1``, ``qmap2``
+BITSANDBYTES_KEY = "__bnb_optimizer_quant_state__"
 
 
 def tensors(named):
@@ -196,4 +201,31 @@ def loaded(slots, entry, p, convert, where):
         else:
             (_, held), = states_held.held_as(leaf, values)
             out[n] = unordered(tensors({n: held})[n], perm)
+    return out
+
+
+def from_bitsandbytes(moments, entry, where):
+    """``entry``, a parameter's state in a bitsandbytes 8-bit optimizer's state_dict, under the
+    keys ``opt.state`` shows (an entry without bitsandbytes' key as it is): its ``state<j>`` is
+    the ``j``-th moment of ``moments`` (the names of the spec's moments in its order: first,
+    then second), its codes with ``absmax<j>`` and ``qmap<j>`` (blocks of 256, the toolkit's
+    own: they load as they are, and the map is checked bit for bit), or a float32 moment. A
+    state quantized per tensor (bitsandbytes' ``block_wise=False``) does not convert."""
+    held = entry.get(BITSANDBYTES_KEY) if isinstance(entry, dict) else None
+    if not isinstance(held, dict):
+        return entry
+    out = {k: v for k, v in entry.items() if k != BITSANDBYTES_KEY}
+    for j, n in enumerate(moments, 1):
+        state = held.get(f"state{j}")
+        if state is None:
+            continue
+        if isinstance(state, torch.Tensor) and state.dtype == torch.uint8:
+            if f"absmax{j}" not in held:
+                raise ValueError(f"{where}: bitsandbytes' state{j} is quantized without block "
+                                 "maxima (block_wise=False, one scale per tensor); only its "
+                                 "blockwise states convert")
+            out[n + CODES], out[n + ABSMAX] = state, held[f"absmax{j}"]
+            out[n + QMAP] = held.get(f"qmap{j}")
+        else:
+            out[n] = state
     return out
