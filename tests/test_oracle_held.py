@@ -184,3 +184,35 @@ def test_bitsandbytes_blocks_are_256_on_the_cpu():
         opt.step()
         assert opt.state[big]["absmax1"].shape == (33,)
         assert opt.state[small]["state1"].dtype == torch.float32
+
+
+def test_bitsandbytes_adapters_take_valid_values():
+    from toolkit import optimizer
+    from toolkit.oracle import space
+    adapters = _bitsandbytes().adapters()
+    assert {a.optimizer for a in adapters} == {"adam", "adamw", "lion"}
+    for a in adapters:
+        space.hyper_space(a.optimizer, dict(a.fixed))
+        optimizer.registry()[a.optimizer](**a.fixed)
+        assert a.held == ({"state_dtype": "int8", "block": 256} if "8bit" in a.label else {})
+
+
+def test_bitsandbytes_cpu_encoder_moves_weights_whose_gradient_is_zero():
+    """docs/conformance.md's finding: bitsandbytes 0.50.2's native CPU encoder holds an exact
+    zero moment as code 131 (about 2e-5 of its block's maximum), so Lion8bit steps every weight
+    of a block by a full learning rate where only one element had a gradient (Lion32bit, and
+    the oracle's int8 states, leave them still). A fixed bitsandbytes fails this: audit again."""
+    _bitsandbytes()
+    import bitsandbytes.optim as optim
+    import torch
+    moved = {}
+    for cls in (optim.Lion8bit, optim.Lion32bit):
+        p = torch.nn.Parameter(torch.zeros(4096))
+        opt = cls([p], lr=1e-3)
+        g = torch.zeros(4096)
+        g[0] = 1.0
+        for _ in range(2):
+            p.grad = g.clone()
+            opt.step()
+        moved[cls.__name__] = int((p.detach()[1:] != 0).sum())
+    assert moved == {"Lion8bit": 255, "Lion32bit": 0}

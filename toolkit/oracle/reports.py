@@ -23,7 +23,7 @@ KINDS = ("convention", "variant", "algorithm")
 #: frameworks whose version a report records when the implementation has imported them (the
 #: audit's, :mod:`toolkit.oracle.frameworks`, among them: a test checks that)
 FRAMEWORKS = ("torch", "optax", "jax", "jaxlib", "tensorflow", "mxnet", "cupy", "lion_pytorch",
-              "adopt", "adabelief_pytorch", "schedulefree")
+              "adopt", "adabelief_pytorch", "schedulefree", "bitsandbytes", "torchao")
 
 
 def versions():
