@@ -29,7 +29,9 @@ order and cut into blocks of :data:`BLOCK` elements (the last one shorter), each
 bitsandbytes' portable backend (``backends/default/ops.py``, ``quantize_blockwise``:
 ``torch.bucketize`` on the midpoints) computes exactly this; its 8-bit optimizers on the CPU
 dequantize, update in float32 and quantize again with the same block size
-(``backends/cpu/ops.py``, ``_optimizer_update_8bit_blockwise_cpu``, ``blocksize = 256``).
+(``backends/cpu/ops.py``, ``_optimizer_update_8bit_blockwise_cpu``, ``blocksize = 256``), but
+where its native library is loaded they quantize with ``cquantize_blockwise_cpu_fp32``, which
+in 0.50.2 does not take the nearest code (an exact zero gets code 131 of the signed map).
 
 **bfloat16** (:func:`bfloat16`): a float32 value rounded to the nearest bfloat16 (ties to even),
 as torch converts: float64 values are rounded to float32 first.
