@@ -228,7 +228,7 @@ def main_verify(argv):
                     help="with --state-dtype int8: elements per block (default: 256)")
     ap.add_argument("--whole-blocks", action="store_true",
                     help="with --state-dtype int8: only a weight that is whole blocks is held "
-                         "(torchao's rule)")
+                         "(torchao's rule; default: every weight of 4096 elements or more)")
     args = ap.parse_args(argv)
     from . import verify
     return _run(lambda f, fixed, progress: verify(
