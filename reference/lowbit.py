@@ -29,7 +29,9 @@ order and cut into blocks of :data:`BLOCK` elements (the last one shorter), each
 bitsandbytes' portable backend (``backends/default/ops.py``, ``quantize_blockwise``:
 ``torch.bucketize`` on the midpoints) computes exactly this; its 8-bit optimizers on the CPU
 dequantize, update in float32 and quantize again with the same block size
-(``backends/cpu/ops.py``, ``_optimizer_update_8bit_blockwise_cpu``, ``blocksize = 256``).
+(``backends/cpu/ops.py``, ``_optimizer_update_8bit_blockwise_cpu``, ``blocksize = 256``), but
+where its native library is loaded they quantize with ``cquantize_blockwise_cpu_fp32``, which
+in 0.50.2 does not take the nearest code (an exact zero gets code 131 of the signed map).
 
 **bfloat16** (:func:`bfloat16`): a float32 value rounded to the nearest bfloat16 (ties to even),
 as torch converts: float64 values are rounded to float32 first.
@@ -53,7 +55,7 @@ from .noise import splitmix64
 __all__ = ["BLOCK", "SIGNED", "UNSIGNED", "SIGNED_BITS", "UNSIGNED_BITS", "STATE_DTYPES",
            "code_map", "midpoints", "quantize", "dequantize", "bfloat16", "rounding_bits",
            "blocks_of", "hold",
-           "values", "flips", "step"]
+           "values", "flips", "held", "step"]
 
 #: what a state slot may be held in
 STATE_DTYPES = ("float32", "bfloat16", "int8")
@@ -282,6 +284,63 @@ def flips(x, state_dtype, signed=True, block=BLOCK, scale=1.0, bits=None):
         out = (lo != hi) | ~np.isfinite(s_err)
         out &= (top > 0)[:, None]
     return out.reshape(-1)[:n].reshape(shape)
+
+
+def held(x, state_dtype, signed=True, block=BLOCK, scale=1.0, slack=0.0):
+    """The values a slot of ``state_dtype`` holds for the Tracked ``x`` (:func:`hold`,
+    :func:`values`), as a Tracked whose bound covers every value that holding a value within
+    ``scale`` times ``x``'s bound could stand for: the neighbouring bfloat16 (float32) value
+    past a rounding boundary, the neighbouring codes past a midpoint, each code times a block
+    maximum within that maximum's own bound (and its rounding to float32). A later step run on
+    it bounds an implementation that held the moment otherwise at a tie, where it did; every
+    other element carries no bound (bfloat16) or its block maximum's (int8). ``slack``: a
+    relative error of ``s`` an implementation's own scaling may add (a division instead of the
+    reciprocal's product, another midpoint test: a few float32 roundings). Near ties are kept;
+    a plain ``x`` gives plain values."""
+    v, e = _value_err(x)
+    h = hold(x, state_dtype, signed, block)
+    out = values(h, state_dtype, signed, block)
+    if not isinstance(x, Tracked):
+        return out
+    e = scale * e
+    with np.errstate(invalid="ignore", over="ignore"):
+        if state_dtype == "int8":
+            err = _code_spread(v, e, h, signed, block, slack)
+        else:
+            near = bfloat16 if state_dtype == "bfloat16" else \
+                (lambda y: np.asarray(y, np.float64).astype(np.float32))
+            lo, hi = near(v - e).astype(np.float64), near(v + e).astype(np.float64)
+            err = np.maximum(np.abs(lo - out), np.abs(hi - out))
+    bad = ~np.isfinite(err) | ~np.isfinite(out)
+    return Tracked(out, np.where(bad, np.inf, err), x.tie | bad, u=x.u, tiny=x.tiny)
+
+
+def _code_spread(v, e, h, signed, block, slack):
+    """Per element: how far the int8 value of a value within ``e`` of ``v`` can lie from the
+    value of ``h = (codes, absmax)``, the oracle's holding of ``v`` (:func:`held`): the codes
+    of the two ends of the interval against its own, at its block maximum, and every code
+    times the bound of the maximum (an element's own bound where it could be the maximum,
+    and the maximum's rounding to float32)."""
+    shape, n = v.shape, v.size
+    nb = blocks_of(n, block)
+    pv, pe, codes = np.zeros(nb * block), np.zeros(nb * block), np.zeros(nb * block, np.intp)
+    pv[:n], pe[:n], codes[:n] = v.reshape(-1), e.reshape(-1), h[0].reshape(-1)
+    pv, pe, codes = pv.reshape(nb, block), pe.reshape(nb, block), codes.reshape(nb, block)
+    top = np.max(np.abs(pv), axis=1)
+    raw = np.max(np.where(np.abs(pv) + pe >= top[:, None], pe, 0.0), axis=1)
+    top_err = np.where((top == 0) & (raw == 0), 0.0,  # a block of exact zeros stays exact
+                       raw + np.spacing(np.asarray(h[1], np.float32)).astype(np.float64))
+    s = pv / np.where(top > 0, top, 1.0)[:, None]
+    s_err = (pe + np.abs(s) * top_err[:, None]) / np.maximum(top - top_err, 0.0)[:, None] + \
+        slack * np.abs(s)
+    qmap = code_map(signed).astype(np.float64)
+    mids = midpoints(code_map(signed)).astype(np.float64)
+    lo = np.searchsorted(mids, np.clip(s - s_err, -1, 1), side="left")
+    hi = np.searchsorted(mids, np.clip(s + s_err, -1, 1), side="left")
+    spread = (np.maximum(np.abs(qmap[lo] - qmap[codes]), np.abs(qmap[hi] - qmap[codes])) *
+              np.asarray(h[1], np.float64)[:, None] +
+              np.maximum(np.abs(qmap[lo]), np.abs(qmap[hi])) * top_err[:, None])
+    return spread.reshape(-1)[:n].reshape(shape)
 
 
 def step(module, weight, grad, held, *, state_dtype, signs, block=BLOCK, scale=1.0, extra=None,

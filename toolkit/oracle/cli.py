@@ -220,12 +220,22 @@ def main_verify(argv):
                     help="random cases (hyperparameters, weights and gradients) to run over "
                          "the full domain; the usual domain, where the optimizer declares usual "
                          "ranges, takes half as many (default: %(default)s)")
+    ap.add_argument("--state-dtype", default=None, choices=("float32", "bfloat16", "int8"),
+                    help="how your implementation holds its moments between steps, where "
+                         "not in the weight's precision; mxopt identify names it (default: "
+                         "in the weight's precision)")
+    ap.add_argument("--block", type=int, default=None,
+                    help="with --state-dtype int8: elements per block (default: 256)")
+    ap.add_argument("--whole-blocks", action="store_true",
+                    help="with --state-dtype int8: only a weight that is whole blocks is held "
+                         "(torchao's rule; default: every weight of 4096 elements or more)")
     args = ap.parse_args(argv)
     from . import verify
     return _run(lambda f, fixed, progress: verify(
                     f, args.optimizer, convention=args.convention, fixed=fixed,
                     dtype=args.dtype, examples=args.examples, allow_wider=args.allow_wider,
-                    timeout=args.timeout, progress=progress,
+                    timeout=args.timeout, progress=progress, state_dtype=args.state_dtype,
+                    block=args.block, whole_blocks=args.whole_blocks,
                     **({} if args.seed is None else {"seed": args.seed})),
                 args, lambda r: r.passed)  # no --seed: verify's fixed default seed
 

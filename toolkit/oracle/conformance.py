@@ -49,7 +49,8 @@ class AuditRow:
     the worst normalised error in the ``usual`` (None where the report has no domains;
     ``usual_pinned``: what its cases held outside the usual ranges) and ``full`` domains, the
     ``region`` of a failure in the full domain only, the ``explanation`` and ``case`` of a
-    failure, and ``failure``, the framework's own exception, if any."""
+    failure, and ``failure``, the framework's own exception, if any; ``states``: how its moments
+    are held where not in the weight's precision ("with bfloat16 states"), the form verified."""
     framework: str
     label: str
     optimizer: str
@@ -66,6 +67,7 @@ class AuditRow:
     case: dict | None = None
     failure: str | None = None
     note: str = ""
+    states: str | None = None
 
 
 @dataclass
@@ -84,7 +86,7 @@ class AuditReport:
         """JSON-ready data (infinities as strings); :meth:`from_dict` reads it back."""
         return {"versions": dict(self.versions), "seed": self.seed, "examples": self.examples,
                 "cases": self.cases, "skipped": dict(self.skipped),
-                "rows": [{**asdict(r), "full": _finite(r.full),
+                "rows": [{**_asdict(r), "full": _finite(r.full),
                           "usual": None if r.usual is None else _finite(r.usual)}
                          for r in self.rows]}
 
@@ -121,6 +123,12 @@ def _finite(x):
     return x if math.isfinite(x) else str(x)
 
 
+def _asdict(row):
+    """A row as a dict, ``states`` left out where the moments are in the weight's precision
+    (the rows recorded before held states read the same)."""
+    return {k: v for k, v in asdict(row).items() if k != "states" or v is not None}
+
+
 def _err(x):
     return "—" if x is None else (f"{x:.3g}" if math.isfinite(x) else str(x))
 
@@ -133,7 +141,8 @@ def _cells(r):
     verdict = "passes" if r.passed else "FAILS"
     why = (r.explanation or "") + (f" ({r.region})" if r.region else "")
     usual = _err(r.usual) + (f" ({r.usual_pinned})" if r.usual_pinned else "")
-    return (r.framework, r.label, r.optimizer, r.dtype, conv, verdict, usual,
+    audited = r.optimizer + (f" {r.states}" if r.states else "")
+    return (r.framework, r.label, audited, r.dtype, conv, verdict, usual,
             _err(r.full), why.replace("|", "\\|").replace("\n", " ") or "—")
 
 
@@ -163,7 +172,17 @@ def verdict_of(report):
         text = "failed outright (see failure)"
     return {"passed": report.passed, "usual": usual.max_error, "full": full.max_error,
             "usual_pinned": usual.pinned, "region": report.region, "explanation": text,
-            "case": None if report.passed else report.worst}
+            "case": None if report.passed else _small(report.worst)}
+
+
+def _small(case):
+    """A failing case as a row keeps it: a held case's thousands of values (its weight and
+    gradients, :mod:`toolkit.oracle.held`) left out, its hyperparameters and worst element
+    kept; ``verify`` with the row's seed repeats it."""
+    import numpy as np
+    if not case or np.size(case.get("weight0") or ()) < 1024:
+        return case
+    return {**case, "weight0": None, "grads": None}
 
 
 def _audit_row(framework, adapter, dtype, examples, cases, seed):
@@ -175,12 +194,15 @@ def _audit_row(framework, adapter, dtype, examples, cases, seed):
     fixed = dict(adapter.fixed)
     ident = identify(make_step, adapter.optimizer, fixed=fixed, dtype=dtype, cases=cases,
                      seed=seed)
+    held = ({"state_dtype": ident.state_dtype, "block": ident.block,
+             "whole_blocks": ident.whole_blocks} if ident.states else dict(adapter.held))
     reports = {}
 
     def run(convention):
         if convention not in reports:
             reports[convention] = verify(make_step, adapter.optimizer, convention=convention,
-                                         fixed=fixed, dtype=dtype, examples=examples, seed=seed)
+                                         fixed=fixed, dtype=dtype, examples=examples, seed=seed,
+                                         **held)
         return reports[convention]
 
     alias = ident.pytorch not in (None, "pytorch")  # "pytorch" is then one of ours
@@ -198,7 +220,7 @@ def _audit_row(framework, adapter, dtype, examples, cases, seed):
                     dtype=dtype, convention=convention, matches=passing,
                     closest=None if convention else candidates[0],
                     failure=report.failure or ident.failure, note=adapter.note,
-                    **verdict_of(report))
+                    states=report.states, **verdict_of(report))
 
 
 def _rows(fw, dtype, examples, cases, seed, progress):

@@ -10,6 +10,7 @@ import math
 
 from . import cases as _cases
 from . import discriminating as _discriminating
+from . import held as _held
 from . import space as _space
 from . import user as _user
 from . import variants as _variants
@@ -35,7 +36,8 @@ class OracleMismatch(AssertionError):
 
 def verify(make_step, optimizer, *, convention=None, fixed=None, dtype="float32",
            examples=100, seed=DEFAULT_SEED, usual_examples=None, ranges=None,
-           allow_wider=False, timeout=None, progress=None) -> VerifyReport:
+           allow_wider=False, timeout=None, progress=None, state_dtype=None, block=None,
+           whole_blocks=False) -> VerifyReport:
     """Check a user's optimizer against the oracle on ``examples`` cases.
 
     Parameters
@@ -86,6 +88,13 @@ def verify(make_step, optimizer, *, convention=None, fixed=None, dtype="float32"
     progress : callable, optional
         Called with the number of cases run so far after each case (the command line shows
         it on a terminal).
+    state_dtype : {None, "float32", "bfloat16", "int8"}
+        How the implementation holds its moments between steps, for an optimizer whose spec
+        names them (``Spec.moments``; :mod:`toolkit.oracle.held`): None (the default), in
+        the weight's precision; else every case's reference holds each new moment so, after
+        the weight's step, and the held cases (:func:`toolkit.oracle.held.cases`, of at least
+        4096 elements) run first. ``block`` (int8 only; default 256): elements per block;
+        ``whole_blocks``: only a weight that is whole blocks is held (torchao's rule).
 
     Each domain first runs the discriminating cases of the known variants that apply under
     ``convention`` (:mod:`toolkit.oracle.discriminating`), so a variant some case tells apart
@@ -113,12 +122,16 @@ def verify(make_step, optimizer, *, convention=None, fixed=None, dtype="float32"
     _space.hyper_space(ref.NAME, fixed, "full", ranges)  # ranges checked before any run
     spec = spec_of(ref.NAME)
     declared = _variants.variants_of(spec)
+    form = _held.check(ref.NAME, state_dtype, block, whole_blocks)
+    held = [] if form is None else _held.cases(ref.NAME, dt, fixed)
+    ref = ref if form is None else form.reference(ref)
     with _bug_report(f"verify of {ref.NAME}"):
-        run = _verify_run(impl, ref, convention, fixed, dt, examples, seed, ranges=ranges)
+        run = _verify_run(impl, ref, convention, fixed, dt, examples, seed, ranges=ranges,
+                          held=() if spec.usual else held)
         full = _domain_verdict(run)
-        if spec.usual:
+        if spec.usual:  # the held cases' hyperparameters are usual ones
             usual_run = _verify_run(impl, ref, convention, fixed, dt, usual_examples, seed,
-                                    domain="usual", ranges=ranges)
+                                    domain="usual", ranges=ranges, held=held)
             pinned = _space.pinned_outside_usual(ref.NAME, fixed)
             aimed = _space.aimed_without_usual(ref.NAME, ranges)
             usual = _domain_verdict(usual_run, "; ".join(
@@ -139,7 +152,7 @@ def verify(make_step, optimizer, *, convention=None, fixed=None, dtype="float32"
         if not passed and failure is None:
             passes_under, under_error = _passing_convention(
                 impl, ref, convention, pytorch, implemented, fixed, dt, examples, seed,
-                seen, ranges)
+                seen, ranges, held)
         explanation = None
         if not passed and failure is None:
             explanation = explain(ref, convention, pytorch, implemented, dt, declared, seen,
@@ -155,7 +168,9 @@ def verify(make_step, optimizer, *, convention=None, fixed=None, dtype="float32"
                             explanation=explanation, allow_wider=allow_wider,
                             wider=impl.wider,
                             indistinguishable=_indistinguishable(ref.NAME, convention, dt,
-                                                                 fixed, spec))
+                                                                 fixed, spec),
+                            state_dtype=state_dtype, block=form and form.block,
+                            states=form and form.text)
 
 
 def assert_matches_oracle(make_step, optimizer, **kwargs):
@@ -187,9 +202,9 @@ def _domain_verdict(run, pinned=None):
 
 
 def _verify_run(impl, ref, convention, fixed, dt, examples, seed, domain="full",
-                ranges=None):
-    """One run of ``verify`` over ``domain``: the discriminating cases, then drawn cases 0 to
-    ``examples - 1`` of ``seed``, to the first outright failure. ``{"worst", "record",
+                ranges=None, held=()):
+    """One run of ``verify`` over ``domain``: the ``held`` cases and the discriminating cases,
+    then drawn cases 0 to ``examples - 1`` of ``seed``, to the first outright failure. ``{"worst", "record",
     "failure", "n", "discriminating", "seen"}`` (``n``: the drawn cases run; ``seen``: every
     case with the user's outputs and its error, for :func:`_passing_convention` and
     :func:`toolkit.oracle.explanation.explain`)."""
@@ -197,7 +212,7 @@ def _verify_run(impl, ref, convention, fixed, dt, examples, seed, domain="full",
     klass = _cases.optimizer_class(ref.NAME)
     state = {"worst": -1.0, "record": None, "failure": None, "n": 0, "seen": [],
              "discriminating": 0}
-    first = _discriminating.cases(ref.NAME, convention, dt, domain, fixed)
+    first = list(held) + _discriminating.cases(ref.NAME, convention, dt, domain, fixed)
 
     def drawn():
         for k in range(examples):
@@ -229,14 +244,14 @@ def _verify_run(impl, ref, convention, fixed, dt, examples, seed, domain="full",
 
 
 def _passing_convention(impl, ref, convention, pytorch, implemented, fixed, dt, examples,
-                        seed, seen, ranges=None):
+                        seed, seen, ranges=None, held=()):
     """``(convention, error)``: the first other convention (in :data:`ORDER`) that the user's
     outputs of the failed run ``seen`` all agree with and that a run of its own (same seed and
     examples) passes, with that run's worst error; ``(None, None)`` if there is none."""
     for c in other_conventions(convention, pytorch, implemented):
         if worst_under(ref, c, dt, seen) > 1.0:
             continue  # already off on the cases drawn: no second run
-        again = _verify_run(impl, ref, c, fixed, dt, examples, seed, ranges=ranges)
+        again = _verify_run(impl, ref, c, fixed, dt, examples, seed, ranges=ranges, held=held)
         if again["failure"] is None and again["worst"] <= 1.0:
             return c, max(again["worst"], 0.0)
     return None, None

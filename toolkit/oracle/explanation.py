@@ -44,7 +44,8 @@ def explain(ref, convention, pytorch, implemented, dt, declared, seen, passes_un
     declared variant (:mod:`toolkit.oracle.variants`) of the asked convention's equations, then
     of another convention's, that every case agrees with; else the asked convention with the
     gradient's preprocessing not applied (``variants.CONTRACT``), or two declared variants at
-    once, or both (:func:`_combinations`); else another algorithm."""
+    once, or both (:func:`_combinations`); else with the moments held otherwise
+    (:func:`_held_explanation`); else another algorithm."""
     if passes_under is not None:
         return Explanation("convention", None, passes_under,
                            f"another convention: it passes the {passes_under!r} convention, "
@@ -64,7 +65,8 @@ def explain(ref, convention, pytorch, implemented, dt, declared, seen, passes_un
                     f", of the {c!r} convention's equations (pass convention={c!r})")
                 return Explanation("variant", v.name, c,
                                    f"{what} (variant {v.name}: {v.description}){where}", err)
-    found = _combinations(ref, convention, dt, declared, seen)
+    found = _combinations(ref, convention, dt, declared, seen) or \
+        _held_explanation(ref, convention, dt, seen)
     if found is not None:
         return found
     others = other_conventions(convention, pytorch, implemented)
@@ -129,6 +131,31 @@ def _combinations(ref, convention, dt, declared, seen):
             continue
         if err <= 1.0:
             return Explanation("variant", candidate.name, convention, _text(candidate), err)
+    return None
+
+
+def _held_explanation(ref, convention, dt, seen):
+    """The explanation (or None) by the moments held otherwise than ``ref`` holds them, in the
+    asked convention: in the weight's precision where ``ref`` holds them low, else each of
+    :func:`toolkit.oracle.held.forms` that changes some case of the run (int8 changes only a
+    weight of 4096 elements or more)."""
+    from . import held as _held
+    plain, asked = getattr(ref, "plain", ref), getattr(ref, "form", None)
+    options = [None] if asked is not None else []
+    options += [f for f in _held.forms(plain.NAME, dt) if f != asked and any(
+        f.holds(case.weight.size) for case, _, _ in seen)]
+    for form in options:
+        err = worst_under(plain if form is None else form.reference(plain), convention, dt,
+                          seen)
+        if err > 1.0:
+            continue
+        if form is None:
+            return Explanation("variant", "states_not_held", convention,
+                               "the moments not held low: kept in the weight's precision "
+                               "(pass state_dtype=None)", err)
+        return Explanation("variant", form.name, convention,
+                           f"the same equations {form.text} (variant {form.name}: "
+                           f"{form.description}); pass {form.keywords}", err)
     return None
 
 

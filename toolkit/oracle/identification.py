@@ -8,11 +8,12 @@ import numpy as np
 
 from . import cases as _cases
 from . import discriminating as _discriminating
+from . import held as _held
 from . import space as _space
 from . import user as _user
 from . import variants as _variants
 from .errors import bug_report as _bug_report
-from .explanation import explain
+from .explanation import explain, worst_under
 from .reports import IdentifyReport, finite, versions
 from .seeds import DEFAULT_SEED, resolve_seed
 from .trajectory import ORDER, compare, conventions_of, reference_module, reference_trajectory, \
@@ -77,7 +78,12 @@ def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, scr
     number of pairs of conventions (one case each), ``screen`` at least 1. The discriminating
     cases of every convention's known variants follow
     (:func:`toolkit.oracle.discriminating.identify_cases`), so that a
-    variant ``verify`` would fail does not match. See :func:`verify`
+    variant ``verify`` would fail does not match. For an optimizer whose spec names its moments,
+    the held cases (:func:`toolkit.oracle.held.cases`, of 4096 elements and more) then say how
+    it holds them: in the weight's precision, or in one of :func:`toolkit.oracle.held.forms`
+    (``state_dtype``, ``block``; ``held_cases``, ``held_error``), the first that all its cases
+    agree with, under the convention named (or, where none is, under the first convention
+    that a held form makes every case agree with). See :func:`verify`
     for ``make_step``, ``fixed`` (checked the same way), ``dtype``, ``allow_wider``, ``timeout``
     and ``progress``.
     """
@@ -145,6 +151,11 @@ def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, scr
                     worst[c] = {**_cases.case_dict(case, t), "step": t, "element": i,
                                 "expected": expected, "got": got, "error": finite(err)}
         matches = [c for c in convs if errors[c] <= 1.0 and failure is None]
+        named0 = next((c for c in ORDER if c in matches), None)
+        held = None if failure is not None else _held_phase(impl, ref, convs, named0, dt,
+                                                             fixed, seen)
+        if held is not None and named0 is None and held[1] is not None:
+            matches = [held[0]]  # the convention whose equations it follows, held low
         # the smallest worst error; a tie (inf: a NaN on one case fails every convention) goes
         # to the convention with the fewest failing cases
         closest = min(convs, key=lambda c: (errors[c], sum(e > 1.0 for _, _, e in seen[c]),
@@ -164,4 +175,44 @@ def identify(make_step, optimizer, *, fixed=None, dtype="float32", cases=24, scr
                               indistinguishable=indistinct, failure=failure,
                               worst=worst.get(closest) if named is None else None, seed=seed,
                               versions=versions(), allow_wider=allow_wider, wider=impl.wider,
-                              explanation=explanation)
+                              explanation=explanation, **_held_fields(held))
+
+
+def _held_phase(impl, ref, convs, named, dt, fixed, seen):
+    """``(convention, form, error, cases, failure)``: how the implementation holds its moments
+    on the held cases (``form`` None: in the weight's precision), under ``named``, or where
+    it is None under the first convention of ``convs`` whose drawn cases (``seen``) and held
+    cases some held form makes agree; None where the optimizer has no moments, or nothing is
+    found and no convention was named."""
+    forms = _held.forms(ref.NAME, dt)
+    if not forms:
+        return None
+    runs = []
+    for case in _held.cases(ref.NAME, dt, fixed):
+        outs, failure = impl.run(case, dt)
+        if failure is not None:
+            return (named, None, math.inf, len(runs) + 1, failure) if named else None
+        runs.append((case, outs, 0.0))
+    plain = None
+    for c in [named] if named else convs:
+        for form in [None] + forms:
+            if form is None and named is None:
+                continue  # its drawn cases already disagree with c's equations
+            r = ref if form is None else form.reference(ref)
+            if form is not None and worst_under(r, c, dt, seen[c]) > 1.0:
+                continue
+            err = worst_under(r, c, dt, runs)
+            plain = err if form is None else plain
+            if err <= 1.0:
+                return c, form, err, len(runs), None
+    return (named, None, plain, len(runs), None) if named else None
+
+
+def _held_fields(held):
+    """The report's fields of :func:`_held_phase`'s answer."""
+    if held is None:
+        return {}
+    _, form, err, n, failure = held
+    return {"state_dtype": form and form.state_dtype, "block": form and form.block,
+            "whole_blocks": bool(form and form.whole), "states": form and form.text,
+            "held_cases": n, "held_error": err, "held_failure": failure}

@@ -23,7 +23,7 @@ KINDS = ("convention", "variant", "algorithm")
 #: frameworks whose version a report records when the implementation has imported them (the
 #: audit's, :mod:`toolkit.oracle.frameworks`, among them: a test checks that)
 FRAMEWORKS = ("torch", "optax", "jax", "jaxlib", "tensorflow", "mxnet", "cupy", "lion_pytorch",
-              "adopt", "adabelief_pytorch", "schedulefree")
+              "adopt", "adabelief_pytorch", "schedulefree", "bitsandbytes", "torchao")
 
 
 def versions():
@@ -125,7 +125,8 @@ class VerifyReport:
     (bisected towards the usual ranges: "only for beta1 < 1.1e-05"), else None.
     ``explanation`` (:class:`Explanation`): why a run failed, None when it passed or failed
     outright. ``indistinguishable``: the known variants ``fixed`` leaves no discriminating case
-    for."""
+    for. ``state_dtype`` and ``block``: the held moments asked for (``states``: how the summary
+    names them, "with bfloat16 states"), None without."""
     optimizer: str
     convention: str
     dtype: str
@@ -143,12 +144,16 @@ class VerifyReport:
     allow_wider: bool = False
     wider: str | None = None
     indistinguishable: list = field(default_factory=list)
+    state_dtype: str | None = None
+    block: int | None = None
+    states: str | None = None
 
     @property
     def summary(self) -> str:
         """The verdict in a few readable lines, with the worst case, the convention it passes
         instead (if any), the seed and the versions."""
-        head = (f"{self.optimizer} ({self.convention} convention, {self.dtype}): "
+        held = f", {self.states}" if self.states else ""
+        head = (f"{self.optimizer} ({self.convention} convention, {self.dtype}{held}): "
                 f"{'PASSED' if self.passed else 'FAILED'} over {self.examples} example(s); "
                 f"worst normalised error {self.max_error:.3g} (1.0 is the rounding bound)")
         lines = [head]
@@ -194,6 +199,8 @@ class VerifyReport:
                 "explanation": None if self.explanation is None else self.explanation.to_dict(),
                 "allow_wider": self.allow_wider, "wider": self.wider,
                 "indistinguishable": list(self.indistinguishable),
+                **({"state_dtype": self.state_dtype, "block": self.block,
+                    "states": self.states} if self.states else {}),
                 "summary": self.summary}
 
 
@@ -271,7 +278,11 @@ class IdentifyReport:
     ``convention`` (the one it follows, or None), ``errors`` (the worst normalised error against
     each), ``closest`` and ``explanation`` (as :func:`verify` would give it for the closest) when
     none matches, ``indistinguishable`` (pairs of conventions no case told apart under
-    ``fixed``), ``seed`` and ``versions``."""
+    ``fixed``), ``seed`` and ``versions``. For an optimizer with moments, how it holds them on
+    its ``held_cases`` (:mod:`toolkit.oracle.held`): ``state_dtype`` and ``block`` (None: in
+    the weight's precision; ``states``: how the summary names the form), with ``held_error``,
+    the worst error there under that form (under the weight's precision where no form fits),
+    and ``held_failure``, the implementation's failure on them."""
     optimizer: str
     dtype: str
     matches: list
@@ -288,6 +299,13 @@ class IdentifyReport:
     allow_wider: bool = False
     wider: str | None = None
     explanation: Explanation | None = None
+    state_dtype: str | None = None
+    block: int | None = None
+    whole_blocks: bool = False
+    states: str | None = None
+    held_cases: int = 0
+    held_error: float | None = None
+    held_failure: str | None = None
 
     @property
     def summary(self) -> str:
@@ -299,7 +317,7 @@ class IdentifyReport:
             head = f"{self.optimizer}: could not run your implementation: {self.failure}"
         elif self.convention is not None:
             head = (f"{self.optimizer}: your implementation follows the {self.convention!r} "
-                    f"convention")
+                    f"convention" + (f" {self.states}" if self.states else ""))
         else:
             e = self.explanation
             head = (f"{self.optimizer}: your implementation follows none of the conventions"
@@ -312,6 +330,7 @@ class IdentifyReport:
                        f"discriminating case(s): {errs} (<= 1 matches)"]
         if self.allow_wider:
             lines.append(_wider_line(self.wider, self.dtype))
+        lines += _held_lines(self)
         if self.pytorch not in (None, "pytorch") and self.pytorch in self.matches:
             lines.append(f"  PyTorch's {self.optimizer} is the same update as the "
                          f"{self.pytorch!r} convention")
@@ -344,7 +363,36 @@ class IdentifyReport:
                 "versions": dict(self.versions), "allow_wider": self.allow_wider,
                 "wider": self.wider,
                 "explanation": None if self.explanation is None else self.explanation.to_dict(),
+                **({"state_dtype": self.state_dtype, "block": self.block,
+                    "whole_blocks": self.whole_blocks, "states": self.states,
+                    "held_cases": self.held_cases, "held_error": finite(self.held_error),
+                    "held_failure": self.held_failure} if _held_shown(self) else {}),
                 "summary": self.summary}
+
+
+def _held_shown(r):
+    """Whether the held cases found something to say: a low-bit form, or none that fits."""
+    return bool(r.states) or r.held_failure is not None or (
+        r.held_error is not None and not r.held_error <= 1.0)
+
+
+def _held_lines(r):
+    """The summary's lines on the held cases, where they found something (:func:`_held_shown`;
+    moments held in the weight's precision, as most implementations hold them, go unsaid)."""
+    if not _held_shown(r):
+        return []
+    n = f"{r.held_cases} held case(s) of 4096 elements or more"
+    if r.held_failure is not None:
+        return [f"  on its {n} it failed: {r.held_failure}"]
+    if r.states:
+        how = (f"in 8-bit blocks of {r.block} elements" if r.block else f"in {r.state_dtype}")
+        return [f"  its moments are held {how}: worst normalised "
+                f"error {_fmt_err(r.held_error)} over its {n} (toolkit.oracle.held; verify it "
+                f"with state_dtype={r.state_dtype!r}" +
+                (f", block={r.block}" if r.block else "") +
+                (", whole_blocks=True" if r.whole_blocks else "") + ")"]
+    return [f"  on its {n} it follows no known way of holding its moments (worst normalised "
+            f"error {_fmt_err(r.held_error)} with them in the weight's precision)"]
 
 
 def _fmt_err(e):

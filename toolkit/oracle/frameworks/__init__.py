@@ -25,13 +25,17 @@ __all__ = ["Adapter", "Framework", "names", "get", "in_process"]
 class Adapter:
     """One framework optimizer in one configuration, audited as toolkit optimizer
     ``optimizer``. ``make(dtype)`` returns ``make_step``; ``fixed`` pins what the framework
-    lacks; ``dtypes`` the precisions it is audited in; ``note`` what the translation assumes."""
+    lacks; ``dtypes`` the precisions it is audited in; ``note`` what the translation assumes;
+    ``held``: how the framework says it holds its moments, as ``verify``'s keywords
+    (``{"state_dtype": "int8", "block": 256}``), audited so where ``identify`` finds no held
+    form of its own (:mod:`toolkit.oracle.held`)."""
     label: str
     optimizer: str
     make: Callable[[str], Callable]
     fixed: Mapping = field(default_factory=dict)
     dtypes: tuple = ("float32", "float64")
     note: str = ""
+    held: Mapping = field(default_factory=dict)
 
 
 def in_process(dtype):
