@@ -141,9 +141,12 @@ def test_state_dict_round_trip_continues_bit_for_bit(state_dtype):
     _train(opt, params, 3)
     sd = _saved(opt.state_dict())
     if state_dtype == "int8":
-        assert sorted(sd["state"][0]) == ["exp_avg_absmax", "exp_avg_codes", "exp_avg_qmap",
-                                          "exp_avg_sq_absmax", "exp_avg_sq_codes",
+        assert sorted(sd["state"][0]) == ["exp_avg_absmax", "exp_avg_codes", "exp_avg_order",
+                                          "exp_avg_qmap", "exp_avg_sq_absmax",
+                                          "exp_avg_sq_codes", "exp_avg_sq_order",
                                           "exp_avg_sq_qmap", "step"]
+        assert sd["state"][0]["exp_avg_order"] == [0, 1]
+        assert sd["state"][2]["exp_avg_order"] == [0, 2, 3, 1]  # channels_last: memory order
         assert sd["state"][0]["exp_avg_qmap"].numpy().tobytes() == lowbit.SIGNED.tobytes()
         assert sd["state"][0]["exp_avg_sq_qmap"].numpy().tobytes() == lowbit.UNSIGNED.tobytes()
     copies = []
@@ -364,8 +367,8 @@ def test_zero_redundancy_optimizer_consolidates_int8_states(tmp_path):
     lines = sorted(line for line in done.stdout.splitlines() if line.startswith("rank "))
     slots = ["exp_avg_absmax", "exp_avg_codes", "exp_avg_sq_absmax", "exp_avg_sq_codes"]
     assert lines == [
-        "rank 0 equal True keys " + ",".join(sorted(slots + ["exp_avg_qmap", "exp_avg_sq_qmap",
-                                                             "step"])),
+        "rank 0 equal True keys " + ",".join(sorted(slots + [
+            "exp_avg_qmap", "exp_avg_sq_qmap", "exp_avg_order", "exp_avg_sq_order", "step"])),
         "rank 1 equal True keys " + ",".join(sorted((slots + ["step"]) * 2))], done.stdout
 
 
@@ -445,3 +448,112 @@ def test_bitsandbytes_own_adam8bit_state_dict_loads_code_for_code():
             assert torch.equal(mine.state[p]["exp_avg_sq_absmax"], s["absmax2"])
         else:
             assert torch.equal(mine.state[p]["exp_avg"], s["state1"])
+
+
+def test_a_layout_change_after_a_step_requantizes_in_the_new_blocks():
+    """``p.data`` in another memory order after a step: the int8 moments are decoded in their
+    old blocks and held again in blocks of the new order (a warning says so), then the step
+    equals ``update`` from that state, bit for bit and code for code."""
+    scale = torch.logspace(-4, 0, 64).view(64, 1)  # rows of very different size: one a block
+    p = torch.nn.Parameter(torch.randn(64, 256) * scale)
+    opt = tt.Adam([p], lr=1e-3, state_dtype="int8")
+    p.grad = torch.randn(64, 256) * scale
+    opt.step()
+    old = [lowbit.Quantized(opt.state[p][n + "_codes"].numpy().copy(),
+                            opt.state[p][n + "_absmax"].numpy().copy(), qmap)
+           for n, qmap in (("exp_avg", lowbit.SIGNED), ("exp_avg_sq", lowbit.UNSIGNED))]
+    p.data = p.data.t().contiguous().t()  # the same values, column-major
+    g = torch.randn(64, 256) * scale
+    p.grad = g
+    ref = optimizer.Adam(learning_rate=1e-3, state_dtype="int8")
+    # the new blocks: the old values in the new memory order (the transpose, C-ordered)
+    state = tuple(lowbit.quantize(np.ascontiguousarray(lowbit.dequantize(q).T), q.qmap)
+                  for q in old)
+    w = p.detach().t().contiguous().numpy().copy()
+    ref.restore_counts({0: 1}, 1)
+    with pytest.warns(UserWarning, match="requantized in blocks of its order"):
+        opt.step()
+    ref.update(0, w, g.t().contiguous().numpy(), state)
+    assert p.detach().t().contiguous().numpy().tobytes() == w.tobytes()
+    assert np.array_equal(opt.state[p]["exp_avg_codes"].t().contiguous().numpy(), state[0].codes)
+
+
+def test_saved_int8_blocks_keep_their_order_without_their_strides():
+    """A serializer that makes tensors contiguous loses the codes' strides; the saved
+    ``_order`` still says how the blocks of a channels_last weight were cut."""
+    params = _params()
+    opt = tt.Adam(params, lr=0.01, state_dtype="int8")
+    _train(opt, params, 2)
+    sd = opt.state_dict()
+    flat = {**sd, "state": {k: {n: v.contiguous() if isinstance(v, torch.Tensor) else v
+                                for n, v in e.items()} for k, e in sd["state"].items()}}
+    mine = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    f32 = tt.Adam(mine, lr=0.01)
+    f32.load_state_dict(flat, convert_states=True)
+    q = opt._bindings[params[2]].toolkit_state[0]  # channels_last: codes in memory order
+    assert _memory(f32.state[mine[2]]["exp_avg"]).tobytes() == lowbit.dequantize(q).tobytes()
+    flat["state"][2]["exp_avg_order"] = [0, 1, 2]
+    with pytest.raises(ValueError, match="must list the 4 dimensions"):
+        f32.load_state_dict(flat)
+
+
+def test_bitsandbytes_channels_last_blocks_and_sgd_momentum():
+    """bitsandbytes cuts a channels_last weight's blocks in its logical order (its codes keep
+    the weight's strides); its 8-bit SGD momentum is torch's buffer, which MXNet's convention
+    keeps as -lr times it: refused there, scaled from float32."""
+    p = _params()[2]
+    m = torch.randn(p.shape) * torch.logspace(-3, 0, 16).view(1, 16, 1, 1)
+    q = lowbit.quantize(m.numpy(), lowbit.SIGNED)  # logical (C) order
+    codes = torch.from_numpy(q.codes).to(memory_format=torch.channels_last)
+    held = {"state1": codes, "absmax1": torch.from_numpy(q.absmax),
+            "qmap1": torch.from_numpy(lowbit.SIGNED.copy())}
+    sd = {"state": {0: {"step": 1, "__bnb_optimizer_quant_state__": held}},
+          "param_groups": [{"lr": 0.1, "momentum": 0.9, "params": [0]}]}
+    lion = tt.Lion([p], lr=0.1)
+    lion.load_state_dict(sd)
+    assert lion.state[p]["exp_avg"].contiguous().numpy().tobytes() == \
+        lowbit.dequantize(q).tobytes()
+    p = _params()[0]  # contiguous: SGD's codes load as they are
+    m = torch.randn(p.shape)
+    q = lowbit.quantize(m.numpy(), lowbit.SIGNED)
+    held.update(state1=torch.from_numpy(q.codes), absmax1=torch.from_numpy(q.absmax))
+    sgd = tt.SGD([p], lr=0.1, momentum=0.9, state_dtype="int8")
+    with pytest.raises(ValueError, match="convention='pytorch'"):
+        sgd.load_state_dict(sd)
+    sgd = tt.SGD([p], lr=0.1, momentum=0.9, state_dtype="int8", convention="pytorch")
+    sgd.load_state_dict(sd)
+    assert torch.equal(sgd.state[p]["momentum_buffer_codes"], held["state1"])
+    held.update(state1=m)  # a float32 momentum (a small tensor's) is scaled
+    del held["absmax1"], held["qmap1"]
+    sgd = tt.SGD([p], lr=0.1, momentum=0.9)
+    sgd.load_state_dict(sd)
+    assert torch.equal(sgd.state[p]["mom"], m * -0.1)
+
+
+@pytest.mark.parametrize("state_dtype", [None, "bfloat16", "int8"])
+def test_an_empty_parameter_steps(state_dtype):
+    p = torch.nn.Parameter(torch.randn(0))
+    opt = tt.Adam([p], lr=0.01, state_dtype=state_dtype)
+    for _ in range(2):
+        p.grad = torch.zeros(0)
+        opt.step()
+    assert sorted(opt.state[p]) == ["exp_avg", "exp_avg_sq", "step"]
+
+
+def test_odd_saved_states_are_refused():
+    params = _params()[:1]
+    opt = tt.Adam(params, lr=0.01, state_dtype="int8")
+    _train(opt, params, 2)
+    sd = opt.state_dict()
+    sd["state"][0]["step"] = torch.tensor(1.5)
+    with pytest.raises(ValueError, match="step"):
+        opt.load_state_dict(sd)
+    sd = opt.state_dict()
+    sd["state"][0]["exp_avg"] = torch.zeros(64, 128)
+    with pytest.raises(ValueError, match="holds both 'exp_avg' and 'exp_avg_codes'"):
+        opt.load_state_dict(sd)
+    half = torch.nn.Parameter(torch.randn(64, 80).half())
+    opt = tt.Adam([half], lr=0.01, state_dtype="int8", multi_precision=True)
+    half.grad = torch.randn(64, 80).half()
+    with pytest.raises(NotImplementedError, match="^parameter 0: "):
+        opt.step()

@@ -110,8 +110,9 @@ class Checkpoints:
                     entry["step"] = int(counts[index])
                 if p in self._bindings:
                     entry.update(dict.items(self.state[p]))  # not the step it shows
-                    entry.update(held.maps(self._held_slots(
-                        inner, self._bindings[p].toolkit_state, p)))
+                    binding = self._bindings[p]
+                    entry.update(held.saved_extras(self._held_slots(
+                        inner, binding.toolkit_state, p), binding.perm))
                 if entry:
                     state[index] = crossing.for_torch(klass, group, entry, host_data, index)
                 ids.append(index)
@@ -225,7 +226,8 @@ class Checkpoints:
                 if isinstance(entry, dict) and "step" in entry:
                     t = entry["step"]
                     if isinstance(t, torch.Tensor) and t.numel() == 1:
-                        t = int(t.item())
+                        t = t.item()  # torch's float32 step: a whole number, else refused
+                        t = int(t) if isinstance(t, float) and t.is_integer() else t
                     if not isinstance(t, numbers.Integral) or isinstance(t, bool) or \
                             not self._begin < t <= num_update:
                         _fail(f"parameter {k}'s step {t!r} must be an int in "
@@ -259,8 +261,8 @@ class Checkpoints:
                 continue
             try:
                 toolkit_state, named = self._new_state(index, p, inner)
-            except (TypeError, ValueError) as e:
-                _fail(f"parameter {k}: {e}")
+            except (TypeError, ValueError, NotImplementedError) as e:
+                _fail(f"parameter {k}: {e}", type(e))
             # a float32 master copy follows the parameter's dtype now (after model.half() with
             # multi_precision, or back to float32): made from the weight, or dropped
             if "weight32" in named and "weight32" not in arrays:

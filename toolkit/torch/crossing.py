@@ -195,9 +195,10 @@ def from_torch(opt, sd):
             raise ValueError(f"{where}: it holds state for parameter {k!r} that no param "
                              "group holds")
         gi, options = group_of[k]
-        moments = slot_names(klass, options.get("convention"))
+        moments = slot_names(klass, "pytorch")  # (bitsandbytes keeps torch's quantities)
         entry = from_bitsandbytes([moments.get(s, s) for s in spec_of(klass).moments], entry,
-                                  f"{where}: parameter {k}")
+                                  f"parameter {k}",
+                                  _scaled(klass, options.get("convention")))
         out = {}
         for key, value in entry.items():
             if key == "step":

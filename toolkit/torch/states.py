@@ -34,11 +34,13 @@ def _written_step(value, index, inner):
     return begin + t if t else None
 
 
-def _used(named):
-    """The ``(name, array)`` pairs of the slots a weight uses: a slot of no elements (Adafactor
-    keeps ``variance`` empty for a matrix, ``row_var`` and ``col_var`` for a vector) is not
-    shown, as torch's namesake keeps no entry for it. An int8 slot (``lowbit.Quantized``) is
-    never empty (it holds 4096 elements or more)."""
+def _used(named, weight):
+    """The ``(name, array)`` pairs of the slots ``weight`` uses: a slot of no elements
+    (Adafactor keeps ``variance`` empty for a matrix, ``row_var`` and ``col_var`` for a vector)
+    is not shown, as torch's namesake keeps no entry for it; every slot of an empty weight is.
+    An int8 slot (``lowbit.Quantized``) is never empty (it holds 4096 elements or more)."""
+    if 0 in tuple(weight.shape):
+        return list(named)
     return [(n, a) for n, a in named
             if type(a) is lowbit.Quantized or a.size != 0 or len(a.shape) != 1]
 
@@ -133,10 +135,17 @@ class ParameterStates:
         entry = self.state.get(p)
         verdict = FRESH if binding is None else binding.check(p, entry, m.perm, where)
         if verdict is FRESH or verdict is REBIND:
-            toolkit_state, named = self._new_state(m.index, p, inner)
+            try:
+                toolkit_state, named = self._new_state(m.index, p, inner)
+            except (TypeError, ValueError, NotImplementedError) as e:
+                raise type(e)(f"{where}: {e}") from None
             values = check_entry(entry, named, where) if entry else None
-            if entry:  # an int8 slot's map that came with its codes: checked, then taken
-                held.check_maps(self._held_slots(inner, toolkit_state, p), entry, where)
+            slots = self._held_slots(inner, toolkit_state, p) if entry else ()
+            if slots:  # int8 codes whose blocks were cut in another order are requantized; a
+                # map that came with them (ZeroRedundancyOptimizer's load) is checked, then taken
+                held.check_maps(slots, entry, where)
+                values = held.loaded(slots, dict(entry.items()), p, False, where, own_maps=True)
+                values = {n: values[n] for n in named}
             m.new_state = (toolkit_state, named, values)
         elif any(k.endswith(held.QMAP) for k in entry):  # a map written beside the bound codes
             held.check_maps(self._held_slots(inner, binding.toolkit_state, p), entry, where)
@@ -154,7 +163,7 @@ class ParameterStates:
         # the user's own keys in the entry (or in ``values``) stay, as torch.optim keeps them;
         # no step reads them
         own = {}
-        maps = held.map_keys(named)  # (taken with the codes: not the user's)
+        maps = held.extra_keys(named)  # (taken with the codes: not the user's)
         for source in (self.state.get(p), values):
             if source:
                 own.update((k, v) for k, v in source.items()
@@ -192,7 +201,8 @@ class ParameterStates:
             inner_state = inner.create_state(index, master.numpy())
             names = self._names(inner, inner_state)
             named = {"weight32": master}
-            named.update(held.tensors(dict(_used(zip(names, inner.state_arrays(inner_state))))))
+            named.update(held.tensors(dict(_used(zip(names, inner.state_arrays(inner_state)),
+                                                 master.numpy()))))
             named = {n: unordered(a, perm) if a.shape == w.shape else a
                      for n, a in named.items()}
             return ("bfloat16", master.numpy(), inner_state), named
@@ -221,7 +231,7 @@ class ParameterStates:
         if inner.uses_master(w):
             master, state = inner.split_master(state)
             out["weight32"] = master
-        out.update(_used(zip(self._names(inner, state), inner.state_arrays(state))))
+        out.update(_used(zip(self._names(inner, state), inner.state_arrays(state)), w))
         return out
 
     def _held_slots(self, inner, toolkit_state, p):
