@@ -275,3 +275,20 @@ def test_small_device_weights_keep_default_states_and_float16_is_refused():
     with pytest.raises(TypeError, match="float32 and float64"):
         optimizer.create("adam", state_dtype="bfloat16").create_state(
             0, cuda.to_device(np.ones(300, np.float16)))
+
+
+def test_float32_states_of_a_float64_device_weight():
+    """``state_dtype="float32"`` on CUDA: float32 device arrays, stepped by the plain kernel
+    (stored rounded to float32) as the CPU's held step."""
+    w0 = np.linspace(-1, 1, 600).reshape(20, 30)
+    g = np.full(w0.shape, 0.3)
+    host, dev = (optimizer.create("adam", learning_rate=1e-3, state_dtype="float32")
+                 for _ in range(2))
+    w, wd = w0.copy(), cuda.to_device(w0)
+    s, sd = host.create_state(0, w), dev.create_state(0, wd)
+    assert all(arrays.is_device_array(b) and b.dtype == np.float32 for b in sd)
+    host.update(0, w, g, s)
+    dev.update(0, wd, cuda.to_device(g), sd)
+    if SIMULATOR:
+        assert _same(wd.copy_to_host(), w)
+        assert all(_same(b.copy_to_host(), a) for a, b in zip(s, sd))
