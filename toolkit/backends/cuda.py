@@ -35,6 +35,7 @@ from .cuda_noise import run_noise, run_noise_segmented
 from .cuda_reduce import (DIRECTION_THREADS, REDUCE_BLOCKS, REDUCE_THREADS, direction_kernel,
                           direction_norms, lars_norms, run_direction, run_norms)
 from .cuda_segmented import CHUNK, TableUpload, chunk_table, run_segmented, segmented_kernel
+from .lowbit import Quantized
 
 __all__ = ["SIMULATOR", "COMPILE_OPTIONS", "THREADS", "Launcher", "elementwise_kernel",
            "launch_config", "device_of", "resolve_stream", "zeros", "convert_into", "to_host",
@@ -54,8 +55,10 @@ def zeros(like: ArrayDesc, dtype, shape=None):
     """A zero-filled numba device array with ``like``'s shape and memory order (or ``shape``,
     C order). Allocation time, not step time: the fill is waited for, so no later stream can
     see it unfinished."""
-    out = cuda.device_array(like.shape if shape is None else shape, np.dtype(dtype),
-                            order=like.order if shape is None else "C")
+    shape, order = (like.shape, like.order) if shape is None else (shape, "C")
+    if np.dtype(dtype) not in NUMBA_TYPES:  # a held state's codes or bits (uint8, uint16)
+        return cuda.to_device(np.zeros(shape, dtype, order=order))
+    out = cuda.device_array(shape, np.dtype(dtype), order=order)
     d = arrays.describe(out)
     run(rules.fill_rule, d, d, (), rules.FillRow(value=0.0), stream=0)
     cuda.synchronize()
@@ -176,11 +179,32 @@ class Launcher:
         """The float16 twin to write when ``w`` is the step's master weight, else None."""
         return self.mirror if (self.mirror is not None and w.ptr == self.weight.ptr) else None
 
-    def run_rule(self, factory, weight, grad, states, hyper):
+    def run_rule(self, factory, weight, grad, states, hyper, key=None):
+        """Run a per-element rule over ``weight``, ``grad`` and ``states`` in place; states
+        held in another precision (``state_dtype``: bfloat16 bits in uint16 arrays, int8
+        ``Quantized`` slots) through ``toolkit.backends.cuda_lowbit``, bfloat16 ones rounded
+        stochastically with ``key`` where one is given."""
         w = self._describe(weight, "weight")
-        self.in_device(self._run_rule, factory, w, self._describe(grad, "grad"),
-                        tuple(self._describe(s, "state") for s in states), hyper,
-                        mirror=self._mirror_for(w))
+        g = self._describe(grad, "grad")
+        if any(type(s) is Quantized for s in states):
+            self.in_device(self._run_held, factory, w, g, states, hyper, key)
+            return
+        descs = tuple(self._describe(s, "state") for s in states)
+        if any(d.dtype == np.uint16 for d in descs):
+            self.in_device(self._run_held, factory, w, g, states, hyper, key)
+            return
+        self.in_device(self._run_rule, factory, w, g, descs, hyper, mirror=self._mirror_for(w))
+
+    def _run_held(self, factory, w, g, states, hyper, key):
+        """Held states (``cuda_lowbit.run_held``) over flat views in the weight's memory order."""
+        if self.rows is not None or self._mirror_for(w) is not None:
+            raise NotImplementedError("held states (state_dtype) step dense gradients without "
+                                      "a float16 twin on CUDA")
+        from . import cuda_lowbit
+        held = tuple(s.replace(codes=flat(self._describe(s.codes, "state codes")))
+                     if type(s) is Quantized else flat(self._describe(s, "state"))
+                     for s in states)
+        cuda_lowbit.run_held(factory, flat(w), flat(g), held, hyper, key, stream=self.stream)
 
     def _run_rule(self, factory, w, g, states, hyper, mirror):
         if self.rows is not None and self.rows.shape[0] == 0:

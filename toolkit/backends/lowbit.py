@@ -29,7 +29,7 @@ import numpy as np
 __all__ = ["BLOCK", "BFLOAT16", "SIGNED", "UNSIGNED", "Quantized", "Encoder", "blocks_of",
            "midpoints", "quantize", "dequantize", "to_bfloat16", "encoder", "encode", "packed",
            "encode_packed", "PACKED_CELLS", "NAN_CELL",
-           "rounding_bits", "bfloat16_stochastic"]
+           "rounding_bits", "bfloat16_stochastic", "mix"]
 
 #: elements per block of an 8-bit slot (bitsandbytes' 8-bit optimizers' block size)
 BLOCK = 256
@@ -368,12 +368,19 @@ def encode(s, enc):
 # ------------------------------------------------------------------------------------------
 # Stochastic rounding to bfloat16
 # ------------------------------------------------------------------------------------------
-def _mix(x):
-    """SplitMix64's finaliser on a uint64 array (wrapping), as toolkit.backends.noise mixes."""
-    x = x + np.uint64(0x9E3779B97F4A7C15)
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
+_GAMMA = np.uint64(0x9E3779B97F4A7C15)
+_C1, _C2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+
+
+def mix(x):
+    """SplitMix64's finaliser on uint64 (an array or a scalar, wrapping), as
+    toolkit.backends.noise mixes; plain enough for a CUDA device function
+    (``toolkit.backends.cuda_lowbit`` compiles it)."""
+    x = x + _GAMMA
+    x = (x ^ (x >> _S30)) * _C1
+    x = (x ^ (x >> _S27)) * _C2
+    return x ^ (x >> _S31)
 
 
 def rounding_bits(key, n, slot):
@@ -383,7 +390,7 @@ def rounding_bits(key, n, slot):
     step)``), so that every backend rounds alike."""
     i = np.arange(n, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        h = _mix(np.uint64(int(key) & 0xFFFFFFFFFFFFFFFF) + i)
+        h = mix(np.uint64(int(key) & 0xFFFFFFFFFFFFFFFF) + i)
     return ((h >> np.uint64(16 * int(slot))) & np.uint64(0xFFFF)).astype(np.uint32)
 
 

@@ -19,8 +19,10 @@ in float64: nothing low-precision counts steps.
 A held slot enters the step as the float32 value it stands for (exactly) and is held again from
 the step's new value; ``reference.lowbit`` defines this, and the kernels
 (``toolkit.backends.cpu_lowbit``) are checked against it code for code. The CPU backend and the
-reference backend run it, and the Trainer on the CPU (``toolkit.trainer.held``); the CUDA
-backend, row-sparse gradients and float16 weights refuse it (a clear error before anything is
+reference backend run it, the CUDA backend on numba device arrays (``cuda_lowbit``: a bfloat16
+slot is a uint16 device array of its bits, an int8 one a ``Quantized`` of device arrays, made
+on the weight's device), and the Trainer on the CPU (``toolkit.trainer.held``); other CUDA
+arrays, row-sparse gradients and float16 weights refuse it (a clear error before anything is
 written).
 
 ``Optimizer`` derives from :class:`HeldStates`.
@@ -45,17 +47,31 @@ INT8_MIN_SIZE = 4096
 _WEIGHT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-def _check_weight_holds(kind, weight, numpy):
-    """Refuse a weight whose moments ``state_dtype=kind`` cannot hold (``numpy``: whether it
-    is a numpy array)."""
-    if not numpy:
-        raise TypeError(f"state_dtype={kind!r} holds the states of numpy weights on the CPU; "
-                        f"the weight is a {type(weight).__name__} (CUDA has no such kernels "
-                        "yet)")
+def _side(weight):
+    """Where ``weight`` (an array, or an ``ArrayDesc``) lives for a held state: "host" (numpy,
+    or anything that is not a CUDA array), "cuda" (a numba device array) or the library of
+    another CUDA array."""
+    d = weight if isinstance(weight, arrays.ArrayDesc) else None
+    if d is None and arrays.is_device_array(weight):
+        d = arrays.describe(weight)
+    if d is None or d.kind == arrays.HOST:
+        return "host"
+    return "cuda" if d.library == "numba" else d.library
+
+
+def _check_weight_holds(kind, weight):
+    """Refuse a weight whose moments ``state_dtype=kind`` cannot hold."""
+    side = _side(weight)
+    if side not in ("host", "cuda"):
+        raise TypeError(f"state_dtype={kind!r} holds the states of numpy weights and of numba "
+                        f"CUDA device arrays; the weight is a CUDA array of {side} (on CUDA, "
+                        "held states step numba device arrays through toolkit.optimizer's "
+                        "update; toolkit.torch and the Trainer hold them on the CPU only)")
     if np.dtype(weight.dtype) not in _WEIGHT_DTYPES:
         raise TypeError(f"state_dtype={kind!r} steps float32 and float64 weights; the weight "
                         f"is {np.dtype(weight.dtype)} (for float16 weights use "
                         "multi_precision=True without state_dtype)")
+    return side
 
 
 def _lowbit():
@@ -81,8 +97,8 @@ class HeldSlot(Slot):
         return hash((self.name, self.shape, self.signed, "int8"))
 
     def check(self, q, w):
-        """``q`` against this template and the described weight ``w`` (numpy, C order); the
-        descriptions of its two arrays."""
+        """``q`` against this template and the described weight ``w`` (numpy or a numba
+        device array, C order); the descriptions of its two arrays."""
         lowbit = _lowbit()
         if type(q) is not lowbit.Quantized:
             raise TypeError(f"{self.label} must be a toolkit.backends.lowbit.Quantized (codes, "
@@ -96,12 +112,14 @@ class HeldSlot(Slot):
                              f"{'signed' if self.signed else 'unsigned'} dynamic map "
                              "(toolkit.backends.lowbit."
                              f"{'SIGNED' if self.signed else 'UNSIGNED'})")
-        if w.library != "numpy" or not w.c_contiguous:
-            raise ValueError(f"{self.label}: int8 states step numpy weights in C order (blocks "
-                             "are cut from the C-ordered elements)")
+        if _side(w) not in ("host", "cuda") or not w.c_contiguous:
+            raise ValueError(f"{self.label}: int8 states step numpy weights and numba CUDA "
+                             "device arrays in C order (blocks are cut from the C-ordered "
+                             "elements)")
         codes = arrays.describe(q.codes, f"{self.label}.codes")
         arrays.check_state_array(f"{self.label}.codes", codes, self.shape, np.uint8, w)
         scales = arrays.describe(q.absmax, f"{self.label}.absmax")
+        arrays.check_same_kind(f"{self.label}.absmax", scales, w)
         n_blocks = lowbit.blocks_of(int(np.prod(self.shape, dtype=np.int64)))
         if scales.shape != (n_blocks,) or scales.dtype != np.float32:
             raise ValueError(f"{self.label}.absmax must be float32 of shape ({n_blocks},), one "
@@ -167,30 +185,36 @@ class HeldStates:
 
     def _make_slot(self, name, weight):
         kind = self.held_dtype(name, weight)
-        if kind is not None:
-            _check_weight_holds(kind, weight, getattr(weight, "library", "numpy") == "numpy")
+        side = None if kind is None else _check_weight_holds(kind, weight)
         if kind == "int8":
             return HeldSlot(name, weight.shape, self.moment_signs()[name])
         if kind == "float32":
             return Slot(name, weight.shape, np.float32)
-        if kind == "bfloat16":
-            return Slot(name, weight.shape, _lowbit().BFLOAT16)
+        if kind == "bfloat16":  # on CUDA, its bits in a uint16 array
+            return Slot(name, weight.shape, np.uint16 if side == "cuda" else
+                        _lowbit().BFLOAT16)
         return Slot(name, *self._slot_template(name, weight))
 
     def _held_slot(self, name, weight, plain):
-        """The slot ``name`` made from its default-rule array ``plain`` (its initial values)."""
+        """The slot ``name`` made from its default-rule array ``plain`` (its initial values);
+        on CUDA made on the host and copied to the weight's device."""
         kind = self.held_dtype(name, weight)
         if kind is None:
             return plain
-        _check_weight_holds(kind, weight, type(weight) is np.ndarray)
+        side = _check_weight_holds(kind, weight)
         lowbit = _lowbit()
-        values = np.asarray(plain, np.float32)
+        values = np.asarray(arrays.to_host(plain) if side == "cuda" else plain, np.float32)
         if kind == "int8":
-            return lowbit.quantize(values, lowbit.SIGNED if self.moment_signs()[name]
-                                   else lowbit.UNSIGNED)
-        if kind == "bfloat16":
-            return lowbit.to_bfloat16(values)
-        return values.copy()
+            q = lowbit.quantize(values, lowbit.SIGNED if self.moment_signs()[name]
+                                else lowbit.UNSIGNED)
+            if side == "cuda":
+                q = q.replace(codes=_on_device(q.codes, plain),
+                              absmax=_on_device(q.absmax, weight))
+            return q
+        held = lowbit.to_bfloat16(values) if kind == "bfloat16" else values.copy()
+        if side == "cuda":
+            return _on_device(held.view(np.uint16) if kind == "bfloat16" else held, plain)
+        return held
 
     def slot_values(self, state_array):
         """The float64 values a state array (held or not) stands for, exactly."""
@@ -214,6 +238,16 @@ class HeldStates:
                 lowbit.bfloat16_stochastic(x, key, slot).view(lowbit.BFLOAT16).reshape(x.shape)
         else:  # float32 or the weight's dtype: one rounding, as numpy's assignment makes
             state_array[...] = values
+
+
+def _on_device(host, like):
+    """A copy of the numpy array ``host`` on ``like``'s device, in ``like``'s memory order
+    where the shapes agree (a state slot), else C order."""
+    shape = host.shape
+    out = arrays.zeros_like(like, host.dtype) if tuple(like.shape) == shape else \
+        arrays.zeros(shape, host.dtype, like)
+    arrays.copy_from_host(out, host)
+    return out
 
 
 def held_optimizers():
