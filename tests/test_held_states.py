@@ -285,25 +285,6 @@ def test_a_0d_weight_holds_its_moments_in_bfloat16():
         assert all(worst <= 1.0 for worst, _, _ in errors.values()), errors
 
 
-def test_toolkit_torch_refuses_held_states_before_any_state():
-    """toolkit.torch does not hold states low yet: a constructor keyword, a new param group and
-    a group's option changed later are each refused, the parameters untouched."""
-    torch = pytest.importorskip("torch", reason="torch not installed")
-    import toolkit.torch as tt
-    m = torch.nn.Linear(70, 70)
-    with pytest.raises(NotImplementedError, match="toolkit.torch does not hold states"):
-        tt.Adam(m.parameters(), state_dtype="int8")
-    opt = tt.Adam([m.weight])
-    with pytest.raises(NotImplementedError, match="toolkit.torch does not hold states"):
-        opt.add_param_group({"params": [m.bias], "state_dtype": "bfloat16"})
-    opt.param_groups[0]["state_dtype"] = "bfloat16"
-    m(torch.randn(3, 70)).sum().backward()
-    before = m.weight.detach().clone()
-    with pytest.raises(NotImplementedError, match="toolkit.torch does not hold states"):
-        opt.step()
-    assert torch.equal(m.weight, before) and not opt.state
-
-
 def test_copied_and_pickled_int8_states_step_as_the_originals():
     """``copy.deepcopy`` and pickle of an int8 state (a user's checkpoint): independent arrays,
     the map the module's own object, and the next step the same as the original's."""

@@ -23,7 +23,7 @@ from toolkit.backends import lowbit  # noqa: E402
 
 #: (registry name, MXNet keywords, state_dtype, state_rounding): each optimizer held in the
 #: kernels' three forms at least once
-CASES = [
+CASES = [  # checked against the registry by test_cases_name_optimizers_with_moments
     ("adam", dict(learning_rate=0.01, wd=0.01), "int8", "nearest"),
     ("adam", dict(learning_rate=0.01), "bfloat16", "stochastic"),
     ("adamw", dict(learning_rate=0.01, wd=0.1, convention="pytorch"), "bfloat16", "nearest"),
@@ -68,6 +68,11 @@ def _saved(sd):
     torch.save(sd, buf)
     buf.seek(0)
     return torch.load(buf, weights_only=True)
+
+
+def test_cases_name_optimizers_with_moments():
+    from toolkit.optimizers.held import held_optimizers
+    assert {c[0] for c in CASES} <= set(held_optimizers())
 
 
 @pytest.mark.parametrize("name,kw,state_dtype,rounding", CASES,
