@@ -355,6 +355,70 @@ def test_conformance_doc_holds_the_recorded_audit():
     assert doc.index("## Findings") < doc.index(BEGIN)
 
 
+def _drawn_case_of(row, fixed, seed, examples):
+    """Where the current code draws the worst case a recorded row names (its hyperparameters,
+    weight and gradients up to its step; a held case's hyperparameters only), as verify draws
+    for it: ``("full" | "usual", k)`` of ``seed``, ``("held", k)``, or ``("candidate", domain,
+    k)`` of the discriminating cases' candidates (:data:`discriminating.SEARCH_SEED`); None
+    where it draws it nowhere. Cases only: no framework runs."""
+    from toolkit.oracle import cases as _cases, discriminating, held
+    from toolkit.optimizers.registry import spec_of
+    c, name = row["case"], row["optimizer"]
+    dt = np.dtype(row["dtype"])
+    klass = _cases.optimizer_class(name)
+    keys = ("hyperparameters",) if c["weight0"] is None else ("hyperparameters", "weight0",
+                                                                 "grads")
+    want = {k: c[k] for k in keys}
+
+    def named(case):
+        got = json.loads(json.dumps(_cases.case_dict(case, c["step"])))
+        return {k: got[k] for k in keys} == want
+
+    domains = ["full"] + (["usual"] if spec_of(name).usual else [])
+    draws = [(d, seed, n) for d, n in zip(domains, (examples, max(1, examples // 2)))]
+    draws += [(d, discriminating.SEARCH_SEED, max(discriminating.BUDGET,
+                                                  discriminating.CONCRETE_BUDGET))
+              for d in domains]
+    for domain, s, n in draws:
+        hyper_space = space.hyper_space(name, fixed, domain)
+        for k in range(n):
+            case = _cases.draw(name, hyper_space, dt, _cases.RANGES[dt.name], s, domain, k,
+                               lambda hyper: _cases.constructible(klass, hyper))
+            if case is not None and named(case):
+                return (domain, k) if s == seed else ("candidate", domain, k)
+        if domain == "full" and s == seed and c["weight0"] is None:
+            for k, case in enumerate(held.cases(name, dt, fixed)):
+                if named(case):
+                    return ("held", k)
+    return None
+
+
+def test_every_recorded_worst_case_is_drawn_by_the_current_code():
+    """A row of docs/conformance.json recorded from other code than the committed one (cases
+    drawn otherwise: Muon's case_size, a space's bounds) names a worst case the current code
+    does not draw for it at the recorded seed: it fails here, without running a framework
+    (the Muon rows of 2454d33 were recorded from a tree before that commit's case_size=36)."""
+    recorded = json.loads((ROOT / "docs" / "conformance.json").read_text(encoding="utf-8"))
+    seed, examples = recorded["seed"], recorded["examples"]
+    rows = [r for r in recorded["rows"] if r["case"] and not r["failure"]]
+    assert rows
+    adapters, checked, missing = {}, 0, []
+    for r in rows:
+        if r["framework"] not in adapters:  # a framework not installed here: its rows unchecked
+            fw = frameworks.get(r["framework"])
+            adapters[r["framework"]] = (
+                {a.label: a for a in fw.adapters()} if fw.available() else None)
+        if adapters[r["framework"]] is None:
+            continue
+        fixed = dict(adapters[r["framework"]][r["label"]].fixed)
+        checked += 1
+        if _drawn_case_of(r, fixed, seed, examples) is None:
+            missing.append(f"{r['label']} {r['dtype']}")
+    assert not missing, f"recorded worst cases the current code does not draw: {missing}"
+    if HAVE_TORCH and HAVE_OPTAX:
+        assert checked >= 30
+
+
 # --------------------------------------------------------------------------------------------
 # torch.optim (CI installs torch==2.13.0)
 # --------------------------------------------------------------------------------------------
