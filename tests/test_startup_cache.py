@@ -71,3 +71,49 @@ def test_serial_and_parallel_kernels_are_cached_apart(first_process):
     assert any(".serial" in n for n in names) and any(".parallel" in n for n in names), names
     shared = [n for n in names if "loop" in n and ".serial" not in n and ".parallel" not in n]
     assert shared == [], shared
+
+
+RULES_SCRIPT = """
+import hashlib
+import numpy as np
+from numba.core.serialize import dumps
+from toolkit import optimizer
+from toolkit.backends import cpu, jit, launches
+out = []
+for name in ("adam", "sgd", "ftrl", "rmsprop", "nadam"):
+    opt = optimizer.create(name)
+    w = np.ones(4, np.float32)
+    for c in launches.collect(opt.planned_step(0, w, np.ones(4, np.float32),
+                                               opt.create_state(0, w)), cpu.LAUNCHER):
+        out.append(hashlib.sha256(dumps(jit.inlined(c.factory(np.float32)))).hexdigest())
+print(out)
+"""
+
+
+def test_a_rule_pickles_alike_however_its_module_was_loaded(tmp_path):
+    """numba's cache key of a kernel holds the pickled rule it closes over. A rule pickles
+    alike whether the toolkit was imported from source, from a .pyc, or through pytest's
+    assertion rewriting (a pickle of a function writes its file name once where the module's
+    ``__file__`` and the code's ``co_filename`` are one object, twice where they are two equal
+    ones): else each way of loading compiled every kernel again, and a subprocess of the test
+    suite reused none of the kernels its pytest process had compiled."""
+    def run(**env):
+        e = dict(os.environ, **env)
+        e.pop("NUMBA_ENABLE_CUDASIM", None)
+        out = subprocess.run([sys.executable, "-c", RULES_SCRIPT], env=e, capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+    source = run(PYTHONDONTWRITEBYTECODE="1")
+    pycache = str(tmp_path / "pyc")
+    run(PYTHONDONTWRITEBYTECODE="", PYTHONPYCACHEPREFIX=pycache)       # writes the .pyc files
+    assert any((tmp_path / "pyc").rglob("jit*.pyc"))
+    from_pyc = run(PYTHONDONTWRITEBYTECODE="", PYTHONPYCACHEPREFIX=pycache)
+    assert source.count(",") >= 4 and source == from_pyc
+    ns = {}
+    from contextlib import redirect_stdout
+    from io import StringIO
+    buf = StringIO()
+    with redirect_stdout(buf):
+        exec(RULES_SCRIPT, ns)                                 # this (pytest) process
+    assert buf.getvalue() == source

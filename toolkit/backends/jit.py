@@ -133,8 +133,22 @@ def by_value(fn):
     """A copy of module-level function ``fn`` that is not the object its module exports, so
     that a kernel closing over it is cached under its code (pickled by value) rather than its
     name: a changed ``fn`` then changes the cache key instead of loading a stale kernel."""
-    return pytypes.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__,
-                                fn.__closure__)
+    return pytypes.FunctionType(_filed(fn.__code__, fn.__globals__), fn.__globals__, fn.__name__,
+                                fn.__defaults__, fn.__closure__)
+
+
+def _filed(code, globals_):
+    """``code`` (and the code objects nested in it) naming its file by the module's own
+    ``__file__`` object: a function pickled by value carries both strings, and the pickle writes
+    them once where they are one object, twice where they are two equal ones. Which it is depends
+    on how the module was loaded (from source, from a .pyc, or rewritten by pytest's assertion
+    hook), so without this each loading gave a kernel another cache key and compiled it again."""
+    file = globals_.get("__file__")
+    if not isinstance(file, str) or code.co_filename != file:
+        return code
+    consts = tuple(_filed(c, globals_) if isinstance(c, pytypes.CodeType) else c
+                   for c in code.co_consts)
+    return code.replace(co_filename=file, co_consts=consts)
 
 
 def inlined(fn):
@@ -145,6 +159,7 @@ def inlined(fn):
     carries a per-process id), which made every process recompile every kernel and add files
     to the cache. The key also changes when a rule's code changes, so a stale kernel is never
     loaded."""
+    fn.__code__ = _filed(fn.__code__, fn.__globals__)
     return register_jitable(inline="always")(fn)
 
 
