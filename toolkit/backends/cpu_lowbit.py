@@ -26,7 +26,7 @@ from . import jit
 from .bfloat16 import bfloat16_to_single
 from .jit import KERNELS, NUMBA_TYPES, by_value, cached, call_readonly, compile_kernel, inlined
 from .lowbit import BFLOAT16, BLOCK, LOW_BITS, ONE_BITS, SIGNED, UNSIGNED, Quantized, \
-    NAN_CELL, PACKED_CELLS, blocks_of, packed
+    NAN_CELL, PACKED_CELLS, blocks_of, map_kind, packed
 
 __all__ = ["run_held", "held_kernel", "slot_kind", "encode_kernel", "CHUNK_BLOCKS"]
 
@@ -97,12 +97,7 @@ def slot_kind(slot, dtype):
     float32 slot of a float64 weight), "signed" or "unsigned" (8-bit, by the identity of its
     map); a ValueError for anything else."""
     if isinstance(slot, Quantized):
-        if slot.qmap is SIGNED:
-            return "signed"
-        if slot.qmap is UNSIGNED:
-            return "unsigned"
-        raise ValueError("a Quantized slot's qmap must be toolkit.backends.lowbit.SIGNED or "
-                         "UNSIGNED (the map object itself)")
+        return map_kind(slot)
     if type(slot) is np.ndarray:
         if slot.dtype == dtype:
             return "plain"

@@ -33,7 +33,7 @@ from . import arrays
 from .bfloat16 import bfloat16_to_single, single_to_bfloat16
 from .cuda_device import COMPILE_OPTIONS, NUMBA_TYPES, SIMULATOR, block_cap, flat, launch
 from .cuda_elementwise import device_rule
-from .lowbit import BLOCK, SIGNED, UNSIGNED, Quantized, blocks_of, midpoints, mix
+from .lowbit import BLOCK, SIGNED, UNSIGNED, Quantized, blocks_of, map_kind, midpoints, mix
 
 __all__ = ["run_held", "held_kernel", "device_kind", "code_tables"]
 
@@ -280,12 +280,7 @@ def device_kind(slot, dtype):
     float32 slot of a float64 weight), "bfloat16" (uint16 bits), "signed" or "unsigned"
     (8-bit, by the identity of its map); a ValueError for anything else."""
     if type(slot) is Quantized:
-        if slot.qmap is SIGNED:
-            return "signed"
-        if slot.qmap is UNSIGNED:
-            return "unsigned"
-        raise ValueError("a Quantized slot's qmap must be toolkit.backends.lowbit.SIGNED or "
-                         "UNSIGNED (the map object itself)")
+        return map_kind(slot)
     d = arrays.describe(slot, "state slot") if arrays.is_device_array(slot) else None
     if d is not None:
         if d.dtype == dtype:

@@ -29,7 +29,7 @@ import numpy as np
 __all__ = ["BLOCK", "BFLOAT16", "SIGNED", "UNSIGNED", "Quantized", "Encoder", "blocks_of",
            "midpoints", "quantize", "dequantize", "to_bfloat16", "encoder", "encode", "packed",
            "encode_packed", "PACKED_CELLS", "NAN_CELL",
-           "rounding_bits", "bfloat16_stochastic", "mix"]
+           "rounding_bits", "bfloat16_stochastic", "mix", "map_kind"]
 
 #: elements per block of an 8-bit slot (bitsandbytes' 8-bit optimizers' block size)
 BLOCK = 256
@@ -186,6 +186,18 @@ def midpoints(qmap):
     """``(qmap[k] + qmap[k+1]) / 2`` in float32: the 255 thresholds between the codes."""
     q = np.asarray(qmap, np.float32)
     return (q[:-1] + q[1:]) / np.float32(2)
+
+
+def map_kind(q):
+    """"signed" or "unsigned": the kind of a :class:`Quantized` slot, by the identity of its map
+    (the kernels' tables are built for :data:`SIGNED` and :data:`UNSIGNED` themselves); a
+    ValueError for any other map."""
+    if q.qmap is SIGNED:
+        return "signed"
+    if q.qmap is UNSIGNED:
+        return "unsigned"
+    raise ValueError("a Quantized slot's qmap must be toolkit.backends.lowbit.SIGNED or "
+                     "UNSIGNED (the map object itself)")
 
 
 def quantize(x, qmap):
