@@ -312,6 +312,68 @@ def test_a_read_only_gradient_is_taken():
     assert _same(w, want_w) and _same(held[0].codes, want[0].codes)
 
 
+def _step_case(rng, n, kinds, signs, dtype):
+    w = (rng.standard_normal(n) * 10.0 ** rng.uniform(-3, 3, n)).astype(dtype)
+    held = _slots(rng, n, kinds, signs)
+    return w, _grad(rng, n, dtype), [h if k != "plain" else h.astype(dtype)
+                                     for h, k in zip(held, kinds)]
+
+
+def _copy_slot(h):
+    return h.replace(codes=h.codes.copy(), absmax=h.absmax.copy()) \
+        if isinstance(h, lowbit.Quantized) else h.copy()
+
+
+def test_many_steps_in_one_call_equal_each_alone():
+    """``run_held_many``: steps of many sizes (an empty one, short blocks, a parallel one,
+    several whose sum alone passes the parallel threshold), of two slot kinds and two
+    rounding keys, each with its own row, equal each step run alone bit for bit and code for
+    code; one kernel call per distinct (kinds, dtype, row length, rounding)."""
+    factory, hyper, signs = RULES["mxnet"]
+    rng = np.random.default_rng(11)
+    sizes = [0, 1, 255, 257, 5000, 2 ** 15 + 3, 9000, 9001, 12000]
+    kinds = [("int8", "int8"), ("plain", "plain"), ("int8", "int8"), ("bfloat16", "bfloat16")]
+    steps, alone = [], []
+    for j, n in enumerate(sizes):
+        kind = kinds[j % len(kinds)]
+        w, g, held = _step_case(rng, n, kind, signs, np.float32)
+        row = tuple(h * (1 + 0.25 * j) for h in hyper)
+        key = None if j % 3 else 1000 + j
+        steps.append((w, g, tuple(held), row, key))
+        alone.append((w.copy(), g, tuple(_copy_slot(h) for h in held), row, key))
+    calls = cpu_lowbit.run_held_many(factory, steps)
+    # int8 (a key changes nothing there) | plain | bfloat16 nearest | bfloat16 stochastic
+    assert calls == 4
+    for (w, _, held, _, _), (w1, g1, held1, row, key) in zip(steps, alone):
+        cpu_lowbit.run_held(factory, w1, g1, held1, row, key=key)
+        assert _same(w, w1)
+        for h, h1 in zip(held, held1):
+            if isinstance(h, lowbit.Quantized):
+                assert _same(h.codes, h1.codes) and _same(h.absmax, h1.absmax)
+            else:
+                assert _same(h, h1)
+
+
+def test_many_steps_refuse_before_writing_anything():
+    """A bad step anywhere, or two steps writing the same memory, writes nothing at all."""
+    factory, hyper, signs = RULES["mxnet"]
+    rng = np.random.default_rng(12)
+    a = _step_case(rng, 5000, ("int8", "int8"), signs, np.float32)
+    b = _step_case(rng, 600, ("int8", "int8"), signs, np.float32)
+    c = _step_case(rng, 600, ("int8", "int8"), signs, np.float32)
+    first = [(x[0], x[1], tuple(x[2]), hyper, None) for x in (a, b)]
+    written = (a[0], a[2][0].codes, a[2][1].absmax, b[0], b[2][0].codes, b[2][1].absmax)
+    before = [x.copy() for x in written]
+    bad_c = (c[0], c[1], (c[2][0].replace(absmax=c[2][0].absmax[:-1]), c[2][1]), hyper, None)
+    shared = (c[0], c[1], (b[2][0], c[2][1]), hyper, None)   # b's first slot again
+    weight_twice = (a[0][:600], c[1], tuple(c[2]), hyper, None)
+    for bad, match in ((bad_c, "absmax"), (shared, "share memory"),
+                       (weight_twice, "share memory")):
+        with pytest.raises(ValueError, match=match):
+            cpu_lowbit.run_held_many(factory, first + [bad])
+        assert all(_same(x, y) for x, y in zip(written, before))
+
+
 def test_held_kernels_pickle_by_name_for_the_disk_cache():
     """numba's on-disk cache keys a kernel by the pickled bytes of its closure: an intrinsic or
     a dispatcher in it (reached from the slot functions, pickled by value) pickles a

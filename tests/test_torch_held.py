@@ -99,6 +99,25 @@ def test_steps_equal_the_optimizers_update(name, kw, state_dtype, rounding):
                 assert np.asarray(mine).tobytes() == np.asarray(theirs).tobytes()
 
 
+def test_a_group_steps_its_members_together(monkeypatch):
+    """A group's step plans every member, then runs them in one ``run_held_many``: one
+    parallel call over the held members' blocks (the 8192-element and the channels_last
+    weights), one over the small member's default state; the numbers are each member's own
+    update's (the test above)."""
+    from toolkit.backends import cpu_lowbit
+    seen = []
+    real = cpu_lowbit.run_held_many
+
+    def counted(factory, steps):
+        calls = real(factory, steps)
+        seen.append((len(steps), calls))
+        return calls
+    monkeypatch.setattr(cpu_lowbit, "run_held_many", counted)
+    params = _params()
+    _train(tt.Adam(params, lr=0.01, state_dtype="int8"), params, 2)
+    assert seen == [(3, 2), (3, 2)]
+
+
 def test_opt_state_shows_the_held_arrays():
     params = _params()
     opt = tt.Adam(params, lr=0.01, state_dtype="int8")

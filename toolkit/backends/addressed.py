@@ -3,10 +3,11 @@ anywhere in memory, each given by its raw address (the ``toolkit.torch`` step re
 ``data_ptr()``).
 
 Why: a numpy view of a torch tensor costs about 1 us and ``data_ptr()`` about 0.07 us, so views
-of 2000 tensors x 4 arrays cost 8 ms a step. The small intrinsic :func:`_address` (llvmlite's
+of 2000 tensors x 4 arrays cost 8 ms a step. The small intrinsic :func:`pointer` (llvmlite's
 ``inttoptr``, as ``cpu_norms._norm_lanes``) turns an int64 address into a typed pointer inside
 the kernel, where ``numba.carray`` makes it an array; numba has no public way to do that, so the
-intrinsic stays here, next to the only kernels that may use it.
+intrinsic stays here, next to the kernels that use it (these, and the held loop of
+:mod:`toolkit.backends.cpu_lowbit`).
 
 The same loops run a Trainer's flat buffers (:func:`toolkit.backends.cpu.run_segmented`, every
 row of ``ptrs`` the buffers' starts: :func:`starts`) and a multi-precision step of one tensor
@@ -34,14 +35,14 @@ from . import jit
 from .addressed_tables import alignment, checked_tables, plan_chunks
 from .jit import COMPILE_OPTIONS, KERNELS, NUMBA_TYPES, by_value, cached, compile_kernel, inlined
 
-__all__ = ["run_rule_addressed", "run_rule_addressed_mp", "run_noise_addressed", "starts",
-           "flat_buffers",
+__all__ = ["pointer", "run_rule_addressed", "run_rule_addressed_mp", "run_noise_addressed",
+           "starts", "flat_buffers",
            "plan_rule_addressed", "plan_rule_addressed_mp", "Planned",
            "addressed_kernel", "addressed_mp_kernel", "addressed_noise_kernel", "plan_chunks"]
 
 
 @intrinsic
-def _address(typingctx, address, offset, like):
+def pointer(typingctx, address, offset, like):
     """A pointer to element ``offset`` of an array of ``like``'s dtype (an array, or a number
     class such as ``np.uint16``) that starts at the int64 ``address``."""
     if isinstance(like, types.Array):
@@ -78,8 +79,8 @@ def _addressed_loop(rule, n_state, n_hyper):
                 if table[s, 0] != 0:
                     hp = to_fixed_tuple(table[s, 1:], n_hyper)
                     a, n = chunks[c, 0], chunks[c, 1] - chunks[c, 0]
-                    wc = carray(_address(ptrs[s, 0], a, table), n)
-                    gc = carray(_address(ptrs[s, 1], a, table), n)
+                    wc = carray(pointer(ptrs[s, 0], a, table), n)
+                    gc = carray(pointer(ptrs[s, 1], a, table), n)
                     for i in range(wc.shape[0]):
                         wc[i] = rule(wc[i], gc[i], hp)
     elif n_state == 1:
@@ -89,9 +90,9 @@ def _addressed_loop(rule, n_state, n_hyper):
                 if table[s, 0] != 0:
                     hp = to_fixed_tuple(table[s, 1:], n_hyper)
                     a, n = chunks[c, 0], chunks[c, 1] - chunks[c, 0]
-                    wc = carray(_address(ptrs[s, 0], a, table), n)
-                    gc = carray(_address(ptrs[s, 1], a, table), n)
-                    x0 = carray(_address(ptrs[s, 2], a, table), n)
+                    wc = carray(pointer(ptrs[s, 0], a, table), n)
+                    gc = carray(pointer(ptrs[s, 1], a, table), n)
+                    x0 = carray(pointer(ptrs[s, 2], a, table), n)
                     for i in range(wc.shape[0]):
                         wc[i], x0[i] = rule(wc[i], gc[i], x0[i], hp)
     elif n_state == 2:
@@ -101,10 +102,10 @@ def _addressed_loop(rule, n_state, n_hyper):
                 if table[s, 0] != 0:
                     hp = to_fixed_tuple(table[s, 1:], n_hyper)
                     a, n = chunks[c, 0], chunks[c, 1] - chunks[c, 0]
-                    wc = carray(_address(ptrs[s, 0], a, table), n)
-                    gc = carray(_address(ptrs[s, 1], a, table), n)
-                    x0 = carray(_address(ptrs[s, 2], a, table), n)
-                    x1 = carray(_address(ptrs[s, 3], a, table), n)
+                    wc = carray(pointer(ptrs[s, 0], a, table), n)
+                    gc = carray(pointer(ptrs[s, 1], a, table), n)
+                    x0 = carray(pointer(ptrs[s, 2], a, table), n)
+                    x1 = carray(pointer(ptrs[s, 3], a, table), n)
                     for i in range(wc.shape[0]):
                         wc[i], x0[i], x1[i] = rule(wc[i], gc[i], x0[i], x1[i], hp)
     elif n_state == 3:
@@ -114,11 +115,11 @@ def _addressed_loop(rule, n_state, n_hyper):
                 if table[s, 0] != 0:
                     hp = to_fixed_tuple(table[s, 1:], n_hyper)
                     a, n = chunks[c, 0], chunks[c, 1] - chunks[c, 0]
-                    wc = carray(_address(ptrs[s, 0], a, table), n)
-                    gc = carray(_address(ptrs[s, 1], a, table), n)
-                    x0 = carray(_address(ptrs[s, 2], a, table), n)
-                    x1 = carray(_address(ptrs[s, 3], a, table), n)
-                    x2 = carray(_address(ptrs[s, 4], a, table), n)
+                    wc = carray(pointer(ptrs[s, 0], a, table), n)
+                    gc = carray(pointer(ptrs[s, 1], a, table), n)
+                    x0 = carray(pointer(ptrs[s, 2], a, table), n)
+                    x1 = carray(pointer(ptrs[s, 3], a, table), n)
+                    x2 = carray(pointer(ptrs[s, 4], a, table), n)
                     for i in range(wc.shape[0]):
                         wc[i], x0[i], x1[i], x2[i] = rule(wc[i], gc[i], x0[i], x1[i], x2[i], hp)
     else:  # pragma: no cover - the caller checked
@@ -138,9 +139,9 @@ def _addressed_mp_loop(rule, n_state, n_hyper, widen, narrow):
                 if table[s, 0] != 0:
                     hp = to_fixed_tuple(table[s, 1:], n_hyper)
                     a, n = chunks[c, 0], chunks[c, 1] - chunks[c, 0]
-                    wc = carray(_address(ptrs[s, 0], a, table), n)
-                    gc = carray(_address(ptrs[s, 1], a, np.uint16), n)
-                    hc = carray(_address(ptrs[s, 2], a, np.uint16), n)
+                    wc = carray(pointer(ptrs[s, 0], a, table), n)
+                    gc = carray(pointer(ptrs[s, 1], a, np.uint16), n)
+                    hc = carray(pointer(ptrs[s, 2], a, np.uint16), n)
                     for i in range(wc.shape[0]):
                         x = rule(wc[i], widen(gc[i]), hp)
                         wc[i] = x
@@ -152,10 +153,10 @@ def _addressed_mp_loop(rule, n_state, n_hyper, widen, narrow):
                 if table[s, 0] != 0:
                     hp = to_fixed_tuple(table[s, 1:], n_hyper)
                     a, n = chunks[c, 0], chunks[c, 1] - chunks[c, 0]
-                    wc = carray(_address(ptrs[s, 0], a, table), n)
-                    gc = carray(_address(ptrs[s, 1], a, np.uint16), n)
-                    x0 = carray(_address(ptrs[s, 2], a, table), n)
-                    hc = carray(_address(ptrs[s, 3], a, np.uint16), n)
+                    wc = carray(pointer(ptrs[s, 0], a, table), n)
+                    gc = carray(pointer(ptrs[s, 1], a, np.uint16), n)
+                    x0 = carray(pointer(ptrs[s, 2], a, table), n)
+                    hc = carray(pointer(ptrs[s, 3], a, np.uint16), n)
                     for i in range(wc.shape[0]):
                         x, x0[i] = rule(wc[i], widen(gc[i]), x0[i], hp)
                         wc[i] = x
@@ -167,11 +168,11 @@ def _addressed_mp_loop(rule, n_state, n_hyper, widen, narrow):
                 if table[s, 0] != 0:
                     hp = to_fixed_tuple(table[s, 1:], n_hyper)
                     a, n = chunks[c, 0], chunks[c, 1] - chunks[c, 0]
-                    wc = carray(_address(ptrs[s, 0], a, table), n)
-                    gc = carray(_address(ptrs[s, 1], a, np.uint16), n)
-                    x0 = carray(_address(ptrs[s, 2], a, table), n)
-                    x1 = carray(_address(ptrs[s, 3], a, table), n)
-                    hc = carray(_address(ptrs[s, 4], a, np.uint16), n)
+                    wc = carray(pointer(ptrs[s, 0], a, table), n)
+                    gc = carray(pointer(ptrs[s, 1], a, np.uint16), n)
+                    x0 = carray(pointer(ptrs[s, 2], a, table), n)
+                    x1 = carray(pointer(ptrs[s, 3], a, table), n)
+                    hc = carray(pointer(ptrs[s, 4], a, np.uint16), n)
                     for i in range(wc.shape[0]):
                         x, x0[i], x1[i] = rule(wc[i], widen(gc[i]), x0[i], x1[i], hp)
                         wc[i] = x
@@ -183,12 +184,12 @@ def _addressed_mp_loop(rule, n_state, n_hyper, widen, narrow):
                 if table[s, 0] != 0:
                     hp = to_fixed_tuple(table[s, 1:], n_hyper)
                     a, n = chunks[c, 0], chunks[c, 1] - chunks[c, 0]
-                    wc = carray(_address(ptrs[s, 0], a, table), n)
-                    gc = carray(_address(ptrs[s, 1], a, np.uint16), n)
-                    x0 = carray(_address(ptrs[s, 2], a, table), n)
-                    x1 = carray(_address(ptrs[s, 3], a, table), n)
-                    x2 = carray(_address(ptrs[s, 4], a, table), n)
-                    hc = carray(_address(ptrs[s, 5], a, np.uint16), n)
+                    wc = carray(pointer(ptrs[s, 0], a, table), n)
+                    gc = carray(pointer(ptrs[s, 1], a, np.uint16), n)
+                    x0 = carray(pointer(ptrs[s, 2], a, table), n)
+                    x1 = carray(pointer(ptrs[s, 3], a, table), n)
+                    x2 = carray(pointer(ptrs[s, 4], a, table), n)
+                    hc = carray(pointer(ptrs[s, 5], a, np.uint16), n)
                     for i in range(wc.shape[0]):
                         x, x0[i], x1[i], x2[i] = rule(wc[i], widen(gc[i]), x0[i], x1[i], x2[i],
                                                       hp)
@@ -284,8 +285,8 @@ def addressed_noise_kernel(factory, n_hyper: int, n_aux: int, dtype, parallel: b
                     hp = to_fixed_tuple(table[s, 1:], n_hyper)
                     au = to_fixed_tuple(aux[s], n_aux)
                     a, n = chunks[c, 0], chunks[c, 1] - chunks[c, 0]
-                    wc = carray(_address(ptrs[s, 0], a, table), n)
-                    gc = carray(_address(ptrs[s, 1], a, table), n)
+                    wc = carray(pointer(ptrs[s, 0], a, table), n)
+                    gc = carray(pointer(ptrs[s, 1], a, table), n)
                     for i in range(wc.shape[0]):
                         z = normal(keys[s], np.uint64(a + i))
                         wc[i] = rule(wc[i], gc[i], z, hp, au)

@@ -132,16 +132,48 @@ class Launcher:
         for s in states:
             if type(s) is not np.ndarray or s.dtype != dtype:
                 from . import cpu_lowbit
-                w, g, flat = self._flat(weight, grad, [
-                    s if type(s) is np.ndarray else s.codes for s in states])
-                held = tuple(f if type(s) is np.ndarray else type(s)(f, s.absmax, s.qmap)
-                             for f, s in zip(flat, states))
-                cpu_lowbit.run_held(factory, w, g, held, hyper, key)
+                cpu_lowbit.run_held_many(factory, [self._held_step(weight, grad, states, hyper,
+                                                                   key)])
                 return
         if weight.ndim == 1 and grad.flags.c_contiguous:  # flat already: _flat's own shortcut
             run_elementwise(factory, weight, grad, tuple(states), hyper)
             return
         run_elementwise(factory, *self._flat(weight, grad, states), hyper)
+
+    def _held_step(self, weight, grad, states, hyper, key):
+        """A step of ``cpu_lowbit.run_held_many``: the arrays as 1-D views in the weight's
+        memory order (an int8 slot's codes likewise)."""
+        w, g, flat = self._flat(weight, grad, [
+            s if type(s) is np.ndarray else s.codes for s in states])
+        held = tuple(f if type(s) is np.ndarray else type(s)(f, s.absmax, s.qmap)
+                     for f, s in zip(flat, states))
+        return w, g, held, hyper, key
+
+    def run_rules(self, calls):
+        """Run "rule" launches (``launches.Launch``) of distinct parameters, their order free
+        (``launches.run_many``). When some hold states low (``state_dtype``), those with 1 to
+        3 state slots over float32 or float64 weights, held low or not, run in one call of
+        ``cpu_lowbit.run_held_many`` per rule (one parallel loop over every block of theirs,
+        each element's numbers those of its own call); the others, or all when none holds
+        states low, one by one. Returns the kernel calls made."""
+        together, ran = {}, 0
+        if not any(type(s) is not np.ndarray or s.dtype != c.weight.dtype
+                   for c in calls for s in c.states):
+            for c in calls:
+                self.run_rule(c.factory, c.weight, c.grad, c.states, c.hyper, c.key)
+            return len(calls)
+        for c in calls:
+            if 1 <= len(c.states) <= 3 and c.weight.dtype in jit.DTYPES:
+                together.setdefault(c.factory, []).append(
+                    self._held_step(c.weight, c.grad, c.states, c.hyper, c.key))
+            else:
+                self.run_rule(c.factory, c.weight, c.grad, c.states, c.hyper, c.key)
+                ran += 1
+        if together:
+            from . import cpu_lowbit
+            for factory, steps in together.items():
+                ran += cpu_lowbit.run_held_many(factory, steps)
+        return ran
 
     @staticmethod
     def run_noise_rule(factory, weight, grad, hyper, key, aux):

@@ -13,25 +13,25 @@ largest magnitude; then quantize the buffer (the packed table encoder of
 decoded into its buffer first, and its table lookups (decode and encode) are scalar loads in
 loops of their own (:func:`_lookup`): vectorised, they were hardware gathers, slower here.
 The same codes and scales as :func:`.lowbit.quantize` of the new values rounded to float32,
-always.
+always. :func:`run_held_many` runs many tensors' steps in one call (the loop of
+:mod:`.cpu_held_loop` over a table of their addresses), every array checked first.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import prange, types
 from numba.extending import intrinsic, overload
-from numba.np.unsafe.ndarray import to_fixed_tuple
 
 from . import jit
 from .bfloat16 import bfloat16_to_single
-from .jit import KERNELS, NUMBA_TYPES, by_value, cached, call_readonly, compile_kernel, inlined
+from .cpu_held_loop import CHUNK_BLOCKS, N, chunks, held_loop
+from .jit import KERNELS, NUMBA_TYPES, by_value, cached, compile_kernel, inlined
 from .lowbit import BFLOAT16, BLOCK, LOW_BITS, ONE_BITS, SIGNED, UNSIGNED, Quantized, \
     NAN_CELL, PACKED_CELLS, blocks_of, map_kind, packed
 
-__all__ = ["run_held", "held_kernel", "slot_kind", "encode_kernel", "CHUNK_BLOCKS"]
+__all__ = ["run_held", "run_held_many", "held_kernel", "slot_kind", "encode_kernel",
+           "CHUNK_BLOCKS"]
 
-#: blocks per iteration of the parallel loop (each allocates its scratch buffers once)
-CHUNK_BLOCKS = 64
 
 _F32, _U32, _U64 = np.float32, np.uint32, np.uint64
 _ABS, _NAN_BITS = _U32(0x7FFFFFFF), _U32(0x7FC00000)
@@ -41,7 +41,6 @@ _TINY = _F32(1e-38)
 _GAMMA = _U64(0x9E3779B97F4A7C15)
 _C1, _C2 = _U64(0xBF58476D1CE4E5B9), _U64(0x94D049BB133111EB)
 _S30, _S27, _S31 = _U64(30), _U64(27), _U64(31)
-_NONE = np.zeros(0, np.float32)   # the absmax argument of a slot that has none (never read)
 
 
 def _mix(x):
@@ -229,104 +228,15 @@ def _slot_functions(kind, ftype, index, stochastic):
     return scale, the_buffer, prepare, load, store, finish, _block_encoder(qmap)
 
 
-def _loop(rule, slots, n_hyper):
-    """The loop over blocks of a rule with ``len(slots)`` held slots (``prange`` is ``range``
-    when serial); each chunk of :data:`CHUNK_BLOCKS` blocks has its own scratch buffers. The
-    inner loop runs over a block's slices from 0 (an index known non-negative: no wraparound
-    select, so that it vectorises)."""
-    n_state = len(slots)
-    if n_state == 1:
-        (sc0, tg0, pr0, ld0, st0, fi0, en0), = slots
-
-        def loop(w, g, d0, a0, hpa, key):
-            hp = to_fixed_tuple(hpa, n_hyper)
-            n = w.shape[0]
-            nb = (n + BLOCK - 1) // BLOCK
-            for c in prange((nb + CHUNK_BLOCKS - 1) // CHUNK_BLOCKS):
-                b0 = np.empty(BLOCK, np.float32)
-                cs = np.empty(2 * BLOCK, np.uint32)
-                for b in range(c * CHUNK_BLOCKS, min(c * CHUNK_BLOCKS + CHUNK_BLOCKS, nb)):
-                    lo = b * BLOCK
-                    hi = min(lo + BLOCK, n)
-                    wb, gb, e0 = w[lo:hi], g[lo:hi], d0[lo:hi]
-                    s0, o0 = sc0(a0, b), tg0(e0, b0)
-                    pr0(e0, b0)
-                    ctr = key + _U64(lo)
-                    for j in range(hi - lo):
-                        wb[j], y0 = rule(wb[j], gb[j], ld0(o0[j], s0), hp)
-                        o0[j] = st0(y0, ctr + _U64(j))
-                    en0(e0, b0, fi0(a0, b, b0, hi - lo), cs)
-    elif n_state == 2:
-        (sc0, tg0, pr0, ld0, st0, fi0, en0), (sc1, tg1, pr1, ld1, st1, fi1, en1) = slots
-
-        def loop(w, g, d0, a0, d1, a1, hpa, key):
-            hp = to_fixed_tuple(hpa, n_hyper)
-            n = w.shape[0]
-            nb = (n + BLOCK - 1) // BLOCK
-            for c in prange((nb + CHUNK_BLOCKS - 1) // CHUNK_BLOCKS):
-                b0 = np.empty(BLOCK, np.float32)
-                cs = np.empty(2 * BLOCK, np.uint32)
-                b1 = np.empty(BLOCK, np.float32)
-                for b in range(c * CHUNK_BLOCKS, min(c * CHUNK_BLOCKS + CHUNK_BLOCKS, nb)):
-                    lo = b * BLOCK
-                    hi = min(lo + BLOCK, n)
-                    wb, gb, e0, e1 = w[lo:hi], g[lo:hi], d0[lo:hi], d1[lo:hi]
-                    s0, s1 = sc0(a0, b), sc1(a1, b)
-                    o0, o1 = tg0(e0, b0), tg1(e1, b1)
-                    pr0(e0, b0)
-                    pr1(e1, b1)
-                    ctr = key + _U64(lo)
-                    for j in range(hi - lo):
-                        wb[j], y0, y1 = rule(wb[j], gb[j], ld0(o0[j], s0), ld1(o1[j], s1), hp)
-                        o0[j] = st0(y0, ctr + _U64(j))
-                        o1[j] = st1(y1, ctr + _U64(j))
-                    en0(e0, b0, fi0(a0, b, b0, hi - lo), cs)
-                    en1(e1, b1, fi1(a1, b, b1, hi - lo), cs)
-    elif n_state == 3:
-        ((sc0, tg0, pr0, ld0, st0, fi0, en0), (sc1, tg1, pr1, ld1, st1, fi1, en1),
-         (sc2, tg2, pr2, ld2, st2, fi2, en2)) = slots
-
-        def loop(w, g, d0, a0, d1, a1, d2, a2, hpa, key):
-            hp = to_fixed_tuple(hpa, n_hyper)
-            n = w.shape[0]
-            nb = (n + BLOCK - 1) // BLOCK
-            for c in prange((nb + CHUNK_BLOCKS - 1) // CHUNK_BLOCKS):
-                b0 = np.empty(BLOCK, np.float32)
-                cs = np.empty(2 * BLOCK, np.uint32)
-                b1 = np.empty(BLOCK, np.float32)
-                b2 = np.empty(BLOCK, np.float32)
-                for b in range(c * CHUNK_BLOCKS, min(c * CHUNK_BLOCKS + CHUNK_BLOCKS, nb)):
-                    lo = b * BLOCK
-                    hi = min(lo + BLOCK, n)
-                    wb, gb = w[lo:hi], g[lo:hi]
-                    e0, e1, e2 = d0[lo:hi], d1[lo:hi], d2[lo:hi]
-                    s0, s1, s2 = sc0(a0, b), sc1(a1, b), sc2(a2, b)
-                    o0, o1, o2 = tg0(e0, b0), tg1(e1, b1), tg2(e2, b2)
-                    pr0(e0, b0)
-                    pr1(e1, b1)
-                    pr2(e2, b2)
-                    ctr = key + _U64(lo)
-                    for j in range(hi - lo):
-                        wb[j], y0, y1, y2 = rule(wb[j], gb[j], ld0(o0[j], s0), ld1(o1[j], s1),
-                                                 ld2(o2[j], s2), hp)
-                        o0[j] = st0(y0, ctr + _U64(j))
-                        o1[j] = st1(y1, ctr + _U64(j))
-                        o2[j] = st2(y2, ctr + _U64(j))
-                    en0(e0, b0, fi0(a0, b, b0, hi - lo), cs)
-                    en1(e1, b1, fi1(a1, b, b1, hi - lo), cs)
-                    en2(e2, b2, fi2(a2, b, b2, hi - lo), cs)
-    else:
-        raise ValueError(f"a held step takes rules with 1 to 3 state slots, not {n_state}")
-    return loop
-
-
-_DATA_TYPES = {"bfloat16": types.uint16[::1], "single": types.float32[::1],
-               "signed": types.uint8[::1], "unsigned": types.uint8[::1]}
+#: the element type of a slot's data, by kind ("plain": the weight's)
+_DATA_TYPES = {"bfloat16": np.uint16, "single": np.float32, "signed": np.uint8,
+               "unsigned": np.uint8}
 
 
 def held_kernel(factory, kinds, n_hyper, dtype, parallel, stochastic=False):
     """The compiled loop of ``factory``'s rule for ``dtype`` with slots of ``kinds`` (cached
-    per process): ``loop(w, g, data0, absmax0, ..., hpa, key)``."""
+    per process): ``loop(addrs, hyper, keys, chunks)`` over a table of steps
+    (:func:`run_held_many`)."""
     dtype = np.dtype(dtype)
     kinds = tuple(kinds)
     key = ("held", factory, kinds, n_hyper, dtype, bool(parallel), bool(stochastic))
@@ -336,11 +246,10 @@ def held_kernel(factory, kinds, n_hyper, dtype, parallel, stochastic=False):
         rule = inlined(factory(dtype.type))
         slots = [tuple(inlined(f) for f in _slot_functions(k, dtype.type, j, stochastic))
                  for j, k in enumerate(kinds)]
-        args = []
-        for k in kinds:
-            args += [_DATA_TYPES.get(k, nb[::1]), types.float32[::1]]
-        sig = types.void(nb[::1], nb[::1], *args, nb[::1], types.uint64)
-        return compile_kernel(sig, parallel)(_loop(rule, slots, n_hyper))
+        element_types = (dtype.type, *(_DATA_TYPES.get(k, dtype.type) for k in kinds))
+        sig = types.void(types.int64[:, ::1], nb[:, ::1], types.uint64[::1],
+                         types.int64[:, ::1])
+        return compile_kernel(sig, parallel)(held_loop(rule, slots, n_hyper, element_types))
     return cached(key, build)
 
 
@@ -356,7 +265,8 @@ def _flat(a, n, what):
 
 def _arguments(weight, grad, states, key):
     """The kernel's arrays of a held step, every check made first (nothing written yet):
-    ``(kinds, arrays)``."""
+    ``(kinds, arrays)``: ``arrays`` the weight, the gradient, then the slots' data and block
+    maxima in turn (None: a slot without maxima)."""
     if type(weight) is not np.ndarray or weight.dtype not in jit.DTYPES:
         raise ValueError("weight must be a numpy array of float32 or float64")
     if weight.ndim != 1 or not weight.flags.c_contiguous or not weight.flags.writeable:
@@ -369,7 +279,7 @@ def _arguments(weight, grad, states, key):
         raise ValueError("states must be a tuple of 1 to 3 state slots")
     if key is not None and (int(key) != key or not 0 <= key < 2 ** 64):
         raise ValueError(f"key must be None or an integer in [0, 2**64), got {key!r}")
-    kinds, arrays, written = [], [], [weight]
+    kinds, arrays = [], [weight, grad]
     for j, slot in enumerate(states):
         kind = slot_kind(slot, dtype)
         kinds.append(kind)
@@ -383,19 +293,20 @@ def _arguments(weight, grad, states, key):
                                  f"({blocks_of(n)},)")
             data = _flat(codes, n, f"states[{j}].codes")
             scales = _flat(absmax, absmax.size, f"states[{j}].absmax")
-            written += [data, scales]
         else:
             data = _flat(slot, n, f"states[{j}]")
-            if kind == "bfloat16":
-                data = data.view(np.uint16)
-            scales = _NONE
-            written.append(data)
+            scales = None
         arrays += [data, scales]
-    for i, a in enumerate(written):
-        for b in written[i + 1:]:
-            if np.may_share_memory(a, b):
-                raise ValueError("the weight and the state slots must not share memory")
     return tuple(kinds), arrays
+
+
+def _disjoint(spans):
+    """Refuse byte ranges ``[start, end)`` (the arrays a call writes) any two of which
+    overlap: sorted by start, each ends before the next begins."""
+    spans.sort()
+    for (_, end), (start, _) in zip(spans, spans[1:]):
+        if start < end:
+            raise ValueError("the weights and the state slots must not share memory")
 
 
 def run_held(factory, weight, grad, states, hyper, key=None):
@@ -408,19 +319,55 @@ def run_held(factory, weight, grad, states, hyper, key=None):
     rounds them stochastically with :func:`.lowbit.rounding_bits` of slot ``j`` for
     ``states[j]``. Refuses (ValueError, writing nothing) a slot of another kind, dtype, size
     or layout, a read-only or overlapping one, or a map that is not SIGNED or UNSIGNED."""
-    kinds, arrays = _arguments(weight, grad, states, key)
-    dtype = weight.dtype
-    hpa = np.array(hyper, dtype)
-    parallel = weight.shape[0] >= jit.PARALLEL_THRESHOLD
-    stochastic = key is not None and "bfloat16" in kinds
-    kernel = KERNELS.get(("held", factory, kinds, hpa.shape[0], dtype, parallel, stochastic))
+    run_held_many(factory, [(weight, grad, states, hyper, key)])
+
+
+def run_held_many(factory, steps):
+    """:func:`run_held` of each ``(weight, grad, states, hyper, key)`` of ``steps`` (``key``:
+    None, or the step's own), in one call per distinct ``(slot kinds, dtype, row length,
+    rounding)``: one parallel loop over the blocks of all its steps when they hold
+    :data:`~toolkit.backends.jit.PARALLEL_THRESHOLD` elements or more together, each block
+    its own step's, so that a Trainer group or a torch param group with hundreds of held
+    tensors waits for the threads once. Every step is checked first, and no array one step
+    writes may share memory with another the call writes (ValueError, nothing written). The
+    kernel reads each step's arrays through their addresses, taken here from the checked
+    arrays, which ``steps`` keeps alive until it returns. Returns the kernel calls made."""
+    calls, spans = {}, []
+    for weight, grad, states, hyper, key in steps:
+        kinds, arrays = _arguments(weight, grad, states, key)
+        row = [weight.shape[0]]
+        for j, x in enumerate(arrays):  # the weight, the gradient, the slots' arrays
+            if x is None:
+                row.append(0)
+                continue
+            address = x.ctypes.data
+            row.append(address)
+            if j != 1 and x.size:  # written
+                spans.append((address, address + x.nbytes))
+        hpa = np.array(hyper, weight.dtype)
+        stochastic = key is not None and "bfloat16" in kinds
+        calls.setdefault((kinds, weight.dtype, hpa.shape[0], stochastic), []).append(
+            (row, hpa, 0 if key is None else int(key)))
+    if len(spans) > 1:
+        _disjoint(spans)
+    for (kinds, dtype, n_hyper, stochastic), rows in calls.items():
+        _launch(factory, kinds, dtype, n_hyper, stochastic, rows)
+    return len(calls)
+
+
+def _launch(factory, kinds, dtype, n_hyper, stochastic, rows):
+    """One kernel call over ``rows`` of ``([n, weight, grad, *slot addresses], hyper row,
+    key)``."""
+    addrs = np.array([row for row, _, _ in rows], np.int64)
+    hyper = rows[0][1].reshape(1, n_hyper) if len(rows) == 1 else \
+        np.array([hpa for _, hpa, _ in rows], dtype).reshape(len(rows), n_hyper)
+    keys = np.array([key for _, _, key in rows], np.uint64)
+    n = addrs[:, N]
+    parallel = int(n.sum()) >= jit.PARALLEL_THRESHOLD
+    kernel = KERNELS.get(("held", factory, kinds, n_hyper, dtype, parallel, stochastic))
     if kernel is None:
-        kernel = held_kernel(factory, kinds, hpa.shape[0], dtype, parallel, stochastic)
-    args = (weight, grad, *arrays, hpa, np.uint64(0 if key is None else int(key)))
-    try:
-        kernel(*args)
-    except TypeError:
-        call_readonly(kernel, *args)
+        kernel = held_kernel(factory, kinds, n_hyper, dtype, parallel, stochastic)
+    kernel(addrs, hyper, keys, chunks(n))
 
 
 def encode_kernel(qmap, parallel=False):

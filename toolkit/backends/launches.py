@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 __all__ = ["KINDS", "Launch", "Norms", "Directions", "rule", "noise", "row_rule", "factored",
-           "matrix", "SEGMENTED", "steps_of", "drive", "run", "collect", "run_launch", "answer",
+           "matrix", "SEGMENTED", "steps_of", "drive", "run", "collect", "run_launch", "run_many",
+           "answer",
            "keyed"]
 
 
@@ -189,6 +190,20 @@ def run_launch(launch, launcher):
     else:
         launcher.run_rows(launch.factory, launch.weight, launch.grad, launch.states[0],
                           launch.rows, launch.hyper)
+
+
+def run_many(calls, launcher):
+    """Run ``calls``, the launches of distinct parameters' steps (no array one of them writes
+    is read or written by another, so their order is free), through ``launcher``: every one a
+    "rule" launch and the launcher able to take them together (``run_rules``, the CPU's: one
+    parallel call over all their blocks), together; else one by one, in order. Returns the
+    kernel calls made."""
+    together = getattr(launcher, "run_rules", None)
+    if together is not None and len(calls) > 1 and all(c.kind == "rule" for c in calls):
+        return together(calls)
+    for c in calls:
+        run_launch(c, launcher)
+    return len(calls)
 
 
 def answer(request, launcher):

@@ -2,7 +2,9 @@
 a base class of :class:`toolkit.torch.optim.TorchOptimizer`): a steady group in one kernel call
 (``toolkit.torch.steady``), a vectorised group as tables of rows over the tensors of each dtype
 (:func:`toolkit.torch.rule_table.run_rule_table`), any other index by index through the inner
-optimizer's own update; :class:`torch_threads` gives numba's kernels torch's thread count.
+optimizer's own kernel steps, their launches run together (moments held low: one parallel call)
+or, for a sparse gradient or a CUDA parameter, its own update; :class:`torch_threads` gives
+numba's kernels torch's thread count.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import numba
 import numpy as np
 import torch
 
-from ..backends import cpu
+from ..backends import cpu, launches
 from ..sparse import RowSparse
 from .rule_table import run_rule_table, run_rule_table_mp
 from .states import ordered
@@ -143,38 +145,70 @@ class StepRuns:
                 group["lr"] = self._synced[gi]["lr"] = inner.learning_rate
 
     def _run_each(self, inner, members, maximize):
-        """Index by index through the inner optimizer's own update (it commits each count)."""
+        """Index by index through the inner optimizer's own update (each commits its count);
+        with moments held low (``state_dtype``) and every member a dense float32, float64 or
+        bfloat16 CPU tensor, :meth:`_run_held`."""
+        if inner.state_dtype is not None and not any(
+                m.sparse or m.p.device.type == "cuda" or m.p.dtype == torch.float16
+                for m in members):
+            self._run_held(inner, members, maximize)
+            return
         for m in members:
-            state = self._bindings[m.p].toolkit_state
-            grad = m.grad
-            if maximize:
-                grad = -grad
+            self._update_one(inner, m, -m.grad if maximize else m.grad)
+
+    def _run_held(self, inner, members, maximize):
+        """A group whose optimizer holds moments low, of dense float32, float64 or bfloat16
+        CPU tensors: each member's kernel step
+        planned in index order (``planned_step``: each commits its count; an error puts every
+        count back), then their launches run together (``launches.run_many``: one parallel
+        call over every block of theirs), then each bfloat16 weight rounded from its master."""
+        kept, masters = [], []
+        with inner.restored_on_error():
+            for m in members:
+                grad = -m.grad if maximize else m.grad
+                state = self._bindings[m.p].toolkit_state
+                if m.p.dtype == torch.bfloat16:  # its float32 master's step
+                    _, w, state = state
+                    masters.append((m, w))
+                    g = ordered(grad, m.perm).float().numpy()
+                else:
+                    w, g = ordered(m.p.detach(), m.perm).numpy(), ordered(grad, m.perm).numpy()
+                launches.drive(inner.planned_step(m.index, w, g, state), kept.append,
+                               lambda request: launches.answer(request, cpu.LAUNCHER))
+        launches.run_many(kept, cpu.LAUNCHER)
+        with torch.no_grad():  # rounded to nearest even
+            for m, master in masters:
+                ordered(m.p.detach(), m.perm).copy_(torch.from_numpy(master))
+
+    def _update_one(self, inner, m, grad):
+        """Member ``m`` through the inner optimizer's own update (it commits the count)."""
+        state = self._bindings[m.p].toolkit_state
+        if m.sparse:
+            grad = grad.coalesce()  # duplicate rows summed
+            rows = grad.indices()[0].numpy().astype(np.int64)
+            values = grad.values()
+            if m.p.dtype == torch.bfloat16:
+                values = values.float()
+            g = RowSparse(rows, values.numpy(), tuple(m.p.shape))
+        elif m.p.device.type == "cuda":
+            g = grad
+        elif m.p.dtype == torch.bfloat16:
+            g = ordered(grad, m.perm).float().numpy()
+        else:
+            g = ordered(grad, m.perm).numpy()
+        if m.p.device.type == "cuda":
+            stream = torch.cuda.current_stream(m.p.device)
+            inner.update_multi_precision(m.index, m.p.detach(), g, state, stream=stream)
+        elif m.p.dtype == torch.bfloat16:
+            _, master, inner_state = state
             if m.sparse:
-                grad = grad.coalesce()  # duplicate rows summed
-                rows = grad.indices()[0].numpy().astype(np.int64)
-                values = grad.values()
-                if m.p.dtype == torch.bfloat16:
-                    values = values.float()
-                g = RowSparse(rows, values.numpy(), tuple(m.p.shape))
-            elif m.p.device.type == "cuda":
-                g = grad
-            elif m.p.dtype == torch.bfloat16:
-                g = ordered(grad, m.perm).float().numpy()
-            else:
-                g = ordered(grad, m.perm).numpy()
-            if m.p.device.type == "cuda":
-                stream = torch.cuda.current_stream(m.p.device)
-                inner.update_multi_precision(m.index, m.p.detach(), g, state, stream=stream)
-            elif m.p.dtype == torch.bfloat16:
-                _, master, inner_state = state
-                if m.sparse:
-                    g = RowSparse(g.indices, g.values, master.shape)
-                inner.update(m.index, master, g, inner_state)
-                with torch.no_grad():  # rounded to nearest even
-                    ordered(m.p.detach(), m.perm).copy_(torch.from_numpy(master))
-            else:
-                inner.update_multi_precision(m.index, ordered(m.p.detach(), m.perm).numpy(), g,
-                                             state)
+                g = RowSparse(g.indices, g.values, master.shape)
+            inner.update(m.index, master, g, inner_state)
+            with torch.no_grad():  # rounded to nearest even
+                ordered(m.p.detach(), m.perm).copy_(torch.from_numpy(master))
+        else:
+            inner.update_multi_precision(m.index, ordered(m.p.detach(), m.perm).numpy(), g,
+                                         state)
 
     def _run_vector(self, inner, members, scalars, maximize):
         """One planned launch per distinct ``(t, lr, wd)``, its rows run as a table over the

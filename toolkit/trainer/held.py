@@ -5,9 +5,11 @@ member's own ``create_state_multi_precision`` for its own weight view (a view of
 flat weight buffer): an int8 slot's blocks of 256 elements never straddle two parameters, each
 parameter's block maxima are its own, and a parameter below ``held.INT8_MIN_SIZE`` elements
 keeps its default state, exactly as per-parameter ``optimizer.update`` calls keep them. The
-weights and gradients stay in the group's flat buffers; a step runs one launch per member
-(``plan.StepWork``), each the launch ``optimizer.update`` would run, so the numbers are those
-of the per-parameter calls, bit for bit and code for code.
+weights and gradients stay in the group's flat buffers; a step plans each member's launch, the
+launch ``optimizer.update`` would run, and runs them together (``plan.StepWork``: one parallel
+call of ``cpu_lowbit.run_held_many`` over every block of the group's members, one more for the
+members below the int8 size), so the numbers are those of the per-parameter calls, bit for
+bit and code for code.
 
 What a held state is refused with, before anything is made or written: CUDA parameters (no
 held kernels there yet), float16 parameters (the held kernels step float32 and float64

@@ -2,7 +2,9 @@
 the launches each member's kernel step returns (``toolkit.backends.launches``), the vectorised plan
 of an optimizer whose step reads only ``(t, lr, wd)``, the per-group first-pass reductions
 (LARS's norms, LAMB's directions), and the execution: one segmented call when every member
-returned the same launch on its slices of the same flat buffers, else the launches one by one.
+returned the same launch on its slices of the same flat buffers; the members' launches together
+(``launches.run_many``) when each member holds a state of its own (``state_dtype``); else the
+launches one by one.
 
 It shares a :class:`~toolkit.trainer.buffers.Group`'s private caches, which only the group and
 its steps' work read and write.
@@ -244,6 +246,10 @@ class StepWork:
             if plan is not None:
                 self._run_segmented(*plan)
                 ran = 1
+            elif self.g.held and self.g.device != "cuda":
+                # states of their own per member (``toolkit.trainer.held``): the members'
+                # launches together, one parallel call over all their blocks
+                ran = launches.run_many(calls, cpu.LAUNCHER)
             else:
                 for k in sorted(self.calls_from):
                     end = self._next_start(k)
