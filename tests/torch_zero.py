@@ -52,10 +52,16 @@ def _run(rank, world, where):
     if rank == 1:
         keys = sorted(k for entry in other.optim.state.values() for k in entry)
     equal = all(torch.equal(a, b) for a, b in zip(params, mine))
-    print(f"rank {rank} equal {equal} keys {','.join(keys)}", flush=True)
+    # each rank's line in a file of its own, printed by the parent: two processes printing
+    # to one pipe interleaved their lines once
+    with open(os.path.join(where, f"rank{rank}.txt"), "w") as f:
+        f.write(f"rank {rank} equal {equal} keys {','.join(keys)}\n")
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     import torch.multiprocessing as mp
     mp.spawn(_run, args=(2, sys.argv[1]), nprocs=2, join=True)
+    for r in range(2):
+        with open(os.path.join(sys.argv[1], f"rank{r}.txt")) as f:
+            print(f.read(), end="")

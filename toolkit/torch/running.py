@@ -128,7 +128,7 @@ class StepRuns:
             if members[0].route == "vector":
                 self._run_vector(inner, members, scalars, maximize)
             else:
-                self._run_each(inner, members, maximize)
+                self._run_each(inner, members, maximize, scalars)
             self._num_update = inner.num_update
             self._steady.pop(gi, None)
             if members[0].route == "vector" and len(members) == len(group["params"]) and \
@@ -144,37 +144,55 @@ class StepRuns:
                 inner.num_update = self._num_update
                 group["lr"] = self._synced[gi]["lr"] = inner.learning_rate
 
-    def _run_each(self, inner, members, maximize):
+    def _run_each(self, inner, members, maximize, scalars):
         """Index by index through the inner optimizer's own update (each commits its count);
         with moments held low (``state_dtype``) and every member a dense float32, float64 or
         bfloat16 CPU tensor, :meth:`_run_held`."""
         if inner.state_dtype is not None and not any(
                 m.sparse or m.p.device.type == "cuda" or m.p.dtype == torch.float16
                 for m in members):
-            self._run_held(inner, members, maximize)
+            self._run_held(inner, members, maximize, scalars)
             return
         for m in members:
             self._update_one(inner, m, -m.grad if maximize else m.grad)
 
-    def _run_held(self, inner, members, maximize):
+    def _run_held(self, inner, members, maximize, scalars):
         """A group whose optimizer holds moments low, of dense float32, float64 or bfloat16
-        CPU tensors: each member's kernel step
-        planned in index order (``planned_step``: each commits its count; an error puts every
-        count back), then their launches run together (``launches.run_many``: one parallel
-        call over every block of theirs), then each bfloat16 weight rounded from its master."""
-        kept, masters = [], []
-        with inner.restored_on_error():
-            for m in members:
-                grad = -m.grad if maximize else m.grad
-                state = self._bindings[m.p].toolkit_state
-                if m.p.dtype == torch.bfloat16:  # its float32 master's step
-                    _, w, state = state
-                    masters.append((m, w))
-                    g = ordered(grad, m.perm).float().numpy()
-                else:
-                    w, g = ordered(m.p.detach(), m.perm).numpy(), ordered(grad, m.perm).numpy()
-                launches.drive(inner.planned_step(m.index, w, g, state), kept.append,
-                               lambda request: launches.answer(request, cpu.LAUNCHER))
+        CPU tensors: each member's launch planned, then all run together
+        (``launches.run_many``: one parallel call over every block of theirs), then each
+        bfloat16 weight rounded from its master. With the step's ``scalars`` (no toolkit
+        schedule) of an optimizer that plans by them, each member's launch is its rule over its
+        own arrays with the row of its ``(t, lr, wd)`` (``kernel_row`` once per distinct
+        triple) and its rounding key, the counts committed at once; else each member's kernel
+        step in index order (``planned_step``: each commits its count; an error puts every
+        count back)."""
+        arrays, masters = [], []
+        for m in members:  # (weight, grad, state) of each: its float32 master's for bfloat16
+            grad = -m.grad if maximize else m.grad
+            state = self._bindings[m.p].toolkit_state
+            if m.p.dtype == torch.bfloat16:
+                _, w, state = state
+                masters.append((m, w))
+                arrays.append((w, ordered(grad, m.perm).float().numpy(), state))
+            else:
+                arrays.append((ordered(m.p.detach(), m.perm).numpy(),
+                               ordered(grad, m.perm).numpy(), state))
+        planned = self._planned_table(scalars, inner) if scalars is not None and \
+            inner.plans_by_scalars else None
+        kept = []
+        if planned is not None:
+            factory, rows, inverse, _ = planned
+            for j, (m, (w, g, state)) in enumerate(zip(members, arrays)):
+                kept.append(launches.Launch(
+                    "rule", factory, w, g, tuple(inner.state_arrays(state)),
+                    rows[0 if inverse is None else inverse[j]],
+                    inner.rounding_key(m.index, int(scalars.t[j]))))
+            inner.commit_counts([m.index for m in members], scalars.t, scalars.host)
+        else:
+            with inner.restored_on_error():
+                for m, (w, g, state) in zip(members, arrays):
+                    launches.drive(inner.planned_step(m.index, w, g, state), kept.append,
+                                   lambda request: launches.answer(request, cpu.LAUNCHER))
         launches.run_many(kept, cpu.LAUNCHER)
         with torch.no_grad():  # rounded to nearest even
             for m, master in masters:

@@ -141,8 +141,9 @@ class StepWork:
         wd)``, told apart by their bits. When they are one rule over the group's flat weight,
         gradient and state buffers, every member takes the row of its ``(t, lr, wd)`` and
         :meth:`execute` runs one segmented call from that table (made with numpy, no Python
-        work per member); else (a group whose states are per member among them) every member
-        is planned on its own."""
+        work per member); in a held group (each member's state its own) every member's launch
+        takes its triple's row over its own arrays; else every member is planned on its
+        own."""
         opt = self.opt
         t, lr, wd = scalars
         first, inverse = scalars.distinct()
@@ -160,6 +161,18 @@ class StepWork:
             self.vector = (factory, layout, ks, rows if inverse is None else rows[inverse])
             if self.after is not None:  # it rounds back the members updated
                 self.members = dict.fromkeys(ks.tolist())
+            return
+        if self.g.held and self.g.device != "cuda" and all(
+                f is factory and len(row) == len(row0) for f, row in planned):
+            # states of their own per member: each member's launch as its kernel step makes
+            # it (the rule over its own state arrays, with the row of its (t, lr, wd), planned
+            # once per distinct triple above, and its rounding key), no Python step per member
+            for j, k in enumerate(ks.tolist()):
+                wv, gv, sv = self.member(k)
+                row = planned[0 if inverse is None else int(inverse[j])][1]
+                self.calls.append(launches.Launch(
+                    "rule", factory, wv, gv, tuple(opt.state_arrays(sv)), row,
+                    opt.rounding_key(int(indices[j]), int(t[j]))))
             return
         # not one rule over the flat buffers: every member planned on its own
         for j, k in enumerate(ks.tolist()):
