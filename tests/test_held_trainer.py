@@ -106,6 +106,42 @@ def test_a_step_equals_per_parameter_updates_bit_for_bit_and_code_for_code(name,
             assert first.absmax.shape == (lowbit.blocks_of(p.data().size),)
 
 
+def test_a_step_of_several_launches_keeps_their_order():
+    """An optimizer whose kernel step yields two launches per parameter (its rule, then a
+    stateless rule scaling the new weight): the group's launches are not run together then,
+    but each parameter's in order, equal to its own update."""
+    from toolkit.backends import launches
+    from toolkit.optimizers.adam import Adam
+
+    def halve(ftype):
+        def rule(w, g, hp):
+            return w * hp[0]
+        return rule
+
+    class HalvedAdam(Adam):
+        def _kernel_step(self, index, weight, grad, state, t, lr, wd):
+            yield from launches.steps_of(super()._kernel_step(index, weight, grad, state, t,
+                                                              lr, wd))
+            yield launches.Launch("rule", halve, weight, grad, (), (0.5,))
+
+    rng = np.random.default_rng(5)
+    init = [rng.standard_normal(s).astype(np.float32) for s in ((5000,), (6000,), (7,))]
+    grads = [rng.standard_normal(a.shape).astype(np.float32) for a in init]
+    params = [Parameter(f"p{i}", init=a) for i, a in enumerate(init)]
+    trainer = Trainer(params, HalvedAdam(learning_rate=0.1, state_dtype="int8"))
+    twin = HalvedAdam(learning_rate=0.1, state_dtype="int8")
+    ws = [a.copy() for a in init]
+    ss = [twin.create_state(i, w) for i, w in enumerate(ws)]
+    for _ in range(2):
+        for p, g in zip(params, grads):
+            p.set_grad(g)
+        trainer.step(1)
+        for i, (w, g) in enumerate(zip(ws, grads)):
+            twin.update(i, w, g, ss[i])
+    for p, w in zip(params, ws):
+        assert np.array_equal(p.data(), w), p.name
+
+
 def test_a_group_of_small_parameters_keeps_the_flat_state_and_one_call(monkeypatch):
     """int8 holds nothing below INT8_MIN_SIZE: such a group is the usual one (flat state
     buffers, one segmented call), with the numbers of a Trainer without state_dtype."""

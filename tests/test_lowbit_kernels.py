@@ -374,6 +374,44 @@ def test_many_steps_refuse_before_writing_anything():
         assert all(_same(x, y) for x, y in zip(written, before))
 
 
+def test_steps_from_a_generator_keep_their_temporaries_alive():
+    """Steps given by a generator whose gradients are temporaries (64 MiB each: the allocator
+    returns such blocks to the system when freed, so a read after that crashes): the call keeps
+    every array it reads until its kernels return."""
+    factory, hyper, signs = RULES["mxnet"]
+    n = 1 << 24
+    weights = [np.zeros(n, np.float32) for _ in range(2)]
+    held = [[lowbit.quantize(np.zeros(n, np.float32), MAPS[s]) for s in signs]
+            for _ in range(2)]
+
+    def steps():
+        for w, h in zip(weights, held):
+            yield w, np.full(n, 0.5, np.float32), tuple(h), hyper, None
+    cpu_lowbit.run_held_many(factory, steps())
+    want = np.zeros(8, np.float32)
+    cpu_lowbit.run_held(factory, want, np.full(8, 0.5, np.float32),
+                        tuple(lowbit.quantize(np.zeros(8, np.float32), MAPS[s]) for s in signs),
+                        hyper)
+    assert all(np.all(w == want[0]) for w in weights)
+
+
+def test_a_gradient_written_by_another_step_is_refused():
+    factory, hyper, signs = RULES["mxnet"]
+    rng = np.random.default_rng(13)
+    a = _step_case(rng, 600, ("int8", "int8"), signs, np.float32)
+    b = _step_case(rng, 600, ("int8", "int8"), signs, np.float32)
+    before = [x.copy() for x in (a[0], b[0])]
+    with pytest.raises(ValueError, match="the gradient of step 1 of the call shares memory "
+                                         "with a weight or a state slot that step 0 of the "
+                                         "call writes"):
+        cpu_lowbit.run_held_many(factory, [(a[0], a[1], tuple(a[2]), hyper, None),
+                                           (b[0], a[0], tuple(b[2]), hyper, None)])
+    assert _same(a[0], before[0]) and _same(b[0], before[1])
+    # a step's gradient may be read by another step too (only reads)
+    cpu_lowbit.run_held_many(factory, [(a[0], a[1], tuple(a[2]), hyper, None),
+                                       (b[0], a[1], tuple(b[2]), hyper, None)])
+
+
 def test_held_kernels_pickle_by_name_for_the_disk_cache():
     """numba's on-disk cache keys a kernel by the pickled bytes of its closure: an intrinsic or
     a dispatcher in it (reached from the slot functions, pickled by value) pickles a

@@ -100,22 +100,27 @@ def test_steps_equal_the_optimizers_update(name, kw, state_dtype, rounding):
 
 
 def test_a_group_steps_its_members_together(monkeypatch):
-    """A group's step plans every member, then runs them in one ``run_held_many``: one
-    parallel call over the held members' blocks (the 8192-element and the channels_last
+    """A group's step plans every member, then checks and runs them in one held call: one
+    parallel loop over the held members' blocks (the 8192-element and the channels_last
     weights), one over the small member's default state; the numbers are each member's own
     update's (the test above)."""
     from toolkit.backends import cpu_lowbit
     seen = []
-    real = cpu_lowbit.run_held_many
+    prepare, run = cpu_lowbit.prepare_held_many, cpu_lowbit.HeldCall.run
 
-    def counted(factory, steps):
-        calls = real(factory, steps)
-        seen.append((len(steps), calls))
+    def counted_prepare(factory, steps, names=None):
+        seen.append(("steps", len(steps)))
+        return prepare(factory, steps, names)
+
+    def counted_run(call):
+        calls = run(call)
+        seen.append(("kernel calls", calls))
         return calls
-    monkeypatch.setattr(cpu_lowbit, "run_held_many", counted)
+    monkeypatch.setattr(cpu_lowbit, "prepare_held_many", counted_prepare)
+    monkeypatch.setattr(cpu_lowbit.HeldCall, "run", counted_run)
     params = _params()
     _train(tt.Adam(params, lr=0.01, state_dtype="int8"), params, 2)
-    assert seen == [(3, 2), (3, 2)]
+    assert seen == [("steps", 3), ("kernel calls", 2)] * 2
 
 
 @pytest.mark.parametrize("name", ["adam", "nadam"])
@@ -147,6 +152,39 @@ def test_members_at_different_counts_step_as_their_own_updates(name):
                 assert mine.absmax.tobytes() == theirs.absmax.tobytes()
             else:
                 assert np.asarray(mine).tobytes() == np.asarray(theirs).tobytes()
+
+
+def test_parameters_sharing_memory_are_refused_with_nothing_changed():
+    """The group's launches run in one parallel call, so what one parameter writes may not be
+    another's weight, state or gradient: one tensor given twice (torch only warns), two views
+    of one buffer, and a gradient that is another parameter's weight are refused before any
+    count, weight or state changes, naming the parameters."""
+    big = torch.randn(64, 128)
+    twice = torch.nn.Parameter(big.clone())
+    buffer = torch.randn(2 * 8192)
+    views = [torch.nn.Parameter(buffer[:8192]), torch.nn.Parameter(buffer[4096:12288])]
+    for v in views:
+        v.grad = torch.randn(8192)
+    p, q = torch.nn.Parameter(big.clone()), torch.nn.Parameter(big.clone() + 1)
+    p.grad, q.grad = torch.randn(64, 128), p.detach()
+    twice.grad = torch.randn(64, 128)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's warning of a duplicate parameter
+        cases = [(tt.Adam([twice, twice], lr=0.01, state_dtype="int8"), [twice],
+                  "parameter 0 and parameter 1 write the same memory"),
+                 (tt.Adam(views, lr=0.01, state_dtype="int8"), views,
+                  "parameter 0 and parameter 1 write the same memory"),
+                 (tt.Adam([p, q], lr=0.01, state_dtype="int8"), [p, q],
+                  "the gradient of parameter 1 shares memory with a weight or a state slot "
+                  "that parameter 0 writes")]
+    for opt, params, message in cases:
+        before = [t.detach().clone() for t in params]
+        with pytest.raises(ValueError, match=message):
+            opt.step()
+        assert all(torch.equal(t.detach(), b) for t, b in zip(params, before))
+        assert opt._inners[0].num_update == 0
+        assert all(int(opt.state[t].get("step", 0)) == 0 for t in params)  # none counted
 
 
 def test_opt_state_shows_the_held_arrays():

@@ -149,31 +149,35 @@ class Launcher:
                      for f, s in zip(flat, states))
         return w, g, held, hyper, key
 
-    def run_rules(self, calls):
-        """Run "rule" launches (``launches.Launch``) of distinct parameters, their order free
-        (``launches.run_many``). When some hold states low (``state_dtype``), those with 1 to
-        3 state slots over float32 or float64 weights, held low or not, run in one call of
-        ``cpu_lowbit.run_held_many`` per rule (one parallel loop over every block of theirs,
-        each element's numbers those of its own call); the others, or all when none holds
-        states low, one by one. Returns the kernel calls made."""
-        together, ran = {}, 0
+    def prepare_rules(self, calls, names=None):
+        """``run()`` of "rule" launches (``launches.Launch``), one per parameter of distinct
+        parameters, their order free (``launches.prepare_many``), which returns the kernel
+        calls it made. When some hold states low (``state_dtype``), those with 1 to 3 state
+        slots over float32 or float64 weights, held low or not, are checked here, before
+        anything runs, and run in one call of ``cpu_lowbit.run_held_many`` per rule (one
+        parallel loop over every block of theirs, each element's numbers those of its own
+        call); the others, or all when none holds states low, run one by one. ``names``: a
+        string naming each call's parameter in a refusal."""
         if not any(type(s) is not np.ndarray or s.dtype != c.weight.dtype
                    for c in calls for s in c.states):
-            for c in calls:
-                self.run_rule(c.factory, c.weight, c.grad, c.states, c.hyper, c.key)
-            return len(calls)
-        for c in calls:
+            return lambda: self._run_each(calls)
+        together, rest = {}, []
+        for i, c in enumerate(calls):
             if 1 <= len(c.states) <= 3 and c.weight.dtype in jit.DTYPES:
-                together.setdefault(c.factory, []).append(
-                    self._held_step(c.weight, c.grad, c.states, c.hyper, c.key))
+                steps, labels = together.setdefault(c.factory, ([], []))
+                steps.append(self._held_step(c.weight, c.grad, c.states, c.hyper, c.key))
+                labels.append(f"launch {i}" if names is None else names[i])
             else:
-                self.run_rule(c.factory, c.weight, c.grad, c.states, c.hyper, c.key)
-                ran += 1
-        if together:
-            from . import cpu_lowbit
-            for factory, steps in together.items():
-                ran += cpu_lowbit.run_held_many(factory, steps)
-        return ran
+                rest.append(c)
+        from . import cpu_lowbit
+        held = [cpu_lowbit.prepare_held_many(factory, steps, labels)
+                for factory, (steps, labels) in together.items()]
+        return lambda: self._run_each(rest) + sum(h.run() for h in held)
+
+    def _run_each(self, calls):
+        for c in calls:
+            self.run_rule(c.factory, c.weight, c.grad, c.states, c.hyper, c.key)
+        return len(calls)
 
     @staticmethod
     def run_noise_rule(factory, weight, grad, hyper, key, aux):

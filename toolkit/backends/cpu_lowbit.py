@@ -18,6 +18,8 @@ always. :func:`run_held_many` runs many tensors' steps in one call (the loop of
 """
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 from numba import prange, types
 from numba.extending import intrinsic, overload
@@ -29,8 +31,8 @@ from .jit import KERNELS, NUMBA_TYPES, by_value, cached, compile_kernel, inlined
 from .lowbit import BFLOAT16, BLOCK, LOW_BITS, ONE_BITS, SIGNED, UNSIGNED, Quantized, \
     NAN_CELL, PACKED_CELLS, blocks_of, map_kind, packed
 
-__all__ = ["run_held", "run_held_many", "held_kernel", "slot_kind", "encode_kernel",
-           "CHUNK_BLOCKS"]
+__all__ = ["run_held", "run_held_many", "prepare_held_many", "HeldCall", "held_kernel",
+           "slot_kind", "encode_kernel", "CHUNK_BLOCKS"]
 
 
 _F32, _U32, _U64 = np.float32, np.uint32, np.uint64
@@ -300,13 +302,27 @@ def _arguments(weight, grad, states, key):
     return tuple(kinds), arrays
 
 
-def _disjoint(spans):
-    """Refuse byte ranges ``[start, end)`` (the arrays a call writes) any two of which
-    overlap: sorted by start, each ends before the next begins."""
-    spans.sort()
-    for (_, end), (start, _) in zip(spans, spans[1:]):
+def _disjoint(written, read, name):
+    """Refuse a call whose steps share memory where one writes it: ``written`` holds the
+    ``(start, end, step)`` byte ranges each step writes (its weight and state slots),
+    ``read`` those of the gradients; ``name(step)`` names a step in the message. No two
+    written ranges may overlap, nor a gradient a range another step writes (the steps run in
+    parallel, in no order)."""
+    written.sort()
+    for (_, end, s), (start, _, t) in zip(written, written[1:]):
         if start < end:
-            raise ValueError("the weights and the state slots must not share memory")
+            which = f"{name(s)} and {name(t)} write the same memory" if s != t else \
+                f"{name(s)} writes the same memory twice"
+            raise ValueError(f"{which} (a weight or a state slot): the weights and the state "
+                             "slots must not share memory")
+    starts = [w[0] for w in written]
+    ends = [w[1] for w in written]
+    for start, end, s in read:  # the written ranges that overlap [start, end), all of them
+        for _, _, t in written[bisect.bisect_right(ends, start):
+                               bisect.bisect_left(starts, end)]:
+            if t != s:
+                raise ValueError(f"the gradient of {name(s)} shares memory with a weight or "
+                                 f"a state slot that {name(t)} writes")
 
 
 def run_held(factory, weight, grad, states, hyper, key=None):
@@ -322,42 +338,65 @@ def run_held(factory, weight, grad, states, hyper, key=None):
     run_held_many(factory, [(weight, grad, states, hyper, key)])
 
 
-def run_held_many(factory, steps):
+def run_held_many(factory, steps, names=None):
     """:func:`run_held` of each ``(weight, grad, states, hyper, key)`` of ``steps`` (``key``:
     None, or the step's own), in one call per distinct ``(slot kinds, dtype, row length,
     rounding)``: one parallel loop over the blocks of all its steps when they hold
     :data:`~toolkit.backends.jit.PARALLEL_THRESHOLD` elements or more together, each block
     its own step's, so that a Trainer group or a torch param group with hundreds of held
-    tensors waits for the threads once. Every step is checked first, and no array one step
-    writes may share memory with another the call writes (ValueError, nothing written). The
-    kernel reads each step's arrays through their addresses, taken here from the checked
-    arrays, which ``steps`` keeps alive until it returns. Returns the kernel calls made."""
-    calls, spans = {}, []
-    for weight, grad, states, hyper, key in steps:
-        kinds, arrays = _arguments(weight, grad, states, key)
+    tensors waits for the threads once. :func:`prepare_held_many`, then its run. Returns the
+    kernel calls made."""
+    return prepare_held_many(factory, steps, names).run()
+
+
+class HeldCall:
+    """A checked :func:`run_held_many` call, not run yet: :meth:`run` runs it (and returns its
+    kernel calls). It keeps every array the kernels read through their addresses alive."""
+
+    __slots__ = ("_launches", "_arrays")
+
+    def __init__(self, launches, arrays):
+        self._launches, self._arrays = launches, arrays
+
+    def run(self):
+        for kernel, args in self._launches:
+            kernel(*args)
+        return len(self._launches)
+
+
+def prepare_held_many(factory, steps, names=None):
+    """The :class:`HeldCall` of :func:`run_held_many` over ``steps``: every step checked
+    (:func:`run_held`'s refusals), no array one step writes shared with another's, nor a
+    step's gradient with what another writes (ValueError, naming the steps by ``names``, one
+    string each, else by position), the kernels compiled and their tables made; nothing is
+    written until it runs."""
+    calls, written, read, arrays = {}, [], [], []
+    for s, (weight, grad, states, hyper, key) in enumerate(steps):
+        kinds, checked = _arguments(weight, grad, states, key)
+        arrays.append(checked)
         row = [weight.shape[0]]
-        for j, x in enumerate(arrays):  # the weight, the gradient, the slots' arrays
+        for j, x in enumerate(checked):  # the weight, the gradient, the slots' arrays
             if x is None:
                 row.append(0)
                 continue
             address = x.ctypes.data
             row.append(address)
-            if j != 1 and x.size:  # written
-                spans.append((address, address + x.nbytes))
+            if x.size:
+                (read if j == 1 else written).append((address, address + x.nbytes, s))
         hpa = np.array(hyper, weight.dtype)
         stochastic = key is not None and "bfloat16" in kinds
         calls.setdefault((kinds, weight.dtype, hpa.shape[0], stochastic), []).append(
             (row, hpa, 0 if key is None else int(key)))
-    if len(spans) > 1:
-        _disjoint(spans)
-    for (kinds, dtype, n_hyper, stochastic), rows in calls.items():
-        _launch(factory, kinds, dtype, n_hyper, stochastic, rows)
-    return len(calls)
+    if len(arrays) > 1 or len(written) > 1:
+        _disjoint(written, read, (lambda s: f"step {s} of the call") if names is None
+                  else names.__getitem__)
+    return HeldCall([_launch(factory, kinds, dtype, n_hyper, stochastic, rows)
+                     for (kinds, dtype, n_hyper, stochastic), rows in calls.items()], arrays)
 
 
 def _launch(factory, kinds, dtype, n_hyper, stochastic, rows):
-    """One kernel call over ``rows`` of ``([n, weight, grad, *slot addresses], hyper row,
-    key)``."""
+    """``(kernel, args)`` of one kernel call over ``rows`` of ``([n, weight, grad, *slot
+    addresses], hyper row, key)``."""
     addrs = np.array([row for row, _, _ in rows], np.int64)
     hyper = rows[0][1].reshape(1, n_hyper) if len(rows) == 1 else \
         np.array([hpa for _, hpa, _ in rows], dtype).reshape(len(rows), n_hyper)
@@ -367,7 +406,7 @@ def _launch(factory, kinds, dtype, n_hyper, stochastic, rows):
     kernel = KERNELS.get(("held", factory, kinds, n_hyper, dtype, parallel, stochastic))
     if kernel is None:
         kernel = held_kernel(factory, kinds, n_hyper, dtype, parallel, stochastic)
-    kernel(addrs, hyper, keys, chunks(n))
+    return kernel, (addrs, hyper, keys, chunks(n))
 
 
 def encode_kernel(qmap, parallel=False):

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 __all__ = ["KINDS", "Launch", "Norms", "Directions", "rule", "noise", "row_rule", "factored",
            "matrix", "SEGMENTED", "steps_of", "drive", "run", "collect", "run_launch", "run_many",
-           "answer",
+           "prepare_many", "in_order", "answer",
            "keyed"]
 
 
@@ -192,18 +192,32 @@ def run_launch(launch, launcher):
                           launch.rows, launch.hyper)
 
 
-def run_many(calls, launcher):
-    """Run ``calls``, the launches of distinct parameters' steps (no array one of them writes
-    is read or written by another, so their order is free), through ``launcher``: every one a
-    "rule" launch and the launcher able to take them together (``run_rules``, the CPU's: one
-    parallel call over all their blocks), together; else one by one, in order. Returns the
-    kernel calls made."""
-    together = getattr(launcher, "run_rules", None)
+def prepare_many(calls, launcher, names=None):
+    """``run()`` of ``calls``, the launches of distinct parameters' steps, one each (no array
+    one of them writes is read or written by another, so their order is free), through
+    ``launcher``; ``run()`` returns the kernel calls made. Every one a "rule" launch and the
+    launcher able to take them together (``prepare_rules``, the CPU's: checked now, then one
+    parallel call over all their blocks), together; else one by one, in order. ``names``: a
+    string naming each call's parameter where a refusal names it."""
+    together = getattr(launcher, "prepare_rules", None)
     if together is not None and len(calls) > 1 and all(c.kind == "rule" for c in calls):
-        return together(calls)
-    for c in calls:
-        run_launch(c, launcher)
-    return len(calls)
+        return together(calls, names)
+    return in_order(calls, launcher)
+
+
+def in_order(calls, launcher):
+    """``run()`` of the launches ``calls`` one by one, in order, through ``launcher``; it
+    returns how many ran."""
+    def run():
+        for c in calls:
+            run_launch(c, launcher)
+        return len(calls)
+    return run
+
+
+def run_many(calls, launcher):
+    """:func:`prepare_many`'s ``run()`` at once: the kernel calls made."""
+    return prepare_many(calls, launcher)()
 
 
 def answer(request, launcher):

@@ -158,9 +158,10 @@ class StepRuns:
 
     def _run_held(self, inner, members, maximize, scalars):
         """A group whose optimizer holds moments low, of dense float32, float64 or bfloat16
-        CPU tensors: each member's launch planned, then all run together
-        (``launches.run_many``: one parallel call over every block of theirs), then each
-        bfloat16 weight rounded from its master. With the step's ``scalars`` (no toolkit
+        CPU tensors: each member's launch planned, all checked together before any count is
+        committed (``launches.prepare_many``: a refusal leaves nothing changed), then run in one
+        parallel call over every block of theirs, then each bfloat16 weight rounded from its
+        master. With the step's ``scalars`` (no toolkit
         schedule) of an optimizer that plans by them, each member's launch is its rule over its
         own arrays with the row of its ``(t, lr, wd)`` (``kernel_row`` once per distinct
         triple) and its rounding key, the counts committed at once; else each member's kernel
@@ -177,6 +178,7 @@ class StepRuns:
             else:
                 arrays.append((ordered(m.p.detach(), m.perm).numpy(),
                                ordered(grad, m.perm).numpy(), state))
+        names = [f"parameter {m.index}" for m in members]
         planned = self._planned_table(scalars, inner) if scalars is not None and \
             inner.plans_by_scalars else None
         kept = []
@@ -187,13 +189,17 @@ class StepRuns:
                     "rule", factory, w, g, tuple(inner.state_arrays(state)),
                     rows[0 if inverse is None else inverse[j]],
                     inner.rounding_key(m.index, int(scalars.t[j]))))
+            run = launches.prepare_many(kept, cpu.LAUNCHER, names)  # checked: it may refuse
             inner.commit_counts([m.index for m in members], scalars.t, scalars.host)
         else:
             with inner.restored_on_error():
-                for m, (w, g, state) in zip(members, arrays):
-                    launches.drive(inner.planned_step(m.index, w, g, state), kept.append,
-                                   lambda request: launches.answer(request, cpu.LAUNCHER))
-        launches.run_many(kept, cpu.LAUNCHER)
+                each = [launches.drive(inner.planned_step(m.index, w, g, state), kept.append,
+                                       lambda request: launches.answer(request, cpu.LAUNCHER))
+                        for m, (w, g, state) in zip(members, arrays)]
+                # together when each member's step is one launch; else in order, one by one
+                run = launches.prepare_many(kept, cpu.LAUNCHER, names) \
+                    if each.count(1) == len(each) else launches.in_order(kept, cpu.LAUNCHER)
+        run()
         with torch.no_grad():  # rounded to nearest even
             for m, master in masters:
                 ordered(m.p.detach(), m.perm).copy_(torch.from_numpy(master))

@@ -3,7 +3,7 @@ the launches each member's kernel step returns (``toolkit.backends.launches``), 
 of an optimizer whose step reads only ``(t, lr, wd)``, the per-group first-pass reductions
 (LARS's norms, LAMB's directions), and the execution: one segmented call when every member
 returned the same launch on its slices of the same flat buffers; the members' launches together
-(``launches.run_many``) when each member holds a state of its own (``state_dtype``); else the
+(``launches.prepare_many``) when each member holds a state of its own (``state_dtype``); else the
 launches one by one.
 
 It shares a :class:`~toolkit.trainer.buffers.Group`'s private caches, which only the group and
@@ -83,6 +83,8 @@ class StepWork:
         #: a vectorised plan (``plan_scalars``): (factory, positions in self.flats, members,
         #: their float64 rows), or None
         self.vector = None
+        #: a held group's launches made ready to run together (:meth:`prepare`), or None
+        self.prepared = None
 
     def _launcher_for(self, w, mirror):
         if self.g.device == "cuda":
@@ -180,6 +182,19 @@ class StepWork:
             self.take(opt.step_launches(int(indices[j]), wv, gv, sv, int(t[j]), float(lr[j]),
                                         float(wd[j])))
 
+    def prepare(self):
+        """Once every member is planned and before any count is committed: a held group's
+        launches (states of their own per member, ``toolkit.trainer.held``), one per member,
+        checked and made ready to run together (``launches.prepare_many``: one parallel call
+        over all their blocks); a refusal raises here, with nothing committed or written."""
+        g = self.g
+        if g.held and g.device != "cuda" and self.vector is None and self.calls and \
+                len(self.calls) == len(self.calls_from):
+            self.prepared = launches.prepare_many(
+                self.calls, cpu.LAUNCHER,
+                [f"parameter {g.members[k][1].name!r}"
+                 for k in sorted(self.calls_from, key=self.calls_from.get)])
+
     def precompute_norms(self, norms):
         """LARS norms of every member that needs them, in one reduction over the flat buffers,
         kept for the members' steps to read. Returns the calls made."""
@@ -231,8 +246,8 @@ class StepWork:
 
     def execute(self):
         """Run the members' launches: one segmented call when every member returned the same
-        one launch on slices of the same flat buffers; else the launches one by one. Returns the number
-        of kernel calls."""
+        one launch on slices of the same flat buffers; a held group's as :meth:`prepare` made
+        them ready; else the launches one by one. Returns the number of kernel calls."""
         ran = 0
         calls = self.calls
         if self.vector is not None:
@@ -259,10 +274,8 @@ class StepWork:
             if plan is not None:
                 self._run_segmented(*plan)
                 ran = 1
-            elif self.g.held and self.g.device != "cuda":
-                # states of their own per member (``toolkit.trainer.held``): the members'
-                # launches together, one parallel call over all their blocks
-                ran = launches.run_many(calls, cpu.LAUNCHER)
+            elif self.prepared is not None:  # a held group's launches, checked together
+                ran = self.prepared()
             else:
                 for k in sorted(self.calls_from):
                     end = self._next_start(k)

@@ -86,6 +86,8 @@ class Updates:
                 w.plan_scalars(self._member_of[active[at]], active[at],
                                scalars.subset(at))  # one triple stays one
                 works.append(w)
+        for w in works:  # a refusal here leaves nothing committed
+            w.prepare()
         opt.commit_counts(given, scalars.t, scalars.host)
         for w in works:
             self.last_step_launches += w.execute()
@@ -171,5 +173,7 @@ class Updates:
                 w = work[id(g)]
                 wv, gv, sv = w.member(k)
                 w.take(opt.planned_step(i, wv, gv, sv))
+            for w in work.values():
+                w.prepare()
         for g in self._groups:
             self.last_step_launches += work[id(g)].execute()
