@@ -306,3 +306,25 @@ def test_copied_and_pickled_int8_states_step_as_the_originals():
         assert np.array_equal(r[0], results[2][0])
         assert all(np.array_equal(a, b) for x, y in zip(r[1:], results[2][1:])
                    for a, b in zip(x, y))
+
+
+@pytest.mark.parametrize("state_dtype", ["bfloat16", "float32"])
+def test_f_ordered_weights_hold_their_moments_in_their_memory_order(state_dtype):
+    """A Fortran-ordered (or transposed) weight takes bfloat16 and float32 moments laid out as
+    it is (``create_state`` made them in C order, which ``update`` then refused), and steps as
+    a C-ordered copy of it does, bit for bit."""
+    rng = np.random.default_rng(3)
+    for make in (np.asfortranarray, lambda a: np.ascontiguousarray(a.T).T):
+        w = make(rng.standard_normal((80, 70)).astype(np.float32))
+        c = np.ascontiguousarray(w)
+        opt = create("adam", learning_rate=0.1, state_dtype=state_dtype)
+        twin = create("adam", learning_rate=0.1, state_dtype=state_dtype)
+        s, sc = opt.create_state(0, w), twin.create_state(0, c)
+        assert all(a.flags.f_contiguous for a in s)
+        for _ in range(2):
+            g = rng.standard_normal(w.shape).astype(np.float32)
+            opt.update(0, w, np.asfortranarray(g), s)
+            twin.update(0, c, g, sc)
+        assert np.array_equal(w, c)
+        for a, b in zip(s, sc):
+            assert np.array_equal(a.view(f"u{a.itemsize}"), b.view(f"u{b.itemsize}"))

@@ -214,7 +214,9 @@ class HeldStates:
         held = lowbit.to_bfloat16(values) if kind == "bfloat16" else values.copy()
         if side == "cuda":
             return _on_device(held.view(np.uint16) if kind == "bfloat16" else held, plain)
-        return held
+        out = np.empty_like(plain, dtype=held.dtype)  # in the weight's memory order, as plain
+        out[...] = held
+        return out
 
     def slot_values(self, state_array):
         """The float64 values a state array (held or not) stands for, exactly."""
