@@ -270,12 +270,12 @@ class StepWork:
                 self._launch_table("rule", factory, flats, table)
                 ran = 1
         elif calls:
-            plan = self._segmented_plan()
-            if plan is not None:
+            plan = None if self.prepared is not None else self._segmented_plan()
+            if self.prepared is not None:  # a held group's launches, checked together
+                ran = self.prepared()
+            elif plan is not None:
                 self._run_segmented(*plan)
                 ran = 1
-            elif self.prepared is not None:  # a held group's launches, checked together
-                ran = self.prepared()
             else:
                 for k in sorted(self.calls_from):
                     end = self._next_start(k)
