@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from examples_budget import scaled
+from one_process import one_process_at_a_time
 
 from toolkit import optimizer
 from toolkit.backends import addressed, cpu, jit, order
@@ -62,8 +63,11 @@ def _launched(kind, dtype, multi_precision=False):
     return found
 
 
-RULES = {dt: _launched("rule", dt) for dt in (np.float32, np.float64)}
-NOISE = {dt: _launched("noise", dt) for dt in (np.float32, np.float64)}
+# planning runs the first passes, compiling their kernels (about 9 s of CPU in a fresh clone):
+# one xdist worker compiles them, the other loads them from the cache
+with one_process_at_a_time(__file__):
+    RULES = {dt: _launched("rule", dt) for dt in (np.float32, np.float64)}
+    NOISE = {dt: _launched("noise", dt) for dt in (np.float32, np.float64)}
 
 
 def _cases(found):

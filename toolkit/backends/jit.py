@@ -14,12 +14,14 @@ function pickles the same in every process, so a new process loads every kernel 
 from __future__ import annotations
 
 import math
+import os
 import threading
 from fractions import Fraction
 import types as pytypes
 import warnings
 
 import numba
+import numba.core.caching as _caching
 import numpy as np
 from numba import types
 from numba.core.errors import NumbaIRAssumptionWarning
@@ -28,6 +30,36 @@ from numba.extending import intrinsic, overload, register_jitable
 __all__ = ["COMPILE_OPTIONS", "PARALLEL_THRESHOLD", "DTYPES", "NUMBA_TYPES", "KernelCache",
            "KERNELS", "cached", "compile_kernel", "readonly_variant", "call_readonly",
            "by_value", "inlined", "fma"]
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: numba's own unlocked save
+    fcntl = None
+
+
+def _locked(save):
+    """numba's index save (``IndexDataCacheFile.save``: read the index, add the new entry, write
+    it back, then the data file) under an exclusive ``flock`` of the cache directory. Unlocked,
+    processes that compile into one cache at once (pytest-xdist's workers, the simulator's
+    process) each wrote back the index as they had read it, so all but the last entry of a race
+    were lost (numba issues #4807, #10128) and compiled again by a later process; two could also
+    take the same data file name for different kernels."""
+    def save_locked(self, key, data):
+        try:
+            fd = os.open(self._cache_path, os.O_RDONLY)
+        except OSError:
+            return save(self, key, data)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            return save(self, key, data)
+        finally:
+            os.close(fd)  # releases the lock
+    save_locked.locked = True
+    return save_locked
+
+
+if fcntl is not None and not getattr(_caching.IndexDataCacheFile.save, "locked", False):
+    _caching.IndexDataCacheFile.save = _locked(_caching.IndexDataCacheFile.save)
 
 #: The compile options of every CPU kernel.
 COMPILE_OPTIONS = dict(error_model="numpy", fastmath=False, cache=True, nogil=True,
