@@ -1,7 +1,7 @@
 """A gradient is only read: a read-only gradient (or read-only row-sparse values) steps exactly
-as the same gradient writable does (issue 19, item 10). The read-only kernel variants are
-compiled when first seen, so a start-up with writable gradients compiles nothing more
-(tests/test_startup_cache.py). ``RowSparse.from_rows`` refuses float row numbers as the
+as the same gradient writable does (issue 19, item 10). The kernels declare their gradient
+read-only (``jit.read_only``), so one compiled kernel takes both; a kernel that does not is
+called through a read-only variant compiled when first seen (``jit.readonly_variant``). ``RowSparse.from_rows`` refuses float row numbers as the
 constructor does."""
 from __future__ import annotations
 
@@ -171,32 +171,34 @@ def test_trainer_with_readonly_gradients_steps_as_writable():
 
 
 _CACHE_SCRIPT = """
+import sys
 import numpy as np
 from toolkit import optimizer
 opt = optimizer.create("adam")
 w = np.ones(64, np.float32)
 g = np.ones(64, np.float32)
-g.flags.writeable = False
+g.flags.writeable = sys.argv[1] == "writable"
 opt.update(0, w, g, opt.create_state(0, w))
 """
 
 
-def test_the_readonly_variant_is_cached_on_disk_under_its_own_name(tmp_path):
-    """A second process loads the read-only variant instead of compiling it, and the
-    variant has an index of its own (it never replaces the writable kernel's)."""
+def test_a_readonly_gradient_is_stepped_by_the_writable_gradients_kernel(tmp_path):
+    """The kernels declare the gradient read-only (``jit.read_only``): a process stepping a
+    read-only gradient loads the kernel a process with a writable one compiled, and compiles
+    and saves nothing (no read-only variant)."""
     import os
     import subprocess
     import sys
 
-    def run():
+    def run(kind):
         env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), NUMBA_DEBUG_CACHE="1")
         env.pop("NUMBA_ENABLE_CUDASIM", None)
-        out = subprocess.run([sys.executable, "-c", _CACHE_SCRIPT], env=env,
+        out = subprocess.run([sys.executable, "-c", _CACHE_SCRIPT, kind], env=env,
                              capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr
         return out.stdout + out.stderr
-    assert "data saved" in run()
-    second = run()
+    assert "data saved" in run("writable")
+    second = run("readonly")
     assert [line for line in second.splitlines() if "data saved" in line] == []
     names = [p.name for p in tmp_path.rglob("*.nbi")]
-    assert any(".serial.readonly" in n for n in names), names
+    assert names and not any(".readonly" in n for n in names), names

@@ -94,7 +94,8 @@ def rows_kernel(factory, n_state: int, n_hyper: int, dtype, parallel: bool):
 
     def build():
         arr = NUMBA_TYPES[dtype][::1]
-        sig = types.void(arr, arr, *([arr] * n_state), types.int64[::1], types.int64, arr)
+        sig = types.void(arr, jit.read_only(arr), *([arr] * n_state), types.int64[::1],
+                         types.int64, arr)
         return compile_kernel(sig, parallel)(_rows_loop(inlined(factory(dtype.type)), n_state,
                                                   n_hyper))
     return cached(key, build)

@@ -56,7 +56,7 @@ def elementwise_kernel(factory, n_state: int, n_hyper: int, dtype, parallel: boo
     def build():
         nb = NUMBA_TYPES[dtype]
         arr = nb[::1]
-        sig = types.void(arr, arr, *([arr] * n_state), arr)
+        sig = types.void(arr, jit.read_only(arr), *([arr] * n_state), arr)
         rule = inlined(factory(dtype.type))
         kernel = compile_kernel(sig, parallel)(
             _loop(rule, n_state, n_hyper))

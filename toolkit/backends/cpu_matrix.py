@@ -111,7 +111,7 @@ def compiled_pass(factory, name, n_hyper, dtype, parallel=False):
         rule = MatrixRule(*(jit.inlined(fn) for fn in factory(dtype.type)))
         hp = types.float64[::1]
         if name == "moment":
-            fn, sig = _moment_pass(rule, n_hyper), types.void(arr, arr, arr, hp,
+            fn, sig = _moment_pass(rule, n_hyper), types.void(jit.read_only(arr), arr, arr, hp,
                                                              types.float64[::1])
         else:
             fn, sig = _apply_pass(rule, n_hyper), types.void(arr, arr, hp)

@@ -9,7 +9,8 @@ import numpy as np
 from numba import prange, types
 from numba.np.unsafe.ndarray import to_fixed_tuple
 
-from .jit import NUMBA_TYPES, by_value, cached, call_readonly, compile_kernel, inlined
+from .jit import NUMBA_TYPES, by_value, cached, call_readonly, compile_kernel, inlined, \
+    read_only
 
 __all__ = ["NOISE_PARALLEL_THRESHOLD", "noise_kernel", "noise_segmented_kernel", "run_noise",
            "run_noise_segmented", "noise_mp_kernel", "run_noise_mp"]
@@ -42,7 +43,8 @@ def noise_kernel(factory, n_hyper, n_aux, dtype, parallel):
             for i in prange(w.shape[0]):
                 w[i] = rule(w[i], g[i], normal(key, np.uint64(i)), hp, aux)
         nb = NUMBA_TYPES[dtype]
-        sig = types.void(nb[::1], nb[::1], types.UniTuple(nb, n_hyper), types.uint64,
+        sig = types.void(nb[::1], read_only(nb[::1]), types.UniTuple(nb, n_hyper),
+                         types.uint64,
                          types.UniTuple(types.float64, n_aux))
         kernel = compile_kernel(sig, parallel)(loop)
         return kernel
@@ -71,7 +73,7 @@ def noise_segmented_kernel(factory, n_hyper, n_aux, dtype, parallel):
                         z = normal(keys[s], np.uint64(first + i))
                         wc[i] = rule(wc[i], gc[i], z, hp, a)
         nb = NUMBA_TYPES[dtype]
-        sig = types.void(nb[::1], nb[::1], nb[:, ::1], types.uint64[::1],
+        sig = types.void(nb[::1], read_only(nb[::1]), nb[:, ::1], types.uint64[::1],
                          types.float64[:, ::1], types.int64[::1], types.int64[:, ::1])
         kernel = compile_kernel(sig, parallel)(loop)
         return kernel
@@ -122,7 +124,8 @@ def noise_mp_kernel(factory, n_hyper, n_aux, parallel):
                 w[i] = x
                 w16[i] = narrow(x)
         f32, u16 = types.float32, types.uint16[::1]
-        sig = types.void(f32[::1], u16, types.UniTuple(f32, n_hyper), types.uint64,
+        sig = types.void(f32[::1], read_only(u16), types.UniTuple(f32, n_hyper),
+                         types.uint64,
                          types.UniTuple(types.float64, n_aux), u16)
         return compile_kernel(sig, parallel)(loop)
     return cached(key_, build)

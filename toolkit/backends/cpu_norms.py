@@ -191,7 +191,7 @@ def _norms_sums(dtype, with_cum, g16):
 
 def _norms_types(dtype, g16):
     nb = NUMBA_TYPES[dtype]
-    return nb[::1], (types.uint16[::1] if g16 else nb[::1])
+    return nb[::1], jit.read_only(types.uint16[::1] if g16 else nb[::1])
 
 
 def norms_kernel(dtype, with_cum, parallel, g16=False):
@@ -367,7 +367,7 @@ def direction_kernel(direction, n_hyper: int, dtype, parallel: bool):
                                                         chunks[c, 1], hp)
         nb = NUMBA_TYPES[dtype]
         arr = nb[::1]
-        sig = types.void(arr, arr, arr, arr, nb[:, ::1], types.int64[:, ::1],
+        sig = types.void(arr, jit.read_only(arr), arr, arr, nb[:, ::1], types.int64[:, ::1],
                          types.float64[:, ::1])
         return compile_kernel(sig, parallel)(loop)
     return cached(key, build)
@@ -397,8 +397,8 @@ def tensor_direction_kernel(direction, n_hyper: int, dtype, parallel: bool, g16=
             return _chunk_totals(partial)
         nb = NUMBA_TYPES[dtype]
         arr = nb[::1]
-        sig = types.UniTuple(types.float64, 2)(arr, types.uint16[::1] if g16 else arr, arr,
-                                               arr, arr)
+        sig = types.UniTuple(types.float64, 2)(
+            arr, jit.read_only(types.uint16[::1] if g16 else arr), arr, arr, arr)
         return compile_kernel(sig, parallel)(loop)
     return cached(key, build)
 

@@ -28,7 +28,7 @@ from numba.core.errors import NumbaIRAssumptionWarning
 from numba.extending import intrinsic, overload, register_jitable
 
 __all__ = ["COMPILE_OPTIONS", "PARALLEL_THRESHOLD", "DTYPES", "NUMBA_TYPES", "KernelCache",
-           "KERNELS", "cached", "compile_kernel", "readonly_variant", "call_readonly",
+           "KERNELS", "cached", "compile_kernel", "read_only", "readonly_variant", "call_readonly",
            "by_value", "inlined", "fma"]
 
 try:
@@ -117,6 +117,14 @@ def compile_kernel(sig, parallel):
         fn.__qualname__ = f"{fn.__qualname__}.{'parallel' if parallel else 'serial'}"
         return numba.njit([sig], parallel=bool(parallel), **COMPILE_OPTIONS)(fn)
     return wrap
+
+
+def read_only(t):
+    """The numba array type ``t`` made read-only: the type of an argument a kernel only reads
+    (a gradient). One compiled kernel then takes writable and read-only numpy arrays alike
+    (numba converts a writable array to it; a signature with a writable type refuses a
+    read-only array), so a caller's read-only gradient compiles nothing more."""
+    return t.copy(readonly=True)
 
 
 def readonly_variant(kernel, args):

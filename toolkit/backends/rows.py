@@ -253,7 +253,8 @@ def cpu_kernel(factory, n_hyper: int, dtype, parallel: bool, mp=False):
     def build():
         arr = jit.NUMBA_TYPES[dtype][::1]
         i64, u16 = types.int64, types.uint16[::1]
-        sig = types.void(arr, u16 if mp else arr, arr, i64[::1], types.boolean, i64, i64, i64,
+        sig = types.void(arr, jit.read_only(u16 if mp else arr), arr, i64[::1], types.boolean,
+                         i64, i64, i64,
                          i64, i64, i64, arr, u16)
         with warnings.catch_warnings():
             # numba's pedantic SSA check flags the float16 conversions' conditional
