@@ -142,10 +142,8 @@ class Tracked:
     def __init__(self, value, err=None, tie=None, *, u: float, tiny: float = 0.0):
         self.value = np.asarray(value, dtype=np.float64)
         shape = self.value.shape
-        self.err = np.zeros(shape) if err is None else np.broadcast_to(
-            np.asarray(err, dtype=np.float64), shape).copy()
-        self.tie = np.zeros(shape, dtype=bool) if tie is None else np.broadcast_to(
-            np.asarray(tie, dtype=bool), shape).copy()
+        self.err = np.zeros(shape) if err is None else _filled(err, np.float64, shape)
+        self.tie = np.zeros(shape, dtype=bool) if tie is None else _filled(tie, bool, shape)
         self.u = float(u)
         self.tiny = float(tiny)
 
@@ -376,6 +374,13 @@ class Tracked:
         if func in (np.shape, np.ndim, np.size):
             return func(self.value)
         return NotImplemented
+
+
+def _filled(x, dtype, shape):
+    """A new array of ``shape`` and ``dtype`` holding ``x`` (broadcast; a copy of an array of
+    that shape already, without the broadcast's cost)."""
+    x = np.asarray(x, dtype=dtype)
+    return x.copy() if x.shape == shape else np.broadcast_to(x, shape).copy()
 
 
 def _exact_zero(v, e):
