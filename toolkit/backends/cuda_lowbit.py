@@ -24,8 +24,6 @@ numba-cuda; :class:`toolkit.backends.cuda.Launcher` dispatches held states to it
 """
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 from numba import cuda, types
 
@@ -33,6 +31,7 @@ from . import arrays
 from .bfloat16 import bfloat16_to_single, single_to_bfloat16
 from .cuda_device import COMPILE_OPTIONS, NUMBA_TYPES, SIMULATOR, block_cap, flat, launch
 from .cuda_elementwise import device_rule
+from .jit import KernelCache
 from .lowbit import BLOCK, SIGNED, UNSIGNED, Quantized, blocks_of, map_kind, midpoints, mix
 
 __all__ = ["run_held", "held_kernel", "device_kind", "code_tables"]
@@ -46,8 +45,7 @@ _MAP_ROW = {"signed": 0, "unsigned": 1}
 _MID_ROW = {"signed": 2, "unsigned": 3}
 _QUANTIZED = ("signed", "unsigned")
 
-_lock = threading.Lock()
-_kernels: dict = {}
+_KERNELS = KernelCache()  # the held kernels of this process
 _tables: dict = {}
 _spare: dict = {}
 _helpers: list = []
@@ -246,30 +244,29 @@ def held_kernel(factory, kinds, n_hyper, dtype, stochastic=False):
     ``kernel[blocks, BLOCK](w, g, d0, a0, d1, a1, d2, a2, hp, key, tables)``."""
     dtype, kinds = np.dtype(dtype), tuple(kinds)
     key = ("held", factory, kinds, n_hyper, dtype, bool(stochastic))
-    kernel = _kernels.get(key)
+    kernel = _KERNELS.get(key)
     if kernel is not None:
         return kernel
-    with _lock:
-        kernel = _kernels.get(key)
-        if kernel is None:
-            dev = cuda.jit(device=True)
-            f = dtype.type
-            if not _helpers:
-                _helpers.extend(dev(fn) for fn in (bfloat16_to_single, single_to_bfloat16,
-                                                   _stochastic_source, mix, _search_source))
-            padded = kinds + ("none",) * (3 - len(kinds))
-            slots = [tuple(dev(fn) for fn in _slot_source(k, f, j, stochastic, *_helpers))
-                     for j, k in enumerate(padded)]
-            step = dev(_step_source(device_rule(factory, dtype), len(kinds), f))
-            src = _kernel_source(step, slots, f, any(k in _QUANTIZED for k in kinds))
-            nb = NUMBA_TYPES[dtype]
-            args = []
-            for k in padded:
-                args += [_DATA_TYPES.get(k, nb)[::1], types.float32[::1]]
-            sig = types.void(nb[::1], nb[::1], *args, types.UniTuple(nb, n_hyper),
-                             types.uint64, types.float32[:, ::1])
-            kernel = _kernels[key] = cuda.jit(sig, **COMPILE_OPTIONS)(src)
-    return kernel
+
+    def build():  # under the cache's lock, which also guards _helpers
+        dev = cuda.jit(device=True)
+        f = dtype.type
+        if not _helpers:
+            _helpers.extend(dev(fn) for fn in (bfloat16_to_single, single_to_bfloat16,
+                                               _stochastic_source, mix, _search_source))
+        padded = kinds + ("none",) * (3 - len(kinds))
+        slots = [tuple(dev(fn) for fn in _slot_source(k, f, j, stochastic, *_helpers))
+                 for j, k in enumerate(padded)]
+        step = dev(_step_source(device_rule(factory, dtype), len(kinds), f))
+        src = _kernel_source(step, slots, f, any(k in _QUANTIZED for k in kinds))
+        nb = NUMBA_TYPES[dtype]
+        args = []
+        for k in padded:
+            args += [_DATA_TYPES.get(k, nb)[::1], types.float32[::1]]
+        sig = types.void(nb[::1], nb[::1], *args, types.UniTuple(nb, n_hyper),
+                         types.uint64, types.float32[:, ::1])
+        return cuda.jit(sig, **COMPILE_OPTIONS)(src)
+    return _KERNELS.cached(key, build)
 
 
 # --------------------------------------------------------------------------------------------
