@@ -15,7 +15,7 @@
 # Then two device calls, each with carry [".whl"]:
 #
 #   bash benchmarks/gpu_session.sh tests   # tests/cuda on the GPU; toolkit check's CUDA rows
-#   bash benchmarks/gpu_session.sh bench   # mxopt bench --device cuda; benchmarks/adam_cuda.py
+#   bash benchmarks/gpu_session.sh bench   # mxopt bench --device cuda; adam_cuda.py, muon_cuda.py
 #
 # Each writes env_<phase>.txt (GPU, driver, versions) beside its results. Copy what is worth
 # keeping into tests/results/ and benchmarks/results/, the device named.
@@ -61,6 +61,8 @@ else
     timeout 400 python3 -m toolkit bench --device cuda --no-progress --out "$OUT" \
         --markdown "$OUT/suite_cuda.md" 2>&1 | tee "$OUT/bench.log" || status=1
     timeout 150 python3 benchmarks/adam_cuda.py --out "$OUT/adam_cuda.json" \
+        2>&1 | tee -a "$OUT/bench.log" || status=1
+    timeout 90 python3 benchmarks/muon_cuda.py --out "$OUT/muon_cuda.json" \
         2>&1 | tee -a "$OUT/bench.log" || status=1
 fi
 exit "$status"

@@ -1,6 +1,7 @@
-"""Optimizers whose kernels have no CUDA form (``Spec.cuda`` False: Adafactor's factored step,
-Muon's matrix step) refuse CUDA arrays with NotImplementedError before anything is written, through
-``toolkit.optimizer`` and through a Trainer whose parameters live on the GPU."""
+"""Optimizers whose kernels have no CUDA form (``Spec.cuda`` False: Adafactor's factored step;
+Muon's matrix step had none before ``toolkit.backends.cuda_matrix``) refuse CUDA arrays with
+NotImplementedError before anything is written, through ``toolkit.optimizer`` and through a
+Trainer whose parameters live on the GPU."""
 from __future__ import annotations
 
 import numpy as np
@@ -19,7 +20,7 @@ def _matrix(name, shape):
 
 
 def test_the_cpu_only_optimizers_are_known():
-    assert CPU_ONLY == ["adafactor", "muon"]
+    assert CPU_ONLY == ["adafactor"]
 
 
 @pytest.mark.parametrize("name", CPU_ONLY)

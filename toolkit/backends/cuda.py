@@ -134,12 +134,6 @@ NO_FACTORED = ("a factored step (Adafactor) runs on the CPU backend only: its ke
                "(toolkit.backends.cpu_factored) have no CUDA form yet; step numpy arrays or CPU "
                "tensors (nothing was written)")
 
-#: why a matrix step (Muon's) does not run on a CUDA array
-NO_MATRIX = ("a matrix step (Muon) runs on the CPU backend only: its kernels "
-             "(toolkit.backends.cpu_matrix) have no CUDA form yet; step numpy arrays or CPU "
-             "tensors (nothing was written)")
-
-
 class Launcher:
     """Runs one optimizer step's rules on the CUDA backend.
 
@@ -242,11 +236,15 @@ class Launcher:
         the CPU's (``toolkit.backends.cpu_factored``)."""
         raise NotImplementedError(NO_FACTORED)
 
-    @staticmethod
-    def run_matrix(factory, weight, grad, states, hyper):
-        """A matrix step (Muon) is refused before anything is written: its kernels are the
-        CPU's (``toolkit.backends.cpu_matrix``)."""
-        raise NotImplementedError(NO_MATRIX)
+    def run_matrix(self, factory, weight, grad, states, hyper):
+        """A matrix step (Muon's; :mod:`toolkit.backends.cuda_matrix`) in place, its products
+        by a GPU BLAS; the float16 twin written where the weight is this launcher's master."""
+        self._no_lazy_form("a matrix step")
+        from . import cuda_matrix
+        w = self._describe(weight, "weight")
+        self.in_device(cuda_matrix.run_matrix, factory, w, self._describe(grad, "grad"),
+                       self._describe(states[0], "state"), hyper, stream=self.stream,
+                       mirror=self._mirror_for(w))
 
     def lars_norms(self, weight, grad, cum, batch_scale):
         self._no_lazy_form("LARS norms")
@@ -275,8 +273,6 @@ class Launcher:
         mirror = self._mirror_for(w)
         if kind == "factored":
             raise NotImplementedError(NO_FACTORED)
-        if kind == "matrix":
-            raise NotImplementedError(NO_MATRIX)
         if kind == "rows":
             self.in_device(cuda_rows.run_segmented, factory, w, g, states[0], table,
                            group.uploads[0], group.rows_layout(), stream=self.stream,

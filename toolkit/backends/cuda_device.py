@@ -19,8 +19,8 @@ from . import arrays
 from .arrays import ArrayDesc
 
 __all__ = ["SIMULATOR", "COMPILE_OPTIONS", "THREADS", "BLOCKS_PER_SM", "NUMBA_TYPES", "row_tuple",
-           "compute_dtype", "single_device", "device_of", "resolve_stream", "flat", "launch",
-           "launch_config", "block_cap"]
+           "compute_dtype", "single_device", "device_of", "resolve_stream", "stream_handle", "flat",
+           "launch", "launch_config", "block_cap"]
 
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 if SIMULATOR:  # a block's shared arrays made under a lock (cuda_simulator.py says why)
@@ -81,7 +81,8 @@ def device_of(d: ArrayDesc):
     return int(driver.driver.cuPointerGetAttribute(attr, driver.binding.CUdeviceptr(d.ptr)))
 
 
-def _stream_handle(s):
+def stream_handle(s):
+    """The integer handle of a numba, CuPy or PyTorch stream, or of an integer handle."""
     if isinstance(s, (int, np.integer)):
         return int(s)
     for attr in ("ptr", "cuda_stream", "handle"):  # CuPy, PyTorch, numba
@@ -113,7 +114,7 @@ def resolve_stream(stream, weight: ArrayDesc):
             stream = torch.cuda.current_stream(weight.obj.device).cuda_stream
     if isinstance(stream, cuda.cudadrv.driver.Stream):
         return stream
-    h = 0 if stream is None else _stream_handle(stream)
+    h = 0 if stream is None else stream_handle(stream)
     s = _streams.get(h)
     if s is None:
         if h in (0, 1):
@@ -163,8 +164,9 @@ def flat(d: ArrayDesc):
 
 def launch(kernel, blocks, threads, stream, *args):
     """``kernel[blocks, threads, stream](*args)``. Small tensors need only a few blocks: numba's
-    low-occupancy warning (below 128 blocks) is silenced for these launches only."""
-    if blocks >= 128:
+    low-occupancy warning (below 128 blocks) is silenced for these launches only. ``blocks``
+    and ``threads``: ints, or tuples for a 2-D grid."""
+    if (blocks if isinstance(blocks, int) else blocks[0] * blocks[1]) >= 128:
         kernel[blocks, threads, stream](*args)
         return
     with warnings.catch_warnings():

@@ -137,7 +137,6 @@ SPEC = Spec(
     # (not in --quick: a 2^24-element matrix's iteration takes seconds; benchmarks/muon_cpu.py
     # times GPT-2's matrices against torch.optim.Muon)
     bench=(BenchSetting("muon", {}, torch=("Muon", {})),),
-    cuda=False,  # the matrix kernels are the CPU's (toolkit.backends.cpu_matrix)
     # bench's floor counts the element-wise traffic only: the gradient and the buffer read and
     # written in the first pass (the buffer a state laid out per member), the weight in the
     # last, and the scratch matrix between them (written, then read twice: 3 passes). The step
