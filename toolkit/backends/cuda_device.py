@@ -32,8 +32,10 @@ COMPILE_OPTIONS = dict(fastmath=False, cache=not SIMULATOR)
 
 #: Threads per block of the element-wise kernels; blocks are capped at BLOCKS_PER_SM per
 #: multiprocessor (a grid-stride loop covers the rest). The simulator runs each thread as a Python
-#: thread, so it gets a small grid (still two blocks, so the stride is exercised).
-THREADS = 16 if SIMULATOR else 256
+#: thread, so it gets a small grid (still two blocks, so the stride is exercised): 4 threads a
+#: block, where 16 took 2.6 times as long in the simulator's two largest test files (its time is
+#: the hand-over between threads, which waits for a core on a loaded machine).
+THREADS = 4 if SIMULATOR else 256
 BLOCKS_PER_SM = 16
 
 if SIMULATOR:
