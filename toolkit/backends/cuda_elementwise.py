@@ -7,15 +7,13 @@ Kernels are compiled on first use and cached per process. This module imports nu
 """
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 from numba import cuda, types
 
 from .cuda_device import COMPILE_OPTIONS, NUMBA_TYPES
+from .jit import KernelCache
 
-_lock = threading.Lock()
-_kernels: dict = {}
+_KERNELS = KernelCache()  # the element-wise kernels of this process
 _device_rules: dict = {}
 
 
@@ -107,17 +105,16 @@ def elementwise_kernel(factory, storage: tuple, compute, n_hyper: int, mirror: b
     compute = np.dtype(compute)
     storage = tuple(np.dtype(s) for s in storage)
     key = (factory, storage, compute, n_hyper, bool(mirror), bool(by_rows))
-    kernel = _kernels.get(key)
+    kernel = _KERNELS.get(key)
     if kernel is not None:
         return kernel
-    with _lock:
-        kernel = _kernels.get(key)
-        if kernel is None:
-            rule = device_rule(factory, compute)
-            n_state = len(storage) - 3
-            arrs = [NUMBA_TYPES[s][::1] for s in storage]
-            hp = types.UniTuple(NUMBA_TYPES[compute], n_hyper)
-            sig = types.void(*arrs[:-1], hp, arrs[-1], types.int64[::1], types.int64)
-            src = _source(rule, n_state, compute.type, bool(mirror), bool(by_rows))
-            kernel = _kernels[key] = cuda.jit(sig, **COMPILE_OPTIONS)(src)
-    return kernel
+
+    def build():
+        rule = device_rule(factory, compute)
+        n_state = len(storage) - 3
+        arrs = [NUMBA_TYPES[s][::1] for s in storage]
+        hp = types.UniTuple(NUMBA_TYPES[compute], n_hyper)
+        sig = types.void(*arrs[:-1], hp, arrs[-1], types.int64[::1], types.int64)
+        src = _source(rule, n_state, compute.type, bool(mirror), bool(by_rows))
+        return cuda.jit(sig, **COMPILE_OPTIONS)(src)
+    return _KERNELS.cached(key, build)

@@ -6,8 +6,6 @@ This module imports numba-cuda; :mod:`toolkit.backends.cuda` re-exports its entr
 """
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 from numba import cuda, types
 
@@ -15,9 +13,9 @@ from .arrays import ArrayDesc
 from .cuda_device import (COMPILE_OPTIONS, NUMBA_TYPES, SIMULATOR, THREADS, block_cap,
                           compute_dtype, flat, launch, launch_config, row_tuple)
 from .cuda_elementwise import device_rule
+from .jit import KernelCache
 
-_lock = threading.Lock()
-_kernels: dict = {}
+_KERNELS = KernelCache()  # the noise kernels of this process
 
 
 # --------------------------------------------------------------------------------------------
@@ -59,26 +57,26 @@ def _noise_sources(rule, f, mirror, n_hyper, n_aux):
 
 def _noise_kernel(kind, factory, w, g, m, compute, n_hyper, n_aux, mirror):
     key = ("noise", kind, factory, w, g, m, compute, n_hyper, n_aux, bool(mirror))
-    kernel = _kernels.get(key)
-    if kernel is None:
-        with _lock:
-            kernel = _kernels.get(key)
-            if kernel is None:
-                rule = device_rule(factory, compute)
-                single, segmented = _noise_sources(rule, compute.type, bool(mirror), n_hyper,
-                                                   n_aux)
-                if kind == "single":
-                    sig = types.void(NUMBA_TYPES[w][::1], NUMBA_TYPES[g][::1],
-                                     types.UniTuple(NUMBA_TYPES[compute], n_hyper), types.uint64,
-                                     types.UniTuple(types.float64, n_aux), NUMBA_TYPES[m][::1])
-                    src = single
-                else:
-                    sig = types.void(NUMBA_TYPES[w][::1], NUMBA_TYPES[g][::1], NUMBA_TYPES[compute][:, ::1],
-                                     types.uint64[::1], types.float64[:, ::1], types.int64[::1],
-                                     types.int64[:, ::1], NUMBA_TYPES[m][::1])
-                    src = segmented
-                kernel = _kernels[key] = cuda.jit(sig, **COMPILE_OPTIONS)(src)
-    return kernel
+    kernel = _KERNELS.get(key)
+    if kernel is not None:
+        return kernel
+
+    def build():
+        rule = device_rule(factory, compute)
+        single, segmented = _noise_sources(rule, compute.type, bool(mirror), n_hyper, n_aux)
+        if kind == "single":
+            sig = types.void(NUMBA_TYPES[w][::1], NUMBA_TYPES[g][::1],
+                             types.UniTuple(NUMBA_TYPES[compute], n_hyper), types.uint64,
+                             types.UniTuple(types.float64, n_aux), NUMBA_TYPES[m][::1])
+            src = single
+        else:
+            sig = types.void(NUMBA_TYPES[w][::1], NUMBA_TYPES[g][::1],
+                             NUMBA_TYPES[compute][:, ::1], types.uint64[::1],
+                             types.float64[:, ::1], types.int64[::1], types.int64[:, ::1],
+                             NUMBA_TYPES[m][::1])
+            src = segmented
+        return cuda.jit(sig, **COMPILE_OPTIONS)(src)
+    return _KERNELS.cached(key, build)
 
 
 def run_noise(factory, w: ArrayDesc, g: ArrayDesc, hyper, key, aux, stream=0, mirror=None):

@@ -6,7 +6,6 @@ This module imports numba-cuda; :mod:`toolkit.backends.cuda` re-exports its entr
 """
 from __future__ import annotations
 
-import threading
 import warnings
 
 import numba
@@ -18,6 +17,7 @@ from .arrays import ArrayDesc
 from .cuda_device import (COMPILE_OPTIONS, NUMBA_TYPES, SIMULATOR, block_cap, compute_dtype,
                           flat, launch, row_tuple)
 from .cuda_elementwise import device_rule
+from .jit import KernelCache
 from .order import DIRECTION_CHUNK, DIRECTION_LANES, single_chunks, sum_partials
 
 #: The fixed grid of the sum-of-squares reduction: fixed (not derived from the device) so the
@@ -27,8 +27,7 @@ from .order import DIRECTION_CHUNK, DIRECTION_LANES, single_chunks, sum_partials
 #: a sixth of the simulator's time of 16 threads.
 REDUCE_BLOCKS, REDUCE_THREADS = (2, 4) if SIMULATOR else (256, 256)
 
-_lock = threading.Lock()
-_kernels: dict = {}
+_KERNELS = KernelCache()  # the reduction kernels of this process
 
 
 # --------------------------------------------------------------------------------------------
@@ -90,19 +89,18 @@ def _norms_sources(f, with_cum):
 
 def _norms_kernels(dx, dy, dc, with_cum):
     key = ("norms", dx, dy, dc, bool(with_cum))
-    k = _kernels.get(key)
-    if k is None:
-        with _lock:
-            k = _kernels.get(key)
-            if k is None:
-                partial, final = _norms_sources(compute_dtype(dx).type, bool(with_cum))
-                out3 = types.float64[:, :, ::1]
-                sig = types.void(NUMBA_TYPES[dx][::1], NUMBA_TYPES[dy][::1], NUMBA_TYPES[dc][::1], types.float64[:, ::1],
-                                 types.int64[::1], out3)
-                k = _kernels[key] = (
-                    cuda.jit(sig, **COMPILE_OPTIONS)(partial),
-                    cuda.jit(types.void(out3, types.float64[:, ::1]), **COMPILE_OPTIONS)(final))
-    return k
+    k = _KERNELS.get(key)
+    if k is not None:
+        return k
+
+    def build():
+        partial, final = _norms_sources(compute_dtype(dx).type, bool(with_cum))
+        out3 = types.float64[:, :, ::1]
+        sig = types.void(NUMBA_TYPES[dx][::1], NUMBA_TYPES[dy][::1], NUMBA_TYPES[dc][::1],
+                         types.float64[:, ::1], types.int64[::1], out3)
+        return (cuda.jit(sig, **COMPILE_OPTIONS)(partial),
+                cuda.jit(types.void(out3, types.float64[:, ::1]), **COMPILE_OPTIONS)(final))
+    return _KERNELS.cached(key, build)
 
 
 def run_norms(w: ArrayDesc, g: ArrayDesc, cum, table, offsets, stream=0):
@@ -205,18 +203,17 @@ def direction_kernel(direction, storage: tuple, compute, n_hyper: int):
     compute = np.dtype(compute)
     storage = tuple(np.dtype(s) for s in storage)
     key = ("direction", direction, storage, compute, n_hyper)
-    kernel = _kernels.get(key)
+    kernel = _KERNELS.get(key)
     if kernel is not None:
         return kernel
-    with _lock:
-        kernel = _kernels.get(key)
-        if kernel is None:
-            src = _direction_source(device_rule(direction, compute), n_hyper, compute.type,
-                                    DIRECTION_LANES, DIRECTION_THREADS or DIRECTION_LANES)
-            sig = types.void(*[NUMBA_TYPES[s][::1] for s in storage], NUMBA_TYPES[compute][:, ::1],
-                             types.int64[:, ::1], types.float64[:, ::1])
-            kernel = _kernels[key] = cuda.jit(sig, **COMPILE_OPTIONS)(src)
-    return kernel
+
+    def build():
+        src = _direction_source(device_rule(direction, compute), n_hyper, compute.type,
+                                DIRECTION_LANES, DIRECTION_THREADS or DIRECTION_LANES)
+        sig = types.void(*[NUMBA_TYPES[s][::1] for s in storage], NUMBA_TYPES[compute][:, ::1],
+                         types.int64[:, ::1], types.float64[:, ::1])
+        return cuda.jit(sig, **COMPILE_OPTIONS)(src)
+    return _KERNELS.cached(key, build)
 
 
 def run_direction(direction, w: ArrayDesc, g: ArrayDesc, states, table, chunks,

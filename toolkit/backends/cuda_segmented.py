@@ -6,8 +6,6 @@ This module imports numba-cuda; :mod:`toolkit.backends.cuda` re-exports its entr
 """
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 from numba import cuda, types
 
@@ -15,10 +13,10 @@ from .arrays import ArrayDesc
 from .cuda_device import (COMPILE_OPTIONS, NUMBA_TYPES, SIMULATOR, THREADS, block_cap,
                           compute_dtype, flat, launch, row_tuple)
 from .cuda_elementwise import device_rule
+from .jit import KernelCache
 from .order import chunk_table as host_chunks
 
-_lock = threading.Lock()
-_kernels: dict = {}
+_KERNELS = KernelCache()  # the segmented kernels of this process
 
 
 # --------------------------------------------------------------------------------------------
@@ -112,18 +110,17 @@ def segmented_kernel(factory, storage: tuple, compute, n_hyper: int, mirror: boo
     compute = np.dtype(compute)
     storage = tuple(np.dtype(s) for s in storage)
     key = ("segmented", factory, storage, compute, n_hyper, bool(mirror))
-    kernel = _kernels.get(key)
+    kernel = _KERNELS.get(key)
     if kernel is not None:
         return kernel
-    with _lock:
-        kernel = _kernels.get(key)
-        if kernel is None:
-            rule = device_rule(factory, compute)
-            arrs = [NUMBA_TYPES[s][::1] for s in storage]
-            sig = types.void(*arrs[:-1], NUMBA_TYPES[compute][:, ::1], types.int64[:, ::1], arrs[-1])
-            src = _segmented_source(rule, len(storage) - 3, n_hyper, compute.type, bool(mirror))
-            kernel = _kernels[key] = cuda.jit(sig, **COMPILE_OPTIONS)(src)
-    return kernel
+
+    def build():
+        rule = device_rule(factory, compute)
+        arrs = [NUMBA_TYPES[s][::1] for s in storage]
+        sig = types.void(*arrs[:-1], NUMBA_TYPES[compute][:, ::1], types.int64[:, ::1], arrs[-1])
+        src = _segmented_source(rule, len(storage) - 3, n_hyper, compute.type, bool(mirror))
+        return cuda.jit(sig, **COMPILE_OPTIONS)(src)
+    return _KERNELS.cached(key, build)
 
 
 class TableUpload:
