@@ -186,10 +186,16 @@ def test_keywords_without_counterpart(name):
 
 
 def test_bad_values_name_the_option():
-    with pytest.raises(ValueError, match="beta1"):
+    """Named as given: torch's keyword first, MXNet's counterpart in parentheses (every
+    keyword, every path: tests/test_torch_keyword_refusals.py)."""
+    with pytest.raises(ValueError, match=r"^toolkit\.torch\.Adam\(\): betas\[0\] \(beta1\) "
+                                         r"must be in \[0, 1\), got 1\.5$"):
         tt.Adam([param("adam")], betas=(1.5, 0.9))
-    with pytest.raises(ValueError, match="wd"):
+    with pytest.raises(ValueError, match=r"^toolkit\.torch\.SGD\(\): weight_decay \(wd\) must "
+                                         r"be >= 0, got -1\.0$"):
         tt.SGD([param("sgd")], weight_decay=-1.0)
+    with pytest.raises(ValueError, match=r"^beta1 must be in \[0, 1\), got 1\.5$"):
+        tt.Adam([param("adam")], beta1=1.5)  # MXNet's keyword: MXNet's name
 
 
 # --- PyTorch's optimizer test patterns ---------------------------------------------------------

@@ -6,6 +6,7 @@ is written. Also the positive paths of the layout checks: F-contiguous, 0-d and 
 float16 weights without multi_precision.
 """
 import math
+import re
 import warnings
 
 import numpy as np
@@ -223,6 +224,32 @@ SPECIFIC_BAD = list(_specific_bad())
 def test_optimizer_specific_domain(name, key, value, error):
     with pytest.raises(error):
         optimizer.create(name, **{key: value})
+
+
+@pytest.mark.parametrize("name,key,value,error", SPECIFIC_BAD)
+def test_a_refusal_names_the_keyword_given(name, key, value, error):
+    """The message begins with the name the value was given under: an alias (RMSProp's
+    ``rho``, ``momentum``) names itself and the keyword it stands for."""
+    with pytest.raises(error) as info:
+        optimizer.create(name, **{key: value})
+    assert re.match(rf"{key}(?!\w)", str(info.value)), str(info.value)
+
+
+def test_a_label_names_the_keyword_given():
+    """``Domain.label``: the keyword; an alias with the keyword it stands for; a keyword of
+    another framework's that sets it (toolkit.torch's) with this one in parentheses; the hint
+    where None is taken, after them."""
+    from toolkit.optimizers import validation as v
+    assert v.unit().label("beta1") == "beta1"
+    assert v.unit().label("gamma1", alias="rho") == "rho (an alias of gamma1)"
+    assert v.unit().label("beta1", given="betas[0]") == "betas[0] (beta1)"
+    assert v.unit().label("beta1", given="beta1") == "beta1"
+    assert v.nonneg(keyword="learning_rate").label("lr", given="lr") == "lr (learning_rate)"
+    hinted = v.nonneg(none="None: off")
+    assert hinted.label("epsilon1") == "epsilon1 (None: off)"
+    assert hinted.label("epsilon1", given="eps[0]") == "eps[0] (epsilon1; None: off)"
+    with pytest.raises(ValueError, match=r"^betas\[0\] \(beta1\) must be in \[0, 1\), got 1.5$"):
+        v.unit().check("beta1", 1.5, given="betas[0]")
 
 
 def test_invalid_examples_follow_the_kind():

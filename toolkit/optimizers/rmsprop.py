@@ -249,9 +249,16 @@ class RMSProp(Optimizer):
             raise TypeError("give gamma1 or its guide spelling rho, not both")
         if gamma2 is not _UNSET and momentum is not _UNSET:
             raise TypeError("give gamma2 or its guide spelling momentum, not both")
-        gamma1 = rho if rho is not _UNSET else (0.9 if gamma1 is _UNSET else gamma1)
-        gamma2 = momentum if momentum is not _UNSET else (0.9 if gamma2 is _UNSET else gamma2)
-        self.gamma1, self.gamma2, self.epsilon = gamma1, gamma2, epsilon
+        # a value given under a guide spelling is assigned through it: a refusal names it
+        if rho is not _UNSET:
+            self.rho = rho
+        else:
+            self.gamma1 = 0.9 if gamma1 is _UNSET else gamma1
+        if momentum is not _UNSET:
+            self.momentum = momentum
+        else:
+            self.gamma2 = 0.9 if gamma2 is _UNSET else gamma2
+        self.epsilon = epsilon
         self.centered = centered
         self.clip_weights = clip_weights
         super().__init__(learning_rate=learning_rate, **kwargs)

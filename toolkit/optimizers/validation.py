@@ -162,13 +162,20 @@ class Domain:
         self.strict, self.none, self.keyword, self.numeric = strict, none, keyword, numeric
         self.aliases = tuple(aliases)
 
-    def label(self, attr, alias=None):
-        """How error messages name the hyperparameter held in attribute ``attr`` (given as
-        ``alias``: that name, and the keyword it stands for)."""
+    def label(self, attr, alias=None, given=None):
+        """How error messages name the hyperparameter held in attribute ``attr``: by its
+        keyword; given as ``alias``, that name and the keyword it stands for; given through
+        ``given``, a keyword of another framework's that sets it (``toolkit.torch``'s ``lr``,
+        ``betas[0]``), that keyword with this one in parentheses."""
         name = self.keyword or attr
-        if alias is not None and alias != name:
+        notes = []
+        if given is not None and given != name:
+            name, notes = given, [name]
+        elif alias is not None and alias != name:
             name = f"{alias} (an alias of {name})"
-        return f"{name} ({self.none})" if isinstance(self.none, str) else name
+        if isinstance(self.none, str):
+            notes.append(self.none)
+        return f"{name} ({'; '.join(notes)})" if notes else name
 
     def other_names(self, attr):
         """The names besides ``attr`` that the hyperparameter goes by: the keyword, then the
@@ -176,12 +183,12 @@ class Domain:
         names = ([self.keyword] if self.keyword and self.keyword != attr else []) + list(self.aliases)
         return tuple(dict.fromkeys(names))
 
-    def check(self, attr, value, alias=None):
+    def check(self, attr, value, alias=None, given=None):
         """``value`` as the optimizer keeps it, or a ValueError/TypeError naming it (by
-        ``alias`` where it was given under that name)."""
+        ``alias`` or ``given`` where it was given under that name: :meth:`label`)."""
         if value is None and self.none is not None:
             return None
-        return _CHECKS[self.kind](self, self.label(attr, alias), value)
+        return _CHECKS[self.kind](self, self.label(attr, alias, given), value)
 
     def invalid_examples(self):
         """Values this domain refuses, each with the error :meth:`check` raises for it,

@@ -21,7 +21,8 @@ from ..optimizers.spec import default_convention
 from . import meaning
 
 __all__ = ["OPTIMIZER_LEVEL", "group_keys", "normalise", "attribute_of", "torch_keys",
-           "settle", "convention_of", "torch_default_lr", "with_defaults", "MISSING", "HELD_KEYS"]
+           "check_given", "settle", "convention_of", "torch_default_lr", "with_defaults",
+           "MISSING", "HELD_KEYS"]
 
 #: the group keys of how moments are held (``toolkit.optimizers.held``): a group keeps its own
 #: when it loads a state_dict with ``convert_states=True``
@@ -132,6 +133,10 @@ def normalise(klass, kwargs, *, where, level=True, inherited=None):
         elif key in keys:
             put(key, value, key)
         elif key in alias_only:
+            # checked under the name given (the optimizer's own check names its keyword):
+            # torch's where it is torch's keyword too (RMSProp's momentum), else the alias's
+            _check_named(klass, alias_only[key], value, where,
+                         **({"given": key} if key in torch_rules else {"alias": key}))
             put(alias_only[key], value, key)
         elif key in torch_rules:
             rule = torch_rules[key][0]
@@ -184,6 +189,52 @@ def torch_keys(klass, group):
     return meaning.rules(klass, convention_of(klass, group))
 
 
+def check_given(klass, group, keys, *, where):
+    """Check the values the torch keys ``keys`` of ``group`` give to MXNet's hyperparameters,
+    before anything is built or written, each by the check of the hyperparameter it sets (its
+    :class:`~toolkit.optimizers.validation.Domain`), a refusal naming the torch keyword
+    (``betas[0]`` for a pair's first) with MXNet's in parentheses: ``lr`` as
+    ``learning_rate`` (by its rule where it has one: AdaDelta's), a :class:`~meaning.Same` key
+    as each of its MXNet keys. MXNet's keys are
+    left to the optimizer's own checks, which name them; a :class:`~meaning.Converted` key is
+    checked as :func:`settle` converts it. Raises TypeError/ValueError naming ``where``."""
+    rules = torch_keys(klass, group)
+    try:
+        for key in keys:
+            if key not in group:
+                continue
+            rule = rules.get(key, (None,))[0]
+            if key == "lr" and rule is None:
+                _check_as(klass, "lr", group["lr"], given="lr")
+            elif key == "lr":  # a rule that refuses some values (AdaDelta's: unless 1.0)
+                rule.check("lr", group["lr"])
+            elif isinstance(rule, meaning.Same):
+                values = rule.to_mxnet(key, group[key])
+                for i, (name, value) in enumerate(values.items()):
+                    _check_as(klass, name, value,
+                              given=key if len(values) == 1 else f"{key}[{i}]")
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"{where}: {e}") from None
+
+
+def _check_as(klass, key, value, *, given=None, alias=None):
+    """``value`` checked as the MXNet key ``key`` of ``klass`` checks it, a refusal naming
+    ``given`` (the torch keyword that gave it) or ``alias`` (the alias of ``key`` that gave it:
+    RMSProp's ``rho``), as :meth:`~toolkit.optimizers.validation.Domain.label` names them."""
+    attr = attribute_of(klass, key)
+    domain = klass.hyperparameter_domains().get(attr) if attr is not None else None
+    if domain is not None:
+        domain.check(attr, value, alias=alias, given=given)
+
+
+def _check_named(klass, key, value, where, **how):
+    """:func:`_check_as`, a refusal naming ``where`` too."""
+    try:
+        _check_as(klass, key, value, **how)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"{where}: {e}") from None
+
+
 def settle(klass, group, changed, sources, *, where, scheduled=False):
     """Make a group's torch keys and MXNet keys agree, in place, after the user set the keys
     ``changed`` (all given ones at construction; those that differ from the last step's after
@@ -193,7 +244,9 @@ def settle(klass, group, changed, sources, *, where, scheduled=False):
     key without counterpart is checked (:class:`~meaning.OffOnly`, :class:`~meaning.Moot`).
     Raises TypeError/ValueError naming ``where`` and the key; returns the ``(key, old value)``
     pairs it wrote (for an undo). ``scheduled``: a toolkit lr_scheduler sets lr inside the
-    step."""
+    step. The values of the torch keys set are checked first, under their own names
+    (:func:`check_given`)."""
+    check_given(klass, group, changed, where=where)
     written = []
 
     def write(key, value):
@@ -262,9 +315,12 @@ def settle(klass, group, changed, sources, *, where, scheduled=False):
                     # neither given: torch's default, but MXNet's under a toolkit lr_scheduler
                     sources[key] = "mxnet" if rule.name in changed or scheduled else "torch"
                 if sources[key] == "torch":
+                    rule.check(key, group.get(key, default))
                     value = rule.canonical(group.get(key, default))
                     write(key, value)
                     for name, mx in rule.to_mxnet(key, value, group).items():
+                        _check_converted(klass, name, mx, f"{key}={value!r} gives {name}={mx!r}"
+                                                          f" ({rule.formula})")
                         write(name, mx)
                 else:
                     write(key, rule.from_mxnet(group))
@@ -276,6 +332,15 @@ def settle(klass, group, changed, sources, *, where, scheduled=False):
                     group[k] = old
             raise type(e)(f"{where}: {e}") from None
     return written
+
+
+def _check_converted(klass, key, value, how):
+    """``value`` of the MXNet key ``key`` that a torch key gave as ``how`` says, checked as
+    ``klass`` checks it, a refusal saying ``how``."""
+    try:
+        _check_as(klass, key, value)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"{how}: {e}") from None
 
 
 MISSING = object()

@@ -29,6 +29,7 @@ import torch
 
 from ..optimizers import aliases
 from ..optimizers.registry import spec_of
+from ..optimizers.validation import Domain, nonneg
 
 __all__ = ["Same", "Converted", "OffOnly", "Moot", "RULES", "SHARED", "SOME_CONVENTIONS",
            "rules", "table",
@@ -72,15 +73,25 @@ class Converted(NamedTuple):
     """The MXNet hyperparameter ``name`` = ``to_mxnet(value, group)`` at every step;
     ``from_mxnet(group)`` is the torch value a group shows when MXNet's key was set;
     ``canonical_fn(value)``, where given, the value a group keeps for one the user gave (ADOPT's
-    ``clip_lambda``: a callable becomes the string naming it, so state_dict() saves)."""
+    ``clip_lambda``: a callable becomes the string naming it, so state_dict() saves);
+    ``domain``, where given, the values torch takes for the keyword (a
+    :class:`~toolkit.optimizers.validation.Domain`, checked under the keyword's name before
+    it is converted: AdamW's ``weight_decay`` >= 0)."""
     name: str
     to_mxnet_fn: Callable
     from_mxnet_fn: Callable
     formula: str
     canonical_fn: Callable | None = None
+    domain: Domain | None = None
 
     def canonical(self, value):
         return value if self.canonical_fn is None else self.canonical_fn(value)
+
+    def check(self, key, value):
+        """A ValueError/TypeError naming ``key`` where torch takes no ``value`` for it
+        (:attr:`domain`)."""
+        if self.domain is not None:
+            self.domain.check(key, _number(value))
 
     def to_mxnet(self, key, value, group):
         return {self.name: self.to_mxnet_fn(value, group)}
@@ -195,7 +206,7 @@ RULES = {  # checked against the registry by tests/test_torch_keywords.py::test_
                                                              "toolkit.torch.AdamW")},
     ("AdamW", "weight_decay"): {"pytorch": Same(("wd",), torch_default=True), "*": Converted(
         "wd", _adamw_wd, _adamw_weight_decay, "`wd = lr*weight_decay/eta` (torch decays by "
-        "lr*weight_decay per step; MXNet's AdamW by eta*wd)")},
+        "lr*weight_decay per step; MXNet's AdamW by eta*wd)", domain=nonneg())},
     ("AdamW", "eps"): {"mxnet": OffOnly(None, "MXNet's AdamW (contrib adamw_update) has no "
                                               "bias correction: its epsilon is added to sqrt(v),"
                                               " torch's eps to sqrt(v/(1-beta2^t)); give "

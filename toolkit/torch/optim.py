@@ -110,6 +110,14 @@ class TorchOptimizer(StepRuns, StepPlans, ParameterStates, Checkpoints, torch.op
             opts["seed"] = torch.initial_seed()
         torch_given = {k: opts.pop(k) for k in list(opts)
                        if k != "lr" and k in keywords.torch_keys(klass, opts)}
+        # the keys the user set (lr: in torch's spelling; MXNet's learning_rate keeps MXNet's
+        # meaning, which AdaDelta ignores)
+        changed = (set(opts) | set(torch_given)) - {"lr"} | ({"lr"} & set(kwargs))
+        # torch's keywords checked under their names first (the optimizer's own checks name
+        # MXNet's keywords, which the user did not give)
+        keywords.check_given(klass, {**opts, **torch_given, **{k: kwargs[k] for k in
+                                                               {"lr"} & changed}},
+                             changed, where=name)
         # checks every option before anything is kept; with a toolkit scheduler, MXNet's rule
         # (the given learning rate, else the optimizer's default one, is its base_lr) applies
         # once, here
@@ -118,9 +126,6 @@ class TorchOptimizer(StepRuns, StepPlans, ParameterStates, Checkpoints, torch.op
         defaults.update(torch_given)
         #: per group, where each converted torch key's value comes from (keywords.settle)
         self._default_sources = {}
-        # the keys the user set (lr: in torch's spelling; MXNet's learning_rate keeps MXNet's
-        # meaning, which AdaDelta ignores)
-        changed = (set(opts) | set(torch_given)) - {"lr"} | ({"lr"} & set(kwargs))
         if "lr" not in opts and given_lr is None:
             keywords.torch_default_lr(klass, defaults)
         if keywords.settle(klass, defaults, changed, self._default_sources, where=name,
