@@ -73,3 +73,23 @@ def test_a_gradient_in_another_memory_order_is_refused_and_nothing_written():
         opt.update(0, w, g, state)
     assert np.array_equal(w.copy_to_host(), w0)
     assert not state[0].copy_to_host().any()
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="a library that fails at its first call: PyTorch, "
+                                          "which has no CUDA beside the simulator")
+def test_a_failing_product_library_writes_nothing(monkeypatch):
+    """Everything that can fail (the library, its stream, its views, one product of its own)
+    is done before the first launch writes the momentum buffer: found by review, a library's
+    refusal at the first product (torch's deterministic mode without a cuBLAS workspace
+    setting) left the buffer advanced and the weight not, so a retried step applied the
+    momentum twice."""
+    monkeypatch.setattr(cuda_matrix, "products_for", lambda w: "torch")
+    rng = np.random.default_rng(8)
+    w0 = rng.standard_normal((3, 4)).astype(np.float32)
+    opt = optimizer.create("muon", learning_rate=0.1)
+    w = cuda.to_device(w0)
+    state = opt.create_state(0, w)
+    with pytest.raises(Exception):  # noqa: B017 - whatever torch raises without CUDA
+        opt.update(0, w, cuda.to_device(np.ones((3, 4), np.float32)), state)
+    assert np.array_equal(w.copy_to_host(), w0)
+    assert not state[0].copy_to_host().any()

@@ -22,7 +22,9 @@ the same products, the other side's Gram matrix), with nothing copied and no hos
 The products (:func:`products_for`) are the weight's own library's where it is a PyTorch
 tensor or a CuPy array, else the first installed of PyTorch (with CUDA) and CuPy: cuBLAS,
 enqueued on the step's stream (an external stream wrapped, never a sync), over the scratch
-matrices (numba device arrays, wrapped once through ``__cuda_array_interface__`` and kept).
+matrices (numba device arrays, one set per thread, device and stream, wrapped once through
+``__cuda_array_interface__`` and kept). Everything that can fail (the library, its stream and
+views, one product of its own) is done before the first launch writes the state.
 Where neither is installed, and under the simulator, a compiled kernel of this module
 (:func:`matmul_kernel`: one thread per output element, a serial sum in the compute dtype):
 correct, not fast. PyTorch's products follow its TF32 setting: with
@@ -32,6 +34,7 @@ float32 products are TF32's, outside the oracle's bound for a float32 iteration 
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 
 import numba
@@ -50,8 +53,9 @@ __all__ = ["MOMENT_BLOCKS", "MOMENT_THREADS", "LIBRARIES", "products_for", "run_
 #: its float64 sums are added in one order on every GPU); the simulator's is small, as
 #: ``cuda_reduce``'s: every simulated thread is a Python thread.
 MOMENT_BLOCKS, MOMENT_THREADS = (2, 4) if SIMULATOR else (256, 256)
-#: The tile of :func:`matmul_kernel`'s 2-D grid on a GPU
-TILE = 16
+#: The tile of :func:`matmul_kernel`'s 2-D grid on a GPU, and the grid's cap in each dimension
+#: (CUDA's limit for y; the kernel's grid-stride loops cover the rest)
+TILE, MAX_GRID = 16, 65535
 #: Under the simulator, whose every thread is a Python thread (its time is their start-up),
 #: every kernel but the moment's runs one block of this many threads (the matmul's 2 x 1):
 #: few, and still more than one, so the grid-stride loops stride
@@ -100,7 +104,7 @@ def _normalise(x, partial, eps, clamp):
         s = numba.float64(0.0)
         for b in range(partial.shape[0]):
             s += partial[b]
-        r = s ** 0.5
+        r = math.sqrt(s)  # correctly rounded (a pow would not be)
         if clamp:
             if r < eps:  # max(|X|, eps); a NaN norm stays NaN (torch's clamp)
                 r = eps
@@ -144,9 +148,10 @@ def _apply_source(apply, f, mirror):
 def _matmul_source(f):
     def kernel(a, b, c, p, q, r, ta, tb):
         # c (p x q) = op(a) (p x r) op(b) (r x q), each a flat C-ordered array; op(a) reads a
-        # stored r x p when ta, op(b) reads b stored q x r when tb; a 2-D grid-stride loop
-        i0, j0 = cuda.grid(2)
-        si, sj = cuda.gridsize(2)
+        # stored r x p when ta, op(b) reads b stored q x r when tb; a 2-D grid-stride loop, the
+        # grid's x over c's columns (neighbouring threads write neighbouring elements)
+        j0, i0 = cuda.grid(2)
+        sj, si = cuda.gridsize(2)
         i = i0
         while i < p:
             j = j0
@@ -238,7 +243,11 @@ class _Scratch:
         if v is None:
             if lib == "torch":
                 import torch
-                v = torch.as_tensor(self.dev, device=f"cuda:{cuda.get_current_device().id}")
+                # a plain tensor even when the first step runs under inference_mode (an
+                # inference tensor refuses the later steps' out= outside it)
+                with torch.inference_mode(False):
+                    v = torch.as_tensor(self.dev,
+                                        device=f"cuda:{cuda.get_current_device().id}")
             else:
                 import cupy
                 v = cupy.asarray(self.dev)
@@ -249,13 +258,16 @@ class _Scratch:
 _SCRATCH = threading.local()
 
 
-def _scratch(name, size, dtype):
+def _scratch(name, size, dtype, handle):
     """The scratch array ``name`` of at least ``size`` elements of ``dtype`` on the current
-    device, kept per thread."""
+    device, kept per thread and per stream (``handle``): the steps that use one follow each
+    other on its stream, so a step never writes it while another stream's step still reads it
+    (a larger one replaces it: numba's memory manager frees the old one once the device is done
+    with it)."""
     held = getattr(_SCRATCH, "arrays", None)
     if held is None:
         held = _SCRATCH.arrays = {}
-    key = (name, np.dtype(dtype), 0 if SIMULATOR else cuda.get_current_device().id)
+    key = (name, np.dtype(dtype), 0 if SIMULATOR else cuda.get_current_device().id, handle)
     s = held.get(key)
     if s is None or s.dev.shape[0] < size:
         s = held[key] = _Scratch(size, dtype)
@@ -292,15 +304,22 @@ def products_for(w: ArrayDesc):
 
 
 def _on_stream(lib, handle):
-    """The context that makes ``lib`` enqueue on the stream of ``handle``."""
+    """The context that makes ``lib`` enqueue on the stream of ``handle`` (0 and 1: the legacy
+    default stream, the libraries' default; torch's current stream as itself, so that torch
+    keeps no second cuBLAS workspace for it; another as an external stream)."""
     if lib == "torch":
         import torch
         dev = torch.device("cuda", cuda.get_current_device().id)
-        s = torch.cuda.default_stream(dev) if handle == 0 else \
-            torch.cuda.ExternalStream(handle, device=dev)
+        current = torch.cuda.current_stream(dev)
+        if handle in (0, 1):
+            s = torch.cuda.default_stream(dev)
+        elif current.cuda_stream == handle:
+            s = current
+        else:
+            s = torch.cuda.ExternalStream(handle, device=dev)
         return torch.cuda.stream(s)
     import cupy
-    return cupy.cuda.Stream.null if handle == 0 else cupy.cuda.ExternalStream(handle)
+    return cupy.cuda.Stream.null if handle in (0, 1) else cupy.cuda.ExternalStream(handle)
 
 
 class _Products:
@@ -314,7 +333,7 @@ class _Products:
     def __call__(self, a, b, c, p, q, r, ta, tb):
         if self.kernel is not None:
             grid, threads = ((1, 1), (SIMULATED_THREADS, 1)) if SIMULATOR else (
-                (-(-p // TILE), -(-q // TILE)), (TILE, TILE))
+                (min(-(-q // TILE), MAX_GRID), min(-(-p // TILE), MAX_GRID)), (TILE, TILE))
             launch(self.kernel, grid, threads, self.stream, a.dev, b.dev, c.dev, p, q, r, ta, tb)
             return
         av, bv, cv = a.view(self.lib), b.view(self.lib), c.view(self.lib)
@@ -370,24 +389,36 @@ def run_matrix(factory, w: ArrayDesc, g: ArrayDesc, buf: ArrayDesc, hyper, strea
     compute = compute_dtype(w.dtype)
     f = compute.type
     n, m = w.shape if w.order == "C" else w.shape[::-1]
+    k, wide = min(n, m), n <= m
+    # everything that can fail before the first launch writes the state: the scalars, the
+    # scratch, the kernels, the library, its stream and views, and one product of its own
     hp = tuple(float(h) for h in hyper)
-    x, y = _scratch("x", size, compute), _scratch("y", size, compute)
-    partial = _scratch("partial", MOMENT_BLOCKS, np.float64).dev[:MOMENT_BLOCKS]
-    moment = moment_kernel(factory, (g.dtype, buf.dtype), compute, len(hp))
-    launch(moment, MOMENT_BLOCKS, MOMENT_THREADS, stream, flat(g), flat(buf), x.dev, hp,
-           partial)
-    launch(_small_kernel("normalise", compute), *_config(size), stream, x.dev[:size], partial,
-           float(hyper.eps), bool(hyper.clamp))
-    k = min(n, m)
-    a_, b_ = _scratch("A", k * k, compute), _scratch("B", k * k, compute)
-    product = _Products(products_for(w), compute, stream)
-    polynomial = _small_kernel("polynomial", compute)
-    small = _config(k * k)
+    eps, clamp, steps = float(hyper.eps), bool(hyper.clamp), int(hyper.steps)
     a, b, c = f(hyper.a), f(hyper.b), f(hyper.c)
-    wide = n <= m
+    handle = stream_handle(stream)
+    x, y = _scratch("x", size, compute, handle), _scratch("y", size, compute, handle)
+    a_, b_ = _scratch("A", k * k, compute, handle), _scratch("B", k * k, compute, handle)
+    partial = _scratch("partial", MOMENT_BLOCKS, np.float64, handle).dev[:MOMENT_BLOCKS]
+    moment = moment_kernel(factory, (g.dtype, buf.dtype), compute, len(hp))
+    normalise = _small_kernel("normalise", compute)
+    polynomial = _small_kernel("polynomial", compute)
+    twin = mirror if mirror is not None else w
+    apply = apply_kernel(factory, (w.dtype, twin.dtype), compute, len(hp), mirror is not None)
+    product = _Products(products_for(w), compute, stream)
+    small = _config(k * k)
+    arrays_ = flat(w), flat(g), flat(buf), flat(twin)
     with contextlib.nullcontext() if product.kernel is not None else _on_stream(
-            product.lib, stream_handle(stream)):
-        for _ in range(int(hyper.steps)):
+            product.lib, handle):
+        if product.kernel is None and steps:
+            for s in (x, y, a_, b_):
+                s.view(product.lib)
+            # a library's refusal (torch's deterministic mode without a cuBLAS workspace
+            # setting, say) surfaces here, before the state is written
+            product(b_, b_, a_, 1, 1, 1, False, False)
+        launch(moment, MOMENT_BLOCKS, MOMENT_THREADS, stream, arrays_[1], arrays_[2], x.dev,
+               hp, partial)
+        launch(normalise, *_config(size), stream, x.dev[:size], partial, eps, clamp)
+        for _ in range(steps):
             if wide:
                 product(x, x, a_, n, n, m, False, True)      # A = X X^T
             else:
@@ -399,6 +430,4 @@ def run_matrix(factory, w: ArrayDesc, g: ArrayDesc, buf: ArrayDesc, hyper, strea
             else:
                 product(x, b_, y, n, m, m, False, False)     # Y = X B
             x, y = y, x
-    twin = mirror if mirror is not None else w
-    launch(apply_kernel(factory, (w.dtype, twin.dtype), compute, len(hp), mirror is not None),
-           *_config(size), stream, flat(w), x.dev, hp, flat(twin))
+        launch(apply, *_config(size), stream, arrays_[0], x.dev, hp, arrays_[3])
