@@ -179,6 +179,12 @@ class Tracked:
         with np.errstate(invalid="ignore", over="ignore"):
             return np.abs(v) + e >= self.top
 
+    def _beyond2(self, va, ea, vb, eb):
+        """``_beyond(va, ea) | _beyond(vb, eb)``, the same operations under one errstate."""
+        with np.errstate(invalid="ignore", over="ignore"):
+            top = self.top
+            return (np.abs(va) + ea >= top) | (np.abs(vb) + eb >= top)
+
     # --- shape-like conveniences ----------------------------------------------------------
     @property
     def shape(self):
@@ -210,7 +216,7 @@ class Tracked:
         va, ea, ta = self._lift(a)
         vb, eb, tb = self._lift(b)
         v = va + sign * vb
-        beyond = self._beyond(va, ea) | self._beyond(vb, eb)
+        beyond = self._beyond2(va, ea, vb, eb)
         # x + 0 is x exactly: an exact zero operand (no error: the implementation holds 0 too)
         # adds no rounding, so an exact zero built from exact zeros stays exact
         rounding = np.where(_exact_zero(va, ea) | _exact_zero(vb, eb), 0.0, self._round(v))
@@ -220,9 +226,13 @@ class Tracked:
         va, ea, ta = self._lift(a)
         vb, eb, tb = self._lift(b)
         v = va * vb
+        aa, ab = np.abs(va), np.abs(vb)
         # an exact zero factor contributes nothing, even against an infinite error (0*inf is NaN)
-        e = _scaled(np.abs(va), eb) + _scaled(np.abs(vb), ea) + _scaled(ea, eb)
-        beyond = self._beyond(va, ea) | self._beyond(vb, eb)   # 0*inf is NaN
+        # (_scaled's and _beyond's operations, under their one errstate entered once)
+        with np.errstate(invalid="ignore", over="ignore"):
+            s1, s2, s3 = _scaled_raw(aa, eb), _scaled_raw(ab, ea), _scaled_raw(ea, eb)
+            beyond = (aa + ea >= self.top) | (ab + eb >= self.top)   # 0*inf is NaN
+        e = s1 + s2 + s3
         # 0*y is 0 exactly (y finite; an infinite y is flagged beyond): no rounding, not even
         # the smallest subnormal, so that sign(0) of exact zeros is not taken for a near tie
         rounding = np.where(_exact_zero(va, ea) | _exact_zero(vb, eb), 0.0, self._round(v))
@@ -236,7 +246,7 @@ class Tracked:
             margin = np.abs(vb) - eb
             e = np.where(margin > 0, (ea + np.abs(v) * eb) / np.where(margin > 0, margin, 1.0),
                          np.inf)
-        beyond = self._beyond(va, ea) | self._beyond(vb, eb)
+        beyond = self._beyond2(va, ea, vb, eb)
         return self._new(v, e + self._round(v), ta | tb | beyond)
 
     def __add__(self, o):
@@ -392,7 +402,12 @@ def _exact_zero(v, e):
 def _scaled(a, b):
     """``a*b`` for non-negative magnitudes, with ``0*inf = 0`` (an exact zero stays exact)."""
     with np.errstate(invalid="ignore", over="ignore"):
-        return np.where((np.asarray(a) == 0) | (np.asarray(b) == 0), 0.0, np.multiply(a, b))
+        return _scaled_raw(a, b)
+
+
+def _scaled_raw(a, b):
+    """:func:`_scaled` without its errstate (for a caller that has entered it)."""
+    return np.where((np.asarray(a) == 0) | (np.asarray(b) == 0), 0.0, np.multiply(a, b))
 
 
 def _as_tracked(x, like: Tracked) -> Tracked:

@@ -186,13 +186,20 @@ def bf16(x):
 
 def product(x, y):
     """``x @ y`` of plain float64 arrays in one fixed order: each product rounded, then summed
-    left to right (``add.accumulate``, sequential by definition), so that the oracle's numbers
-    do not depend on the BLAS numpy links (whose kernels, chosen per CPU, order and fuse the
-    sums differently)."""
+    left to right (``acc = x[:, 0] y[0]``, then ``acc + x[:, k] y[k]`` for k = 1, 2, ...), so
+    that the oracle's numbers do not depend on the BLAS numpy links (whose kernels, chosen per
+    CPU, order and fuse the sums differently). The same roundings in the same order as
+    ``add.accumulate`` of the (n, k, m) products along k, bit for bit, without the (n, k, m)
+    array (20 times faster at 400 x 200)."""
     x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
     if x.shape[1] == 0:
         return np.zeros((x.shape[0], y.shape[1]))
-    return np.add.accumulate(x[:, :, None] * y[None, :, :], axis=1)[:, -1, :]
+    if x.ndim != 2 or y.ndim != 2 or y.shape[0] != x.shape[1]:  # numpy's broadcast, or its error
+        return np.add.accumulate(x[:, :, None] * y[None, :, :], axis=1)[:, -1, :]
+    acc = x[:, 0, None] * y[0]
+    for k in range(1, x.shape[1]):
+        acc += x[:, k, None] * y[k]
+    return acc
 
 
 def _matmul(x, y, rounded):
