@@ -20,7 +20,7 @@ from .arrays import ArrayDesc
 
 __all__ = ["SIMULATOR", "COMPILE_OPTIONS", "THREADS", "BLOCKS_PER_SM", "NUMBA_TYPES", "row_tuple",
            "compute_dtype", "single_device", "device_of", "resolve_stream", "stream_handle", "flat",
-           "launch", "launch_config", "block_cap"]
+           "launch", "launch_config", "block_cap", "tree_sum"]
 
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 if SIMULATOR:  # a block's shared arrays made under a lock (cuda_simulator.py says why)
@@ -190,3 +190,21 @@ def block_cap():
         dev = cuda.get_current_device()
         cap = _max_blocks[dev_id] = dev.MULTIPROCESSOR_COUNT * BLOCKS_PER_SM
     return cap
+
+
+def _tree_sum(sums, tid, threads):
+    # every thread of the block calls it, after writing sums[tid]
+    cuda.syncthreads()
+    h = threads // 2
+    while h > 0:
+        if tid < h:
+            sums[tid] += sums[tid + h]
+        cuda.syncthreads()
+        h //= 2
+
+
+#: ``tree_sum(sums, tid, threads)``, a device function every thread of a block calls after
+#: writing its ``sums[tid]``: ``sums[0]`` becomes the sum of ``sums[:threads]`` (a power of two)
+#: added in a fixed tree (``sums[i] += sums[i + h]``, ``h = threads/2, ..., 1``), the same on
+#: every GPU.
+tree_sum = cuda.jit(device=True)(_tree_sum)

@@ -43,7 +43,7 @@ from numba import cuda, types
 
 from .arrays import ArrayDesc
 from .cuda_device import (COMPILE_OPTIONS, NUMBA_TYPES, SIMULATOR, compute_dtype, flat, launch,
-                          launch_config, stream_handle)
+                          launch_config, stream_handle, tree_sum)
 from .jit import KernelCache
 
 __all__ = ["MOMENT_BLOCKS", "MOMENT_THREADS", "LIBRARIES", "products_for", "run_matrix",
@@ -86,13 +86,7 @@ def _moment_source(moment, f):
             s += vv * vv
             e += stride
         sums[tid] = s
-        cuda.syncthreads()
-        h = threads // 2
-        while h > 0:
-            if tid < h:
-                sums[tid] += sums[tid + h]
-            cuda.syncthreads()
-            h //= 2
+        tree_sum(sums, tid, threads)
         if tid == 0:
             partial[cuda.blockIdx.x] = sums[0]
     return kernel

@@ -14,7 +14,7 @@ import numpy as np
 from numba import cuda, types
 
 from . import cuda_device as backend
-from .cuda_device import row_tuple
+from .cuda_device import row_tuple, tree_sum
 from .jit import KernelCache
 
 __all__ = ["THREADS", "kernel_for", "run", "run_segmented"]
@@ -37,13 +37,7 @@ def _row_source(prep, reduce_row, apply, f, mirror, threads):
             acc += p * p
             j += threads
         partial[tid] = acc
-        cuda.syncthreads()
-        half = threads // 2
-        while half > 0:
-            if tid < half:
-                partial[tid] += partial[tid + half]
-            cuda.syncthreads()
-            half //= 2
+        tree_sum(partial, tid, threads)
         if tid == 0:
             hn, a0 = reduce_row(f(h[r]), partial[0], numba.float64(ncols), hp)
             h[r] = hn
