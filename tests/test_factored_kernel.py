@@ -48,7 +48,7 @@ def probe(f):
     def direction(g, v, hp):
         return v if hp[0] == 2.0 else g
 
-    def scales(sw, w0, su, u0, numel, hp):
+    def scales(sw, w0, su, u0, numel, root, hp):
         return sw, su
 
     def apply(w, u, decay, k, hp):
@@ -232,8 +232,7 @@ def test_the_3x3_pass_equals_the_tiny_pass(dtype):
             table = np.tile([1.0, WRITES_SU], (len(shapes), 1))
         else:
             opt = Adafactor(convention=convention, clip_gradient=0.5, rescale_grad=0.75)
-            table = np.array([(1.0, *opt.factored_row(4, 1e-2, 0.0, dtype, int(np.prod(s)))[1])
-                              for s in shapes])
+            table = np.tile([1.0, *opt.kernel_row(4, 1e-2, 0.0)[1]], (len(shapes), 1))
         table[1, 0] = 0.0  # an inactive weight: left as it is
         nh = table.shape[1] - 1
         for parallel in (False, True) if convention == "pytorch" else (False,):

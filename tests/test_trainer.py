@@ -669,6 +669,42 @@ def test_a_scalar_only_step_is_planned_once_per_distinct_count_and_rates():
     assert trainer.last_step_launches == 1
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_adafactor_steps_a_group_from_its_rows_alone_as_each_weight_alone(dtype):
+    """Adafactor's step is planned from ``(t, lr, wd)`` alone (``scalar_launch`` "factored":
+    epsilon1's default, the compute dtype's eps, and each weight's ``numel**0.5`` are the
+    kernel's and the layout's, not the row's), once per distinct triple, in one factored call
+    per group; every weight ends as its own steps leave it, bit for bit."""
+    shapes = [(3, 4), (5,), (2, 3, 3), (1, 1), (4, 1, 3, 3), ()]
+    rng = np.random.default_rng(5)
+    inits = [rng.standard_normal(s).astype(dtype) for s in shapes]
+    grads = [[rng.standard_normal(s).astype(dtype) for s in shapes] for _ in range(3)]
+    params = [Parameter(f"p{i}", init=a.copy(), dtype=dtype, lr_mult=2.0 if i == 2 else 1.0)
+              for i, a in enumerate(inits)]
+    kw = {"learning_rate": 0.05, "multi_precision": dtype == "float16"}
+    trainer = Trainer(params, "adafactor", kw)
+    opt = trainer.optimizer
+    assert opt.scalar_launch == "factored" and not opt.plans_by_scalars
+    planned = []
+    real = opt.kernel_row
+    opt.kernel_row = lambda t, lr, wd: (planned.append((t, lr)), real(t, lr, wd))[1]
+    alone = optimizer.create("adafactor", **kw)
+    alone.set_lr_mult({2: 2.0})
+    weights = [a.copy() for a in inits]
+    states = [alone.create_state_multi_precision(i, w) for i, w in enumerate(weights)]
+    for step in grads:
+        planned.clear()
+        for p, g in zip(params, step):
+            p.grad()[...] = g
+        trainer.step(1)
+        assert planned == [(planned[0][0], 0.05), (planned[0][0], 0.1)]
+        assert trainer.last_step_launches == 1
+        for i, (w, g, s) in enumerate(zip(weights, step, states)):
+            alone.update_multi_precision(i, w, g, s)
+    for p, w in zip(params, weights):
+        assert p.data().tobytes() == w.tobytes(), p.name
+
+
 def test_only_unchanged_built_in_steps_count_as_scalar_only():
     class Plain(optimizer.SGD):
         pass

@@ -44,9 +44,10 @@ class FactoredRule(NamedTuple):
     ``moment(old, stat, hp)``, the new statistic; ``vstat(g, hp)``, a vector's element
     statistic; ``den(s, n, hp)``, a matrix's denominator from the float64 sum of its ``n`` row
     statistics; ``estimate(r, c, den, hp)``, the rebuilt second moment of a matrix element;
-    ``direction(g, v, hp)``, the element of ``u``; ``scales(sw, w0, su, u0, numel, hp)``, the
-    float64 ``(decay, k)`` of ``apply(w, u, decay, k, hp)``, the new weight (``w0``, ``u0``:
-    the elements of a one-element tensor)."""
+    ``direction(g, v, hp)``, the element of ``u``; ``scales(sw, w0, su, u0, numel, root, hp)``,
+    the float64 ``(decay, k)`` of ``apply(w, u, decay, k, hp)``, the new weight (``w0``,
+    ``u0``: the elements of a one-element tensor; ``root``: ``numel**0.5`` as the host forms
+    it, ``FactoredLayout.roots``)."""
     prep: object
     stat: object
     moment: object
@@ -207,7 +208,7 @@ def _passes(rule, n_hyper, lanes):
             count = sums[k, 2] - sums[k, 1]
             part[k, 0], part[k, 1] = pair_sum(w, u, a, count)
 
-    def coef_pass(w, u, seg, sums, table, part, coef):
+    def coef_pass(w, u, seg, sums, table, part, roots, coef):
         k = 0
         while k < sums.shape[0]:
             s = sums[k, 0]
@@ -221,7 +222,8 @@ def _passes(rule, n_hyper, lanes):
                 continue
             hp = to_fixed_tuple(table[s, 1:], n_hyper)
             wo, B, n, m = seg[s, 0], seg[s, 1], seg[s, 2], seg[s, 3]
-            coef[s, 0], coef[s, 1] = scales(sw, w[wo], su, u[wo], B * n * max(m, 1), hp)
+            coef[s, 0], coef[s, 1] = scales(sw, w[wo], su, u[wo], B * n * max(m, 1), roots[s],
+                                            hp)
 
     def apply_pass(w, u, seg, flat, table, coef):
         # 3. the update
@@ -244,10 +246,11 @@ def _passes(rule, n_hyper, lanes):
 
 
 #: each pass's argument types, by name (``a``: an array of the weight's dtype, ``i``: a work
-#: table, ``h``: the float64 rows, ``f``: a float64 matrix, ``d``: a vector of the dtype)
+#: table, ``h``: the float64 rows, ``f``: a float64 matrix, ``d``: a vector of the dtype,
+#: ``r``: a float64 vector)
 _SIGNATURES = {"elems": "aaaaaiih", "tiny": "aaaaiih", "tiny33": "aaaaiih", "blocks": "aaaaiih",
                "rowcols": "aaaiiih", "dens": "aihd", "dirs": "aaaaiihd", "sums": "aaiihf",
-               "coef": "aaiihff", "apply": "aaiihf"}
+               "coef": "aaiihfrf", "apply": "aaiihf"}
 #: passes that loop over one segment at a time on one thread (no parallel variant)
 _SERIAL = ("dens", "coef")
 
@@ -262,7 +265,7 @@ def factored_kernel(factory, name, n_hyper: int, dtype, parallel: bool):
     def build():
         arr = NUMBA_TYPES[dtype][::1]
         kinds = {"a": arr, "d": arr, "i": types.int64[:, ::1], "h": types.float64[:, ::1],
-                 "f": types.float64[:, ::1]}
+                 "f": types.float64[:, ::1], "r": types.float64[::1]}
         sig = types.void(*(kinds[k] for k in _SIGNATURES[name]))
         rule = FactoredRule(*(inlined(fn) for fn in factory(dtype.type)))
         fn = _passes(rule, n_hyper, LANES_OF[dtype])[name]
@@ -331,7 +334,7 @@ def run_segmented(factory, weight, grad, states, table, layout):
     part = np.zeros((sums.shape[0], 2))
     coef = np.zeros((seg.shape[0], 2))
     run("sums", weight, u, seg, sums, table, part)
-    run("coef", weight, u, seg, sums, table, part, coef)
+    run("coef", weight, u, seg, sums, table, part, layout.roots, coef)
     run("apply", weight, u, seg, layout.flat, table, coef)
 
 

@@ -69,7 +69,10 @@ class FactoredLayout:
     as element ranges; ``sums32`` in chunks of :data:`CHUNK32`, for float32); ``flat`` every
     segment's element ranges (the update); ``work`` the elements of each of the first pass's
     tables. ``r_size``,
-    ``c_size``, ``v_size``: each statistics buffer's length; ``size`` the weights'."""
+    ``c_size``, ``v_size``: each statistics buffer's length; ``size`` the weights'.
+    ``roots``: each segment's ``numel**0.5`` in float64, formed as torch forms it (Python's
+    pow: numba would take ``x**0.5`` for sqrt, one ulp away at some sizes, 5579 elements
+    among them)."""
 
     def __init__(self, shapes):
         segs = []
@@ -88,6 +91,7 @@ class FactoredLayout:
             else:
                 v += n
         self.seg = np.array(segs, np.int64).reshape(-1, 9)
+        self.roots = np.array([float(n) ** 0.5 for n in sizes], np.float64)
         self.r_size, self.c_size, self.v_size, self.dens, self.size = r, c, v, d, w
 
         def each(s, count, per):

@@ -30,7 +30,7 @@ from ..backends.cpu_factored import FactoredRule
 from ..backends.jit import fma, inlined
 from ..backends import launches
 from . import gradient, torch_ops
-from .base import Optimizer
+from .base import Optimizer, scalar_only
 from .registry import register
 from .spec import BenchSetting, Spec
 from .spec_spaces import Decades, Interval, OneOf
@@ -49,14 +49,28 @@ class AdafactorRow(NamedTuple):
     clip_bound: float  #: clip_gradient, negative for none
     omb: float         #: 1 - beta2hat_t = t^beta2_decay
     beta: float        #: beta2hat_t = 1 - omb (paper)
-    eps1: float
-    eps1sq: float      #: eps1*eps1, in double
+    eps1: float        #: NaN: the compute dtype's machine epsilon (torch's default)
+    eps1sq: float      #: eps1*eps1, in double (NaN with eps1)
     eps2: float
     rho: float         #: min(lr, 1/sqrt(t))
     d: float           #: the clipping threshold
     decay: float       #: 1 - lr*wd
-    root: float        #: numel**0.5, formed on the host as torch forms it (pow: numba would
-    #: take x**0.5 for sqrt, one ulp away at some sizes, 5579 elements among them)
+
+
+def _eps1_of(f):
+    """``eps1(hp)``: ``(eps1, eps1*eps1)`` of a step in ``f``, as float64: the row's, or where
+    it holds NaN (``epsilon1=None`` under "pytorch") ``f``'s machine epsilon and its square
+    (the row then does not depend on the weights' dtype: a Trainer plans it from ``(t, lr,
+    wd)`` alone)."""
+    eps = float(np.finfo(f).eps)
+    eps_sq = eps * eps  # in double, as the host squares a given epsilon1
+
+    def eps1(hp):
+        p = AdafactorRow(*hp)
+        if p.eps1 != p.eps1:
+            return eps, eps_sq
+        return p.eps1, p.eps1sq
+    return inlined(eps1)
 
 
 def _norm_of(f):
@@ -81,16 +95,17 @@ def _prep_of(f):
 
 
 def _scales_of(f):
-    """``scales(sw, w0, su, u0, numel, hp)``: ``(1 - lr*wd, -alpha/denom)`` in double, as
-    torch forms them in Python floats from the norms: ``alpha = max(eps2, |w|/sqrt(numel))*rho``
-    (Python's ``max``: ``eps2`` unless the RMS is larger, so a NaN weight takes ``eps2``) and
-    ``denom = max(1, |u|/(sqrt(numel)*d))``; the paper's are the same."""
+    """``scales(sw, w0, su, u0, numel, root, hp)``: ``(1 - lr*wd, -alpha/denom)`` in double,
+    as torch forms them in Python floats from the norms: ``alpha = max(eps2,
+    |w|/sqrt(numel))*rho`` (Python's ``max``: ``eps2`` unless the RMS is larger, so a NaN weight
+    takes ``eps2``) and ``denom = max(1, |u|/(sqrt(numel)*d))``, ``root`` the weight's
+    ``numel**0.5`` formed on the host as torch forms it (``FactoredLayout.roots``); the paper's
+    are the same."""
     wide = np.float64
     norm = _norm_of(f)
 
-    def scales(sw, w0, su, u0, numel, hp):
+    def scales(sw, w0, su, u0, numel, root, hp):
         p = AdafactorRow(*hp)
-        root = p.root
         rms = wide(norm(sw, w0, numel)) / root
         alpha = (rms if rms > p.eps2 else p.eps2) * p.rho
         x = wide(norm(su, u0, numel)) / (root * p.d)
@@ -107,7 +122,7 @@ def pytorch_rule(f):
     one = f(1)
     lerp = torch_ops.lerp(f)
     norm = _norm_of(f)
-    prep, scales = _prep_of(f), _scales_of(f)
+    prep, scales, eps1 = _prep_of(f), _scales_of(f), _eps1_of(f)
 
     def stat(s, x0, count, hp):
         n = norm(s, x0, count)
@@ -121,7 +136,7 @@ def pytorch_rule(f):
 
     def den(s, n, hp):
         mean = f(s) / f(n)
-        e = f(AdafactorRow(*hp).eps1)
+        e = f(eps1(hp)[0])
         if mean < e:  # clamp_(min=eps1): a NaN stays NaN
             return e
         return mean
@@ -130,7 +145,7 @@ def pytorch_rule(f):
         return (r * c) / d
 
     def direction(g, v, hp):
-        e = f(AdafactorRow(*hp).eps1sq)
+        e = f(eps1(hp)[1])
         clamped = e if v < e else v  # clamp_(min=eps1*eps1): a NaN stays NaN
         return (one / math.sqrt(clamped)) * g
 
@@ -291,22 +306,23 @@ class Adafactor(Optimizer):
         return {**self.reference_hyper(), "epsilon1": self.epsilon1_for(dtype)}
 
     # --- the step ---------------------------------------------------------------------------
-    def factored_row(self, t, lr, wd, dtype, numel):
-        """``(factory, row)`` of a step at count ``t`` with ``lr`` and ``wd`` on a weight of
-        ``numel`` elements of ``dtype`` (the float64 :class:`AdafactorRow`)."""
-        eps1 = self.epsilon1_for(dtype)
+    def kernel_row(self, t, lr, wd, sparse=None):
+        """``(factory, row)`` of a step at count ``t`` with ``lr`` and ``wd`` (the float64
+        :class:`AdafactorRow`), whatever the weights' shapes and dtype: ``epsilon1=None``
+        under "pytorch" is NaN in the row, the machine epsilon of the dtype the kernel
+        computes in (float32 for float16 weights), and each weight's ``numel**0.5`` is its
+        layout's (``FactoredLayout.roots``)."""
+        default = self.epsilon1 is None and self.convention == "pytorch"
+        eps1 = math.nan if default else self.epsilon1_for(None)
         omb = float(t) ** self.beta2_decay
         c = self.clip_gradient
         return _RULES[self.convention], AdafactorRow(
             rescale=self.rescale_grad, clip_bound=-1.0 if c is None else c, omb=omb,
             beta=1.0 - omb, eps1=eps1, eps1sq=eps1 * eps1, eps2=self.epsilon2,
             # torch's 1/(step**0.5): pow, one ulp from sqrt at some counts (t = 5579, 11271)
-            rho=min(lr, 1.0 / (float(t) ** 0.5)), d=self.clip_threshold, decay=1.0 - lr * wd,
-            root=float(numel) ** 0.5)
+            rho=min(lr, 1.0 / (float(t) ** 0.5)), d=self.clip_threshold, decay=1.0 - lr * wd)
 
+    @scalar_only(kind="factored")
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
-        # epsilon1=None takes the dtype the kernel computes in (float32 for float16 weights)
-        d = arrays.describe(weight)
-        numel = int(np.prod(d.shape, dtype=np.int64))
-        factory, row = self.factored_row(t, lr, wd, d.dtype, numel)
+        factory, row = self.kernel_row(t, lr, wd)
         return launches.factored(factory, weight, grad, self.state_arrays(state), row)

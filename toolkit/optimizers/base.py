@@ -61,11 +61,8 @@ _BYPASSED = ("update", "_apply", "_step", "_check_index", "_check_weight", "_che
              "_check_state", "state_arrays")
 #: class -> whether ``Optimizer._keep_warm`` may keep its steps
 _KEEPS_WARM: dict = {}
-
-
-#: ``_kernel_step`` functions marked with :func:`scalar_only`
-_SCALAR_ONLY_STEPS: set = set()
-
+#: ``_kernel_step`` functions marked with :func:`scalar_only` -> the kind of their launch
+_SCALAR_ONLY_STEPS: dict = {}
 
 _F32 = struct.Struct("=f")  # standard size: OverflowError beyond float32's range
 
@@ -85,14 +82,17 @@ def _as_is(x):
     return x
 
 
-def scalar_only(kernel_step):
+def scalar_only(kernel_step=None, *, kind="rule"):
     """Mark a ``_kernel_step`` whose launch (rule and hyperparameters) is a function of
     ``(t, lr, wd)`` and the optimizer's attributes only (and an index's ``host_scalars``, handed
     to ``kernel_row``): it reads no other per-index bookkeeping, writes nothing. A Trainer plans
-    it once per distinct ``(t, lr, wd)`` of a group, one row for each. A subclass that
-    overrides ``_kernel_step`` is unmarked unless it marks its own."""
-    _SCALAR_ONLY_STEPS.add(kernel_step)
-    return kernel_step
+    it once per distinct ``(t, lr, wd)`` of a group, one row for each. ``kind``: its launch's
+    (``"rule"``, or Adafactor's ``"factored"``). A subclass that overrides ``_kernel_step`` is
+    unmarked unless it marks its own."""
+    def mark(step):
+        _SCALAR_ONLY_STEPS[step] = kind
+        return step
+    return mark if kernel_step is None else mark(kernel_step)
 
 
 @scalar_only
@@ -388,8 +388,14 @@ class Optimizer(Hyperparameters, HeldStates, ArrayChecks, MultiPrecision, NonFin
 
     @property
     def plans_by_scalars(self):
-        """Whether this optimizer's step is :func:`scalar_only` (the Trainer's shortcut)."""
-        return type(self)._kernel_step in _SCALAR_ONLY_STEPS
+        """Whether this optimizer's step is :func:`scalar_only` with a rule (``toolkit.torch``'s
+        shortcut)."""
+        return self.scalar_launch == "rule"
+
+    @property
+    def scalar_launch(self):
+        """The launch kind of a :func:`scalar_only` step, else None (the Trainer's shortcut)."""
+        return _SCALAR_ONLY_STEPS.get(type(self)._kernel_step)
 
     def _apply(self, index, weight, grad, state, backend, w, stream=None, mirror=None,
                known=(), rows=None, launcher=None):

@@ -147,6 +147,7 @@ class StepWork:
         takes its triple's row over its own arrays; else every member is planned on its
         own."""
         opt = self.opt
+        kind = opt.scalar_launch
         t, lr, wd = scalars
         first, inverse = scalars.distinct()
         planned = [opt.kernel_row(int(t[j]), float(lr[j]), float(wd[j]), **scalars.row_kwargs(j))
@@ -157,14 +158,14 @@ class StepWork:
         position = {id(a): 2 + j for j, a in enumerate(state_leaves(self.s))}
         states = [position.get(id(a)) for a in opt.state_arrays(self.s)]
         layout = None if None in states or self.g.held else (0, 1, *states)
-        if layout is not None and self._fits("rule", layout) and all(
+        if layout is not None and self._fits(kind, layout) and all(
                 f is factory and len(row) == len(row0) for f, row in planned):
             rows, inverse = planned_rows([tuple(row) for _, row in planned], inverse)
-            self.vector = (factory, layout, ks, rows if inverse is None else rows[inverse])
+            self.vector = (kind, factory, layout, ks, rows if inverse is None else rows[inverse])
             if self.after is not None:  # it rounds back the members updated
                 self.members = dict.fromkeys(ks.tolist())
             return
-        if self.g.held and self.g.device != "cuda" and all(
+        if kind == "rule" and self.g.held and self.g.device != "cuda" and all(
                 f is factory and len(row) == len(row0) for f, row in planned):
             # states of their own per member: each member's launch as its kernel step makes
             # it (the rule over its own state arrays, with the row of its (t, lr, wd), planned
@@ -251,9 +252,11 @@ class StepWork:
         ran = 0
         calls = self.calls
         if self.vector is not None:
-            factory, layout, ks, rows = self.vector
+            kind, factory, layout, ks, rows = self.vector
             flats = [self.flats[j] for j in layout]
-            if rows.shape[0] == 1 and len(ks) == len(self.g.members) and \
+            # a factored step's rows are float64 (each value rounded where its rule rounds it)
+            dtype = np.float64 if kind == "factored" else self._compute_dtype()
+            if kind == "rule" and rows.shape[0] == 1 and len(ks) == len(self.g.members) and \
                     self.g.device != "cuda":
                 # every member updated with the same row: one segment over the whole flat
                 # buffers (an element-wise rule gives each element what its member's segment
@@ -264,10 +267,10 @@ class StepWork:
                 self._launch_table("rule", factory, flats, table, chunks=self.g.whole_chunks())
                 ran = 1
             else:
-                table = np.zeros((len(self.g.members), 1 + rows.shape[1]), self._compute_dtype())
+                table = np.zeros((len(self.g.members), 1 + rows.shape[1]), dtype)
                 table[ks, 0] = 1
                 table[ks, 1:] = rows  # each float64 rounded to the dtype, as a single call does
-                self._launch_table("rule", factory, flats, table)
+                self._launch_table(kind, factory, flats, table)
                 ran = 1
         elif calls:
             plan = None if self.prepared is not None else self._segmented_plan()

@@ -35,7 +35,7 @@ class Updates:
             with opt.schedule_read_once():
                 self._dry_run(active.tolist(), scalars=opt.has_kernel)
                 self._per_parameter_update(active.tolist())
-        elif opt.plans_by_scalars and not opt.takes_norms:
+        elif opt.scalar_launch is not None and not opt.takes_norms:
             self._vectorised_update(active)
         else:
             self._kernel_update(active.tolist())
@@ -61,7 +61,7 @@ class Updates:
 
     def _vectorised_update(self, active):
         """The step of an optimizer whose launch is a function of ``(t, lr, wd)`` alone
-        (``Optimizer.plans_by_scalars``): the scalars of every index as arrays
+        (``Optimizer.scalar_launch``): the scalars of every index as arrays
         (``Optimizer.step_scalars``), one planned launch per distinct ``(t, lr, wd)`` of a group,
         and a table of rows indexed by member: no Python work per parameter."""
         opt = self._optimizer
