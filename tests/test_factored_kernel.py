@@ -16,8 +16,9 @@ from toolkit.backends import cpu_factored as cf
 from toolkit.backends import factored_layout as fl
 
 CHUNK = fl.CHUNK
-#: (running sums, elements of a chunk of the whole-tensor sums) per dtype
-ORDER = {np.float64: (4, fl.CHUNK), np.float32: (64, fl.CHUNK32)}
+#: (running sums, elements of a chunk of the whole-tensor sums: None for the first pass's work
+#: items, :func:`first_pass_item`) per dtype
+ORDER = {np.float64: (4, fl.CHUNK), np.float32: (64, None)}
 #: what the probe's update writes into every weight element
 WRITES_SW, WRITES_SU, WRITES_DEN = 0.0, 1.0, 2.0
 
@@ -126,6 +127,22 @@ def cascade(x):
     return 0.0 + s
 
 
+def first_pass_item(shape):
+    """The elements of a work item of the first pass over a weight of ``shape``, each a chunk
+    of float32's whole-tensor sums: ``WORK`` of a vector or of one-element matrices; as many
+    whole matrices of fewer than 4 rows and columns as fit in ``WORK`` (3 x 3: in blocks of
+    16), and of other matrices up to ``SMALL`` elements; as many whole rows of a larger one
+    (at least one of each)."""
+    _, n, m = fl.shape_of(shape)
+    if m == 0 or n * m == 1:
+        return fl.WORK
+    if n == m == 3:
+        return fl.WORK // 9 // 16 * 16 * 9
+    if (n < 4 and m < 4) or n * m <= fl.SMALL:
+        return max(1, fl.WORK // (n * m)) * n * m
+    return max(1, fl.WORK // m) * m
+
+
 def whole_order(x, m, lanes=4, chunk=CHUNK):
     """The whole tensor's sum: chunks of whole rows of m (at most ``chunk`` elements), each in
     the row order, added in order."""
@@ -150,10 +167,11 @@ def run(shape, mode, w, g):
 #: above one float64 chunk, cascade carries (300 rows), one column, one row, tiny matrices
 #: (stepped many at once), a vector above one float64 chunk, 1 x 1 matrices
 SHAPES = [(1100, 1000), (3, 300, 7), (2, 5, 1), (1, 9), (7, 3), (5, 3, 2), (4097,), (CHUNK + 5,),
-          (3,), (70000, 1, 1)]
+          (3,), (70000, 1, 1), (40, 1000), (2000, 3, 3), (30, 700, 3)]
 
 
-#: float32 above its own chunk (2^16) with (70000, 1, 1); the two largest shapes, there for
+#: float32 above one work item of its first pass with the last four; the two largest shapes,
+#: there for
 #: float64's chunk of 2^20, in float64 only (their numpy orders take seconds)
 CASES = [(s, np.float64) for s in SHAPES] + [(s, np.float32) for s in SHAPES
                                               if np.prod(s) < CHUNK]
@@ -162,9 +180,10 @@ CASES = [(s, np.float64) for s in SHAPES] + [(s, np.float32) for s in SHAPES
 @pytest.mark.parametrize("shape, dtype", CASES, ids=lambda x: getattr(x, "__name__", str(x)))
 def test_the_sums_are_the_documented_orders(shape, dtype):
     """float64: torch's orders (4 running sums, chunks of 2^20); float32: the same orders with
-    64 running sums and chunks of 2^16, in float64, each sum rounded to float32 once where the
-    probe stores it."""
+    64 running sums and the whole tensors' sums in chunks of the first pass's work items, in
+    float64, each sum rounded to float32 once where the probe stores it."""
     lanes, chunk = ORDER[dtype]
+    chunk = chunk or first_pass_item(shape)
     rng = np.random.default_rng(sum(shape))
     w = (rng.standard_normal(shape) * 10.0 ** rng.uniform(-3, 3, shape)).astype(dtype)
     g = (rng.standard_normal(shape) * 10.0 ** rng.uniform(-3, 3, shape)).astype(dtype)
@@ -239,8 +258,9 @@ def test_the_3x3_pass_equals_the_tiny_pass(dtype):
             outs = []
             for name, work in (("tiny", every), ("tiny33", lay.tiny33)):
                 r, c, u = r0.copy(), c0.copy(), np.zeros(lay.size, dtype)
+                w, part = np.zeros(lay.size, dtype), np.zeros((work.shape[0], 2))
                 cf.factored_kernel(rule, name, nh, dtype, parallel)(g, r, c, u, lay.seg, work,
-                                                                    table)
+                                                                    table, w, part, 0)
                 outs.append((u, r, c))
             for a, b in zip(*outs):
                 assert a.tobytes() == b.tobytes(), (convention, parallel)

@@ -10,12 +10,15 @@ One call steps every segment of a :class:`~toolkit.backends.factored_layout.Fact
    and column statistics (a vector's moment) updated from them, each matrix's denominator, and
    the unclipped direction ``u`` written to a scratch array like the weight (reused: a thread's
    own, kept); the tiny matrices' passes (a convolution's 3 x 3 kernels among them) are
-   :mod:`toolkit.backends.cpu_factored_tiny`'s;
-2. sums: ``sum w^2`` and ``sum u^2`` of each weight, chunk by chunk, then its two scalars;
+   :mod:`toolkit.backends.cpu_factored_tiny`'s. In float32 (``FUSED_OF``) each work item then
+   sums ``w^2`` and ``u^2`` over its elements (``u`` still in cache), its chunk of the whole
+   tensors' sums;
+2. sums (float64): ``sum w^2`` and ``sum u^2`` of each weight, chunk by chunk in torch's order;
+   then each weight's two scalars from its chunks' sums;
 3. apply: ``w`` decayed and moved by ``k*u``.
 
-The gradient is read twice (once more for a large matrix's columns), the weight twice and
-written once, ``u`` written once and read twice. The rule (``factory(ftype)``) supplies the
+The gradient is read once (twice for a large matrix: its rows, then its columns), ``u``
+written once and read once (float64: twice), the weight read twice and written once. The rule (``factory(ftype)``) supplies the
 arithmetic around the sums (:class:`FactoredRule`); its row of hyperparameters is float64, each
 value rounded where the rule's model rounds it.
 """
@@ -31,7 +34,7 @@ from numba.np.unsafe.ndarray import to_fixed_tuple
 from . import jit
 from .cpu_factored_tiny import tiny_pass_of, tiny33_pass_of
 from .cpu_factored_sums import CASCADE, lanes_of, pair_of
-from .factored_layout import LANES_OF, LARGE, VECTOR, layout_of
+from .factored_layout import FUSED_OF, LANES_OF, LARGE, VECTOR, layout_of
 from .jit import NUMBA_TYPES, cached, compile_kernel, fma, inlined
 
 __all__ = ["FactoredRule", "factored_kernel", "run_factored", "run_segmented"]
@@ -59,17 +62,19 @@ class FactoredRule(NamedTuple):
     apply: object
 
 
-def _passes(rule, n_hyper, lanes):
+def _passes(rule, n_hyper, lanes, fused):
     """The passes of a factored step, each a plain function compiled on its own (on first use,
     by :func:`factored_kernel`): a step compiles only the passes its segments need, each far
     faster to compile than one function holding them all (measured: 28 s serial, 65 s
-    parallel for the one function, float32)."""
+    parallel for the one function, float32). ``fused``: the first pass's work items take the
+    whole tensors' sums (into ``part[base + k]``), else they write none."""
     prep, stat, moment, vstat, den_of, estimate, direction, scales, apply = rule
     row_sum = lanes_of(prep, lanes)
     pair_sum = pair_of(lanes)
+    fused_sum = pair_of(lanes, called=True)
     cascade = CASCADE  # (a function of its own, not inlined: compiled once, not per pass)
 
-    def elems_pass(g, r, c, v, u, seg, elems, table):
+    def elems_pass(g, r, c, v, u, seg, elems, table, w, part, base):
         # 1. statistics and the direction u (into u): vectors and one-element matrices, element
         # by element
         for k in prange(elems.shape[0]):
@@ -102,8 +107,10 @@ def _passes(rule, n_hyper, lanes):
                     ck[e] = ce
                     uk[e] = direction(x, estimate(re, ce, den_of(0.0 + np.float64(re), 1, hp),
                                                   hp), hp)
+            if fused:  # this item's chunk of the whole tensors' sums, u still in cache
+                part[base + k, 0], part[base + k, 1] = fused_sum(w, u, wo + a, z - a)
 
-    def blocks_pass(g, r, c, u, seg, blocks, table):
+    def blocks_pass(g, r, c, u, seg, blocks, table, w, part, base):
         # small matrices, one at a time: rows, columns, denominator, then u
         for k in prange(blocks.shape[0]):
             s = blocks[k, 0]
@@ -135,6 +142,10 @@ def _passes(rule, n_hyper, lanes):
                     for j in range(m):
                         u[a + j] = direction(prep(g[a + j], hp),
                                              estimate(rq, c[co + b * m + j], d, hp), hp)
+            if fused:
+                a = wo + blocks[k, 1] * n * m
+                part[base + k, 0], part[base + k, 1] = fused_sum(
+                    w, u, a, (blocks[k, 2] - blocks[k, 1]) * n * m)
 
     def rowcols_pass(g, r, c, seg, rows, cols, table):
         # large matrices: rows and blocks of columns (one parallel loop over both tables: they
@@ -183,7 +194,7 @@ def _passes(rule, n_hyper, lanes):
             for b in range(seg[s, 1]):
                 den[do + b] = den_of(cascade(r, ro + b * n, n), n, hp)
 
-    def dirs_pass(g, r, c, u, seg, rows, table, den):
+    def dirs_pass(g, r, c, u, seg, rows, table, den, w, part, base):
         for k in prange(rows.shape[0]):
             s = rows[k, 0]
             if table[s, 0] == 0.0:
@@ -197,9 +208,13 @@ def _passes(rule, n_hyper, lanes):
                 gq, uq, cq = g[a:a + m], u[a:a + m], c[cb:cb + m]
                 for j in range(m):
                     uq[j] = direction(prep(gq[j], hp), estimate(rq, cq[j], d, hp), hp)
+            if fused:
+                a = wo + rows[k, 1] * m
+                part[base + k, 0], part[base + k, 1] = fused_sum(
+                    w, u, a, (rows[k, 2] - rows[k, 1]) * m)
 
     def sums_pass(w, u, seg, sums, table, part):
-        # 2. the whole tensors' sums of w^2 and u^2, chunk by chunk
+        # 2. the whole tensors' sums of w^2 and u^2, chunk by chunk (float64: torch's chunks)
         for k in prange(sums.shape[0]):
             s = sums[k, 0]
             if table[s, 0] == 0.0:
@@ -239,17 +254,19 @@ def _passes(rule, n_hyper, lanes):
                 wk[e] = apply(wk[e], uk[e], decay, kk, hp)
 
 
-    return {"elems": elems_pass, "tiny": tiny_pass_of(rule, n_hyper),
-            "tiny33": tiny33_pass_of(rule, n_hyper), "blocks": blocks_pass,
+    return {"elems": elems_pass, "tiny": tiny_pass_of(rule, n_hyper, fused, fused_sum),
+            "tiny33": tiny33_pass_of(rule, n_hyper, fused, fused_sum), "blocks": blocks_pass,
             "rowcols": rowcols_pass, "dens": dens_pass, "dirs": dirs_pass, "sums": sums_pass,
             "coef": coef_pass, "apply": apply_pass}
 
 
 #: each pass's argument types, by name (``a``: an array of the weight's dtype, ``i``: a work
 #: table, ``h``: the float64 rows, ``f``: a float64 matrix, ``d``: a vector of the dtype,
-#: ``r``: a float64 vector)
-_SIGNATURES = {"elems": "aaaaaiih", "tiny": "aaaaiih", "tiny33": "aaaaiih", "blocks": "aaaaiih",
-               "rowcols": "aaaiiih", "dens": "aihd", "dirs": "aaaaiihd", "sums": "aaiihf",
+#: ``r``: a float64 vector, ``n``: an int64); the first pass's end in ``afn``: the weight, the
+#: sums' parts, the item's first part
+_SIGNATURES = {"elems": "aaaaaiihafn", "tiny": "aaaaiihafn", "tiny33": "aaaaiihafn",
+               "blocks": "aaaaiihafn", "rowcols": "aaaiiih", "dens": "aihd",
+               "dirs": "aaaaiihdafn", "sums": "aaiihf",
                "coef": "aaiihfrf", "apply": "aaiihf"}
 #: passes that loop over one segment at a time on one thread (no parallel variant)
 _SERIAL = ("dens", "coef")
@@ -265,10 +282,10 @@ def factored_kernel(factory, name, n_hyper: int, dtype, parallel: bool):
     def build():
         arr = NUMBA_TYPES[dtype][::1]
         kinds = {"a": arr, "d": arr, "i": types.int64[:, ::1], "h": types.float64[:, ::1],
-                 "f": types.float64[:, ::1], "r": types.float64[::1]}
+                 "f": types.float64[:, ::1], "r": types.float64[::1], "n": types.int64}
         sig = types.void(*(kinds[k] for k in _SIGNATURES[name]))
         rule = FactoredRule(*(inlined(fn) for fn in factory(dtype.type)))
-        fn = _passes(rule, n_hyper, LANES_OF[dtype])[name]
+        fn = _passes(rule, n_hyper, LANES_OF[dtype], FUSED_OF[dtype])[name]
         return compile_kernel(sig, parallel)(fn)
     return cached(key, build)
 
@@ -311,6 +328,9 @@ def run_segmented(factory, weight, grad, states, table, layout):
     r, c, v = (a if a.size else _empty(dtype) for a in states)
     u = _scratch(layout.size, dtype)
     seg = layout.seg
+    sums = layout.sums_of(dtype)
+    part = np.zeros((sums.shape[0], 2))
+    base = layout.fused_base  # (float64: the first pass writes no part)
 
     def run(name, *args, work=None):
         # a pass of the first over few elements runs on one thread (a parallel loop's start
@@ -318,22 +338,26 @@ def run_segmented(factory, weight, grad, states, table, layout):
         par = parallel and (work is None or layout.work[work] >= jit.PARALLEL_THRESHOLD)
         factored_kernel(factory, name, nh, dtype, par)(*args)
     if layout.elems.shape[0]:
-        run("elems", grad, r, c, v, u, seg, layout.elems, table, work="elems")
+        run("elems", grad, r, c, v, u, seg, layout.elems, table, weight, part, base["elems"],
+            work="elems")
     if layout.tiny.shape[0]:
-        run("tiny", grad, r, c, u, seg, layout.tiny, table, work="tiny")
+        run("tiny", grad, r, c, u, seg, layout.tiny, table, weight, part, base["tiny"],
+            work="tiny")
     if layout.tiny33.shape[0]:
-        run("tiny33", grad, r, c, u, seg, layout.tiny33, table, work="tiny33")
+        run("tiny33", grad, r, c, u, seg, layout.tiny33, table, weight, part, base["tiny33"],
+            work="tiny33")
     if layout.blocks.shape[0]:
-        run("blocks", grad, r, c, u, seg, layout.blocks, table, work="blocks")
+        run("blocks", grad, r, c, u, seg, layout.blocks, table, weight, part, base["blocks"],
+            work="blocks")
     if layout.rows.shape[0]:
         den = np.empty(max(layout.dens, 1), dtype)
         run("rowcols", grad, r, c, seg, layout.rows, layout.cols, table, work="rows")
         run("dens", r, seg, table, den)
-        run("dirs", grad, r, c, u, seg, layout.rows, table, den, work="rows")
-    sums = layout.sums_of(dtype)
-    part = np.zeros((sums.shape[0], 2))
+        run("dirs", grad, r, c, u, seg, layout.rows, table, den, weight, part, base["rows"],
+            work="rows")
     coef = np.zeros((seg.shape[0], 2))
-    run("sums", weight, u, seg, sums, table, part)
+    if not FUSED_OF[dtype]:
+        run("sums", weight, u, seg, sums, table, part)
     run("coef", weight, u, seg, sums, table, part, layout.roots, coef)
     run("apply", weight, u, seg, layout.flat, table, coef)
 

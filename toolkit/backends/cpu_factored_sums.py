@@ -8,6 +8,7 @@ import numpy as np
 from numba.extending import register_jitable
 
 from .factored_layout import LANES
+from . import jit
 from .jit import fma, inlined
 
 __all__ = ["CASCADE", "lanes_of", "pair_of", "plain"]
@@ -104,12 +105,15 @@ def lanes_of(prep, lanes):
     return inlined(lanes_sum)
 
 
-def pair_of(lanes):
+def pair_of(lanes, called=False):
     """``pair_sum(x, y, a, count)``: ``sum x[a:a+count]^2`` and ``sum y[a:a+count]^2`` in the
     order of :func:`lanes_of` (``prep`` the identity), the two in one loop (their running sums
     side by side, each sum's order its own): a whole tensor's sums of ``w^2`` and ``u^2``, in
     0.8x the time of one loop after the other (measured serial, float32). With few running
-    sums (float64's 4) one loop after the other, which took 0.7x the time of one loop."""
+    sums (float64's 4) one loop after the other, which took 0.7x the time of one loop.
+    ``called``: compiled as a function of its own (:func:`toolkit.backends.jit.called`), as the
+    first pass's items call it (inlined into the 3 x 3 pass's body its loop was left scalar:
+    that pass took 1.6 times as long)."""
     if lanes < 16:
         flat = lanes_of(plain, lanes)
 
@@ -138,7 +142,7 @@ def pair_of(lanes):
             sx = fma(v, v, sx)
             sy = fma(z, z, sy)
         return sx, sy
-    return inlined(pair_sum)
+    return jit.called(pair_sum) if called else inlined(pair_sum)
 
 
 def _plain(x, hp):

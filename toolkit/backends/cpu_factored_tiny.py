@@ -91,11 +91,13 @@ def _scatter9(typingctx, src, soff, stride, dst, doff):
     return sig, codegen
 
 
-def tiny_pass_of(rule, n_hyper):
-    """The pass of the tiny matrices of any shape (work table ``FactoredLayout.tiny``)."""
+def tiny_pass_of(rule, n_hyper, fused, pair_sum):
+    """The pass of the tiny matrices of any shape (work table ``FactoredLayout.tiny``);
+    ``fused``: each work item's sums of ``w^2`` and ``u^2`` by ``pair_sum`` into ``part``
+    (``cpu_factored``)."""
     prep, stat, moment, _, den_of, estimate, direction, _, _ = rule
 
-    def tiny_pass(g, r, c, u, seg, tiny, table):
+    def tiny_pass(g, r, c, u, seg, tiny, table, w, part, base):
         # tiny matrices (fewer than 4 rows and columns), many at once: position p of matrix
         # bb gathered in G[p, bb], so that every line below is a loop over bb that vectorises;
         # each row and column is all "tail" in the row order (fma after fma), each column of
@@ -181,20 +183,22 @@ def tiny_pass_of(rule, n_hyper):
                 Cj = C[j]
                 for bb in range(nb):
                     ck[bb * m + j] = Cj[bb]
+            if fused:
+                part[base + k, 0], part[base + k, 1] = pair_sum(w, u, wo + b0 * nm, nb * nm)
     return tiny_pass
 
 
-def tiny33_pass_of(rule, n_hyper):
+def tiny33_pass_of(rule, n_hyper, fused, pair_sum):
     """The pass of the 3 x 3 matrices (work table ``FactoredLayout.tiny33``): per work item,
     its matrices transposed into ``G`` (position ``p`` of matrix ``bb`` at ``G[p*nb + bb]``),
     then one loop over the matrices for the rows, the columns and the denominator (their
     statistics updated in place), then the direction by position, in place in ``G``, and
     ``G`` transposed back into ``u``. The same arithmetic as :func:`tiny_pass_of` for
     ``n = m = 3``: a row's sum of squares ``fma`` after ``fma``, a column's ``s + x*x``, the
-    denominator's sum of the rows' statistics left to right."""
+    denominator's sum of the rows' statistics left to right; ``fused`` as there."""
     prep, stat, moment, _, den_of, estimate, direction, _, _ = rule
 
-    def tiny33_pass(g, r, c, u, seg, tiny, table):
+    def tiny33_pass(g, r, c, u, seg, tiny, table, w, part, base):
         for k in prange(tiny.shape[0]):
             s = tiny[k, 0]
             if table[s, 0] == 0.0:
@@ -258,4 +262,6 @@ def tiny33_pass_of(rule, n_hyper):
             for p in range(9):
                 for bb in range(full, nb):
                     uk[bb * 9 + p] = G[p * nb + bb]
+            if fused:
+                part[base + k, 0], part[base + k, 1] = pair_sum(w, u, wo + b0 * 9, nb * 9)
     return tiny33_pass

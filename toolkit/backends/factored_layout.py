@@ -18,13 +18,16 @@ Every sum has a fixed order that no thread count changes. In float64 it is the o
   sums then added in order: one chunk below ``CHUNK``, where the sums are torch's.
 
 In float32 the sums are float64 too (torch keeps them in float32: not its bits either way), in
-the same orders with :data:`LANES_OF` running sums and chunks of :data:`CHUNK32`.
+the same orders with :data:`LANES_OF` running sums, and a whole tensor's sums of ``w^2`` and
+``u^2`` are taken by the first pass (:data:`FUSED_OF`), each of its work items a chunk
+(``FactoredLayout.fused``): ``u`` is summed while it is in cache, and no pass of their own
+reads the weight and ``u`` again.
 """
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["LANES", "LANES_OF", "CHUNK", "CHUNK32", "WORK", "SMALL", "VECTOR", "SINGLE", "TINY",
+__all__ = ["LANES", "LANES_OF", "FUSED_OF", "CHUNK", "WORK", "SMALL", "VECTOR", "SINGLE", "TINY",
            "BLOCKS", "LARGE", "shape_of", "FactoredLayout", "layout_of"]
 
 #: the running sums of a row's sum of squares (torch's AVX2 float64 width, which its CPU
@@ -33,14 +36,16 @@ LANES = 4
 #: the most elements of one chunk of a whole tensor's float64 sums (whole rows); a tensor of at
 #: most this many elements is one chunk, summed as torch sums it
 CHUNK = 1 << 20
-#: the same for float32 weights, whose sums are not torch's (it keeps them in float32): chunks
-#: small enough to share among the threads
-CHUNK32 = 1 << 16
 #: the running sums of every sum, per compute dtype: float64 takes torch's 4 (its float64 sums
 #: are torch's, bit for bit); float32, whose sums torch keeps in float32 and the kernels in
 #: float64, takes 64, whose loop LLVM vectorises (measured at 2^24 elements: 1.98 ms against
 #: 4.4 ms with 16, 9.8 with 32)
 LANES_OF = {np.dtype(np.float64): LANES, np.dtype(np.float32): 64}
+#: per compute dtype, whether the whole tensors' sums are the first pass's (each of its work
+#: items a chunk: ``FactoredLayout.fused``) rather than a pass's of their own in chunks of
+#: :data:`CHUNK`: float32's, whose order is the toolkit's own (a pass fewer over the weight and
+#: ``u``); float64 keeps torch's order, one chunk up to 2^20 elements
+FUSED_OF = {np.dtype(np.float64): False, np.dtype(np.float32): True}
 #: elements per work item of the parallel passes
 WORK = 1 << 14
 #: the most elements of a matrix stepped as one block (its rows, columns and update in one
@@ -66,9 +71,10 @@ class FactoredLayout:
     the other tiny and the small matrices; ``rows`` the row
     ranges and ``cols`` the column ranges (inside one matrix) of the large ones; ``sums`` the
     chunks of every segment's whole-tensor sums (whole rows, at most :data:`CHUNK` elements,
-    as element ranges; ``sums32`` in chunks of :data:`CHUNK32`, for float32); ``flat`` every
-    segment's element ranges (the update); ``work`` the elements of each of the first pass's
-    tables. ``r_size``,
+    as element ranges); ``fused`` the same where the first pass takes them (:data:`FUSED_OF`):
+    its work items as element ranges, those of ``elems``, ``tiny``, ``tiny33``, ``blocks``
+    and ``rows`` end to end, from ``fused_base[name]``; ``flat`` every segment's element ranges
+    (the update); ``work`` the elements of each of the first pass's tables. ``r_size``,
     ``c_size``, ``v_size``: each statistics buffer's length; ``size`` the weights'.
     ``roots``: each segment's ``numel**0.5`` in float64, formed as torch forms it (Python's
     pow: numba would take ``x**0.5`` for sqrt, one ulp away at some sizes, 5579 elements
@@ -97,7 +103,7 @@ class FactoredLayout:
         def each(s, count, per):
             return [(s, a, min(count, a + per)) for a in range(0, count, per)]
         elems, tiny, tiny33, blocks, rows, cols = [], [], [], [], [], []
-        sums, sums32, flat = [], [], []
+        sums, flat = [], []
         for s, (_, B, n, m, *_, kind) in enumerate(segs):
             if sizes[s] == 0:  # an empty weight: nothing to step
                 continue
@@ -115,16 +121,24 @@ class FactoredLayout:
                 cols += [(s, b * m + a, b * m + min(m, a + per)) for b in range(B)
                          for a in range(0, m, per)]
             row = max(m, 1)
-            for out, chunk in ((sums, CHUNK), (sums32, CHUNK32)):
-                nrows, per = sizes[s] // row, max(1, chunk // row)
-                out += [(s, a * row, min(nrows, a + per) * row) for a in range(0, nrows, per)]
+            nrows, per = sizes[s] // row, max(1, CHUNK // row)
+            sums += [(s, a * row, min(nrows, a + per) * row) for a in range(0, nrows, per)]
             flat += each(s, sizes[s], WORK)
 
         def table(rows_):
             return np.array(rows_, np.int64).reshape(-1, 3)
         self.elems, self.tiny, self.tiny33, self.blocks, self.rows, self.cols = map(
             table, (elems, tiny, tiny33, blocks, rows, cols))
-        self.sums, self.sums32, self.flat = table(sums), table(sums32), table(flat)
+        self.sums, self.flat = table(sums), table(flat)
+        fused, self.fused_base = [], {}
+        for name, items in (("elems", elems), ("tiny", tiny), ("tiny33", tiny33),
+                            ("blocks", blocks), ("rows", rows)):
+            self.fused_base[name] = len(fused)
+            for s, a, z in items:  # as element ranges
+                per = 1 if name == "elems" else segs[s][3] if name == "rows" else \
+                    segs[s][2] * segs[s][3]
+                fused.append((s, a * per, z * per))
+        self.fused = table(fused)
         #: the elements each pass of the first steps (by the name of its work table; "rows"
         #: for the large matrices' four): a pass runs on one thread below
         #: ``jit.PARALLEL_THRESHOLD`` of them, as a whole call does
@@ -136,8 +150,9 @@ class FactoredLayout:
 
     def sums_of(self, dtype):
         """The chunks of the whole-tensor sums for weights of ``dtype``: :data:`CHUNK`
-        elements (torch's order) in float64, :data:`CHUNK32` in float32."""
-        return self.sums if np.dtype(dtype) == np.float64 else self.sums32
+        elements (torch's order) in float64, the first pass's work items (``fused``) where
+        it takes them (:data:`FUSED_OF`)."""
+        return self.fused if FUSED_OF[np.dtype(dtype)] else self.sums
 
 
 

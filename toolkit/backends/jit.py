@@ -203,6 +203,14 @@ def inlined(fn):
     return register_jitable(inline="always")(fn)
 
 
+def called(fn):
+    """``fn`` made callable from compiled code as :func:`inlined` makes it, but compiled as a
+    function of its own and called (LLVM may still inline it): a loop that vectorises alone
+    and not inside a large caller's body."""
+    fn.__code__ = _filed(fn.__code__, fn.__globals__)
+    return register_jitable(fn)
+
+
 def fma(a, b, c):
     """``a*b + c`` rounded once (a fused multiply-add), for the rules that must round as an
     implementation that fuses does (torch's CPU kernels form ``x.add_(y, alpha=a)``,
