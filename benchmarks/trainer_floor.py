@@ -4,8 +4,9 @@ setting, against the memory-traffic floor of the same bytes, measured in the sam
 ``benchmarks/trainer_resnet50.py`` and ``mxopt bench`` time Adam's whole-model step against
 torch's fused Adam; this script times the others' (Lion, ...) against their own floor: the
 Trainer (one kernel call per dtype group) steps 25,557,032 float32 values, and the floor kernel
-moves the setting's bytes per element (``toolkit.tools.bench.settings.traffic``: gradient read,
-weight and state read and written) over as many elements, the two interleaved as ``mxopt bench``
+moves the setting's bytes (``toolkit.tools.bench.settings.traffic``: gradient read, weight and
+state read and written per element, a first pass's reads and a scratch array's passes, and a
+side state's elements read and written: Adafactor's statistics, for these shapes), the two interleaved as ``mxopt bench``
 interleaves its cases (fastest of up to 3 sub-batches per repetition, medians, the ratio the
 median of paired ratios). The floor's bandwidth is recorded with every ratio.
 
@@ -30,7 +31,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 
 from toolkit.tools.bench.floor import cpu_floor  # noqa: E402
 from toolkit.tools.bench.resnet import resnet50_shapes  # noqa: E402
-from toolkit.tools.bench.settings import select_settings, traffic  # noqa: E402
+from toolkit.tools.bench.settings import SIDE_BYTES, select_settings, traffic  # noqa: E402
 from toolkit.tools.bench.timing import device_sync, measure, paired  # noqa: E402
 
 
@@ -64,20 +65,22 @@ def main(argv=None):
     for setting in select_settings(args.optimizers.split(",")):
         rng = np.random.default_rng(0)
         trainer, step = trainer_step(setting, shapes, rng)
-        tr = traffic(setting, False)
+        tr = traffic(setting, False, shapes)
         floor = cpu_floor(n, tr, False, rng.standard_normal(n, dtype=np.float32))
         times, _ = measure({"toolkit": step, "floor": floor}, args.repeats, 0.005,
                            device_sync("cpu"), untimed_first_call_skip=())
         t_tk, t_floor = statistics.median(times["toolkit"]), statistics.median(times["floor"])
         row = {"setting": setting.label, "optimizer": setting.name,
                "kwargs": dict(setting.kwargs), "tensors": len(shapes), "elements": n,
-               "bytes_per_element": tr.bytes, "toolkit_ms": t_tk * 1e3,
+               "bytes_per_element": tr.bytes, "side_bytes": SIDE_BYTES * tr.side,
+               "toolkit_ms": t_tk * 1e3,
                "toolkit_launches_per_step": trainer.last_step_launches,
-               "floor_ms": t_floor * 1e3, "floor_GBps": tr.bytes * n / t_floor / 1e9,
+               "floor_ms": t_floor * 1e3, "floor_GBps": tr.total(n) / t_floor / 1e9,
                "of_floor": paired(times["floor"], times["toolkit"])}
         rows.append(row)
+        side = f" + {SIDE_BYTES * tr.side / 1e6:.0f} MB of side state" if tr.side else ""
         print(f"{setting.label:12s} {row['toolkit_ms']:8.2f} ms, floor {row['floor_ms']:.2f} ms "
-              f"({row['floor_GBps']:.1f} GB/s of {tr.bytes} B/element): "
+              f"({row['floor_GBps']:.1f} GB/s of {tr.bytes} B/element{side}): "
               f"{row['of_floor']:.2f} of the floor, {row['toolkit_launches_per_step']} call(s)")
     out = {"device": "cpu", "machine": platform.processor() or platform.machine(),
            "cpus": os.cpu_count(), "loadavg": list(os.getloadavg()), "repeats": args.repeats,

@@ -271,6 +271,37 @@ def test_traffic_reads_the_spec():
     assert tr(warmup_strategy="lars", batch_scale=2) == (3, 2, 4 + 8 * 3 + 8 + 4)
 
 
+def test_the_floor_moves_a_scratch_array_and_a_side_state(monkeypatch):
+    """The traffic of a step whose passes write and read a scratch array (the spec's
+    ``gradient_passes``) and whose state is not shaped like the weight (``side_state``):
+    Adafactor's float32 step reads the gradient and the weight and writes its direction in its
+    first pass, then reads the weight and the direction and writes the weight (24 bytes an
+    element), and reads and writes its row, column and vector statistics (for the shapes
+    asked for). The floor moves each: the first pass's reads, the scratch written (and read
+    again where a spec reads it more: Muon's), the main kernel, the side state."""
+    adafactor, muon = (next(x for x in bench.SETTINGS if x.name == name)
+                       for name in ("adafactor", "muon"))
+    tr = bench.traffic(adafactor, False, [(6, 5), (7,), (2, 3, 3)])
+    assert (tr.rw, tr.first_reads, tr.bytes, tr.scratch) == (1, 1, 24, 1)
+    assert tr.side == (6 + 5) + 7 + 2 * (3 + 3)
+    assert tr.total(100) == 24 * 100 + bench.SIDE_BYTES * tr.side
+    assert bench.traffic(adafactor, False).side == 0 and bench.traffic(muon, False).side == 0
+    keys = []
+    real = bench.floor.floor_kernel
+
+    def spied(key, parallel):  # each pass as it runs
+        kernel = real(key, parallel)
+        return lambda *a: (keys.append(key), kernel(*a))[1]
+    monkeypatch.setattr(bench.floor, "floor_kernel", spied)
+    bench.cpu_floor(64, tr, False, np.ones(64, np.float32))()
+    assert keys == [("read", 1), ("fill",), (1, False), ("side",)]
+    keys.clear()
+    tm = bench.traffic(muon, False)
+    bench.cpu_floor(64, tm, False, np.ones(64, np.float32))()
+    assert tm.scratch == 3 and keys == [("read", 1), ("fill",), ("read", 0), ("read", 0),
+                                         (tm.rw, False)]
+
+
 def test_a_plug_in_optimizer_is_benchmarked_from_its_spec():
     """An optimizer registered after ``toolkit.tools.bench`` was imported has its spec's rows in
     ``SETTINGS`` and its traffic from the spec; without a reference module its numpy baseline

@@ -215,10 +215,14 @@ SPEC = Spec(
     demo={"learning_rate": 1.0},
     bench=(BenchSetting("adafactor", {}, torch=("Adafactor", {}), quick=True),),
     cuda=False,  # the factored kernels are the CPU's (toolkit.backends.cpu_factored)
-    # three passes (toolkit.backends.cpu_factored): the gradient read and the direction u
-    # written; the weight and u read; both read and the weight written: 28 bytes per float32
-    # element (a large matrix's gradient is read twice: 32)
-    first_pass=1, gradient_passes=2,
+    # float32's two passes (toolkit.backends.cpu_factored): the gradient and the weight read,
+    # the direction u written (the scratch); the weight and u read (where the model counts the
+    # gradient's), the weight written: 24 bytes per element (a large matrix's gradient is read
+    # twice: 28); and the row, column and vector statistics read and written once (the side
+    # state: as large as the weight for a 1 x 1 convolution)
+    first_pass=1, gradient_passes=1,
+    side_state=lambda opt, shape: sum(int(np.prod(opt.slot_shape(name, shape)))
+                                      for name in opt.state_slots()),
 )
 
 

@@ -181,7 +181,11 @@ class Spec:
         ``first_pass``: arrays besides the gradient a first pass reads per element (per-tensor
         norms, LAMB's direction), an int or ``f(optimizer, buffers) -> int``.
         ``gradient_passes``: whole passes over an array of the gradient's size besides those
-        (Adafactor's: its direction written in its first pass and read in its last, 2).
+        (a scratch array written once, then read by the others: Muon's, 3); the floor moves
+        them in passes of their own.
+        ``side_state``: ``f(optimizer, shape) -> int``, the elements of state not shaped like
+        the weight that one step on a weight of ``shape`` reads and writes once (Adafactor's
+        row and column statistics); None: none counted.
         ``traffic_buffers``: how many of the optimizer's ``host_buffers()`` (arrays shaped like
         the weight kept outside ``state``) one step reads and writes per element, an int or
         ``f(optimizer) -> int``; None: all of them (LBSGD: none with ``batch_scale`` 1, where
@@ -228,6 +232,7 @@ class Spec:
     cuda: bool = True
     first_pass: int | Callable = 0
     gradient_passes: int = 0
+    side_state: Callable | None = None
     traffic_buffers: int | Callable | None = None
     docs: str | None = None
 

@@ -26,8 +26,8 @@ from .peers import NUMPY_BASELINE, import_torch, numpy_baseline, torch_step  # n
 from .report import headline_size, markdown_summary, print_report, write_plots  # noqa: F401
 from .resnet import make_torch, make_trainer, resnet50_shapes, trainer_case  # noqa: F401
 from .settings import (CHEAP, DEFAULT_SIZES, DTYPES, FULL_SIZES, HEADLINE, IMPLS,  # noqa: F401
-                       QUICK_SIZES, ROW_COLS, Setting, Traffic, all_settings, make_optimizer,
-                       select_settings, traffic, weight_shape)
+                       QUICK_SIZES, ROW_COLS, SIDE_BYTES, Setting, Traffic, all_settings,
+                       make_optimizer, select_settings, traffic, weight_shape)
 from .suite import (TARGETS, TORCH_TARGET, default_out, evaluate_targets,  # noqa: F401
                     machine_info, run_suite)
 from .timing import device_sync, interleaved, measure, paired, timed  # noqa: F401

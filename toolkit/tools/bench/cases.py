@@ -25,7 +25,7 @@ def cpu_case(setting, half, base, torch):
     their float16 copies."""
     w0, g0, w16, g16 = base
     n = w0.shape[0]
-    tr = traffic(setting, half)
+    tr = traffic(setting, half, [weight_shape(setting, n)])
     g = g16 if half else g0
     out = {"floor": cpu_floor(n, tr, half, g)}
 
@@ -59,8 +59,8 @@ def cuda_case(setting, half, base, torch):
     from numba import cuda
     w0, g0, w16, g16 = base
     n = w0.shape[0]
-    tr = traffic(setting, half)
-    out = {"floor": cuda_floor(tr.bytes * n)}
+    tr = traffic(setting, half, [weight_shape(setting, n)])
+    out = {"floor": cuda_floor(tr.total(n))}
     opt = make_optimizer(setting, "cuda", multi_precision=half)
     shape = weight_shape(setting, n)
     w = cuda.to_device((w16 if half else w0).reshape(shape))

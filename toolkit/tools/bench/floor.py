@@ -1,7 +1,10 @@
 """``mxopt bench``'s CPU floor: a parallel Numba kernel that reads and writes the same arrays as
 the optimizer's step (grad read; weight and every state slot read and written; the float16
 weight written from the float32 master; the host buffers a step touches; a first pass's reads),
-with trivial arithmetic. Serial below the toolkit's ``PARALLEL_THRESHOLD``, as the toolkit.
+with trivial arithmetic, and passes of their own for the rest of its traffic (a scratch array
+written, then read: Adafactor's direction, Muon's matrix; a side state read and written:
+Adafactor's statistics), so that it moves every byte of ``Traffic.total``. Serial below the
+toolkit's ``PARALLEL_THRESHOLD``, as the toolkit.
 The CUDA floor is a device-to-device copy of the same bytes (:func:`cuda_floor`).
 """
 from __future__ import annotations
@@ -111,10 +114,31 @@ def _floor_read3(a, g, c, d):
     return s
 
 
+def _floor_fill(s):
+    """A scratch array written, not read (the direction a first pass writes)."""
+    for i in prange(s.shape[0]):
+        s[i] = 0
+
+
+def _floor_read0(s):
+    """A scratch array read (fastmath: a vectorised sum)."""
+    t = np.float32(0)
+    for i in prange(s.shape[0]):
+        t += np.float32(s[i])
+    return t
+
+
+def _floor_side(a):
+    """A side state read and written (Adafactor's row and column statistics)."""
+    for i in prange(a.shape[0]):
+        a[i] = a[i] + np.float32(1)
+
+
 _FLOOR_SOURCES = {(1, False): _floor1, (2, False): _floor2, (3, False): _floor3,
                   (4, False): _floor4, (1, True): _floor16_1, (2, True): _floor16_2,
                   (3, True): _floor16_3, (4, True): _floor16_4, ("read", 1): _floor_read1,
-                  ("read", 2): _floor_read2, ("read", 3): _floor_read3}
+                  ("read", 2): _floor_read2, ("read", 3): _floor_read3,
+                  ("read", 0): _floor_read0, ("fill",): _floor_fill, ("side",): _floor_side}
 _floor_kernels: dict = {}
 
 
@@ -135,7 +159,8 @@ def floor_kernel(key, parallel):
 
 def cpu_floor(n, tr, half, g):
     """The CPU floor's step for ``n`` elements of a setting of traffic ``tr`` (its own arrays;
-    ``g`` the shared grad)."""
+    ``g`` the shared grad): its first pass, its scratch array written and read, its main
+    kernel, its side state read and written, in that order."""
     from ...backends.jit import PARALLEL_THRESHOLD
     if tr.rw > 4:
         raise ValueError(f"no floor kernel for {tr.rw} read-write arrays")
@@ -151,14 +176,24 @@ def cpu_floor(n, tr, half, g):
         args = (gv, o, *arrays)
     else:
         args = (gv, *arrays)
-    if not tr.norm_pass:
+    passes = []
+    if tr.norm_pass:
+        passes.append((floor_kernel(("read", tr.first_reads), parallel),
+                       (arrays[0], gv) + tuple(arrays[1:tr.first_reads])))
+    if tr.scratch:
+        s = np.zeros(n, gv.dtype)
+        passes.append((floor_kernel(("fill",), parallel), (s,)))
+        passes += [(floor_kernel(("read", 0), parallel), (s,))] * (tr.scratch - 1)
+    passes.append((kernel, args))
+    if tr.side:
+        side = np.zeros(tr.side, np.float32)
+        passes.append((floor_kernel(("side",), tr.side >= PARALLEL_THRESHOLD), (side,)))
+    if len(passes) == 1:
         return lambda: kernel(*args)
-    read = floor_kernel(("read", tr.first_reads), parallel)
-    first = (arrays[0], gv) + tuple(arrays[1:tr.first_reads])
 
     def step():
-        read(*first)
-        kernel(*args)
+        for fn, a in passes:
+            fn(*a)
     return step
 
 

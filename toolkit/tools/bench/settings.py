@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 __all__ = ["Setting", "all_settings", "select_settings", "make_optimizer", "spec_of_setting",
-           "Traffic", "traffic", "weight_shape", "ROW_COLS", "DTYPES", "DEFAULT_SIZES",
+           "Traffic", "SIDE_BYTES", "traffic", "weight_shape", "ROW_COLS", "DTYPES", "DEFAULT_SIZES",
            "FULL_SIZES", "QUICK_SIZES", "HEADLINE", "CHEAP", "IMPLS"]
 
 #: Columns of a matrix weight (a spec with ``matrix=True``, GroupAdaGrad: an embedding table of
@@ -72,8 +72,13 @@ def spec_of_setting(setting):
     return spec_of(setting.name)
 
 
+#: bytes per element of a state not shaped like the weight (``Traffic.side``): float32, read
+#: and written once a step
+SIDE_BYTES = 8
+
+
 class Traffic(NamedTuple):
-    """What one step of a setting moves, per element."""
+    """What one step of a setting moves: per element of the weight, and the side state's."""
     rw: int              #: arrays read and written in the arithmetic dtype (weight or master,
     #: state slots shaped like the weight, the host buffers a step touches: the spec's
     #: ``buffers_moved``)
@@ -81,18 +86,29 @@ class Traffic(NamedTuple):
     #: first pass): the spec's ``first_pass_reads`` (per-tensor norms, LAMB's direction)
     bytes: int           #: bytes per element: grad read, rw arrays, float16 weight written, the
     #: first pass and the spec's ``gradient_passes``
+    scratch: int = 0     #: the spec's ``gradient_passes``: a scratch array of the gradient's
+    #: size written once and read ``scratch - 1`` times (in ``bytes``)
+    side: int = 0        #: elements of state not shaped like the weight (the spec's
+    #: ``side_state``: Adafactor's statistics) read and written once, over the shapes asked for
 
     @property
     def norm_pass(self):
         return self.first_reads > 0
 
+    def total(self, n):
+        """The bytes one step over ``n`` elements moves: ``bytes`` per element and
+        :data:`SIDE_BYTES` per element of the side state."""
+        return self.bytes * n + SIDE_BYTES * self.side
 
-def traffic(setting, half):
+
+def traffic(setting, half, shapes=()):
     """The bytes one step really moves per element (float32 arithmetic; ``half``: float16
     weight and grad with a float32 master copy, the float16 weight written only), from the
     optimizer's state slots and its spec's traffic model (``buffers_moved``,
-    ``first_pass_reads``). A state not shaped like the weight (GroupAdaGrad's one history value
-    per row of :data:`ROW_COLS` columns) is not counted."""
+    ``first_pass_reads``, ``gradient_passes``), and the elements of its side state
+    (``side_state``: Adafactor's statistics) for weights of ``shapes``. A state not shaped like
+    the weight that the spec does not declare (GroupAdaGrad's one history value per row of
+    :data:`ROW_COLS` columns) is not counted."""
     spec = spec_of_setting(setting)
     opt = make_optimizer(setting, "cpu")
     slots = len(opt.state_slots()) if opt.state_like_weight else 0
@@ -102,7 +118,8 @@ def traffic(setting, half):
     gsize = 2 if half else 4
     nbytes = gsize + 8 * rw + (2 if half else 0) + ((4 * first + gsize) if first else 0) + \
         gsize * spec.gradient_passes
-    return Traffic(rw, first, nbytes)
+    side = sum(int(spec.side_state(opt, tuple(s))) for s in shapes) if spec.side_state else 0
+    return Traffic(rw, first, nbytes, spec.gradient_passes, side)
 
 
 def weight_shape(setting, n):

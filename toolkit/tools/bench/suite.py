@@ -15,8 +15,8 @@ from . import peers
 from .cases import base_arrays, cpu_case, cuda_case
 from .resnet import many_tensor_shapes, resnet50_shapes, trainer_case
 from .torch_case import TORCH_CASE_OPTIONS, TORCH_CASES, torch_case
-from .settings import (CHEAP, DEFAULT_SIZES, DTYPES, HEADLINE, all_settings, spec_of_setting,
-                       traffic)
+from .settings import (CHEAP, DEFAULT_SIZES, DTYPES, HEADLINE, SIDE_BYTES, all_settings,
+                       spec_of_setting, traffic, weight_shape)
 from .timing import device_sync, measure, paired
 
 __all__ = ["run_suite", "default_out", "machine_info", "loadavg", "TARGETS", "TORCH_TARGET",
@@ -263,19 +263,20 @@ def _run_suite(device, settings, sizes, dtypes, repeats, batch_ms, resnet, resne
                 base = base_arrays(1 << log2n)
                 base_key = log2n
             n = 1 << log2n
-            tr = traffic(setting, half)
+            tr = traffic(setting, half, [weight_shape(setting, n)])
             impls = build(setting, half, base, torch)
             steps = {k: v for k, v in impls.items() if callable(v)}
             times, calls = measure(steps, repeats, batch_ms / 1e3, sync)
             row = {"setting": setting.label, "optimizer": setting.name,
                    "kwargs": dict(setting.kwargs), "dtype": label, "log2n": log2n, "n": n,
-                   "bytes_per_element": tr.bytes, "impls": {}, "ratios": {}}
+                   "bytes_per_element": tr.bytes, "side_bytes": SIDE_BYTES * tr.side,
+                   "impls": {}, "ratios": {}}
             for name, v in impls.items():
                 if not callable(v):
                     row["impls"][name] = {"status": v}
                     continue
                 med = statistics.median(times[name])
-                row["impls"][name] = {"median_s": med, "GBps": tr.bytes * n / med / 1e9,
+                row["impls"][name] = {"median_s": med, "GBps": tr.total(n) / med / 1e9,
                                       "calls_per_subbatch": calls[name][0],
                                       "subbatches": calls[name][1], "times_s": times[name]}
             tk = times["toolkit"]
