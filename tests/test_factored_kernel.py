@@ -229,6 +229,47 @@ def test_one_segmented_call_equals_each_weight_alone():
             start += size
 
 
+def test_float32s_whole_tensor_sums_are_the_first_pass_items_in_float64(monkeypatch):
+    """In float32 the first pass sums ``w^2`` and ``u^2`` over each of its work items
+    (``FactoredLayout.fused``): every item's two float64 sums, as the kernel hands them to the
+    scalars' pass, are the documented order over that item's elements (64 running sums, then
+    fma), bit for bit, for every kind of segment and on either thread count."""
+    from toolkit.optimizers.adafactor import Adafactor, pytorch_rule
+    shapes = [(70000, 1, 1), (40, 1000), (30, 700, 3), (2000, 3, 3), (5, 3, 2), (4097,), (7,),
+              (1, 1)]
+    lay = fl.FactoredLayout(shapes)
+    assert all(lay.fused_base[k] < lay.fused.shape[0] for k in ("elems", "tiny", "tiny33",
+                                                                 "blocks", "rows"))
+    rng = np.random.default_rng(11)
+    seen = []
+    real = cf.factored_kernel
+
+    def spied(factory, name, n_hyper, dtype, parallel):
+        kernel = real(factory, name, n_hyper, dtype, parallel)
+        if name != "coef":
+            return kernel
+        return lambda w, u, seg, sums, table, part, roots, coef: (
+            seen.append((w.copy(), u.copy(), sums.copy(), part.copy())),
+            kernel(w, u, seg, sums, table, part, roots, coef))[1]
+    monkeypatch.setattr(cf, "factored_kernel", spied)
+    row = Adafactor().kernel_row(3, 1e-2, 0.0)[1]
+    for threshold in (1 << 40, 1):  # one thread, then every pass parallel
+        monkeypatch.setattr(cf.jit, "PARALLEL_THRESHOLD", threshold)
+        w = (rng.standard_normal(lay.size) * 10.0 ** rng.uniform(-3, 3, lay.size)).astype(
+            np.float32)
+        g = (rng.standard_normal(lay.size) * 10.0 ** rng.uniform(-3, 3, lay.size)).astype(
+            np.float32)
+        states = tuple(np.zeros(k, np.float32) for k in (lay.r_size, lay.c_size, lay.v_size))
+        cf.run_segmented(pytorch_rule, w, g, states, np.tile([1.0, *row], (len(shapes), 1)),
+                         lay)
+        w0, u, sums, part = seen.pop()
+        assert np.array_equal(sums, lay.fused)
+        for (s, a, z), (sw, su) in zip(sums, part):
+            o = lay.seg[s, 0]
+            assert (sw, su) == (row_order(w0[o + a:o + z], 64), row_order(u[o + a:o + z], 64)), \
+                (shapes[s], a, z)
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=lambda x: x.__name__)
 def test_the_3x3_pass_equals_the_tiny_pass(dtype):
     """The 3 x 3 matrices' own pass (``cpu_factored_tiny.tiny33_pass_of``: whole blocks
