@@ -13,7 +13,8 @@ and ``omb = t^beta2_decay``::
 
 Not element-wise: a step is a launch of kind "factored" (``toolkit.backends.cpu_factored``):
 row and column sums of squares, the statistics, the whole tensor's sums of ``w^2`` and ``u^2``,
-then the update, in one call and three passes over the gradient (the weight in two). Under
+then the update, in one call: two passes in float32 (the first takes the sums), three in
+float64 (the sums a pass of their own, in torch's order). Under
 "pytorch" the rule rounds where torch 2.13's single-tensor step rounds, and the reductions take
 torch's order (``cpu_factored``): in float64 the step is torch's, bit for bit, up to 2^20
 elements.
