@@ -286,6 +286,9 @@ def test_the_floor_moves_a_scratch_array_and_a_side_state(monkeypatch):
     assert tr.side == (6 + 5) + 7 + 2 * (3 + 3)
     assert tr.total(100) == 24 * 100 + bench.SIDE_BYTES * tr.side
     assert bench.traffic(adafactor, False).side == 0 and bench.traffic(muon, False).side == 0
+    # float16 weights: the gradient read twice at 2 bytes, the float32 master read and written,
+    # the float16 weight written, the master read by the first pass, the float32 scratch
+    assert bench.traffic(adafactor, True).bytes == 2 + 8 + 2 + (4 + 2) + 4
     keys = []
     real = bench.floor.floor_kernel
 

@@ -705,6 +705,37 @@ def test_adafactor_steps_a_group_from_its_rows_alone_as_each_weight_alone(dtype)
         assert p.data().tobytes() == w.tobytes(), p.name
 
 
+def test_an_adafactor_subclass_with_its_own_epsilon1_default_steps_with_it():
+    """A subclass whose ``epsilon1_for`` gives a default of its own (it reads the weights'
+    dtype, which ``kernel_row`` does not know) is planned index by index, and its kernel steps
+    take that value: the kernel, the reference and the Trainer agree."""
+    from toolkit.optimizers.adafactor import Adafactor
+
+    class MyEps(Adafactor):
+        def epsilon1_for(self, dtype):
+            return 1e-3 if self.epsilon1 is None else super().epsilon1_for(dtype)
+    assert MyEps().scalar_launch is None and Adafactor().scalar_launch == "factored"
+    w0 = np.full((4, 5), 0.5, np.float32)
+    g = np.zeros((4, 5), np.float32)
+    g[0, 0] = 1e-4  # where epsilon1 = 1e-3 clamps the statistics and the machine's eps does not
+    out = {}
+    for backend in ("cpu", "reference"):
+        opt = MyEps(learning_rate=0.05, backend=backend)
+        w = w0.copy()
+        opt.update(0, w, g, opt.create_state(0, w))
+        out[backend] = w
+    plain = w0.copy()
+    opt = Adafactor(learning_rate=0.05)
+    opt.update(0, plain, g, opt.create_state(0, plain))
+    assert not np.allclose(out["cpu"], plain)
+    np.testing.assert_allclose(out["cpu"], out["reference"], rtol=1e-6)
+    p = Parameter("p", init=w0.copy())
+    trainer = Trainer([p], MyEps(learning_rate=0.05))
+    p.grad()[...] = g
+    trainer.step(1)
+    assert p.data().tobytes() == out["cpu"].tobytes()
+
+
 def test_only_unchanged_built_in_steps_count_as_scalar_only():
     class Plain(optimizer.SGD):
         pass

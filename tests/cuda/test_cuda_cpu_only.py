@@ -52,3 +52,5 @@ def test_a_trainer_on_the_gpu_refuses_the_step_and_writes_nothing(name):
         trainer.step(1)
     for p, a in zip(params, init):
         assert np.array_equal(p.data().copy_to_host(), a)
+    # refused before the counts are committed (the group's launcher is asked first)
+    assert trainer.optimizer.num_update == 0 and trainer.optimizer.update_counts == {}

@@ -106,6 +106,11 @@ class Launcher:
 
     backend = "cpu"
 
+    @staticmethod
+    def check_kind(kind):
+        """Raise where this launcher does not run launches of ``kind``: the CPU runs every
+        kind."""
+
     def compute_dtype(self, a):
         return a.dtype
 

@@ -231,10 +231,16 @@ class Launcher:
         return arrays.zeros_like(a, dtype)
 
     @staticmethod
-    def run_factored(factory, weight, grad, states, hyper):
-        """A factored step (Adafactor) is refused before anything is written: its kernels are
-        the CPU's (``toolkit.backends.cpu_factored``)."""
-        raise NotImplementedError(NO_FACTORED)
+    def check_kind(kind):
+        """Raise where this launcher does not run launches of ``kind`` (a factored step: its
+        kernels are the CPU's, ``toolkit.backends.cpu_factored``), so that a caller refuses
+        before it commits or writes anything."""
+        if kind == "factored":
+            raise NotImplementedError(NO_FACTORED)
+
+    def run_factored(self, factory, weight, grad, states, hyper):
+        """A factored step (Adafactor) is refused before anything is written."""
+        self.check_kind("factored")
 
     def run_matrix(self, factory, weight, grad, states, hyper):
         """A matrix step (Muon's; :mod:`toolkit.backends.cuda_matrix`) in place, its products
@@ -271,8 +277,7 @@ class Launcher:
         d = arrays.describe
         w, g, states = d(flats[0]), d(flats[1]), [d(a) for a in flats[2:]]
         mirror = self._mirror_for(w)
-        if kind == "factored":
-            raise NotImplementedError(NO_FACTORED)
+        self.check_kind(kind)
         if kind == "rows":
             self.in_device(cuda_rows.run_segmented, factory, w, g, states[0], table,
                            group.uploads[0], group.rows_layout(), stream=self.stream,

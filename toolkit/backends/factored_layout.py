@@ -20,8 +20,8 @@ Every sum has a fixed order that no thread count changes. In float64 it is the o
 In float32 the sums are float64 too (torch keeps them in float32: not its bits either way), in
 the same orders with :data:`LANES_OF` running sums, and a whole tensor's sums of ``w^2`` and
 ``u^2`` are taken by the first pass (:data:`FUSED_OF`), each of its work items a chunk
-(``FactoredLayout.fused``): ``u`` is summed while it is in cache, and no pass of their own
-reads the weight and ``u`` again.
+(``FactoredLayout.fused``): ``u`` is summed while it is in cache (but for the 3 x 3 pass's,
+stored non-temporally), and no pass of their own reads the weight and ``u`` again.
 """
 from __future__ import annotations
 

@@ -239,7 +239,8 @@ class Adafactor(Optimizer):
 
     ``learning_rate`` caps the relative step, ``rho_t = min(learning_rate, 1/sqrt(t))`` (the
     paper's 1e-2 by default); ``beta2_decay`` is the exponent of ``1 - beta2hat_t = t^decay``;
-    ``epsilon1`` (None: the weight dtype's machine epsilon under "pytorch", as torch; 1e-30
+    ``epsilon1`` (None: the machine epsilon of the dtype the step computes in under "pytorch",
+    torch's for float32 and float64 weights, float32's for float16 ones; 1e-30
     under "paper") regularises the second moment, ``epsilon2`` floors the weight's RMS,
     ``clip_threshold`` is the update clipping's ``d``; ``wd`` decays the weight by
     ``1 - lr*wd`` (torch's ``weight_decay``). A weight of rank 2 or more is factored over its
@@ -263,7 +264,7 @@ class Adafactor(Optimizer):
     state_like_weight = False  # row and column statistics: laid out per parameter in a Trainer
 
     domains = {"beta2_decay": real(maximum=0.0),
-               "epsilon1": nonneg(none="None: the weight dtype's eps (torch), 1e-30 (paper)"),
+               "epsilon1": nonneg(none="None: the compute dtype's eps (torch), 1e-30 (paper)"),
                "epsilon2": nonneg(), "clip_threshold": real(minimum=1.0)}
 
     def __init__(self, learning_rate=1e-2, beta2_decay=-0.8, epsilon1=None, epsilon2=1e-3,
@@ -327,7 +328,20 @@ class Adafactor(Optimizer):
             # torch's 1/(step**0.5): pow, one ulp from sqrt at some counts (t = 5579, 11271)
             rho=min(lr, 1.0 / (float(t) ** 0.5)), d=self.clip_threshold, decay=1.0 - lr * wd)
 
+    @property
+    def scalar_launch(self):
+        # a subclass's own epsilon1_for reads the weights' dtype: its steps are planned index
+        # by index (each with the value it gives)
+        return None if self._own_epsilon1 else super().scalar_launch
+
+    @property
+    def _own_epsilon1(self):
+        return type(self).epsilon1_for is not Adafactor.epsilon1_for
+
     @scalar_only(kind="factored")
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
         factory, row = self.kernel_row(t, lr, wd)
+        if self._own_epsilon1:  # (the dtype the kernel computes in: float32 for float16)
+            eps1 = float(self.epsilon1_for(arrays.describe(weight).dtype))
+            row = row._replace(eps1=eps1, eps1sq=eps1 * eps1)
         return launches.factored(factory, weight, grad, self.state_arrays(state), row)

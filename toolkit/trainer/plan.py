@@ -187,8 +187,12 @@ class StepWork:
         """Once every member is planned and before any count is committed: a held group's
         launches (states of their own per member, ``toolkit.trainer.held``), one per member,
         checked and made ready to run together (``launches.prepare_many``: one parallel call
-        over all their blocks); a refusal raises here, with nothing committed or written."""
+        over all their blocks); a refusal raises here, with nothing committed or written, a
+        kind of launch the group's launcher does not run among them (Adafactor's on CUDA)."""
         g = self.g
+        for kind in {self.vector[0]} if self.vector is not None else \
+                {c.kind for c in self.calls}:
+            self.launcher.check_kind(kind)
         if g.held and g.device != "cuda" and self.vector is None and self.calls and \
                 len(self.calls) == len(self.calls_from):
             self.prepared = launches.prepare_many(

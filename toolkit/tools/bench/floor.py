@@ -181,7 +181,7 @@ def cpu_floor(n, tr, half, g):
         passes.append((floor_kernel(("read", tr.first_reads), parallel),
                        (arrays[0], gv) + tuple(arrays[1:tr.first_reads])))
     if tr.scratch:
-        s = np.zeros(n, gv.dtype)
+        s = np.zeros(n, np.float32)  # (float32 whatever the grad: Adafactor's u, Muon's X)
         passes.append((floor_kernel(("fill",), parallel), (s,)))
         passes += [(floor_kernel(("read", 0), parallel), (s,))] * (tr.scratch - 1)
     passes.append((kernel, args))

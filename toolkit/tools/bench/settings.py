@@ -86,8 +86,8 @@ class Traffic(NamedTuple):
     #: first pass): the spec's ``first_pass_reads`` (per-tensor norms, LAMB's direction)
     bytes: int           #: bytes per element: grad read, rw arrays, float16 weight written, the
     #: first pass and the spec's ``gradient_passes``
-    scratch: int = 0     #: the spec's ``gradient_passes``: a scratch array of the gradient's
-    #: size written once and read ``scratch - 1`` times (in ``bytes``)
+    scratch: int = 0     #: the spec's ``gradient_passes``: a float32 scratch array of the
+    #: gradient's size written once and read ``scratch - 1`` times (in ``bytes``)
     side: int = 0        #: elements of state not shaped like the weight (the spec's
     #: ``side_state``: Adafactor's statistics) read and written once, over the shapes asked for
 
@@ -116,8 +116,9 @@ def traffic(setting, half, shapes=()):
     rw = 1 + slots + buffers
     first = spec.first_pass_reads(opt, buffers)
     gsize = 2 if half else 4
+    # (a scratch array, Adafactor's direction or Muon's matrix, is float32 whatever the grad)
     nbytes = gsize + 8 * rw + (2 if half else 0) + ((4 * first + gsize) if first else 0) + \
-        gsize * spec.gradient_passes
+        4 * spec.gradient_passes
     side = sum(int(spec.side_state(opt, tuple(s))) for s in shapes) if spec.side_state else 0
     return Traffic(rw, first, nbytes, spec.gradient_passes, side)
 

@@ -325,9 +325,13 @@ def _run_suite(device, settings, sizes, dtypes, repeats, batch_ms, resnet, resne
             "of_floor": "floor_time / toolkit_time (1.0: at the floor)",
             "vs_numpy": "numpy_time / toolkit_time", "vs_torch_fused": "torch_time / toolkit_time",
             "numpy": peers.NUMPY_BASELINE["what"],
-            "GBps": "bytes_per_element * n / time (the bytes the step really moves)",
+            "GBps": "(bytes_per_element * n + side_bytes) / time (the bytes the step really "
+                    "moves; side_bytes: a state not shaped like the weight, Adafactor's "
+                    "statistics, read and written)",
             "floor": ("CPU: a parallel Numba kernel reading and writing the same arrays "
-                      "(serial below the toolkit's PARALLEL_THRESHOLD, as the toolkit)"
+                      "(serial below the toolkit's PARALLEL_THRESHOLD, as the toolkit), and "
+                      "passes of their own for a scratch array written and read and for the "
+                      "side state"
                       if device == "cpu" else "CUDA: a device-to-device copy of the same bytes")},
         "numpy_baseline": dict(peers.NUMPY_BASELINE),
         "torch": None if torch is None else torch.__version__,
