@@ -319,7 +319,10 @@ class Adafactor(Optimizer):
         computes in (float32 for float16 weights), and each weight's ``numel**0.5`` is its
         layout's (``FactoredLayout.roots``)."""
         default = self.epsilon1 is None and self.convention == "pytorch"
-        eps1 = math.nan if default else self.epsilon1_for(None)
+        return self._row(t, lr, wd, math.nan if default else self.epsilon1_for(None))
+
+    def _row(self, t, lr, wd, eps1):
+        """:meth:`kernel_row` with ``epsilon1`` given."""
         omb = float(t) ** self.beta2_decay
         c = self.clip_gradient
         return _RULES[self.convention], AdafactorRow(
@@ -340,8 +343,9 @@ class Adafactor(Optimizer):
 
     @scalar_only(kind="factored")
     def _kernel_step(self, index, weight, grad, state, t, lr, wd):
-        factory, row = self.kernel_row(t, lr, wd)
         if self._own_epsilon1:  # (the dtype the kernel computes in: float32 for float16)
-            eps1 = float(self.epsilon1_for(arrays.describe(weight).dtype))
-            row = row._replace(eps1=eps1, eps1sq=eps1 * eps1)
+            factory, row = self._row(t, lr, wd,
+                                     float(self.epsilon1_for(arrays.describe(weight).dtype)))
+        else:
+            factory, row = self.kernel_row(t, lr, wd)
         return launches.factored(factory, weight, grad, self.state_arrays(state), row)
