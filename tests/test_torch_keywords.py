@@ -238,6 +238,14 @@ def test_torch_call_patterns():
     b = tt.SGD([_param()], torch.tensor(0.1), momentum=0.9, dampening=0, nesterov=False,
                weight_decay=0, maximize=False, foreach=None, differentiable=False, fused=None)
     assert b.param_groups[0]["lr"] == float(torch.tensor(0.1))  # the tensor's float32 value
+    # in a param group too (as the constructor's, and torch's), and in add_param_group
+    c = tt.SGD([{"params": [_param()], "lr": torch.tensor(0.1)}], 0.5)
+    c.add_param_group({"params": [_param()], "lr": torch.tensor(0.2)})
+    assert [g["lr"] for g in c.param_groups] == [float(torch.tensor(0.1)),
+                                                 float(torch.tensor(0.2))]
+    with pytest.raises(ValueError, match="add_param_group: a tensor lr must hold one element"):
+        c.add_param_group({"params": [_param()], "lr": torch.tensor([0.1, 0.2])})
+    assert len(c.param_groups) == 2
     tt.Adam([_param()], 1e-3, betas=(0.9, 0.999), weight_decay=0, amsgrad=False, foreach=True,
             maximize=False, capturable=False, differentiable=False, fused=False)
     with pytest.raises(ValueError, match="nesterov=True is refused: Nesterov momentum is "

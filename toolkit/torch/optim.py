@@ -215,6 +215,8 @@ class TorchOptimizer(StepRuns, StepPlans, ParameterStates, Checkpoints, torch.op
             raise ValueError("a param group needs 'params'")
         klass = type(self).toolkit_class
         options = {k: v for k, v in param_group.items() if k not in ("params", "param_names")}
+        if "lr" in options:  # a one-element tensor, as the constructor takes it
+            options["lr"] = _scalar(options["lr"], "lr", "add_param_group")
         opts = keywords.normalise(klass, options, where="add_param_group", level=False,
                                   inherited=self.defaults)
         if self._scheduler is not None and "lr" in opts:
