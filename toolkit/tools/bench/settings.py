@@ -120,7 +120,8 @@ def traffic(setting, half, shapes=()):
     nbytes = gsize + 8 * rw + (2 if half else 0) + ((4 * first + gsize) if first else 0) + \
         4 * spec.gradient_passes
     side = sum(int(spec.side_state(opt, tuple(s))) for s in shapes) if spec.side_state else 0
-    return Traffic(rw, first, nbytes, spec.gradient_passes, side)
+    return Traffic(rw=rw, first_reads=first, bytes=nbytes, scratch=spec.gradient_passes,
+                   side=side)
 
 
 def weight_shape(setting, n):
