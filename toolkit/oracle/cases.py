@@ -74,10 +74,10 @@ def _values(rng, n, lo, hi, dtype):
     """``n`` values with random signs and magnitudes over ``10**lo .. 10**hi`` (the ends of
     the decades a fifth of the time), every third element an exact zero half of the time,
     rounded to ``dtype``."""
-    exps = np.array([_aimed_in(lo, hi, rng) for _ in range(n)])
+    exps = [_aimed_in(lo, hi, rng) for _ in range(n)]
     signs = rng.choice([-1.0, 1.0], n)
     zero = (np.arange(n) % 3 == 0) & (rng.random(n) < 0.5)
-    x = np.where(zero, 0.0, signs * 10.0 ** exps)
+    x = np.where(zero, 0.0, signs * _space.powers_of_ten(exps))
     return np.asarray(x, dtype=np.float64).astype(dtype).astype(np.float64)
 
 

@@ -220,5 +220,5 @@ def _values(rng, n, lo, hi, dt):
     :data:`SPREAD` decades so that every block size sees maxima of its own, rounded to
     ``dt``."""
     x = _space.array_over_decades(rng, n, lo + SPREAD, hi)
-    x *= np.repeat(10.0 ** rng.uniform(-SPREAD, 0, -(-n // CHUNK)), CHUNK)[:n]
+    x *= np.repeat(_space.powers_of_ten(rng.uniform(-SPREAD, 0, -(-n // CHUNK))), CHUNK)[:n]
     return x.astype(dt).astype(np.float64)

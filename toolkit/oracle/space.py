@@ -21,7 +21,7 @@ from ..optimizers.spec_spaces import (COMMON, Decades, Interval, Ints, Just,  # 
 
 __all__ = ["Space", "Decades", "Interval", "Ints", "Just", "OneOf", "Shapes", "COMMON", "OWN",
            "COMMON_FIXED", "MATRIX", "common_space", "hyper_space", "shape_space", "weight_shape",
-           "array_over_decades", "fix_dependent", "DOMAINS", "usual_space", "pinned_outside_usual",
+           "array_over_decades", "powers_of_ten", "fix_dependent", "DOMAINS", "usual_space", "pinned_outside_usual",
            "inside", "nearest", "neighbours", "describe"]
 
 
@@ -156,10 +156,19 @@ def hyper_space(name, fixed=None, domain="full", ranges=None):
     return space
 
 
+def powers_of_ten(exponents):
+    """``10**e`` of each exponent, as a float64 array, by the C library's ``pow`` one value at
+    a time: numpy's vectorised power takes its AVX-512 path where the CPU has one, which
+    rounds some values one ulp away from the C library's (its AVX2 path calls the C library),
+    so that a seed drew other cases on such a machine (the oracle's cases are the same on
+    every machine with the same C library)."""
+    return np.array([10.0 ** float(e) for e in np.asarray(exponents, np.float64).reshape(-1)])
+
+
 def array_over_decades(rng, n, lo, hi, zeros=True):
     """A float64 array of ``n`` values with random signs and magnitudes over ``10**lo..10**hi``
     (every third element may be an exact zero), from numpy generator ``rng``."""
-    x = rng.choice([-1.0, 1.0], n) * 10.0 ** rng.uniform(lo, hi, n)
+    x = rng.choice([-1.0, 1.0], n) * powers_of_ten(rng.uniform(lo, hi, n))
     if zeros:
         x[(rng.random(n) < 0.5) & (np.arange(n) % 3 == 0)] = 0.0
     return x
