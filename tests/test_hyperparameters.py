@@ -104,6 +104,9 @@ def test_a_layout_change_that_keeps_the_layout_is_allowed():
     (lambda: optimizer.Signum(momentum=0.9, wd_lh=0.1), "momentum", 0.0, "wd_lh needs"),
     (lambda: optimizer.Adamax(epsilon=1e-8, convention="guide"), "convention", "mxnet",
      "no epsilon"),
+    # (Rprop's was checked at construction and at each step only, not on assignment)
+    (lambda: optimizer.Rprop(), "etaminus", 2.0, r"^Rprop needs 0 < etaminus < 1 < etaplus"),
+    (lambda: optimizer.Rprop(), "etaplus", 0.9, r"got etaminus=0\.5, etaplus=0\.9$"),
 ])
 def test_relations_between_hyperparameters_hold_on_assignment(make, attr, value, match):
     opt = make()
@@ -111,6 +114,34 @@ def test_relations_between_hyperparameters_hold_on_assignment(make, attr, value,
     with pytest.raises(ValueError, match=match):
         setattr(opt, attr, value)
     assert getattr(opt, attr) == before
+
+
+def test_assignments_together_check_their_relations_once_and_all_go_back_on_refusal():
+    """``together()``: LAMB's bounds moved past each other in two assignments (each alone
+    breaks the relation); a refusal at the end, or of one assignment inside, puts every
+    assignment made inside back."""
+    opt = optimizer.LAMB(lower_bound=1.0, upper_bound=2.0)
+    with pytest.raises(ValueError, match="must not exceed"):
+        opt.lower_bound = 3.0  # alone: refused
+    with opt.together():
+        opt.lower_bound = 3.0
+        opt.upper_bound = 4.0
+    assert (opt.lower_bound, opt.upper_bound) == (3.0, 4.0)
+    with pytest.raises(ValueError, match=r"got lower_bound=5\.0 > upper_bound=4\.5$"):
+        with opt.together():
+            opt.upper_bound = 4.5
+            opt.lower_bound = 5.0
+    assert (opt.lower_bound, opt.upper_bound) == (3.0, 4.0)
+    with pytest.raises(ValueError, match="beta1"):
+        with opt.together():
+            opt.upper_bound = 10.0
+            opt.beta1 = 1.5  # its own domain refuses it
+    assert (opt.lower_bound, opt.upper_bound, opt.beta1) == (3.0, 4.0, 0.9)
+    with opt.together():  # nested: the outermost checks
+        with opt.together():
+            opt.lower_bound = 5.0
+        opt.upper_bound = 6.0
+    assert (opt.lower_bound, opt.upper_bound) == (5.0, 6.0)
 
 
 @pytest.mark.parametrize("name", NAMES)

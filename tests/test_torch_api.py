@@ -194,7 +194,8 @@ def test_bad_values_name_the_option():
     with pytest.raises(ValueError, match=r"^toolkit\.torch\.SGD\(\): weight_decay \(wd\) must "
                                          r"be >= 0, got -1\.0$"):
         tt.SGD([param("sgd")], weight_decay=-1.0)
-    with pytest.raises(ValueError, match=r"^beta1 must be in \[0, 1\), got 1\.5$"):
+    with pytest.raises(ValueError, match=r"^toolkit\.torch\.Adam\(\): beta1 must be in \[0, 1\), "
+                                         r"got 1\.5$"):
         tt.Adam([param("adam")], beta1=1.5)  # MXNet's keyword: MXNet's name
 
 
@@ -663,3 +664,15 @@ def test_tensor_betas_are_taken_as_their_values():
         opts_[2].param_groups[0]["betas"] = (beta, torch.tensor(0.99, dtype=torch.float64))
     assert torch.equal(ps[0], ps[1])
     assert opts_[2].toolkit_optimizers[0].beta1 == 0.8
+
+
+def test_refusals_name_the_class_as_the_user_spelled_it():
+    """torch's spelling (NAdam, RMSprop, Adagrad, Adadelta) or the toolkit's (Nadam)."""
+    spelled = [(spec.torch, registry()[name].__name__) for name, spec in sorted(specs().items())
+               if spec.torch and spec.torch != registry()[name].__name__ and
+               hasattr(tt, spec.torch)]
+    assert ("NAdam", "Nadam") in spelled
+    for names in spelled:
+        for class_name in names:
+            with pytest.raises(ValueError, match=rf"^toolkit\.torch\.{class_name}\(\): "):
+                getattr(tt, class_name)([torch.nn.Parameter(torch.ones(2))], lr=-1.0)

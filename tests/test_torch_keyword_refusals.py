@@ -135,11 +135,11 @@ def test_a_torch_keyword_is_refused_in_its_own_name(name, convention, key, bad):
         assert opt.toolkit_optimizers[0].settings() == inner
         group[key] = old
         # MXNet's keyword of the same hyperparameter keeps MXNet's name (None: MXNet's default
-        # learning rate)
+        # learning rate), the constructor named first as for every refusal
         if mx is not None and not (mx == "learning_rate" and value is None):
-            with pytest.raises(error, match=rf"^{mx}(?!\w)") as info:
+            with pytest.raises(error, match=rf"^{re.escape(cls)}: {mx}(?!\w)") as info:
                 tt.create(name, [_param()], **{**kw, mx: value})
-            assert not re.match(rf"{key}(?!\w)", str(info.value))
+            assert not re.match(rf"{re.escape(cls)}: {key}(?!\w)", str(info.value))
     opt.step()  # the old values still step
 
 

@@ -317,3 +317,48 @@ def test_a_misspelt_torch_keyword_is_offered_torchs_spelling():
         tt.Adam([w], lr=1e-3, betaz=(0.9, 0.99))
     assert "did you mean 'betas'" in str(error.value)
     assert "beta2=(0.9, 0.99)" not in str(error.value)
+
+
+def test_relations_name_torchs_keywords_and_edits_are_checked_together():
+    """A check tying two hyperparameters together names the torch keyword the user gave
+    (Rprop's ``etas[0] (etaminus)``) at construction, in add_param_group and on an edited
+    group, whose values are handed over together (LAMB's bounds moved past each other) and put
+    back whole on a refusal."""
+    w = torch.nn.Parameter(torch.ones(3, dtype=torch.float64))
+    want = r"Rprop needs 0 < etas\[0\] \(etaminus\) < 1 < etas\[1\] \(etaplus\) " \
+        r"\(as torch\.optim\.Rprop\), got etas\[0\] \(etaminus\)=1\.5, etas\[1\] \(etaplus\)=0\.5$"
+    with pytest.raises(ValueError, match=r"^toolkit\.torch\.Rprop\(\): " + want):
+        tt.Rprop([w], etas=(1.5, 0.5))
+    opt = tt.Rprop([w])
+    with pytest.raises(ValueError, match=r"^add_param_group: " + want):
+        opt.add_param_group({"params": [torch.nn.Parameter(torch.ones(2))], "etas": (1.5, 0.5)})
+    w.grad = torch.full_like(w, 0.5)
+    opt.step()
+    after = w.detach().clone()
+    opt.param_groups[0]["etas"] = (1.5, 0.5)
+    with pytest.raises(ValueError, match=r"^param group 0: " + want):
+        opt.step()
+    assert torch.equal(w, after)
+    assert (opt._inners[0].etaminus, opt._inners[0].etaplus) == (0.5, 1.2)
+    opt.param_groups[0]["etas"] = (0.4, 1.3)
+    opt.step()
+    assert (opt._inners[0].etaminus, opt._inners[0].etaplus) == (0.4, 1.3)
+    # MXNet's keywords through toolkit.optimizer: MXNet's names
+    with pytest.raises(ValueError, match=r"^Rprop needs 0 < etaminus < 1 < etaplus"):
+        create("rprop", etaminus=1.5)
+
+    lamb = tt.create("lamb", [w], lower_bound=1.0, upper_bound=2.0)
+    w.grad = torch.full_like(w, 0.5)
+    lamb.step()
+    group = lamb.param_groups[0]
+    group["lower_bound"], group["upper_bound"] = 3.0, 4.0  # each alone breaks the relation
+    lamb.step()
+    inner = lamb._inners[0]
+    assert (inner.lower_bound, inner.upper_bound) == (3.0, 4.0)
+    group["lower_bound"], group["upper_bound"], group["beta1"] = 5.0, 4.5, 0.8
+    before = w.detach().clone()
+    with pytest.raises(ValueError, match=r"^param group 0: lower_bound must not exceed "
+                                         r"upper_bound, got lower_bound=5\.0 > upper_bound=4\.5$"):
+        lamb.step()
+    assert torch.equal(w, before)
+    assert (inner.lower_bound, inner.upper_bound, inner.beta1) == (3.0, 4.0, 0.9)

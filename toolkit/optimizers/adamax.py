@@ -172,8 +172,8 @@ class Adamax(Optimizer):
 
     def check_relations(self):
         if self.epsilon is not None and self.convention == "mxnet":
-            raise ValueError("epsilon: MXNet's Adamax has no epsilon; use convention='guide' "
-                             "to add one")
+            raise ValueError(f"{self.named('epsilon')}: MXNet's Adamax has no epsilon; use "
+                             "convention='guide' to add one")
 
     def state_slots(self):
         return ("mean", "u")

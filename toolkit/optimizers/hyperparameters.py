@@ -3,6 +3,7 @@
 layout, convention) and ``repr``. ``Optimizer`` derives from :class:`Hyperparameters`."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 
@@ -10,7 +11,7 @@ import numpy as np
 
 from . import aliases
 from .spec import DEFAULT_CONVENTIONS
-from .validation import AliasAttribute, Domain, alias_attribute, checked_attribute
+from .validation import AliasAttribute, Domain, alias_attribute, checked_attribute, spelling
 
 __all__ = ["Hyperparameters", "install_checked_attributes", "jsonable"]
 
@@ -118,7 +119,40 @@ class Hyperparameters:
     def check_relations(self):
         """Checks that tie two hyperparameters together (LAMB's bounds): run when construction
         ends and after every later assignment of a hyperparameter, which is undone when this
-        raises. Subclasses override it; the base class has none."""
+        raises; each refusal names the hyperparameters by :meth:`named`. Subclasses override
+        it; the base class has none."""
+
+    @classmethod
+    def named(cls, attr):
+        """How a refusal names the hyperparameter held in attribute ``attr``: by its keyword,
+        as the caller spells it (``validation.spelling``: ``toolkit.torch``'s ``etas[0]
+        (etaminus)``)."""
+        domain = cls.hyperparameter_domains().get(attr)
+        return spelling(domain.keyword or attr if domain is not None else attr)
+
+    @contextlib.contextmanager
+    def together(self):
+        """Several assignments as one: inside, each is checked alone (its domain, the state's
+        layout) and :meth:`check_relations` runs once, at the end, on the values together
+        (LAMB's bounds moved past each other; ``toolkit.torch`` hands a group's edits over
+        so). Where anything inside or that check refuses, every assignment made inside is put
+        back before the error propagates."""
+        d = self.__dict__
+        if d.get("_together") is not None:  # nested: the outermost checks and puts back
+            yield self
+            return
+        made = d["_together"] = []
+        try:
+            yield self
+            d["_together"] = None
+            self.check_relations()
+        except BaseException:
+            d["_together"] = []  # the values of before held together: not checked again
+            for attr, old in reversed(made):
+                setattr(self, attr, old)
+            raise
+        finally:
+            d["_together"] = None
 
     def _after_hyperparameter_set(self, attr, old):
         """Refuse an assignment after construction that breaks :meth:`check_relations` or that
@@ -142,7 +176,11 @@ class Hyperparameters:
                 "create_state (a Trainer makes its states at construction)")
         if attr == "begin_num_update":
             self._follow_begin_num_update(old)
-        self.check_relations()
+        made = d.get("_together")
+        if made is None:
+            self.check_relations()
+        else:  # (inside together(): checked once, at its end)
+            made.append((attr, old))
         self._check_convention()
         self.check_state_dtype()
 

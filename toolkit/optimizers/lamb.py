@@ -175,8 +175,9 @@ class LAMB(MomentConstants, Optimizer):
 
     def check_relations(self):
         if self.lower_bound and self.upper_bound and self.lower_bound > self.upper_bound:
-            raise ValueError(f"lower_bound must not exceed upper_bound, got lower_bound="
-                             f"{self.lower_bound!r} > upper_bound={self.upper_bound!r}")
+            low, high = self.named("lower_bound"), self.named("upper_bound")
+            raise ValueError(f"{low} must not exceed {high}, got {low}={self.lower_bound!r} > "
+                             f"{high}={self.upper_bound!r}")
 
     def state_slots(self):
         return ("mean", "var")

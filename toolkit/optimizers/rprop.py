@@ -130,12 +130,13 @@ class Rprop(Optimizer):
         self.etaminus, self.etaplus = etaminus, etaplus
         self.step_size_min, self.step_size_max = step_size_min, step_size_max
         super().__init__(learning_rate=learning_rate, **kwargs)
-        self._check_etas()
 
-    def _check_etas(self):
+    def check_relations(self):
+        # at construction and after every assignment (the assignment undone when refused)
         if not 0.0 < self.etaminus < 1.0 < self.etaplus:
-            raise ValueError(f"Rprop needs 0 < etaminus < 1 < etaplus (as torch.optim.Rprop), "
-                             f"got etaminus={self.etaminus!r}, etaplus={self.etaplus!r}")
+            less, more = self.named("etaminus"), self.named("etaplus")
+            raise ValueError(f"Rprop needs 0 < {less} < 1 < {more} (as torch.optim.Rprop), "
+                             f"got {less}={self.etaminus!r}, {more}={self.etaplus!r}")
 
     def state_slots(self):
         return ("prev", "step_size")
@@ -146,7 +147,6 @@ class Rprop(Optimizer):
         if wd != 0:
             raise ValueError(f"Rprop has no weight decay (torch.optim.Rprop has none), but wd is "
                              f"{wd!r} (wd times its wd_mult); construct it with wd=0")
-        self._check_etas()
         r = self._rounded
         return pytorch_rule, RpropRow(
             rescale=r(self.rescale_grad), clip_bound=self._clip_bound(), lr=lr,

@@ -125,7 +125,8 @@ class SGDScheduleFree(ScheduleFree):
 
     def check_relations(self):
         if self.momentum <= 0.0:
-            raise ValueError(f"momentum must be in (0, 1), got {self.momentum!r}: it is the "
+            raise ValueError(f"{self.named('momentum')} must be in (0, 1), got "
+                             f"{self.momentum!r}: it is the "
                              "interpolation y = (1 - momentum)*z + momentum*x (the authors' "
                              "SGDScheduleFree refuses 0 too)")
 

@@ -159,7 +159,8 @@ class Signum(Optimizer):
 
     def check_relations(self):
         if self.momentum == 0.0 and self.wd_lh != 0.0:
-            raise ValueError("wd_lh needs momentum > 0 (SignSGD has no wd_lh; MXNet fails too)")
+            raise ValueError(f"{self.named('wd_lh')} needs {self.named('momentum')} > 0 "
+                             "(SignSGD has no wd_lh; MXNet fails too)")
 
     def state_slots(self):
         return ("mom",) if self.momentum != 0.0 else ()

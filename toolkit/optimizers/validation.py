@@ -10,6 +10,8 @@ assigned.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import numbers
 import operator
@@ -17,9 +19,33 @@ import sys
 
 import numpy as np
 
-__all__ = ["Domain", "AliasAttribute", "alias_attribute", "nonneg", "positive", "unit", "integer", "choice", "reals", "flag", "callable_or_none",
+__all__ = ["spelled", "spelling", "Domain", "AliasAttribute", "alias_attribute", "nonneg", "positive", "unit", "integer", "choice", "reals", "flag", "callable_or_none",
            "real", "check_nonneg", "check_positive", "check_unit", "check_int", "check_choice",
            "check_real", "check_reals"]
+
+
+#: ``{keyword: how the caller spells it}`` while :func:`spelled` is in force
+_SPELLED = contextvars.ContextVar("spelled", default=None)
+
+
+@contextlib.contextmanager
+def spelled(names):
+    """Within it, a check that ties two hyperparameters together names the keyword ``k`` as
+    ``names[k]`` where there is one (``{"etaminus": "etas[0]"}``: ``toolkit.torch`` names the
+    keywords torch's users give, MXNet's in parentheses; :func:`spelling`)."""
+    token = _SPELLED.set(dict(names))
+    try:
+        yield
+    finally:
+        _SPELLED.reset(token)
+
+
+def spelling(keyword):
+    """How an error message names the hyperparameter ``keyword``: the keyword, or where
+    :func:`spelled` gives another name for it, that name with the keyword in parentheses
+    (``etas[0] (etaminus)``)."""
+    given = (_SPELLED.get() or {}).get(keyword)
+    return keyword if given is None or given == keyword else f"{given} ({keyword})"
 
 
 # --------------------------------------------------------------------------------------------

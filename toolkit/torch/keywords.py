@@ -22,7 +22,7 @@ from . import meaning
 
 __all__ = ["OPTIMIZER_LEVEL", "group_keys", "normalise", "attribute_of", "torch_keys",
            "check_given", "settle", "convention_of", "torch_default_lr", "with_defaults",
-           "MISSING", "HELD_KEYS"]
+           "MISSING", "HELD_KEYS", "spellings"]
 
 #: the group keys of how moments are held (``toolkit.optimizers.held``): a group keeps its own
 #: when it loads a state_dict with ``convert_states=True``
@@ -187,6 +187,20 @@ def with_defaults(klass, kwargs, defaults, *, where):
 def torch_keys(klass, group):
     """The torch keys of a group of ``klass`` under its convention."""
     return meaning.rules(klass, convention_of(klass, group))
+
+
+def spellings(klass, group):
+    """``{MXNet keyword: the torch key that gives it}`` of a group of ``klass`` (``lr`` for
+    ``learning_rate``, ``betas[0]`` for ``beta1``, ``etas[1]`` for Rprop's ``etaplus``: each
+    :class:`~meaning.Same` key's), for the refusals of checks that tie two hyperparameters
+    together (``toolkit.optimizers.validation.spelled``). A :class:`~meaning.Converted` key
+    is left out: its value is not the MXNet keyword's."""
+    out = {"learning_rate": "lr"}
+    for key, (rule, _) in torch_keys(klass, group).items():
+        if isinstance(rule, meaning.Same):
+            many = len(rule.names) > 1
+            out.update((name, f"{key}[{i}]" if many else key) for i, name in enumerate(rule.names))
+    return out
 
 
 def check_given(klass, group, keys, *, where):

@@ -20,6 +20,7 @@ import torch
 
 from ..optimizers import aliases
 from ..optimizers.registry import spec_of
+from ..optimizers.validation import spelled
 from . import keywords, meaning
 from .binding import TrackedState
 from .checkpoint import Checkpoints
@@ -82,7 +83,9 @@ class TorchOptimizer(StepRuns, StepPlans, ParameterStates, Checkpoints, torch.op
         if klass is None:
             raise TypeError("TorchOptimizer is a base class: use toolkit.torch.<Name> or "
                             "toolkit.torch.create(name, params, ...)")
-        name = f"toolkit.torch.{klass.__name__}()"
+        # as the user named it (torch's spelling NAdam, or the toolkit's Nadam)
+        name = "toolkit.torch.{}()".format(next(
+            c.__name__ for c in type(self).__mro__ if c.__module__ == "toolkit.torch"))
         if args:  # torch's positional hyperparameters after lr, in torch's order
             names = meaning.positional(spec_of(klass))
             if len(args) > len(names):
@@ -121,7 +124,7 @@ class TorchOptimizer(StepRuns, StepPlans, ParameterStates, Checkpoints, torch.op
         # checks every option before anything is kept; with a toolkit scheduler, MXNet's rule
         # (the given learning rate, else the optimizer's default one, is its base_lr) applies
         # once, here
-        template = self._build(opts, given_lr)
+        template = self._build(opts, given_lr, where=name)
         defaults = self._options_of(template, opts, name)
         defaults.update(torch_given)
         #: per group, where each converted torch key's value comes from (keywords.settle)
@@ -133,7 +136,7 @@ class TorchOptimizer(StepRuns, StepPlans, ParameterStates, Checkpoints, torch.op
             # torch keys gave MXNet ones: built again with them, checked as the constructor
             # checks its keywords
             template = self._build({k: defaults[k] for k in keywords.group_keys(klass)
-                                    if k in defaults}, given_lr)
+                                    if k in defaults}, given_lr, where=name)
         self._num_update = template.num_update
         self._sources = []
         self._inners = []
@@ -187,10 +190,11 @@ class TorchOptimizer(StepRuns, StepPlans, ParameterStates, Checkpoints, torch.op
                 defaults[key] = value  # (a tuple: Muon's ns_coefficients)
         return defaults
 
-    def _build(self, opts, scheduler_lr=None):
-        """A toolkit optimizer for the options ``opts`` (a group's spelling), checked. With a
-        toolkit scheduler its learning rate is the scheduler's ``base_lr``
-        (``scheduler_lr``: the one given to the constructor, MXNet's rule)."""
+    def _build(self, opts, scheduler_lr=None, where=None):
+        """A toolkit optimizer for the options ``opts`` (a group's spelling), checked (a refusal
+        naming ``where`` where given). With a toolkit scheduler its learning rate is the
+        scheduler's ``base_lr`` (``scheduler_lr``: the one given to the constructor, MXNet's
+        rule)."""
         klass = type(self).toolkit_class
         mxnet_keys = keywords.group_keys(klass)
         kw = {k: v for k, v in opts.items() if k not in ("lr", "maximize") and k in mxnet_keys}
@@ -203,7 +207,13 @@ class TorchOptimizer(StepRuns, StepPlans, ParameterStates, Checkpoints, torch.op
             kw["learning_rate"] = self._scheduler.base_lr
         if not isinstance(opts.get("maximize", False), bool):
             raise TypeError(f"maximize must be a bool, got {opts['maximize']!r}")
-        return klass(lr_scheduler=self._scheduler, begin_num_update=self._begin, **kw)
+        try:
+            with spelled(keywords.spellings(klass, opts)):  # a relation's refusal: torch's names
+                return klass(lr_scheduler=self._scheduler, begin_num_update=self._begin, **kw)
+        except (TypeError, ValueError) as e:
+            if where is None or str(e).startswith(f"{where}: "):
+                raise
+            raise type(e)(f"{where}: {e}") from None
 
     def add_param_group(self, param_group):
         """Add a param group (torch's ``add_param_group``): its options in MXNet's or
@@ -226,7 +236,7 @@ class TorchOptimizer(StepRuns, StepPlans, ParameterStates, Checkpoints, torch.op
         sources = dict(self._default_sources)
         keywords.settle(klass, merged, set(opts) - {"lr"} | ({"lr"} & set(param_group)),
                         sources, where="add_param_group", scheduled=self._scheduler is not None)
-        inner = self._build(merged)
+        inner = self._build(merged, where="add_param_group")
         params = param_group["params"]
         if not isinstance(params, set):  # (torch.optim refuses a set by name)
             params = [params] if isinstance(params, torch.Tensor) else list(params)
@@ -293,8 +303,15 @@ class TorchOptimizer(StepRuns, StepPlans, ParameterStates, Checkpoints, torch.op
         synced = []
 
         def undo():
-            for inner, attr, old in reversed(done):
-                setattr(inner, attr, old)
+            inners = []
+            for inner, _, _ in done:
+                if not any(inner is i for i in inners):
+                    inners.append(inner)
+            for inner in inners:  # each one's values of before, together: their relations hold
+                with inner.together():
+                    for i, attr, old in reversed(done):
+                        if i is inner:
+                            setattr(inner, attr, old)
             for group, key, old in reversed(written):
                 if old is keywords.MISSING:
                     group.pop(key, None)
@@ -333,34 +350,12 @@ class TorchOptimizer(StepRuns, StepPlans, ParameterStates, Checkpoints, torch.op
                         raise TypeError(
                             f"param group {gi}'s lr was changed to {group['lr']!r}, but its "
                             "learning rate comes from the toolkit lr_scheduler; use one of them")
-                for key, value in group.items():
-                    if key in ("params", "param_names", "maximize", "initial_lr",
-                               *self.group_state_keys) or (
-                            key in last and (value is last[key] or _same(value, last[key]))):
-                        continue
-                    if key == "lr" and self._scheduler is not None:
-                        continue
-                    if key not in last or key in torch_keys:
-                        continue  # a key of the user's own (torch allows them), or a torch key
-                        # settled into MXNet's above
-                    attr = keywords.attribute_of(klass, key)
-                    if attr is None:
-                        raise ValueError(
-                            f"param group {gi}: {key} cannot change after the group is made "
-                            f"(from {last[key]!r} to {value!r}); add a new param group with it")
-                    old = getattr(inner, attr)
-                    try:
-                        setattr(inner, attr, value)
-                    except ValueError as e:
-                        if "cannot change from" not in str(e):
-                            raise
-                        raise ValueError(
-                            f"param group {gi}: {key} cannot change from {last[key]!r} to "
-                            f"{value!r} once the group's parameters have state: it changes "
-                            f"the state {klass.__name__} keeps for them. Add a new param group "
-                            f"with {key}={value!r} (opt.add_param_group) for the parameters "
-                            "that should take it") from None
-                    done.append((inner, attr, old))
+                try:  # the relations of its values checked together, in torch's names
+                    with spelled(keywords.spellings(klass, group)), inner.together():
+                        self._hand_over(gi, group, last, inner, torch_keys, done)
+                except ValueError as e:
+                    raise (e if str(e).startswith(f"param group {gi}: ") else
+                           ValueError(f"param group {gi}: {e}")) from None
                 if not isinstance(group.get("maximize", False), bool):
                     raise TypeError(f"param group {gi}: maximize must be a bool, got "
                                     f"{group['maximize']!r}")
@@ -368,6 +363,40 @@ class TorchOptimizer(StepRuns, StepPlans, ParameterStates, Checkpoints, torch.op
             undo()
             raise
         return undo, synced
+
+    def _hand_over(self, gi, group, last, inner, torch_keys, done):
+        """Group ``gi``'s MXNet keys that changed since ``last`` (its snapshot), assigned to
+        its toolkit optimizer ``inner`` (``(inner, attr, old)`` appended to ``done`` for
+        each); a key without attribute, or one that changes the state's layout, refused."""
+        klass = type(self).toolkit_class
+        for key, value in group.items():
+            if key in ("params", "param_names", "maximize", "initial_lr",
+                       *self.group_state_keys) or (
+                    key in last and (value is last[key] or _same(value, last[key]))):
+                continue
+            if key == "lr" and self._scheduler is not None:
+                continue
+            if key not in last or key in torch_keys:
+                continue  # a key of the user's own (torch allows them), or a torch key
+                # settled into MXNet's above
+            attr = keywords.attribute_of(klass, key)
+            if attr is None:
+                raise ValueError(
+                    f"param group {gi}: {key} cannot change after the group is made "
+                    f"(from {last[key]!r} to {value!r}); add a new param group with it")
+            old = getattr(inner, attr)
+            try:
+                setattr(inner, attr, value)
+            except ValueError as e:
+                if "cannot change from" not in str(e):
+                    raise
+                raise ValueError(
+                    f"param group {gi}: {key} cannot change from {last[key]!r} to "
+                    f"{value!r} once the group's parameters have state: it changes "
+                    f"the state {klass.__name__} keeps for them. Add a new param group "
+                    f"with {key}={value!r} (opt.add_param_group) for the parameters "
+                    "that should take it") from None
+            done.append((inner, attr, old))
 
     def __repr__(self):
         klass = type(self).toolkit_class

@@ -205,8 +205,8 @@ class StepPlans:
             mode = inner.row_sparse_mode(index)  # raises where the optimizer refuses one
             if mode == "dense":
                 raise TypeError(
-                    f"{where}: {type(inner).__name__} has no row-sparse update (MXNet makes the "
-                    "gradient dense first); use a dense gradient (nn.Embedding(sparse=False)) "
+                    f"{where}: {type(inner).__name__} has no row-sparse update (it steps on "
+                    "dense gradients only); use a dense gradient (nn.Embedding(sparse=False)) "
                     "or an optimizer with a lazy update (docs/sparse.md)")
             # its rows checked here, before any parameter of the step is written: duplicates
             # summed (torch's coalesce), then in range and strictly increasing (a tensor built
