@@ -286,3 +286,66 @@ def test_a_torch_nadam_checkpoint_keeps_a_product_per_parameter():
     mine.load_state_dict(_saved(sd))
     host = mine.state_dict()["toolkit"]["host"][0]["data"]["m_schedule"]
     assert host == [[0, sd["state"][0]["mu_product"].item()]]
+
+
+@pytest.mark.parametrize("convention", ["pytorch", "mxnet"])
+def test_shared_keywords_cross_where_they_mean_torchs(convention):
+    """A torch keyword that is the optimizer's own keyword of the same spelling
+    (``meaning.SHARED``) crosses where it means torch's: SGD's ``momentum`` always (a toolkit
+    SGD made without one takes torch's 0.9 and its buffer; under "pytorch" the run continues
+    bit for bit), AdaGrad's ``eps`` under "pytorch" only; under "mxnet" it is not taken, and
+    that is said (it was dropped silently: the run went on as plain SGD, or with eps 1e-10)."""
+    a, b, c = _model(), _model(), _model()
+    theirs = torch.optim.SGD(a.parameters(), lr=1e-2, momentum=0.9)
+    _train(a, theirs, 3)
+    b.load_state_dict(a.state_dict())
+    c.load_state_dict(a.state_dict())
+    mine = tt.SGD(b.parameters(), lr=1e-2, convention=convention)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mine.load_state_dict(_saved(theirs.state_dict()))
+    assert mine.param_groups[0]["momentum"] == 0.9
+    # under "mxnet" the run is MXNet's (its scalars in float32): as one made with momentum=0.9
+    given = tt.SGD(c.parameters(), lr=1e-2, momentum=0.9, convention=convention)
+    given.load_state_dict(_saved(theirs.state_dict()))
+    _train(a, theirs, 3)
+    _train(b, mine, 3)
+    _train(c, given, 3)
+    for p, q, r in zip(a.parameters(), b.parameters(), c.parameters()):
+        assert torch.equal(q, r)
+        if convention == "pytorch":
+            assert torch.equal(p, q)
+
+    a = _model()
+    theirs = torch.optim.Adagrad(a.parameters(), lr=0.1, eps=1e-2)
+    _train(a, theirs, 2)
+    mine = tt.Adagrad(_model().parameters(), convention=convention)
+    if convention == "pytorch":
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            mine.load_state_dict(_saved(theirs.state_dict()))
+        assert mine.param_groups[0]["eps"] == 1e-2
+    else:
+        with pytest.warns(UserWarning, match=r"eps=0\.01 is not taken \(MXNet's eps, inside the "
+                                             r"root.*the group keeps its own eps=1e-10"):
+            mine.load_state_dict(_saved(theirs.state_dict()))
+        assert mine.param_groups[0]["eps"] == 1e-10
+
+
+def test_adamax_under_pytorch_shows_and_saves_torchs_eps():
+    """toolkit.torch.Adamax under "pytorch" shows torch's default eps (1e-8, as the update
+    uses it), not None: torch.optim.Adamax loads its state_dict and steps (it failed adding
+    None)."""
+    a = _model()
+    mine = tt.Adamax(a.parameters(), lr=1e-2, convention="pytorch")
+    assert mine.param_groups[0]["eps"] == 1e-8
+    _train(a, mine, 2)
+    b = _model()
+    b.load_state_dict(a.state_dict())
+    theirs = torch.optim.Adamax(b.parameters(), lr=1e-2)
+    theirs.load_state_dict(_saved(mine.state_dict()))
+    assert theirs.param_groups[0]["eps"] == 1e-8
+    _train(a, mine, 2)
+    _train(b, theirs, 2)
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(p, q)

@@ -325,3 +325,33 @@ def test_nadams_per_parameter_products_round_trip_under_pytorch():
         fresh = tt.NAdam([{"params": b[:2]}, {"params": b[2:], "lr": 0.02}], lr=0.01)
         _unchanged(fresh, b, lambda: fresh.load_state_dict(other),
                    "list of \\[index, mu_product\\]")
+
+
+def test_a_cleared_nadam_state_starts_its_product_afresh():
+    """Clearing ``opt.state`` (or deleting an entry) starts that parameter's state afresh as
+    torch.optim starts one it does not find: NAdam's per-parameter ``mu_product`` at 1.0 too
+    (it carried over: the next steps were 4e-3 off torch's)."""
+    torch.manual_seed(0)
+    ps = [torch.nn.Parameter(torch.randn(3, 4, dtype=torch.float64)),
+          torch.nn.Parameter(torch.randn(4, dtype=torch.float64))]
+    qs = [torch.nn.Parameter(p.detach().clone()) for p in ps]
+    theirs = torch.optim.NAdam(ps, lr=1e-2)
+    mine = tt.NAdam(qs, lr=1e-2, convention="pytorch")
+
+    def both(steps, start):
+        for s in range(start, start + steps):
+            for params, opt in ((ps, theirs), (qs, mine)):
+                for p, g in zip(params, grads(params, s)):
+                    p.grad = g
+                opt.step()
+    both(3, 0)
+    theirs.state.clear()
+    mine.state.clear()
+    both(2, 3)
+    del theirs.state[ps[0]]
+    del mine.state[qs[0]]
+    both(2, 5)
+    for p, q in zip(ps, qs):
+        assert torch.equal(p, q)
+    assert float(mine.state_dict()["state"][0]["mu_product"]) == \
+        float(theirs.state[ps[0]]["mu_product"])

@@ -157,10 +157,16 @@ def from_torch(opt, sd):
                 continue
             rule = rules.get(key, (None,))[0]
             if rule is None:
-                if key in own and (torch_name, key) not in meaning.SHARED:
-                    options[key], changed = value, changed | {key}  # the same meaning (amsgrad)
-                continue  # else a key of torch's this optimizer has no use for, or another
-                # meaning of the same spelling (AdaGrad's eps)
+                if key not in own:
+                    continue  # a key of torch's this optimizer has no use for
+                shared = meaning.SHARED.get((torch_name, key))
+                if shared is None or shared.crosses or options.get("convention") == "pytorch":
+                    options[key], changed = value, changed | {key}  # torch's meaning (amsgrad)
+                elif not meaning.equal(value, options.get(key)):
+                    notes.append(f"param group {gi}: {key}={value!r} is not taken ({shared.note}"
+                                 f"; under convention {options.get('convention')!r} {key} is "
+                                 f"MXNet's); the group keeps its own {key}={options.get(key)!r}")
+                continue
             if isinstance(rule, meaning.OffOnly) and not meaning.equal(value, rule.off):
                 if rule.off is not None:
                     raise ValueError(f"{where}: param group {gi}: {key}={value!r} cannot "

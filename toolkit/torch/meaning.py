@@ -31,7 +31,7 @@ from ..optimizers import aliases
 from ..optimizers.registry import spec_of
 from ..optimizers.validation import Domain, nonneg
 
-__all__ = ["Same", "Converted", "OffOnly", "Moot", "RULES", "SHARED", "SOME_CONVENTIONS",
+__all__ = ["Same", "Converted", "OffOnly", "Moot", "Shared", "RULES", "SHARED", "SOME_CONVENTIONS",
            "rules", "table",
            "equal", "torch_defaults", "peer_defaults", "positional", "namesake", "signature"]
 
@@ -213,7 +213,9 @@ RULES = {  # checked against the registry by tests/test_torch_keywords.py::test_
                                               "epsilon= for MXNet's, or convention='guide'",
                                       "epsilon"),
                        "*": Same(("epsilon",))},
-    ("Adamax", "eps"): {"pytorch": Same(("epsilon",)), "*": OffOnly(None, "torch adds eps to |g| inside the max; MXNet's "
+    # (torch's default shown and saved, not None: torch.optim.Adamax steps on a loaded group)
+    ("Adamax", "eps"): {"pytorch": Same(("epsilon",), torch_default=True),
+                        "*": OffOnly(None, "torch adds eps to |g| inside the max; MXNet's "
                                            "Adamax has no epsilon (the guide's adds it to the "
                                            "denominator: epsilon= with convention='guide')",
                                     "epsilon")},
@@ -265,15 +267,25 @@ RULES = {  # checked against the registry by tests/test_torch_keywords.py::test_
                                                              "paper's lambda) directly")},
 }
 
-#: ``(torch class, keyword) -> note`` where a torch keyword is also the optimizer's own keyword
-#: of the same spelling (an MXNet key, MXNet's meaning) and the two meanings differ: a torch
-#: state_dict's value of it is not taken (every other own keyword of torch's spelling means
-#: torch's, and crosses: Adam's ``amsgrad``, RAdam's ``decoupled_weight_decay``)
+class Shared(NamedTuple):
+    """A torch keyword that is also the optimizer's own keyword of the same spelling (an MXNet
+    key, MXNet's meaning) where the two meanings differ (:data:`SHARED`): ``note`` says how
+    (docs/torch.md's table); ``crosses``: a torch state_dict's value is taken under every
+    convention (SGD's ``momentum``: the coefficient is torch's, its buffer crosses converted,
+    ``crossing.SCALED``), else only under "pytorch", where the keyword means torch's, and
+    under the others not, with a warning (AdaGrad's ``eps``, inside the root there)."""
+    note: str
+    crosses: bool
+
+
+#: ``(torch class, keyword) ->`` :class:`Shared` (every other own keyword of torch's spelling
+#: means torch's, and crosses: Adam's ``amsgrad``, RAdam's ``decoupled_weight_decay``)
 SHARED = {  # checked against the registry by tests/test_torch_keywords.py::test_rules_name_torch_facts
-    ("Adagrad", "eps"): "MXNet's eps, inside the root: sqrt(h + eps); torch's is outside, "
-                        "sqrt(h) + eps",
-    ("SGD", "momentum"): "MXNet's momentum: its buffer holds -lr*buf, so the two agree while "
-                         "lr is constant and differ where it changes",
+    ("Adagrad", "eps"): Shared("MXNet's eps, inside the root: sqrt(h + eps); torch's is "
+                               "outside, sqrt(h) + eps", crosses=False),
+    ("SGD", "momentum"): Shared("MXNet's momentum: its buffer holds -lr*buf, so the two agree "
+                                "while lr is constant and differ where it changes",
+                                crosses=True),
 }
 #: ``(torch class, keyword) -> note``: an own keyword of torch's spelling and meaning that some
 #: conventions refuse (docs/torch.md's table says so)
@@ -417,8 +429,9 @@ def table(klass, convention=None):
         elif key == "lr":
             rows.append("| `lr` | same: `learning_rate` |")
         elif key in aliases.accepted_keywords(klass):
-            note = SHARED.get((spec.torch, key)) or SOME_CONVENTIONS.get((spec.torch, key),
-                                                                          "same")
+            shared = SHARED.get((spec.torch, key))
+            note = shared.note if shared is not None else \
+                SOME_CONVENTIONS.get((spec.torch, key), "same")
             if key in peer:
                 note += (f", default {peer[key]!r} as there (toolkit.optimizer."
                          f"{klass.__name__}'s is {own_defaults[key]!r})")

@@ -21,6 +21,19 @@ from .order import memory_order, ordered, unordered
 __all__ = ["ParameterStates", "memory_order", "ordered", "unordered"]
 
 
+def _forget_host_values(inner, indices):
+    """The per-index values of ``inner``'s host state (a list of ``[index, value]`` pairs:
+    NAdam's ``mu_product`` under "pytorch") of ``indices`` forgotten, as their states are: each
+    starts afresh (1.0), as torch starts a ``mu_product`` it does not find. A value the group
+    shares (MXNet's one ``m_schedule``) is kept."""
+    data, arrays = inner.host_state()
+    if not indices or not any(isinstance(v, list) for v in data.values()):
+        return
+    gone = set(indices)
+    inner.check_host_state({k: [pair for pair in v if pair[0] not in gone]
+                            if isinstance(v, list) else v for k, v in data.items()}, arrays)()
+
+
 def _written_step(value, index, inner):
     """The count ``t`` a user wrote as ``opt.state[p]["step"]`` (torch keeps the step there):
     a whole number >= 0, as a number or a one-element tensor; 0 starts the count afresh."""
@@ -125,6 +138,7 @@ class ParameterStates:
                     else:
                         kept.pop(i, None)
                 inner.restore_counts(kept, max([inner.num_update, *kept.values()]))
+                _forget_host_values(inner, [i for i, t in counts.items() if t is None])
         self._seen_generation = self._tracked.generation
 
     def _bind(self, m, inner, where):
