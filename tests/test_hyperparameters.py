@@ -142,6 +142,13 @@ def test_assignments_together_check_their_relations_once_and_all_go_back_on_refu
             opt.lower_bound = 5.0
         opt.upper_bound = 6.0
     assert (opt.lower_bound, opt.upper_bound) == (5.0, 6.0)
+    # every tie is checked at the end, in either order: state_rounding with state_dtype too
+    for order in (("state_dtype", "state_rounding"), ("state_rounding", "state_dtype")):
+        held = optimizer.Adam(state_dtype="bfloat16", state_rounding="stochastic")
+        with held.together():
+            for attr in order:
+                setattr(held, attr, {"state_dtype": None, "state_rounding": "nearest"}[attr])
+        assert (held.state_dtype, held.state_rounding) == (None, "nearest")
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -676,3 +676,12 @@ def test_refusals_name_the_class_as_the_user_spelled_it():
         for class_name in names:
             with pytest.raises(ValueError, match=rf"^toolkit\.torch\.{class_name}\(\): "):
                 getattr(tt, class_name)([torch.nn.Parameter(torch.ones(2))], lr=-1.0)
+
+
+def test_a_direct_subclass_of_torch_optimizer_is_named_by_its_toolkit_class():
+    class Mine(tt.TorchOptimizer):
+        toolkit_class = optimizer.Adam
+    p = torch.nn.Parameter(torch.ones(2))
+    Mine([p], lr=0.1)
+    with pytest.raises(ValueError, match=r"^toolkit\.torch\.Adam\(\): lr \(learning_rate\)"):
+        Mine([p], lr=-1.0)

@@ -349,3 +349,6 @@ def test_adamax_under_pytorch_shows_and_saves_torchs_eps():
     _train(b, theirs, 2)
     for p, q in zip(a.parameters(), b.parameters()):
         assert torch.equal(p, q)
+    # eps=None given (the toolkit's "torch's default"): torch's number in the state_dict
+    none = tt.create("adamax", _model().parameters(), lr=1e-2, convention="pytorch", eps=None)
+    assert none.state_dict()["param_groups"][0]["eps"] == 1e-8

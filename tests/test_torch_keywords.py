@@ -343,9 +343,12 @@ def test_relations_name_torchs_keywords_and_edits_are_checked_together():
     opt.param_groups[0]["etas"] = (0.4, 1.3)
     opt.step()
     assert (opt._inners[0].etaminus, opt._inners[0].etaplus) == (0.4, 1.3)
-    # MXNet's keywords through toolkit.optimizer: MXNet's names
+    # MXNet's keywords keep their names, through toolkit.optimizer and toolkit.torch alike
     with pytest.raises(ValueError, match=r"^Rprop needs 0 < etaminus < 1 < etaplus"):
         create("rprop", etaminus=1.5)
+    with pytest.raises(ValueError, match=r"^toolkit\.torch\.Rprop\(\): Rprop needs 0 < etaminus "
+                                         r"< 1 < etaplus"):
+        tt.Rprop([w], etaminus=1.5)
 
     lamb = tt.create("lamb", [w], lower_bound=1.0, upper_bound=2.0)
     w.grad = torch.full_like(w, 0.5)

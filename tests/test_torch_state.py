@@ -355,3 +355,22 @@ def test_a_cleared_nadam_state_starts_its_product_afresh():
         assert torch.equal(p, q)
     assert float(mine.state_dict()["state"][0]["mu_product"]) == \
         float(theirs.state[ps[0]]["mu_product"])
+
+
+def test_a_cleared_state_keeps_host_values_torch_keeps_per_group():
+    """Only what torch's namesake keeps per parameter restarts with a cleared state (NAdam's
+    mu_product): LBSGD's accumulated gradients and their count are kept, as if the entry had
+    not been deleted (a first fix forgot the count and kept the sum)."""
+    def host_after(delete):
+        p = torch.nn.Parameter(torch.ones(3))
+        opt = tt.create("lbsgd", [p], lr=0.1, batch_scale=2, warmup_epochs=0)
+        for s in range(3):
+            p.grad = torch.full_like(p, 0.1 * (s + 1))
+            opt.step()
+        if delete:
+            del opt.state[p]
+        p.grad = torch.full_like(p, 0.5)
+        opt.step()
+        data, arrays = opt.toolkit_optimizers[0].host_state()
+        return data, {k: v.tolist() for k, v in arrays.items()}
+    assert host_after(True) == host_after(False)

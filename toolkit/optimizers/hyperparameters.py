@@ -133,10 +133,13 @@ class Hyperparameters:
     @contextlib.contextmanager
     def together(self):
         """Several assignments as one: inside, each is checked alone (its domain, the state's
-        layout) and :meth:`check_relations` runs once, at the end, on the values together
-        (LAMB's bounds moved past each other; ``toolkit.torch`` hands a group's edits over
-        so). Where anything inside or that check refuses, every assignment made inside is put
-        back before the error propagates."""
+        layout) and the checks that tie hyperparameters together (:meth:`check_relations`,
+        the convention, ``state_dtype`` with ``state_rounding``) run once, at the end, on the
+        values together (LAMB's bounds moved past each other; ``toolkit.torch`` hands a
+        group's edits over so). Where anything inside or those checks refuse, every assignment
+        made inside is put back before the error propagates (but one that state made inside
+        the block, in the new layout, refuses to put back). Not for a step inside the block:
+        its relations are not checked until the end."""
         d = self.__dict__
         if d.get("_together") is not None:  # nested: the outermost checks and puts back
             yield self
@@ -145,11 +148,14 @@ class Hyperparameters:
         try:
             yield self
             d["_together"] = None
-            self.check_relations()
+            self._check_ties()
         except BaseException:
             d["_together"] = []  # the values of before held together: not checked again
             for attr, old in reversed(made):
-                setattr(self, attr, old)
+                try:
+                    setattr(self, attr, old)
+                except (TypeError, ValueError):  # a layout made inside: the error stands
+                    pass
             raise
         finally:
             d["_together"] = None
@@ -177,10 +183,15 @@ class Hyperparameters:
         if attr == "begin_num_update":
             self._follow_begin_num_update(old)
         made = d.get("_together")
-        if made is None:
-            self.check_relations()
-        else:  # (inside together(): checked once, at its end)
+        if made is not None:  # inside together(): checked once, at its end
             made.append((attr, old))
+            return
+        self._check_ties()
+
+    def _check_ties(self):
+        """Every check that ties hyperparameters together: :meth:`check_relations`, the
+        convention against the kernels, ``state_dtype`` against ``state_rounding``."""
+        self.check_relations()
         self._check_convention()
         self.check_state_dtype()
 

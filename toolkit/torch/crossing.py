@@ -22,7 +22,8 @@ from ..optimizers import aliases
 from . import binding, keywords, meaning
 from .held import from_bitsandbytes
 
-__all__ = ["exported", "reimported", "for_torch", "without_torch_entries", "from_torch", "warn"]
+__all__ = ["exported", "reimported", "for_torch", "without_torch_entries", "from_torch", "warn",
+           "per_parameter_host_keys"]
 
 #: ``(torch class, torch's state entry) -> the toolkit slot holding -lr times it``
 SCALED = {  # checked against the registry by tests/test_torch_crossing.py::test_tables_name_torch_facts
@@ -33,6 +34,13 @@ SCALED = {  # checked against the registry by tests/test_torch_crossing.py::test
 #: value for the group, or (a host value that is a list of ``[index, value]`` pairs: NAdam
 #: under "pytorch") one per parameter index, 1.0 for an index it does not hold
 HOST = {("NAdam", "mu_product"): "m_schedule"}  # checked against the registry by tests/test_torch_crossing.py::test_tables_name_torch_facts
+
+
+def per_parameter_host_keys(klass):
+    """The host keys of ``klass`` that torch's namesake keeps in each parameter's state
+    (:data:`HOST`: NAdam's ``m_schedule``, torch's ``mu_product``)."""
+    torch_name = _torch_name(klass)
+    return {host_key for (name, _), host_key in HOST.items() if name == torch_name}
 
 
 def _host_value(value, index):
@@ -75,6 +83,9 @@ def exported(klass, group):
         if isinstance(rule, meaning.OffOnly) and rule.off is None and out.get(key) is None:
             mx = group.get(rule.export) if rule.export else None
             out[key] = mx if mx is not None else default
+        elif isinstance(rule, meaning.Same) and key in out and out[key] is None and \
+                default is not None:
+            out[key] = default  # None given for torch's (Adamax's eps under "pytorch": 1e-8)
     return out
 
 

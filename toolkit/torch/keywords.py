@@ -189,15 +189,16 @@ def torch_keys(klass, group):
     return meaning.rules(klass, convention_of(klass, group))
 
 
-def spellings(klass, group):
-    """``{MXNet keyword: the torch key that gives it}`` of a group of ``klass`` (``lr`` for
-    ``learning_rate``, ``betas[0]`` for ``beta1``, ``etas[1]`` for Rprop's ``etaplus``: each
-    :class:`~meaning.Same` key's), for the refusals of checks that tie two hyperparameters
-    together (``toolkit.optimizers.validation.spelled``). A :class:`~meaning.Converted` key
-    is left out: its value is not the MXNet keyword's."""
-    out = {"learning_rate": "lr"}
+def spellings(klass, group, given):
+    """``{MXNet keyword: the torch key that gave it}`` of a group of ``klass`` for the torch
+    keys ``given`` (``lr`` for ``learning_rate``, ``betas[0]`` for ``beta1``, ``etas[1]`` for
+    Rprop's ``etaplus``: each :class:`~meaning.Same` key's), for the refusals of checks that
+    tie two hyperparameters together (``toolkit.optimizers.validation.spelled``); an MXNet
+    keyword given as such keeps its name. A :class:`~meaning.Converted` key is left out: its
+    value is not the MXNet keyword's."""
+    out = {"learning_rate": "lr"} if "lr" in given else {}
     for key, (rule, _) in torch_keys(klass, group).items():
-        if isinstance(rule, meaning.Same):
+        if isinstance(rule, meaning.Same) and key in given:
             many = len(rule.names) > 1
             out.update((name, f"{key}[{i}]" if many else key) for i, name in enumerate(rule.names))
     return out

@@ -85,7 +85,8 @@ class TorchOptimizer(StepRuns, StepPlans, ParameterStates, Checkpoints, torch.op
                             "toolkit.torch.create(name, params, ...)")
         # as the user named it (torch's spelling NAdam, or the toolkit's Nadam)
         name = "toolkit.torch.{}()".format(next(
-            c.__name__ for c in type(self).__mro__ if c.__module__ == "toolkit.torch"))
+            (c.__name__ for c in type(self).__mro__ if c.__module__ == "toolkit.torch"),
+            klass.__name__))
         if args:  # torch's positional hyperparameters after lr, in torch's order
             names = meaning.positional(spec_of(klass))
             if len(args) > len(names):
@@ -124,7 +125,7 @@ class TorchOptimizer(StepRuns, StepPlans, ParameterStates, Checkpoints, torch.op
         # checks every option before anything is kept; with a toolkit scheduler, MXNet's rule
         # (the given learning rate, else the optimizer's default one, is its base_lr) applies
         # once, here
-        template = self._build(opts, given_lr, where=name)
+        template = self._build(opts, given_lr, where=name, given=changed)
         defaults = self._options_of(template, opts, name)
         defaults.update(torch_given)
         #: per group, where each converted torch key's value comes from (keywords.settle)
@@ -136,7 +137,7 @@ class TorchOptimizer(StepRuns, StepPlans, ParameterStates, Checkpoints, torch.op
             # torch keys gave MXNet ones: built again with them, checked as the constructor
             # checks its keywords
             template = self._build({k: defaults[k] for k in keywords.group_keys(klass)
-                                    if k in defaults}, given_lr, where=name)
+                                    if k in defaults}, given_lr, where=name, given=changed)
         self._num_update = template.num_update
         self._sources = []
         self._inners = []
@@ -190,11 +191,11 @@ class TorchOptimizer(StepRuns, StepPlans, ParameterStates, Checkpoints, torch.op
                 defaults[key] = value  # (a tuple: Muon's ns_coefficients)
         return defaults
 
-    def _build(self, opts, scheduler_lr=None, where=None):
+    def _build(self, opts, scheduler_lr=None, where=None, given=()):
         """A toolkit optimizer for the options ``opts`` (a group's spelling), checked (a refusal
-        naming ``where`` where given). With a toolkit scheduler its learning rate is the
-        scheduler's ``base_lr`` (``scheduler_lr``: the one given to the constructor, MXNet's
-        rule)."""
+        naming ``where`` where given, a relation's naming the torch keys ``given`` as the user
+        gave them). With a toolkit scheduler its learning rate is the scheduler's ``base_lr``
+        (``scheduler_lr``: the one given to the constructor, MXNet's rule)."""
         klass = type(self).toolkit_class
         mxnet_keys = keywords.group_keys(klass)
         kw = {k: v for k, v in opts.items() if k not in ("lr", "maximize") and k in mxnet_keys}
@@ -208,7 +209,7 @@ class TorchOptimizer(StepRuns, StepPlans, ParameterStates, Checkpoints, torch.op
         if not isinstance(opts.get("maximize", False), bool):
             raise TypeError(f"maximize must be a bool, got {opts['maximize']!r}")
         try:
-            with spelled(keywords.spellings(klass, opts)):  # a relation's refusal: torch's names
+            with spelled(keywords.spellings(klass, opts, given)):  # as the user spelled them
                 return klass(lr_scheduler=self._scheduler, begin_num_update=self._begin, **kw)
         except (TypeError, ValueError) as e:
             if where is None or str(e).startswith(f"{where}: "):
@@ -236,7 +237,7 @@ class TorchOptimizer(StepRuns, StepPlans, ParameterStates, Checkpoints, torch.op
         sources = dict(self._default_sources)
         keywords.settle(klass, merged, set(opts) - {"lr"} | ({"lr"} & set(param_group)),
                         sources, where="add_param_group", scheduled=self._scheduler is not None)
-        inner = self._build(merged, where="add_param_group")
+        inner = self._build(merged, where="add_param_group", given=set(options))
         params = param_group["params"]
         if not isinstance(params, set):  # (torch.optim refuses a set by name)
             params = [params] if isinstance(params, torch.Tensor) else list(params)
@@ -351,7 +352,7 @@ class TorchOptimizer(StepRuns, StepPlans, ParameterStates, Checkpoints, torch.op
                             f"param group {gi}'s lr was changed to {group['lr']!r}, but its "
                             "learning rate comes from the toolkit lr_scheduler; use one of them")
                 try:  # the relations of its values checked together, in torch's names
-                    with spelled(keywords.spellings(klass, group)), inner.together():
+                    with spelled(keywords.spellings(klass, group, changed)), inner.together():
                         self._hand_over(gi, group, last, inner, torch_keys, done)
                 except ValueError as e:
                     raise (e if str(e).startswith(f"param group {gi}: ") else

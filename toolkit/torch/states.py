@@ -21,17 +21,23 @@ from .order import memory_order, ordered, unordered
 __all__ = ["ParameterStates", "memory_order", "ordered", "unordered"]
 
 
-def _forget_host_values(inner, indices):
-    """The per-index values of ``inner``'s host state (a list of ``[index, value]`` pairs:
-    NAdam's ``mu_product`` under "pytorch") of ``indices`` forgotten, as their states are: each
-    starts afresh (1.0), as torch starts a ``mu_product`` it does not find. A value the group
-    shares (MXNet's one ``m_schedule``) is kept."""
+def _forget_host_values(klass, inner, indices):
+    """The host values of ``indices`` that torch's namesake keeps in each parameter's state
+    (``crossing.HOST``: NAdam's ``mu_product``, per index under "pytorch", a list of
+    ``[index, value]`` pairs) forgotten, as their states are: each starts afresh (1.0), as
+    torch starts a ``mu_product`` it does not find. A value the group shares (MXNet's one
+    ``m_schedule``) is kept, and so is every other host value (LBSGD's accumulated gradients,
+    Schedule-Free's averaging weights: torch keeps none of them per parameter)."""
+    kept_by_torch = crossing.per_parameter_host_keys(klass)
+    if not indices or not kept_by_torch:
+        return
     data, arrays = inner.host_state()
-    if not indices or not any(isinstance(v, list) for v in data.values()):
+    if not any(isinstance(data.get(k), list) for k in kept_by_torch):
         return
     gone = set(indices)
     inner.check_host_state({k: [pair for pair in v if pair[0] not in gone]
-                            if isinstance(v, list) else v for k, v in data.items()}, arrays)()
+                            if k in kept_by_torch and isinstance(v, list) else v
+                            for k, v in data.items()}, arrays)()
 
 
 def _written_step(value, index, inner):
@@ -138,7 +144,8 @@ class ParameterStates:
                     else:
                         kept.pop(i, None)
                 inner.restore_counts(kept, max([inner.num_update, *kept.values()]))
-                _forget_host_values(inner, [i for i, t in counts.items() if t is None])
+                _forget_host_values(type(self).toolkit_class, inner,
+                                    [i for i, t in counts.items() if t is None])
         self._seen_generation = self._tracked.generation
 
     def _bind(self, m, inner, where):
