@@ -274,9 +274,12 @@ def test_float32s_whole_tensor_sums_are_the_first_pass_items_in_float64(monkeypa
 def test_the_3x3_pass_equals_the_tiny_pass(dtype):
     """The 3 x 3 matrices' own pass (``cpu_factored_tiny.tiny33_pass_of``: whole blocks
     transposed by vector shuffles, a tail after them) steps them bit for bit as the pass of
-    every tiny shape does, serial and parallel, for both of Adafactor's rules and the probe."""
+    every tiny shape does, serial and parallel, for both of Adafactor's rules and the probe,
+    with this machine's block size (``BLOCK33``) and, for torch's rule on one thread, every
+    other (``BLOCKS33``), tails of 1 to 15 matrices after the last whole block."""
+    from toolkit.backends.cpu_factored_tiny import BLOCK33, BLOCKS33
     from toolkit.optimizers.adafactor import Adafactor, paper_rule, pytorch_rule
-    shapes = [(40, 3, 3), (5, 3, 3), (3, 3), (2000, 3, 3), (2, 4, 3, 3)]
+    shapes = [(40, 3, 3), (5, 3, 3), (3, 3), (2000, 3, 3), (2, 4, 3, 3), (7, 3, 3), (15, 3, 3)]
     lay = fl.FactoredLayout(shapes)
     assert lay.tiny.shape[0] == 0 and lay.tiny33.shape[0] > len(shapes)
     per = fl.WORK // 9
@@ -297,11 +300,16 @@ def test_the_3x3_pass_equals_the_tiny_pass(dtype):
         nh = table.shape[1] - 1
         for parallel in (False, True) if convention == "pytorch" else (False,):
             outs = []
-            for name, work in (("tiny", every), ("tiny33", lay.tiny33)):
+            # this machine's block everywhere, the other with torch's rule on one thread
+            blocks = BLOCKS33 if convention == "pytorch" and not parallel else (BLOCK33,)
+            for name, work, block in (("tiny", every, None),
+                                      *(("tiny33", lay.tiny33, b) for b in blocks)):
                 r, c, u = r0.copy(), c0.copy(), np.zeros(lay.size, dtype)
                 w, part = np.zeros(lay.size, dtype), np.zeros((work.shape[0], 2))
-                cf.factored_kernel(rule, name, nh, dtype, parallel)(g, r, c, u, lay.seg, work,
-                                                                    table, w, part, 0)
+                kernel = cf.factored_kernel(rule, name, nh, dtype, parallel,
+                                            **({} if block is None else {"block33": block}))
+                kernel(g, r, c, u, lay.seg, work, table, w, part, 0)
                 outs.append((u, r, c))
-            for a, b in zip(*outs):
-                assert a.tobytes() == b.tobytes(), (convention, parallel)
+            for out, block in zip(outs[1:], blocks):
+                for a, b in zip(outs[0], out):
+                    assert a.tobytes() == b.tobytes(), (convention, parallel, block)

@@ -32,7 +32,7 @@ from numba import prange, types
 from numba.np.unsafe.ndarray import to_fixed_tuple
 
 from . import jit
-from .cpu_factored_tiny import tiny_pass_of, tiny33_pass_of
+from .cpu_factored_tiny import BLOCK33, tiny_pass_of, tiny33_pass_of
 from .cpu_factored_sums import CASCADE, lanes_of, pair_of
 from .factored_layout import FUSED_OF, LANES_OF, LARGE, VECTOR, layout_of
 from .jit import NUMBA_TYPES, cached, compile_kernel, fma, inlined
@@ -62,12 +62,13 @@ class FactoredRule(NamedTuple):
     apply: object
 
 
-def _passes(rule, n_hyper, lanes, fused):
+def _passes(rule, n_hyper, lanes, fused, block33):
     """The passes of a factored step, each a plain function compiled on its own (on first use,
     by :func:`factored_kernel`): a step compiles only the passes its segments need, each far
     faster to compile than one function holding them all (measured: 28 s serial, 65 s
     parallel for the one function, float32). ``fused``: the first pass's work items take the
-    whole tensors' sums (into ``part[base + k]``), else they write none."""
+    whole tensors' sums (into ``part[base + k]``), else they write none. ``block33``: the 3 x 3
+    pass's transposes' block (``cpu_factored_tiny.BLOCKS33``)."""
     prep, stat, moment, vstat, den_of, estimate, direction, scales, apply = rule
     row_sum = lanes_of(prep, lanes)
     pair_sum = pair_of(lanes)
@@ -255,7 +256,8 @@ def _passes(rule, n_hyper, lanes, fused):
 
 
     return {"elems": elems_pass, "tiny": tiny_pass_of(rule, n_hyper, fused, fused_sum),
-            "tiny33": tiny33_pass_of(rule, n_hyper, fused, fused_sum), "blocks": blocks_pass,
+            "tiny33": tiny33_pass_of(rule, n_hyper, fused, fused_sum, block33),
+            "blocks": blocks_pass,
             "rowcols": rowcols_pass, "dens": dens_pass, "dirs": dirs_pass, "sums": sums_pass,
             "coef": coef_pass, "apply": apply_pass}
 
@@ -272,12 +274,14 @@ _SIGNATURES = {"elems": "aaaaaiihafn", "tiny": "aaaaiihafn", "tiny33": "aaaaiiha
 _SERIAL = ("dens", "coef")
 
 
-def factored_kernel(factory, name, n_hyper: int, dtype, parallel: bool):
+def factored_kernel(factory, name, n_hyper: int, dtype, parallel: bool, block33=BLOCK33):
     """The compiled pass ``name`` (:data:`_SIGNATURES`) of ``factory``'s rule for ``dtype``
-    (cached per process, compiled on first use)."""
+    (cached per process, compiled on first use); ``block33``: the 3 x 3 pass's transposes'
+    block, this machine's (``cpu_factored_tiny.BLOCK33``) unless given (the tests compile
+    every one of ``BLOCKS33``)."""
     dtype = np.dtype(dtype)
     parallel = bool(parallel) and name not in _SERIAL
-    key = ("factored", name, factory, n_hyper, dtype, parallel)
+    key = ("factored", name, factory, n_hyper, dtype, parallel, block33)
 
     def build():
         arr = NUMBA_TYPES[dtype][::1]
@@ -285,7 +289,7 @@ def factored_kernel(factory, name, n_hyper: int, dtype, parallel: bool):
                  "f": types.float64[:, ::1], "r": types.float64[::1], "n": types.int64}
         sig = types.void(*(kinds[k] for k in _SIGNATURES[name]))
         rule = FactoredRule(*(inlined(fn) for fn in factory(dtype.type)))
-        fn = _passes(rule, n_hyper, LANES_OF[dtype], FUSED_OF[dtype])[name]
+        fn = _passes(rule, n_hyper, LANES_OF[dtype], FUSED_OF[dtype], block33)[name]
         return compile_kernel(sig, parallel)(fn)
     return cached(key, build)
 

@@ -4,7 +4,7 @@ their own so that the statistics' roots and divisions run a vector of matrices a
 
 * :func:`tiny_pass_of`, any such shape: each position gathered by a strided loop;
 * :func:`tiny33_pass_of`, the 3 x 3 kernels of a convolution (most of a CNN's weights): blocks
-  of :data:`BLOCK33` matrices transposed whole by :func:`_gather9` and :func:`_scatter9`
+  of :data:`BLOCK33` matrices transposed whole by :func:`_gather9_of` and :func:`_scatter9_of`
   (a vector load and shuffles: LLVM's loop vectoriser takes a stride of 9 element by element,
   gathers or scatters, three to four times slower; the store into ``u`` non-temporal), the statistics of a matrix in one loop
   (each of its nine values a local), the direction by position.
@@ -22,11 +22,31 @@ from numba.np.unsafe.ndarray import to_fixed_tuple
 
 from .jit import fma
 
-__all__ = ["BLOCK33", "tiny_pass_of", "tiny33_pass_of"]
+__all__ = ["BLOCK33", "BLOCKS33", "tiny_pass_of", "tiny33_pass_of"]
 
-#: the 3 x 3 matrices one transpose moves: a 512-bit vector of float32 values per position
-#: (float64 takes half as many per vector, two vectors per position)
-BLOCK33 = 16
+def _block33():
+    """The 3 x 3 matrices one transpose moves, for the machine the kernels are compiled for
+    (numba's ``NUMBA_CPU_NAME`` and ``NUMBA_CPU_FEATURES`` where set, else the host's; numba's
+    cache keys compiled code by the same CPU): 16, a 512-bit vector of float32 values per
+    position, where AVX-512 is there (the size chosen on such a machine, not compared with
+    smaller blocks there); else 4. On AVX2 (AMD Zen 3) LLVM lowers the transposes of 16
+    matrices, shuffles of 144 values (288 bytes: nine AVX2 registers of float32), into far
+    more shuffle, blend, insert and extract instructions than those of 4 (the compiled
+    float32 pass holds 461 of them against 166), and the 3 x 3 pass over ResNet-50's
+    convolutions, one thread, is about 1.5 times faster in float32 and 2 times in float64
+    with 4, the same bits (measured: benchmarks/results/README.md, "Adafactor")."""
+    from llvmlite import binding
+    from numba.core import config
+    features = (config.CPU_FEATURES or "") if config.CPU_NAME else \
+        binding.get_host_cpu_features().flatten()
+    return 16 if "+avx512f" in features.split(",") else 4
+
+
+#: the block sizes the 3 x 3 pass takes (each divides 16: ``FactoredLayout.tiny33``'s work
+#: items start at multiples of 16)
+BLOCKS33 = (4, 16)
+#: the 3 x 3 matrices one transpose moves on this machine (:func:`_block33`)
+BLOCK33 = _block33()
 
 
 def _block_of(context, builder, arrty, arr, offset, count):
@@ -41,65 +61,78 @@ def _mask(values):
     return ir.Constant(ir.VectorType(ir.IntType(32), len(values)), list(values))
 
 
-@intrinsic
-def _gather9(typingctx, src, soff, dst, doff, stride):
-    """``dst[doff + p*stride + l] = src[soff + 9*l + p]`` for ``l < BLOCK33``, ``p < 9``:
-    :data:`BLOCK33` matrices of 9 transposed, by one vector load and 9 shuffles."""
-    sig = types.void(src, types.intp, dst, types.intp, types.intp)
+def _gather9_of(block):
+    """The intrinsic ``gather9(src, soff, dst, doff, stride)``: ``dst[doff + p*stride + l] =
+    src[soff + 9*l + p]`` for ``l < block``, ``p < 9``: ``block`` matrices of 9 transposed,
+    by one vector load and 9 shuffles."""
+    @intrinsic
+    def gather9(typingctx, src, soff, dst, doff, stride):
+        sig = types.void(src, types.intp, dst, types.intp, types.intp)
 
-    def codegen(context, builder, signature, args):
-        s, so, d, do, st = args
-        size = context.get_abi_sizeof(context.get_data_type(signature.args[0].dtype))
-        ptr, vec = _block_of(context, builder, signature.args[0], s, so, 9 * BLOCK33)
-        whole = builder.load(ptr, align=size)
-        for p in range(9):
-            part = builder.shuffle_vector(whole, ir.Constant(vec, ir.Undefined),
-                                          _mask(9 * k + p for k in range(BLOCK33)))
-            at = builder.add(do, builder.mul(st, ir.Constant(st.type, p)))
-            dptr, _ = _block_of(context, builder, signature.args[2], d, at, BLOCK33)
-            builder.store(part, dptr, align=size)
-        return context.get_dummy_value()
-    return sig, codegen
+        def codegen(context, builder, signature, args):
+            s, so, d, do, st = args
+            size = context.get_abi_sizeof(context.get_data_type(signature.args[0].dtype))
+            ptr, vec = _block_of(context, builder, signature.args[0], s, so, 9 * block)
+            whole = builder.load(ptr, align=size)
+            for p in range(9):
+                part = builder.shuffle_vector(whole, ir.Constant(vec, ir.Undefined),
+                                              _mask(9 * k + p for k in range(block)))
+                at = builder.add(do, builder.mul(st, ir.Constant(st.type, p)))
+                dptr, _ = _block_of(context, builder, signature.args[2], d, at, block)
+                builder.store(part, dptr, align=size)
+            return context.get_dummy_value()
+        return sig, codegen
+    return gather9
 
 
-@intrinsic
-def _scatter9(typingctx, src, soff, stride, dst, doff):
-    """``dst[doff + 9*l + p] = src[soff + p*stride + l]`` for ``l < BLOCK33``, ``p < 9``:
-    :func:`_gather9` backwards (9 vector loads, shuffles, one vector store). The store is
-    non-temporal (no line of ``u`` is read before it is written, as a plain store reads it;
-    ``u`` is read back from memory, by the item's fused sums in float32, by the sums' pass in
-    float64: the same bytes, and the 3 x 3 pass 1.08 to 1.11 times faster than with plain
-    stores, measured) and weakly ordered: :func:`_store_fence` after the last."""
-    sig = types.void(src, types.intp, types.intp, dst, types.intp)
+def _scatter9_of(block):
+    """The intrinsic ``scatter9(src, soff, stride, dst, doff)``: ``dst[doff + 9*l + p] =
+    src[soff + p*stride + l]`` for ``l < block``, ``p < 9``: :func:`_gather9_of`'s backwards
+    (9 vector loads, shuffles, one vector store). The store is non-temporal (no line of ``u``
+    is read before it is written, as a plain store reads it; ``u`` is read back from memory,
+    by the item's fused sums in float32, by the sums' pass in float64: the same bytes, and
+    the 3 x 3 pass 1.08 to 1.11 times faster than with plain stores, measured with blocks of
+    16 on AVX-512; no faster nor slower with 4 on AVX2) and weakly ordered:
+    :func:`_store_fence` after the last."""
+    @intrinsic
+    def scatter9(typingctx, src, soff, stride, dst, doff):
+        sig = types.void(src, types.intp, types.intp, dst, types.intp)
 
-    def codegen(context, builder, signature, args):
-        s, so, st, d, do = args
-        size = context.get_abi_sizeof(context.get_data_type(signature.args[0].dtype))
-        parts = []
-        for p in range(9):
-            at = builder.add(so, builder.mul(st, ir.Constant(st.type, p)))
-            ptr, vec = _block_of(context, builder, signature.args[0], s, at, BLOCK33)
-            parts.append(builder.load(ptr, align=size))
-        whole, n = parts[0], BLOCK33  # the 9 vectors end to end
-        for part in parts[1:]:
-            if n > BLOCK33:  # (a shuffle takes two vectors of one length)
-                part = builder.shuffle_vector(part, ir.Constant(vec, ir.Undefined),
-                                              _mask(k % BLOCK33 for k in range(n)))
-            whole = builder.shuffle_vector(whole, part, _mask(range(n + BLOCK33)))
-            n += BLOCK33
-        out = builder.shuffle_vector(whole, ir.Constant(whole.type, ir.Undefined),
-                                     _mask((e % 9) * BLOCK33 + e // 9 for e in range(n)))
-        ptr, _ = _block_of(context, builder, signature.args[3], d, do, n)
-        store = builder.store(out, ptr, align=size)
-        store.set_metadata("nontemporal", builder.module.add_metadata(
-            [ir.Constant(ir.IntType(32), 1)]))
-        return context.get_dummy_value()
-    return sig, codegen
+        def codegen(context, builder, signature, args):
+            s, so, st, d, do = args
+            size = context.get_abi_sizeof(context.get_data_type(signature.args[0].dtype))
+            parts = []
+            for p in range(9):
+                at = builder.add(so, builder.mul(st, ir.Constant(st.type, p)))
+                ptr, vec = _block_of(context, builder, signature.args[0], s, at, block)
+                parts.append(builder.load(ptr, align=size))
+            whole, n = parts[0], block  # the 9 vectors end to end
+            for part in parts[1:]:
+                if n > block:  # (a shuffle takes two vectors of one length)
+                    part = builder.shuffle_vector(part, ir.Constant(vec, ir.Undefined),
+                                                  _mask(k % block for k in range(n)))
+                whole = builder.shuffle_vector(whole, part, _mask(range(n + block)))
+                n += block
+            out = builder.shuffle_vector(whole, ir.Constant(whole.type, ir.Undefined),
+                                         _mask((e % 9) * block + e // 9 for e in range(n)))
+            ptr, _ = _block_of(context, builder, signature.args[3], d, do, n)
+            store = builder.store(out, ptr, align=size)
+            store.set_metadata("nontemporal", builder.module.add_metadata(
+                [ir.Constant(ir.IntType(32), 1)]))
+            return context.get_dummy_value()
+        return sig, codegen
+    return scatter9
+
+
+#: the transposes of the two block sizes (:data:`BLOCKS33`), module globals the compiled
+#: pass names (a closure's intrinsic would enter numba's cache key)
+_gather9_4, _scatter9_4 = _gather9_of(4), _scatter9_of(4)
+_gather9_16, _scatter9_16 = _gather9_of(16), _scatter9_of(16)
 
 
 @intrinsic
 def _store_fence(typingctx):
-    """A sequentially consistent fence: the non-temporal stores of :func:`_scatter9` before
+    """A sequentially consistent fence: the non-temporal stores of :func:`_scatter9_of` before
     it are visible to every thread after it (x86 orders them only by a fence)."""
     sig = types.void()
 
@@ -206,14 +239,17 @@ def tiny_pass_of(rule, n_hyper, fused, pair_sum):
     return tiny_pass
 
 
-def tiny33_pass_of(rule, n_hyper, fused, pair_sum):
+def tiny33_pass_of(rule, n_hyper, fused, pair_sum, block=BLOCK33):
     """The pass of the 3 x 3 matrices (work table ``FactoredLayout.tiny33``): per work item,
-    its matrices transposed into ``G`` (position ``p`` of matrix ``bb`` at ``G[p*nb + bb]``),
+    its matrices transposed ``block`` at a time (one of :data:`BLOCKS33`; the numbers do not
+    depend on it) into ``G`` (position ``p`` of matrix ``bb`` at ``G[p*nb + bb]``),
     then one loop over the matrices for the rows, the columns and the denominator (their
     statistics updated in place), then the direction by position, in place in ``G``, and
     ``G`` transposed back into ``u``. The same arithmetic as :func:`tiny_pass_of` for
     ``n = m = 3``: a row's sum of squares ``fma`` after ``fma``, a column's ``s + x*x``, the
     denominator's sum of the rows' statistics left to right; ``fused`` as there."""
+    if block not in BLOCKS33:
+        raise ValueError(f"block must be one of {BLOCKS33}, not {block!r}")
     prep, stat, moment, _, den_of, estimate, direction, _, _ = rule
 
     def tiny33_pass(g, r, c, u, seg, tiny, table, w, part, base):
@@ -225,12 +261,15 @@ def tiny33_pass_of(rule, n_hyper, fused, pair_sum):
             wo, ro, co = seg[s, 0], seg[s, 4], seg[s, 5]
             b0, b1 = tiny[k, 1], tiny[k, 2]
             nb = b1 - b0
-            full = nb - nb % BLOCK33
+            full = nb - nb % block
             gk, uk = g[wo + b0 * 9:wo + b1 * 9], u[wo + b0 * 9:wo + b1 * 9]
             rk, ck = r[ro + b0 * 3:ro + b1 * 3], c[co + b0 * 3:co + b1 * 3]
             G = np.empty(9 * nb, gk.dtype)
-            for b in range(0, full, BLOCK33):
-                _gather9(gk, 9 * b, G, b, nb)
+            for b in range(0, full, block):
+                if block == 16:  # (a closure constant: one branch compiled)
+                    _gather9_16(gk, 9 * b, G, b, nb)
+                else:
+                    _gather9_4(gk, 9 * b, G, b, nb)
             for p in range(9):  # the matrices after the last whole block
                 for bb in range(full, nb):
                     G[p * nb + bb] = gk[bb * 9 + p]
@@ -275,8 +314,11 @@ def tiny33_pass_of(rule, n_hyper, fused, pair_sum):
                 Gp, Ri, Cj = G[p * nb:(p + 1) * nb], R[i * nb:(i + 1) * nb], C[j * nb:(j + 1) * nb]
                 for bb in range(nb):
                     Gp[bb] = direction(prep(Gp[bb], hp), estimate(Ri[bb], Cj[bb], D[bb], hp), hp)
-            for b in range(0, full, BLOCK33):
-                _scatter9(G, b, nb, uk, 9 * b)
+            for b in range(0, full, block):
+                if block == 16:
+                    _scatter9_16(G, b, nb, uk, 9 * b)
+                else:
+                    _scatter9_4(G, b, nb, uk, 9 * b)
             for p in range(9):
                 for bb in range(full, nb):
                     uk[bb * 9 + p] = G[p * nb + bb]
