@@ -5,10 +5,11 @@ Encodes guide:35, 43, 52-58 (convention "guide") and MXNet 1.9.1's aggregated ``
 1.9.1; docs/optimizers/sgd.md) in the interface of ``reference/__init__.py``. See
 docs/conventions.md, section "SGD".
 
-Convention "pytorch": PyTorch's documented SGD update with ``nesterov=False`` and
-``dampening=0`` (the algorithm box of torch/optim/sgd.py, class SGD, torch 2.13). Mapping:
-torch's ``lr`` = ``lr``, ``momentum`` = ``momentum``, ``weight_decay`` = ``wd``; torch's
-``dampening`` is fixed at its default 0 and ``maximize`` at False (MXNet has neither).
+Convention "pytorch": PyTorch's documented SGD update (the algorithm box of torch/optim/sgd.py,
+class SGD, torch 2.13). Mapping: torch's ``lr`` = ``lr``, ``momentum`` = ``momentum``,
+``weight_decay`` = ``wd``, ``dampening`` and ``nesterov`` (HYPER keys, torch's meaning; under
+"mxnet" and "guide", which have neither, only their off values 0 and False are taken);
+``maximize`` is False (MXNet has none).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ CONVENTIONS = ("mxnet", "guide", "pytorch")
 #: torch.optim.SGD keeps its momentum buffer without the learning rate: its own branch
 PYTORCH = "pytorch"
 STATE = ("mom",)
-HYPER = {"momentum": 0.0}
+HYPER = {"momentum": 0.0, "nesterov": False, "dampening": 0.0}
 
 
 def _hyper(hyper):
@@ -72,14 +73,17 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     the only differences are the evaluation order (a few ulps) and the float32 rounding of the
     hyperparameters. MXNet branches on the unrounded momentum (Python side), so does this.
 
-    convention="pytorch" (torch/optim/sgd.py, class SGD, torch 2.13, ``nesterov=False``,
-    ``dampening=0``), with ``g = clip(rs*grad, c) + wd*w`` (``_util.pytorch_gradient``: torch has
-    no rescale_grad and no clip_gradient; this convention applies them to the gradient first,
-    clipping whenever ``clip_gradient`` is not None, then torch's coupled L2 weight decay)::
+    convention="pytorch" (torch/optim/sgd.py, class SGD, torch 2.13, its box's ``dampening``
+    ``tau`` and ``nesterov``), with ``g = clip(rs*grad, c) + wd*w`` (``_util.pytorch_gradient``:
+    torch has no rescale_grad and no clip_gradient; this convention applies them to the gradient
+    first, clipping whenever ``clip_gradient`` is not None, then torch's coupled L2 weight
+    decay)::
 
-        momentum != 0:  b = momentum*b + g
-                        w = w - lr*b
-        momentum == 0:  w = w - lr*g
+        momentum != 0:  b = g                                   (t == 1)
+                        b = momentum*b + (1 - dampening)*g      (t > 1)
+                        d = g + momentum*b   (nesterov),  else  d = b
+                        w = w - lr*d
+        momentum == 0:  w = w - lr*g      (dampening unused; nesterov refused, as torch does)
 
     The slot ``mom`` holds torch's ``momentum_buffer`` ``b``: it excludes the learning rate and has
     the sign of the gradient, so along a trajectory with a constant ``lr`` it is
@@ -93,7 +97,13 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     """
     convention = check_convention(convention, CONVENTIONS, NAME, PYTORCH)
     h = _hyper(hyper)
-    momentum = h["momentum"]
+    momentum, nesterov, dampening = h["momentum"], bool(h["nesterov"]), h["dampening"]
+    if convention != "pytorch" and (nesterov or dampening != 0.0):
+        raise ValueError(f"{NAME}: nesterov=True and dampening != 0 are torch's (convention "
+                         f"'pytorch'); convention {convention!r} has neither (Nesterov momentum "
+                         "is the 'nag' optimizer)")
+    if nesterov and (momentum <= 0.0 or dampening != 0.0):
+        raise ValueError(f"{NAME}: Nesterov momentum requires a momentum and zero dampening")
     w = as_f64(weight)
     gr = as_f64(grad)
     has_mom = momentum != 0.0
@@ -110,8 +120,12 @@ def step(weight, grad, state, *, t, lr, wd=0.0, rescale_grad=1.0, clip_gradient=
     if convention == "pytorch":
         g = pytorch_gradient(gr, w, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient)
         if has_mom:
-            b = momentum * as_f64(state["mom"]) + g             # torch's momentum_buffer
-            return w - lr * b, {"mom": b}
+            if t == 1:                                          # torch's momentum_buffer
+                b = g
+            else:
+                b = momentum * as_f64(state["mom"]) + (1.0 - dampening) * g
+            d = g + momentum * b if nesterov else b
+            return w - lr * d, {"mom": b}
         return w - lr * g, {}
 
     if hyper_f32:

@@ -219,7 +219,8 @@ EXPECTED_STATE = {  # checked against the registry by test_tables_cover_the_modu
     "adadelta": ("acc_g", "acc_delta"), "adam": ("mean", "var"), "adamax": ("mean", "u"),
 }
 EXPECTED_HYPER = {  # checked against the registry by test_tables_cover_the_modules
-    "sgd": {"momentum": 0.0}, "nag": {"momentum": 0.0}, "adagrad": {"eps": 1e-7},
+    "sgd": {"momentum": 0.0, "nesterov": False, "dampening": 0.0}, "nag": {"momentum": 0.0},
+    "adagrad": {"eps": 1e-7},
     "rmsprop": {"learning_rate": 0.001, "gamma1": 0.9, "gamma2": 0.9, "epsilon": 1e-8,
                 "centered": False, "clip_weights": None},
     "adadelta": {"rho": 0.9, "epsilon": 1e-5},

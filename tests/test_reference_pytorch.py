@@ -312,6 +312,33 @@ def test_constant_lr_momentum_is_the_guide_trajectory(mod):
                       <= SLACK * (v_from_b.err + sg["mom"].err))
 
 
+def test_sgd_dampening_and_nesterov_are_torchs_and_refused_where_torchs_are():
+    """reference.sgd's dampening scales the gradient into the buffer from the second step on
+    (the first buffer is the gradient itself), Nesterov adds momentum times the buffer; torch
+    refuses Nesterov without momentum or with dampening, and "mxnet" and "guide" have
+    neither."""
+    w0, g = np.array([1.0, -2.0]), np.array([0.5, 0.25])
+    hyper = dict(momentum=0.5, dampening=0.25)
+    w1, s1 = reference.sgd.step(w0, g, {"mom": np.zeros(2)}, t=1, lr=0.5, convention="pytorch",
+                                **hyper)
+    assert np.array_equal(s1["mom"], g) and np.array_equal(w1, w0 - 0.5 * g)
+    w2, s2 = reference.sgd.step(w1, g, s1, t=2, lr=0.5, convention="pytorch", **hyper)
+    assert np.array_equal(s2["mom"], 0.5 * g + 0.75 * g)
+    w3, s3 = reference.sgd.step(w0, g, {"mom": g}, t=2, lr=0.5, convention="pytorch",
+                                momentum=0.5, nesterov=True)
+    assert np.array_equal(s3["mom"], 1.5 * g) and np.array_equal(w3, w0 - 0.5 * (g + 0.75 * g))
+    for bad in (dict(momentum=0.0, nesterov=True), dict(momentum=0.9, nesterov=True,
+                                                         dampening=0.1)):
+        with pytest.raises(ValueError, match="Nesterov momentum requires a momentum and zero "
+                                             "dampening"):
+            reference.sgd.step(w0, g, {"mom": g}, t=2, lr=0.5, convention="pytorch", **bad)
+    for convention in ("mxnet", "guide"):
+        for bad in (dict(nesterov=True), dict(dampening=0.1)):
+            with pytest.raises(ValueError, match="'nag' optimizer"):
+                reference.sgd.step(w0, g, {"mom": g}, t=2, lr=0.5, convention=convention,
+                                   momentum=0.9, **bad)
+
+
 @pytest.mark.parametrize("mod", [reference.sgd, reference.nag], ids=_ids)
 def test_first_step_buffer_is_the_gradient(mod):
     """torch sets the momentum buffer to ``g`` on the first step (not ``mu*b + (1-dampening)*g``);
@@ -360,8 +387,9 @@ def _make_torch(torch, name, params, *, lr, wd, hyper, foreach):
     o = torch.optim
     if name in ("sgd", "nag"):
         mom = hyper.get("momentum", 0.0)
-        opt = o.SGD(params, lr=lr, momentum=mom, dampening=0.0, weight_decay=wd,
-                    nesterov=(name == "nag" and mom != 0.0), foreach=foreach)
+        opt = o.SGD(params, lr=lr, momentum=mom, dampening=hyper.get("dampening", 0.0),
+                    weight_decay=wd, foreach=foreach,
+                    nesterov=(name == "nag" and mom != 0.0) or hyper.get("nesterov", False))
         return opt, ({"mom": "momentum_buffer"} if mom != 0.0 else {})
     if name == "adagrad":
         opt = o.Adagrad(params, lr=lr, lr_decay=0.0, weight_decay=wd,
@@ -446,6 +474,11 @@ TORCH_CASES = [  # checked against the registry by test_every_torch_optimizer_ha
     ("sgd", dict(momentum=0.9), 0.0, CHANGING, 1.0, None),
     ("sgd", dict(momentum=0.5), 0.01, CONSTANT, 1.0, None),
     ("sgd", dict(momentum=0.9), 0.01, CHANGING, 0.5, 0.75),
+    # torch's dampening (not on the first step, whose buffer is the gradient) and Nesterov
+    ("sgd", dict(momentum=0.9, dampening=0.5), 0.01, CHANGING, 1.0, None),
+    ("sgd", dict(momentum=0.5, dampening=0.1), 0.0, CONSTANT, 0.5, 0.75),
+    ("sgd", dict(momentum=0.9, nesterov=True), 0.01, CHANGING, 1.0, None),
+    ("sgd", dict(dampening=0.5), 0.1, CHANGING, 1.0, None),   # no momentum: unused
     ("nag", dict(), 0.1, CHANGING, 1.0, None),
     ("nag", dict(momentum=0.9), 0.0, CHANGING, 1.0, None),
     ("nag", dict(momentum=0.6), 0.05, CONSTANT, 1.0, None),
