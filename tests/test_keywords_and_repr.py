@@ -18,7 +18,7 @@ FOREIGN = [  # checked against the registry by test_foreign_cases_are_foreign_to
     ("adam", {"eps": 1e-7}, "epsilon=1e-07"),
     ("adam", {"momentum": 0.9}, "beta1"),
     ("adagrad", {"epsilon": 1e-6}, "eps=1e-06"),
-    ("sgd", {"nesterov": True}, "'nag'"),
+    ("signum", {"nesterov": True}, "'nag'"),
     ("rmsprop", {"alpha": 0.95}, "gamma1=0.95"),
     ("lamb", {"lr": 0.1, "weight_decay": 0.01}, "learning_rate=0.1"),
     ("rprop", {"etas": (0.3, 1.5)}, "etaminus=0.3, etaplus=1.5"),

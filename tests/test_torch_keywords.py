@@ -248,10 +248,14 @@ def test_torch_call_patterns():
     assert len(c.param_groups) == 2
     tt.Adam([_param()], 1e-3, betas=(0.9, 0.999), weight_decay=0, amsgrad=False, foreach=True,
             maximize=False, capturable=False, differentiable=False, fused=False)
-    with pytest.raises(ValueError, match="nesterov=True is refused: Nesterov momentum is "
-                                         "toolkit.torch.NAG"):
+    # Nesterov: torch's SGD's under its convention, MXNet's NAG under MXNet's
+    with pytest.raises(ValueError, match="nesterov=True is refused under convention 'mxnet': "
+                                         "MXNet's SGD has no Nesterov momentum; Nesterov "
+                                         "momentum is NAG"):
         tt.SGD([_param()], 0.1, momentum=0.9, nesterov=True)
     tt.NAG([_param()], 0.1, momentum=0.9, nesterov=True)
+    assert tt.SGD([_param()], 0.1, momentum=0.9, nesterov=True, convention="pytorch"
+                  ).param_groups[0]["nesterov"] is True
     # AMSGrad: torch's and the guide's conventions have it, MXNet's (Adam's default) does not
     with pytest.raises(ValueError, match="amsgrad=True is refused under convention 'mxnet': "
                                          "MXNet 1.9.1 has no AMSGrad"):

@@ -10,6 +10,8 @@ docs/optimizers/sgd.md)::
 guide::
 
     v = momentum * v - lr * (clip(rescale_grad * grad, clip_gradient) + wd * w);   w = w + v
+
+pytorch: torch.optim.SGD, its ``dampening`` and ``nesterov`` too (:func:`_pytorch_momentum_rule`).
 """
 from __future__ import annotations
 
@@ -73,6 +75,7 @@ class PytorchMomentumRow(NamedTuple):
     rescale: float     #: rescale_grad
     clip_bound: float  #: clip_gradient, negative for none
     mu: float          #: momentum
+    omd: float         #: 1 - dampening (torch's alpha of the gradient into the buffer)
     first: float       #: 1 on the index's first update (torch's buffer is the gradient), else 0
 
 
@@ -158,15 +161,18 @@ def guide_plain_rule(f):
 
 
 def _pytorch_momentum_rule(f, nesterov):
-    """torch.optim.SGD's single-tensor update with momentum and ``dampening=0`` (torch 2.13,
-    torch/optim/sgd.py, ``_single_tensor_sgd``; its documented algorithm)::
+    """torch.optim.SGD's single-tensor update with momentum (torch 2.13, torch/optim/sgd.py,
+    ``_single_tensor_sgd``; its documented algorithm)::
 
         g = clip(rs*grad, c) + wd*w            (wd*w only when wd != 0)
-        b = g on the first step, else momentum*b + g
+        b = g on the first step, else momentum*b + (1 - dampening)*g
         nesterov: g = g + momentum*b ; else g = b
         w = w - lr*g
 
-    each ``x + a*y`` rounded once, as torch's ``add(y, alpha=a)`` is."""
+    each ``x + a*y`` rounded once, as torch's ``add(y, alpha=a)`` is (``momentum*b`` is
+    torch's ``mul_``, rounded before; with ``dampening=0`` the sum ``momentum*b + 1*g`` is the
+    plain sum). Measured on torch 2.13's CPU kernels (AVX2, float32 and float64, every tail
+    length): ``add_(y, alpha=a)`` is ``fma(a, y, x)`` for ``a`` = 0.9, 0.7, -0.05 alike."""
     grad_of = torch_ops.gradient(f)
     zero = f(0)
 
@@ -176,7 +182,7 @@ def _pytorch_momentum_rule(f, nesterov):
         if p.first != zero:
             buf = g
         else:
-            buf = buf * p.mu + g
+            buf = fma(p.omd, g, buf * p.mu)
         if nesterov:  # a closure constant: the compiled rule keeps one branch
             g = fma(p.mu, buf, g)
         else:
@@ -208,13 +214,14 @@ def pytorch_plain_rule(f):
     return rule
 
 
-def pytorch_plan(has_momentum, nesterov, first, lr, wd, rs, c, momentum):
-    """``(rule, row)`` of one "pytorch" step of SGD (``nesterov`` False) or NAG (True);
-    ``first``: the index's first update."""
+def pytorch_plan(has_momentum, nesterov, first, lr, wd, rs, c, momentum, dampening=0.0):
+    """``(rule, row)`` of one "pytorch" step of torch.optim.SGD: SGD's (``nesterov`` and
+    ``dampening`` its own) or NAG's (``nesterov`` True); ``first``: the index's first
+    update."""
     if has_momentum:
         rule = pytorch_nesterov_rule if nesterov else pytorch_momentum_rule
         return rule, PytorchMomentumRow(nlr=-lr, wd=wd, rescale=rs, clip_bound=c, mu=momentum,
-                                        first=1.0 if first else 0.0)
+                                        omd=1.0 - dampening, first=1.0 if first else 0.0)
     return pytorch_plain_rule, PytorchPlainRow(nlr=-lr, wd=wd, rescale=rs, clip_bound=c)
 
 
@@ -224,10 +231,13 @@ SPEC = Spec(
     conventions=("mxnet", "guide", "pytorch"),
     pytorch="pytorch", torch="SGD",
     space={"momentum": MOMENTUM},
+    flags={"nesterov": False, "dampening": 0.0},  # torch's, "pytorch" only
     usual={"momentum": USUAL_MOMENTUM},  # 0 or 0.5..0.99 (spaces.USUAL_MOMENTUM: its sources)
     record={"momentum": 0.9}, record_ulps=0,
     layouts=({"learning_rate": 0.1}, {"learning_rate": 0.1, "momentum": 0.9},),
-    trainer=({"momentum": 0.0}, {"momentum": 0.9},),
+    # torch's Nesterov and dampening: the Trainer tests run them under "pytorch", their one
+    trainer=({"momentum": 0.0}, {"momentum": 0.9}, {"momentum": 0.9, "nesterov": True},
+             {"momentum": 0.9, "dampening": 0.5}),
     demo={"learning_rate": 0.1, "momentum": 0.9, "wd": 0.0001},
     bench=(BenchSetting("sgd", {"momentum": 0.0}, torch=("SGD", {"momentum": 0.0})),
            BenchSetting("sgd mom", {"momentum": 0.9}, torch=("SGD", {"momentum": 0.9}), quick=True)),
@@ -248,8 +258,11 @@ class SGD(Optimizer):
     With multi_precision on float16 weights the state is ``(mom32 or None, weight32)`` (MXNet's
     order for SGD).
 
-    ``convention="pytorch"``: ``torch.optim.SGD`` (``dampening=0``, ``nesterov=False``), its own
-    rule (:func:`pytorch_momentum_rule`); ``mom`` holds torch's ``momentum_buffer`` (without lr).
+    ``convention="pytorch"``: ``torch.optim.SGD``, its own rule (:func:`pytorch_momentum_rule`);
+    ``mom`` holds torch's ``momentum_buffer`` (without lr). There, and only there, torch's
+    ``dampening`` (the buffer takes ``(1 - dampening)*g`` from the second step on) and
+    ``nesterov`` (``g + momentum*buf`` steps; it needs momentum and no dampening, as torch
+    says); MXNet's SGD has neither (its Nesterov momentum is :class:`NAG`).
 
     Example::
 
@@ -266,12 +279,35 @@ class SGD(Optimizer):
     #: aggregated kernel (docs/mxnet-facts.md, section 5)
     aggregate_num = 4
 
-    domains = {"momentum": unit(), "lazy_update": flag(strict=False, reference=False)}
+    domains = {"momentum": unit(), "lazy_update": flag(strict=False, reference=False),
+               "nesterov": flag(), "dampening": unit(closed=True)}
 
-    def __init__(self, momentum=0.0, lazy_update=True, **kwargs):
+    def __init__(self, momentum=0.0, lazy_update=True, nesterov=False, dampening=0.0, **kwargs):
         self.momentum = momentum
         self.lazy_update = lazy_update
+        self.nesterov, self.dampening = nesterov, dampening
         super().__init__(**kwargs)
+
+    def check_relations(self):
+        """torch's ``nesterov`` and ``dampening`` under "pytorch" only, and Nesterov momentum
+        with a momentum and no dampening, as torch.optim.SGD requires."""
+        nesterov, dampening = self.named("nesterov"), self.named("dampening")
+        if self.convention != "pytorch":
+            if self.nesterov:
+                raise ValueError(
+                    f"{nesterov}=True is refused under convention {self.convention!r}: MXNet's "
+                    "SGD has no Nesterov momentum; Nesterov momentum is NAG (MXNet's nag: "
+                    "toolkit.optimizer.NAG, toolkit.torch.NAG), or torch.optim.SGD's under "
+                    "convention='pytorch'")
+            if self.dampening != 0.0:
+                raise ValueError(
+                    f"{dampening}={self.dampening!r} is refused under convention "
+                    f"{self.convention!r}: MXNet's momentum has no dampening (torch.optim.SGD's "
+                    "is taken under convention='pytorch')")
+        elif self.nesterov and (self.momentum <= 0.0 or self.dampening != 0.0):
+            raise ValueError(f"Nesterov momentum requires a momentum and zero dampening "
+                             f"({nesterov}=True with {self.named('momentum')}={self.momentum!r},"
+                             f" {dampening}={self.dampening!r}), as torch.optim.SGD says")
 
     def state_slots(self):
         return ("mom",) if self.momentum != 0.0 else ()
@@ -302,8 +338,9 @@ class SGD(Optimizer):
     def kernel_row(self, t, lr, wd, sparse=None):
         states = self.momentum != 0.0  # the momentum state
         if self.convention == "pytorch":
-            rule, row = pytorch_plan(states, False, t == self.begin_num_update + 1, lr,
-                                     wd, self.rescale_grad, self._clip_bound(), self.momentum)
+            rule, row = pytorch_plan(states, self.nesterov, t == self.begin_num_update + 1, lr,
+                                     wd, self.rescale_grad, self._clip_bound(), self.momentum,
+                                     self.dampening)
             return rule, row
         r, rs, c, mu = self._constants("_sgd_constants", self._step_constants)
         lr, wd = r(lr), r(wd)

@@ -242,8 +242,6 @@ RULES = {  # checked against the registry by tests/test_torch_keywords.py::test_
     ("Muon", "adjust_lr_fn"): {"*": Same(("adjust_lr",))},
     ("Rprop", "etas"): {"*": Same(("etaminus", "etaplus"))},
     ("Rprop", "step_sizes"): {"*": Same(("step_size_min", "step_size_max"))},
-    ("SGD", "dampening"): {"*": OffOnly(0, "MXNet's momentum has no dampening")},
-    ("SGD", "nesterov"): {"*": OffOnly(False, "Nesterov momentum is toolkit.torch.NAG")},
     # lion-pytorch's Lion (the spec's torch_peer)
     ("Lion", "use_triton"): {"*": Moot(None, False, "the toolkit's own kernels run the update "
                                                     "(lion-pytorch's Triton kernel is a GPU "
@@ -296,6 +294,10 @@ SOME_CONVENTIONS = {  # checked against the registry by tests/test_torch_keyword
                           "AMSGrad: refused under 'mxnet')",
     ("NAdam", "decoupled_weight_decay"): "same, under convention 'pytorch' (MXNet's Nadam "
                                          "couples wd into the gradient: refused under 'mxnet')",
+    ("SGD", "nesterov"): "same, under convention 'pytorch' (MXNet's SGD has no Nesterov "
+                         "momentum, which is NAG: refused under 'mxnet' and 'guide')",
+    ("SGD", "dampening"): "same, under convention 'pytorch' (MXNet's momentum has no "
+                          "dampening: refused under 'mxnet' and 'guide')",
 }
 
 
