@@ -109,7 +109,7 @@ class FactoredLayout:
                 continue
             if kind in (VECTOR, SINGLE):
                 elems += each(s, sizes[s], WORK)
-            elif kind == TINY and n == m == 3:  # whole blocks of 16 (cpu_factored_tiny)
+            elif kind == TINY and n == m == 3:  # whole blocks of 16 (cpu_factored_tiny.BLOCKS33 divide it)
                 tiny33 += each(s, B, WORK // 9 // 16 * 16)
             elif kind == TINY:
                 tiny += each(s, B, max(1, WORK // (n * m)))
