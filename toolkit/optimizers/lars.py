@@ -98,6 +98,13 @@ class LARS(SGD):
         super().__init__(momentum=momentum, lazy_update=lazy_update,
                          **kwargs)
 
+    def reference_hyper(self):
+        """SGD's, but its torch keywords (``nesterov``, ``dampening``: only their off values
+        are taken here, LARS having no convention "pytorch"), which ``reference.lars`` has
+        not."""
+        return {k: v for k, v in super().reference_hyper().items()
+                if k not in ("nesterov", "dampening")}
+
     def set_wd_mult(self, args_wd_mult):
         """As MXNet's LARS (optimizer.py:876-889): every name of ``param_idx2name`` that does
         not end in ``_weight`` first gets multiplier 0 (``_gamma`` included, unlike the base)."""
