@@ -98,6 +98,32 @@ def test_a_layout_change_that_keeps_the_layout_is_allowed():
         rms.centered = True
 
 
+def test_a_convention_change_once_state_exists_is_refused():
+    """The state's meaning is its convention's (SGD's momentum holds -lr*buf under "mxnet",
+    torch's buffer under "pytorch"): once state is made the convention stays, nothing moved
+    (a hostile review: the edit was taken and the next step read MXNet's buffer as torch's);
+    before any state it may change."""
+    opt = optimizer.SGD(learning_rate=0.1, momentum=0.9)
+    w, g = np.ones(3), np.ones(3)
+    s = opt.create_state(0, w)
+    opt.update(0, w, g, s)
+    with pytest.raises(ValueError, match=r"convention cannot change from 'mxnet' to "
+                                         r"'pytorch': .*\(convention 'mxnet' -> 'pytorch': "
+                                         r"what it holds\)"):
+        opt.convention = "pytorch"
+    assert opt.convention == "mxnet"
+    opt.update(0, w, g, s)                      # MXNet's second step, as if never asked
+    ref = optimizer.SGD(learning_rate=0.1, momentum=0.9)
+    w2 = np.ones(3)
+    s2 = ref.create_state(0, w2)
+    ref.update(0, w2, g, s2)
+    ref.update(0, w2, g, s2)
+    assert np.array_equal(w, w2) and np.array_equal(s, s2)
+    fresh = optimizer.SGD(learning_rate=0.1, momentum=0.9)
+    fresh.convention = "pytorch"                # no state yet: taken
+    assert fresh.convention == "pytorch"
+
+
 @pytest.mark.parametrize("make, attr, value, match", [
     (lambda: optimizer.LAMB(lower_bound=1.0, upper_bound=2.0), "lower_bound", 3.0,
      "must not exceed"),

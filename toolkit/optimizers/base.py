@@ -196,9 +196,9 @@ class Optimizer(Hyperparameters, HeldStates, ArrayChecks, MultiPrecision, NonFin
     }
 
     def _state_layout_key(self):
-        """What the layout of state made now depends on: the template's key and whether a
-        float16 weight keeps a float32 master copy."""
-        return self._template_key(), self.multi_precision
+        """What the layout and meaning of state made now depend on: the template's key, the
+        float32 master copy, the convention (SGD's momentum: -lr*buf or torch's buffer)."""
+        return self._template_key(), self.multi_precision, self.convention
 
     def __new__(cls, *args, **kwargs):
         # another framework's keyword (lr, weight_decay, betas, eps, ...): a TypeError that names

@@ -173,10 +173,15 @@ class Hyperparameters:
         if made is not None and self._state_layout_key() != made:
             domain = self.hyperparameter_domains()[attr]
             name = domain.keyword or attr
+            now = self._state_layout_key()
+            what = [f"slots {made[0][0]} -> {self.state_slots()}"] if made[0] != now[0] else []
+            if made[1] != now[1]:
+                what.append(f"multi_precision {made[1]} -> {self.multi_precision}")
+            if made[2] != now[2]:  # the state's meaning, each convention's own
+                what.append(f"convention {made[2]!r} -> {self.convention!r}: what it holds")
             raise ValueError(
                 f"{name} cannot change from {old!r} to {getattr(self, attr)!r}: that changes the "
-                f"state {type(self).__name__} keeps (slots {made[0][0]} -> {self.state_slots()}, "
-                f"multi_precision {made[1]} -> {self.multi_precision}), "
+                f"state {type(self).__name__} keeps ({', '.join(what)}), "
                 "and this optimizer has already made state in the old layout. Create a new "
                 f"optimizer with {name}={getattr(self, attr)!r}, or set it before the first "
                 "create_state (a Trainer makes its states at construction)")

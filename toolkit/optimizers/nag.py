@@ -125,7 +125,10 @@ class NAG(Optimizer):
 
     def row_sparse_mode(self, index):
         """"lazy" without momentum (MXNet's NAG calls ``sgd_update``, lazy by default), else
-        "dense" (its ``nag_mom_update`` has no sparse kernel: storage fallback)."""
+        "dense" (its ``nag_mom_update`` has no sparse kernel: storage fallback); under "pytorch"
+        "standard" (torch.optim.SGD's step of a sparse gradient: every row, as SGD's)."""
+        if self.convention == "pytorch":
+            return "standard"
         return "lazy" if self.momentum == 0.0 else "dense"
 
     def create_state_multi_precision(self, index, weight):

@@ -313,7 +313,12 @@ class SGD(Optimizer):
         return ("mom",) if self.momentum != 0.0 else ()
 
     def row_sparse_mode(self, index):
-        """MXNet's ``lazy_update``: "lazy" when set (the default), else "standard"."""
+        """MXNet's ``lazy_update`` under "mxnet" and "guide": "lazy" when set (the default),
+        else "standard". Under "pytorch" "standard": torch.optim.SGD steps a sparse gradient
+        as the dense one with zeros (its momentum buffer moves every row it holds, its weight
+        decay every row), which ``lazy_update``, MXNet's, does not change."""
+        if self.convention == "pytorch":
+            return "standard"
         return "lazy" if self.lazy_update else "standard"
 
     def create_state_multi_precision(self, index, weight):
