@@ -315,3 +315,47 @@ def test_nag_is_unchanged():
     for kw in (dict(dampening=0.1), dict(nesterov=False)):
         with pytest.raises(ValueError, match=f"{list(kw)[0]}=.* is refused"):
             tt.NAG([torch.nn.Parameter(torch.zeros(2))], lr=0.1, momentum=0.9, **kw)
+
+
+def _torch_sgd(weight0, learning_rate, wd, rescale_grad, clip_gradient, momentum, nesterov,
+               stale=False):
+    """``make_step`` of torch.optim.SGD (``stale``: a Nesterov step that reads the buffer of
+    the step before, a bug)."""
+    p = torch.nn.Parameter(torch.tensor(weight0, dtype=torch.float64))
+    opt = torch.optim.SGD([p], lr=learning_rate, momentum=momentum, weight_decay=wd,
+                          nesterov=nesterov)
+
+    def step(g):
+        g = torch.tensor(g, dtype=torch.float64) * rescale_grad
+        if clip_gradient is not None:
+            g = g.clamp(-clip_gradient, clip_gradient)
+        if stale:
+            d = g + wd * p.detach()
+            old = opt.state[p].get("momentum_buffer")
+            opt.state[p]["momentum_buffer"] = d.clone() if old is None else momentum * old + d
+            prev = torch.zeros_like(d) if old is None else old
+            with torch.no_grad():
+                p.sub_(learning_rate * (d + momentum * prev))
+        else:
+            p.grad = g
+            opt.step()
+        return p.detach().numpy().copy()
+    return step
+
+
+def test_the_oracle_verifies_nesterov_fixed_alone():
+    """``fixed={"nesterov": True}`` pins torch's Nesterov while the oracle draws the momentum
+    it needs (a hostile review: the fixed value was checked with momentum at its default 0
+    and refused, so only ``--fixed nesterov=true --fixed momentum=0.9`` ran); a Nesterov step
+    reading the stale buffer fails; a pair no draw can take is still refused, by name."""
+    from toolkit import oracle
+    r = oracle.verify(_torch_sgd, "sgd", convention="pytorch", fixed={"nesterov": True},
+                      dtype="float64", examples=20)
+    assert r.passed, r.summary
+    stale = lambda w, **h: _torch_sgd(w, stale=True, **h)  # noqa: E731
+    assert not oracle.verify(stale, "sgd", convention="pytorch", fixed={"nesterov": True},
+                             dtype="float64", examples=20).passed
+    with pytest.raises(ValueError, match=r"fixed \{'nesterov': True, 'momentum': 0.0\} is "
+                                         r"refused by SGD under convention 'pytorch'"):
+        oracle.verify(_torch_sgd, "sgd", convention="pytorch",
+                      fixed={"nesterov": True, "momentum": 0.0})

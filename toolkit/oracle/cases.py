@@ -171,10 +171,36 @@ def refusing(klass, fixed, conventions):
                  if not constructible(klass, fixed, c) and constructible(klass, {}, c))
 
 
+def _drawable(name, space, klass, fixed, convention):
+    """Whether some draw of ``space`` (``fixed`` pinned in it) is taken by the constructor,
+    where ``fixed`` with the other hyperparameters at their defaults is not, each value alone
+    passing its own check: a value tied to a drawn one (SGD's ``nesterov=True`` needs a
+    momentum, whose default is 0), whose refused draws :func:`draw` draws again."""
+    domains = klass.hyperparameter_domains()
+    aliases = klass.hyperparameter_aliases()
+    for k, v in fixed.items():
+        attr = aliases.get(k, k)
+        domain = domains.get(attr) or next(
+            (d for a, d in domains.items() if d.keyword == k), None)
+        if domain is None:
+            return False
+        try:
+            domain.check(attr, v)
+        except (TypeError, ValueError):
+            return False
+    for attempt in range(ATTEMPTS):
+        rng = np.random.default_rng([0, attempt])
+        hyper = _space.fix_dependent(name, {h: aimed(s, rng) for h, s in space.items()})
+        if constructible(klass, hyper, convention):
+            return True
+    return False
+
+
 def check_fixed(name, fixed, convention=None):
     """``fixed`` as a dict, checked: known names (:func:`space.hyper_space`) and values the
     optimizer's own constructor accepts, alone and together, under ``convention`` where given
-    (else under some convention it implements). A refused value is the constructor's
+    (else under some convention it implements), with the other hyperparameters at their
+    defaults or, for values tied to another one, in some draw of the space (:func:`_drawable`). A refused value is the constructor's
     ValueError/TypeError, naming ``fixed[...]`` (and the convention, where one was given)."""
     if fixed is None:
         return {}
@@ -182,13 +208,15 @@ def check_fixed(name, fixed, convention=None):
         raise TypeError(f"fixed must be a dict of hyperparameters (MXNet's names), got "
                         f"{type(fixed).__name__} {fixed!r}")
     fixed = dict(fixed)
-    _space.hyper_space(name, fixed)  # unknown names
+    space = _space.hyper_space(name, fixed)  # unknown names
     klass = optimizer_class(name)
-    if klass is None or constructible(klass, fixed, convention):
+    if klass is None or constructible(klass, fixed, convention) or \
+            _drawable(name, space, klass, fixed, convention):
         return fixed
     for k, v in fixed.items():
         alone = _built(klass, {k: v}, convention)
-        if alone is not None:
+        if alone is not None and not _drawable(name, _space.hyper_space(name, {k: v}), klass,
+                                               {k: v}, convention):
             # the convention named where another one takes the value (amsgrad under "mxnet")
             under = f" under convention {convention!r}" if convention is not None and \
                 constructible(klass, {k: v}) else ""

@@ -296,8 +296,9 @@ SOME_CONVENTIONS = {  # checked against the registry by tests/test_torch_keyword
                                          "couples wd into the gradient: refused under 'mxnet')",
     ("SGD", "nesterov"): "same, under convention 'pytorch' (MXNet's SGD has no Nesterov "
                          "momentum, which is NAG: refused under 'mxnet' and 'guide')",
-    ("SGD", "dampening"): "same, under convention 'pytorch' (MXNet's momentum has no "
-                          "dampening: refused under 'mxnet' and 'guide')",
+    ("SGD", "dampening"): "same, under convention 'pytorch', in [0, 1] (torch takes any "
+                          "number; MXNet's momentum has no dampening: refused under 'mxnet' "
+                          "and 'guide')",
 }
 
 
