@@ -124,8 +124,8 @@ def _scatter9_of(block):
     return scatter9
 
 
-#: the transposes of the two block sizes (:data:`BLOCKS33`), module globals the compiled
-#: pass names (a closure's intrinsic would enter numba's cache key)
+#: the transposes of the two block sizes (:data:`BLOCKS33`), module globals that the compiled
+#: pass picks between by its block (a closure constant: one branch is compiled)
 _gather9_4, _scatter9_4 = _gather9_of(4), _scatter9_of(4)
 _gather9_16, _scatter9_16 = _gather9_of(16), _scatter9_of(16)
 
