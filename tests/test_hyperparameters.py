@@ -108,8 +108,8 @@ def test_a_convention_change_once_state_exists_is_refused():
     s = opt.create_state(0, w)
     opt.update(0, w, g, s)
     with pytest.raises(ValueError, match=r"convention cannot change from 'mxnet' to "
-                                         r"'pytorch': .*\(convention 'mxnet' -> 'pytorch': "
-                                         r"what it holds\)"):
+                                         r"'pytorch': .*\(what it holds, by convention: "
+                                         r"MXNet's -lr\*buf -> torch's buffer\)"):
         opt.convention = "pytorch"
     assert opt.convention == "mxnet"
     opt.update(0, w, g, s)                      # MXNet's second step, as if never asked
@@ -122,6 +122,8 @@ def test_a_convention_change_once_state_exists_is_refused():
     fresh = optimizer.SGD(learning_rate=0.1, momentum=0.9)
     fresh.convention = "pytorch"                # no state yet: taken
     assert fresh.convention == "pytorch"
+    opt.convention = "guide"                    # the same buffer (MXNet's): taken
+    assert opt.convention == "guide"
 
 
 @pytest.mark.parametrize("make, attr, value, match", [

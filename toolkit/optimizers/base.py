@@ -197,8 +197,8 @@ class Optimizer(Hyperparameters, HeldStates, ArrayChecks, MultiPrecision, NonFin
 
     def _state_layout_key(self):
         """What the layout and meaning of state made now depend on: the template's key, the
-        float32 master copy, the convention (SGD's momentum: -lr*buf or torch's buffer)."""
-        return self._template_key(), self.multi_precision, self.convention
+        float32 master copy, :meth:`_state_meaning` (SGD's momentum: -lr*buf or torch's)."""
+        return self._template_key(), self.multi_precision, self._state_meaning()
 
     def __new__(cls, *args, **kwargs):
         # another framework's keyword (lr, weight_decay, betas, eps, ...): a TypeError that names

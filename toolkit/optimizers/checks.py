@@ -281,6 +281,11 @@ class ArrayChecks:
         if self.__dict__.get("_state_layout") is None:
             self._state_layout = self._state_layout_key()
 
+    def _state_meaning(self):
+        """What the state holds under the convention, where conventions differ (SGD's ``mom``:
+        torch's buffer or MXNet's ``-lr*buf``); None where every convention's is the same."""
+        return None
+
     def _tuple_state(self):
         """Whether a single-slot state is returned as a 1-tuple (RMSProp's ``(n,)``)."""
         return False

@@ -178,7 +178,7 @@ class Hyperparameters:
             if made[1] != now[1]:
                 what.append(f"multi_precision {made[1]} -> {self.multi_precision}")
             if made[2] != now[2]:  # the state's meaning, each convention's own
-                what.append(f"convention {made[2]!r} -> {self.convention!r}: what it holds")
+                what.append(f"what it holds, by convention: {made[2]} -> {now[2]}")
             raise ValueError(
                 f"{name} cannot change from {old!r} to {getattr(self, attr)!r}: that changes the "
                 f"state {type(self).__name__} keeps ({', '.join(what)}), "

@@ -123,6 +123,11 @@ class NAG(Optimizer):
     def state_slots(self):
         return ("mom",) if self.momentum != 0.0 else ()
 
+    def _state_meaning(self):
+        """``mom`` is torch's buffer under "pytorch", MXNet's ``-lr*buf`` under the others: a
+        convention edited across them once state exists is refused."""
+        return "torch's buffer" if self.convention == "pytorch" else "MXNet's -lr*buf"
+
     def row_sparse_mode(self, index):
         """"lazy" without momentum (MXNet's NAG calls ``sgd_update``, lazy by default), else
         "dense" (its ``nag_mom_update`` has no sparse kernel: storage fallback); under "pytorch"

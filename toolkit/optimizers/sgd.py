@@ -312,6 +312,11 @@ class SGD(Optimizer):
     def state_slots(self):
         return ("mom",) if self.momentum != 0.0 else ()
 
+    def _state_meaning(self):
+        """``mom`` is torch's buffer under "pytorch", MXNet's ``-lr*buf`` under the others: a
+        convention edited across them once state exists is refused."""
+        return "torch's buffer" if self.convention == "pytorch" else "MXNet's -lr*buf"
+
     def row_sparse_mode(self, index):
         """MXNet's ``lazy_update`` under "mxnet" and "guide": "lazy" when set (the default),
         else "standard". Under "pytorch" "standard": torch.optim.SGD steps a sparse gradient
